@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,3 +91,125 @@ func TestSingleNodeProduceConsume(t *testing.T) {
 		t.Fatalf("consumed %d records, last %q at %d; want 2, \"second\" at 1", len(got), got[len(got)-1].Value, got[len(got)-1].Offset)
 	}
 }
+
+// partitionState returns the leader and ISR of topic/partition from metadata.
+func partitionState(ctx context.Context, adm *kadm.Client, topic string, partition int32) (leader int32, isr []int32, err error) {
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return -1, nil, err
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok {
+		return -1, nil, errNoPartition
+	}
+	if p.Err != nil {
+		return p.Leader, p.ISR, p.Err
+	}
+	return p.Leader, p.ISR, nil
+}
+
+var errNoPartition = errorString("partition not in metadata")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestThreeNodeLeaderFailover(t *testing.T) {
+	start := time.Now()
+	c := Start(t, 3)
+	t.Logf("3-node cluster %s ready in %v at %s", c.ClusterID(), time.Since(start).Round(time.Millisecond), c.Bootstrap())
+	if got := c.NodeIDs(); !slices.Equal(got, []int32{1, 2, 3}) {
+		t.Fatalf("NodeIDs = %v, want [1 2 3]", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cl := newClient(t, c, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()))
+	adm := kadm.NewClient(cl)
+	const topic = "spread"
+	createTopic(t, ctx, adm, topic, 3, 3)
+
+	// Leaders are spread over every node, each partition replicated 3 times.
+	var leaders []int32
+	eventually(t, 30*time.Second, "leaders of "+topic, func() error {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			return err
+		}
+		leaders = leaders[:0]
+		for p := range int32(3) {
+			pd := md.Topics[topic].Partitions[p]
+			if pd.Err != nil || pd.Leader < 0 || len(pd.ISR) != 3 || len(pd.Replicas) != 3 {
+				return errorString("partition not ready")
+			}
+			leaders = append(leaders, pd.Leader)
+		}
+		return nil
+	})
+	sorted := slices.Sorted(slices.Values(leaders))
+	if !slices.Equal(sorted, []int32{1, 2, 3}) {
+		t.Fatalf("partition leaders %v, want one partition led by each of nodes 1, 2, 3", leaders)
+	}
+
+	produce := func(v string) int64 {
+		t.Helper()
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte(v)}).First()
+		if err != nil {
+			t.Fatalf("produce %q to partition 0: %v", v, err)
+		}
+		return r.Offset
+	}
+	if off := produce("before"); off != 0 {
+		t.Fatalf("first record at offset %d, want 0", off)
+	}
+
+	// Kill partition 0's leader: leadership moves and producing goes on.
+	old := leaders[0]
+	killed := time.Now()
+	if err := c.Kill(old); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running(old) {
+		t.Fatalf("node %d still running after Kill", old)
+	}
+	eventually(t, 60*time.Second, "leader change after kill", func() error {
+		leader, isr, err := partitionState(ctx, adm, topic, 0)
+		if err != nil {
+			return err
+		}
+		if leader == old || leader < 0 || slices.Contains(isr, old) {
+			return errorString("leader still " + itoa(leader))
+		}
+		return nil
+	})
+	t.Logf("leader of %s/0 moved off node %d in %v", topic, old, time.Since(killed).Round(time.Millisecond))
+	if off := produce("after-kill"); off != 1 {
+		t.Fatalf("record after kill at offset %d, want 1", off)
+	}
+
+	// Restart it: it rejoins the ISR.
+	restarted := time.Now()
+	if err := c.Restart(old); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %d back in metadata %v after Restart", old, time.Since(restarted).Round(time.Millisecond))
+	eventually(t, 60*time.Second, "node back in ISR", func() error {
+		_, isr, err := partitionState(ctx, adm, topic, 0)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(isr, old) {
+			return errorString("ISR without restarted node")
+		}
+		return nil
+	})
+	t.Logf("node %d in ISR of %s/0 %v after Restart", old, topic, time.Since(restarted).Round(time.Millisecond))
+	if off := produce("after-restart"); off != 2 {
+		t.Fatalf("record after restart at offset %d, want 2", off)
+	}
+	if err := c.Restart(old); err == nil {
+		t.Fatalf("Restart of a running node succeeded, want an error")
+	}
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }

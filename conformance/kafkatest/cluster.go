@@ -171,6 +171,9 @@ func New(cfg Config) (*Cluster, error) {
 	} else {
 		c.dir, err = os.MkdirTemp("", "ferry-kafkatest-"+cfg.Name+"-")
 		c.removeDir = os.Getenv("FERRY_KAFKATEST_KEEP") == ""
+		if err == nil && c.removeDir {
+			recordTempDir(owner, c.dir)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kafkatest: cluster dir: %w", err)

@@ -2,9 +2,13 @@ package kafkatest
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -213,3 +217,72 @@ func TestThreeNodeLeaderFailover(t *testing.T) {
 }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+// TestReapOrphans checks that a process carrying the marker of a dead owner
+// is killed and the owner directory removed, while a live owner's process
+// is left alone.
+func TestReapOrphans(t *testing.T) {
+	base, err := pidsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkOwner := func(name string) string {
+		dir := filepath.Join(base, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ownerLockName), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	spawn := func(owner string) *exec.Cmd {
+		// A stand-in for a JVM: sh with the marker as its $0, in its own
+		// process group and without a parent-death signal, like a JVM
+		// whose test process died.
+		cmd := exec.Command("sh", "-c", "sleep 300", markerProp+owner)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+		return cmd
+	}
+
+	dead := mkOwner("1-deadbeef")
+	orphan := spawn(dead)
+	live := mkOwner("2-feedface")
+	lock, err := os.OpenFile(filepath.Join(live, ownerLockName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	kept := spawn(live)
+
+	reapOwner(dead)
+	reapOwner(live)
+
+	done := make(chan error, 1)
+	go func() { done <- orphan.Wait() }()
+	select {
+	case err := <-done:
+		if ws, ok := orphan.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("orphan ended with %v, want killed by SIGKILL", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("orphan of a dead owner still running after reapOwner")
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("dead owner dir still there (stat: %v)", err)
+	}
+	if err := syscall.Kill(kept.Process.Pid, 0); err != nil {
+		t.Fatalf("process of a live owner was killed: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("live owner dir removed: %v", err)
+	}
+}

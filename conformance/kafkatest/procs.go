@@ -25,6 +25,10 @@ import (
 // marker of an owner that is no longer alive.
 const markerProp = "-Dferry.kafkatest="
 
+// tempDirsName is the file in an owner directory listing the temporary
+// cluster directories its process created, removed when it is reaped.
+const tempDirsName = "tempdirs"
+
 // ownerLockName is the file in an owner directory that its test process
 // holds flocked for as long as it lives.
 const ownerLockName = "owner.lock"
@@ -129,6 +133,13 @@ func reapOwner(owner string) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	if b, err := os.ReadFile(filepath.Join(owner, tempDirsName)); err == nil {
+		for _, d := range strings.Split(string(b), "\n") {
+			if d != "" {
+				_ = os.RemoveAll(d)
+			}
+		}
+	}
 	_ = os.RemoveAll(owner)
 }
 
@@ -212,6 +223,19 @@ func cleanupAll() {
 		procs.ownerLock.Close()
 		procs.owner, procs.ownerLock = "", nil
 	}
+}
+
+// recordTempDir notes a temporary directory in the owner directory so that
+// a reaper removes it if this process dies without closing its cluster.
+func recordTempDir(owner, dir string) {
+	procs.Lock()
+	defer procs.Unlock()
+	f, err := os.OpenFile(filepath.Join(owner, tempDirsName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintln(f, dir)
+	f.Close()
 }
 
 // process is a started JVM in its own process group.

@@ -1,0 +1,219 @@
+package proxy
+
+// Produce (key 0), v3-v13 in practice (v0-2 are advertised by Kafka 4.x for
+// librdkafka's feature detection and rejected by the brokers, as here).
+//
+// Split by upstream partition leader and merged. When every partition has
+// the same leader and nothing needs rewriting, the client's bytes go as they
+// are. Record batches are never decompressed: under a generation other than
+// 0 only the producer ID in each batch header is mapped back to the
+// physical one (and the CRC recomputed). v13 addresses topics by ID
+// (virtual ID in, physical out, and back). KIP-951 leader hints in the
+// answer name Ferry members, never brokers. acks=0 gets no answer.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	in := kr.(*kmsg.ProduceRequest)
+	gen := req.state.Generation
+	byID := req.hdr.Version >= 13
+	expect := in.Acks != 0
+
+	// Answers Ferry gives itself, by topic index then partition.
+	local := map[int]map[int32]int16{}
+	fail := func(ti int, p int32, code int16) {
+		if local[ti] == nil {
+			local[ti] = map[int32]int16{}
+		}
+		local[ti][p] = code
+	}
+	parts := map[int32]kmsg.Request{}
+	subTopic := map[int32]map[int]int{} // broker → request topic index → sub topic index
+	rewrite := byID || gen != 0
+	names := make([]string, len(in.Topics))
+	for ti := range in.Topics {
+		t := &in.Topics[ti]
+		name, physID := t.Topic, t.TopicID
+		if byID {
+			info := req.up.topicByVID(c.ctx, t.TopicID)
+			if info == nil {
+				for _, p := range t.Partitions {
+					fail(ti, p.Partition, kerr.UnknownTopicID.Code)
+				}
+				continue
+			}
+			name, physID = info.name, info.id
+		}
+		names[ti] = name
+		for pi := range t.Partitions {
+			p := &t.Partitions[pi]
+			pinfo, ok := req.up.partition(c.ctx, name, p.Partition)
+			switch {
+			case !ok:
+				fail(ti, p.Partition, kerr.UnknownTopicOrPartition.Code)
+				continue
+			case pinfo.leader < 0:
+				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
+				continue
+			}
+			if gen != 0 {
+				if code := physicalProducerIDs(gen, p.Records); code != 0 {
+					fail(ti, p.Partition, code)
+					continue
+				}
+			}
+			sub, _ := parts[pinfo.leader].(*kmsg.ProduceRequest)
+			if sub == nil {
+				sub = &kmsg.ProduceRequest{Version: in.Version, TransactionID: in.TransactionID, Acks: in.Acks, TimeoutMillis: in.TimeoutMillis}
+				parts[pinfo.leader] = sub
+				subTopic[pinfo.leader] = map[int]int{}
+			}
+			idx, ok := subTopic[pinfo.leader][ti]
+			if !ok {
+				idx = len(sub.Topics)
+				subTopic[pinfo.leader][ti] = idx
+				sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: name, TopicID: physID})
+			}
+			sub.Topics[idx].Partitions = append(sub.Topics[idx].Partitions, *p)
+		}
+	}
+
+	// The common case: one leader, nothing to rewrite, nothing refused.
+	if len(parts) == 1 && len(local) == 0 && !rewrite {
+		for b := range parts {
+			p, err := c.sendRaw(req.up, b, req.frame.B, expect)
+			if err != nil || !expect {
+				return nil, err
+			}
+			return s.produceReply(c, req, in, names, []*subCall{{broker: b, req: parts[b], p: p}}, local), nil
+		}
+	}
+	calls := c.sendSplit(req, parts, expect)
+	if !expect {
+		for _, sc := range calls {
+			if sc.err != nil {
+				return nil, sc.err // acks=0: a broker would close too
+			}
+		}
+		return nil, nil
+	}
+	return s.produceReply(c, req, in, names, calls, local), nil
+}
+
+// physicalProducerIDs maps the producer IDs of a client's batches back to
+// the active cluster's, in place. A producer ID issued under another
+// generation means nothing there: the client must get a new one.
+func physicalProducerIDs(gen uint32, records []byte) int16 {
+	var code int16
+	protocol.WalkBatches(records, func(b protocol.Batch) error {
+		pid := b.ProducerID()
+		if pid < 0 {
+			return nil
+		}
+		phys, ok := routing.PhysicalPID(gen, pid)
+		if !ok {
+			code = kerr.UnknownProducerID.Code
+			return errStop
+		}
+		b.SetProducer(phys, b.ProducerEpoch(), b.BaseSequence())
+		b.UpdateCRC()
+		return nil
+	})
+	return code
+}
+
+func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceRequest, names []string, calls []*subCall, local map[int]map[int32]int16) *reply {
+	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
+		g, err := c.gather(ctx, req, calls)
+		if err != nil {
+			return nil, nil, err
+		}
+		gen := req.state.Generation
+		// Index every partition's answer by (topic name, partition).
+		type tp struct {
+			topic string
+			p     int32
+		}
+		answers := map[tp]kmsg.ProduceResponseTopicPartition{}
+		var throttle int32
+		var hinted bool
+		for i, r := range g.resps {
+			sub := calls[i].req.(*kmsg.ProduceRequest)
+			if r == nil {
+				for _, t := range sub.Topics {
+					for _, p := range t.Partitions {
+						answers[tp{t.Topic, p.Partition}] = produceError(p.Partition, kerr.NotLeaderForPartition.Code)
+					}
+				}
+				continue
+			}
+			resp := r.(*kmsg.ProduceResponse)
+			throttle = max(throttle, resp.ThrottleMillis)
+			hinted = hinted || len(resp.Brokers) > 0
+			for ti, t := range resp.Topics {
+				name := t.Topic
+				if in.Version >= 13 && ti < len(sub.Topics) {
+					name = topicNameForID(sub, t.TopicID)
+				}
+				for _, p := range t.Partitions {
+					if p.CurrentLeader.LeaderID >= 0 {
+						p.CurrentLeader.LeaderID = s.fleet.Leader(name, p.Partition)
+						p.CurrentLeader.LeaderEpoch = routing.VirtualEpoch(gen, p.CurrentLeader.LeaderEpoch)
+						hinted = true
+					}
+					answers[tp{name, p.Partition}] = p
+				}
+			}
+		}
+		out := kmsg.NewPtrProduceResponse()
+		out.ThrottleMillis = throttle
+		for ti, t := range in.Topics {
+			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
+			for _, p := range t.Partitions {
+				if code, ok := local[ti][p.Partition]; ok {
+					rt.Partitions = append(rt.Partitions, produceError(p.Partition, code))
+					continue
+				}
+				a, ok := answers[tp{names[ti], p.Partition}]
+				if !ok {
+					a = produceError(p.Partition, kerr.NotLeaderForPartition.Code)
+				}
+				rt.Partitions = append(rt.Partitions, a)
+			}
+			out.Topics = append(out.Topics, rt)
+		}
+		if hinted {
+			for _, b := range s.fleet.Brokers() {
+				out.Brokers = append(out.Brokers, kmsg.ProduceResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+			}
+		}
+		return out, g.release, nil
+	})
+}
+
+func topicNameForID(sub *kmsg.ProduceRequest, id [16]byte) string {
+	for _, t := range sub.Topics {
+		if t.TopicID == id {
+			return t.Topic
+		}
+	}
+	return ""
+}
+
+func produceError(p int32, code int16) kmsg.ProduceResponseTopicPartition {
+	r := kmsg.NewProduceResponseTopicPartition()
+	r.Partition = p
+	r.ErrorCode = code
+	r.BaseOffset = -1
+	r.LogAppendTime = -1
+	r.LogStartOffset = -1
+	return r
+}

@@ -1,0 +1,115 @@
+package proxy
+
+// Metadata (key 3), v0-v13. Answered by Ferry from a fresh upstream
+// Metadata request (clients ask rarely: at start, every metadata.max.age,
+// and after errors, which is exactly when freshness matters).
+//
+// Brokers are Ferry's members, the cluster ID is Ferry's, each partition's
+// leader is the member rendezvous hashing picks, leader epochs are virtual
+// (generation-shifted) and topic IDs are virtual (v10+). v0 asks for every
+// topic with an empty list, v1+ with a null one; v10+ may name topics by
+// (virtual) ID; v13 added a top-level error code.
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	in := kr.(*kmsg.MetadataRequest)
+	ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+	defer cancel()
+
+	all := in.Topics == nil || (req.hdr.Version == 0 && len(in.Topics) == 0)
+	up := kmsg.NewPtrMetadataRequest()
+	up.AllowAutoTopicCreation = in.AllowAutoTopicCreation
+	up.IncludeTopicAuthorizedOperations = in.IncludeTopicAuthorizedOperations
+	var unknownIDs [][16]byte
+	if !all {
+		up.Topics = make([]kmsg.MetadataRequestTopic, 0, len(in.Topics))
+		for _, t := range in.Topics {
+			if t.Topic != nil {
+				up.Topics = append(up.Topics, kmsg.MetadataRequestTopic{Topic: t.Topic})
+				continue
+			}
+			if ti := req.up.topicByVID(ctx, t.TopicID); ti != nil {
+				name := ti.name
+				up.Topics = append(up.Topics, kmsg.MetadataRequestTopic{Topic: &name})
+			} else {
+				unknownIDs = append(unknownIDs, t.TopicID)
+			}
+		}
+	}
+	var upResp *kmsg.MetadataResponse
+	if all || len(up.Topics) > 0 {
+		r, err := up.RequestWith(ctx, req.up.cl)
+		if err != nil {
+			return nil, err
+		}
+		upResp = r
+		req.up.install(r, all)
+	} else {
+		upResp = kmsg.NewPtrMetadataResponse()
+	}
+
+	resp := kmsg.NewPtrMetadataResponse()
+	brokers := s.fleet.Brokers()
+	for _, b := range brokers {
+		resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+	}
+	resp.ClusterID = &s.cfg.clusterID
+	resp.ControllerID = brokers[0].NodeID
+	resp.AuthorizedOperations = upResp.AuthorizedOperations
+	resp.ErrorCode = upResp.ErrorCode
+	gen := req.state.Generation
+	for _, t := range upResp.Topics {
+		out := kmsg.MetadataResponseTopic{ErrorCode: t.ErrorCode, Topic: t.Topic, IsInternal: t.IsInternal, AuthorizedOperations: t.AuthorizedOperations}
+		if t.Topic != nil {
+			out.TopicID = routing.VirtualTopicID(s.cfg.clusterID, *t.Topic)
+			for _, p := range t.Partitions {
+				out.Partitions = append(out.Partitions, s.virtualPartition(*t.Topic, p, gen, brokers))
+			}
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	for _, id := range unknownIDs {
+		resp.Topics = append(resp.Topics, kmsg.MetadataResponseTopic{ErrorCode: kerr.UnknownTopicID.Code, TopicID: id})
+	}
+	return localReply(req, resp), nil
+}
+
+// virtualPartition maps one upstream partition to what clients see.
+func (s *Server) virtualPartition(topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []Broker) kmsg.MetadataResponseTopicPartition {
+	out := kmsg.MetadataResponseTopicPartition{ErrorCode: p.ErrorCode, Partition: p.Partition, Leader: -1, LeaderEpoch: routing.VirtualEpoch(gen, p.LeaderEpoch)}
+	if p.Leader < 0 {
+		out.Replicas, out.ISR = []int32{}, []int32{}
+		return out
+	}
+	out.Leader = s.fleet.Leader(topic, p.Partition)
+	out.Replicas = replicaSet(brokers, out.Leader, len(p.Replicas))
+	out.ISR = out.Replicas[:min(len(out.Replicas), max(1, len(p.ISR)))]
+	out.OfflineReplicas = []int32{}
+	return out
+}
+
+// replicaSet lists n members starting with the leader, so that admin tools
+// show a replication factor no larger than the fleet.
+func replicaSet(brokers []Broker, leader int32, n int) []int32 {
+	n = max(1, min(n, len(brokers)))
+	out := make([]int32, 0, n)
+	out = append(out, leader)
+	for _, b := range brokers {
+		if len(out) == n {
+			break
+		}
+		if b.NodeID != leader {
+			out = append(out, b.NodeID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,30 @@
+package proxy
+
+// ApiVersions (key 18), v0-v4 (kmsg's range).
+//
+// Ferry advertises the intersection of what it can parse (kmsg) and what
+// every configured cluster supports, so a version a client picks keeps
+// working after a switch to the other cluster. A version Ferry does not
+// know is answered at v0 with UNSUPPORTED_VERSION and the supported
+// ranges, as a broker does, so the client can retry with one it knows.
+// No features are advertised: they belong to one physical cluster, and the
+// clients fall back to behaviour every cluster supports.
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func handleApiVersions(s *Server, _ *clientConn, req *request, _ kmsg.Request) (*reply, error) {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	s.versions.AppendTo(resp)
+	return localReply(req, resp), nil
+}
+
+func apiVersionsUnsupported(s *Server, req *request) *reply {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.ErrorCode = kerr.UnsupportedVersion.Code
+	s.versions.Only(int16(kmsg.ApiVersions)).AppendTo(resp)
+	req.hdr.Version = 0 // answered at v0, header v0
+	return localReply(req, resp)
+}

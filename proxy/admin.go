@@ -1,0 +1,150 @@
+package proxy
+
+// Admin requests any broker can answer: KRaft brokers forward the
+// controller's share themselves (CreateTopics, DeleteTopics,
+// CreatePartitions, configs, ACLs, quotas, SCRAM credentials, features).
+// Ferry sends them to one live broker of the active cluster and translates
+// topic IDs both ways. Resources of type BROKER and BROKER_LOGGER name a
+// virtual broker; they are answered by that physical broker Ferry sends to
+// (an empty name, the cluster-wide default, passes as it is).
+// DescribeTopicPartitions answers carry leaders and replicas: they are made
+// virtual as in Metadata.
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+const (
+	resourceBroker       = 4
+	resourceBrokerLogger = 8
+)
+
+func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	b, err := req.up.anyBroker()
+	if err != nil {
+		return nil, err
+	}
+	if _, isAdmin := kr.(kmsg.AdminRequest); isAdmin {
+		// KRaft brokers forward these to the controller themselves;
+		// going to the one Metadata names saves a hop, and is required
+		// by brokers that do not forward.
+		if ctl := req.up.snapshot().controller; ctl >= 0 {
+			b = ctl
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	gen := req.state.Generation
+	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
+	names := brokerResourceNames(kr, b)
+	rewritten = rewritten || names != nil
+
+	var fix func(kmsg.Response) error
+	switch kr.(type) {
+	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest:
+		// The topic set changed: the next routing lookups must see it.
+		fix = func(resp kmsg.Response) error {
+			rctx, cancel := context.WithTimeout(c.s.ctx, 10*time.Second)
+			defer cancel()
+			req.up.refresh(rctx, true)
+			s.translate(rctx, req.up, gen, resp, toVirtual)
+			return nil
+		}
+	case *kmsg.DescribeTopicPartitionsRequest:
+		fix = func(resp kmsg.Response) error {
+			s.virtualTopicPartitions(resp.(*kmsg.DescribeTopicPartitionsResponse), gen)
+			return nil
+		}
+	case *kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
+		if names != nil {
+			fix = func(resp kmsg.Response) error {
+				restoreResourceNames(resp, names)
+				return nil
+			}
+		}
+	}
+	return s.forwardTo(c, req, b, kr, rewritten, fix)
+}
+
+// brokerResourceNames points BROKER and BROKER_LOGGER resources at the
+// physical broker the request goes to and returns the names the client
+// used, by position (nil when there are none).
+func brokerResourceNames(kr kmsg.Request, broker int32) map[int]string {
+	var names map[int]string
+	set := func(i int, typ kmsg.ConfigResourceType, name *string) {
+		if (typ == resourceBroker || typ == resourceBrokerLogger) && *name != "" {
+			if names == nil {
+				names = map[int]string{}
+			}
+			names[i] = *name
+			*name = strconv.Itoa(int(broker))
+		}
+	}
+	switch r := kr.(type) {
+	case *kmsg.DescribeConfigsRequest:
+		for i := range r.Resources {
+			set(i, r.Resources[i].ResourceType, &r.Resources[i].ResourceName)
+		}
+	case *kmsg.AlterConfigsRequest:
+		for i := range r.Resources {
+			set(i, r.Resources[i].ResourceType, &r.Resources[i].ResourceName)
+		}
+	case *kmsg.IncrementalAlterConfigsRequest:
+		for i := range r.Resources {
+			set(i, r.Resources[i].ResourceType, &r.Resources[i].ResourceName)
+		}
+	}
+	return names
+}
+
+func restoreResourceNames(resp kmsg.Response, names map[int]string) {
+	switch r := resp.(type) {
+	case *kmsg.DescribeConfigsResponse:
+		for i := range r.Resources {
+			if n, ok := names[i]; ok {
+				r.Resources[i].ResourceName = n
+			}
+		}
+	case *kmsg.AlterConfigsResponse:
+		for i := range r.Resources {
+			if n, ok := names[i]; ok {
+				r.Resources[i].ResourceName = n
+			}
+		}
+	case *kmsg.IncrementalAlterConfigsResponse:
+		for i := range r.Resources {
+			if n, ok := names[i]; ok {
+				r.Resources[i].ResourceName = n
+			}
+		}
+	}
+}
+
+func (s *Server) virtualTopicPartitions(resp *kmsg.DescribeTopicPartitionsResponse, gen uint32) {
+	brokers := s.fleet.Brokers()
+	for ti := range resp.Topics {
+		t := &resp.Topics[ti]
+		if t.Topic == nil {
+			continue
+		}
+		t.TopicID = routing.VirtualTopicID(s.cfg.clusterID, *t.Topic)
+		for pi := range t.Partitions {
+			p := &t.Partitions[pi]
+			p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
+			if p.LeaderID < 0 {
+				p.Replicas, p.ISR = []int32{}, []int32{}
+			} else {
+				p.LeaderID = s.fleet.Leader(*t.Topic, p.Partition)
+				p.Replicas = replicaSet(brokers, p.LeaderID, len(p.Replicas))
+				p.ISR = p.Replicas[:min(len(p.Replicas), max(1, len(p.ISR)))]
+			}
+			p.EligibleLeaderReplicas, p.LastKnownELR, p.OfflineReplicas = []int32{}, []int32{}, []int32{}
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// Cluster names one physical Kafka cluster behind Ferry.
+type Cluster struct {
+	Name      string
+	Bootstrap []string
+}
+
+type config struct {
+	clusterID          string
+	clusters           []Cluster
+	fleet              Fleet
+	routes             *routing.Table
+	log                *zap.Logger
+	reg                prometheus.Registerer
+	maxRequestSize     int32
+	maxResponseSize    int32
+	metadataInterval   time.Duration
+	dialTimeout        time.Duration
+	maxConnsPerBroker  int
+	idleConnsPerBroker int
+}
+
+func defaultConfig() config {
+	return config{
+		log:                zap.NewNop(),
+		maxRequestSize:     protocol.DefaultMaxFrameSize,
+		maxResponseSize:    1 << 30,
+		metadataInterval:   30 * time.Second,
+		dialTimeout:        10 * time.Second,
+		maxConnsPerBroker:  4096,
+		idleConnsPerBroker: 16,
+	}
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+// WithClusterID sets the virtual cluster's ID that clients see (required).
+func WithClusterID(id string) Option { return func(c *config) { c.clusterID = id } }
+
+// WithClusters sets the physical clusters; the routing table says which is
+// active (required). The ApiVersions Ferry advertises work on all of them.
+func WithClusters(cs ...Cluster) Option { return func(c *config) { c.clusters = cs } }
+
+// WithFleet sets the Ferry members clients see as brokers (required).
+func WithFleet(f Fleet) Option { return func(c *config) { c.fleet = f } }
+
+// WithRoutingTable sets the routing state (default: generation 0, the first
+// cluster active).
+func WithRoutingTable(t *routing.Table) Option { return func(c *config) { c.routes = t } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithRegisterer registers Ferry's metrics there.
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *config) { c.reg = r } }
+
+// WithMaxRequestSize bounds a client's request frame, like Kafka's
+// socket.request.max.bytes.
+func WithMaxRequestSize(n int32) Option { return func(c *config) { c.maxRequestSize = n } }
+
+// WithMetadataInterval sets how often the upstream metadata cache refreshes
+// when nothing forces it.
+func WithMetadataInterval(d time.Duration) Option { return func(c *config) { c.metadataInterval = d } }
+
+// WithMaxConnsPerBroker bounds the upstream connections to one broker.
+func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPerBroker = n } }
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("invalid proxy configuration")
+
+func (c *config) validate() error {
+	switch {
+	case c.clusterID == "":
+		return fmt.Errorf("%w: a virtual cluster ID is required", ErrConfig)
+	case len(c.clusters) == 0:
+		return fmt.Errorf("%w: at least one physical cluster is required", ErrConfig)
+	case c.fleet == nil || len(c.fleet.Brokers()) == 0:
+		return fmt.Errorf("%w: the fleet has no members", ErrConfig)
+	case c.maxRequestSize < 1024:
+		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)
+	case c.maxConnsPerBroker < 1:
+		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
+	}
+	seen := map[string]bool{}
+	for _, cl := range c.clusters {
+		if cl.Name == "" || len(cl.Bootstrap) == 0 {
+			return fmt.Errorf("%w: cluster %q needs a name and bootstrap servers", ErrConfig, cl.Name)
+		}
+		if seen[cl.Name] {
+			return fmt.Errorf("%w: cluster %q named twice", ErrConfig, cl.Name)
+		}
+		seen[cl.Name] = true
+	}
+	if c.routes == nil {
+		c.routes = routing.NewTable(routing.State{Active: c.clusters[0].Name})
+	}
+	if !seen[c.routes.Current().Active] {
+		return fmt.Errorf("%w: active cluster %q is not configured", ErrConfig, c.routes.Current().Active)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// maxPipelined bounds the requests a client may have in flight on one
+// connection before Ferry stops reading from it (Kafka clients default to 5).
+const maxPipelined = 64
+
+// clientConn is one client connection: a reader goroutine that parses
+// requests and sends them upstream in arrival order, and a writer goroutine
+// that answers them in the same order.
+type clientConn struct {
+	s   *Server
+	nc  net.Conn
+	log *zap.Logger
+	ctx context.Context // ends when the connection closes
+	end context.CancelFunc
+
+	replies chan *reply
+
+	// Only the reader goroutine touches ups: the leased upstream
+	// connections of this client, by cluster then broker.
+	ups map[upKey]*upConn
+
+	closeOnce sync.Once
+}
+
+type upKey struct {
+	cluster string
+	broker  int32
+}
+
+// request is one parsed client request.
+type request struct {
+	hdr   protocol.RequestHeader
+	frame *bytebufferpool.ByteBuffer // the whole request, header included
+	body  []byte
+	state routing.State // the routing state it is handled under
+	up    *upstream     // the active cluster of that state
+	start time.Time
+}
+
+// reply is the answer to one request, produced when the writer asks for it.
+// finish blocks until the answer is complete and returns the response frame
+// (header and body, no size); release returns its buffers.
+type reply struct {
+	req    *request
+	finish func(ctx context.Context) (out []byte, release func(), err error)
+}
+
+func (s *Server) newClientConn(nc net.Conn) *clientConn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &clientConn{
+		s:       s,
+		nc:      nc,
+		log:     s.log.With(zap.String("client", nc.RemoteAddr().String())),
+		ctx:     ctx,
+		end:     cancel,
+		replies: make(chan *reply, maxPipelined),
+		ups:     make(map[upKey]*upConn),
+	}
+}
+
+// serve runs the connection until either side fails; the first error wins
+// and closes both.
+func (c *clientConn) serve() {
+	c.s.metrics.connsOpen.Inc()
+	c.s.metrics.connsTotal.Inc()
+	defer c.s.metrics.connsOpen.Dec()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	close(c.replies)
+	<-writerDone
+	c.close(err)
+}
+
+func (c *clientConn) close(err error) {
+	c.closeOnce.Do(func() {
+		c.end()
+		c.nc.Close()
+		switch {
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled):
+			c.log.Debug("client connection closed")
+		default:
+			c.log.Info("client connection closed", zap.Error(err))
+		}
+	})
+}
+
+// releaseUpstreams returns the leased upstream connections; called by the
+// reader goroutine once nothing more will be sent.
+func (c *clientConn) releaseUpstreams() {
+	for k, uc := range c.ups {
+		uc.pool.put(uc)
+		delete(c.ups, k)
+	}
+}
+
+func (c *clientConn) readLoop() error {
+	defer c.releaseUpstreams()
+	br := bufio.NewReaderSize(c.nc, 32<<10)
+	for {
+		buf := bytebufferpool.Get()
+		if err := protocol.ReadFrame(br, c.s.cfg.maxRequestSize, buf); err != nil {
+			bytebufferpool.Put(buf)
+			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
+				c.s.metrics.badFrames.Inc()
+				c.log.Warn("closing connection: bad frame", zap.Error(err))
+			}
+			return err
+		}
+		hdr, err := protocol.ParseRequestHeader(buf.B)
+		if err != nil {
+			bytebufferpool.Put(buf)
+			c.s.metrics.badFrames.Inc()
+			c.log.Warn("closing connection: bad request header", zap.Error(err))
+			return err
+		}
+		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
+		req.state = c.s.routes.Current()
+		req.up = c.s.ups[req.state.Active]
+		r, err := c.s.dispatch(c, req)
+		if err != nil {
+			bytebufferpool.Put(buf)
+			c.log.Warn("closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
+			return err
+		}
+		if r == nil { // acks=0 produce: no answer
+			c.s.metrics.observe(hdr.Key, req.start, nil)
+			bytebufferpool.Put(buf)
+			continue
+		}
+		select {
+		case c.replies <- r:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+}
+
+func (c *clientConn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 32<<10)
+	var size [4]byte
+	for r := range c.replies {
+		out, release, err := r.finish(c.ctx)
+		c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
+		bytebufferpool.Put(r.req.frame)
+		if err != nil {
+			c.close(fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err))
+			c.drain()
+			return
+		}
+		size[0], size[1], size[2], size[3] = byte(len(out)>>24), byte(len(out)>>16), byte(len(out)>>8), byte(len(out))
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
+		_, err = bw.Write(size[:])
+		if err == nil {
+			_, err = bw.Write(out)
+		}
+		if release != nil {
+			release()
+		}
+		c.s.metrics.bytesOut.Add(float64(len(out) + 4))
+		if err == nil && len(c.replies) == 0 {
+			err = bw.Flush()
+		}
+		if err != nil {
+			c.close(err)
+			c.drain()
+			return
+		}
+	}
+	bw.Flush()
+}
+
+// drain consumes what the reader still queues after the writer failed, so
+// the reader never blocks on a dead connection.
+func (c *clientConn) drain() {
+	for r := range c.replies {
+		bytebufferpool.Put(r.req.frame)
+	}
+}
+
+// upConn returns this client's connection to a broker of cluster u, leasing
+// one when it has none or the one it had died.
+func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
+	k := upKey{u.name, broker}
+	if uc := c.ups[k]; uc != nil {
+		if uc.alive() {
+			return uc, nil
+		}
+		uc.pool.put(uc)
+		delete(c.ups, k)
+		u.forgetCoordinatorsOn(broker)
+	}
+	p, err := u.pool(broker)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := p.get(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.ups[k] = uc
+	return uc, nil
+}
+
+// sendRaw forwards frame as it is (correlation ID aside) to a broker.
+func (c *clientConn) sendRaw(u *upstream, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+	uc, err := c.upConn(u, broker)
+	if err != nil {
+		return nil, err
+	}
+	c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
+	return uc.send(frame, expectResponse)
+}
+
+// sendMsg encodes req with a fresh header and sends it to a broker.
+func (c *clientConn) sendMsg(u *upstream, broker int32, req kmsg.Request, clientID string, expectResponse bool) (*pending, error) {
+	buf := bytebufferpool.Get()
+	defer bytebufferpool.Put(buf)
+	buf.B = protocol.AppendRequestHeader(buf.B[:0], req, 0, clientID)
+	buf.B = req.AppendTo(buf.B)
+	return c.sendRaw(u, broker, buf.B, expectResponse)
+}

@@ -1,0 +1,216 @@
+package proxy
+
+// Requests for a group coordinator or a transaction coordinator: classic
+// groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), KIP-848
+// (ConsumerGroupHeartbeat, ConsumerGroupDescribe), offsets (OffsetCommit,
+// OffsetFetch, OffsetDelete, TxnOffsetCommit), group admin (DescribeGroups,
+// DeleteGroups) and transactions (InitProducerId, AddPartitionsToTxn,
+// AddOffsetsToTxn, EndTxn, DescribeTransactions).
+//
+// Clients send them to the Ferry member FindCoordinator named; that member
+// forwards them to the real coordinator of the active cluster. Requests that
+// name several groups or transactions are split by coordinator and the
+// answers merged. When the answer says the coordinator moved, Ferry forgets
+// it and passes the error on: the client asks FindCoordinator again. Topic
+// IDs, producer IDs and leader epochs are translated both ways.
+
+import (
+	"context"
+	"reflect"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const (
+	coordGroup int8 = 0
+	coordTxn   int8 = 1
+)
+
+// multiKey describes a request that names several coordinator keys.
+type multiKey struct {
+	reqField  string // the slice of keys (strings, or structs with keyField)
+	keyField  string
+	respField string // the slice of per-key answers
+}
+
+var multiKeys = map[int16]multiKey{
+	int16(kmsg.DescribeGroups):        {reqField: "Groups", respField: "Groups"},
+	int16(kmsg.DeleteGroups):          {reqField: "Groups", respField: "Groups"},
+	int16(kmsg.ConsumerGroupDescribe): {reqField: "Groups", respField: "Groups"},
+	int16(kmsg.DescribeTransactions):  {reqField: "TransactionalIDs", respField: "TransactionStates"},
+}
+
+// coordinatorKeys returns the keys a request names and their type.
+func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string) {
+	switch r := kr.(type) {
+	case *kmsg.OffsetCommitRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.OffsetFetchRequest:
+		if version < 8 {
+			return coordGroup, []string{r.Group}
+		}
+		ks := make([]string, len(r.Groups))
+		for i, g := range r.Groups {
+			ks[i] = g.Group
+		}
+		return coordGroup, ks
+	case *kmsg.JoinGroupRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.HeartbeatRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.LeaveGroupRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.SyncGroupRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.DescribeGroupsRequest:
+		return coordGroup, r.Groups
+	case *kmsg.DeleteGroupsRequest:
+		return coordGroup, r.Groups
+	case *kmsg.OffsetDeleteRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.TxnOffsetCommitRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return coordGroup, r.Groups
+	case *kmsg.InitProducerIDRequest:
+		if r.TransactionalID == nil {
+			return coordTxn, nil // any broker allocates an idempotent producer ID
+		}
+		return coordTxn, []string{*r.TransactionalID}
+	case *kmsg.AddPartitionsToTxnRequest:
+		if version < 4 {
+			return coordTxn, []string{r.TransactionalID}
+		}
+		ks := make([]string, len(r.Transactions))
+		for i, t := range r.Transactions {
+			ks[i] = t.TransactionalID
+		}
+		return coordTxn, ks
+	case *kmsg.AddOffsetsToTxnRequest:
+		return coordTxn, []string{r.TransactionalID}
+	case *kmsg.EndTxnRequest:
+		return coordTxn, []string{r.TransactionalID}
+	case *kmsg.DescribeTransactionsRequest:
+		return coordTxn, r.TransactionalIDs
+	}
+	return coordGroup, nil
+}
+
+func (s *Server) forwardGroup(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	return s.forwardCoordinated(c, req, kr)
+}
+
+func (s *Server) forwardTxn(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	return s.forwardCoordinated(c, req, kr)
+}
+
+func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	typ, keys := coordinatorKeys(req.hdr.Key, req.hdr.Version, kr)
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	// Where each key goes. A key whose coordinator cannot be found goes to
+	// any broker, which answers it with the coordinator error a client
+	// expects and retries on.
+	byBroker := map[int32][]int{}
+	for i, k := range keys {
+		b, err := req.up.coordinator(ctx, typ, k)
+		if err != nil {
+			if b, err = req.up.anyBroker(); err != nil {
+				return nil, err
+			}
+		}
+		byBroker[b] = append(byBroker[b], i)
+	}
+	if len(keys) == 0 {
+		b, err := req.up.anyBroker()
+		if err != nil {
+			return nil, err
+		}
+		byBroker[b] = nil
+	}
+	gen := req.state.Generation
+	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
+	fix := func(resp kmsg.Response) error {
+		if coordinatorMoved(resp) {
+			for _, k := range keys {
+				req.up.forgetCoordinator(typ, k)
+			}
+		}
+		s.translate(context.Background(), req.up, gen, resp, toVirtual)
+		return nil
+	}
+	if len(byBroker) == 1 {
+		for b := range byBroker {
+			return s.forwardTo(c, req, b, kr, rewritten, fix)
+		}
+	}
+	mk, ok := multiKeys[req.hdr.Key]
+	if !ok && req.hdr.Key == int16(kmsg.OffsetFetch) {
+		mk, ok = multiKey{reqField: "Groups", keyField: "Group", respField: "Groups"}, true
+	}
+	if !ok && req.hdr.Key == int16(kmsg.AddPartitionsToTxn) {
+		mk, ok = multiKey{reqField: "Transactions", keyField: "TransactionalID", respField: "Results"}, true
+	}
+	if !ok {
+		// A single-key request never gets here; be safe anyway.
+		for b := range byBroker {
+			return s.forwardTo(c, req, b, kr, rewritten, fix)
+		}
+	}
+	parts := map[int32]kmsg.Request{}
+	for b, idxs := range byBroker {
+		parts[b] = subsetRequest(kr, mk.reqField, idxs)
+	}
+	calls := c.sendSplit(req, parts, true)
+	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
+		g, err := c.gather(ctx, req, calls)
+		if err != nil {
+			return nil, nil, err
+		}
+		var merged kmsg.Response
+		for _, r := range g.resps {
+			if r == nil {
+				g.release()
+				return nil, nil, errUpstreamClosed
+			}
+			fix(r)
+			if merged == nil {
+				merged = r
+				continue
+			}
+			mergeSlices(merged, r, mk.respField)
+		}
+		return merged, g.release, nil
+	}), nil
+}
+
+// subsetRequest copies a request keeping only the listed elements of its
+// key slice.
+func subsetRequest(kr kmsg.Request, field string, idxs []int) kmsg.Request {
+	sort.Ints(idxs)
+	src := reflect.ValueOf(kr).Elem()
+	dst := reflect.New(src.Type())
+	dst.Elem().Set(src)
+	all := src.FieldByName(field)
+	sub := reflect.MakeSlice(all.Type(), 0, len(idxs))
+	for _, i := range idxs {
+		sub = reflect.Append(sub, all.Index(i))
+	}
+	dst.Elem().FieldByName(field).Set(sub)
+	return dst.Interface().(kmsg.Request)
+}
+
+// mergeSlices appends from's answers to into's, and keeps the larger
+// throttle.
+func mergeSlices(into, from kmsg.Response, field string) {
+	iv, fv := reflect.ValueOf(into).Elem(), reflect.ValueOf(from).Elem()
+	dst := iv.FieldByName(field)
+	dst.Set(reflect.AppendSlice(dst, fv.FieldByName(field)))
+	if t := iv.FieldByName("ThrottleMillis"); t.IsValid() && fv.FieldByName("ThrottleMillis").Int() > t.Int() {
+		t.SetInt(fv.FieldByName("ThrottleMillis").Int())
+	}
+}

@@ -1,0 +1,256 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// ErrUnsupportedVersion closes a connection that sent a key or version
+// outside what Ferry advertises; a broker does the same (ApiVersions aside,
+// which is answered with UNSUPPORTED_VERSION).
+var ErrUnsupportedVersion = errors.New("unsupported API key or version")
+
+// How Ferry treats each client-facing API key. Keys not listed (inter-broker
+// and controller RPCs, SASL, share and streams groups, delegation tokens)
+// are not advertised and are refused.
+type route int8
+
+const (
+	routeLocal  route = iota + 1 // answered by Ferry
+	routeSplit                   // split by partition leader, answers merged
+	routeGroup                   // forwarded to the group coordinator
+	routeTxn                     // forwarded to the transaction coordinator
+	routeFanOut                  // sent to every broker, answers merged
+	routeAny                     // any broker (KRaft brokers forward to the controller)
+)
+
+var routes = map[int16]route{
+	int16(kmsg.Produce):                      routeSplit,
+	int16(kmsg.Fetch):                        routeSplit,
+	int16(kmsg.ListOffsets):                  routeSplit,
+	int16(kmsg.Metadata):                     routeLocal,
+	int16(kmsg.OffsetCommit):                 routeGroup,
+	int16(kmsg.OffsetFetch):                  routeGroup,
+	int16(kmsg.FindCoordinator):              routeLocal,
+	int16(kmsg.JoinGroup):                    routeGroup,
+	int16(kmsg.Heartbeat):                    routeGroup,
+	int16(kmsg.LeaveGroup):                   routeGroup,
+	int16(kmsg.SyncGroup):                    routeGroup,
+	int16(kmsg.DescribeGroups):               routeGroup,
+	int16(kmsg.ListGroups):                   routeFanOut,
+	int16(kmsg.ApiVersions):                  routeLocal,
+	int16(kmsg.CreateTopics):                 routeAny,
+	int16(kmsg.DeleteTopics):                 routeAny,
+	int16(kmsg.DeleteRecords):                routeSplit,
+	int16(kmsg.InitProducerID):               routeTxn,
+	int16(kmsg.OffsetForLeaderEpoch):         routeSplit,
+	int16(kmsg.AddPartitionsToTxn):           routeTxn,
+	int16(kmsg.AddOffsetsToTxn):              routeTxn,
+	int16(kmsg.EndTxn):                       routeTxn,
+	int16(kmsg.TxnOffsetCommit):              routeGroup,
+	int16(kmsg.DescribeACLs):                 routeAny,
+	int16(kmsg.CreateACLs):                   routeAny,
+	int16(kmsg.DeleteACLs):                   routeAny,
+	int16(kmsg.DescribeConfigs):              routeAny,
+	int16(kmsg.AlterConfigs):                 routeAny,
+	int16(kmsg.DescribeLogDirs):              routeAny,
+	int16(kmsg.CreatePartitions):             routeAny,
+	int16(kmsg.DeleteGroups):                 routeGroup,
+	int16(kmsg.ElectLeaders):                 routeAny,
+	int16(kmsg.IncrementalAlterConfigs):      routeAny,
+	int16(kmsg.AlterPartitionAssignments):    routeAny,
+	int16(kmsg.ListPartitionReassignments):   routeAny,
+	int16(kmsg.OffsetDelete):                 routeGroup,
+	int16(kmsg.DescribeClientQuotas):         routeAny,
+	int16(kmsg.AlterClientQuotas):            routeAny,
+	int16(kmsg.DescribeUserSCRAMCredentials): routeAny,
+	int16(kmsg.AlterUserSCRAMCredentials):    routeAny,
+	int16(kmsg.DescribeQuorum):               routeAny,
+	int16(kmsg.UpdateFeatures):               routeAny,
+	int16(kmsg.DescribeCluster):              routeLocal,
+	int16(kmsg.DescribeProducers):            routeSplit,
+	int16(kmsg.DescribeTransactions):         routeTxn,
+	int16(kmsg.ListTransactions):             routeFanOut,
+	int16(kmsg.ConsumerGroupHeartbeat):       routeGroup,
+	int16(kmsg.ConsumerGroupDescribe):        routeGroup,
+	int16(kmsg.GetTelemetrySubscriptions):    routeAny,
+	int16(kmsg.PushTelemetry):                routeAny,
+	int16(kmsg.ListConfigResources):          routeAny,
+	int16(kmsg.DescribeTopicPartitions):      routeAny,
+}
+
+// clientKeys lists every key Ferry serves.
+func clientKeys() []int16 {
+	ks := make([]int16, 0, len(routes))
+	for k := range routes {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// handler answers one decoded request.
+type handler func(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error)
+
+// handlers are the keys Ferry decodes and treats specially; every other
+// served key is forwarded as bytes by its route.
+var handlers map[int16]handler
+
+func init() {
+	handlers = map[int16]handler{
+		int16(kmsg.ApiVersions):          handleApiVersions,
+		int16(kmsg.Metadata):             handleMetadata,
+		int16(kmsg.FindCoordinator):      handleFindCoordinator,
+		int16(kmsg.DescribeCluster):      handleDescribeCluster,
+		int16(kmsg.Produce):              handleProduce,
+		int16(kmsg.Fetch):                handleFetch,
+		int16(kmsg.ListOffsets):          handleListOffsets,
+		int16(kmsg.OffsetForLeaderEpoch): handleOffsetForLeaderEpoch,
+		int16(kmsg.DeleteRecords):        handleDeleteRecords,
+		int16(kmsg.DescribeProducers):    handleDescribeProducers,
+		int16(kmsg.ListGroups):           handleListGroups,
+		int16(kmsg.ListTransactions):     handleListTransactions,
+	}
+}
+
+// dispatch routes one request. It runs on the connection's reader
+// goroutine: everything it sends upstream is sent in arrival order.
+func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
+	h := req.hdr
+	if h.Key == int16(kmsg.ApiVersions) && !s.versions.Supports(h.Key, h.Version) {
+		return apiVersionsUnsupported(s, req), nil
+	}
+	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
+		return nil, fmt.Errorf("%w: %s (key %d) v%d", ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version)
+	}
+	if req.up == nil {
+		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
+	}
+	kr := kmsg.RequestForKey(h.Key)
+	kr.SetVersion(h.Version)
+	if err := kr.ReadFrom(req.body); err != nil {
+		return nil, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err)
+	}
+	if hf := handlers[h.Key]; hf != nil {
+		return hf(s, c, req, kr)
+	}
+	switch routes[h.Key] {
+	case routeGroup:
+		return s.forwardGroup(c, req, kr)
+	case routeTxn:
+		return s.forwardTxn(c, req, kr)
+	case routeAny:
+		return s.forwardAny(c, req, kr)
+	}
+	return nil, fmt.Errorf("%w: %s has no handler", ErrUnsupportedVersion, kmsg.NameForKey(h.Key))
+}
+
+// rawReply answers with an upstream response frame as it came, its
+// correlation ID set back to the client's.
+func rawReply(req *request, p *pending) *reply {
+	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
+		buf, err := p.wait(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
+		return buf.B, func() { bytebufferpool.Put(buf) }, nil
+	}}
+}
+
+// localReply answers with a response Ferry built.
+func localReply(req *request, resp kmsg.Response) *reply {
+	return &reply{req: req, finish: func(context.Context) ([]byte, func(), error) {
+		out, release := encodeResponse(req, resp)
+		return out, release, nil
+	}}
+}
+
+// futureReply answers with what build returns once it can.
+func futureReply(req *request, build func(ctx context.Context) (kmsg.Response, func(), error)) *reply {
+	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
+		resp, done, err := build(ctx)
+		if err != nil {
+			if done != nil {
+				done()
+			}
+			return nil, nil, err
+		}
+		out, release := encodeResponse(req, resp)
+		if done != nil {
+			done() // upstream buffers the response aliased
+		}
+		return out, release, nil
+	}}
+}
+
+func encodeResponse(req *request, resp kmsg.Response) ([]byte, func()) {
+	resp.SetVersion(req.hdr.Version)
+	buf := bytebufferpool.Get()
+	buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
+	buf.B = resp.AppendTo(buf.B)
+	return buf.B, func() { bytebufferpool.Put(buf) }
+}
+
+// decodeResponse parses an upstream response frame into resp (which aliases
+// buf: keep buf until resp is encoded).
+func decodeResponse(buf *bytebufferpool.ByteBuffer, key, version int16, resp kmsg.Response) error {
+	resp.SetVersion(version)
+	hs := protocol.ResponseHeaderSize(key, version)
+	if len(buf.B) < hs {
+		return fmt.Errorf("%s v%d: short response", kmsg.NameForKey(key), version)
+	}
+	if err := resp.ReadFrom(buf.B[hs:]); err != nil {
+		return fmt.Errorf("%s v%d: malformed response: %w", kmsg.NameForKey(key), version, err)
+	}
+	return nil
+}
+
+// encodeRequest re-encodes a rewritten request with the client's header
+// fields.
+func encodeRequest(req *request, kr kmsg.Request) *bytebufferpool.ByteBuffer {
+	buf := bytebufferpool.Get()
+	buf.B = protocol.AppendRequestHeader(buf.B[:0], kr, req.hdr.CorrelationID, req.hdr.ClientID)
+	buf.B = kr.AppendTo(buf.B)
+	return buf
+}
+
+// forwardTo sends the request to one broker: the client's own bytes when
+// rewritten is false, else kr re-encoded. fix, when set, rewrites the decoded
+// response; without it the response is passed through as bytes.
+func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Request, rewritten bool, fix func(kmsg.Response) error) (*reply, error) {
+	frame := req.frame.B
+	if rewritten {
+		buf := encodeRequest(req, kr)
+		defer bytebufferpool.Put(buf)
+		frame = buf.B
+	}
+	p, err := c.sendRaw(req.up, broker, frame, true)
+	if err != nil {
+		return nil, err
+	}
+	if fix == nil {
+		return rawReply(req, p), nil
+	}
+	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
+		buf, err := p.wait(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		done := func() { bytebufferpool.Put(buf) }
+		resp := kr.ResponseKind()
+		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
+			return nil, done, err
+		}
+		if err := fix(resp); err != nil {
+			return nil, done, err
+		}
+		return resp, done, nil
+	}), nil
+}

@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// The coordinator and admin APIs carry topic IDs, producer IDs and leader
+// epochs in many shapes. Rather than one hand-written walk per message
+// (easy to miss a field as Kafka adds versions), they are rewritten by
+// field name over the decoded kmsg structs. Produce and Fetch, the hot
+// paths, are rewritten by hand.
+
+// walkFields calls visit for every struct field reachable from v, with the
+// field's name.
+func walkFields(v reflect.Value, visit func(name string, f reflect.Value)) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			walkFields(v.Elem(), visit)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Field(i)
+			if !t.Field(i).IsExported() {
+				continue
+			}
+			visit(t.Field(i).Name, f)
+			switch f.Kind() {
+			case reflect.Struct, reflect.Slice, reflect.Pointer:
+				walkFields(f, visit)
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() != reflect.Struct {
+			return
+		}
+		for i := 0; i < v.Len(); i++ {
+			walkFields(v.Index(i), visit)
+		}
+	}
+}
+
+var (
+	uuidType = reflect.TypeOf([16]byte{})
+)
+
+// direction says which way identities are mapped.
+type direction bool
+
+const (
+	toPhysical direction = true  // a client's request going upstream
+	toVirtual  direction = false // a broker's answer going to the client
+)
+
+// translate maps every topic ID, producer ID and leader epoch in msg (a
+// decoded kmsg request or response) and reports whether anything changed.
+// Topic IDs Ferry cannot map are left as they are (the broker then answers
+// UNKNOWN_TOPIC_ID, or the client sees an ID it does not know).
+func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any, dir direction) bool {
+	changed := false
+	walkFields(reflect.ValueOf(msg), func(name string, f reflect.Value) {
+		switch {
+		case name == "TopicID" && f.Type() == uuidType:
+			id := f.Interface().([16]byte)
+			if id == ([16]byte{}) {
+				return
+			}
+			var t *topicInfo
+			if dir == toPhysical {
+				t = u.topicByVID(ctx, id)
+			} else {
+				t = u.topicByID(ctx, id)
+			}
+			if t == nil {
+				return
+			}
+			to := t.vid
+			if dir == toPhysical {
+				to = t.id
+			}
+			if to != id {
+				f.Set(reflect.ValueOf(to))
+				changed = true
+			}
+		case gen == 0:
+			// Epochs and producer IDs are identity under generation 0.
+		case name == "ProducerID" && f.Kind() == reflect.Int64:
+			v := f.Int()
+			if dir == toPhysical {
+				if phys, ok := routing.PhysicalPID(gen, v); ok {
+					v = phys
+				}
+			} else {
+				v = routing.VirtualPID(gen, v)
+			}
+			changed = changed || v != f.Int()
+			f.SetInt(v)
+		case (name == "LeaderEpoch" || name == "CurrentLeaderEpoch") && f.Kind() == reflect.Int32:
+			v := int32(f.Int())
+			if dir == toPhysical {
+				if phys, ok := routing.PhysicalEpoch(gen, v); ok {
+					v = phys
+				}
+			} else {
+				v = routing.VirtualEpoch(gen, v)
+			}
+			changed = changed || int64(v) != f.Int()
+			f.SetInt(int64(v))
+		}
+	})
+	return changed
+}
+
+// coordinatorMoved reports whether an answer says the coordinator moved,
+// anywhere in it (top level or per group).
+func coordinatorMoved(msg any) bool {
+	moved := false
+	walkFields(reflect.ValueOf(msg), func(name string, f reflect.Value) {
+		if name != "ErrorCode" || f.Kind() != reflect.Int16 {
+			return
+		}
+		switch int16(f.Int()) {
+		case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code:
+			moved = true
+		}
+	})
+	return moved
+}

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type metrics struct {
+	connsOpen  prometheus.Gauge
+	connsTotal prometheus.Counter
+	badFrames  prometheus.Counter
+	bytesOut   prometheus.Counter
+	bytesUp    prometheus.Counter
+	requests   *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	// per-key children, resolved once: the request path does no label
+	// lookups.
+	byKey [kmsg.MaxKey + 1]keyMetrics
+}
+
+type keyMetrics struct {
+	requests prometheus.Counter
+	errors   prometheus.Counter
+	latency  prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connsOpen:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections", Help: "Client connections open."}),
+		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_total", Help: "Client connections accepted."}),
+		badFrames:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "bad_frames_total", Help: "Client connections closed for an oversized or malformed frame or header."}),
+		bytesOut:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_bytes_sent_total", Help: "Bytes of responses sent to clients."}),
+		bytesUp:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_bytes_sent_total", Help: "Bytes of requests sent to physical brokers."}),
+		requests:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_total", Help: "Client requests answered, by API."}, []string{"api"}),
+		errors:     prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "request_failures_total", Help: "Client requests that closed the connection instead of being answered, by API."}, []string{"api"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.requests, m.errors, m.latency} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+	}
+	for k := range m.byKey {
+		name := kmsg.NameForKey(int16(k))
+		if name == "Unknown" {
+			name = "key_" + strconv.Itoa(k)
+		}
+		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name)}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(key int16, start time.Time, err error) {
+	if key < 0 || int(key) >= len(m.byKey) {
+		return
+	}
+	km := &m.byKey[key]
+	km.requests.Inc()
+	if err != nil {
+		km.errors.Inc()
+	}
+	km.latency.Observe(time.Since(start).Seconds())
+}

@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+)
+
+// startFerry runs a Ferry in front of the given bootstrap servers and
+// returns its address.
+func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, portS, _ := net.SplitHostPort(ln.Addr().String())
+	port, _ := strconv.Atoi(portS)
+	base := []Option{
+		WithClusterID("ferry-test"),
+		WithClusters(Cluster{Name: "a", Bootstrap: bootstrap}),
+		WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: host, Port: int32(port)})),
+		WithLogger(zaptest.NewLogger(t)),
+		WithRegisterer(prometheus.NewRegistry()),
+	}
+	s, err := New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().String()
+}
+
+func newKfake(t testing.TB, brokers int, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(brokers)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newClient(t testing.TB, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func TestProduceConsumeThroughFerry(t *testing.T) {
+	kf := newKfake(t, 3)
+	_, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	adm := kadm.NewClient(newClient(t, addr))
+	if _, err := adm.CreateTopic(ctx, 6, 3, nil, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("orders"), kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+	const n = 600
+	want := map[string]*kgo.Record{}
+	for i := 0; i < n; i++ {
+		r := &kgo.Record{Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte(fmt.Sprintf("v-%d", i)), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte(strconv.Itoa(i))}}}
+		prod.Produce(ctx, r, nil)
+		want[string(r.Key)] = r
+	}
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range want {
+		if r.Offset < 0 {
+			t.Fatalf("record %s not acknowledged", r.Key)
+		}
+	}
+
+	cons := newClient(t, addr, kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("g1"), kgo.DisableAutoCommit())
+	got := 0
+	for got < n {
+		fs := cons.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d of %d: %v", got, n, err)
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			w := want[string(r.Key)]
+			if w == nil || w.Partition != r.Partition || w.Offset != r.Offset || string(w.Value) != string(r.Value) || string(r.Headers[0].Value) != string(w.Headers[0].Value) || !w.Timestamp.Equal(r.Timestamp) {
+				t.Fatalf("record %s at %d/%d differs from what was produced", r.Key, r.Partition, r.Offset)
+			}
+			got++
+		})
+		if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Committed offsets read through Ferry equal those read directly.
+	viaFerry, err := adm.FetchOffsets(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).FetchOffsets(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(e kadm.ListedOffset) {
+		v, _ := viaFerry.Lookup("orders", e.Partition)
+		d, _ := direct.Lookup("orders", e.Partition)
+		if v.At != e.Offset || d.At != e.Offset {
+			t.Fatalf("partition %d: committed via Ferry %d, direct %d, end %d", e.Partition, v.At, d.At, e.Offset)
+		}
+	})
+}
+
+func TestMetadataShowsOnlyFerry(t *testing.T) {
+	kf := newKfake(t, 3)
+	_, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, addr))
+	if _, err := adm.CreateTopic(ctx, 3, 3, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := adm.Metadata(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Cluster != "ferry-test" {
+		t.Fatalf("cluster ID %q, want Ferry's", md.Cluster)
+	}
+	if len(md.Brokers) != 1 || md.Brokers[0].NodeID != 0 || fmt.Sprintf("%s:%d", md.Brokers[0].Host, md.Brokers[0].Port) != addr {
+		t.Fatalf("brokers %+v, want only Ferry at %s", md.Brokers, addr)
+	}
+	for _, p := range md.Topics["t"].Partitions {
+		if p.Leader != 0 {
+			t.Fatalf("partition %d leader %d, want Ferry's node 0", p.Partition, p.Leader)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"context"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+)
+
+// subCall is the part of a split request that went to one broker.
+type subCall struct {
+	broker int32
+	req    kmsg.Request
+	p      *pending
+	err    error
+}
+
+// sendSplit sends each broker its part of a request, in broker order so the
+// reader goroutine's sends are deterministic.
+func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expectResponse bool) []*subCall {
+	brokers := make([]int32, 0, len(parts))
+	for b := range parts {
+		brokers = append(brokers, b)
+	}
+	sort.Slice(brokers, func(i, j int) bool { return brokers[i] < brokers[j] })
+	calls := make([]*subCall, 0, len(parts))
+	for _, b := range brokers {
+		sc := &subCall{broker: b, req: parts[b]}
+		buf := encodeRequest(req, sc.req)
+		sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
+		bytebufferpool.Put(buf)
+		if sc.err != nil {
+			c.log.Debug("upstream send failed", zap.Int32("broker", b), zap.Error(sc.err))
+		}
+		calls = append(calls, sc)
+	}
+	return calls
+}
+
+// gathered is a split request's answers: one decoded response per call
+// that succeeded (nil where it failed), and the buffers they alias.
+type gathered struct {
+	resps []kmsg.Response
+	bufs  []*bytebufferpool.ByteBuffer
+}
+
+func (g *gathered) release() {
+	for _, b := range g.bufs {
+		bytebufferpool.Put(b)
+	}
+}
+
+// gather waits for every call. A call that failed (send, connection, or
+// decode) leaves a nil response, which the caller answers with a retriable
+// error for its partitions; the cluster's metadata is refreshed so that the
+// client's retry finds the new leader.
+func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall) (*gathered, error) {
+	g := &gathered{resps: make([]kmsg.Response, len(calls))}
+	failed := false
+	for i, sc := range calls {
+		if sc.err != nil {
+			failed = true
+			continue
+		}
+		buf, err := sc.p.wait(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				g.release()
+				return nil, ctx.Err()
+			}
+			failed = true
+			continue
+		}
+		g.bufs = append(g.bufs, buf)
+		resp := sc.req.ResponseKind()
+		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
+			c.log.Warn("undecodable upstream response", zap.Int32("broker", sc.broker), zap.Error(err))
+			failed = true
+			continue
+		}
+		g.resps[i] = resp
+	}
+	if failed {
+		c.s.goTracked(func() {
+			rctx, cancel := context.WithTimeout(c.s.ctx, 10e9)
+			defer cancel()
+			req.up.refresh(rctx, false)
+		})
+	}
+	return g, nil
+}

@@ -1,0 +1,257 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// errUpstreamClosed fails requests in flight on an upstream connection that
+// closed; their outcome is unknown.
+var errUpstreamClosed = errors.New("upstream connection closed")
+
+// brokerPool bounds and reuses the raw connections to one physical broker.
+// A client connection leases one upstream connection per broker for its
+// lifetime, so the broker sees each client's requests in the order the client
+// sent them (idempotent sequences and transactions depend on it), and a long
+// poll of one client never stalls another. When the client leaves, its
+// healthy connections go back to the pool for the next one.
+type brokerPool struct {
+	u      *upstream
+	broker int32
+	addr   string
+
+	mu       sync.Mutex
+	idle     []*upConn
+	open     int
+	closed   bool
+	failedAt time.Time // last dial failure, for backoff
+	backoff  time.Duration
+}
+
+func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
+	return &brokerPool{u: u, broker: broker, addr: addr}
+}
+
+// get leases a connection: an idle one, or a new one within the bound.
+func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		c := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if c.alive() {
+			p.mu.Unlock()
+			return c, nil
+		}
+		p.open--
+	}
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return nil, errUpstreamClosed
+	case p.open >= p.u.cfg.maxConnsPerBroker:
+		p.mu.Unlock()
+		return nil, fmt.Errorf("broker %d: %d upstream connections open, the configured maximum", p.broker, p.open)
+	case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
+		p.mu.Unlock()
+		return nil, fmt.Errorf("broker %d (%s): unreachable, retrying after backoff", p.broker, p.addr)
+	}
+	p.open++
+	p.mu.Unlock()
+
+	d := net.Dialer{Timeout: p.u.cfg.dialTimeout, KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.open--
+		p.failedAt = time.Now()
+		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
+		return nil, fmt.Errorf("broker %d (%s): %w", p.broker, p.addr, err)
+	}
+	p.failedAt, p.backoff = time.Time{}, 0
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c := newUpConn(p, nc)
+	return c, nil
+}
+
+// put returns a leased connection: kept idle if healthy and quiet.
+func (p *brokerPool) put(c *upConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed && c.alive() && c.quiet() && len(p.idle) < p.u.cfg.idleConnsPerBroker {
+		p.idle = append(p.idle, c)
+		return
+	}
+	p.open--
+	c.close(errUpstreamClosed)
+}
+
+func (p *brokerPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.idle {
+		c.close(errUpstreamClosed)
+	}
+	p.idle = nil
+}
+
+// upConn is one raw connection to a broker. Requests are written in the order
+// send is called; responses are matched to them in order (Kafka answers each
+// connection in order) and checked by correlation ID.
+type upConn struct {
+	pool *brokerPool
+	nc   net.Conn
+
+	wmu  sync.Mutex // serialises writes and the queue order
+	corr int32
+
+	inflight chan *pending
+	dead     chan struct{}
+	errOnce  sync.Once
+	err      error
+}
+
+// pending is one request awaiting its response.
+type pending struct {
+	corr int32
+	done chan struct{}
+	buf  *bytebufferpool.ByteBuffer // the response frame, header included
+	err  error
+}
+
+func newUpConn(p *brokerPool, nc net.Conn) *upConn {
+	c := &upConn{pool: p, nc: nc, inflight: make(chan *pending, 256), dead: make(chan struct{})}
+	go c.readLoop()
+	return c
+}
+
+func (c *upConn) alive() bool {
+	select {
+	case <-c.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *upConn) quiet() bool { return len(c.inflight) == 0 }
+
+// send writes one request frame (without its size prefix; its correlation ID
+// is overwritten with this connection's own). With expectResponse false (a
+// Produce with acks=0) nothing is awaited and the returned pending is nil.
+func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if !c.alive() {
+		return nil, c.err
+	}
+	c.corr++
+	protocol.SetCorrelationID(frame, c.corr)
+	var p *pending
+	if expectResponse {
+		p = &pending{corr: c.corr, done: make(chan struct{})}
+		select {
+		case c.inflight <- p:
+		case <-c.dead:
+			return nil, c.err
+		}
+	}
+	var size [4]byte
+	binary.BigEndian.PutUint32(size[:], uint32(len(frame)))
+	bufs := net.Buffers{size[:], frame}
+	c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, err := bufs.WriteTo(c.nc); err != nil {
+		c.close(fmt.Errorf("broker %d: write: %w", c.pool.broker, err))
+		return nil, c.err
+	}
+	return p, nil
+}
+
+func (c *upConn) readLoop() {
+	max := c.pool.u.cfg.maxResponseSize
+	for {
+		buf := bytebufferpool.Get()
+		err := protocol.ReadFrame(c.nc, max, buf)
+		if err == nil && len(buf.B) < 4 {
+			err = fmt.Errorf("response of %d bytes", len(buf.B))
+		}
+		if err != nil {
+			bytebufferpool.Put(buf)
+			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+			return
+		}
+		var p *pending
+		select {
+		case p = <-c.inflight:
+		default:
+			bytebufferpool.Put(buf)
+			c.close(fmt.Errorf("broker %d: response with no request in flight", c.pool.broker))
+			return
+		}
+		if got := int32(binary.BigEndian.Uint32(buf.B)); got != p.corr {
+			bytebufferpool.Put(buf)
+			c.fail(p, nil)
+			c.close(fmt.Errorf("broker %d: response correlation ID %d, expected %d", c.pool.broker, got, p.corr))
+			return
+		}
+		p.buf = buf
+		close(p.done)
+	}
+}
+
+func (c *upConn) fail(p *pending, err error) {
+	if err == nil {
+		err = errUpstreamClosed
+	}
+	p.err = err
+	close(p.done)
+}
+
+// close marks the connection dead, closes the socket and fails every request
+// in flight. Safe to call more than once.
+func (c *upConn) close(err error) {
+	c.errOnce.Do(func() {
+		c.err = err
+		close(c.dead)
+		c.nc.Close()
+		if !errors.Is(err, errUpstreamClosed) {
+			c.pool.u.log.Info("upstream connection closed", zap.Int32("broker", c.pool.broker), zap.Error(err))
+		}
+		go func() {
+			// The reader may still be delivering; take what it left.
+			c.wmu.Lock()
+			defer c.wmu.Unlock()
+			for {
+				select {
+				case p := <-c.inflight:
+					c.fail(p, err)
+				default:
+					return
+				}
+			}
+		}()
+	})
+}
+
+// wait blocks until the response arrives or ctx ends.
+func (p *pending) wait(ctx context.Context) (*bytebufferpool.ByteBuffer, error) {
+	select {
+	case <-p.done:
+		return p.buf, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

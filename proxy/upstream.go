@@ -1,0 +1,362 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// upstream is one physical cluster: a franz-go client for Ferry's own control
+// requests (metadata, coordinator lookups, admin fan-out), a metadata cache
+// for routing, and pools of raw connections per broker for client traffic.
+type upstream struct {
+	name      string
+	clusterID string // the virtual cluster's, for virtual topic IDs
+	cfg       *config
+	log       *zap.Logger
+	cl        *kgo.Client
+
+	meta      atomic.Pointer[metaSnapshot]
+	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
+	refreshed time.Time  // guarded by refreshMu
+
+	coordMu sync.Mutex
+	coords  map[coordKey]int32
+
+	poolMu sync.Mutex
+	pools  map[int32]*brokerPool
+
+	versions protocol.Versions // what the brokers advertise
+}
+
+type coordKey struct {
+	typ int8
+	key string
+}
+
+// metaSnapshot is an immutable view of the cluster's metadata; a refresh
+// installs a new one.
+type metaSnapshot struct {
+	brokers    map[int32]string
+	controller int32
+	topics     map[string]*topicInfo
+	byID       map[[16]byte]*topicInfo // physical topic ID
+	byVID      map[[16]byte]*topicInfo // virtual topic ID
+}
+
+type topicInfo struct {
+	name     string
+	id       [16]byte
+	vid      [16]byte
+	err      int16
+	internal bool
+	parts    []partInfo // by partition number
+}
+
+type partInfo struct {
+	exists   bool
+	err      int16
+	leader   int32
+	epoch    int32
+	replicas []int32
+	isr      []int32
+	offline  []int32
+}
+
+func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
+	u := &upstream{
+		name:      cl.Name,
+		clusterID: cfg.clusterID,
+		cfg:       cfg,
+		log:       cfg.log.With(zap.String("cluster", cl.Name)),
+		coords:    make(map[coordKey]int32),
+		pools:     make(map[int32]*brokerPool),
+	}
+	kcl, err := kgo.NewClient(
+		kgo.SeedBrokers(cl.Bootstrap...),
+		kgo.ClientID("ferry-control"),
+		kgo.DialTimeout(cfg.dialTimeout),
+		kgo.RetryTimeout(15*time.Second),
+		kgo.MetadataMinAge(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
+	}
+	u.cl = kcl
+	u.meta.Store(&metaSnapshot{brokers: map[int32]string{}, controller: -1, topics: map[string]*topicInfo{}, byID: map[[16]byte]*topicInfo{}, byVID: map[[16]byte]*topicInfo{}})
+	return u, nil
+}
+
+// start loads the versions the brokers advertise and a first metadata
+// snapshot. An unreachable cluster is an error here, retried by the caller.
+func (u *upstream) start(ctx context.Context) error {
+	resp, err := (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "ferry", ClientSoftwareVersion: "0"}).RequestWith(ctx, u.cl)
+	if err != nil {
+		return fmt.Errorf("cluster %q: ApiVersions: %w", u.name, err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("cluster %q: ApiVersions: %w", u.name, err)
+	}
+	u.versions = protocol.VersionsFromResponse(resp)
+	_, err = u.refresh(ctx, true)
+	return err
+}
+
+func (u *upstream) close() {
+	u.cl.Close()
+	u.poolMu.Lock()
+	defer u.poolMu.Unlock()
+	for _, p := range u.pools {
+		p.close()
+	}
+}
+
+func (u *upstream) snapshot() *metaSnapshot { return u.meta.Load() }
+
+// refresh loads the metadata of every topic. Unless force is set, a refresh
+// that finished in the last 250ms is reused: a burst of routing misses
+// causes one request, not one each.
+func (u *upstream) refresh(ctx context.Context, force bool) (*metaSnapshot, error) {
+	start := time.Now()
+	u.refreshMu.Lock()
+	defer u.refreshMu.Unlock()
+	if !force && u.refreshed.After(start.Add(-250*time.Millisecond)) {
+		return u.snapshot(), nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = nil // all
+	resp, err := req.RequestWith(ctx, u.cl)
+	if err != nil {
+		return u.snapshot(), fmt.Errorf("cluster %q: metadata: %w", u.name, err)
+	}
+	snap := u.install(resp, true)
+	u.refreshed = time.Now()
+	return snap, nil
+}
+
+// install builds a snapshot from a metadata response. A full response
+// replaces the topic set; a partial one updates the topics it names.
+func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot {
+	for {
+		old := u.snapshot()
+		s := &metaSnapshot{
+			brokers:    make(map[int32]string, len(resp.Brokers)),
+			controller: resp.ControllerID,
+			topics:     make(map[string]*topicInfo, len(resp.Topics)),
+		}
+		for _, b := range resp.Brokers {
+			s.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+		if len(s.brokers) == 0 {
+			s.brokers = old.brokers
+		}
+		if !full {
+			for n, t := range old.topics {
+				s.topics[n] = t
+			}
+		}
+		for i := range resp.Topics {
+			rt := &resp.Topics[i]
+			if rt.Topic == nil {
+				continue
+			}
+			if rt.ErrorCode == kerr.UnknownTopicOrPartition.Code {
+				delete(s.topics, *rt.Topic)
+				continue
+			}
+			t := &topicInfo{name: *rt.Topic, id: rt.TopicID, vid: routing.VirtualTopicID(u.clusterID, *rt.Topic), err: rt.ErrorCode, internal: rt.IsInternal}
+			for _, p := range rt.Partitions {
+				if p.Partition < 0 || p.Partition > 1<<20 {
+					continue
+				}
+				for int(p.Partition) >= len(t.parts) {
+					t.parts = append(t.parts, partInfo{})
+				}
+				t.parts[p.Partition] = partInfo{exists: true, err: p.ErrorCode, leader: p.Leader, epoch: p.LeaderEpoch, replicas: p.Replicas, isr: p.ISR, offline: p.OfflineReplicas}
+			}
+			s.topics[t.name] = t
+		}
+		s.byID = make(map[[16]byte]*topicInfo, len(s.topics))
+		s.byVID = make(map[[16]byte]*topicInfo, len(s.topics))
+		for _, t := range s.topics {
+			if t.id != ([16]byte{}) {
+				s.byID[t.id] = t
+			}
+			s.byVID[t.vid] = t
+		}
+		if u.meta.CompareAndSwap(old, s) {
+			return s
+		}
+	}
+}
+
+// partition returns the routing facts for a partition, refreshing the cache
+// once when it does not know them.
+func (u *upstream) partition(ctx context.Context, topic string, p int32) (partInfo, bool) {
+	if pi, ok := u.snapshot().partition(topic, p); ok && pi.leader >= 0 {
+		return pi, true
+	}
+	s, _ := u.refresh(ctx, false)
+	return s.partition(topic, p)
+}
+
+func (s *metaSnapshot) partition(topic string, p int32) (partInfo, bool) {
+	t := s.topics[topic]
+	if t == nil || p < 0 || int(p) >= len(t.parts) || !t.parts[p].exists {
+		return partInfo{}, false
+	}
+	return t.parts[p], true
+}
+
+// topicByVID resolves a virtual topic ID to its topic, refreshing once.
+func (u *upstream) topicByVID(ctx context.Context, vid [16]byte) *topicInfo {
+	if t := u.snapshot().byVID[vid]; t != nil {
+		return t
+	}
+	s, _ := u.refresh(ctx, false)
+	return s.byVID[vid]
+}
+
+// topicByID resolves a physical topic ID, refreshing once.
+func (u *upstream) topicByID(ctx context.Context, id [16]byte) *topicInfo {
+	if t := u.snapshot().byID[id]; t != nil {
+		return t
+	}
+	s, _ := u.refresh(ctx, false)
+	return s.byID[id]
+}
+
+// anyBroker picks a live broker for requests any broker can answer
+// (KRaft brokers forward controller requests themselves).
+func (u *upstream) anyBroker() (int32, error) {
+	s := u.snapshot()
+	best := int32(-1)
+	for id := range s.brokers {
+		if best < 0 || id < best {
+			best = id
+		}
+	}
+	if best < 0 {
+		return -1, fmt.Errorf("cluster %q: %w", u.name, errNoBrokers)
+	}
+	return best, nil
+}
+
+var errNoBrokers = errors.New("no live brokers known")
+
+// coordinator returns the physical coordinator of a group (typ 0) or
+// transactional ID (typ 1), asking the cluster when it is not cached.
+func (u *upstream) coordinator(ctx context.Context, typ int8, key string) (int32, error) {
+	k := coordKey{typ, key}
+	u.coordMu.Lock()
+	id, ok := u.coords[k]
+	u.coordMu.Unlock()
+	if ok {
+		return id, nil
+	}
+	res, err := u.findCoordinators(ctx, typ, []string{key})
+	if err != nil {
+		return -1, err
+	}
+	r := res[0]
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		return -1, err
+	}
+	return r.NodeID, nil
+}
+
+// findCoordinators asks the cluster for the coordinators of keys and caches
+// what it learns.
+func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorType = typ
+	req.CoordinatorKeys = keys
+	shards := u.cl.RequestSharded(ctx, req)
+	byKey := make(map[string]kmsg.FindCoordinatorResponseCoordinator, len(keys))
+	var firstErr error
+	for _, sh := range shards {
+		if sh.Err != nil {
+			firstErr = sh.Err
+			continue
+		}
+		resp := sh.Resp.(*kmsg.FindCoordinatorResponse)
+		if len(resp.Coordinators) == 0 { // v0-3 answer, single key
+			c := kmsg.FindCoordinatorResponseCoordinator{ErrorCode: resp.ErrorCode, ErrorMessage: resp.ErrorMessage, NodeID: resp.NodeID, Host: resp.Host, Port: resp.Port}
+			if len(keys) == 1 {
+				c.Key = keys[0]
+			}
+			resp.Coordinators = append(resp.Coordinators, c)
+		}
+		for _, c := range resp.Coordinators {
+			byKey[c.Key] = c
+		}
+	}
+	out := make([]kmsg.FindCoordinatorResponseCoordinator, len(keys))
+	u.coordMu.Lock()
+	defer u.coordMu.Unlock()
+	for i, k := range keys {
+		c, ok := byKey[k]
+		if !ok {
+			if firstErr != nil {
+				return nil, fmt.Errorf("cluster %q: find coordinator: %w", u.name, firstErr)
+			}
+			c = kmsg.FindCoordinatorResponseCoordinator{Key: k, ErrorCode: kerr.CoordinatorNotAvailable.Code, NodeID: -1}
+		}
+		if c.ErrorCode == 0 && c.NodeID >= 0 {
+			u.coords[coordKey{typ, k}] = c.NodeID
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// forgetCoordinator drops a cached coordinator after NOT_COORDINATOR or a
+// dead connection.
+func (u *upstream) forgetCoordinator(typ int8, key string) {
+	u.coordMu.Lock()
+	delete(u.coords, coordKey{typ, key})
+	u.coordMu.Unlock()
+}
+
+// forgetCoordinatorsOn drops every cached coordinator on a broker.
+func (u *upstream) forgetCoordinatorsOn(broker int32) {
+	u.coordMu.Lock()
+	for k, id := range u.coords {
+		if id == broker {
+			delete(u.coords, k)
+		}
+	}
+	u.coordMu.Unlock()
+}
+
+// pool returns the connection pool of a broker.
+func (u *upstream) pool(broker int32) (*brokerPool, error) {
+	addr, ok := u.snapshot().brokers[broker]
+	if !ok {
+		return nil, fmt.Errorf("cluster %q: broker %d is not in metadata", u.name, broker)
+	}
+	u.poolMu.Lock()
+	defer u.poolMu.Unlock()
+	p := u.pools[broker]
+	if p == nil || p.addr != addr {
+		if p != nil {
+			p.close()
+		}
+		p = newBrokerPool(u, broker, addr)
+		u.pools[broker] = p
+	}
+	return p, nil
+}

@@ -231,7 +231,7 @@ func newClusterID() string {
 // start picks ports, writes and formats every node, launches the JVMs and
 // waits until the cluster is ready.
 func (c *Cluster) start(attempt int) error {
-	ports, err := freePorts(2 * len(c.nodes))
+	ports, err := pickPorts(2 * len(c.nodes))
 	if err != nil {
 		return err
 	}
@@ -262,6 +262,9 @@ func (c *Cluster) start(attempt int) error {
 	defer cancel()
 	return c.waitReady(ctx, c.NodeIDs(), c.nodes)
 }
+
+// pickPorts is freePorts; tests replace it to force a bind clash.
+var pickPorts = freePorts
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,90 @@ func TestSingleNodeProduceConsume(t *testing.T) {
 	}
 	if len(got) != 2 || string(got[1].Value) != "second" || got[1].Offset != 1 {
 		t.Fatalf("consumed %d records, last %q at %d; want 2, \"second\" at 1", len(got), got[len(got)-1].Value, got[len(got)-1].Offset)
+	}
+
+	// A perf tool through JavaCmd appends 1000 records.
+	perf := JavaCmd(ctx, t, "org.apache.kafka.tools.ProducerPerformance",
+		"--topic", "one", "--num-records", "1000", "--record-size", "100", "--throughput", "-1",
+		"--producer-props", "bootstrap.servers="+c.Bootstrap(), "acks=all")
+	if out, err := perf.CombinedOutput(); err != nil {
+		t.Fatalf("ProducerPerformance: %v\n%s", err, out)
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("one", 0); o.Offset != 1002 {
+		t.Fatalf("end offset after ProducerPerformance = %d (err %v), want 1002", o.Offset, o.Err)
+	}
+
+	// Stop (controlled shutdown) and Restart keep the data.
+	if err := c.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running(1) {
+		t.Fatal("node 1 running after Stop")
+	}
+	if err := c.Stop(1); err == nil {
+		t.Fatal("Stop of a stopped node succeeded, want an error")
+	}
+	if err := c.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "end offset after restart", func() error {
+		ends, err := adm.ListEndOffsets(ctx, "one")
+		if err != nil {
+			return err
+		}
+		if o, _ := ends.Lookup("one", 0); o.Err != nil || o.Offset != 1002 {
+			return errorString("end offset " + strconv.FormatInt(o.Offset, 10))
+		}
+		return nil
+	})
+}
+
+// TestBindClashRetry occupies the first port handed to New: the node fails
+// to bind, and New starts again on fresh ports.
+func TestBindClashRetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JVM")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pickPorts = func(n int) ([]int, error) {
+		calls++
+		ports, err := freePorts(n)
+		if calls == 1 && err == nil {
+			ports[0] = taken
+		}
+		return ports, err
+	}
+	defer func() { pickPorts = freePorts }()
+
+	c := Start(t, 1)
+	t.Logf("taken %d, calls %d, addr %s", taken, calls, c.Addr(1))
+	if calls != 2 {
+		t.Fatalf("ports picked %d times, want 2 (one clash, one retry)", calls)
+	}
+	if c.Addr(1) == ln.Addr().String() {
+		t.Fatalf("node listens on the occupied port %s", c.Addr(1))
+	}
+	if b, _ := os.ReadFile(c.LogPath(1)); !strings.Contains(string(b), "Address already in use") {
+		t.Errorf("log %s does not show the bind clash", c.LogPath(1))
+	}
+}
+
+func TestMissingToolsMessage(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := checkTools()
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y openjdk-17-jre-headless maven") {
+		t.Fatalf("checkTools() = %v, want an install hint", err)
 	}
 }
 

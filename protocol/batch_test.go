@@ -16,24 +16,31 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
-var capture = flag.Bool("capture", false, "regenerate testdata/batches from an in-process kfake cluster")
+var (
+	capture      = flag.Bool("capture", false, "regenerate the kfake-* fixtures in testdata/batches from an in-process kfake cluster")
+	captureKafka = flag.Bool("capture-kafka", false, "regenerate the kafka-* fixtures in testdata/batches from a real Apache Kafka broker (conformance/kafkatest)")
+)
 
 const batchFixtureDir = "testdata/batches"
 
 // A batchFixture is one raw records blob in testdata/batches, as a broker
 // returned it from a Fetch of one partition from offset 0. Its name says how
-// it was produced: <mode>-<codec>.bin.
+// it was produced: <source>-<mode>-<codec>.bin.
 type batchFixture struct {
-	mode  string // "idempotent", "plain" (idempotence disabled) or "txn"
-	codec string
+	source string // "kfake" (in-process) or "kafka" (Apache Kafka)
+	mode   string // "idempotent", "plain" (idempotence disabled) or "txn"
+	codec  string
 }
 
-func (fx batchFixture) name() string { return fx.mode + "-" + fx.codec }
+func (fx batchFixture) name() string { return fx.source + "-" + fx.mode + "-" + fx.codec }
 
 // A codecCase is one compression codec the fixtures are produced with.
 type codecCase struct {
@@ -58,11 +65,21 @@ func fixtureCodec(name string) codecCase {
 	return fixtureCodecs[i]
 }
 
+var fixtureSources = []string{"kfake", "kafka"}
+
 func allFixtures() []batchFixture {
+	var fxs []batchFixture
+	for _, src := range fixtureSources {
+		fxs = append(fxs, sourceFixtures(src)...)
+	}
+	return fxs
+}
+
+func sourceFixtures(source string) []batchFixture {
 	var fxs []batchFixture
 	for _, mode := range []string{"idempotent", "plain", "txn"} {
 		for _, c := range fixtureCodecs {
-			fxs = append(fxs, batchFixture{mode, c.name})
+			fxs = append(fxs, batchFixture{source, mode, c.name})
 		}
 	}
 	return fxs
@@ -116,27 +133,63 @@ func fixtureRecords(fx batchFixture) [][]*kgo.Record {
 
 // TestCaptureBatches regenerates testdata/batches: for every codec, it
 // produces fixtureRecords with an idempotent, a non-idempotent and a
-// transactional franz-go producer into an in-process kfake cluster (which
-// keeps the batches clients send), then reads the partition back with a raw
-// FetchRequest and writes the records blob as it came.
+// transactional franz-go producer, then reads the partition back with a raw
+// FetchRequest and writes the records blob as it came. -capture uses an
+// in-process kfake cluster (which keeps the batches clients send),
+// -capture-kafka a one-node Apache Kafka cluster from conformance/kafkatest.
 //
-//	go test ./protocol -run TestCaptureBatches -capture
+//	go test ./protocol -run TestCaptureBatches -capture -capture-kafka
 func TestCaptureBatches(t *testing.T) {
-	if !*capture {
-		t.Skip("run with -capture to regenerate " + batchFixtureDir)
+	if !*capture && !*captureKafka {
+		t.Skip("run with -capture or -capture-kafka to regenerate " + batchFixtureDir)
 	}
-	fxs := allFixtures()
+	if err := os.MkdirAll(batchFixtureDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if *capture {
+		t.Run("kfake", func(t *testing.T) {
+			fxs := sourceFixtures("kfake")
+			c := newKfake(t, kfake.SeedTopics(1, fixtureTopics(fxs)...))
+			captureFixtures(t, c.ListenAddrs(), fxs)
+		})
+	}
+	if *captureKafka {
+		t.Run("kafka", func(t *testing.T) {
+			fxs := sourceFixtures("kafka")
+			addrs := kafkatest.Start(t, 1).Addrs()
+			createTopics(t, addrs, fixtureTopics(fxs))
+			captureFixtures(t, addrs, fxs)
+		})
+	}
+}
+
+func fixtureTopics(fxs []batchFixture) []string {
 	var topics []string
 	for _, fx := range fxs {
 		topics = append(topics, fx.name())
 	}
-	c := newKfake(t, kfake.SeedTopics(1, topics...))
-	if err := os.MkdirAll(batchFixtureDir, 0o755); err != nil {
+	return topics
+}
+
+// createTopics creates single-partition topics on a real cluster.
+func createTopics(t testing.TB, addrs []string, topics []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addrs)
+	resps, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, topics...)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := resps.Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func captureFixtures(t *testing.T, addrs []string, fxs []batchFixture) {
 	for _, fx := range fxs {
 		t.Run(fx.name(), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			opts := []kgo.Opt{
 				kgo.DefaultProduceTopic(fx.name()),
@@ -149,8 +202,9 @@ func TestCaptureBatches(t *testing.T) {
 			case "txn":
 				opts = append(opts, kgo.TransactionalID("ferry-capture-"+fx.name()))
 			}
-			cl := newClient(t, c, opts...)
+			cl := newClient(t, addrs, opts...)
 			batches := fixtureRecords(fx)
+			end := int64(0)
 			for i, txn := range fixtureTxns {
 				if fx.mode == "txn" {
 					if err := cl.BeginTransaction(); err != nil {
@@ -159,6 +213,7 @@ func TestCaptureBatches(t *testing.T) {
 				}
 				for range txn {
 					produceBatch(ctx, t, cl, batches[0])
+					end += int64(len(batches[0]))
 					batches = batches[1:]
 				}
 				if fx.mode == "txn" {
@@ -169,17 +224,32 @@ func TestCaptureBatches(t *testing.T) {
 					if err := cl.EndTransaction(ctx, commit); err != nil {
 						t.Fatal(err)
 					}
+					end++ // the marker
 				}
 			}
-			rp := fetchRaw(ctx, t, cl, fx.name(), 0)
-			if len(rp.RecordBatches) == 0 {
-				t.Fatal("fetched no records")
+			// A broker writes transaction markers after EndTxn returns, and
+			// answers a Fetch from one log segment: fetch on until the log
+			// reaches the last marker, and keep every batch.
+			var blob []byte
+			var rp kmsg.FetchResponseTopicPartition
+			for next := int64(0); next < end; {
+				if ctx.Err() != nil {
+					t.Fatalf("log stopped at offset %d, want %d", next, end)
+				}
+				rp = fetchRaw(ctx, t, cl, fx.name(), next)
+				bs := walkAll(t, rp.RecordBatches)
+				if len(bs) == 0 {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				blob = append(blob, rp.RecordBatches[:sumLen(bs)]...)
+				next = bs[len(bs)-1].NextOffset()
 			}
 			path := filepath.Join(batchFixtureDir, fx.name()+".bin")
-			if err := os.WriteFile(path, rp.RecordBatches, 0o644); err != nil {
+			if err := os.WriteFile(path, blob, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("wrote %s: %d bytes, high watermark %d", path, len(rp.RecordBatches), rp.HighWatermark)
+			t.Logf("wrote %s: %d bytes, high watermark %d", path, len(blob), rp.HighWatermark)
 		})
 	}
 }
@@ -194,9 +264,9 @@ func newKfake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func newClient(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+func newClient(t testing.TB, addrs []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +578,7 @@ func TestFieldsOutsideCRC(t *testing.T) {
 }
 
 func TestAttributes(t *testing.T) {
-	blob := loadFixture(t, batchFixture{"txn", "zstd"})
+	blob := loadFixture(t, batchFixture{"kfake", "txn", "zstd"})
 	b := walkAll(t, blob)[0]
 	if !b.IsTransactional() || b.IsControl() || b.Compression() != CompressionZstd {
 		t.Fatalf("attributes %#x", b.Attributes())
@@ -703,7 +773,7 @@ func TestValidateErrors(t *testing.T) {
 }
 
 func TestWalkBatchesStopsAtCallbackError(t *testing.T) {
-	blob := loadFixture(t, batchFixture{"txn", "gzip"})
+	blob := loadFixture(t, batchFixture{"kafka", "txn", "gzip"})
 	stop := errors.New("stop")
 	calls := 0
 	err := WalkBatches(blob, func(b Batch) error {
@@ -735,7 +805,7 @@ func withBadMagic(b Batch) []byte {
 }
 
 func TestNoAllocs(t *testing.T) {
-	blob := loadFixture(t, batchFixture{"idempotent", "lz4"})
+	blob := loadFixture(t, batchFixture{"kafka", "idempotent", "lz4"})
 	var sink int64
 	allocs := testing.AllocsPerRun(100, func() {
 		_ = WalkBatches(blob, func(b Batch) error {
@@ -762,19 +832,35 @@ func TestNoAllocs(t *testing.T) {
 }
 
 // TestRewrittenBatchAcceptedByKfake forwards every data batch of every
-// fixture as bytes to a fresh cluster, the way the mirror does: base offset
-// 0, a producer ID and epoch of our own from InitProducerID, sequences from 0,
-// the transactional bit cleared, CRC updated. The broker must accept each
-// batch at the expected offset and a kgo consumer must read back the same
-// records.
+// fixture as bytes to a fresh kfake cluster, the way the mirror does (see
+// forwardRewritten).
 func TestRewrittenBatchAcceptedByKfake(t *testing.T) {
 	fxs := allFixtures()
-	var topics []string
-	for _, fx := range fxs {
-		topics = append(topics, fx.name())
+	c := newKfake(t, kfake.SeedTopics(1, fixtureTopics(fxs)...))
+	forwardRewritten(t, c.ListenAddrs(), fxs)
+}
+
+// TestRewrittenBatchAcceptedByKafka is TestRewrittenBatchAcceptedByKfake
+// against a one-node Apache Kafka cluster, whose LogValidator checks more
+// than kfake does. It is skipped under -short.
+func TestRewrittenBatchAcceptedByKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Apache Kafka; skipped under -short")
 	}
-	c := newKfake(t, kfake.SeedTopics(1, topics...))
-	cl := newClient(t, c)
+	fxs := allFixtures()
+	addrs := kafkatest.Start(t, 1).Addrs()
+	createTopics(t, addrs, fixtureTopics(fxs))
+	forwardRewritten(t, addrs, fxs)
+}
+
+// forwardRewritten produces every data batch of each fixture raw to the
+// topic named after it, rewritten the way the mirror does: base offset 0, a
+// producer ID and epoch of our own from InitProducerID, sequences from 0, the
+// transactional bit cleared, CRC updated, payload untouched. The broker must
+// accept each batch at the expected offset and a kgo consumer must read back
+// the same records.
+func forwardRewritten(t *testing.T, addrs []string, fxs []batchFixture) {
+	cl := newClient(t, addrs)
 	for _, fx := range fxs {
 		t.Run(fx.name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -817,18 +903,26 @@ func TestRewrittenBatchAcceptedByKfake(t *testing.T) {
 				rp.Records = b
 				rt.Partitions = append(rt.Partitions, rp)
 				req.Topics = append(req.Topics, rt)
-				resp, err := req.RequestWith(ctx, cl)
-				if err != nil {
-					t.Fatalf("batch %d: produce: %v", i, err)
+				var p kmsg.ProduceResponseTopicPartition
+				for {
+					resp, err := req.RequestWith(ctx, cl)
+					if err != nil {
+						t.Fatalf("batch %d: produce: %v", i, err)
+					}
+					p = resp.Topics[0].Partitions[0]
+					// A new topic's leader may not be known yet.
+					if p.ErrorCode != kerr.NotLeaderForPartition.Code && p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
 				}
-				p := resp.Topics[0].Partitions[0]
 				if p.ErrorCode != 0 || p.BaseOffset != next {
 					t.Fatalf("batch %d: produce error code %d, base offset %d, want 0 and %d", i, p.ErrorCode, p.BaseOffset, next)
 				}
 				next += int64(b.NumRecords())
 			}
 
-			consumer := newClient(t, c, kgo.ConsumeTopics(fx.name()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			consumer := newClient(t, addrs, kgo.ConsumeTopics(fx.name()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			var got []*kgo.Record
 			for len(got) < len(want) {
 				fs := consumer.PollFetches(ctx)

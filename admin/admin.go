@@ -1,0 +1,334 @@
+// Package admin serves one Ferry member's HTTP admin API: Prometheus metrics,
+// liveness and readiness probes, and a JSON status page.
+//
+// Monitoring follows the nats-server pattern: a method returns the data
+// (Status, Ready) and a thin handler encodes it (HandleStatus, HandleReadyz),
+// so the data can be used and tested without HTTP. Later endpoints (the
+// switchover, the mirror's lag) are added with Handle.
+//
+//	GET /metrics   Prometheus exposition of the registry passed in
+//	GET /healthz   200 while the process serves HTTP at all
+//	GET /readyz    200 once the proxy has started and the active cluster is reachable, else 503
+//	GET /status    JSON: version, node, routing state, clusters, fleet
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// Node describes this Ferry member.
+type Node struct {
+	ID int32 `json:"id"`
+	// ClusterID is the virtual cluster's ID, the one clients see.
+	ClusterID string `json:"cluster_id"`
+	// Advertised is the host:port clients are told to connect to.
+	Advertised string `json:"advertised"`
+	// Listen is the address the Kafka listener is bound to.
+	Listen string `json:"listen"`
+	// Admin is the address this admin API is bound to.
+	Admin string `json:"admin"`
+}
+
+// ClusterCheck reports whether a physical cluster can be reached; nil means
+// it can.
+type ClusterCheck func(ctx context.Context, c proxy.Cluster) error
+
+type config struct {
+	version  string
+	node     Node
+	routes   *routing.Table
+	clusters []proxy.Cluster
+	fleet    proxy.Fleet
+	gatherer prometheus.Gatherer
+	started  func() bool
+	check    ClusterCheck
+	log      *zap.Logger
+	now      func() time.Time
+	probeTTL time.Duration // how long a cluster check's result is reused
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+// WithVersion sets the version reported by /status.
+func WithVersion(v string) Option { return func(c *config) { c.version = v } }
+
+// WithNode describes this member.
+func WithNode(n Node) Option { return func(c *config) { c.node = n } }
+
+// WithRoutes sets the routing table whose state /status reports (required).
+func WithRoutes(t *routing.Table) Option { return func(c *config) { c.routes = t } }
+
+// WithClusters sets the configured physical clusters (required).
+func WithClusters(cs ...proxy.Cluster) Option { return func(c *config) { c.clusters = cs } }
+
+// WithFleet sets the fleet whose members /status lists (required).
+func WithFleet(f proxy.Fleet) Option { return func(c *config) { c.fleet = f } }
+
+// WithGatherer sets what /metrics exposes (required).
+func WithGatherer(g prometheus.Gatherer) Option { return func(c *config) { c.gatherer = g } }
+
+// WithStarted sets how the server learns that the proxy has started (its
+// Start returned): until it reports true, /readyz answers 503.
+func WithStarted(f func() bool) Option { return func(c *config) { c.started = f } }
+
+// WithClusterCheck sets how reachability of a cluster is probed for /readyz
+// and /status (default: a TCP dial to any bootstrap server).
+func WithClusterCheck(f ClusterCheck) Option { return func(c *config) { c.check = f } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }
+
+// ErrConfig is wrapped by every configuration error of New.
+var ErrConfig = errors.New("invalid admin configuration")
+
+// ErrNotReady is wrapped by the error Ready returns while the member cannot
+// serve clients.
+var ErrNotReady = errors.New("not ready")
+
+func (c *config) validate() error {
+	switch {
+	case c.routes == nil:
+		return fmt.Errorf("%w: a routing table is required", ErrConfig)
+	case len(c.clusters) == 0:
+		return fmt.Errorf("%w: at least one cluster is required", ErrConfig)
+	case c.fleet == nil:
+		return fmt.Errorf("%w: a fleet is required", ErrConfig)
+	case c.gatherer == nil:
+		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
+	}
+	return nil
+}
+
+// Server is the admin HTTP server of one Ferry member.
+type Server struct {
+	cfg     config
+	mux     *http.ServeMux
+	srv     *http.Server
+	started time.Time
+
+	// probes caches cluster checks briefly, so that a probe storm does not
+	// become a dial storm.
+	probeMu sync.Mutex
+	probes  map[string]probe
+}
+
+type probe struct {
+	at  time.Time
+	err error
+}
+
+// New builds an admin server.
+func New(opts ...Option) (*Server, error) {
+	cfg := config{
+		version:  "dev",
+		log:      zap.NewNop(),
+		started:  func() bool { return true },
+		check:    DialCheck(time.Second),
+		now:      time.Now,
+		probeTTL: 2 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{}}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(cfg.log)}))
+	s.mux.HandleFunc("GET /healthz", s.HandleHealthz)
+	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
+	s.mux.HandleFunc("GET /status", s.HandleStatus)
+	s.srv = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          zap.NewStdLog(cfg.log),
+	}
+	return s, nil
+}
+
+// Handle adds an endpoint (the switchover and mirror endpoints of later
+// versions are added this way). Call it before Serve.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Handler returns the admin API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve answers admin requests on ln until Close; it returns nil after
+// Close.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the server; safe to call more than once. In order: stop
+// accepting, then give requests in progress a second to finish, then close
+// what is left.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return s.srv.Close()
+	}
+	return nil
+}
+
+// HandleHealthz answers 200 while the process serves HTTP at all.
+func (s *Server) HandleHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// Ready returns nil when this member can serve clients: the proxy has
+// started and the active cluster is reachable. Otherwise the error says
+// why and wraps ErrNotReady.
+func (s *Server) Ready(ctx context.Context) error {
+	if !s.cfg.started() {
+		return fmt.Errorf("%w: proxy not started (waiting for the clusters)", ErrNotReady)
+	}
+	active := s.cfg.routes.Current().Active
+	for _, c := range s.cfg.clusters {
+		if c.Name == active {
+			if err := s.checkCluster(ctx, c); err != nil {
+				return fmt.Errorf("%w: active cluster %q unreachable: %v", ErrNotReady, c.Name, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: active cluster %q is not configured", ErrNotReady, active)
+}
+
+// HandleReadyz answers 200 "ready" or 503 with the reason.
+func (s *Server) HandleReadyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.Ready(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, err)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Status is what /status reports.
+type Status struct {
+	Version       string          `json:"version"`
+	Node          Node            `json:"node"`
+	Ready         bool            `json:"ready"`
+	NotReady      string          `json:"not_ready,omitempty"`
+	Routing       routing.State   `json:"routing"`
+	Clusters      []ClusterStatus `json:"clusters"`
+	Fleet         []Broker        `json:"fleet"`
+	StartedAt     time.Time       `json:"started_at"`
+	UptimeSeconds float64         `json:"uptime_seconds"`
+}
+
+// ClusterStatus is one configured physical cluster.
+type ClusterStatus struct {
+	Name      string   `json:"name"`
+	Bootstrap []string `json:"bootstrap"`
+	Active    bool     `json:"active"`
+	Reachable bool     `json:"reachable"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// Broker is one member of the virtual cluster as clients see it.
+type Broker struct {
+	NodeID int32   `json:"node_id"`
+	Host   string  `json:"host"`
+	Port   int32   `json:"port"`
+	Rack   *string `json:"rack,omitempty"`
+}
+
+// Status returns this member's view of itself, the routing state, the
+// clusters and the fleet.
+func (s *Server) Status(ctx context.Context) Status {
+	st := s.cfg.routes.Current()
+	out := Status{
+		Version:       s.cfg.version,
+		Node:          s.cfg.node,
+		Routing:       st,
+		Clusters:      []ClusterStatus{},
+		Fleet:         []Broker{},
+		StartedAt:     s.started.UTC(),
+		UptimeSeconds: s.cfg.now().Sub(s.started).Seconds(),
+	}
+	if err := s.Ready(ctx); err != nil {
+		out.NotReady = err.Error()
+	} else {
+		out.Ready = true
+	}
+	for _, c := range s.cfg.clusters {
+		cs := ClusterStatus{Name: c.Name, Bootstrap: c.Bootstrap, Active: c.Name == st.Active, Reachable: true}
+		if err := s.checkCluster(ctx, c); err != nil {
+			cs.Reachable, cs.Error = false, err.Error()
+		}
+		out.Clusters = append(out.Clusters, cs)
+	}
+	for _, b := range s.cfg.fleet.Brokers() {
+		out.Fleet = append(out.Fleet, Broker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+	}
+	return out
+}
+
+// HandleStatus answers Status as indented JSON.
+func (s *Server) HandleStatus(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s.Status(r.Context())); err != nil {
+		s.cfg.log.Debug("writing /status", zap.Error(err))
+	}
+}
+
+// checkCluster runs the cluster check, reusing a recent result.
+func (s *Server) checkCluster(ctx context.Context, c proxy.Cluster) error {
+	now := s.cfg.now()
+	s.probeMu.Lock()
+	p, ok := s.probes[c.Name]
+	s.probeMu.Unlock()
+	if ok && now.Sub(p.at) < s.cfg.probeTTL {
+		return p.err
+	}
+	err := s.cfg.check(ctx, c)
+	s.probeMu.Lock()
+	s.probes[c.Name] = probe{at: now, err: err}
+	s.probeMu.Unlock()
+	return err
+}
+
+// DialCheck returns a ClusterCheck that succeeds when a TCP connection to
+// any of the cluster's bootstrap servers opens within timeout.
+func DialCheck(timeout time.Duration) ClusterCheck {
+	return func(ctx context.Context, c proxy.Cluster) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var d net.Dialer
+		var errs []error
+		for _, addr := range c.Bootstrap {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+}

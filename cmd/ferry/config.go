@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"gopkg.in/yaml.v3"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// Config is the file `ferry serve --config FILE` reads (YAML). Every key is
+// listed in README.md; docs/ferry.example.yaml is a complete example. A key
+// Ferry does not know is an error, so a typo never silently falls back to a
+// default.
+type Config struct {
+	// ClusterID is the virtual cluster's ID, the one clients see. It must
+	// stay the same across restarts and switchovers. Required.
+	ClusterID string `yaml:"cluster_id"`
+	// NodeID is this member's broker ID in the virtual cluster. Default 0.
+	NodeID int32 `yaml:"node_id"`
+	// Listen is the address of the Kafka listener. Default 0.0.0.0:9092.
+	Listen string `yaml:"listen"`
+	// AdvertisedHost is the host clients are told to connect to. Default:
+	// the host of Listen, or the machine's hostname when Listen binds every
+	// interface.
+	AdvertisedHost string `yaml:"advertised_host"`
+	// AdvertisedPort is the port clients are told to connect to. Default:
+	// the port Listen is bound to.
+	AdvertisedPort int `yaml:"advertised_port"`
+	// AdminListen is the address of the admin HTTP API (/metrics, /healthz,
+	// /readyz, /status). Default 0.0.0.0:9644.
+	AdminListen string `yaml:"admin_listen"`
+	// Clusters are the physical Kafka clusters behind Ferry: one, or two
+	// (active and standby). Required.
+	Clusters []ClusterConfig `yaml:"clusters"`
+	// Active names the cluster that is active at generation 0, before any
+	// switchover. Default: the first of Clusters.
+	Active string `yaml:"active"`
+	// Mirror is reserved for the mirror's settings (not in this version).
+	Mirror *yaml.Node `yaml:"mirror"`
+	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
+	// socket.request.max.bytes. Default 104857600 (100 MiB).
+	MaxRequestSize int64 `yaml:"max_request_size"`
+	// MetadataRefreshInterval is how often the upstream metadata is
+	// refreshed when nothing forces it. Default 30s.
+	MetadataRefreshInterval time.Duration `yaml:"metadata_refresh_interval"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+}
+
+// ClusterConfig is one physical Kafka cluster.
+type ClusterConfig struct {
+	// Name identifies the cluster in the routing state, logs and metrics.
+	Name string `yaml:"name"`
+	// Bootstrap lists host:port of some of its brokers.
+	Bootstrap []string `yaml:"bootstrap"`
+}
+
+// Defaults for Config.
+const (
+	defaultListen          = "0.0.0.0:9092"
+	defaultAdminListen     = "0.0.0.0:9644"
+	defaultMetadataRefresh = 30 * time.Second
+	defaultLogLevel        = "info"
+)
+
+// applyDefaults fills every key left out. hostname is used for the
+// advertised host when the listener binds every interface.
+func (c *Config) applyDefaults(hostname func() (string, error)) {
+	if c.Listen == "" {
+		c.Listen = defaultListen
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = defaultAdminListen
+	}
+	if c.Active == "" && len(c.Clusters) > 0 {
+		c.Active = c.Clusters[0].Name
+	}
+	if c.MaxRequestSize == 0 {
+		c.MaxRequestSize = protocol.DefaultMaxFrameSize
+	}
+	if c.MetadataRefreshInterval == 0 {
+		c.MetadataRefreshInterval = defaultMetadataRefresh
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = defaultLogLevel
+	}
+	if c.AdvertisedHost == "" {
+		if host, _, err := net.SplitHostPort(c.Listen); err == nil {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				if h, err := hostname(); err == nil {
+					host = h
+				}
+			}
+			c.AdvertisedHost = host
+		}
+	}
+}
+
+// ErrInvalidConfig is wrapped by every error of a configuration that was
+// read but cannot be used.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// validate checks a configuration after defaults, and returns every problem
+// found at once, each naming the key.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if strings.TrimSpace(c.ClusterID) == "" {
+		bad("cluster_id is required: the virtual cluster's ID that clients see")
+	}
+	if c.NodeID < 0 {
+		bad("node_id %d: must be 0 or more", c.NodeID)
+	}
+	if err := checkAddr(c.Listen, true); err != nil {
+		bad("listen %q: %v", c.Listen, err)
+	}
+	if err := checkAddr(c.AdminListen, true); err != nil {
+		bad("admin_listen %q: %v", c.AdminListen, err)
+	}
+	if c.AdvertisedHost == "" {
+		bad("advertised_host is required: the host clients connect to")
+	} else if ip := net.ParseIP(c.AdvertisedHost); ip != nil && ip.IsUnspecified() {
+		bad("advertised_host %q: clients cannot connect to an unspecified address; name this machine", c.AdvertisedHost)
+	}
+	if c.AdvertisedPort < 0 || c.AdvertisedPort > 65535 {
+		bad("advertised_port %d: must be between 1 and 65535 (or 0: the listener's port)", c.AdvertisedPort)
+	}
+	switch n := len(c.Clusters); {
+	case n == 0:
+		bad("clusters: at least one cluster is required, e.g. clusters: [{name: primary, bootstrap: [\"kafka-1:9092\"]}]")
+	case n > 2:
+		bad("clusters: %d configured; Ferry fronts one or two (active and standby)", n)
+	}
+	seen := map[string]bool{}
+	for i, cl := range c.Clusters {
+		switch {
+		case cl.Name == "":
+			bad("clusters[%d].name is required", i)
+		case !clusterName.MatchString(cl.Name):
+			bad("clusters[%d].name %q: use letters, digits, '.', '_' and '-'", i, cl.Name)
+		case seen[cl.Name]:
+			bad("clusters[%d].name %q: named twice", i, cl.Name)
+		}
+		seen[cl.Name] = true
+		if len(cl.Bootstrap) == 0 {
+			bad("clusters[%d] (%s): bootstrap needs at least one host:port", i, cl.Name)
+		}
+		for j, addr := range cl.Bootstrap {
+			if err := checkAddr(addr, false); err != nil {
+				bad("clusters[%d].bootstrap[%d] %q: %v", i, j, addr, err)
+			}
+		}
+	}
+	if len(c.Clusters) > 0 && !seen[c.Active] {
+		bad("active %q: not one of the configured clusters", c.Active)
+	}
+	if c.Mirror != nil {
+		bad("mirror: not supported by this version of Ferry (the key is reserved for the mirror)")
+	}
+	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
+		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)
+	}
+	if c.MetadataRefreshInterval < time.Second {
+		bad("metadata_refresh_interval %s: must be at least 1s", c.MetadataRefreshInterval)
+	}
+	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil || !validLevels[c.LogLevel] {
+		bad("log_level %q: must be debug, info, warn or error", c.LogLevel)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  %w", ErrInvalidConfig, joinLines(errs))
+}
+
+var validLevels = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}
+
+// checkAddr checks a host:port. A listen address may leave the host empty
+// (every interface) and use port 0 (any free port); a bootstrap server may
+// not.
+func checkAddr(addr string, listen bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not host:port (%v)", unwrapAddrErr(err))
+	}
+	if host == "" && !listen {
+		return errors.New("the host is missing")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 || (p == 0 && !listen) {
+		return fmt.Errorf("port %q is not a number between 1 and 65535", port)
+	}
+	return nil
+}
+
+func unwrapAddrErr(err error) string {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return ae.Err
+	}
+	return err.Error()
+}
+
+// joinLines joins errors one per line, indented under the first line.
+type joinLines []error
+
+func (j joinLines) Error() string {
+	s := make([]string, len(j))
+	for i, e := range j {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n  ")
+}
+
+func (j joinLines) Unwrap() []error { return j }
+
+// parseConfig reads a YAML configuration strictly: unknown keys, a second
+// document and wrong types are errors that name the line.
+func parseConfig(r io.Reader) (*Config, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: the file is empty", ErrInvalidConfig)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, yamlError(err))
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: only one YAML document is allowed", ErrInvalidConfig)
+	}
+	return &c, nil
+}
+
+var (
+	unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+	typeName     = regexp.MustCompile(` into (\S+)`)
+)
+
+// yamlError rewords yaml.v3's messages for an operator: "unknown key" instead
+// of "field not found in type main.Config".
+func yamlError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return strings.TrimPrefix(err.Error(), "yaml: ")
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		m = unknownField.ReplaceAllString(m, `unknown key "$1"`)
+		m = typeName.ReplaceAllStringFunc(m, func(s string) string {
+			switch {
+			case strings.Contains(s, "time.Duration"):
+				return " into a duration (e.g. 30s)"
+			case strings.Contains(s, "int"):
+				return " into a number"
+			case strings.Contains(s, "[]"):
+				return " into a list"
+			}
+			return s
+		})
+		msgs[i] = m
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// loadConfig reads the file at path. Defaults are not applied yet, so that
+// flags can override first.
+func loadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c, err := parseConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,73 @@
+// Command ferry runs Ferry, a Kafka-protocol gateway: one virtual Kafka
+// cluster in front of two physical ones.
+//
+//	ferry serve --config FILE   run against real clusters
+//	ferry demo                  run in front of two in-process clusters
+//	ferry version               print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `Usage: ferry <command> [flags]
+
+Commands:
+  serve --config FILE   run Ferry in front of the clusters in FILE
+  demo                  run Ferry in front of two in-process Kafka clusters
+  version               print the version
+
+Run 'ferry <command> -h' for a command's flags.
+`
+
+// run executes one command and returns the process exit code: 0 done,
+// 1 failed while running, 2 bad usage or configuration.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serveCmd(ctx, args[1:], stderr)
+	case "demo":
+		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "ferry", version())
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "ferry: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "ferry:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "ferry:", err)
+		return 1
+	}
+}
+
+// usageError is a mistake in the command line or configuration: exit code 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// node is one Ferry member as the binary runs it: the proxy (the virtual
+// cluster's Kafka listener) and the admin API, sharing a routing table, a
+// fleet and a metrics registry. serve and demo both run one.
+//
+// Lifecycle: newNode binds both listeners (so a taken port fails at once)
+// and starts the admin API; start connects to the clusters, retrying until
+// its context ends, then serves clients; Close stops everything.
+type node struct {
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	routes  *routing.Table
+	fleet   *proxy.StaticFleet
+	proxy   *proxy.Server
+	admin   *admin.Server
+	ln      net.Listener // Kafka clients
+	adminLn net.Listener
+	started atomic.Bool
+
+	// bootstrap is host:port as clients are told to use it.
+	bootstrap string
+
+	wg        sync.WaitGroup
+	errc      chan error // the first listener that fails for a reason other than Close
+	closeOnce sync.Once
+}
+
+// newNode builds a member from a validated configuration.
+func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
+	n = &node{log: log, errc: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return nil, fmt.Errorf("admin_listen: %w", err)
+	}
+	port := cfg.AdvertisedPort
+	if port == 0 {
+		port = n.ln.Addr().(*net.TCPAddr).Port
+	}
+	n.bootstrap = net.JoinHostPort(cfg.AdvertisedHost, strconv.Itoa(port))
+
+	n.reg = newRegistry()
+	n.routes = routing.NewTable(routing.State{Generation: 0, Active: cfg.Active})
+	n.fleet = proxy.NewStaticFleet(proxy.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
+	clusters := make([]proxy.Cluster, len(cfg.Clusters))
+	for i, c := range cfg.Clusters {
+		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap}
+	}
+	n.proxy, err = proxy.New(
+		proxy.WithClusterID(cfg.ClusterID),
+		proxy.WithClusters(clusters...),
+		proxy.WithFleet(n.fleet),
+		proxy.WithRoutingTable(n.routes),
+		proxy.WithLogger(log.Named("proxy")),
+		proxy.WithRegisterer(n.reg),
+		proxy.WithMaxRequestSize(int32(cfg.MaxRequestSize)),
+		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
+	)
+	if err != nil {
+		return nil, err
+	}
+	n.admin, err = admin.New(
+		admin.WithVersion(version()),
+		admin.WithNode(admin.Node{
+			ID:         cfg.NodeID,
+			ClusterID:  cfg.ClusterID,
+			Advertised: n.bootstrap,
+			Listen:     n.ln.Addr().String(),
+			Admin:      n.adminLn.Addr().String(),
+		}),
+		admin.WithRoutes(n.routes),
+		admin.WithClusters(clusters...),
+		admin.WithFleet(n.fleet),
+		admin.WithGatherer(n.reg),
+		admin.WithStarted(n.started.Load),
+		admin.WithLogger(log.Named("admin")),
+	)
+	if err != nil {
+		return nil, err
+	}
+	n.goServe("admin", func() error { return n.admin.Serve(n.adminLn) })
+	log.Info("admin API listening", zap.String("admin", n.adminLn.Addr().String()))
+	return n, nil
+}
+
+// newRegistry returns the registry everything registers on: Go runtime and
+// process collectors, and ferry_build_info.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "ferry", Name: "build_info",
+		Help: "Always 1; the labels say which Ferry version runs.",
+	}, []string{"version"})
+	info.WithLabelValues(version()).Set(1)
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		info,
+	)
+	return reg
+}
+
+// start connects to the clusters, retrying (and logging why) until ctx
+// ends, then serves Kafka clients in the background.
+func (n *node) start(ctx context.Context) error {
+	if err := n.proxy.Start(ctx); err != nil {
+		return err
+	}
+	n.started.Store(true)
+	n.goServe("kafka", func() error { return n.proxy.Serve(n.ln) })
+	n.log.Info("serving Kafka clients",
+		zap.String("listen", n.ln.Addr().String()),
+		zap.String("bootstrap", n.bootstrap),
+		zap.Stringer("routing", n.routes.Current()))
+	return nil
+}
+
+// goServe runs a listener's serve loop; an error other than the one Close
+// causes is reported on errc.
+func (n *node) goServe(what string, serve func() error) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, proxy.ErrServerClosed) {
+			select {
+			case n.errc <- fmt.Errorf("%s listener: %w", what, err):
+			default:
+			}
+		}
+	}()
+}
+
+// wait blocks until ctx ends (nil) or a listener fails (its error).
+func (n *node) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-n.errc:
+		return err
+	}
+}
+
+// Close stops the member; safe to call more than once. In order: the proxy
+// (stop accepting, close client connections, close upstream clients), the
+// Kafka listener if the proxy never served it, the admin API, then wait for
+// the serve loops.
+func (n *node) Close() {
+	n.closeOnce.Do(func() {
+		if n.proxy != nil {
+			n.proxy.Close()
+		}
+		if n.ln != nil {
+			n.ln.Close()
+		}
+		if n.admin != nil {
+			n.admin.Close()
+		} else if n.adminLn != nil {
+			n.adminLn.Close()
+		}
+		n.wg.Wait()
+	})
+}
+
+// newLogger builds the production JSON logger at level, on stderr.
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	return zc.Build()
+}

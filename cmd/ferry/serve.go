@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"go.uber.org/zap"
+)
+
+// serveFlags are the flags of `ferry serve`; a flag that is set overrides the
+// file's value.
+type serveFlags struct {
+	config   string
+	listen   string
+	admin    string
+	logLevel string
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+	var f serveFlags
+	fs := flag.NewFlagSet("ferry serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "configuration `file` (YAML; see README.md)")
+	fs.StringVar(&f.listen, "listen", "", "Kafka listener `host:port` (overrides listen)")
+	fs.StringVar(&f.admin, "admin", "", "admin API `host:port` (overrides admin_listen)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (overrides log_level)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("serve: unexpected arguments %q", fs.Args())}
+	}
+	if f.config == "" {
+		return nil, usageError{errors.New("serve: --config FILE is required")}
+	}
+	return &f, nil
+}
+
+// serveConfig loads the file, applies the flags over it, then the
+// defaults, and validates the result.
+func serveConfig(f *serveFlags) (*Config, error) {
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if f.listen != "" {
+		cfg.Listen = f.listen
+	}
+	if f.admin != "" {
+		cfg.AdminListen = f.admin
+	}
+	if f.logLevel != "" {
+		cfg.LogLevel = f.logLevel
+	}
+	cfg.applyDefaults(os.Hostname)
+	if err := cfg.validate(); err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", f.config, err)}
+	}
+	return cfg, nil
+}
+
+// serveCmd runs Ferry against the configured clusters until ctx ends
+// (SIGINT or SIGTERM). An unreachable cluster is logged and retried, not
+// fatal.
+func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	f, err := parseServeFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return usageError{err}
+	}
+	cfg, err := serveConfig(f)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // stderr cannot always sync
+	log.Info("starting ferry", zap.String("version", version()), zap.String("config", f.config),
+		zap.String("cluster_id", cfg.ClusterID), zap.Int32("node_id", cfg.NodeID))
+
+	n, err := newNode(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if err := n.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before the clusters could be reached", zap.Error(err))
+			return nil
+		}
+		return err
+	}
+	err = n.wait(ctx)
+	log.Info("shutting down", zap.Bool("signal", ctx.Err() != nil))
+	n.Close()
+	log.Info("stopped")
+	return err
+}

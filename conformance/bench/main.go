@@ -1,0 +1,130 @@
+// Command bench measures Ferry against a direct connection to the same real
+// Apache Kafka cluster, side by side in one run (issue 2 §7).
+//
+// It starts a 3-broker KRaft cluster (conformance/kafkatest), runs Ferry as a
+// separate process in front of it (this binary re-executed with
+// FERRY_BENCH_CHILD set, so Ferry's CPU is not mixed with the load
+// generator's), and drives both paths with the same franz-go load generator:
+// 1 KiB records, lz4, acks=all idempotent (the client's defaults otherwise),
+// one topic of -partitions partitions with replication factor 3. Runs
+// alternate direct, Ferry, direct, Ferry… so that drift on a shared machine
+// hits both paths alike; every figure is the median over -rounds.
+//
+// Phases, in order:
+//
+//  1. warm-up: each path produces for -warmup, unmeasured;
+//  2. produce at full speed for -duration: MB/s, per-record latency p50/p99;
+//  3. produce at half of the direct maximum rate for -duration: p99 direct
+//     vs through Ferry, and the difference (the added latency);
+//  4. consume -records records from the start of the topic: MB/s.
+//
+// Ferry's CPU time (utime+stime from /proc/<pid>/stat) is read before and
+// after every Ferry run and divided by the record bytes moved through it.
+// The results are printed as a table with the floors of issue 2 and, with
+// -out, written as markdown (docs/BENCHMARKS.md).
+//
+// A quick smoke run (about 2 minutes, most of it starting Kafka):
+//
+//	go run ./conformance/bench -duration 3s -warmup 2s -records 30000 -rounds 1
+//
+// The real measurement (about 8 minutes):
+//
+//	go run ./conformance/bench -out docs/BENCHMARKS.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line flags.
+type options struct {
+	duration   time.Duration // one produce run
+	warmup     time.Duration // the unmeasured produce run per path
+	records    int64         // records read by one consume run
+	rounds     int           // direct+Ferry pairs per phase
+	partitions int           // of the benchmark topic
+	size       int           // record value bytes
+	out        string        // markdown report path, or ""
+	cpuprofile string        // Ferry's CPU profile path, or ""
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "length of one produce run (full speed and half rate)")
+	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "unmeasured produce run per path before the measured ones")
+	fs.Int64Var(&o.records, "records", 1_000_000, "records read by one consume run (capped at what the produce runs wrote)")
+	fs.IntVar(&o.rounds, "rounds", 3, "direct+Ferry pairs per phase; figures are medians over rounds")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
+	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")
+	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.duration <= 0 || o.warmup < 0:
+		return o, errors.New("-duration must be positive and -warmup not negative")
+	case o.records < 1 || o.rounds < 1 || o.partitions < 1 || o.size < 1:
+		return o, errors.New("-records, -rounds, -partitions and -size must be positive")
+	}
+	return o, nil
+}
+
+// command is how to reproduce this run.
+func command(args []string) string {
+	return strings.Join(append([]string{"go run ./conformance/bench"}, args...), " ")
+}
+
+func main() {
+	if bootstrap, ok := os.LookupEnv(childEnv); ok {
+		if err := runChild(bootstrap, os.Getenv(profileEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: ferry child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	opts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+
+	// The first SIGINT or SIGTERM cancels the run; run's deferred steps
+	// then close Ferry and the cluster. If that hangs, a second signal (or
+	// 30 seconds) exits at once: the JVMs and Ferry die with this process
+	// (parent-death signal), and kafkatest reaps the directories later.
+	ctx, cancel := context.WithCancel(context.Background())
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigc
+		fmt.Fprintf(os.Stderr, "\nbench: %v: stopping Ferry and Kafka\n", s)
+		cancel()
+		select {
+		case <-sigc:
+		case <-time.After(30 * time.Second):
+		}
+		os.Exit(130)
+	}()
+
+	err = run(ctx, opts, command(os.Args[1:]))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+const topic = "ferry-bench"
+
+// path is one way to the cluster.
+type path struct {
+	name      string
+	bootstrap string
+	ferry     *ferryProc // nil for the direct path
+}
+
+// phase is the runs of one kind, by path, in the order they ran.
+type phase struct {
+	name   string
+	rate   float64 // half-rate phase: records per second
+	direct []runResult
+	ferry  []runResult
+}
+
+// results is everything the report needs.
+type results struct {
+	opts      options
+	command   string
+	machine   machine
+	started   time.Time
+	took      time.Duration
+	lz4       float64
+	produce   phase
+	halfRate  phase
+	consume   phase
+	consumeN  int64
+	startCPU  time.Duration // Ferry's CPU time from its start to the first run
+	ferryAddr string
+}
+
+func run(ctx context.Context, o options, cmd string) error {
+	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now()}
+	vals := values(256, o.size)
+	res.lz4 = lz4Ratio(vals)
+
+	step("starting a 3-broker Kafka %s cluster", kafkatest.Version())
+	cluster, err := kafkatest.New(kafkatest.Config{Brokers: 3, Name: "bench"})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("closing the Kafka cluster")
+		cluster.Close()
+	}()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := createTopic(ctx, cluster.Bootstrap(), o.partitions); err != nil {
+		return err
+	}
+
+	step("starting Ferry (separate process)")
+	f, err := startFerry(ctx, cluster.Bootstrap(), o.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("stopping Ferry")
+		f.stop()
+	}()
+	res.ferryAddr = f.addr
+	if res.startCPU, err = f.cpu(); err != nil {
+		return err
+	}
+	paths := []path{{"direct", cluster.Bootstrap(), nil}, {"ferry", f.addr, f}}
+
+	// 1. Warm-up: JIT in the brokers, connections, page cache.
+	if o.warmup > 0 {
+		for _, p := range paths {
+			step("warm-up: produce %s for %v", p.name, o.warmup)
+			if _, err := produce(ctx, p.bootstrap, topic, vals, o.warmup, 0); err != nil {
+				return fmt.Errorf("warm-up %s: %w", p.name, err)
+			}
+		}
+	}
+
+	// 2. Produce at full speed.
+	res.produce.name = "produce, full speed"
+	for round := 1; round <= o.rounds; round++ {
+		for _, p := range paths {
+			r, err := measure(p, func() (runResult, error) {
+				return produce(ctx, p.bootstrap, topic, vals, o.duration, 0)
+			})
+			if err != nil {
+				return fmt.Errorf("produce %s: %w", p.name, err)
+			}
+			res.produce.add(p, r)
+			step("round %d/%d produce %-6s %7.1f MB/s  p50 %8s  p99 %8s%s", round, o.rounds, p.name,
+				r.mbps(), ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+		}
+	}
+
+	// 3. Produce at half of the direct maximum rate.
+	res.halfRate.name = "produce, half rate"
+	res.halfRate.rate = median(res.produce.direct, runResult.rps) / 2
+	for round := 1; round <= o.rounds; round++ {
+		for _, p := range paths {
+			r, err := measure(p, func() (runResult, error) {
+				return produce(ctx, p.bootstrap, topic, vals, o.duration, res.halfRate.rate)
+			})
+			if err != nil {
+				return fmt.Errorf("half-rate produce %s: %w", p.name, err)
+			}
+			res.halfRate.add(p, r)
+			step("round %d/%d half rate (%.0f rec/s) %-6s p50 %8s  p99 %8s%s", round, o.rounds, res.halfRate.rate,
+				p.name, ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+		}
+	}
+
+	// 4. Consume from the start of the topic.
+	res.consume.name = "consume"
+	res.consumeN = min(o.records, produced(res))
+	for round := 1; round <= o.rounds; round++ {
+		for _, p := range paths {
+			r, err := measure(p, func() (runResult, error) {
+				return consume(ctx, p.bootstrap, topic, o.partitions, res.consumeN)
+			})
+			if err != nil {
+				return fmt.Errorf("consume %s: %w", p.name, err)
+			}
+			res.consume.add(p, r)
+			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.mbps(), cpuNote(r))
+		}
+	}
+
+	res.took = time.Since(res.started)
+	rep := report(res)
+	fmt.Print("\n" + rep.text)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(rep.markdown), 0o644); err != nil {
+			return err
+		}
+		step("wrote %s", o.out)
+	}
+	return nil
+}
+
+// measure runs one run and, on the Ferry path, charges it Ferry's CPU time.
+func measure(p path, f func() (runResult, error)) (runResult, error) {
+	var before time.Duration
+	if p.ferry != nil {
+		var err error
+		if before, err = p.ferry.cpu(); err != nil {
+			return runResult{}, err
+		}
+	}
+	r, err := f()
+	if err != nil || p.ferry == nil {
+		return r, err
+	}
+	after, err := p.ferry.cpu()
+	r.cpu = after - before
+	return r, err
+}
+
+func (ph *phase) add(p path, r runResult) {
+	if p.ferry != nil {
+		ph.ferry = append(ph.ferry, r)
+	} else {
+		ph.direct = append(ph.direct, r)
+	}
+}
+
+// produced is how many records the topic holds at least (warm-up records
+// not counted).
+func produced(res *results) int64 {
+	var n int64
+	for _, ph := range []*phase{&res.produce, &res.halfRate} {
+		for _, r := range append(append([]runResult(nil), ph.direct...), ph.ferry...) {
+			n += r.records
+		}
+	}
+	return n
+}
+
+func createTopic(ctx context.Context, bootstrap string, partitions int) error {
+	cl, err := kgo.NewClient(baseOpts(bootstrap)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func cpuNote(r runResult) string {
+	if r.cpu == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  ferry CPU %.1fs", r.cpu.Seconds())
+}

@@ -47,7 +47,7 @@ type Config struct {
 	// switchover. Default: the first of Clusters.
 	Active string `yaml:"active"`
 	// Mirror is reserved for the mirror's settings (not in this version).
-	Mirror *yaml.Node `yaml:"mirror"`
+	Mirror yaml.Node `yaml:"mirror"`
 	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
 	// socket.request.max.bytes. Default 104857600 (100 MiB).
 	MaxRequestSize int64 `yaml:"max_request_size"`
@@ -168,7 +168,7 @@ func (c *Config) validate() error {
 	if len(c.Clusters) > 0 && !seen[c.Active] {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
-	if c.Mirror != nil {
+	if c.Mirror.Kind != 0 && c.Mirror.Tag != "!!null" {
 		bad("mirror: not supported by this version of Ferry (the key is reserved for the mirror)")
 	}
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {

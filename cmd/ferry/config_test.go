@@ -1,0 +1,192 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func fixedHostname() (string, error) { return "ferry-host", nil }
+
+// configFrom parses, defaults and validates text as serve would.
+func configFrom(text string) (*Config, error) {
+	c, err := parseConfig(strings.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	c.applyDefaults(fixedHostname)
+	return c, c.validate()
+}
+
+const minimal = `
+cluster_id: vc
+clusters:
+  - name: a
+    bootstrap: ["k1:9092"]
+`
+
+func TestExampleConfig(t *testing.T) {
+	b, err := os.ReadFile("../../docs/ferry.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := configFrom(string(b))
+	if err != nil {
+		t.Fatalf("the example in docs/ does not validate: %v", err)
+	}
+	want := &Config{
+		ClusterID:      "ferry-prod",
+		NodeID:         0,
+		Listen:         "0.0.0.0:9092",
+		AdvertisedHost: "ferry-0.example.internal",
+		AdvertisedPort: 9092,
+		AdminListen:    "0.0.0.0:9644",
+		Clusters: []ClusterConfig{
+			{Name: "primary", Bootstrap: []string{"kafka-a-1:9092", "kafka-a-2:9092", "kafka-a-3:9092"}},
+			{Name: "standby", Bootstrap: []string{"kafka-b-1:9092", "kafka-b-2:9092", "kafka-b-3:9092"}},
+		},
+		Active:                  "primary",
+		MaxRequestSize:          100 << 20,
+		MetadataRefreshInterval: 30 * time.Second,
+		LogLevel:                "info",
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := configFrom(minimal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
+		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
+		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	// A listener on one address advertises that address.
+	c, err = configFrom(minimal + "listen: 10.1.2.3:19092\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AdvertisedHost != "10.1.2.3" {
+		t.Fatalf("advertised host %q, want the listener's", c.AdvertisedHost)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		text string
+		want []string // each must appear in the error
+	}{
+		{"empty file", "", []string{"the file is empty"}},
+		{"unknown key", "cluster_id: vc\nclustr: []\n", []string{`line 2: unknown key "clustr"`}},
+		{"unknown key in a cluster", "cluster_id: vc\nclusters:\n  - name: a\n    bootstrap: [\"k:1\"]\n    bootstrp: [\"k:2\"]\n", []string{`line 5: unknown key "bootstrp"`}},
+		{"two documents", minimal + "---\ncluster_id: other\n", []string{"only one YAML document"}},
+		{"not a duration", minimal + "metadata_refresh_interval: 30\n", []string{"line 6", "into a duration (e.g. 30s)"}},
+		{"not a number", minimal + "node_id: one\n", []string{"line 6", "into a number"}},
+		{"missing cluster ID", "clusters: [{name: a, bootstrap: [\"k:1\"]}]\n", []string{"cluster_id is required"}},
+		{"missing cluster", "cluster_id: vc\n", []string{"clusters: at least one cluster is required"}},
+		{"three clusters", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k:1\"]}, {name: b, bootstrap: [\"k:1\"]}, {name: c, bootstrap: [\"k:1\"]}]\n", []string{"3 configured; Ferry fronts one or two"}},
+		{"cluster without name", "cluster_id: vc\nclusters: [{bootstrap: [\"k:1\"]}]\n", []string{"clusters[0].name is required"}},
+		{"bad cluster name", "cluster_id: vc\nclusters: [{name: 'a b', bootstrap: [\"k:1\"]}]\n", []string{`clusters[0].name "a b": use letters`}},
+		{"cluster named twice", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k:1\"]}, {name: a, bootstrap: [\"k:2\"]}]\n", []string{`clusters[1].name "a": named twice`}},
+		{"no bootstrap", "cluster_id: vc\nclusters: [{name: a}]\n", []string{"clusters[0] (a): bootstrap needs at least one host:port"}},
+		{"bootstrap without port", "cluster_id: vc\nclusters: [{name: a, bootstrap: [kafka]}]\n", []string{`clusters[0].bootstrap[0] "kafka": not host:port (missing port in address)`}},
+		{"bootstrap port out of range", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k:1\", \"k:99999\"]}]\n", []string{`clusters[0].bootstrap[1] "k:99999": port "99999" is not a number between 1 and 65535`}},
+		{"bootstrap port 0", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k:0\"]}]\n", []string{`bootstrap[0] "k:0": port "0"`}},
+		{"bootstrap without host", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\":9092\"]}]\n", []string{`bootstrap[0] ":9092": the host is missing`}},
+		{"bad listen", minimal + "listen: localhost\n", []string{`listen "localhost": not host:port`}},
+		{"bad admin listen", minimal + "admin_listen: \"0.0.0.0:http\"\n", []string{`admin_listen "0.0.0.0:http": port "http"`}},
+		{"unspecified advertised host", minimal + "advertised_host: 0.0.0.0\n", []string{`advertised_host "0.0.0.0": clients cannot connect`}},
+		{"bad advertised port", minimal + "advertised_port: 70000\n", []string{"advertised_port 70000"}},
+		{"negative node ID", minimal + "node_id: -1\n", []string{"node_id -1: must be 0 or more"}},
+		{"unknown active", minimal + "active: b\n", []string{`active "b": not one of the configured clusters`}},
+		{"mirror reserved", minimal + "mirror:\n  topics: [\"*\"]\n", []string{"mirror: not supported by this version"}},
+		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
+		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
+		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
+		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
+		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",
+			[]string{"node_id -2", `log_level "loud"`, `bootstrap[0] "nope"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := configFrom(tc.text)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("%v does not wrap ErrInvalidConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error\n%v\ndoes not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestServeFlagsOverrideFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferry.yaml")
+	text := minimal + "listen: 127.0.0.1:1111\nadmin_listen: 127.0.0.1:2222\nlog_level: error\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+
+	// No flags: the file's values.
+	f, err := parseServeFlags([]string{"--config", path}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := serveConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:1111" || c.AdminListen != "127.0.0.1:2222" || c.LogLevel != "error" {
+		t.Fatalf("from the file: %+v", c)
+	}
+
+	// Flags win; the advertised host follows the overriding listener.
+	f, err = parseServeFlags([]string{"--config", path, "--listen", "127.0.0.2:3333", "--admin", "127.0.0.1:4444", "--log-level", "debug"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = serveConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.2:3333" || c.AdminListen != "127.0.0.1:4444" || c.LogLevel != "debug" || c.AdvertisedHost != "127.0.0.2" {
+		t.Fatalf("with flags: %+v", c)
+	}
+
+	// A bad flag value is validated like the file's.
+	f, _ = parseServeFlags([]string{"--config", path, "--log-level", "loud"}, &stderr)
+	if _, err := serveConfig(f); err == nil || !strings.Contains(err.Error(), `log_level "loud"`) {
+		t.Fatalf("bad --log-level: %v", err)
+	}
+}
+
+func TestServeFlagErrors(t *testing.T) {
+	var stderr strings.Builder
+	if _, err := parseServeFlags(nil, &stderr); err == nil || !strings.Contains(err.Error(), "--config FILE is required") {
+		t.Fatalf("no --config: %v", err)
+	}
+	if _, err := parseServeFlags([]string{"--config", "x", "extra"}, &stderr); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+		t.Fatalf("extra argument: %v", err)
+	}
+	f, err := parseServeFlags([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serveConfig(f); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,408 @@
+package main
+
+// End-to-end tests of the ferry binary: it is built once, run as a child
+// process on free loopback ports, driven with franz-go and stopped with
+// SIGTERM, the way an operator or an init system would.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// ferryBinary builds ./cmd/ferry once per test run.
+func ferryBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "ferry-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "ferry")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is a running ferry process whose output lines the test can wait for.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  []string // stdout and stderr lines, in arrival order per stream
+	more chan struct{}
+	done chan struct{}
+	err  error // Wait's result, once done is closed
+}
+
+func startFerry(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(ferryBinary(t), args...), more: make(chan struct{}, 1), done: make(chan struct{})}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var readers sync.WaitGroup
+	for _, r := range []io.Reader{stdout, stderr} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			sc := bufio.NewScanner(r)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.out = append(p.out, sc.Text())
+				p.mu.Unlock()
+				select {
+				case p.more <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	go func() {
+		readers.Wait()
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("ferry %s output:\n%s", strings.Join(args, " "), p.output())
+		}
+	})
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.out, "\n")
+}
+
+// waitFor waits until some output line matches re and returns its
+// submatches.
+func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for i := 0; ; {
+		p.mu.Lock()
+		lines := p.out[i:]
+		i = len(p.out)
+		p.mu.Unlock()
+		for _, l := range lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		}
+		select {
+		case <-p.more:
+		case <-p.done:
+			// Read what arrived before the exit, then give up.
+			p.mu.Lock()
+			rest := p.out[i:]
+			p.mu.Unlock()
+			for _, l := range rest {
+				if m := re.FindStringSubmatch(l); m != nil {
+					return m
+				}
+			}
+			t.Fatalf("ferry exited (%v) before printing a line matching %q", p.err, re)
+		case <-deadline:
+			t.Fatalf("no line matching %q within %s", re, timeout)
+		}
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0) within timeout.
+func (p *proc) stop(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("ferry did not exit within %s of SIGTERM", timeout)
+	}
+	if p.err != nil {
+		t.Fatalf("ferry exited with %v after SIGTERM, want status 0", p.err)
+	}
+}
+
+func newClient(t *testing.T, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// roundTrip creates a topic through Ferry at addr, produces one record to
+// it and consumes it back, asserting the offset and the value.
+func roundTrip(t *testing.T, addr, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr)))
+	if _, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	value := "hello through ferry " + topic
+	rec := &kgo.Record{Key: []byte("k"), Value: []byte(value)}
+	if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	if rec.Partition != 0 || rec.Offset != 0 {
+		t.Fatalf("produced at %d/%d, want 0/0 in a new topic", rec.Partition, rec.Offset)
+	}
+	cons := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("nothing consumed: %v", ctx.Err())
+		}
+		if errs := fs.Errors(); len(errs) > 0 {
+			t.Fatalf("fetch: %v", errs)
+		}
+		if recs := fs.Records(); len(recs) > 0 {
+			r := recs[0]
+			if len(recs) != 1 || r.Offset != 0 || r.Partition != 0 || string(r.Key) != "k" || string(r.Value) != value {
+				t.Fatalf("consumed %d records, first %d/%d %q=%q; want one at 0/0 %q=%q", len(recs), r.Partition, r.Offset, r.Key, r.Value, "k", value)
+			}
+			return
+		}
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+var (
+	bootstrapLine = regexp.MustCompile(`Kafka bootstrap:\s+(\S+)`)
+	adminLine     = regexp.MustCompile(`Admin API:\s+http://(\S+)/status`)
+)
+
+func TestDemo(t *testing.T) {
+	p := startFerry(t, "demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+	addr := p.waitFor(t, bootstrapLine, 60*time.Second)[1]
+	adminAddr := p.waitFor(t, adminLine, 5*time.Second)[1]
+
+	// The demo topic exists, seen through Ferry; Ferry is the only broker.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).Metadata(ctx, demoTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Cluster != demoClusterID || len(md.Brokers) != 1 || fmt.Sprintf("%s:%d", md.Brokers[0].Host, md.Brokers[0].Port) != addr {
+		t.Fatalf("metadata: cluster %q brokers %+v; want %q and only Ferry at %s", md.Cluster, md.Brokers, demoClusterID, addr)
+	}
+	if n := len(md.Topics[demoTopic].Partitions); n != demoPartitions {
+		t.Fatalf("topic %s has %d partitions, want %d", demoTopic, n, demoPartitions)
+	}
+
+	roundTrip(t, addr, "e2e")
+
+	// The admin API reports the routing state and both clusters.
+	code, body := httpGet(t, "http://"+adminAddr+"/status")
+	var st struct {
+		Ready   bool `json:"ready"`
+		Routing struct {
+			Generation uint32 `json:"generation"`
+			Active     string `json:"active"`
+		} `json:"routing"`
+		Clusters []struct {
+			Name      string `json:"name"`
+			Reachable bool   `json:"reachable"`
+		} `json:"clusters"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("/status = %d %v: %s", code, err, body)
+	}
+	if !st.Ready || st.Routing.Generation != 0 || st.Routing.Active != demoPrimary || len(st.Clusters) != 2 ||
+		st.Clusters[0].Name != demoPrimary || st.Clusters[1].Name != demoStandby || !st.Clusters[1].Reachable {
+		t.Fatalf("/status: %s", body)
+	}
+	if code, body := httpGet(t, "http://"+adminAddr+"/metrics"); code != 200 || !strings.Contains(body, `ferry_requests_total{api="Produce"} 1`) {
+		t.Fatalf("/metrics = %d, no count of the one Produce:\n%.2000s", code, body)
+	}
+
+	p.stop(t, 15*time.Second)
+	if !strings.Contains(p.output(), "Stopping the demo.") {
+		t.Fatalf("no goodbye in:\n%s", p.output())
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ferry.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var adminLog = regexp.MustCompile(`"msg":"admin API listening".*"admin":"([^"]+)"`)
+
+func TestServeUnreachableCluster(t *testing.T) {
+	dead := deadAddr(t)
+	path := writeConfig(t, fmt.Sprintf(`
+cluster_id: vc
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: gone
+    bootstrap: [%q]
+`, dead))
+	p := startFerry(t, "serve", "--config", path)
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
+
+	// It says why, and keeps trying.
+	retry := regexp.MustCompile(`"msg":"cluster unreachable; retrying".*"cluster":"gone".*$`)
+	line := p.waitFor(t, retry, 60*time.Second)[0]
+	if !strings.Contains(line, dead) || !strings.Contains(line, "connection refused") {
+		t.Fatalf("the log does not say which address refused: %s", line)
+	}
+	p.waitFor(t, regexp.MustCompile(`"msg":"cluster unreachable; retrying"`), 30*time.Second)
+	time.Sleep(time.Second)
+	select {
+	case <-p.done:
+		t.Fatalf("ferry exited (%v) instead of retrying", p.err)
+	default:
+	}
+
+	// Alive, not ready, and /status says why.
+	if code, _ := httpGet(t, "http://"+adminAddr+"/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if code, body := httpGet(t, "http://"+adminAddr+"/readyz"); code != 503 || !strings.Contains(body, "not started") {
+		t.Fatalf("/readyz = %d %q", code, body)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/status"); !strings.Contains(body, `"reachable": false`) {
+		t.Fatalf("/status: %s", body)
+	}
+
+	p.stop(t, 15*time.Second)
+}
+
+// TestServe runs `ferry serve` in front of an in-process cluster, with
+// --listen overriding the file.
+func TestServe(t *testing.T) {
+	kf, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	path := writeConfig(t, fmt.Sprintf(`
+cluster_id: ferry-serve-test
+node_id: 5
+listen: 127.0.0.1:1
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: main
+    bootstrap: [%s]
+log_level: debug
+`, strings.Join(kf.ListenAddrs(), ", ")))
+	p := startFerry(t, "serve", "--config", path, "--listen", "127.0.0.1:0", "--log-level", "info")
+	m := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)
+	roundTrip(t, m[1], "served")
+	if strings.Contains(p.output(), `"level":"debug"`) {
+		t.Fatal("--log-level info did not override log_level: debug")
+	}
+	p.stop(t, 15*time.Second)
+	p.waitFor(t, regexp.MustCompile(`"msg":"stopped"`), time.Second)
+}
+
+func TestBadConfigExits2(t *testing.T) {
+	path := writeConfig(t, "cluster_id: vc\nclusters: [{name: a, bootstrap: [kafka]}]\nlog_levl: info\n")
+	out, err := exec.Command(ferryBinary(t), "serve", "--config", path).CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want status 2; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `line 3: unknown key "log_levl"`) || strings.Contains(string(out), "panic") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(ferryBinary(t), "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ferry ") {
+		t.Fatalf("ferry version: %v %q", err, out)
+	}
+}

@@ -1,20 +1,23 @@
 package main
 
-// Ferry as a separate process: this binary re-executed with childEnv set
-// runs proxy.New/Start/Serve on a loopback port, prints "ready <addr>" on
-// stdout and serves until its stdin closes or it gets SIGINT/SIGTERM. The
-// parent reads the child's CPU time from /proc/<pid>/stat.
+// Ferry as a separate process, so that its CPU time is its own: by default
+// `ferry serve` built from ./cmd/ferry; with -cpuprofile, this binary
+// re-executed with childEnv set, which runs proxy.New/Start/Serve on a
+// loopback port, prints "ready <addr>" on stdout and serves until SIGINT or
+// SIGTERM. Either way the parent reads the process's CPU time from
+// /proc/<pid>/stat (what its process_cpu_seconds_total reports too).
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -85,15 +88,9 @@ func runChild(bootstrap, profile string) error {
 	go func() { served <- s.Serve(ln) }()
 	fmt.Printf("ready %s\n", ln.Addr())
 
-	stdinClosed := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		close(stdinClosed)
-	}()
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	select {
-	case <-stdinClosed:
 	case <-sigc:
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
@@ -101,63 +98,141 @@ func runChild(bootstrap, profile string) error {
 	return nil
 }
 
-// ferryProc is the running child, seen from the benchmark.
+// ferryProc is the running Ferry process, seen from the benchmark.
 type ferryProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  string
-	done  chan struct{} // closed when the child has exited and been reaped
+	cmd  *exec.Cmd
+	addr string        // Kafka bootstrap address
+	done chan struct{} // closed when the process has exited and been reaped
 }
 
-// startFerry starts the child in front of bootstrap and waits until it
-// serves.
-func startFerry(ctx context.Context, bootstrap, profile string) (*ferryProc, error) {
+// buildFerry builds cmd/ferry into dir.
+func buildFerry(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "ferry")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/ferry: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startServe runs `ferry serve` in front of bootstrap, with a configuration
+// file in dir, and waits until its /readyz answers 200.
+func startServe(ctx context.Context, bin, dir, bootstrap string) (*ferryProc, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	adminAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	var b strings.Builder
+	fmt.Fprintf(&b, "cluster_id: ferry-bench\nlisten: %s\nadmin_listen: %s\nlog_level: warn\nclusters:\n  - name: primary\n    bootstrap:\n", addr, adminAddr)
+	for _, a := range strings.Split(bootstrap, ",") {
+		fmt.Fprintf(&b, "      - %q\n", a)
+	}
+	file := filepath.Join(dir, "ferry.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return nil, err
+	}
+	f, err := launch(exec.Command(bin, "serve", "--config", file), addr)
+	if err != nil {
+		return nil, err
+	}
+	ready := func() bool {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	return f, f.waitReady(ctx, ready)
+}
+
+// startChild runs Ferry in this binary re-executed (runChild), which can
+// write a CPU profile, and waits until it serves.
+func startChild(ctx context.Context, bootstrap, profile string) (*ferryProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childEnv+"="+bootstrap, profileEnv+"="+profile)
-	cmd.Stderr = os.Stderr
-	// The kernel kills the child if the benchmark dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	f, err := launch(cmd, "")
+	if err != nil {
 		return nil, err
 	}
-	f := &ferryProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	ready := make(chan string, 1)
+	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if addr, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
-				ready <- addr
+				addrc <- addr
 			}
 		}
 	}()
+	ready := func() bool {
+		select {
+		case f.addr = <-addrc:
+			return true
+		default:
+			return false
+		}
+	}
+	return f, f.waitReady(ctx, ready)
+}
+
+// launch starts cmd with its stderr on ours; the kernel kills it if the
+// benchmark dies.
+func launch(cmd *exec.Cmd, addr string) (*ferryProc, error) {
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	f := &ferryProc{cmd: cmd, addr: addr, done: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		close(f.done)
 	}()
-	select {
-	case f.addr = <-ready:
-		return f, nil
-	case <-f.done:
-		return nil, fmt.Errorf("ferry exited before serving: %v", cmd.ProcessState)
-	case <-ctx.Done():
-		f.stop()
-		return nil, ctx.Err()
-	case <-time.After(3 * time.Minute):
-		f.stop()
-		return nil, errors.New("ferry did not start serving within 3 minutes")
+	return f, nil
+}
+
+// waitReady polls ready until it reports true; on failure it stops the
+// process.
+func (f *ferryProc) waitReady(ctx context.Context, ready func() bool) error {
+	deadline := time.After(3 * time.Minute)
+	for !ready() {
+		select {
+		case <-f.done:
+			return fmt.Errorf("ferry exited before serving: %v", f.cmd.ProcessState)
+		case <-ctx.Done():
+			f.stop()
+			return ctx.Err()
+		case <-deadline:
+			f.stop()
+			return errors.New("ferry did not start serving within 3 minutes")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
+	return nil
+}
+
+// freePorts returns n distinct free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // cpu returns the child's CPU time so far, user plus system, all threads.
@@ -182,10 +257,10 @@ func (f *ferryProc) cpu() (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// stop asks the child to exit (closing its stdin), then kills it after 15
-// seconds; it returns once the child is reaped. Safe to call twice.
+// stop sends SIGTERM, then SIGKILL after 15 seconds; it returns once the
+// process is reaped. Safe to call twice.
 func (f *ferryProc) stop() {
-	f.stdin.Close()
+	f.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-f.done:
 		return

@@ -2,9 +2,9 @@
 // Apache Kafka cluster, side by side in one run (issue 2 §7).
 //
 // It starts a 3-broker KRaft cluster (conformance/kafkatest), runs Ferry as a
-// separate process in front of it (this binary re-executed with
-// FERRY_BENCH_CHILD set, so Ferry's CPU is not mixed with the load
-// generator's), and drives both paths with the same franz-go load generator:
+// separate process in front of it (`ferry serve`, built from ./cmd/ferry, so
+// that Ferry's CPU is not mixed with the load generator's), and drives both
+// paths with the same franz-go load generator:
 // 1 KiB records, lz4, acks=all idempotent (the client's defaults otherwise),
 // one topic of -partitions partitions with replication factor 3. Runs
 // alternate direct, Ferry, direct, Ferry… so that drift on a shared machine
@@ -21,7 +21,10 @@
 // Ferry's CPU time (utime+stime from /proc/<pid>/stat) is read before and
 // after every Ferry run and divided by the record bytes moved through it.
 // The results are printed as a table with the floors of issue 2 and, with
-// -out, written as markdown (docs/BENCHMARKS.md).
+// -out, written as markdown (docs/BENCHMARKS.md). With -cpuprofile, Ferry
+// runs as this binary re-executed with FERRY_BENCH_CHILD set
+// (proxy.New/Start/Serve, as `ferry serve` does) and writes a CPU profile
+// for `go tool pprof`.
 //
 // A quick smoke run (about 2 minutes, most of it starting Kafka):
 //
@@ -54,6 +57,7 @@ type options struct {
 	size       int           // record value bytes
 	out        string        // markdown report path, or ""
 	cpuprofile string        // Ferry's CPU profile path, or ""
+	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
 }
 
 func parseFlags(args []string) (options, error) {
@@ -66,7 +70,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
 	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file; runs Ferry as this binary re-executed instead of `ferry serve`")
+	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

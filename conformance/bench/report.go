@@ -92,8 +92,9 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- records: %d-byte values, no key, JSON-like text (lz4 shrinks a 64 KiB run of them %.1f×)\n", o.size, res.lz4)
 	fmt.Fprintf(&b, "- load generator: franz-go in the benchmark process, client defaults except lz4: acks=all, idempotent, "+
 		"10 ms linger, one produce request in flight per broker\n")
-	fmt.Fprintf(&b, "- Ferry: one member (`proxy.New/Start/Serve`) in a separate process (the benchmark binary re-executed), "+
-		"listening on loopback; clients see it as a one-broker cluster\n")
+	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
+		"clients see it as a one-broker cluster, so they keep one connection (and one produce request in flight) to it, "+
+		"against three to the brokers directly\n", res.ferryMode)
 	fmt.Fprintf(&b, "- runs alternate direct, Ferry, direct, Ferry…; every figure is the median of %d runs per path\n", o.rounds)
 	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path\n", o.warmup)
 	fmt.Fprintf(&b, "- produce, full speed: %v per run, records offered as fast as the client buffers them (50 000 records); "+

@@ -43,6 +43,7 @@ type results struct {
 	consumeN  int64
 	startCPU  time.Duration // Ferry's CPU time from its start to the first run
 	ferryAddr string
+	ferryMode string // how Ferry ran
 }
 
 func run(ctx context.Context, o options, cmd string) error {
@@ -66,10 +67,30 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 
-	step("starting Ferry (separate process)")
-	f, err := startFerry(ctx, cluster.Bootstrap(), o.cpuprofile)
+	dir, err := os.MkdirTemp("", "ferry-bench-")
 	if err != nil {
 		return err
+	}
+	defer os.RemoveAll(dir)
+	var f *ferryProc
+	if o.cpuprofile != "" {
+		res.ferryMode = "this benchmark binary re-executed as Ferry (proxy.New/Start/Serve, CPU profile to " + o.cpuprofile + ")"
+		step("starting Ferry: %s", res.ferryMode)
+		f, err = startChild(ctx, cluster.Bootstrap(), o.cpuprofile)
+	} else {
+		bin := o.ferryBin
+		if bin == "" {
+			step("building ./cmd/ferry")
+			if bin, err = buildFerry(ctx, dir); err != nil {
+				return err
+			}
+		}
+		res.ferryMode = "`ferry serve` (cmd/ferry) with log_level warn"
+		step("starting Ferry: %s", res.ferryMode)
+		f, err = startServe(ctx, bin, dir, cluster.Bootstrap())
+	}
+	if err != nil {
+		return fmt.Errorf("ferry: %w", err)
 	}
 	defer func() {
 		step("stopping Ferry")

@@ -22,9 +22,6 @@ import (
 )
 
 const (
-	// readyTimeout bounds the wait for a cluster (or a restarted node) to
-	// be usable; generous for a 2-core machine.
-	readyTimeout = 90 * time.Second
 	// formatTimeout bounds kafka.tools.StorageTool format.
 	formatTimeout = 60 * time.Second
 	// stopGrace is how long Stop waits after SIGTERM before SIGKILL.
@@ -32,6 +29,16 @@ const (
 	// startAttempts is how often New retries after a port bind clash.
 	startAttempts = 3
 )
+
+// readyTimeout bounds the wait for a cluster (or a restarted node) to be
+// usable: 90 s, generous for a 2-core machine, or FERRY_KAFKATEST_READY_TIMEOUT
+// (a Go duration) for a heavily loaded one.
+var readyTimeout = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FERRY_KAFKATEST_READY_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 90 * time.Second
+}()
 
 // errBindClash means a node could not bind a port picked for it because
 // something else took it in between.
@@ -87,6 +94,8 @@ type Cluster struct {
 	removeDir bool
 	clusterID string
 	jars      string
+	cds       string // class data sharing archive to use, or ""
+	cdsDump   string // where node 1 dumps an archive at exit, or ""
 	owner     string
 	nodes     []*node // ordered by id, ids 1..n
 
@@ -144,6 +153,17 @@ var nameClean = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // does not need a testing.T, so TestMain can share a cluster between tests;
 // the caller must Close it (Main does so on exit).
 func New(cfg Config) (*Cluster, error) {
+	jars, err := jarDir()
+	if err != nil {
+		return nil, fmt.Errorf("kafkatest: %w", err)
+	}
+	return newCluster(cfg, jars, cdsArchive(jars), "")
+}
+
+// newCluster starts a cluster whose JVMs share the class archive cds (if
+// not empty); a non-empty cdsDump makes node 1 write an archive to that
+// path when it exits normally.
+func newCluster(cfg Config, jars, cds, cdsDump string) (*Cluster, error) {
 	if cfg.Brokers < 1 {
 		return nil, fmt.Errorf("kafkatest: Config.Brokers is %d, want at least 1", cfg.Brokers)
 	}
@@ -154,15 +174,11 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Name == "" {
 		cfg.Name = "kafka"
 	}
-	jars, err := jarDir()
-	if err != nil {
-		return nil, fmt.Errorf("kafkatest: %w", err)
-	}
 	owner, err := ownerDir()
 	if err != nil {
 		return nil, fmt.Errorf("kafkatest: %w", err)
 	}
-	c := &Cluster{cfg: cfg, jars: jars, owner: owner, clusterID: newClusterID()}
+	c := &Cluster{cfg: cfg, jars: jars, cds: cds, cdsDump: cdsDump, owner: owner, clusterID: newClusterID()}
 	if cfg.Dir != "" {
 		c.dir, err = filepath.Abs(cfg.Dir)
 		if err == nil {
@@ -349,7 +365,8 @@ func (c *Cluster) format() error {
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		wg.Go(func() {
-			args := append(baseJVMArgs(c.owner), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			args := append(baseJVMArgs(c.owner), cdsArgs(c.cds)...)
+			args = append(args, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 				"-cp", c.jars+"/*", "kafka.tools.StorageTool", "format", "-t", c.clusterID, "-c", n.props)
 			errs[i] = c.runLogged(n, formatTimeout, args)
 		})
@@ -391,6 +408,10 @@ func (c *Cluster) launch(n *node) error {
 	defer f.Close()
 	fmt.Fprintf(f, "\n==== kafkatest: %s starting node %d ====\n", time.Now().Format(time.RFC3339Nano), n.id)
 	args := append(baseJVMArgs(c.owner), nodeJVMArgs...)
+	args = append(args, cdsArgs(c.cds)...)
+	if c.cdsDump != "" && n.id == 1 {
+		args = append(args, "-XX:ArchiveClassesAtExit="+c.cdsDump)
+	}
 	args = append(args, c.cfg.JVMArgs...)
 	args = append(args, "-Dferry.kafkatest.node="+c.cfg.Name+"/"+strconv.Itoa(int(n.id)),
 		"-cp", c.jars+"/*", "kafka.Kafka", n.props)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what the conformance client programs need (see README.md), on a
+# Debian machine of the project's kind. Idempotent and quick when everything
+# is already there: each step checks before it installs. Safe to run again.
+#
+#   Debian:  a JDK (javac) and Maven for the Java client and the Kafka jars,
+#            python3-venv, python3-confluent-kafka (librdkafka 2.0.2, the
+#            "old librdkafka" row of the matrix)
+#   PyPI:    confluent-kafka (python/requirements.txt) in a venv at
+#            $FERRY_CACHE/clients/py-venv, else <repo>/.cache/clients/py-venv
+#   npm:     kafkajs and kafkajs-snappy, `npm ci` into node/node_modules
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${FERRY_CACHE:-$root/.cache}
+venv=$cache/clients/py-venv
+say() { echo "install.sh: $*" >&2; }
+
+# --- Debian packages ---------------------------------------------------------
+apt_pkgs=()
+command -v javac >/dev/null 2>&1 || apt_pkgs+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
+command -v node >/dev/null 2>&1 || apt_pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || apt_pkgs+=(npm)
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_pkgs+=(python3-venv)
+/usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
+if ((${#apt_pkgs[@]})); then
+	sudo=()
+	[[ $(id -u) == 0 ]] || sudo=(sudo)
+	say "apt-get install ${apt_pkgs[*]}"
+	"${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${apt_pkgs[@]}"
+fi
+
+# --- PyPI confluent-kafka in a venv ---------------------------------------------
+# The stamp holds the requirements the venv was built from; a change rebuilds it.
+want=$(cat "$here/python/requirements.txt")
+if [[ ! -x $venv/bin/python || "$(cat "$venv/.ferry-requirements" 2>/dev/null)" != "$want" ]] ||
+	! "$venv/bin/python" -c 'import confluent_kafka' >/dev/null 2>&1; then
+	say "creating $venv"
+	mkdir -p "$(dirname "$venv")"
+	/usr/bin/python3 -m venv --clear "$venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$here/python/requirements.txt"
+	printf '%s' "$want" >"$venv/.ferry-requirements"
+fi
+
+# --- npm kafkajs -------------------------------------------------------------------
+lock=$(sha256sum "$here/node/package-lock.json" | cut -d' ' -f1)
+if [[ "$(cat "$here/node/node_modules/.ferry-lock" 2>/dev/null)" != "$lock" ]]; then
+	say "npm ci in $here/node"
+	(cd "$here/node" && npm ci --no-audit --no-fund --loglevel=error) >&2
+	printf '%s' "$lock" >"$here/node/node_modules/.ferry-lock"
+fi
+
+say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json")"

@@ -1,0 +1,396 @@
+// Client is the Java (kafka-clients) member of Ferry's client conformance
+// matrix. The Go tests in conformance/ compile it with javac against the
+// Kafka jars and run it as
+//
+//	produce --bootstrap B --topic T --count N [--compression C] [--transactional-id X]
+//	consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
+//	        [--group-protocol classic|consumer]
+//	admin   --bootstrap B [--topic T] [--replication-factor R]
+//
+// produce and consume print one JSON line per record (see ../README.md);
+// admin prints one JSON object. Diagnostics go to stderr. Any failure exits
+// non-zero.
+
+import java.nio.charset.StandardCharsets;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public final class Client {
+    /** How long consume waits for --count records before giving up. */
+    static final Duration CONSUME_TIMEOUT = Duration.ofSeconds(60);
+    /** Records per transaction in transactional produce. */
+    static final int TXN_BATCH = 25;
+
+    public static void main(String[] argv) throws Exception {
+        // Keep the clients' INFO chatter out of the test logs unless asked for.
+        if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
+            System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        }
+        if (argv.length < 1) {
+            usage("missing mode");
+        }
+        Map<String, String> a = flags(argv);
+        switch (argv[0]) {
+            case "produce" -> produce(a);
+            case "consume" -> consume(a);
+            case "admin" -> admin(a);
+            default -> usage("unknown mode " + argv[0]);
+        }
+    }
+
+    // ---- produce ----
+
+    static void produce(Map<String, String> a) throws Exception {
+        String topic = need(a, "topic");
+        int count = Integer.parseInt(need(a, "count"));
+        String txnId = a.get("transactional-id");
+
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, a.getOrDefault("compression", "none"));
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, "4096"); // several batches per partition
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
+        if (txnId != null) {
+            p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        }
+        String run = randomToken();
+        long base = System.currentTimeMillis() - count; // explicit, distinct, in the past
+
+        try (KafkaProducer<String, String> producer =
+                new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            if (txnId != null) {
+                producer.initTransactions();
+            }
+            List<ProducerRecord<String, String>> records = new ArrayList<>(count);
+            List<Future<RecordMetadata>> acks = new ArrayList<>(count);
+            List<Boolean> aborted = new ArrayList<>(count);
+            int batch = txnId == null ? count : TXN_BATCH;
+            for (int start = 0, n = 0; start < count; start += batch, n++) {
+                // Odd-numbered transactions are aborted: half committed, a marked set aborted.
+                boolean abort = txnId != null && n % 2 == 1;
+                if (txnId != null) {
+                    producer.beginTransaction();
+                }
+                List<Future<RecordMetadata>> inTxn = new ArrayList<>();
+                for (int i = start; i < Math.min(count, start + batch); i++) {
+                    RecordHeaders h = new RecordHeaders();
+                    h.add("h", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+                    ProducerRecord<String, String> r = new ProducerRecord<>(
+                            topic, null, base + i, "k-" + i, "v-" + i + "-" + run, h);
+                    records.add(r);
+                    Future<RecordMetadata> f = producer.send(r);
+                    acks.add(f);
+                    inTxn.add(f);
+                    aborted.add(abort);
+                }
+                if (txnId != null) {
+                    // Offsets of the records are needed even for aborted ones: flush first.
+                    producer.flush();
+                    for (Future<RecordMetadata> f : inTxn) {
+                        f.get(60, TimeUnit.SECONDS);
+                    }
+                    if (abort) {
+                        producer.abortTransaction();
+                    } else {
+                        producer.commitTransaction();
+                    }
+                }
+            }
+            producer.flush();
+            StringBuilder out = new StringBuilder();
+            for (int i = 0; i < records.size(); i++) {
+                RecordMetadata md = acks.get(i).get(60, TimeUnit.SECONDS);
+                ProducerRecord<String, String> r = records.get(i);
+                out.append(recordJson(md.partition(), md.offset(), r.key(), r.value(),
+                        r.headers(), r.timestamp(), aborted.get(i))).append('\n');
+            }
+            System.out.print(out);
+            System.out.flush();
+        }
+    }
+
+    // ---- consume ----
+
+    static void consume(Map<String, String> a) throws Exception {
+        String topic = need(a, "topic");
+        int count = Integer.parseInt(need(a, "count"));
+        String protocol = a.getOrDefault("group-protocol", "classic");
+
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, need(a, "group"));
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, a.getOrDefault("isolation", "read_uncommitted"));
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "100");
+
+        long deadline = System.nanoTime() + CONSUME_TIMEOUT.toNanos();
+        StringBuilder out = new StringBuilder();
+        try (KafkaConsumer<String, String> consumer =
+                new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            consumer.subscribe(List.of(topic));
+            int got = 0;
+            while (got < count && System.nanoTime() < deadline) {
+                got += print(consumer.poll(Duration.ofMillis(200)), out);
+            }
+            // Drain to the end offsets (last stable offsets under read_committed),
+            // so that extra records show up and the committed positions step over
+            // trailing aborted records and transaction markers.
+            Set<TopicPartition> assigned = consumer.assignment();
+            Map<TopicPartition, Long> end = consumer.endOffsets(assigned);
+            while (System.nanoTime() < deadline && !caughtUp(consumer, end)) {
+                got += print(consumer.poll(Duration.ofMillis(200)), out);
+            }
+            if (got < count) {
+                System.err.printf("consume: timed out with %d of %d records%n", got, count);
+            }
+            consumer.commitSync(Duration.ofSeconds(30));
+        }
+        System.out.print(out);
+        System.out.flush();
+    }
+
+    static boolean caughtUp(KafkaConsumer<?, ?> c, Map<TopicPartition, Long> end) {
+        for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
+            if (c.position(e.getKey()) < e.getValue()) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    static int print(ConsumerRecords<String, String> recs, StringBuilder out) {
+        for (ConsumerRecord<String, String> r : recs) {
+            out.append(recordJson(r.partition(), r.offset(), r.key(), r.value(),
+                    r.headers(), r.timestamp(), false)).append('\n');
+        }
+        return recs.count();
+    }
+
+    // ---- admin ----
+
+    static void admin(Map<String, String> a) throws Exception {
+        String topic = a.getOrDefault("topic", "admin-" + randomToken());
+        short rf = Short.parseShort(a.getOrDefault("replication-factor", "3"));
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
+        Map<String, Object> seen = new LinkedHashMap<>();
+        seen.put("topic", topic);
+        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        try (Admin admin = Admin.create(p)) {
+            NewTopic nt = new NewTopic(topic, 3, rf).configs(Map.of("retention.ms", "3600000"));
+            admin.createTopics(List.of(nt)).all().get(30, TimeUnit.SECONDS);
+            seen.put("created", true);
+
+            TopicDescription d = describeWhenReady(admin, topic);
+            seen.put("partitions", d.partitions().size());
+            seen.put("replicas", d.partitions().get(0).replicas().size());
+            seen.put("config_before", topicConfigs(admin, res));
+
+            Collection<AlterConfigOp> ops = List.of(
+                    new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET),
+                    new AlterConfigOp(new ConfigEntry("max.message.bytes", "2097152"), AlterConfigOp.OpType.SET));
+            admin.incrementalAlterConfigs(Map.of(res, ops)).all().get(30, TimeUnit.SECONDS);
+            seen.put("config_after", topicConfigs(admin, res));
+
+            List<String> groups = new ArrayList<>();
+            for (GroupListing g : admin.listGroups().all().get(30, TimeUnit.SECONDS)) {
+                groups.add(g.groupId());
+            }
+            Collections.sort(groups);
+            seen.put("groups", groups);
+
+            admin.deleteTopics(List.of(topic)).all().get(30, TimeUnit.SECONDS);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (admin.listTopics().names().get(30, TimeUnit.SECONDS).contains(topic)) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("topic " + topic + " still listed 30s after delete");
+                }
+                Thread.sleep(100);
+            }
+            seen.put("deleted", true);
+        }
+        System.out.println(json(seen));
+    }
+
+    /** Describes topic, retrying while metadata has not yet propagated. */
+    static TopicDescription describeWhenReady(Admin admin, String topic) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (true) {
+            try {
+                return admin.describeTopics(List.of(topic)).allTopicNames()
+                        .get(30, TimeUnit.SECONDS).get(topic);
+            } catch (java.util.concurrent.ExecutionException e) {
+                if (System.nanoTime() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(100);
+            }
+        }
+    }
+
+    /** Returns the topic's configs that were set on the topic itself (not defaults). */
+    static Map<String, String> topicConfigs(Admin admin, ConfigResource res) throws Exception {
+        Config c = admin.describeConfigs(List.of(res)).all().get(30, TimeUnit.SECONDS).get(res);
+        Map<String, String> m = new TreeMap<>();
+        for (ConfigEntry e : c.entries()) {
+            if (e.source() == ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG) {
+                m.put(e.name(), e.value());
+            }
+        }
+        return m;
+    }
+
+    // ---- output ----
+
+    static String recordJson(int partition, long offset, String key, String value,
+            Iterable<Header> headers, long timestamp, boolean aborted) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("partition", partition);
+        m.put("offset", offset);
+        m.put("key", key);
+        m.put("value", value);
+        Map<String, String> h = new LinkedHashMap<>();
+        for (Header x : headers) {
+            h.put(x.key(), x.value() == null ? null : new String(x.value(), StandardCharsets.UTF_8));
+        }
+        m.put("headers", h);
+        m.put("timestamp", timestamp);
+        if (aborted) {
+            m.put("aborted", true);
+        }
+        return json(m);
+    }
+
+    /** A small JSON encoder for maps, lists, strings, numbers and booleans. */
+    static String json(Object o) {
+        StringBuilder b = new StringBuilder();
+        writeJson(b, o);
+        return b.toString();
+    }
+
+    static void writeJson(StringBuilder b, Object o) {
+        if (o == null) {
+            b.append("null");
+        } else if (o instanceof String s) {
+            b.append('"');
+            for (char c : s.toCharArray()) {
+                switch (c) {
+                    case '"' -> b.append("\\\"");
+                    case '\\' -> b.append("\\\\");
+                    case '\n' -> b.append("\\n");
+                    default -> {
+                        if (c < 0x20) {
+                            b.append(String.format("\\u%04x", (int) c));
+                        } else {
+                            b.append(c);
+                        }
+                    }
+                }
+            }
+            b.append('"');
+        } else if (o instanceof Map<?, ?> m) {
+            b.append('{');
+            boolean first = true;
+            for (Map.Entry<?, ?> e : m.entrySet()) {
+                if (!first) {
+                    b.append(',');
+                }
+                first = false;
+                writeJson(b, String.valueOf(e.getKey()));
+                b.append(':');
+                writeJson(b, e.getValue());
+            }
+            b.append('}');
+        } else if (o instanceof Collection<?> c) {
+            b.append('[');
+            boolean first = true;
+            for (Object x : c) {
+                if (!first) {
+                    b.append(',');
+                }
+                first = false;
+                writeJson(b, x);
+            }
+            b.append(']');
+        } else {
+            b.append(o); // Number, Boolean
+        }
+    }
+
+    // ---- flags ----
+
+    static Map<String, String> flags(String[] argv) {
+        Map<String, String> m = new HashMap<>();
+        for (int i = 1; i < argv.length; i++) {
+            if (!argv[i].startsWith("--") || i + 1 >= argv.length) {
+                usage("bad argument " + argv[i]);
+            }
+            m.put(argv[i].substring(2), argv[++i]);
+        }
+        return m;
+    }
+
+    static String need(Map<String, String> a, String name) {
+        String v = a.get(name);
+        if (v == null) {
+            usage("missing --" + name);
+        }
+        return v;
+    }
+
+    static void usage(String why) {
+        System.err.println("Client: " + why);
+        System.err.println("usage: Client produce|consume|admin --bootstrap B [flags]");
+        System.exit(2);
+    }
+
+    static String randomToken() {
+        byte[] b = new byte[6];
+        new SecureRandom().nextBytes(b);
+        return HexFormat.of().formatHex(b);
+    }
+
+    private Client() {}
+}

@@ -1,0 +1,210 @@
+'use strict'
+// kafkajs member of Ferry's client conformance matrix. The Go tests in
+// conformance/ run it with node after conformance/clients/install.sh has run
+// `npm ci` here:
+//
+//   produce --bootstrap B --topic T --count N [--compression none|gzip|snappy]
+//   consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
+//
+// Each prints one JSON line per record (see ../README.md). Diagnostics go to
+// stderr. Any failure exits non-zero. kafkajs ships gzip; snappy comes from
+// kafkajs-snappy; lz4 and zstd would need native codecs and are refused.
+
+const crypto = require('crypto')
+const {
+  Kafka, CompressionTypes, CompressionCodecs, Partitioners, logLevel,
+} = require('kafkajs')
+
+CompressionCodecs[CompressionTypes.Snappy] = require('kafkajs-snappy')
+
+const CONSUME_TIMEOUT_MS = 60000
+const DRAIN_MS = 10000 // how long consume keeps reading past --count to reach the end offsets
+const WATCHDOG_MS = 90000 // kafkajs retries connecting for a long time; give up before the test does
+const SEND_CHUNK = 50 // records per producer.send, so a run makes several batches per partition
+
+const COMPRESSION = {
+  none: CompressionTypes.None,
+  gzip: CompressionTypes.GZIP,
+  snappy: CompressionTypes.Snappy,
+}
+
+function usage (why) {
+  process.stderr.write(`client.js: ${why}\n` +
+    'usage: client.js produce|consume --bootstrap B --topic T --count N [flags]\n')
+  process.exit(2)
+}
+
+function parseFlags (argv) {
+  const a = { compression: 'none', isolation: 'read_uncommitted', 'group-protocol': 'classic' }
+  for (let i = 1; i < argv.length; i += 2) {
+    if (!argv[i].startsWith('--') || i + 1 >= argv.length) usage(`bad argument ${argv[i]}`)
+    a[argv[i].slice(2)] = argv[i + 1]
+  }
+  for (const f of ['bootstrap', 'topic', 'count']) if (!(f in a)) usage(`missing --${f}`)
+  a.count = Number(a.count)
+  return a
+}
+
+// stderrLogger keeps kafkajs's logs off stdout, which carries the records.
+function stderrLogger () {
+  return ({ namespace, level, label, log }) => {
+    const { message, ...extra } = log
+    process.stderr.write(`kafkajs ${label} [${namespace}] ${message} ${JSON.stringify(extra)}\n`)
+  }
+}
+
+function recordJSON (partition, offset, key, value, headers, timestamp) {
+  return JSON.stringify({ partition, offset, key, value, headers, timestamp })
+}
+
+function newKafka (a) {
+  return new Kafka({
+    clientId: 'ferry-conformance-kafkajs',
+    brokers: a.bootstrap.split(','),
+    logLevel: logLevel.ERROR,
+    logCreator: stderrLogger,
+    retry: { retries: 10 },
+  })
+}
+
+async function produce (a) {
+  if (!(a.compression in COMPRESSION)) usage(`compression ${a.compression} is not supported by this client`)
+  if (a['transactional-id']) usage('--transactional-id is not supported by this client')
+  const kafka = newKafka(a)
+
+  // kafkajs's send reports one base offset per partition, not a partition per
+  // message, so pick each message's partition up front with kafkajs's own
+  // default partitioner and set it explicitly.
+  const admin = kafka.admin()
+  await admin.connect()
+  const md = await admin.fetchTopicMetadata({ topics: [a.topic] })
+  await admin.disconnect()
+  const partitionMetadata = md.topics[0].partitions
+  const partitioner = Partitioners.DefaultPartitioner()
+
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const run = crypto.randomBytes(6).toString('hex')
+  const base = Date.now() - a.count // explicit, distinct, in the past
+  const out = []
+  for (let start = 0; start < a.count; start += SEND_CHUNK) {
+    const messages = []
+    for (let i = start; i < Math.min(a.count, start + SEND_CHUNK); i++) {
+      const m = { key: `k-${i}`, value: `v-${i}-${run}`, headers: { h: String(i) }, timestamp: String(base + i) }
+      m.partition = partitioner({ topic: a.topic, partitionMetadata, message: m })
+      messages.push(m)
+    }
+    const res = await producer.send({
+      topic: a.topic, acks: -1, compression: COMPRESSION[a.compression], messages,
+    })
+    const baseOffset = new Map(res.map(r => [r.partition, BigInt(r.baseOffset)]))
+    const next = new Map()
+    for (const m of messages) {
+      const idx = next.get(m.partition) || 0n
+      next.set(m.partition, idx + 1n)
+      if (!baseOffset.has(m.partition)) throw new Error(`no ack for partition ${m.partition}`)
+      out.push(recordJSON(m.partition, Number(baseOffset.get(m.partition) + idx),
+        m.key, m.value, m.headers, Number(m.timestamp)))
+    }
+  }
+  await producer.disconnect()
+  return out
+}
+
+async function consume (a) {
+  if (!a.group) usage('consume needs --group')
+  if (a['group-protocol'] !== 'classic') usage(`group protocol ${a['group-protocol']} is not supported by this client`)
+  const kafka = newKafka(a)
+  const consumer = kafka.consumer({
+    groupId: a.group,
+    readUncommitted: a.isolation !== 'read_committed',
+    maxWaitTimeInMs: 200,
+  })
+  const out = []
+  // partition -> next offset to read. Besides the records seen, kafkajs
+  // reports each fetched batch's last offset, which steps over transaction
+  // markers and aborted records that never reach eachMessage.
+  const next = new Map()
+  const advance = (partition, last) => {
+    if (!next.has(partition) || next.get(partition) <= last) next.set(partition, last + 1n)
+  }
+  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+    if (payload.topic === a.topic) advance(payload.partition, BigInt(payload.lastOffset))
+  })
+  let reached, crashed
+  const reachedCount = new Promise((resolve, reject) => { reached = resolve; crashed = reject })
+  // A crash that kafkajs will not restart from ends the run with an error
+  // (for example a codec this client lacks) instead of waiting for the timeout.
+  consumer.on(consumer.events.CRASH, ({ payload }) => {
+    if (!payload.restart) crashed(payload.error)
+  })
+  await consumer.connect()
+  await consumer.subscribe({ topics: [a.topic], fromBeginning: true })
+  await consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ partition, message }) => {
+      const headers = {}
+      for (const [k, v] of Object.entries(message.headers || {})) headers[k] = v == null ? null : v.toString()
+      out.push(recordJSON(partition, Number(message.offset),
+        message.key == null ? null : message.key.toString(),
+        message.value == null ? null : message.value.toString(),
+        headers, Number(message.timestamp)))
+      advance(partition, BigInt(message.offset))
+      if (out.length >= a.count) reached()
+    },
+  })
+  const deadline = Date.now() + CONSUME_TIMEOUT_MS
+  let timer
+  await Promise.race([reachedCount, new Promise(resolve => { timer = setTimeout(resolve, CONSUME_TIMEOUT_MS) })])
+  clearTimeout(timer)
+
+  // Drain to the end offsets so that extra records show up.
+  const admin = kafka.admin()
+  await admin.connect()
+  const ends = await admin.fetchTopicOffsets(a.topic)
+  await admin.disconnect()
+  const drainUntil = Math.min(deadline, Date.now() + DRAIN_MS)
+  const caughtUp = () => ends.every(e => BigInt(e.high) <= BigInt(e.low) || (next.get(e.partition) || 0n) >= BigInt(e.high))
+  while (Date.now() < drainUntil && !caughtUp()) await sleep(50)
+  if (out.length < a.count) process.stderr.write(`consume: timed out with ${out.length} of ${a.count} records\n`)
+
+  const offsets = [...next].map(([partition, off]) => ({ topic: a.topic, partition, offset: String(off) }))
+  if (offsets.length > 0) await consumer.commitOffsets(offsets)
+  await consumer.disconnect()
+  return out
+}
+
+function sleep (ms) {
+  return new Promise(resolve => setTimeout(resolve, ms))
+}
+
+async function main () {
+  setTimeout(() => {
+    process.stderr.write(`client.js: still running after ${WATCHDOG_MS} ms, giving up\n`)
+    process.exit(1)
+  }, WATCHDOG_MS).unref()
+  const mode = process.argv[2]
+  const a = parseFlags(process.argv.slice(2))
+  let out
+  if (mode === 'produce') out = await produce(a)
+  else if (mode === 'consume') out = await consume(a)
+  else usage(`unknown mode ${mode}`)
+  const text = out.map(l => l + '\n').join('')
+  await new Promise(resolve => process.stdout.write(text, resolve))
+  done = true
+  process.exit(0)
+}
+
+// If the event loop empties before main settles, something went silently wrong.
+let done = false
+process.on('exit', code => {
+  if (!done && code === 0) {
+    process.stderr.write('client.js: exited before finishing\n')
+    process.exitCode = 1
+  }
+})
+
+main().then(() => { done = true }, err => {
+  process.stderr.write(`client.js: ${err && err.stack ? err.stack : err}\n`)
+  process.exit(1)
+})

@@ -1,0 +1,197 @@
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Option configures a Mirror.
+type Option func(*config)
+
+type config struct {
+	source, target []string // bootstrap addresses
+
+	topicInclude, topicExclude []*regexp.Regexp
+	groupInclude, groupExclude []*regexp.Regexp
+
+	syncInterval time.Duration
+	inflight     int
+	txnSlots     int
+	fetchMaxWait time.Duration
+	fetchBytes   int32
+	syncGroups   bool
+	syncACLs     bool
+	idPrefix     string
+
+	errs []error // from options, reported by validate
+
+	logger   *zap.Logger
+	registry prometheus.Registerer
+}
+
+func defaultConfig() config {
+	return config{
+		syncInterval: 5 * time.Second,
+		inflight:     5,
+		txnSlots:     4,
+		fetchMaxWait: 500 * time.Millisecond,
+		fetchBytes:   8 << 20,
+		syncGroups:   true,
+		syncACLs:     true,
+		idPrefix:     "ferry-mirror",
+		logger:       zap.NewNop(),
+	}
+}
+
+// Source sets the bootstrap addresses of the cluster mirrored from (the
+// active cluster).
+func Source(addrs ...string) Option {
+	return func(c *config) { c.source = splitAddrs(addrs) }
+}
+
+// Target sets the bootstrap addresses of the cluster mirrored to (the
+// standby cluster).
+func Target(addrs ...string) Option {
+	return func(c *config) { c.target = splitAddrs(addrs) }
+}
+
+func splitAddrs(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		for _, s := range strings.Split(a, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// Topics restricts mirroring to topics matching one of the include
+// patterns (default: all) and none of the exclude patterns. Internal topics
+// and topics whose name starts with "__" are never mirrored.
+func Topics(include, exclude []string) Option {
+	return func(c *config) {
+		c.topicInclude = append(c.topicInclude, c.compileAll(include)...)
+		c.topicExclude = append(c.topicExclude, c.compileAll(exclude)...)
+	}
+}
+
+// Groups restricts the consumer groups whose offsets are copied, like
+// Topics.
+func Groups(include, exclude []string) Option {
+	return func(c *config) {
+		c.groupInclude = append(c.groupInclude, c.compileAll(include)...)
+		c.groupExclude = append(c.groupExclude, c.compileAll(exclude)...)
+	}
+}
+
+// compileAll compiles anchored patterns; a bad pattern is kept as one that
+// matches nothing and reported by validate.
+func (c *config) compileAll(pats []string) []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for _, p := range pats {
+		re, err := regexp.Compile("^(?:" + p + ")$")
+		if err != nil {
+			c.errs = append(c.errs, fmt.Errorf("pattern %q: %w", p, err))
+			continue
+		}
+		out = append(out, re)
+	}
+	return out
+}
+
+// SyncInterval sets how often topics, configs, group offsets and ACLs are
+// synchronised (default 5s).
+func SyncInterval(d time.Duration) Option { return func(c *config) { c.syncInterval = d } }
+
+// InFlight sets how many Produce requests a partition writer keeps in
+// flight (default 5, at most 5: the broker deduplicates a producer's last
+// five batches, which makes retries after a lost response safe).
+func InFlight(n int) Option { return func(c *config) { c.inflight = n } }
+
+// TxnSlots sets how many transactional IDs each partition writer uses for
+// source transactions that are open at the same time on one partition
+// (default 4).
+func TxnSlots(n int) Option { return func(c *config) { c.txnSlots = n } }
+
+// FetchMaxWait sets how long a source fetch waits for new data (default
+// 500ms).
+func FetchMaxWait(d time.Duration) Option { return func(c *config) { c.fetchMaxWait = d } }
+
+// SyncGroups enables or disables copying consumer group offsets (default on).
+func SyncGroups(on bool) Option { return func(c *config) { c.syncGroups = on } }
+
+// SyncACLs enables or disables copying ACLs (default on).
+func SyncACLs(on bool) Option { return func(c *config) { c.syncACLs = on } }
+
+// TransactionalIDPrefix sets the prefix of the transactional IDs the
+// writers use on the target (default "ferry-mirror").
+func TransactionalIDPrefix(p string) Option { return func(c *config) { c.idPrefix = p } }
+
+// Logger sets the logger (default: none).
+func Logger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
+
+// Registerer sets where metrics are registered (default: nowhere).
+func Registerer(r prometheus.Registerer) Option { return func(c *config) { c.registry = r } }
+
+func (c *config) validate() error {
+	var errs []error
+	errs = append(errs, c.errs...)
+	if len(c.source) == 0 {
+		errs = append(errs, errors.New("no source bootstrap addresses (Source)"))
+	}
+	if len(c.target) == 0 {
+		errs = append(errs, errors.New("no target bootstrap addresses (Target)"))
+	}
+	if c.syncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("sync interval %v is not positive", c.syncInterval))
+	}
+	if c.inflight < 1 || c.inflight > 5 {
+		errs = append(errs, fmt.Errorf("in-flight depth %d outside 1..5", c.inflight))
+	}
+	if c.txnSlots < 1 {
+		errs = append(errs, fmt.Errorf("transaction slots %d, need at least 1", c.txnSlots))
+	}
+	if c.logger == nil {
+		errs = append(errs, errors.New("nil logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mirror: invalid config: %w", err)
+	}
+	return nil
+}
+
+// mirrorTopic reports whether a topic is selected.
+func (c *config) mirrorTopic(name string, internal bool) bool {
+	if internal || strings.HasPrefix(name, "__") {
+		return false
+	}
+	return matches(name, c.topicInclude, c.topicExclude)
+}
+
+func (c *config) mirrorGroup(name string) bool {
+	return matches(name, c.groupInclude, c.groupExclude)
+}
+
+func matches(name string, include, exclude []*regexp.Regexp) bool {
+	ok := len(include) == 0
+	for _, re := range include {
+		if re.MatchString(name) {
+			ok = true
+			break
+		}
+	}
+	for _, re := range exclude {
+		if re.MatchString(name) {
+			return false
+		}
+	}
+	return ok
+}

@@ -1,0 +1,61 @@
+package mirror
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the mirror's Prometheus metrics, registered on the
+// Registerer passed in (if any).
+type metrics struct {
+	lagRecords *prometheus.GaugeVec
+	lagSeconds *prometheus.GaugeVec
+	mirrored   *prometheus.GaugeVec
+	state      *prometheus.GaugeVec
+	halts      *prometheus.CounterVec
+	batches    *prometheus.CounterVec
+	bytes      prometheus.Counter
+	fillers    prometheus.Counter
+	lostCommit prometheus.Counter
+	syncErrors *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	tp := []string{"topic", "partition"}
+	m := &metrics{
+		lagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_mirror_lag_records",
+			Help: "Offsets on the source (high watermark) not yet mirrored to the standby."}, tp),
+		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_mirror_lag_seconds",
+			Help: "Seconds since the partition was last fully mirrored (0 when caught up)."}, tp),
+		mirrored: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_mirror_mirrored_offset",
+			Help: "The standby's end offset, acknowledged by the standby: every source offset below it is mirrored."}, tp),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_mirror_partition_state",
+			Help: "Partition writer state: 0 starting, 1 mirroring, 2 caught up, 3 halted, 4 stopped."}, tp),
+		halts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_halts_total",
+			Help: "Partition writers halted, by reason."}, []string{"reason"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_batches_total",
+			Help: "Batches appended to the standby, by kind (plain, txn, filler)."}, []string{"kind"}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_bytes_total",
+			Help: "Bytes of source batches appended to the standby."}),
+		fillers: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_filler_offsets_total",
+			Help: "Offsets filled on the standby where the source holds no data record."}),
+		lostCommit: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_lost_commits_total",
+			Help: "Source COMMIT markers found as ABORT on the standby after a writer crash."}),
+		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_sync_errors_total",
+			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.batches,
+			m.bytes, m.fillers, m.lostCommit, m.syncErrors)
+	}
+	return m
+}
+
+func (m *metrics) forget(topic string, partition int32) {
+	l := prometheus.Labels{"topic": topic, "partition": strconv.Itoa(int(partition))}
+	m.lagRecords.Delete(l)
+	m.lagSeconds.Delete(l)
+	m.mirrored.Delete(l)
+	m.state.Delete(l)
+}

@@ -1,0 +1,416 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+	"go.uber.org/zap"
+)
+
+// Mirror copies the selected topics of the source cluster to the target
+// cluster at the same offsets: one writer per partition (writer.go) and a
+// metadata sync loop (sync.go) that creates topics and partitions, copies
+// configs, consumer group offsets and ACLs, and starts writers for new
+// partitions.
+//
+// Lock order: Mirror.mu, then writer.mu.
+type Mirror struct {
+	cfg     config
+	log     *zap.Logger
+	metrics *metrics
+
+	src, dst       *kgo.Client
+	srcAdm, dstAdm *kadm.Client
+
+	mu       sync.Mutex
+	writers  map[topicPartition]*writerHandle
+	topicIDs map[string][16]byte // source topic IDs of mirrored topics
+	closed   bool
+	running  bool
+	cancel   context.CancelFunc // of Run's context
+	wg       sync.WaitGroup     // every goroutine started by goRun
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+type writerHandle struct {
+	w      *writer
+	cancel context.CancelFunc
+}
+
+// New returns a Mirror; Run starts it.
+func New(opts ...Option) (*Mirror, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	// Transactions on the classic protocol (AddPartitionsToTxn, EndTxn
+	// v4): see the wire versions in writer.go.
+	vers := kversion.Stable()
+	vers.SetMaxKeyVersion(0, produceVersion)
+	vers.SetMaxKeyVersion(22, 4) // InitProducerId
+	vers.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
+	vers.SetMaxKeyVersion(26, 4) // EndTxn
+	src, err := kgo.NewClient(kgo.SeedBrokers(cfg.source...), kgo.ClientID("ferry-mirror"))
+	if err != nil {
+		return nil, fmt.Errorf("mirror: source client: %w", err)
+	}
+	dst, err := kgo.NewClient(kgo.SeedBrokers(cfg.target...), kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers))
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("mirror: target client: %w", err)
+	}
+	return &Mirror{
+		cfg:      cfg,
+		log:      cfg.logger,
+		metrics:  newMetrics(cfg.registry),
+		src:      src,
+		dst:      dst,
+		srcAdm:   kadm.NewClient(src),
+		dstAdm:   kadm.NewClient(dst),
+		writers:  make(map[topicPartition]*writerHandle),
+		topicIDs: make(map[string][16]byte),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Run mirrors until ctx ends or Close is called. It returns ErrClosed
+// after Close, ctx's error otherwise.
+func (m *Mirror) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	if m.running {
+		m.mu.Unlock()
+		return errors.New("mirror: Run called twice")
+	}
+	m.running = true
+	ctx, cancel := context.WithCancel(ctx)
+	m.cancel = cancel
+	m.mu.Unlock()
+	defer cancel()
+
+	m.log.Info("mirror starting", zap.Strings("source", m.cfg.source), zap.Strings("target", m.cfg.target))
+	t := time.NewTicker(m.cfg.syncInterval)
+	defer t.Stop()
+	for {
+		m.syncOnce(ctx)
+		select {
+		case <-ctx.Done():
+			m.stopWriters()
+			select {
+			case <-m.done:
+				return ErrClosed
+			default:
+				return ctx.Err()
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops Run and every writer and closes the clients. Safe to call
+// more than once.
+func (m *Mirror) Close() {
+	m.closeOnce.Do(func() {
+		// 1. Refuse new goroutines and stop Run's context.
+		m.mu.Lock()
+		m.closed = true
+		cancel := m.cancel
+		m.mu.Unlock()
+		close(m.done)
+		if cancel != nil {
+			cancel()
+		}
+		// 2. Stop the writers and wait for every goroutine.
+		m.stopWriters()
+		m.wg.Wait()
+		// 3. Close the clients.
+		m.src.Close()
+		m.dst.Close()
+	})
+}
+
+// goRun runs fn in a tracked goroutine unless the mirror is closed.
+func (m *Mirror) goRun(fn func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+func (m *Mirror) stopWriters() {
+	m.mu.Lock()
+	for _, h := range m.writers {
+		h.cancel()
+	}
+	m.mu.Unlock()
+}
+
+// startWriter starts the writer of a partition if it has none.
+func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32) {
+	key := topicPartition{topic, partition}
+	m.mu.Lock()
+	if _, ok := m.writers[key]; ok || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	w := newWriter(m, topic, partition)
+	wctx, cancel := context.WithCancel(ctx)
+	m.writers[key] = &writerHandle{w: w, cancel: cancel}
+	m.mu.Unlock()
+	m.goRun(func() { w.run(wctx) })
+}
+
+// stopTopic stops the writers of a topic deleted on the source and marks
+// them stopped; their status stays visible.
+// A deleted topic's writers are forgotten (so a topic created again under
+// the name starts new writers, whose tail check then compares it with what
+// the standby holds); a recreated one's are kept, halted.
+func (m *Mirror) stopTopic(topic string, why error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var halt *HaltError
+	halted := errors.As(why, &halt)
+	for k, h := range m.writers {
+		if k.topic != topic {
+			continue
+		}
+		h.cancel()
+		if halted {
+			h.w.setState(StateHalted, why)
+			m.metrics.halts.WithLabelValues(haltReason(why)).Inc()
+			continue
+		}
+		h.w.setState(StateStopped, why)
+		m.metrics.forget(k.topic, k.partition)
+		delete(m.writers, k)
+	}
+}
+
+// Status returns every partition's status, ordered by topic and partition.
+func (m *Mirror) Status() []PartitionStatus {
+	m.mu.Lock()
+	ws := make([]*writer, 0, len(m.writers))
+	for _, h := range m.writers {
+		ws = append(ws, h.w)
+	}
+	m.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.Status())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// WaitCaughtUp waits until every mirrored partition of the given topics
+// (all, if none are given) is caught up — the standby holds every offset
+// below the source's high watermark — and returns nil, or returns an error
+// as soon as one of them is halted, or ctx's error. Partitions stopped
+// because their source topic was deleted are ignored. The switchover calls
+// it with client produces held, so that the source's end does not move.
+func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
+	want := make(map[string]bool)
+	for _, t := range topics {
+		want[t] = true
+	}
+	delay := 10 * time.Millisecond
+	for {
+		all, seen := true, make(map[string]bool)
+		for _, st := range m.Status() {
+			if len(want) > 0 && !want[st.Topic] {
+				continue
+			}
+			seen[st.Topic] = true
+			switch st.State {
+			case StateHalted:
+				return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
+			case StateStopped:
+			case StateCaughtUp:
+			default:
+				all = false
+			}
+		}
+		for t := range want {
+			if !seen[t] {
+				all = false
+			}
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// leaderAddr returns the address of the partition's leader in cl's
+// cluster.
+func (m *Mirror) leaderAddr(ctx context.Context, cl *kgo.Client, topic string, partition int32) (string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Topics) != 1 {
+		return "", errors.New("metadata: malformed response")
+	}
+	rt := resp.Topics[0]
+	if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+		return "", fmt.Errorf("metadata for %s: %w", topic, err)
+	}
+	for _, p := range rt.Partitions {
+		if p.Partition != partition {
+			continue
+		}
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
+			return "", fmt.Errorf("metadata for %s[%d]: %w", topic, partition, err)
+		}
+		for _, b := range resp.Brokers {
+			if b.NodeID == p.Leader {
+				return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
+			}
+		}
+		return "", fmt.Errorf("%s[%d]: leader %d not among the brokers", topic, partition, p.Leader)
+	}
+	return "", fmt.Errorf("%s[%d]: %w", topic, partition, kerr.UnknownTopicOrPartition)
+}
+
+// retriableTxnErr reports whether a transaction coordinator error is worth
+// retrying after a moment.
+func retriableTxnErr(err error) bool {
+	return errors.Is(err, kerr.ConcurrentTransactions) || errors.Is(err, kerr.CoordinatorLoadInProgress) ||
+		errors.Is(err, kerr.NotCoordinator) || errors.Is(err, kerr.CoordinatorNotAvailable) ||
+		errors.Is(err, kerr.RequestTimedOut) || errors.Is(err, kerr.TransactionAbortable)
+}
+
+// retryTxn runs fn until it succeeds, fails with a non-retriable error, or
+// a minute passes.
+func retryTxn(ctx context.Context, what string, fn func() error) error {
+	delay := 10 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := fn()
+		if err == nil || !retriableTxnErr(err) || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return err
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// initProducer gets a producer ID on the target: idempotent if txnID is
+// nil, else for that transactional ID (bumping its epoch, which fences an
+// older holder and aborts a transaction it left open).
+func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, error) {
+	var p producer
+	err := retryTxn(ctx, "InitProducerId", func() error {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = txnID
+		req.TransactionTimeoutMillis = int32(txnTimeout / time.Millisecond)
+		req.ProducerID = -1
+		req.ProducerEpoch = -1
+		resp, err := req.RequestWith(ctx, m.dst)
+		if err != nil {
+			return err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
+		p = producer{id: resp.ProducerID, epoch: resp.ProducerEpoch, txnID: txnID}
+		return nil
+	})
+	return p, err
+}
+
+// addPartition adds the partition to p's transaction.
+func (m *Mirror) addPartition(ctx context.Context, p *producer, topic string, partition int32) error {
+	return retryTxn(ctx, "AddPartitionsToTxn", func() error {
+		req := kmsg.NewPtrAddPartitionsToTxnRequest()
+		req.TransactionalID = *p.txnID
+		req.ProducerID = p.id
+		req.ProducerEpoch = p.epoch
+		t := kmsg.NewAddPartitionsToTxnRequestTopic()
+		t.Topic = topic
+		t.Partitions = []int32{partition}
+		req.Topics = append(req.Topics, t)
+		resp, err := req.RequestWith(ctx, m.dst)
+		if err != nil {
+			return err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// endTxn commits or aborts p's transaction.
+func (m *Mirror) endTxn(ctx context.Context, p *producer, commit bool) error {
+	return retryTxn(ctx, "EndTxn", func() error {
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID = *p.txnID
+		req.ProducerID = p.id
+		req.ProducerEpoch = p.epoch
+		req.Commit = commit
+		resp, err := req.RequestWith(ctx, m.dst)
+		if err != nil {
+			return err
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	})
+}

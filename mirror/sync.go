@@ -1,0 +1,431 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+// The metadata sync loop, run every SyncInterval by Run:
+//
+//  1. Topics: every selected source topic exists on the standby with the
+//     same partition count (partitions are added, never removed: Kafka
+//     cannot), its carried configs equal the source's, and the configs the
+//     mirror needs are forced (standbyConfigs). New partitions get a writer.
+//  2. A topic deleted on the source: its writers stop (state "stopped");
+//     the standby topic and its data are kept — deleting data on the
+//     standby is left to an operator, so that a mistaken delete on the
+//     active cluster does not propagate. A topic recreated on the source
+//     under the same name (a new topic ID) is not mirrored into the old
+//     standby topic: its writers halt with ErrSourceTruncated until the
+//     operator deletes the standby topic.
+//  3. Consumer group offsets: copied 1:1 (offsets are equal) for groups
+//     with no active members on the standby, clamped to what each writer
+//     has mirrored, with leader epoch -1 (epochs differ between clusters).
+//  4. ACLs: every source ACL is created on the standby (additive: an ACL
+//     deleted on the source is not deleted on the standby).
+
+// standbyConfigs are set on every standby topic regardless of the source:
+//   - compression.type=producer: the broker keeps each batch as the writer
+//     sends it (payload bytes untouched); any other value recompresses
+//     batches whose codec differs.
+//   - message.timestamp.type=CreateTime: a broker refuses LogAppendTime
+//     batches from clients. Source batches with LogAppendTime are sent with
+//     that flag cleared, so readers of the standby see the records' create
+//     times instead of the source broker's append time.
+//   - message.timestamp.before/after.max.ms: records are as old (or as far
+//     in the future) as they were when the source accepted them.
+var standbyConfigs = map[string]string{
+	"compression.type":                "producer",
+	"message.timestamp.type":          "CreateTime",
+	"message.timestamp.before.max.ms": "9223372036854775807",
+	"message.timestamp.after.max.ms":  "9223372036854775807",
+}
+
+// notCarried are source topic configs that are not copied, beyond
+// standbyConfigs, because they describe the source cluster rather than the
+// data:
+//   - min.insync.replicas, unclean.leader.election.enable: durability
+//     policy that depends on the standby's replication factor and brokers;
+//   - leader/follower.replication.throttled.replicas: broker IDs of the
+//     source cluster;
+//   - remote.storage.enable, remote.log.*, local.retention.*: tiered
+//     storage depends on the cluster's remote storage plugin.
+var notCarried = map[string]bool{
+	"min.insync.replicas":                     true,
+	"unclean.leader.election.enable":          true,
+	"leader.replication.throttled.replicas":   true,
+	"follower.replication.throttled.replicas": true,
+	"remote.storage.enable":                   true,
+	"local.retention.ms":                      true,
+	"local.retention.bytes":                   true,
+	"message.timestamp.difference.max.ms":     true,
+}
+
+func carried(key string) bool {
+	if _, forced := standbyConfigs[key]; forced {
+		return false
+	}
+	return !notCarried[key] && !strings.HasPrefix(key, "remote.log.")
+}
+
+// syncOnce runs one round of the sync loop; each step logs and counts its
+// own errors and does not stop the others.
+func (m *Mirror) syncOnce(ctx context.Context) {
+	if err := m.syncTopics(ctx); err != nil && ctx.Err() == nil {
+		m.metrics.syncErrors.WithLabelValues("topics").Inc()
+		m.log.Warn("mirror topic sync failed", zap.Error(err))
+	}
+	if m.cfg.syncGroups {
+		if err := m.syncGroups(ctx); err != nil && ctx.Err() == nil {
+			m.metrics.syncErrors.WithLabelValues("groups").Inc()
+			m.log.Warn("mirror group offset sync failed", zap.Error(err))
+		}
+	}
+	if m.cfg.syncACLs {
+		if err := m.syncACLs(ctx); err != nil && ctx.Err() == nil {
+			m.metrics.syncErrors.WithLabelValues("acls").Inc()
+			m.log.Warn("mirror ACL sync failed", zap.Error(err))
+		}
+	}
+}
+
+func (m *Mirror) syncTopics(ctx context.Context) error {
+	srcTopics, err := m.srcAdm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("listing source topics: %w", err)
+	}
+	dstTopics, err := m.dstAdm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("listing standby topics: %w", err)
+	}
+	var names []string
+	for name, d := range srcTopics {
+		if d.Err == nil && m.cfg.mirrorTopic(name, d.IsInternal) {
+			names = append(names, name)
+		}
+	}
+
+	// Deleted and recreated topics.
+	m.mu.Lock()
+	known := make(map[string][16]byte, len(m.topicIDs))
+	for t, id := range m.topicIDs {
+		known[t] = id
+	}
+	m.mu.Unlock()
+	for t, id := range known {
+		d, ok := srcTopics[t]
+		switch {
+		case !ok:
+			m.log.Warn("source topic deleted: its writers stop; the standby topic is kept", zap.String("topic", t))
+			m.stopTopic(t, errTopicGone)
+			m.mu.Lock()
+			delete(m.topicIDs, t)
+			m.mu.Unlock()
+		case d.ID != id && d.ID != [16]byte{}:
+			m.log.Error("source topic recreated under the same name: not mirrored into the existing standby topic", zap.String("topic", t))
+			m.stopTopic(t, &HaltError{Topic: t, Partition: -1, Offset: -1, Err: ErrSourceTruncated,
+				Detail: "the source topic was deleted and recreated; delete the standby topic to mirror the new one"})
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+
+	cfgs, err := m.srcAdm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("describing source topic configs: %w", err)
+	}
+	var dstNames []string
+	for _, n := range names {
+		if _, ok := dstTopics[n]; ok {
+			dstNames = append(dstNames, n)
+		}
+	}
+	var dstCfgs kadm.ResourceConfigs
+	if len(dstNames) > 0 {
+		if dstCfgs, err = m.dstAdm.DescribeTopicConfigs(ctx, dstNames...); err != nil {
+			return fmt.Errorf("describing standby topic configs: %w", err)
+		}
+	}
+	var errs []error
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
+			continue
+		}
+		want := wantConfigs(rc.Configs)
+		src := srcTopics[rc.Name]
+		nparts := int32(len(src.Partitions))
+		dst, exists := dstTopics[rc.Name]
+		if !exists {
+			create := make(map[string]*string, len(want))
+			for k, v := range want {
+				create[k] = kmsg.StringPtr(v)
+			}
+			resp, err := m.dstAdm.CreateTopic(ctx, nparts, -1, create, rc.Name)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+				errs = append(errs, fmt.Errorf("creating standby topic %s: %w", rc.Name, err))
+				continue
+			}
+			m.log.Info("standby topic created", zap.String("topic", rc.Name), zap.Int32("partitions", nparts))
+		} else {
+			if have := int32(len(dst.Partitions)); have < nparts {
+				resp, err := m.dstAdm.UpdatePartitions(ctx, int(nparts), rc.Name)
+				if err == nil {
+					err = resp.Error()
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("adding partitions to standby topic %s: %w", rc.Name, err))
+					continue
+				}
+				m.log.Info("standby topic partitions added", zap.String("topic", rc.Name), zap.Int32("from", have), zap.Int32("to", nparts))
+			}
+			if err := m.alterConfigs(ctx, rc.Name, want, dstCfgs); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		m.mu.Lock()
+		m.topicIDs[rc.Name] = src.ID
+		m.mu.Unlock()
+		for p := range nparts {
+			m.startWriter(ctx, rc.Name, p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wantConfigs returns the configs a standby topic should have: the
+// source's dynamic topic configs that carry over, and standbyConfigs.
+func wantConfigs(src []kadm.Config) map[string]string {
+	want := make(map[string]string)
+	for _, c := range src {
+		if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && carried(c.Key) {
+			want[c.Key] = *c.Value
+		}
+	}
+	for k, v := range standbyConfigs {
+		want[k] = v
+	}
+	return want
+}
+
+// alterConfigs sets the standby topic's configs that differ from want, and
+// removes carried dynamic configs the source no longer has.
+func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string]string, dstCfgs kadm.ResourceConfigs) error {
+	var have []kadm.Config
+	for _, rc := range dstCfgs {
+		if rc.Name == topic {
+			have = rc.Configs
+		}
+	}
+	haveDyn := make(map[string]string)
+	for _, c := range have {
+		if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil {
+			haveDyn[c.Key] = *c.Value
+		}
+	}
+	var alter []kadm.AlterConfig
+	for k, v := range want {
+		if hv, ok := haveDyn[k]; !ok || hv != v {
+			alter = append(alter, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: kmsg.StringPtr(v)})
+		}
+	}
+	for k := range haveDyn {
+		if _, ok := want[k]; !ok && carried(k) {
+			alter = append(alter, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
+		}
+	}
+	if len(alter) == 0 {
+		return nil
+	}
+	resps, err := m.dstAdm.AlterTopicConfigs(ctx, alter, topic)
+	if err == nil {
+		for _, r := range resps {
+			if r.Err != nil {
+				err = r.Err
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("altering standby topic %s configs: %w", topic, err)
+	}
+	m.log.Info("standby topic configs updated", zap.String("topic", topic), zap.Int("changes", len(alter)))
+	return nil
+}
+
+// mirrored returns how far the writer of a partition has mirrored, or -1.
+func (m *Mirror) mirrored(topic string, partition int32) int64 {
+	m.mu.Lock()
+	h := m.writers[topicPartition{topic, partition}]
+	m.mu.Unlock()
+	if h == nil {
+		return -1
+	}
+	return h.w.Status().Mirrored
+}
+
+// syncGroups copies committed offsets of the selected groups.
+func (m *Mirror) syncGroups(ctx context.Context) error {
+	srcGroups, err := m.srcAdm.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("listing source groups: %w", err)
+	}
+	dstGroups, err := m.dstAdm.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("listing standby groups: %w", err)
+	}
+	var errs []error
+	for _, g := range srcGroups.Sorted() {
+		if !m.cfg.mirrorGroup(g.Group) || g.GroupType == "share" {
+			continue
+		}
+		if d, ok := dstGroups[g.Group]; ok && d.State != "" && d.State != "Empty" && d.State != "Dead" {
+			continue // active on the standby: its members own the offsets there
+		}
+		offs, err := m.srcAdm.FetchOffsets(ctx, g.Group)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fetching offsets of group %s: %w", g.Group, err))
+			continue
+		}
+		commit := make(kadm.Offsets)
+		for t, ps := range offs {
+			for p, o := range ps {
+				if o.Err != nil || o.At < 0 {
+					continue
+				}
+				end := m.mirrored(t, p)
+				if end < 0 {
+					continue // not mirrored (yet)
+				}
+				at := min(o.At, end)
+				commit.Add(kadm.Offset{Topic: t, Partition: p, At: at, LeaderEpoch: -1, Metadata: o.Metadata})
+			}
+		}
+		if len(commit) == 0 {
+			continue
+		}
+		if have, err := m.dstAdm.FetchOffsets(ctx, g.Group); err == nil && sameOffsets(have, commit) {
+			continue
+		}
+		resp, err := m.dstAdm.CommitOffsets(ctx, g.Group, commit)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("committing offsets of group %s on the standby: %w", g.Group, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {
+	for t, ps := range want {
+		for p, o := range ps {
+			h, ok := have.Lookup(t, p)
+			if !ok || h.Err != nil || h.At != o.At {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// syncACLs creates every source ACL on the standby. A cluster without an
+// authorizer answers SECURITY_DISABLED, which ends the step quietly.
+func (m *Mirror) syncACLs(ctx context.Context) error {
+	req := kmsg.NewPtrDescribeACLsRequest()
+	req.ResourceType = kmsg.ACLResourceTypeAny
+	req.ResourcePatternType = kmsg.ACLResourcePatternTypeAny
+	req.Operation = kmsg.ACLOperationAny
+	req.PermissionType = kmsg.ACLPermissionTypeAny
+	resp, err := req.RequestWith(ctx, m.src)
+	if err != nil {
+		return fmt.Errorf("describing source ACLs: %w", err)
+	}
+	if resp.ErrorCode == kerr.SecurityDisabled.Code {
+		return nil
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("describing source ACLs: %w", err)
+	}
+	have, err := m.describeACLs(ctx)
+	if err != nil {
+		return err
+	}
+	create := kmsg.NewPtrCreateACLsRequest()
+	for _, r := range resp.Resources {
+		for _, a := range r.ACLs {
+			key := aclKey(r.ResourceType, r.ResourceName, r.ResourcePatternType, a.Principal, a.Host, a.Operation, a.PermissionType)
+			if have[key] {
+				continue
+			}
+			c := kmsg.NewCreateACLsRequestCreation()
+			c.ResourceType = r.ResourceType
+			c.ResourceName = r.ResourceName
+			c.ResourcePatternType = r.ResourcePatternType
+			c.Principal = a.Principal
+			c.Host = a.Host
+			c.Operation = a.Operation
+			c.PermissionType = a.PermissionType
+			create.Creations = append(create.Creations, c)
+		}
+	}
+	if len(create.Creations) == 0 {
+		return nil
+	}
+	cresp, err := create.RequestWith(ctx, m.dst)
+	if err != nil {
+		return fmt.Errorf("creating standby ACLs: %w", err)
+	}
+	var errs []error
+	for _, r := range cresp.Results {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil && !errors.Is(err, kerr.SecurityDisabled) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		m.log.Info("standby ACLs created", zap.Int("count", len(create.Creations)))
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Mirror) describeACLs(ctx context.Context) (map[string]bool, error) {
+	req := kmsg.NewPtrDescribeACLsRequest()
+	req.ResourceType = kmsg.ACLResourceTypeAny
+	req.ResourcePatternType = kmsg.ACLResourcePatternTypeAny
+	req.Operation = kmsg.ACLOperationAny
+	req.PermissionType = kmsg.ACLPermissionTypeAny
+	resp, err := req.RequestWith(ctx, m.dst)
+	if err != nil {
+		return nil, fmt.Errorf("describing standby ACLs: %w", err)
+	}
+	have := make(map[string]bool)
+	if resp.ErrorCode == kerr.SecurityDisabled.Code {
+		return have, nil
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("describing standby ACLs: %w", err)
+	}
+	for _, r := range resp.Resources {
+		for _, a := range r.ACLs {
+			have[aclKey(r.ResourceType, r.ResourceName, r.ResourcePatternType, a.Principal, a.Host, a.Operation, a.PermissionType)] = true
+		}
+	}
+	return have, nil
+}
+
+func aclKey(rt kmsg.ACLResourceType, name string, pt kmsg.ACLResourcePatternType, principal, host string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType) string {
+	return strings.Join([]string{strconv.Itoa(int(rt)), name, strconv.Itoa(int(pt)), principal, host,
+		strconv.Itoa(int(op)), strconv.Itoa(int(perm))}, "\x00")
+}

@@ -1,0 +1,1017 @@
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// The partition writer: one per mirrored partition. Its position is the
+// standby's end offset; it fetches raw batches from the source leader from
+// there up to the last stable offset and appends them to the standby leader
+// so that each lands at its source offset.
+//
+// How a stock broker treats what the writer sends (LogValidator,
+// ProducerStateManager in apache/kafka):
+//   - the leader assigns offsets from its log end: a batch lands at its source
+//     offset only if the standby's end offset equals the batch's base offset;
+//   - a batch must hold lastOffsetDelta+1 records; compressed batches are
+//     kept in place (payload untouched) when the codec matches the topic's
+//     (the standby topic has compression.type=producer);
+//   - control batches and LogAppendTime batches are refused from clients;
+//   - a producer ID the broker has not seen may start at any sequence.
+//
+// So, per source batch, in offset order:
+//   - a gap before it (compaction hole, raised log start, an empty batch
+//     the cleaner kept) is filled (fill);
+//   - a control batch (transaction marker) ends the matching writer
+//     transaction with EndTxn, so the coordinator's marker lands at the same
+//     offset; a marker with no writer transaction open is a gap of one;
+//   - a data batch is re-stamped with the writer's producer ID, epoch and
+//     sequence (CRC recomputed) and appended; batches of an aborted source
+//     transaction, and the last batch of a committed one, go inside a writer
+//     transaction (one transactional ID per open source transaction).
+//
+// Several Produce requests are kept in flight on one connection, so the
+// broker appends them in order; each response's base offset is checked.
+
+// Wire versions the writer speaks on its own connections. Produce v11 and
+// EndTxn v4 keep transactions on the classic protocol (the writer adds
+// partitions with AddPartitionsToTxn), which every Kafka 3.x/4.x broker
+// serves. Fetch v12 is the last version that names topics.
+const (
+	produceVersion     = 11
+	fetchVersion       = 12
+	listOffsetsVersion = 7
+)
+
+// txnTimeout is the writer transactions' timeout. A writer transaction can
+// stay open while the source's marker waits behind another open source
+// transaction; the coordinator aborting it early would put a marker at the
+// wrong offset, so it is the broker default maximum.
+const txnTimeout = 15 * time.Minute
+
+// fillerChunk caps the records of one filler batch (about 25 bytes each).
+const fillerChunk = 20000
+
+// PartitionState is the state of one partition writer.
+type PartitionState int
+
+const (
+	StateStarting  PartitionState = iota // connecting, initialising producers
+	StateMirroring                       // copying, behind the source
+	StateCaughtUp                        // the standby holds every source offset
+	StateHalted                          // stopped on an error; see PartitionStatus.Err
+	StateStopped                         // the source topic or partition is gone
+)
+
+func (s PartitionState) String() string {
+	switch s {
+	case StateStarting:
+		return "starting"
+	case StateMirroring:
+		return "mirroring"
+	case StateCaughtUp:
+		return "caught up"
+	case StateHalted:
+		return "halted"
+	case StateStopped:
+		return "stopped"
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// PartitionStatus is one partition's mirror status.
+type PartitionStatus struct {
+	Topic     string
+	Partition int32
+	State     PartitionState
+	// Mirrored is the standby's end offset acknowledged to the writer:
+	// every offset below it is on the standby at its source offset.
+	Mirrored int64
+	// SourceEnd is the source's high watermark at the last fetch, and
+	// SourceStable its last stable offset.
+	SourceEnd, SourceStable int64
+	// LagRecords is SourceEnd - Mirrored (offsets, markers included).
+	LagRecords int64
+	// LagTime is how long ago the partition was last caught up (0 when it
+	// is).
+	LagTime time.Duration
+	// Err is why the writer halted (a *HaltError), or the last transient
+	// error it is retrying.
+	Err error
+}
+
+type writer struct {
+	m         *Mirror
+	topic     string
+	partition int32
+	log       *zap.Logger
+	labels    []string
+
+	mu     sync.Mutex // guards status
+	status PartitionStatus
+	caught time.Time // last time caught up
+
+	// Per session (see session).
+	src, dst *conn
+	next     int64 // the next offset to write, on both logs
+	acked    int64 // the standby's end offset acknowledged so far
+	plain    producer
+	slots    []*txnSlot
+	open     map[int64]*txnSlot // source producer ID -> writer transaction
+	marker   map[int64]int64    // source producer ID -> offset of its last marker seen
+	inflight []pendingProduce
+	epoch    int32 // leader epoch of the last source batch written
+	trimmed  int64 // the standby's log start is known to be at least this
+}
+
+// producer is a producer ID the writer appends with, and its next sequence
+// on this partition.
+type producer struct {
+	id    int64
+	epoch int16
+	seq   int32
+	txnID *string
+}
+
+type txnSlot struct {
+	producer
+	open   bool
+	srcPID int64
+}
+
+type pendingProduce struct {
+	call  *call
+	base  int64 // source offset the batch must land at
+	next  int64
+	kind  string
+	bytes int
+}
+
+func newWriter(m *Mirror, topic string, partition int32) *writer {
+	w := &writer{
+		m:         m,
+		topic:     topic,
+		partition: partition,
+		log:       m.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
+		labels:    []string{topic, strconv.Itoa(int(partition))},
+		caught:    time.Now(),
+	}
+	w.status = PartitionStatus{Topic: topic, Partition: partition, State: StateStarting, Mirrored: -1, SourceEnd: -1, SourceStable: -1}
+	m.metrics.state.WithLabelValues(w.labels...).Set(float64(StateStarting))
+	return w
+}
+
+// Status returns the writer's status.
+func (w *writer) Status() PartitionStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.status
+	if st.State == StateMirroring || st.State == StateStarting {
+		st.LagTime = time.Since(w.caught)
+	}
+	return st
+}
+
+func (w *writer) setState(s PartitionState, err error) {
+	w.mu.Lock()
+	w.status.State = s
+	w.status.Err = err
+	w.mu.Unlock()
+	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(s))
+}
+
+// progress updates the mirrored offset and lag after a fetch or an ack.
+func (w *writer) progress(srcEnd, srcStable int64) {
+	w.mu.Lock()
+	if srcEnd >= 0 {
+		w.status.SourceEnd, w.status.SourceStable = srcEnd, srcStable
+	}
+	w.status.Mirrored = w.acked
+	lag := max(w.status.SourceEnd-w.acked, 0)
+	w.status.LagRecords = lag
+	if w.status.State != StateHalted && w.status.State != StateStopped {
+		if lag == 0 && w.status.SourceEnd >= 0 {
+			w.status.State = StateCaughtUp
+			w.status.Err = nil
+			w.caught = time.Now()
+		} else {
+			w.status.State = StateMirroring
+		}
+	}
+	state := w.status.State
+	lagTime := time.Duration(0)
+	if lag > 0 {
+		lagTime = time.Since(w.caught)
+	}
+	w.mu.Unlock()
+	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(state))
+	w.m.metrics.lagRecords.WithLabelValues(w.labels...).Set(float64(lag))
+	w.m.metrics.lagSeconds.WithLabelValues(w.labels...).Set(lagTime.Seconds())
+	w.m.metrics.mirrored.WithLabelValues(w.labels...).Set(float64(w.acked))
+}
+
+// run mirrors the partition until ctx ends or the writer halts. Transient
+// errors (leader moves, broker restarts, lost connections) end a session;
+// the next session starts again from the standby's end offset.
+func (w *writer) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.session(ctx)
+		w.closeConns()
+		if ctx.Err() != nil {
+			return
+		}
+		var halt *HaltError
+		if errors.As(err, &halt) {
+			w.log.Error("mirror partition halted", zap.Error(err))
+			w.m.metrics.halts.WithLabelValues(haltReason(err)).Inc()
+			w.setState(StateHalted, err)
+			return
+		}
+		if errors.Is(err, errTopicGone) {
+			w.setState(StateStopped, err)
+			return
+		}
+		w.log.Warn("mirror partition session ended, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+		w.mu.Lock()
+		w.status.Err = err
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+var errTopicGone = errors.New("mirror: source topic deleted")
+
+func (w *writer) closeConns() {
+	if w.src != nil {
+		w.src.Close()
+		w.src = nil
+	}
+	if w.dst != nil {
+		w.dst.Close()
+		w.dst = nil
+	}
+	w.inflight = nil
+}
+
+func (w *writer) halt(err error, offset int64, format string, args ...any) error {
+	return &HaltError{Topic: w.topic, Partition: w.partition, Offset: offset, Detail: fmt.Sprintf(format, args...), Err: err}
+}
+
+// session connects to both leaders, initialises the writer's producers
+// (which fences and aborts whatever an earlier writer left open), finds the
+// standby's end, checks that the standby's tail matches the source, and
+// then copies until an error.
+func (w *writer) session(ctx context.Context) error {
+	srcAddr, err := w.m.leaderAddr(ctx, w.m.src, w.topic, w.partition)
+	if err != nil {
+		return fmt.Errorf("source leader: %w", err)
+	}
+	dstAddr, err := w.m.leaderAddr(ctx, w.m.dst, w.topic, w.partition)
+	if err != nil {
+		return fmt.Errorf("standby leader: %w", err)
+	}
+	if w.src, err = dialConn(ctx, srcAddr); err != nil {
+		return err
+	}
+	if w.dst, err = dialConn(ctx, dstAddr); err != nil {
+		return err
+	}
+
+	// Producers: one idempotent producer for plain batches and fillers of
+	// one, and the transactional slots. Initialising a slot's
+	// transactional ID aborts a transaction a crashed writer left open and
+	// fences an older writer still running.
+	if w.plain, err = w.m.initProducer(ctx, nil); err != nil {
+		return err
+	}
+	w.slots = w.slots[:0]
+	for i := range w.m.cfg.txnSlots {
+		id := fmt.Sprintf("%s.%s.%d.%d", w.m.cfg.idPrefix, w.topic, w.partition, i)
+		p, err := w.m.initProducer(ctx, &id)
+		if err != nil {
+			return err
+		}
+		w.slots = append(w.slots, &txnSlot{producer: p})
+	}
+	w.open = make(map[int64]*txnSlot)
+	w.marker = make(map[int64]int64)
+	w.epoch = -1
+
+	end, err := w.standbyEnd(ctx)
+	if err != nil {
+		return err
+	}
+	w.next, w.acked = end, end
+	if err := w.checkTail(ctx); err != nil {
+		return err
+	}
+	w.log.Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
+	w.progress(-1, -1)
+	return w.copyLoop(ctx)
+}
+
+// standbyEnd returns the standby's end offset: its high watermark, waiting
+// until it stops moving (an append acknowledged by the leader but not yet
+// by every in-sync replica sits above it for a moment).
+func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
+	prev := int64(-2)
+	for range 50 {
+		hw, err := w.listOffset(ctx, w.dst, -1)
+		if err != nil {
+			return 0, err
+		}
+		if hw == prev {
+			return hw, nil
+		}
+		prev = hw
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errors.New("standby high watermark does not settle")
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// listOffset asks c (a leader) for the partition's offset at ts (-1 latest,
+// -2 earliest).
+func (w *writer) listOffset(ctx context.Context, c *conn, ts int64) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.Version = listOffsetsVersion
+	req.ReplicaID = -1
+	t := kmsg.NewListOffsetsRequestTopic()
+	t.Topic = w.topic
+	p := kmsg.NewListOffsetsRequestTopicPartition()
+	p.Partition = w.partition
+	p.CurrentLeaderEpoch = -1
+	p.Timestamp = ts
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := c.Do(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	r := resp.(*kmsg.ListOffsetsResponse)
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return 0, errors.New("ListOffsets: malformed response")
+	}
+	rp := r.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+		return 0, fmt.Errorf("ListOffsets: %w", err)
+	}
+	return rp.Offset, nil
+}
+
+// fetch reads raw batches from c at offset.
+func (w *writer) fetch(ctx context.Context, c *conn, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = fetchVersion
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(maxWait / time.Millisecond)
+	req.MinBytes = 1
+	req.MaxBytes = maxBytes
+	req.IsolationLevel = isolation
+	req.SessionEpoch = -1
+	t := kmsg.NewFetchRequestTopic()
+	t.Topic = w.topic
+	p := kmsg.NewFetchRequestTopicPartition()
+	p.Partition = w.partition
+	p.CurrentLeaderEpoch = -1
+	p.LastFetchedEpoch = -1
+	if c == w.src {
+		p.LastFetchedEpoch = w.epoch
+	}
+	p.FetchOffset = offset
+	p.LogStartOffset = -1
+	p.PartitionMaxBytes = maxBytes
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := c.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r := resp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		return nil, fmt.Errorf("Fetch: %w", err)
+	}
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return nil, errors.New("Fetch: malformed response")
+	}
+	return &r.Topics[0].Partitions[0], nil
+}
+
+// firstBatchAt returns the first complete batch in records that ends after
+// offset.
+func firstBatchAt(records []byte, offset int64) (protocol.Batch, error) {
+	var found protocol.Batch
+	err := protocol.WalkBatches(records, func(b protocol.Batch) error {
+		if b.NextOffset() > offset {
+			found = b
+			return errStopWalk
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopWalk) {
+		return nil, err
+	}
+	return found, nil
+}
+
+var errStopWalk = errors.New("stop")
+
+// checkTail compares the standby's last batch with the source at the same
+// offset. It catches a crash that left the standby different from the
+// source: an ABORT marker a restarted writer's InitProducerId wrote where the
+// source has data, or a source that was truncated or rewritten under the
+// mirror. An ABORT where the source has a COMMIT (a crash between the last
+// batch of a committed transaction and its marker) keeps offsets equal: it
+// is reported and counted, and mirroring goes on.
+func (w *writer) checkTail(ctx context.Context) error {
+	if w.next == 0 {
+		return nil
+	}
+	at := w.next - 1
+	st, err := w.fetch(ctx, w.dst, at, 0, 0, 1<<20)
+	if err != nil {
+		return err
+	}
+	if err := kerr.ErrorForCode(st.ErrorCode); err != nil {
+		return fmt.Errorf("standby tail fetch: %w", err)
+	}
+	sb, err := firstBatchAt(st.RecordBatches, at)
+	if err != nil || sb == nil {
+		// Nothing readable at the tail (e.g. the standby's own log start
+		// is at its end): nothing to compare.
+		return nil
+	}
+	sr, err := w.fetch(ctx, w.src, at, 0, 0, 1<<20)
+	if err != nil {
+		return err
+	}
+	if sr.ErrorCode == kerr.OffsetOutOfRange.Code {
+		hw, err := w.listOffset(ctx, w.src, -1)
+		if err != nil {
+			return err
+		}
+		if hw < w.next {
+			return w.halt(ErrSourceTruncated, w.next, "standby holds offsets up to %d, source ends at %d", w.next, hw)
+		}
+		return nil // below the source's log start: nothing to compare
+	}
+	if err := kerr.ErrorForCode(sr.ErrorCode); err != nil {
+		return fmt.Errorf("source tail fetch: %w", err)
+	}
+	if sr.HighWatermark < w.next {
+		return w.halt(ErrSourceTruncated, w.next, "standby holds offsets up to %d, source high watermark is %d", w.next, sr.HighWatermark)
+	}
+	rb, err := firstBatchAt(sr.RecordBatches, at)
+	if err != nil {
+		return err
+	}
+	covers := rb != nil && rb.BaseOffset() <= at
+	if rb != nil {
+		w.epoch = rb.PartitionLeaderEpoch()
+	}
+	switch {
+	case sb.IsControl():
+		if !covers {
+			return nil // our own filler's marker in a source gap
+		}
+		if !rb.IsControl() {
+			return w.halt(ErrDiverged, at, "standby has a transaction marker at %d where the source has data (writer crashed inside a transaction)", at)
+		}
+		st, _ := protocol.ControlType(sb)
+		rt, _ := protocol.ControlType(rb)
+		if st == protocol.ControlAbort && rt == protocol.ControlCommit {
+			w.m.metrics.lostCommit.Inc()
+			w.log.Error("source transaction committed but aborted on the standby (writer crashed before the commit): read_committed readers of the standby miss the last batch before this offset",
+				zap.Int64("marker_offset", at))
+		}
+		return nil
+	case protocol.IsFillerBatch(sb):
+		if covers && !rb.IsControl() && rb.NumRecords() > 0 {
+			return w.halt(ErrDiverged, at, "standby has a filler at %d where the source has data", at)
+		}
+		return nil
+	default:
+		if !covers || rb.IsControl() || rb.BaseOffset() != sb.BaseOffset() || rb.NextOffset() != sb.NextOffset() ||
+			!bytes.Equal(rb.Payload(), sb.Payload()) {
+			return w.halt(ErrDiverged, at, "standby batch at %d differs from the source", sb.BaseOffset())
+		}
+		return nil
+	}
+}
+
+// copyLoop fetches and appends until an error.
+func (w *writer) copyLoop(ctx context.Context) error {
+	cfg := &w.m.cfg
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p, err := w.fetch(ctx, w.src, w.next, 1, cfg.fetchMaxWait, cfg.fetchBytes)
+		if err != nil {
+			return err
+		}
+		switch p.ErrorCode {
+		case 0:
+		case kerr.OffsetOutOfRange.Code:
+			if err := w.outOfRange(ctx); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("source fetch: %w", kerr.ErrorForCode(p.ErrorCode))
+		}
+		if p.DivergingEpoch.EndOffset >= 0 && p.DivergingEpoch.EndOffset < w.next {
+			return w.halt(ErrSourceTruncated, w.next, "source leader epoch %d ends at %d, below the mirrored offset", p.DivergingEpoch.Epoch, p.DivergingEpoch.EndOffset)
+		}
+		if p.HighWatermark < w.acked {
+			return w.halt(ErrSourceTruncated, w.next, "source high watermark %d is below the mirrored offset %d", p.HighWatermark, w.acked)
+		}
+		if err := w.process(ctx, p, len(p.RecordBatches) >= int(cfg.fetchBytes)*9/10); err != nil {
+			return err
+		}
+		if err := w.drain(ctx); err != nil {
+			return err
+		}
+		w.progress(p.HighWatermark, p.LastStableOffset)
+		if err := w.trimLogStart(ctx, p.LogStartOffset); err != nil {
+			return err
+		}
+	}
+}
+
+// outOfRange handles a fetch below the source's log start (fill up to it)
+// or above its end (the source lost what was mirrored).
+func (w *writer) outOfRange(ctx context.Context) error {
+	start, err := w.listOffset(ctx, w.src, -2)
+	if err != nil {
+		return err
+	}
+	end, err := w.listOffset(ctx, w.src, -1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case w.next > end:
+		return w.halt(ErrSourceTruncated, w.next, "source ends at %d, below the mirrored offset %d", end, w.next)
+	case w.next < start:
+		w.log.Info("source log starts above the mirror position: filling", zap.Int64("from", w.next), zap.Int64("to", start))
+		if err := w.fill(ctx, w.next, start); err != nil {
+			return err
+		}
+		return w.drain(ctx)
+	}
+	return nil // raced with retention or a leader change: fetch again
+}
+
+// trimLogStart moves the standby's log start up to the source's once the
+// standby holds it, so that fillers below it disappear like the source's
+// records did.
+func (w *writer) trimLogStart(ctx context.Context, srcStart int64) error {
+	if srcStart <= 0 || w.acked < srcStart || w.trimmed >= srcStart {
+		return nil
+	}
+	start, err := w.listOffset(ctx, w.dst, -2)
+	if err != nil {
+		return err
+	}
+	if start >= srcStart {
+		w.trimmed = start
+		return nil
+	}
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = 30000
+	t := kmsg.NewDeleteRecordsRequestTopic()
+	t.Topic = w.topic
+	p := kmsg.NewDeleteRecordsRequestTopicPartition()
+	p.Partition = w.partition
+	p.Offset = srcStart
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, w.m.dst)
+	if err != nil {
+		return err
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return fmt.Errorf("DeleteRecords on standby: %w", err)
+			}
+		}
+	}
+	w.log.Info("standby log start raised to match the source", zap.Int64("log_start", srcStart))
+	w.trimmed = srcStart
+	return nil
+}
+
+// process appends the batches of one fetch response. full says the
+// response was cut by its size limit.
+func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartition, full bool) error {
+	var batches []protocol.Batch
+	err := protocol.WalkBatches(p.RecordBatches, func(b protocol.Batch) error {
+		if b.NextOffset() > w.next {
+			batches = append(batches, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return w.halt(ErrUnsupportedBatch, w.next, "%v", err)
+	}
+	aborted := p.AbortedTransactions
+	sort.Slice(aborted, func(i, j int) bool { return aborted[i].FirstOffset < aborted[j].FirstOffset })
+
+	for i, b := range batches {
+		base := b.BaseOffset()
+		if base < w.next {
+			return w.halt(ErrDiverged, w.next, "standby ends at %d, inside the source batch %d..%d", w.next, base, b.NextOffset()-1)
+		}
+		if err := b.CheckCRC(); err != nil {
+			return w.halt(ErrUnsupportedBatch, base, "%v", err)
+		}
+		if base > w.next {
+			if err := w.fill(ctx, w.next, base); err != nil {
+				return err
+			}
+		}
+		w.epoch = b.PartitionLeaderEpoch()
+		pid := b.ProducerID()
+
+		if b.IsControl() {
+			typ, err := protocol.ControlType(b)
+			if err != nil {
+				return w.halt(ErrUnsupportedBatch, base, "%v", err)
+			}
+			w.marker[pid] = base
+			slot := w.open[pid]
+			if slot == nil {
+				// A marker with no data of its transaction here (or
+				// whose data was below the mirror's start): a gap of one.
+				if err := w.fill(ctx, base, base+1); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := w.endTxn(ctx, slot, typ == protocol.ControlCommit, base); err != nil {
+				return err
+			}
+			delete(w.open, pid)
+			continue
+		}
+		if b.NumRecords() == 0 {
+			// An empty batch the log cleaner kept for its producer state.
+			if err := w.fill(ctx, base, b.NextOffset()); err != nil {
+				return err
+			}
+			continue
+		}
+		if !b.HasConsecutiveOffsets() {
+			return w.halt(ErrUnsupportedBatch, base,
+				"compacted batch %d..%d holds %d records: a broker accepts only batches with consecutive offsets, and Ferry does not re-encode batches",
+				base, b.NextOffset()-1, b.NumRecords())
+		}
+		if b.Magic() != protocol.BatchMagic {
+			return w.halt(ErrUnsupportedBatch, base, "magic %d", b.Magic())
+		}
+
+		if !b.IsTransactional() {
+			if err := w.produce(ctx, b, nil, "plain"); err != nil {
+				return err
+			}
+			continue
+		}
+		if slot := w.open[pid]; slot != nil {
+			if err := w.produce(ctx, b, slot, "txn"); err != nil {
+				return err
+			}
+			continue
+		}
+		inTxn := w.isAborted(aborted, pid, base)
+		if !inTxn {
+			// Committed: only the transaction's last batch here goes in a
+			// writer transaction, so that a crash of the writer can abort
+			// no more than one batch. Look ahead for the producer's next
+			// batch.
+			switch lookahead(batches[i+1:], pid) {
+			case aheadData:
+				inTxn = false
+			case aheadMarker:
+				inTxn = true
+			default:
+				if i > 0 {
+					// Fetch again from here to see further.
+					return nil
+				}
+				// Nothing further is readable yet (the marker is beyond
+				// the last stable offset, or the response was cut):
+				// write it inside the transaction, which is always
+				// correct, with a longer crash window.
+				inTxn = true
+				_ = full
+			}
+		}
+		if !inTxn {
+			if err := w.produce(ctx, b, nil, "plain"); err != nil {
+				return err
+			}
+			continue
+		}
+		slot, err := w.beginTxn(ctx, pid, base)
+		if err != nil {
+			return err
+		}
+		if err := w.produce(ctx, b, slot, "txn"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type ahead int
+
+const (
+	aheadUnknown ahead = iota
+	aheadData
+	aheadMarker
+)
+
+func lookahead(rest []protocol.Batch, pid int64) ahead {
+	for _, b := range rest {
+		if b.ProducerID() != pid {
+			continue
+		}
+		if b.IsControl() {
+			return aheadMarker
+		}
+		return aheadData
+	}
+	return aheadUnknown
+}
+
+// isAborted reports whether the source transaction of producer pid that
+// the batch at base belongs to was aborted: the fetch's aborted
+// transactions list an entry for pid starting after the producer's last
+// marker and at or before base.
+func (w *writer) isAborted(aborted []kmsg.FetchResponseTopicPartitionAbortedTransaction, pid, base int64) bool {
+	last, ok := w.marker[pid]
+	if !ok {
+		last = -1
+	}
+	for _, a := range aborted {
+		if a.ProducerID == pid && a.FirstOffset <= base && a.FirstOffset > last {
+			return true
+		}
+	}
+	return false
+}
+
+// produce re-stamps b for the writer's producer (slot's if in a
+// transaction) and sends it, keeping at most InFlight in flight.
+func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, kind string) error {
+	if len(w.inflight) >= w.m.cfg.inflight {
+		if err := w.waitOldest(ctx); err != nil {
+			return err
+		}
+	}
+	prod := &w.plain
+	if slot != nil {
+		prod = &slot.producer
+	}
+	attrs := b.Attributes() &^ (protocol.BatchAttrLogAppendTime | protocol.BatchAttrTransactional)
+	if slot != nil {
+		attrs |= protocol.BatchAttrTransactional
+	}
+	base, next := b.BaseOffset(), b.NextOffset()
+	b.SetAttributes(attrs)
+	b.SetProducer(prod.id, prod.epoch, prod.seq)
+	b.UpdateCRC()
+	prod.seq = nextSeq(prod.seq, b.NumRecords())
+
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = produceVersion
+	req.Acks = -1
+	req.TimeoutMillis = 30000
+	req.TransactionID = prod.txnID
+	t := kmsg.NewProduceRequestTopic()
+	t.Topic = w.topic
+	pp := kmsg.NewProduceRequestTopicPartition()
+	pp.Partition = w.partition
+	pp.Records = b
+	t.Partitions = append(t.Partitions, pp)
+	req.Topics = append(req.Topics, t)
+
+	w.inflight = append(w.inflight, pendingProduce{call: w.dst.Send(req), base: base, next: next, kind: kind, bytes: len(b)})
+	w.next = next
+	return nil
+}
+
+func nextSeq(seq, n int32) int32 {
+	s := int64(seq) + int64(n)
+	if s > math.MaxInt32 {
+		s -= math.MaxInt32 + 1
+	}
+	return int32(s)
+}
+
+// waitOldest waits for the oldest Produce in flight and checks where the
+// batch landed.
+func (w *writer) waitOldest(ctx context.Context) error {
+	pp := w.inflight[0]
+	w.inflight = w.inflight[1:]
+	resp, err := w.dst.Wait(ctx, pp.call)
+	if err != nil {
+		return err
+	}
+	r := resp.(*kmsg.ProduceResponse)
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return errors.New("Produce: malformed response")
+	}
+	rp := r.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 {
+		perr := kerr.ErrorForCode(rp.ErrorCode)
+		msg := ""
+		if rp.ErrorMessage != nil {
+			msg = *rp.ErrorMessage
+		}
+		switch perr {
+		case kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.MessageTooLarge,
+			kerr.RecordListTooLarge, kerr.UnsupportedForMessageFormat, kerr.InvalidRequiredAcks,
+			kerr.TopicAuthorizationFailed, kerr.TransactionalIDAuthorizationFailed, kerr.ClusterAuthorizationFailed:
+			return w.halt(ErrRejected, pp.base, "%v: %s", perr, msg)
+		case kerr.ProducerFenced, kerr.InvalidProducerEpoch:
+			return w.halt(ErrFenced, pp.base, "%v", perr)
+		}
+		return fmt.Errorf("Produce at %d: %w %s", pp.base, perr, msg)
+	}
+	if rp.BaseOffset != pp.base {
+		return w.halt(ErrOffsetMismatch, pp.base, "standby appended the batch %d..%d at offset %d", pp.base, pp.next-1, rp.BaseOffset)
+	}
+	w.acked = pp.next
+	w.m.metrics.batches.WithLabelValues(pp.kind).Inc()
+	if pp.kind != "filler" {
+		w.m.metrics.bytes.Add(float64(pp.bytes))
+	}
+	return nil
+}
+
+// drain waits for every Produce in flight.
+func (w *writer) drain(ctx context.Context) error {
+	for len(w.inflight) > 0 {
+		if err := w.waitOldest(ctx); err != nil {
+			return err
+		}
+	}
+	w.progress(-1, -1)
+	return nil
+}
+
+// freeSlot returns a transactional slot with no transaction open.
+func (w *writer) freeSlot(at int64) (*txnSlot, error) {
+	for _, s := range w.slots {
+		if !s.open {
+			return s, nil
+		}
+	}
+	return nil, w.halt(ErrTooManyOpenTxns, at, "%d source transactions open at once, TxnSlots is %d", len(w.slots)+1, len(w.slots))
+}
+
+// beginTxn opens a writer transaction for source producer pid.
+func (w *writer) beginTxn(ctx context.Context, pid, at int64) (*txnSlot, error) {
+	s, err := w.freeSlot(at)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {
+		return nil, w.txnErr(err, at)
+	}
+	s.open, s.srcPID = true, pid
+	w.open[pid] = s
+	return s, nil
+}
+
+// endTxn waits for what is in flight, ends slot's transaction and waits
+// until its marker is in the standby log at offset at.
+func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) error {
+	if err := w.drain(ctx); err != nil {
+		return err
+	}
+	if w.next != at {
+		return w.halt(ErrOffsetMismatch, at, "transaction marker due at %d, standby is at %d", at, w.next)
+	}
+	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
+		return w.txnErr(err, at)
+	}
+	s.open = false
+	// The coordinator writes the marker after answering EndTxn.
+	if err := w.waitEnd(ctx, at+1); err != nil {
+		return err
+	}
+	w.next, w.acked = at+1, at+1
+	return nil
+}
+
+// waitEnd polls the standby's high watermark until it reaches want.
+func (w *writer) waitEnd(ctx context.Context, want int64) error {
+	delay := 2 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for {
+		hw, err := w.listOffset(ctx, w.dst, -1)
+		if err != nil {
+			return err
+		}
+		switch {
+		case hw == want:
+			return nil
+		case hw > want:
+			return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker", hw, want)
+		case time.Now().After(deadline):
+			return fmt.Errorf("transaction marker at %d not in the standby log after a minute", want-1)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return err
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// fill writes filler records at [from, to), where the source holds no data
+// record. One offset: a tombstone under protocol.FillerKey from the plain
+// producer. More: to-from-1 filler records in a writer transaction that is
+// then aborted, its ABORT marker taking the last offset; read_committed
+// readers of the standby never see them, and the standby's cleaner or
+// retention removes them.
+func (w *writer) fill(ctx context.Context, from, to int64) error {
+	if w.next != from {
+		return w.halt(ErrOffsetMismatch, from, "filler due at %d, standby is at %d", from, w.next)
+	}
+	n := to - from
+	w.m.metrics.fillers.Add(float64(n))
+	if n == 1 {
+		return w.produceFiller(ctx, 1, nil)
+	}
+	if err := w.drain(ctx); err != nil {
+		return err
+	}
+	s, err := w.freeSlot(from)
+	if err != nil {
+		return err
+	}
+	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {
+		return w.txnErr(err, from)
+	}
+	s.open, s.srcPID = true, -1
+	for left := n - 1; left > 0; {
+		k := int32(min(left, fillerChunk))
+		if err := w.produceFiller(ctx, k, s); err != nil {
+			return err
+		}
+		left -= int64(k)
+	}
+	return w.endTxn(ctx, s, false, to-1)
+}
+
+func (w *writer) produceFiller(ctx context.Context, n int32, slot *txnSlot) error {
+	buf := protocol.AppendFillerBatch(nil, n, 0, 0, 0, slot != nil)
+	b := protocol.Batch(buf)
+	b.SetBaseOffset(w.next)
+	return w.produce(ctx, b, slot, "filler")
+}
+
+// txnErr turns a fencing error from the transaction coordinator into a
+// halt: another writer initialised this writer's transactional ID.
+func (w *writer) txnErr(err error, at int64) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return w.halt(ErrFenced, at, "%v", err)
+	}
+	return err
+}

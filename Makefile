@@ -1,0 +1,45 @@
+# Ferry's build, test and lint entry points. `make help` lists them.
+
+GO      ?= go
+BIN     ?= bin/ferry
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.buildVersion=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: help build test test-short bench lint demo
+
+help:
+	@echo "make build       build $(BIN)"
+	@echo "make demo        run Ferry in front of two in-process Kafka clusters"
+	@echo "make test        the full suite: installs the client matrix's tools, real Kafka (Java), ~40 min max"
+	@echo "make test-short  unit and in-process tests only (no JVM)"
+	@echo "make bench       Ferry vs direct connection on a real 3-broker cluster"
+	@echo "make lint        go vet, gofmt, staticcheck"
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ferry
+
+demo:
+	$(GO) run ./cmd/ferry demo
+
+# The full suite, as .ci/run runs it. conformance/clients/install.sh installs
+# what the client matrix needs (Debian packages, a PyPI venv, npm modules);
+# the Kafka jars are resolved by the harness through Maven into .cache/.
+test:
+	@if [ -x conformance/clients/install.sh ]; then conformance/clients/install.sh; \
+	elif [ -f conformance/clients/install.sh ]; then bash conformance/clients/install.sh; fi
+	$(GO) test -count=1 -timeout 40m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+bench:
+	@if [ ! -d conformance/bench ]; then \
+		echo "make bench: conformance/bench does not exist yet (the benchmark is not written)" >&2; exit 1; fi
+	$(GO) run ./conformance/bench $(BENCHFLAGS)
+
+lint:
+	$(GO) vet ./...
+	@unformatted=$$(find . -name '*.go' -not -path './.cache/*' -not -path '*/node_modules/*' -not -path './.git/*' | xargs gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) run $(STATICCHECK) ./...

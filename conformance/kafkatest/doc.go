@@ -22,4 +22,11 @@
 // and Main (and the first New) kill JVMs left behind by an earlier test
 // process that crashed, recognised by the -Dferry.kafkatest marker on their
 // command line.
+//
+// Environment:
+//
+//	FERRY_CACHE                    cache directory (default <repo root>/.cache)
+//	FERRY_KAFKATEST_KEEP=1         keep temporary cluster directories after Close
+//	FERRY_KAFKATEST_CDS=0          do not use the class data sharing archive
+//	FERRY_KAFKATEST_READY_TIMEOUT  readiness bound, a Go duration (default 90s)
 package kafkatest

@@ -270,3 +270,33 @@ func TestDialCheck(t *testing.T) {
 		t.Fatalf("no live bootstrap server: %v", err)
 	}
 }
+
+// TestProbeCache: a burst of probes dials each cluster once per TTL.
+func TestProbeCache(t *testing.T) {
+	var dials atomic.Int32
+	now := time.Unix(1000, 0)
+	srv, err := New(
+		WithRoutes(routing.NewTable(routing.State{Active: "primary"})),
+		WithClusters(testClusters...),
+		WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "h", Port: 1})),
+		WithGatherer(prometheus.NewRegistry()),
+		WithClusterCheck(func(context.Context, proxy.Cluster) error { dials.Add(1); return nil }),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.cfg.now = func() time.Time { return now }
+	for i := 0; i < 10; i++ {
+		if err := srv.Ready(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d checks for 10 probes within the TTL, want 1", n)
+	}
+	now = now.Add(3 * time.Second)
+	srv.Ready(context.Background())
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d checks after the TTL, want 2", n)
+	}
+}

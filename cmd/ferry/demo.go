@@ -82,16 +82,24 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if err := d.startFerry(ctx); err != nil {
-		return err
+		return stoppedEarly(ctx, err)
 	}
 	if err := d.createTopic(ctx); err != nil {
-		return err
+		return stoppedEarly(ctx, err)
 	}
 	if err := d.printGuide(stdout); err != nil {
 		return err
 	}
 	err = d.node.wait(ctx)
 	fmt.Fprintln(stdout, "\nStopping the demo.")
+	return err
+}
+
+// stoppedEarly is err, unless the demo was stopped (Ctrl-C) while starting.
+func stoppedEarly(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
 	return err
 }
 

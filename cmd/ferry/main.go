@@ -23,16 +23,6 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `Usage: ferry <command> [flags]
-
-Commands:
-  serve --config FILE   run Ferry in front of the clusters in FILE
-  demo                  run Ferry in front of two in-process Kafka clusters
-  version               print the version
-
-Run 'ferry <command> -h' for a command's flags.
-`
-
 // run executes one command and returns the process exit code: 0 done,
 // 1 failed while running, 2 bad usage or configuration.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -66,8 +56,3 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 }
-
-// usageError is a mistake in the command line or configuration: exit code 2.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }

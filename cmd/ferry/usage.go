@@ -1,0 +1,16 @@
+package main
+
+const usage = `Usage: ferry <command> [flags]
+
+Commands:
+  serve --config FILE   run Ferry in front of the clusters in FILE
+  demo                  run Ferry in front of two in-process Kafka clusters
+  version               print the version
+
+Run 'ferry <command> -h' for a command's flags.
+`
+
+// usageError is a mistake in the command line or configuration: exit code 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }

@@ -180,7 +180,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			}
 			m.log.Info("standby topic created", zap.String("topic", rc.Name), zap.Int32("partitions", nparts))
 		} else {
-			if have := int32(len(dst.Partitions)); have < nparts {
+			if have := int32(len(dst.Partitions)); have > 0 && have < nparts {
 				resp, err := m.dstAdm.UpdatePartitions(ctx, int(nparts), rc.Name)
 				if err == nil {
 					err = resp.Error()

@@ -812,6 +812,9 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 		attrs |= protocol.BatchAttrTransactional
 	}
 	base, next := b.BaseOffset(), b.NextOffset()
+	// Kafka 4 refuses a client batch whose baseOffset is not 0; the
+	// leader assigns it (outside the CRC).
+	b.SetBaseOffset(0)
 	b.SetAttributes(attrs)
 	b.SetProducer(prod.id, prod.epoch, prod.seq)
 	b.UpdateCRC()
@@ -862,6 +865,11 @@ func (w *writer) waitOldest(ctx context.Context) error {
 		msg := ""
 		if rp.ErrorMessage != nil {
 			msg = *rp.ErrorMessage
+		}
+		for _, er := range rp.ErrorRecords {
+			if er.ErrorMessage != nil {
+				msg += fmt.Sprintf(" (record %d: %s)", er.RelativeOffset, *er.ErrorMessage)
+			}
 		}
 		switch perr {
 		case kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.MessageTooLarge,
@@ -1003,7 +1011,7 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 func (w *writer) produceFiller(ctx context.Context, n int32, slot *txnSlot) error {
 	buf := protocol.AppendFillerBatch(nil, n, 0, 0, 0, slot != nil)
 	b := protocol.Batch(buf)
-	b.SetBaseOffset(w.next)
+	b.SetBaseOffset(w.next) // produce reads the source offset from here
 	return w.produce(ctx, b, slot, "filler")
 }
 

@@ -16,10 +16,22 @@ package proxy
 // UNKNOWN_LEADER_EPOCH if newer) so the client refreshes its metadata.
 // v13+ addresses topics by ID. Preferred read replicas are never offered:
 // a client reads through Ferry only.
+//
+// A fetch spread over several brokers is answered as soon as one part
+// brings records (or errors), with whatever other parts have already
+// answered: waiting for every part would hold ready records for up to
+// MaxWait behind an idle broker. Parts still parked upstream are answered
+// as empty (with the partition's last known watermarks) and their late
+// answers dropped; the client fetches those offsets again. Fetches use
+// their own upstream connections so that the next fetch does not queue
+// behind a parked one.
 
 import (
 	"context"
+	"reflect"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -102,19 +114,23 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 				return nil, nil, ctx.Err()
 			}
 		}
-		g, err := c.gather(ctx, req, calls)
+		g, finished, err := c.gatherFetch(ctx, req, calls)
 		if err != nil {
 			return nil, nil, err
-		}
-		type tp struct {
-			topic string
-			p     int32
 		}
 		answers := map[tp]kmsg.FetchResponseTopicPartition{}
 		var throttle int32
 		hinted := false
 		for i, r := range g.resps {
 			sub := calls[i].req.(*kmsg.FetchRequest)
+			if !finished[i] {
+				for _, t := range sub.Topics {
+					for _, p := range t.Partitions {
+						answers[tp{t.Topic, p.Partition}] = c.fetchPlaceholder(tp{t.Topic, p.Partition}, p.FetchOffset)
+					}
+				}
+				continue
+			}
 			var resp *kmsg.FetchResponse
 			if r != nil {
 				resp = r.(*kmsg.FetchResponse)
@@ -141,6 +157,9 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 				for _, p := range t.Partitions {
 					hinted = s.virtualFetchPartition(name, &p, gen) || hinted
 					answers[tp{name, p.Partition}] = p
+					if p.ErrorCode == 0 {
+						c.watermarks[tp{name, p.Partition}] = watermarks{p.HighWatermark, p.LastStableOffset, p.LogStartOffset}
+					}
 				}
 			}
 		}
@@ -231,4 +250,113 @@ func fetchError(p int32, code int16) kmsg.FetchResponseTopicPartition {
 	r.LogStartOffset = -1
 	r.PreferredReadReplica = -1
 	return r
+}
+
+// watermarks are a partition's last answered high watermark, last stable
+// offset and log start offset.
+type watermarks struct{ hw, lso, logStart int64 }
+
+// fetchPlaceholder answers a partition whose fetch is still parked
+// upstream: no records, no error, the last watermarks this connection saw.
+func (c *clientConn) fetchPlaceholder(x tp, fetchOffset int64) kmsg.FetchResponseTopicPartition {
+	r := kmsg.NewFetchResponseTopicPartition()
+	r.Partition = x.p
+	r.PreferredReadReplica = -1
+	w, ok := c.watermarks[x]
+	if !ok || w.hw < fetchOffset {
+		w = watermarks{fetchOffset, fetchOffset, -1}
+	}
+	r.HighWatermark, r.LastStableOffset, r.LogStartOffset = w.hw, w.lso, w.logStart
+	return r
+}
+
+// gatherFetch waits until some part of a split fetch brings records or
+// errors, or every part has answered, then takes every answer already in.
+// finished says which parts answered.
+func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*subCall) (*gathered, []bool, error) {
+	g := &gathered{resps: make([]kmsg.Response, len(calls))}
+	finished := make([]bool, len(calls))
+	waiting := 0
+	ready := false
+	for i, sc := range calls {
+		if sc.err != nil {
+			finished[i], ready = true, true
+			continue
+		}
+		waiting++
+	}
+	take := func(i int) {
+		finished[i] = true
+		waiting--
+		buf, err := calls[i].p.wait(ctx)
+		if err != nil {
+			ready = true
+			return
+		}
+		g.bufs = append(g.bufs, buf)
+		resp := calls[i].req.ResponseKind()
+		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
+			c.log.Warn("undecodable upstream response", zap.Int32("broker", calls[i].broker), zap.Error(err))
+			ready = true
+			return
+		}
+		g.resps[i] = resp
+		ready = ready || fetchHasNews(resp.(*kmsg.FetchResponse))
+	}
+	cases := make([]reflect.SelectCase, 0, len(calls)+1)
+	idx := make([]int, 0, len(calls))
+	for waiting > 0 && !ready {
+		cases = append(cases[:0], reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		idx = idx[:0]
+		for i, sc := range calls {
+			if !finished[i] {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sc.p.done)})
+				idx = append(idx, i)
+			}
+		}
+		chosen, _, _ := reflect.Select(cases)
+		if chosen == 0 {
+			g.release()
+			return nil, nil, ctx.Err()
+		}
+		take(idx[chosen-1])
+	}
+	// Take whatever else is already in, without waiting.
+	for i, sc := range calls {
+		if finished[i] {
+			continue
+		}
+		select {
+		case <-sc.p.done:
+			take(i)
+		default:
+		}
+	}
+	for i, sc := range calls {
+		if finished[i] && (sc.err != nil || g.resps[i] == nil) {
+			c.s.goTracked(func() {
+				rctx, cancel := context.WithTimeout(c.s.ctx, 10*time.Second)
+				defer cancel()
+				req.up.refresh(rctx, false)
+			})
+			break
+		}
+	}
+	return g, finished, nil
+}
+
+// fetchHasNews reports whether an answer carries records or errors, which
+// the client should get without waiting for the other brokers.
+func fetchHasNews(r *kmsg.FetchResponse) bool {
+	if r.ErrorCode != 0 {
+		return true
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 || len(p.RecordBatches) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

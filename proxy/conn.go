@@ -37,6 +37,14 @@ type clientConn struct {
 	// Only the reader goroutine touches ups: the leased upstream
 	// connections of this client, by cluster then broker.
 	ups map[upKey]*upConn
+	// fetchUps are extra connections for Fetch only: a fetch answered
+	// early leaves its slower parts parked upstream, and the client's next
+	// fetch must not queue behind them. Fetches may go out of order.
+	fetchUps map[upKey][]*upConn
+
+	// Only the writer goroutine touches watermarks: the last answered
+	// watermarks per partition, for fetch placeholders.
+	watermarks map[tp]watermarks
 
 	closeOnce sync.Once
 }
@@ -67,13 +75,15 @@ type reply struct {
 func (s *Server) newClientConn(nc net.Conn) *clientConn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &clientConn{
-		s:       s,
-		nc:      nc,
-		log:     s.log.With(zap.String("client", nc.RemoteAddr().String())),
-		ctx:     ctx,
-		end:     cancel,
-		replies: make(chan *reply, maxPipelined),
-		ups:     make(map[upKey]*upConn),
+		s:          s,
+		nc:         nc,
+		log:        s.log.With(zap.String("client", nc.RemoteAddr().String())),
+		ctx:        ctx,
+		end:        cancel,
+		replies:    make(chan *reply, maxPipelined),
+		ups:        make(map[upKey]*upConn),
+		fetchUps:   make(map[upKey][]*upConn),
+		watermarks: make(map[tp]watermarks),
 	}
 }
 
@@ -114,6 +124,52 @@ func (c *clientConn) releaseUpstreams() {
 		uc.pool.put(uc)
 		delete(c.ups, k)
 	}
+	for k, ucs := range c.fetchUps {
+		for _, uc := range ucs {
+			uc.pool.put(uc)
+		}
+		delete(c.fetchUps, k)
+	}
+}
+
+// maxFetchConns bounds a client's fetch connections to one broker.
+const maxFetchConns = 4
+
+// fetchConn returns a connection to a broker with nothing in flight, leasing
+// one (up to maxFetchConns) when all are busy, else the least busy.
+func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
+	k := upKey{u.name, broker}
+	ucs := c.fetchUps[k][:0]
+	for _, uc := range c.fetchUps[k] {
+		if uc.alive() {
+			ucs = append(ucs, uc)
+		} else {
+			uc.pool.put(uc)
+		}
+	}
+	c.fetchUps[k] = ucs
+	var best *upConn
+	for _, uc := range ucs {
+		if uc.quiet() {
+			return uc, nil
+		}
+		if best == nil || len(uc.inflight) < len(best.inflight) {
+			best = uc
+		}
+	}
+	if len(ucs) >= maxFetchConns {
+		return best, nil
+	}
+	p, err := u.pool(broker)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := p.get(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.fetchUps[k] = append(ucs, uc)
+	return uc, nil
 }
 
 func (c *clientConn) readLoop() error {
@@ -232,13 +288,4 @@ func (c *clientConn) sendRaw(u *upstream, broker int32, frame []byte, expectResp
 	}
 	c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
 	return uc.send(frame, expectResponse)
-}
-
-// sendMsg encodes req with a fresh header and sends it to a broker.
-func (c *clientConn) sendMsg(u *upstream, broker int32, req kmsg.Request, clientID string, expectResponse bool) (*pending, error) {
-	buf := bytebufferpool.Get()
-	defer bytebufferpool.Put(buf)
-	buf.B = protocol.AppendRequestHeader(buf.B[:0], req, 0, clientID)
-	buf.B = req.AppendTo(buf.B)
-	return c.sendRaw(u, broker, buf.B, expectResponse)
 }

@@ -160,3 +160,42 @@ func TestMetadataShowsOnlyFerry(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchAnswersWithoutWaitingForIdleBrokers: a consumer whose partitions
+// are led by several brokers gets a new record at once, not after MaxWait
+// spent on the brokers that have nothing.
+func TestFetchAnswersWithoutWaitingForIdleBrokers(t *testing.T) {
+	kf := newKfake(t, 3)
+	_, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, addr))
+	if _, err := adm.CreateTopic(ctx, 6, 1, nil, "latency"); err != nil {
+		t.Fatal(err)
+	}
+	const maxWait = 4 * time.Second
+	cons := newClient(t, addr, kgo.ConsumeTopics("latency"), kgo.FetchMaxWait(maxWait), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("latency"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+
+	got := make(chan time.Time, 10)
+	go func() {
+		for ctx.Err() == nil {
+			cons.PollFetches(ctx).EachRecord(func(*kgo.Record) { got <- time.Now() })
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond) // the consumer's fetch is parked upstream
+	for i := 0; i < 3; i++ {
+		sent := time.Now()
+		if err := prod.ProduceSync(ctx, &kgo.Record{Partition: int32(i), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-got:
+			if d := at.Sub(sent); d > maxWait/2 {
+				t.Fatalf("record %d arrived after %v; want well under MaxWait %v", i, d, maxWait)
+			}
+		case <-ctx.Done():
+			t.Fatal("record never consumed")
+		}
+	}
+}

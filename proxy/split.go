@@ -29,7 +29,15 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 	for _, b := range brokers {
 		sc := &subCall{broker: b, req: parts[b]}
 		buf := encodeRequest(req, sc.req)
-		sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
+		if req.hdr.Key == int16(kmsg.Fetch) {
+			var uc *upConn
+			if uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
+				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
+				sc.p, sc.err = uc.send(buf.B, true)
+			}
+		} else {
+			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
+		}
 		bytebufferpool.Put(buf)
 		if sc.err != nil {
 			c.log.Debug("upstream send failed", zap.Int32("broker", b), zap.Error(sc.err))

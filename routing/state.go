@@ -13,7 +13,9 @@ type State struct {
 	Active string `json:"active"`
 }
 
-func (s State) String() string { return fmt.Sprintf("generation %d, active %q", s.Generation, s.Active) }
+func (s State) String() string {
+	return fmt.Sprintf("generation %d, active %q", s.Generation, s.Active)
+}
 
 // Table holds the current routing state; readers take a snapshot per request.
 type Table struct {

@@ -19,7 +19,9 @@ var ErrUnsupportedVersion = errors.New("unsupported API key or version")
 
 // How Ferry treats each client-facing API key. Keys not listed (inter-broker
 // and controller RPCs, SASL, share and streams groups, delegation tokens)
-// are not advertised and are refused.
+// are not advertised and are refused; so are the admin APIs that only make
+// sense against one physical cluster's brokers (DescribeQuorum, partition
+// reassignments), whose answers would name physical brokers.
 type route int8
 
 const (
@@ -65,14 +67,11 @@ var routes = map[int16]route{
 	int16(kmsg.DeleteGroups):                 routeGroup,
 	int16(kmsg.ElectLeaders):                 routeAny,
 	int16(kmsg.IncrementalAlterConfigs):      routeAny,
-	int16(kmsg.AlterPartitionAssignments):    routeAny,
-	int16(kmsg.ListPartitionReassignments):   routeAny,
 	int16(kmsg.OffsetDelete):                 routeGroup,
 	int16(kmsg.DescribeClientQuotas):         routeAny,
 	int16(kmsg.AlterClientQuotas):            routeAny,
 	int16(kmsg.DescribeUserSCRAMCredentials): routeAny,
 	int16(kmsg.AlterUserSCRAMCredentials):    routeAny,
-	int16(kmsg.DescribeQuorum):               routeAny,
 	int16(kmsg.UpdateFeatures):               routeAny,
 	int16(kmsg.DescribeCluster):              routeLocal,
 	int16(kmsg.DescribeProducers):            routeSplit,

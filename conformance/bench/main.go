@@ -12,7 +12,8 @@
 //
 // Phases, in order:
 //
-//  1. warm-up: each path produces for -warmup, unmeasured;
+//  1. warm-up: each path produces for -warmup, unmeasured (and reads a
+//     quarter of -records before the consume phase);
 //  2. produce at full speed for -duration: MB/s, per-record latency p50/p99;
 //  3. produce at half of the direct maximum rate for -duration: p99 direct
 //     vs through Ferry, and the difference (the added latency);
@@ -65,7 +66,7 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "length of one produce run (full speed and half rate)")
 	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "unmeasured produce run per path before the measured ones")
-	fs.Int64Var(&o.records, "records", 1_000_000, "records read by one consume run (capped at what the produce runs wrote)")
+	fs.Int64Var(&o.records, "records", 4_000_000, "records read by one consume run (capped at what the produce runs wrote)")
 	fs.IntVar(&o.rounds, "rounds", 3, "direct+Ferry pairs per phase; figures are medians over rounds")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
 	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")

@@ -96,7 +96,7 @@ func report(res *results) rendered {
 		"clients see it as a one-broker cluster, so they keep one connection (and one produce request in flight) to it, "+
 		"against three to the brokers directly\n", res.ferryMode)
 	fmt.Fprintf(&b, "- runs alternate direct, Ferry, direct, Ferry…; every figure is the median of %d runs per path\n", o.rounds)
-	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path\n", o.warmup)
+	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.warmup)
 	fmt.Fprintf(&b, "- produce, full speed: %v per run, records offered as fast as the client buffers them (50 000 records); "+
 		"latency is from `Produce` to the acknowledgement, so at full speed it is mostly time queued in the client\n", o.duration)
 	fmt.Fprintf(&b, "- produce, half rate: %v per run, paced at half of the direct full-speed median (%.0f records/s)\n",

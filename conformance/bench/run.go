@@ -148,6 +148,14 @@ func run(ctx context.Context, o options, cmd string) error {
 	// 4. Consume from the start of the topic.
 	res.consume.name = "consume"
 	res.consumeN = min(o.records, produced(res))
+	if o.warmup > 0 {
+		for _, p := range paths {
+			step("warm-up: consume %s", p.name)
+			if _, err := consume(ctx, p.bootstrap, topic, o.partitions, res.consumeN/4); err != nil {
+				return fmt.Errorf("warm-up consume %s: %w", p.name, err)
+			}
+		}
+	}
 	for round := 1; round <= o.rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {

@@ -114,13 +114,23 @@ func sameRecord(a, b record) bool {
 		maps.Equal(a.Headers, b.Headers) && a.Timestamp == b.Timestamp
 }
 
-// checkCommitted checks, against the cluster, that group has committed
-// every partition of topic at its end offset. A partition that is empty
-// may have no commit.
-func checkCommitted(t *testing.T, adm *kadm.Client, group, topic string) {
+// checkGroup checks, against the cluster, that group is of the type the
+// group protocol makes ("classic" or "consumer") and has committed every
+// partition of topic at its end offset. A partition that is empty may have
+// no commit.
+func checkGroup(t *testing.T, adm *kadm.Client, group, protocol, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	groups, err := adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatalf("listing groups: %v", err)
+	}
+	if g, ok := groups[group]; !ok {
+		t.Errorf("group %s not listed by the cluster", group)
+	} else if g.GroupType != protocol {
+		t.Errorf("group %s is of type %q, want %q (the --group-protocol used)", group, g.GroupType, protocol)
+	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()

@@ -239,36 +239,66 @@ func (m *Mirror) Status() []PartitionStatus {
 }
 
 // WaitCaughtUp waits until every mirrored partition of the given topics
-// (all, if none are given) is caught up — the standby holds every offset
-// below the source's high watermark — and returns nil, or returns an error
-// as soon as one of them is halted, or ctx's error. Partitions stopped
-// because their source topic was deleted are ignored. The switchover calls
-// it with client produces held, so that the source's end does not move.
+// (all, if none are given) has mirrored everything the source held when
+// WaitCaughtUp was called — the standby's end offset has reached the
+// source's high watermark read at the start — and returns nil; it returns
+// an error as soon as one of them is halted, or ctx's error. Partitions
+// whose source topic was deleted are skipped. The switchover calls it with
+// client produces held, so the source's end does not move meanwhile.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
-	want := make(map[string]bool)
-	for _, t := range topics {
-		want[t] = true
+	if len(topics) == 0 {
+		seen := make(map[string]bool)
+		for _, st := range m.Status() {
+			if !seen[st.Topic] {
+				seen[st.Topic] = true
+				topics = append(topics, st.Topic)
+			}
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	var ends kadm.ListedOffsets
+	for {
+		var err error
+		ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("mirror: source end offsets: %w", err)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	delay := 10 * time.Millisecond
 	for {
-		all, seen := true, make(map[string]bool)
+		all := true
+		have := make(map[topicPartition]PartitionStatus)
 		for _, st := range m.Status() {
-			if len(want) > 0 && !want[st.Topic] {
-				continue
-			}
-			seen[st.Topic] = true
-			switch st.State {
-			case StateHalted:
-				return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
-			case StateStopped:
-			case StateCaughtUp:
-			default:
-				all = false
-			}
+			have[topicPartition{st.Topic, st.Partition}] = st
 		}
-		for t := range want {
-			if !seen[t] {
+		ends.Each(func(o kadm.ListedOffset) {
+			st, ok := have[topicPartition{o.Topic, o.Partition}]
+			switch {
+			case !ok:
+				all = false // no writer yet
+			case st.State == StateHalted:
+				if err := st.Err; err != nil {
+					all = false
+				}
+			case st.State == StateStopped:
+			case st.Mirrored < o.Offset:
 				all = false
+			}
+		})
+		for _, st := range have {
+			if st.State == StateHalted && (len(topics) == 0 || ends[st.Topic] != nil) {
+				return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
 			}
 		}
 		if all {

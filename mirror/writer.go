@@ -136,6 +136,7 @@ type writer struct {
 	inflight []pendingProduce
 	epoch    int32 // leader epoch of the last source batch written
 	trimmed  int64 // the standby's log start is known to be at least this
+	srcStart int64 // the source's log start, when it is inside a batch
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -316,6 +317,7 @@ func (w *writer) session(ctx context.Context) error {
 	w.open = make(map[int64]*txnSlot)
 	w.marker = make(map[int64]int64)
 	w.epoch = -1
+	w.srcStart = 0
 
 	end, err := w.standbyEnd(ctx)
 	if err != nil {
@@ -538,7 +540,9 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p, err := w.fetch(ctx, w.src, w.next, 1, cfg.fetchMaxWait, cfg.fetchBytes)
+		// Fetch from the source's log start if that is inside the batch
+		// the standby needs next: the broker returns that batch whole.
+		p, err := w.fetch(ctx, w.src, max(w.next, w.srcStart), 1, cfg.fetchMaxWait, cfg.fetchBytes)
 		if err != nil {
 			return err
 		}
@@ -586,8 +590,24 @@ func (w *writer) outOfRange(ctx context.Context) error {
 	case w.next > end:
 		return w.halt(ErrSourceTruncated, w.next, "source ends at %d, below the mirrored offset %d", end, w.next)
 	case w.next < start:
-		w.log.Info("source log starts above the mirror position: filling", zap.Int64("from", w.next), zap.Int64("to", start))
-		if err := w.fill(ctx, w.next, start); err != nil {
+		// The log start may be inside a batch, which a fetch at it
+		// returns whole: fill up to that batch.
+		to := start
+		p, err := w.fetch(ctx, w.src, start, 1, 0, 1<<20)
+		if err != nil {
+			return err
+		}
+		if p.ErrorCode == 0 {
+			if b, err := firstBatchAt(p.RecordBatches, start); err == nil && b != nil && b.BaseOffset() < to {
+				to = max(b.BaseOffset(), w.next)
+			}
+		}
+		w.srcStart = start
+		if to == w.next {
+			return nil
+		}
+		w.log.Info("source log starts above the mirror position: filling", zap.Int64("from", w.next), zap.Int64("to", to))
+		if err := w.fill(ctx, w.next, to); err != nil {
 			return err
 		}
 		return w.drain(ctx)

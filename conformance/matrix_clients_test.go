@@ -118,6 +118,7 @@ func clients(t *testing.T) []*client {
 			produceCodecs:  []string{"none", "gzip", "snappy"},
 			fetchCodecs:    []string{"none", "gzip", "snappy"},
 			groupProtocols: []string{"classic"},
+			transactions:   true,
 			command:        plainCommand(nodeBin, nodeClient),
 		},
 	}

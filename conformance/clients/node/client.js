@@ -3,7 +3,7 @@
 // conformance/ run it with node after conformance/clients/install.sh has run
 // `npm ci` here:
 //
-//   produce --bootstrap B --topic T --count N [--compression none|gzip|snappy]
+//   produce --bootstrap B --topic T --count N [--compression none|gzip|snappy] [--transactional-id X]
 //   consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
 //
 // Each prints one JSON line per record (see ../README.md). Diagnostics go to
@@ -21,6 +21,7 @@ const CONSUME_TIMEOUT_MS = 60000
 const DRAIN_MS = 10000 // how long consume keeps reading past --count to reach the end offsets
 const WATCHDOG_MS = 90000 // kafkajs retries connecting for a long time; give up before the test does
 const SEND_CHUNK = 50 // records per producer.send, so a run makes several batches per partition
+const TXN_BATCH = 25 // records per transaction (one send each) in transactional produce
 
 const COMPRESSION = {
   none: CompressionTypes.None,
@@ -53,8 +54,10 @@ function stderrLogger () {
   }
 }
 
-function recordJSON (partition, offset, key, value, headers, timestamp) {
-  return JSON.stringify({ partition, offset, key, value, headers, timestamp })
+function recordJSON (partition, offset, key, value, headers, timestamp, aborted) {
+  const r = { partition, offset, key, value, headers, timestamp }
+  if (aborted) r.aborted = true
+  return JSON.stringify(r)
 }
 
 function newKafka (a) {
@@ -63,13 +66,14 @@ function newKafka (a) {
     brokers: a.bootstrap.split(','),
     logLevel: logLevel.ERROR,
     logCreator: stderrLogger,
-    retry: { retries: 10 },
+    // Short backoffs: a transaction right after the previous commit meets
+    // CONCURRENT_TRANSACTIONS until its markers are written.
+    retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 15 },
   })
 }
 
 async function produce (a) {
   if (!(a.compression in COMPRESSION)) usage(`compression ${a.compression} is not supported by this client`)
-  if (a['transactional-id']) usage('--transactional-id is not supported by this client')
   const kafka = newKafka(a)
 
   // kafkajs's send reports one base offset per partition, not a partition per
@@ -82,19 +86,24 @@ async function produce (a) {
   const partitionMetadata = md.topics[0].partitions
   const partitioner = Partitioners.DefaultPartitioner()
 
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  const txnId = a['transactional-id']
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, transactionalId: txnId })
   await producer.connect()
   const run = crypto.randomBytes(6).toString('hex')
   const base = Date.now() - a.count // explicit, distinct, in the past
   const out = []
-  for (let start = 0; start < a.count; start += SEND_CHUNK) {
+  const chunk = txnId ? TXN_BATCH : SEND_CHUNK
+  for (let start = 0, n = 0; start < a.count; start += chunk, n++) {
+    // Odd-numbered transactions are aborted: half committed, a marked set aborted.
+    const aborted = Boolean(txnId) && n % 2 === 1
+    const sender = txnId ? await producer.transaction() : producer
     const messages = []
-    for (let i = start; i < Math.min(a.count, start + SEND_CHUNK); i++) {
+    for (let i = start; i < Math.min(a.count, start + chunk); i++) {
       const m = { key: `k-${i}`, value: `v-${i}-${run}`, headers: { h: String(i) }, timestamp: String(base + i) }
       m.partition = partitioner({ topic: a.topic, partitionMetadata, message: m })
       messages.push(m)
     }
-    const res = await producer.send({
+    const res = await sender.send({
       topic: a.topic, acks: -1, compression: COMPRESSION[a.compression], messages,
     })
     const baseOffset = new Map(res.map(r => [r.partition, BigInt(r.baseOffset)]))
@@ -104,8 +113,9 @@ async function produce (a) {
       next.set(m.partition, idx + 1n)
       if (!baseOffset.has(m.partition)) throw new Error(`no ack for partition ${m.partition}`)
       out.push(recordJSON(m.partition, Number(baseOffset.get(m.partition) + idx),
-        m.key, m.value, m.headers, Number(m.timestamp)))
+        m.key, m.value, m.headers, Number(m.timestamp), aborted))
     }
+    if (txnId) await (aborted ? sender.abort() : sender.commit())
   }
   await producer.disconnect()
   return out

@@ -1,0 +1,183 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func topicConfig(ctx context.Context, c *kafkatest.Cluster, t *testing.T, topic, key string) string {
+	adm := kadm.NewClient(newClient(t, c))
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil || len(rcs) != 1 {
+		return ""
+	}
+	for _, c := range rcs[0].Configs {
+		if c.Key == key && c.Value != nil {
+			return *c.Value
+		}
+	}
+	return ""
+}
+
+// TestMirrorMetadataSync: a topic created while the mirror runs is created
+// on the standby with its configs and mirrored; partitions added and config
+// changes propagate; group offsets are copied and clamped to what is
+// mirrored; ACLs are copied.
+func TestMirrorMetadataSync(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m := startMirror(t, Topics([]string{"meta-.*"}, nil), Groups([]string{"g-.*"}, nil))
+	const topic = "meta-a"
+	createTopic(t, a, topic, 1, map[string]*string{"retention.ms": kadm.StringPtr("123456789")})
+	cl := newClient(t, a, manualPartitioner())
+	produceN(t, cl, topic, 0, 10, 5, "meta")
+	waitCaughtUp(t, m, topic)
+	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "123456789" {
+		t.Fatalf("standby retention.ms = %q", got)
+	}
+	if got := topicConfig(ctx, s, t, topic, "compression.type"); got != "producer" {
+		t.Fatalf("standby compression.type = %q", got)
+	}
+
+	srcAdm := kadm.NewClient(cl)
+	if _, err := srcAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kadm.StringPtr("987654321")}}, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srcAdm.UpdatePartitions(ctx, 3, topic); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "config change on the standby", func() error {
+		if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "987654321" {
+			return errors.New("retention.ms is " + got)
+		}
+		return nil
+	})
+	produceN(t, newClient(t, a, manualPartitioner()), topic, 2, 7, 7, "p2")
+	waitCaughtUp(t, m, topic)
+	sameBatches(t, topic, 2)
+	sameRecords(t, topic, 2)
+
+	// Group offsets: one below the end, one beyond it (clamped).
+	var o kadm.Offsets
+	o.AddOffset(topic, 0, 4, -1)
+	o.AddOffset(topic, 2, 1000, -1)
+	if resp, err := srcAdm.CommitOffsets(ctx, "g-1", o); err != nil || resp.Error() != nil {
+		t.Fatalf("commit: %v %v", err, resp.Error())
+	}
+	dstAdm := kadm.NewClient(newClient(t, s))
+	eventually(t, "group offsets on the standby", func() error {
+		got, err := dstAdm.FetchOffsets(ctx, "g-1")
+		if err != nil {
+			return err
+		}
+		p0, _ := got.Lookup(topic, 0)
+		p2, _ := got.Lookup(topic, 2)
+		if p0.At != 4 || p2.At != 7 {
+			return errors.New("offsets not (yet) 4 and 7 (clamped)")
+		}
+		return nil
+	})
+
+	// ACLs.
+	b := kadm.NewACLs().Allow("User:alice").AllowHosts().Topics(topic).Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral)
+	if res, err := srcAdm.CreateACLs(ctx, b); err != nil || res[0].Err != nil {
+		t.Fatalf("creating ACL: %v %+v", err, res)
+	}
+	eventually(t, "ACL on the standby", func() error {
+		d := kadm.NewACLs().Allow("User:alice").AllowHosts().Topics(topic).Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral)
+		res, err := dstAdm.DescribeACLs(ctx, d)
+		if err != nil {
+			return err
+		}
+		if len(res) == 0 || res[0].Err != nil || len(res[0].Described) == 0 {
+			return errors.New("ACL not on the standby")
+		}
+		return nil
+	})
+}
+
+// TestMirrorSourceTruncated: the source lost what was mirrored (here: the
+// topic was deleted and recreated shorter, or with other data — what an
+// unclean leader election does to a partition) — the writer halts with a
+// typed error and never writes.
+func TestMirrorSourceTruncated(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topics := []string{"trunc-short", "trunc-other"}
+	cl := newClient(t, a, manualPartitioner())
+	for _, tp := range topics {
+		createTopic(t, a, tp, 1, nil)
+		produceN(t, cl, tp, 0, 50, 10, "first")
+	}
+	m := startMirror(t, Topics(topics, nil))
+	waitCaughtUp(t, m, topics...)
+	m.Close()
+
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "topics recreated", func() error {
+		for _, tp := range topics {
+			if r, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil || (r.Err != nil && !errors.Is(r.Err, kerrTopicExists)) {
+				return errors.Join(err, r.Err)
+			}
+		}
+		return nil
+	})
+	cl2 := newClient(t, a, manualPartitioner())
+	eventually(t, "producing to the recreated topics", func() error {
+		return cl2.ProduceSync(ctx, &kgo.Record{Topic: "trunc-short", Value: []byte("x")}).FirstErr()
+	})
+	produceN(t, cl2, "trunc-short", 0, 19, 10, "second")
+	produceN(t, cl2, "trunc-other", 0, 50, 10, "other")
+	_, before := offsetsOf(t, s, "trunc-short", 0)
+
+	m2 := startMirror(t, Topics(topics, nil))
+	eventually(t, "writers halted", func() error {
+		st := m2.Status()
+		if len(st) != 2 {
+			return errors.New("no writers yet")
+		}
+		if !errors.Is(st[1].Err, ErrSourceTruncated) || st[1].State != StateHalted {
+			return errors.New("trunc-short not halted as truncated: " + st[1].State.String())
+		}
+		if !errors.Is(st[0].Err, ErrDiverged) || st[0].State != StateHalted {
+			return errors.New("trunc-other not halted as diverged: " + st[0].State.String())
+		}
+		return nil
+	})
+	if err := m2.WaitCaughtUp(ctx, topics...); err == nil {
+		t.Fatal("WaitCaughtUp succeeded with halted partitions")
+	}
+	if _, after := offsetsOf(t, s, "trunc-short", 0); after != before {
+		t.Fatalf("the standby moved from %d to %d after the halt", before, after)
+	}
+}
+
+var kerrTopicExists = kerr.TopicAlreadyExists

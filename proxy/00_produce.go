@@ -165,7 +165,7 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 				}
 				for _, p := range t.Partitions {
 					if p.CurrentLeader.LeaderID >= 0 {
-						p.CurrentLeader.LeaderID = s.fleet.Leader(name, p.Partition)
+						p.CurrentLeader.LeaderID = s.virtualLeader(req.up, name, p.Partition, p.CurrentLeader.LeaderID)
 						p.CurrentLeader.LeaderEpoch = routing.VirtualEpoch(gen, p.CurrentLeader.LeaderEpoch)
 						hinted = true
 					}
@@ -191,7 +191,7 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 			out.Topics = append(out.Topics, rt)
 		}
 		if hinted {
-			for _, b := range s.fleet.Brokers() {
+			for _, b := range s.virtualBrokers() {
 				out.Brokers = append(out.Brokers, kmsg.ProduceResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 			}
 		}

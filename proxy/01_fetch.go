@@ -155,7 +155,7 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 					name = fetchTopicName(sub, t.TopicID)
 				}
 				for _, p := range t.Partitions {
-					hinted = s.virtualFetchPartition(name, &p, gen) || hinted
+					hinted = s.virtualFetchPartition(req.up, name, &p, gen) || hinted
 					answers[tp{name, p.Partition}] = p
 					if p.ErrorCode == 0 {
 						c.watermarks[tp{name, p.Partition}] = watermarks{p.HighWatermark, p.LastStableOffset, p.LogStartOffset}
@@ -182,7 +182,7 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 			out.Topics = append(out.Topics, rt)
 		}
 		if hinted {
-			for _, b := range s.fleet.Brokers() {
+			for _, b := range s.virtualBrokers() {
 				out.Brokers = append(out.Brokers, kmsg.FetchResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 			}
 		}
@@ -192,7 +192,7 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 
 // virtualFetchPartition rewrites one partition's answer in place and reports
 // whether it carries a leader hint.
-func (s *Server) virtualFetchPartition(topic string, p *kmsg.FetchResponseTopicPartition, gen uint32) bool {
+func (s *Server) virtualFetchPartition(u *upstream, topic string, p *kmsg.FetchResponseTopicPartition, gen uint32) bool {
 	p.PreferredReadReplica = -1
 	if p.DivergingEpoch.Epoch >= 0 {
 		p.DivergingEpoch.Epoch = routing.VirtualEpoch(gen, p.DivergingEpoch.Epoch)
@@ -204,7 +204,7 @@ func (s *Server) virtualFetchPartition(topic string, p *kmsg.FetchResponseTopicP
 		})
 	}
 	if p.CurrentLeader.LeaderID >= 0 {
-		p.CurrentLeader.LeaderID = s.fleet.Leader(topic, p.Partition)
+		p.CurrentLeader.LeaderID = s.virtualLeader(u, topic, p.Partition, p.CurrentLeader.LeaderID)
 		p.CurrentLeader.LeaderEpoch = routing.VirtualEpoch(gen, p.CurrentLeader.LeaderEpoch)
 		return true
 	}

@@ -58,7 +58,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 
 	resp := kmsg.NewPtrMetadataResponse()
-	brokers := s.fleet.Brokers()
+	brokers := s.virtualBrokers()
 	for _, b := range brokers {
 		resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 	}
@@ -72,7 +72,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		if t.Topic != nil {
 			out.TopicID = routing.VirtualTopicID(s.cfg.clusterID, *t.Topic)
 			for _, p := range t.Partitions {
-				out.Partitions = append(out.Partitions, s.virtualPartition(*t.Topic, p, gen, brokers))
+				out.Partitions = append(out.Partitions, s.virtualPartition(req.up, *t.Topic, p, gen, brokers))
 			}
 		}
 		resp.Topics = append(resp.Topics, out)
@@ -84,32 +84,15 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 }
 
 // virtualPartition maps one upstream partition to what clients see.
-func (s *Server) virtualPartition(topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []Broker) kmsg.MetadataResponseTopicPartition {
+func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []Broker) kmsg.MetadataResponseTopicPartition {
 	out := kmsg.MetadataResponseTopicPartition{ErrorCode: p.ErrorCode, Partition: p.Partition, Leader: -1, LeaderEpoch: routing.VirtualEpoch(gen, p.LeaderEpoch)}
 	if p.Leader < 0 {
 		out.Replicas, out.ISR = []int32{}, []int32{}
 		return out
 	}
-	out.Leader = s.fleet.Leader(topic, p.Partition)
+	out.Leader = s.virtualLeader(u, topic, p.Partition, p.Leader)
 	out.Replicas = replicaSet(brokers, out.Leader, len(p.Replicas))
 	out.ISR = out.Replicas[:min(len(out.Replicas), max(1, len(p.ISR)))]
 	out.OfflineReplicas = []int32{}
-	return out
-}
-
-// replicaSet lists n members starting with the leader, so that admin tools
-// show a replication factor no larger than the fleet.
-func replicaSet(brokers []Broker, leader int32, n int) []int32 {
-	n = max(1, min(n, len(brokers)))
-	out := make([]int32, 0, n)
-	out = append(out, leader)
-	for _, b := range brokers {
-		if len(out) == n {
-			break
-		}
-		if b.NodeID != leader {
-			out = append(out, b.NodeID)
-		}
-	}
 	return out
 }

@@ -28,11 +28,11 @@ func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Reque
 		return nil, err
 	}
 	resp := kmsg.NewPtrFindCoordinatorResponse()
-	byID := brokersByID(s.fleet.Brokers())
+	byID := brokersByID(s.virtualBrokers())
 	for _, f := range found {
 		out := kmsg.FindCoordinatorResponseCoordinator{Key: f.Key, ErrorCode: f.ErrorCode, ErrorMessage: f.ErrorMessage, NodeID: -1, Port: -1}
 		if f.ErrorCode == 0 {
-			b := byID[s.fleet.Coordinator(f.Key)]
+			b := byID[s.virtualCoordinator(req.up, f.Key, f.NodeID)]
 			out.NodeID, out.Host, out.Port = b.NodeID, b.Host, b.Port
 		}
 		resp.Coordinators = append(resp.Coordinators, out)

@@ -13,7 +13,7 @@ func handleDescribeCluster(s *Server, _ *clientConn, req *request, kr kmsg.Reque
 	resp := kmsg.NewPtrDescribeClusterResponse()
 	resp.ClusterID = s.cfg.clusterID
 	resp.EndpointType = in.EndpointType
-	brokers := s.fleet.Brokers()
+	brokers := s.virtualBrokers()
 	resp.ControllerID = brokers[0].NodeID
 	for _, b := range brokers {
 		resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})

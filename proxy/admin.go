@@ -58,7 +58,7 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 		}
 	case *kmsg.DescribeTopicPartitionsRequest:
 		fix = func(resp kmsg.Response) error {
-			s.virtualTopicPartitions(resp.(*kmsg.DescribeTopicPartitionsResponse), gen)
+			s.virtualTopicPartitions(req.up, resp.(*kmsg.DescribeTopicPartitionsResponse), gen)
 			return nil
 		}
 	case *kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
@@ -126,8 +126,8 @@ func restoreResourceNames(resp kmsg.Response, names map[int]string) {
 	}
 }
 
-func (s *Server) virtualTopicPartitions(resp *kmsg.DescribeTopicPartitionsResponse, gen uint32) {
-	brokers := s.fleet.Brokers()
+func (s *Server) virtualTopicPartitions(u *upstream, resp *kmsg.DescribeTopicPartitionsResponse, gen uint32) {
+	brokers := s.virtualBrokers()
 	for ti := range resp.Topics {
 		t := &resp.Topics[ti]
 		if t.Topic == nil {
@@ -140,7 +140,7 @@ func (s *Server) virtualTopicPartitions(resp *kmsg.DescribeTopicPartitionsRespon
 			if p.LeaderID < 0 {
 				p.Replicas, p.ISR = []int32{}, []int32{}
 			} else {
-				p.LeaderID = s.fleet.Leader(*t.Topic, p.Partition)
+				p.LeaderID = s.virtualLeader(u, *t.Topic, p.Partition, p.LeaderID)
 				p.Replicas = replicaSet(brokers, p.LeaderID, len(p.Replicas))
 				p.ISR = p.Replicas[:min(len(p.Replicas), max(1, len(p.ISR)))]
 			}

@@ -30,6 +30,7 @@ type config struct {
 	metadataInterval   time.Duration
 	dialTimeout        time.Duration
 	maxConnsPerBroker  int
+	lanes              int
 	idleConnsPerBroker int
 }
 
@@ -79,6 +80,10 @@ func WithMetadataInterval(d time.Duration) Option { return func(c *config) { c.m
 // WithMaxConnsPerBroker bounds the upstream connections to one broker.
 func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPerBroker = n } }
 
+// WithLanes sets how many virtual brokers each member presents (default:
+// as many as the largest configured cluster has brokers at start).
+func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -92,6 +97,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: the fleet has no members", ErrConfig)
 	case c.maxRequestSize < 1024:
 		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)
+	case c.lanes < 0 || c.lanes >= laneStride:
+		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
 	}

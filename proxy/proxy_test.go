@@ -151,22 +151,47 @@ func TestMetadataShowsOnlyFerry(t *testing.T) {
 	if md.Cluster != "ferry-test" {
 		t.Fatalf("cluster ID %q, want Ferry's", md.Cluster)
 	}
-	if len(md.Brokers) != 1 || md.Brokers[0].NodeID != 0 || fmt.Sprintf("%s:%d", md.Brokers[0].Host, md.Brokers[0].Port) != addr {
-		t.Fatalf("brokers %+v, want only Ferry at %s", md.Brokers, addr)
+	// One virtual broker per physical one (lanes), all at Ferry's address.
+	if len(md.Brokers) != 3 {
+		t.Fatalf("brokers %+v, want 3 lanes", md.Brokers)
 	}
-	for _, p := range md.Topics["t"].Partitions {
-		if p.Leader != 0 {
-			t.Fatalf("partition %d leader %d, want Ferry's node 0", p.Partition, p.Leader)
+	ids := map[int32]bool{}
+	for _, b := range md.Brokers {
+		if fmt.Sprintf("%s:%d", b.Host, b.Port) != addr {
+			t.Fatalf("broker %+v is not at Ferry's address %s", b, addr)
 		}
+		ids[b.NodeID] = true
+	}
+	// Partitions with the same physical leader share a virtual leader, and
+	// different physical leaders get different virtual ones.
+	direct, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).Metadata(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	phys2virt := map[int32]int32{}
+	for _, p := range md.Topics["t"].Partitions {
+		if !ids[p.Leader] {
+			t.Fatalf("partition %d leader %d is not a Ferry lane", p.Partition, p.Leader)
+		}
+		pl := direct.Topics["t"].Partitions[p.Partition].Leader
+		if v, ok := phys2virt[pl]; ok && v != p.Leader {
+			t.Fatalf("physical leader %d shown as both %d and %d", pl, v, p.Leader)
+		}
+		phys2virt[pl] = p.Leader
+	}
+	seen := map[int32]bool{}
+	for _, v := range phys2virt {
+		if seen[v] {
+			t.Fatalf("two physical leaders share virtual leader %d: %v", v, phys2virt)
+		}
+		seen[v] = true
 	}
 }
 
-// TestFetchAnswersWithoutWaitingForIdleBrokers: a consumer whose partitions
-// are led by several brokers gets a new record at once, not after MaxWait
-// spent on the brokers that have nothing.
 func TestFetchAnswersWithoutWaitingForIdleBrokers(t *testing.T) {
 	kf := newKfake(t, 3)
-	_, addr := startFerry(t, kf.ListenAddrs())
+	// One lane: every fetch is split over the three brokers.
+	_, addr := startFerry(t, kf.ListenAddrs(), WithLanes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, addr))

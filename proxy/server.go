@@ -23,6 +23,9 @@ type Server struct {
 	ups     map[string]*upstream
 	metrics *metrics
 
+	// lanes is how many virtual brokers each member presents.
+	lanes int
+
 	// versions is what Ferry advertises: what it can parse, intersected
 	// with what every configured cluster supports.
 	versions protocol.Versions
@@ -95,6 +98,15 @@ func (s *Server) Start(ctx context.Context) error {
 		sets = append(sets, u.versions)
 	}
 	s.versions = protocol.Intersect(sets...)
+	s.lanes = s.cfg.lanes
+	if s.lanes == 0 {
+		// As many lanes as the largest cluster has brokers: each
+		// physical leader gets a virtual broker of its own.
+		for _, u := range s.ups {
+			s.lanes = max(s.lanes, len(u.snapshot().brokers))
+		}
+	}
+	s.lanes = min(max(s.lanes, 1), laneStride)
 	s.goTracked(s.refreshLoop)
 	return nil
 }

@@ -40,6 +40,9 @@ type upstream struct {
 	pools  map[int32]*brokerPool
 
 	versions protocol.Versions // what the brokers advertise
+
+	laneMu sync.Mutex
+	lanes  map[int32]int // physical broker → lane, given on first sight
 }
 
 type coordKey struct {
@@ -84,6 +87,7 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		log:       cfg.log.With(zap.String("cluster", cl.Name)),
 		coords:    make(map[coordKey]int32),
 		pools:     make(map[int32]*brokerPool),
+		lanes:     make(map[int32]int),
 	}
 	kcl, err := kgo.NewClient(
 		kgo.SeedBrokers(cl.Bootstrap...),

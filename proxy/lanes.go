@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"sort"
+	"strconv"
+)
+
+// Lanes: each Ferry member presents several virtual brokers ("lanes"), all
+// at its one address, and a partition's virtual leader is the lane of its
+// owning member that matches the partition's physical leader. Clients keep
+// one connection, one produce pipeline and one fetch per broker; with one
+// virtual broker per member they would push all of a cluster's partitions
+// through one pipeline and one fetch, and every request would need
+// splitting across physical leaders. With lanes aligned to physical leaders
+// a client's request almost always has a single upstream target (split only
+// while leadership moves), and clients fetch from every physical leader in
+// parallel, as they would directly.
+//
+// Virtual node IDs are member*laneStride + lane: stable for as long as the
+// member's ID and the lane count are, whichever physical cluster is active.
+// A physical broker keeps the lane it was first given.
+
+// laneStride separates the node IDs of different members' lanes.
+const laneStride = 1000
+
+func laneNode(member int32, lane int) int32 { return member*laneStride + int32(lane) }
+
+// virtualBrokers lists every lane of every live member.
+func (s *Server) virtualBrokers() []Broker {
+	members := s.fleet.Brokers()
+	out := make([]Broker, 0, len(members)*s.lanes)
+	for _, m := range members {
+		for l := 0; l < s.lanes; l++ {
+			b := m
+			b.NodeID = laneNode(m.NodeID, l)
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// virtualLeader is the virtual broker clients are told leads a partition
+// whose physical leader is phys.
+func (s *Server) virtualLeader(u *upstream, topic string, partition int32, phys int32) int32 {
+	return laneNode(s.fleet.Owner(topic+"\x00"+strconv.Itoa(int(partition))), u.lane(phys, s.lanes))
+}
+
+// virtualCoordinator is the virtual broker clients are told coordinates a
+// group or transactional ID whose physical coordinator is phys.
+func (s *Server) virtualCoordinator(u *upstream, key string, phys int32) int32 {
+	return laneNode(s.fleet.Owner("coordinator\x00"+key), u.lane(phys, s.lanes))
+}
+
+// lane returns the lane of a physical broker, giving it one on first sight.
+func (u *upstream) lane(broker int32, lanes int) int {
+	if broker < 0 || lanes <= 1 {
+		return 0
+	}
+	u.laneMu.Lock()
+	defer u.laneMu.Unlock()
+	if l, ok := u.lanes[broker]; ok {
+		return l % lanes
+	}
+	// Give every broker known now a lane, in ID order, so that a fresh
+	// Ferry assigns the same lanes as one that has run for a while.
+	ids := []int32{broker}
+	for id := range u.snapshot().brokers {
+		if _, ok := u.lanes[id]; !ok && id != broker {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		u.lanes[id] = len(u.lanes)
+	}
+	return u.lanes[broker] % lanes
+}
+
+// replicaSet lists n virtual brokers starting with the leader: the same
+// lane on the other members first, then the leader member's other lanes.
+func replicaSet(brokers []Broker, leader int32, n int) []int32 {
+	n = max(1, min(n, len(brokers)))
+	out := make([]int32, 0, n)
+	out = append(out, leader)
+	for _, b := range brokers {
+		if len(out) == n {
+			break
+		}
+		if b.NodeID != leader && b.NodeID%laneStride == leader%laneStride {
+			out = append(out, b.NodeID)
+		}
+	}
+	for _, b := range brokers {
+		if len(out) == n {
+			break
+		}
+		if b.NodeID != leader && b.NodeID%laneStride != leader%laneStride {
+			out = append(out, b.NodeID)
+		}
+	}
+	return out
+}

@@ -261,9 +261,24 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	var ends kadm.ListedOffsets
 	for {
 		var err error
-		ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
+		// Every partition in the source's metadata must have an end
+		// (a client's cached metadata may lag a partition increase).
+		var td map[string]topicMeta
+		td, err = listTopics(ctx, m.src)
+		if err == nil {
+			ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
+		}
 		if err == nil {
 			err = ends.Error()
+		}
+		if err == nil {
+			for _, t := range topics {
+				for p := range td[t].partitions {
+					if _, ok := ends.Lookup(t, p); !ok {
+						err = fmt.Errorf("no end offset for %s[%d] yet", t, p)
+					}
+				}
+			}
 		}
 		if err == nil {
 			break

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
@@ -98,17 +99,17 @@ func (m *Mirror) syncOnce(ctx context.Context) {
 }
 
 func (m *Mirror) syncTopics(ctx context.Context) error {
-	srcTopics, err := m.srcAdm.ListTopics(ctx)
+	srcTopics, err := listTopics(ctx, m.src)
 	if err != nil {
 		return fmt.Errorf("listing source topics: %w", err)
 	}
-	dstTopics, err := m.dstAdm.ListTopics(ctx)
+	dstTopics, err := listTopics(ctx, m.dst)
 	if err != nil {
 		return fmt.Errorf("listing standby topics: %w", err)
 	}
 	var names []string
 	for name, d := range srcTopics {
-		if d.Err == nil && m.cfg.mirrorTopic(name, d.IsInternal) {
+		if m.cfg.mirrorTopic(name, d.internal) {
 			names = append(names, name)
 		}
 	}
@@ -129,7 +130,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			m.mu.Lock()
 			delete(m.topicIDs, t)
 			m.mu.Unlock()
-		case d.ID != id && d.ID != [16]byte{}:
+		case d.id != id && d.id != [16]byte{}:
 			m.log.Error("source topic recreated under the same name: not mirrored into the existing standby topic", zap.String("topic", t))
 			m.stopTopic(t, &HaltError{Topic: t, Partition: -1, Offset: -1, Err: ErrSourceTruncated,
 				Detail: "the source topic was deleted and recreated; delete the standby topic to mirror the new one"})
@@ -163,7 +164,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 		}
 		want := wantConfigs(rc.Configs)
 		src := srcTopics[rc.Name]
-		nparts := int32(len(src.Partitions))
+		nparts := src.partitions
 		dst, exists := dstTopics[rc.Name]
 		if !exists {
 			create := make(map[string]*string, len(want))
@@ -180,7 +181,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			}
 			m.log.Info("standby topic created", zap.String("topic", rc.Name), zap.Int32("partitions", nparts))
 		} else {
-			if have := int32(len(dst.Partitions)); have > 0 && have < nparts {
+			if have := dst.partitions; have > 0 && have < nparts {
 				resp, err := m.dstAdm.UpdatePartitions(ctx, int(nparts), rc.Name)
 				if err == nil {
 					err = resp.Error()
@@ -196,13 +197,39 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			}
 		}
 		m.mu.Lock()
-		m.topicIDs[rc.Name] = src.ID
+		m.topicIDs[rc.Name] = src.id
 		m.mu.Unlock()
 		for p := range nparts {
 			m.startWriter(ctx, rc.Name, p)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// topicMeta is what the sync loop needs of a topic's metadata.
+type topicMeta struct {
+	id         [16]byte
+	internal   bool
+	partitions int32
+}
+
+// listTopics lists the topics of cl's cluster from a fresh Metadata
+// request (kadm's ListTopics may answer from kgo's metadata cache, which
+// can lag a partition increase).
+func listTopics(ctx context.Context, cl *kgo.Client) (map[string]topicMeta, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]topicMeta, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 {
+			continue
+		}
+		out[*t.Topic] = topicMeta{id: t.TopicID, internal: t.IsInternal, partitions: int32(len(t.Partitions))}
+	}
+	return out, nil
 }
 
 // wantConfigs returns the configs a standby topic should have: the

@@ -137,6 +137,7 @@ type writer struct {
 	epoch    int32 // leader epoch of the last source batch written
 	trimmed  int64 // the standby's log start is known to be at least this
 	srcStart int64 // the source's log start, when it is inside a batch
+	started  bool  // the session got as far as copying
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -231,8 +232,12 @@ func (w *writer) progress(srcEnd, srcStable int64) {
 func (w *writer) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		w.started = false
 		err := w.session(ctx)
 		w.closeConns()
+		if w.started {
+			backoff = 100 * time.Millisecond
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -329,6 +334,7 @@ func (w *writer) session(ctx context.Context) error {
 	}
 	w.log.Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
 	w.progress(-1, -1)
+	w.started = true
 	return w.copyLoop(ctx)
 }
 

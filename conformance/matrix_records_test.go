@@ -116,9 +116,10 @@ func sameRecord(a, b record) bool {
 
 // checkGroup checks, against the cluster, that group is of the type the
 // group protocol makes ("classic" or "consumer") and has committed every
-// partition of topic at its end offset. A partition that is empty may have
-// no commit.
-func checkGroup(t *testing.T, adm *kadm.Client, group, protocol, topic string) {
+// partition of topic at its end offset, and that the committed offsets read
+// through the target are the same. A partition that is empty may have no
+// commit.
+func checkGroup(t *testing.T, adm, via *kadm.Client, group, protocol, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -145,8 +146,18 @@ func checkGroup(t *testing.T, adm *kadm.Client, group, protocol, topic string) {
 	if err != nil {
 		t.Fatalf("fetching offsets of group %s: %v", group, err)
 	}
+	viaCommitted, err := via.FetchOffsets(ctx, group)
+	if err == nil {
+		err = viaCommitted.Error()
+	}
+	if err != nil {
+		t.Fatalf("fetching offsets of group %s through the target: %v", group, err)
+	}
 	ends.Each(func(end kadm.ListedOffset) {
 		c, ok := committed.Lookup(topic, end.Partition)
+		if v, vok := viaCommitted.Lookup(topic, end.Partition); vok != ok || v.At != c.At {
+			t.Errorf("group %s: %s[%d] committed at %d read directly, %d read through the target", group, topic, end.Partition, c.At, v.At)
+		}
 		switch {
 		case !ok && end.Offset == 0:
 		case !ok:

@@ -188,6 +188,7 @@ func TestMatrix(t *testing.T) {
 	cls := clients(t)
 	adm := admin(t, c)
 	bootstrap := target(t, c)
+	via := viaTarget(t, bootstrap)
 	for _, p := range cls {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
@@ -213,7 +214,7 @@ func TestMatrix(t *testing.T) {
 							group := fmt.Sprintf("g-%s-%s", topic, r)
 							got := r.consume(t, bootstrap, topic, group, len(produced), r.protocol)
 							checkConsumed(t, got, produced)
-							checkGroup(t, adm, group, r.protocol, topic)
+							checkGroup(t, adm, via, group, r.protocol, topic)
 						})
 					}
 				})
@@ -235,6 +236,7 @@ func TestTransactions(t *testing.T) {
 	cls := clients(t)
 	adm := admin(t, c)
 	bootstrap := target(t, c)
+	via := viaTarget(t, bootstrap)
 	const count = 200
 	for _, p := range cls {
 		if !p.transactions {
@@ -263,7 +265,7 @@ func TestTransactions(t *testing.T) {
 					group := fmt.Sprintf("g-%s-%s-rc", topic, r)
 					got := r.consume(t, bootstrap, topic, group, len(committed), r.protocol, "--isolation", "read_committed")
 					checkConsumed(t, got, committed)
-					checkGroup(t, adm, group, r.protocol, topic)
+					checkGroup(t, adm, via, group, r.protocol, topic)
 				})
 			}
 			// Aborted records are in the log, hidden only by the isolation level.
@@ -272,7 +274,7 @@ func TestTransactions(t *testing.T) {
 				group := fmt.Sprintf("g-%s-ru", topic)
 				got := java.consume(t, bootstrap, topic, group, len(all), "classic")
 				checkConsumed(t, got, all)
-				checkGroup(t, adm, group, "classic", topic)
+				checkGroup(t, adm, via, group, "classic", topic)
 			})
 		})
 	}

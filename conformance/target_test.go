@@ -1,18 +1,33 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
-// target returns the bootstrap address the client programs of the matrix
-// connect to. Today that is the cluster itself, which makes the matrix a
-// baseline of what real clients do against real Kafka; to run the same
-// tests through Ferry, start Ferry in front of c here and return its
-// address. The tests' own checks (topic creation, end offsets, committed
-// offsets) always talk to the cluster directly.
+// target starts Ferry in front of c for the rest of the test and returns
+// its address: the client programs of the matrix connect only to Ferry. The
+// tests' own checks (topic creation, end offsets, committed offsets) talk
+// to the cluster directly, and committed offsets are also read through
+// Ferry (see checkGroup).
 func target(t *testing.T, c *kafkatest.Cluster) string {
 	t.Helper()
-	return c.Bootstrap()
+	return ferrytest.Start(t, c.Bootstrap()).Addr
+}
+
+// viaTarget returns a kadm client talking through the target.
+func viaTarget(t *testing.T, bootstrap string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
 }

@@ -12,6 +12,17 @@ type Broker struct {
 	Host   string
 	Port   int32
 	Rack   *string
+	// LanePorts are the ports of the member's lanes (see lanes.go), lane
+	// 0 first; a lane without one is at Port plus its number.
+	LanePorts []int32
+}
+
+// LanePort is the port a lane of this member is advertised at.
+func (b Broker) LanePort(lane int) int32 {
+	if lane < len(b.LanePorts) {
+		return b.LanePorts[lane]
+	}
+	return b.Port + int32(lane)
 }
 
 // Fleet is the set of live Ferry members. Every member can serve every

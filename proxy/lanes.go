@@ -5,8 +5,9 @@ import (
 	"strconv"
 )
 
-// Lanes: each Ferry member presents several virtual brokers ("lanes"), all
-// at its one address, and a partition's virtual leader is the lane of its
+// Lanes: each Ferry member presents several virtual brokers ("lanes"),
+// each on a port of its own (clients such as kafkajs and librdkafka merge
+// brokers that share an address), and a partition's virtual leader is the lane of its
 // owning member that matches the partition's physical leader. Clients keep
 // one connection, one produce pipeline and one fetch per broker; with one
 // virtual broker per member they would push all of a cluster's partitions
@@ -31,9 +32,7 @@ func (s *Server) virtualBrokers() []Broker {
 	out := make([]Broker, 0, len(members)*s.lanes)
 	for _, m := range members {
 		for l := 0; l < s.lanes; l++ {
-			b := m
-			b.NodeID = laneNode(m.NodeID, l)
-			out = append(out, b)
+			out = append(out, Broker{NodeID: laneNode(m.NodeID, l), Host: m.Host, Port: m.LanePort(l), Rack: m.Rack})
 		}
 	}
 	return out

@@ -19,16 +19,11 @@ import (
 // returns its address.
 func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, portS, _ := net.SplitHostPort(ln.Addr().String())
-	port, _ := strconv.Atoi(portS)
+	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []Option{
 		WithClusterID("ferry-test"),
 		WithClusters(Cluster{Name: "a", Bootstrap: bootstrap}),
-		WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: host, Port: int32(port)})),
+		WithFleet(fleet),
 		WithLogger(zaptest.NewLogger(t)),
 		WithRegisterer(prometheus.NewRegistry()),
 	}
@@ -36,14 +31,27 @@ func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	return s, ln.Addr().String()
+	var lns []net.Listener
+	var ports []int32
+	for l := 0; l < s.Lanes(); l++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, int32(ln.Addr().(*net.TCPAddr).Port))
+	}
+	fleet.Set([]Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	for _, ln := range lns {
+		go s.Serve(ln)
+	}
+	return s, lns[0].Addr().String()
 }
 
 func newKfake(t testing.TB, brokers int, opts ...kfake.Opt) *kfake.Cluster {
@@ -151,16 +159,21 @@ func TestMetadataShowsOnlyFerry(t *testing.T) {
 	if md.Cluster != "ferry-test" {
 		t.Fatalf("cluster ID %q, want Ferry's", md.Cluster)
 	}
-	// One virtual broker per physical one (lanes), all at Ferry's address.
+	// One virtual broker per physical one (lanes), each on its own port.
 	if len(md.Brokers) != 3 {
 		t.Fatalf("brokers %+v, want 3 lanes", md.Brokers)
 	}
 	ids := map[int32]bool{}
+	ports := map[int32]bool{}
 	for _, b := range md.Brokers {
-		if fmt.Sprintf("%s:%d", b.Host, b.Port) != addr {
-			t.Fatalf("broker %+v is not at Ferry's address %s", b, addr)
+		if b.Host != "127.0.0.1" || ports[b.Port] {
+			t.Fatalf("broker %+v: want each lane on a port of its own on Ferry's host", b)
 		}
+		ports[b.Port] = true
 		ids[b.NodeID] = true
+	}
+	if !ports[int32(mustPort(addr))] {
+		t.Fatalf("no lane at the bootstrap address %s", addr)
 	}
 	// Partitions with the same physical leader share a virtual leader, and
 	// different physical leaders get different virtual ones.
@@ -223,4 +236,10 @@ func TestFetchAnswersWithoutWaitingForIdleBrokers(t *testing.T) {
 			t.Fatal("record never consumed")
 		}
 	}
+}
+
+func mustPort(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }

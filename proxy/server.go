@@ -228,6 +228,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Lanes is how many virtual brokers each member presents, known after
+// Start: the caller serves that many listeners and advertises their ports
+// in the fleet (Broker.LanePorts).
+func (s *Server) Lanes() int { return s.lanes }
+
 // Versions returns the API versions Ferry advertises.
 func (s *Server) Versions() protocol.Versions { return s.versions }
 

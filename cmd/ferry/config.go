@@ -48,6 +48,12 @@ type Config struct {
 	Active string `yaml:"active"`
 	// Mirror is reserved for the mirror's settings (not in this version).
 	Mirror yaml.Node `yaml:"mirror"`
+	// Lanes is how many virtual brokers this member presents, each on its
+	// own port: listen's port, then the ports after it (advertised likewise
+	// from advertised_port). Default 0: as many as the largest cluster has
+	// brokers, so each physical leader gets a lane and clients pipeline
+	// per leader as they would directly.
+	Lanes int `yaml:"lanes"`
 	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
 	// socket.request.max.bytes. Default 104857600 (100 MiB).
 	MaxRequestSize int64 `yaml:"max_request_size"`
@@ -170,6 +176,9 @@ func (c *Config) validate() error {
 	}
 	if c.Mirror.Kind != 0 && c.Mirror.Tag != "!!null" {
 		bad("mirror: not supported by this version of Ferry (the key is reserved for the mirror)")
+	}
+	if c.Lanes < 0 || c.Lanes > 999 {
+		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
 	}
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
 		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)

@@ -44,6 +44,7 @@ func TestExampleConfig(t *testing.T) {
 		Listen:         "0.0.0.0:9092",
 		AdvertisedHost: "ferry-0.example.internal",
 		AdvertisedPort: 9092,
+		Lanes:          3,
 		AdminListen:    "0.0.0.0:9644",
 		Clusters: []ClusterConfig{
 			{Name: "primary", Bootstrap: []string{"kafka-a-1:9092", "kafka-a-2:9092", "kafka-a-3:9092"}},

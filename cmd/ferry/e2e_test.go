@@ -260,10 +260,18 @@ func TestDemo(t *testing.T) {
 	if md.Cluster != demoClusterID || len(md.Brokers) == 0 {
 		t.Fatalf("metadata: cluster %q brokers %+v; want %q", md.Cluster, md.Brokers, demoClusterID)
 	}
-	for _, b := range md.Brokers { // Ferry's lanes, all at its address
-		if fmt.Sprintf("%s:%d", b.Host, b.Port) != addr {
-			t.Fatalf("metadata names broker %+v; want only Ferry at %s", b, addr)
+	// Ferry's lanes: one per physical broker, each on a port of its own
+	// on Ferry's host, lane 0 at the bootstrap address.
+	ports := map[string]bool{}
+	for _, b := range md.Brokers {
+		hp := fmt.Sprintf("%s:%d", b.Host, b.Port)
+		if b.Host != "127.0.0.1" || ports[hp] {
+			t.Fatalf("metadata names broker %+v; want only Ferry's lanes, each on its own port", b)
 		}
+		ports[hp] = true
+	}
+	if !ports[addr] || len(md.Brokers) != 3 {
+		t.Fatalf("metadata brokers %+v; want 3 lanes, one at %s", md.Brokers, addr)
 	}
 	if n := len(md.Topics[demoTopic].Partitions); n != demoPartitions {
 		t.Fatalf("topic %s has %d partitions, want %d", demoTopic, n, demoPartitions)

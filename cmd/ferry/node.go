@@ -33,7 +33,9 @@ type node struct {
 	fleet   *proxy.StaticFleet
 	proxy   *proxy.Server
 	admin   *admin.Server
-	ln      net.Listener // Kafka clients
+	ln      net.Listener   // Kafka clients, lane 0
+	lanes   []net.Listener // lanes 1 and up, bound once the lane count is known
+	cfg     *Config
 	adminLn net.Listener
 	started atomic.Bool
 
@@ -47,7 +49,7 @@ type node struct {
 
 // newNode builds a member from a validated configuration.
 func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
-	n = &node{log: log, errc: make(chan error, 2)}
+	n = &node{log: log, errc: make(chan error, 2), cfg: cfg}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -81,6 +83,7 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		proxy.WithRegisterer(n.reg),
 		proxy.WithMaxRequestSize(int32(cfg.MaxRequestSize)),
 		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
+		proxy.WithLanes(cfg.Lanes),
 	)
 	if err != nil {
 		return nil, err
@@ -132,12 +135,51 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.proxy.Start(ctx); err != nil {
 		return err
 	}
+	if err := n.listenLanes(); err != nil {
+		return err
+	}
 	n.started.Store(true)
 	n.goServe("kafka", func() error { return n.proxy.Serve(n.ln) })
+	for _, ln := range n.lanes {
+		n.goServe("kafka", func() error { return n.proxy.Serve(ln) })
+	}
 	n.log.Info("serving Kafka clients",
 		zap.String("listen", n.ln.Addr().String()),
 		zap.String("bootstrap", n.bootstrap),
 		zap.Stringer("routing", n.routes.Current()))
+	return nil
+}
+
+// listenLanes binds a listener for each lane after the first, at the ports
+// after listen's (any free port when listen's is 0), and advertises them.
+func (n *node) listenLanes() error {
+	host, portS, _ := net.SplitHostPort(n.cfg.Listen)
+	base, _ := strconv.Atoi(portS)
+	first := n.ln.Addr().(*net.TCPAddr).Port
+	advBase := n.cfg.AdvertisedPort
+	ports := []int32{int32(first)}
+	if advBase != 0 {
+		ports[0] = int32(advBase)
+	}
+	for l := 1; l < n.proxy.Lanes(); l++ {
+		port := 0
+		if base != 0 {
+			port = base + l
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("listen for lane %d: %w", l, err)
+		}
+		n.lanes = append(n.lanes, ln)
+		adv := int32(ln.Addr().(*net.TCPAddr).Port)
+		if advBase != 0 {
+			adv = int32(advBase + l)
+		}
+		ports = append(ports, adv)
+	}
+	b := n.fleet.Brokers()[0]
+	b.LanePorts = ports
+	n.fleet.Set([]proxy.Broker{b})
 	return nil
 }
 
@@ -177,6 +219,9 @@ func (n *node) Close() {
 		}
 		if n.ln != nil {
 			n.ln.Close()
+		}
+		for _, ln := range n.lanes {
+			ln.Close()
 		}
 		if n.admin != nil {
 			n.admin.Close()

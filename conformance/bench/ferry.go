@@ -43,12 +43,7 @@ const (
 
 // runChild is the Ferry process.
 func runChild(bootstrap, profile string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	host, portS, _ := net.SplitHostPort(ln.Addr().String())
-	port, _ := strconv.Atoi(portS)
+	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	lcfg := zap.NewProductionConfig()
 	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
 	lcfg.Encoding = "console"
@@ -59,7 +54,7 @@ func runChild(bootstrap, profile string) error {
 	s, err := proxy.New(
 		proxy.WithClusterID("ferry-bench"),
 		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
-		proxy.WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: host, Port: int32(port)})),
+		proxy.WithFleet(fleet),
 		proxy.WithLogger(log),
 		proxy.WithRegisterer(prometheus.NewRegistry()),
 	)
@@ -84,8 +79,23 @@ func runChild(bootstrap, profile string) error {
 	if err != nil {
 		return err
 	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	// One listener per lane, as ferry serve does.
+	var lns []net.Listener
+	var ports []int32
+	for l := 0; l < s.Lanes(); l++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, int32(ln.Addr().(*net.TCPAddr).Port))
+	}
+	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	served := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { served <- s.Serve(ln) }()
+	}
+	ln := lns[0]
 	fmt.Printf("ready %s\n", ln.Addr())
 
 	sigc := make(chan os.Signal, 1)

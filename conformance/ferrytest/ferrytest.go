@@ -5,7 +5,6 @@ package ferrytest
 import (
 	"context"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,25 +19,21 @@ import (
 // Ferry is a running in-process Ferry.
 type Ferry struct {
 	Server   *proxy.Server
-	Addr     string // host:port clients bootstrap from
+	Addr     string   // host:port clients bootstrap from (lane 0)
+	Addrs    []string // every lane's host:port
 	Registry *prometheus.Registry
 }
 
 // Start runs a Ferry in front of the cluster at bootstrap (a comma-separated
-// list) until the test ends.
+// list) until the test ends, with one loopback listener per lane.
 func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, portS, _ := net.SplitHostPort(ln.Addr().String())
-	port, _ := strconv.Atoi(portS)
 	reg := prometheus.NewRegistry()
+	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []proxy.Option{
 		proxy.WithClusterID("ferry-conformance"),
 		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
-		proxy.WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: host, Port: int32(port)})),
+		proxy.WithFleet(fleet),
 		proxy.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))),
 		proxy.WithRegisterer(reg),
 	}
@@ -46,13 +41,37 @@ func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := s.Start(ctx); err != nil {
-		s.Close()
 		t.Fatalf("ferry: %v", err)
 	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	return &Ferry{Server: s, Addr: ln.Addr().String(), Registry: reg}
+	lns, ports := Listen(t, s.Lanes())
+	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	for _, ln := range lns {
+		go s.Serve(ln)
+	}
+	f := &Ferry{Server: s, Addr: lns[0].Addr().String(), Registry: reg}
+	for _, ln := range lns {
+		f.Addrs = append(f.Addrs, ln.Addr().String())
+	}
+	return f
+}
+
+// Listen opens n loopback listeners on free ports, closed when the test
+// ends.
+func Listen(t testing.TB, n int) ([]net.Listener, []int32) {
+	t.Helper()
+	lns := make([]net.Listener, n)
+	ports := make([]int32, n)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		lns[i], ports[i] = ln, int32(ln.Addr().(*net.TCPAddr).Port)
+	}
+	return lns, ports
 }

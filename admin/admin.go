@@ -4,12 +4,17 @@
 // Monitoring follows the nats-server pattern: a method returns the data
 // (Status, Ready) and a thin handler encodes it (HandleStatus, HandleReadyz),
 // so the data can be used and tested without HTTP. Later endpoints (the
-// switchover, the mirror's lag) are added with Handle.
+// switchover) are added with Handle.
 //
-//	GET /metrics   Prometheus exposition of the registry passed in
-//	GET /healthz   200 while the process serves HTTP at all
-//	GET /readyz    200 once the proxy has started and the active cluster is reachable, else 503
-//	GET /status    JSON: version, node, routing state, clusters, fleet
+//	GET /metrics         Prometheus exposition of the registry passed in
+//	GET /healthz         200 while the process serves HTTP at all
+//	GET /readyz          200 once the proxy has started and the active cluster is reachable, else 503
+//	GET /status          JSON: version, node, routing state, clusters, fleet, mirror
+//	GET /status/mirror   JSON: the mirror section of /status alone
+//
+// /readyz is about serving clients only: a halted mirror partition shows in
+// /status and in the ferry_mirror_* metrics, and does not make a member
+// unready.
 package admin
 
 import (
@@ -56,6 +61,7 @@ type config struct {
 	gatherer prometheus.Gatherer
 	started  func() bool
 	check    ClusterCheck
+	mirror   func() MirrorInfo
 	log      *zap.Logger
 	now      func() time.Time
 	probeTTL time.Duration // how long a cluster check's result is reused
@@ -153,6 +159,7 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.HandleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
+	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
 	s.srv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -235,6 +242,7 @@ type Status struct {
 	Routing       routing.State   `json:"routing"`
 	Clusters      []ClusterStatus `json:"clusters"`
 	Fleet         []Broker        `json:"fleet"`
+	Mirror        MirrorStatus    `json:"mirror"`
 	StartedAt     time.Time       `json:"started_at"`
 	UptimeSeconds float64         `json:"uptime_seconds"`
 }
@@ -257,7 +265,7 @@ type Broker struct {
 }
 
 // Status returns this member's view of itself, the routing state, the
-// clusters and the fleet.
+// clusters, the fleet and the mirror.
 func (s *Server) Status(ctx context.Context) Status {
 	st := s.cfg.routes.Current()
 	out := Status{
@@ -266,6 +274,7 @@ func (s *Server) Status(ctx context.Context) Status {
 		Routing:       st,
 		Clusters:      []ClusterStatus{},
 		Fleet:         []Broker{},
+		Mirror:        s.Mirror(),
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: s.cfg.now().Sub(s.started).Seconds(),
 	}

@@ -34,13 +34,13 @@ type fixture struct {
 	reg     *prometheus.Registry
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opts ...Option) *fixture {
 	t.Helper()
 	f := &fixture{routes: routing.NewTable(routing.State{Active: "primary"}), down: map[string]bool{}, reg: prometheus.NewRegistry()}
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_test_total", Help: "A test counter."})
 	f.reg.MustRegister(c)
 	c.Add(3)
-	srv, err := New(
+	srv, err := New(append([]Option{
 		WithVersion("v1.2.3"),
 		WithNode(Node{ID: 7, ClusterID: "vc", Advertised: "ferry-7:9092", Listen: "0.0.0.0:9092", Admin: "0.0.0.0:9644"}),
 		WithRoutes(f.routes),
@@ -54,7 +54,7 @@ func newFixture(t *testing.T) *fixture {
 			}
 			return nil
 		}),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

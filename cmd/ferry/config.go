@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"time"
@@ -46,8 +47,9 @@ type Config struct {
 	// Active names the cluster that is active at generation 0, before any
 	// switchover. Default: the first of Clusters.
 	Active string `yaml:"active"`
-	// Mirror is reserved for the mirror's settings (not in this version).
-	Mirror yaml.Node `yaml:"mirror"`
+	// Mirror configures the offset-preserving mirror from the active
+	// cluster to the standby.
+	Mirror MirrorConfig `yaml:"mirror"`
 	// Lanes is how many virtual brokers this member presents, each on its
 	// own port: listen's port, then the ports after it (advertised likewise
 	// from advertised_port). Default 0: as many as the largest cluster has
@@ -72,12 +74,46 @@ type ClusterConfig struct {
 	Bootstrap []string `yaml:"bootstrap"`
 }
 
+// MirrorConfig is the mirror's section: what is copied from the active
+// cluster to the standby, and how often the metadata is synchronised.
+type MirrorConfig struct {
+	// Enabled runs the mirror, active → standby. Default: true when two
+	// clusters are configured, false with one.
+	Enabled *bool `yaml:"enabled"`
+	// Topics selects the mirrored topics. Default: every topic that is not
+	// internal; a topic whose name starts with "__" is never mirrored.
+	Topics Selection `yaml:"topics"`
+	// Groups selects the consumer groups whose committed offsets are
+	// copied. Default: every group.
+	Groups Selection `yaml:"groups"`
+	// SyncInterval is how often topics, partitions, configs, group offsets
+	// and ACLs are synchronised, and new topics picked up. Default 5s.
+	SyncInterval time.Duration `yaml:"sync_interval"`
+	// InFlight is how many Produce requests each partition writer keeps in
+	// flight to the standby, 1 to 5. Default 5.
+	InFlight int `yaml:"inflight"`
+	// SyncGroups copies consumer group offsets. Default true.
+	SyncGroups *bool `yaml:"sync_groups"`
+	// SyncACLs copies ACLs. Default true.
+	SyncACLs *bool `yaml:"sync_acls"`
+}
+
+// Selection picks names by regular expressions (Go syntax, RE2), each
+// matched against the whole name: a name is selected when it matches one
+// of Include (or Include is empty) and none of Exclude.
+type Selection struct {
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
+}
+
 // Defaults for Config.
 const (
 	defaultListen          = "0.0.0.0:9092"
 	defaultAdminListen     = "0.0.0.0:9644"
 	defaultMetadataRefresh = 30 * time.Second
 	defaultLogLevel        = "info"
+	defaultMirrorSync      = 5 * time.Second
+	defaultMirrorInFlight  = 5
 )
 
 // applyDefaults fills every key left out. hostname is used for the
@@ -101,6 +137,7 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
 	}
+	c.Mirror.applyDefaults(len(c.Clusters))
 	if c.AdvertisedHost == "" {
 		if host, _, err := net.SplitHostPort(c.Listen); err == nil {
 			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
@@ -112,6 +149,29 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 		}
 	}
 }
+
+func (m *MirrorConfig) applyDefaults(clusters int) {
+	if m.Enabled == nil {
+		m.Enabled = ptr(clusters == 2)
+	}
+	if m.SyncInterval == 0 {
+		m.SyncInterval = defaultMirrorSync
+	}
+	if m.InFlight == 0 {
+		m.InFlight = defaultMirrorInFlight
+	}
+	if m.SyncGroups == nil {
+		m.SyncGroups = ptr(true)
+	}
+	if m.SyncACLs == nil {
+		m.SyncACLs = ptr(true)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// enabled reports whether the mirror runs (after defaults).
+func (m *MirrorConfig) enabled() bool { return m.Enabled != nil && *m.Enabled }
 
 // ErrInvalidConfig is wrapped by every error of a configuration that was
 // read but cannot be used.
@@ -174,9 +234,7 @@ func (c *Config) validate() error {
 	if len(c.Clusters) > 0 && !seen[c.Active] {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
-	if c.Mirror.Kind != 0 && c.Mirror.Tag != "!!null" {
-		bad("mirror: not supported by this version of Ferry (the key is reserved for the mirror)")
-	}
+	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
 	}
@@ -193,6 +251,62 @@ func (c *Config) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n  %w", ErrInvalidConfig, joinLines(errs))
+}
+
+// validate checks the mirror section after defaults. The settings are
+// checked even when the mirror is disabled, so that enabling it later (or
+// with --mirror) cannot reveal an old mistake.
+func (m *MirrorConfig) validate(clusters int) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if m.enabled() && clusters != 2 {
+		bad("mirror.enabled: the mirror copies the active cluster to the standby, so it needs two clusters (%d configured); set mirror.enabled: false or add the standby", clusters)
+	}
+	for _, sel := range []struct {
+		key   string
+		names []string
+		topic bool // an include pattern may not name internal topics only
+	}{
+		{"mirror.topics.include", m.Topics.Include, true},
+		{"mirror.topics.exclude", m.Topics.Exclude, false},
+		{"mirror.groups.include", m.Groups.Include, false},
+		{"mirror.groups.exclude", m.Groups.Exclude, false},
+	} {
+		for i, pat := range sel.names {
+			re, err := compilePattern(pat)
+			if err != nil {
+				bad("%s[%d] %q: %v", sel.key, i, pat, unwrapRegexpErr(err))
+				continue
+			}
+			if prefix, _ := re.LiteralPrefix(); sel.topic && strings.HasPrefix(prefix, "__") {
+				bad("%s[%d] %q: topics whose name starts with \"__\" are internal and never mirrored", sel.key, i, pat)
+			}
+		}
+	}
+	if m.SyncInterval < time.Second {
+		bad("mirror.sync_interval %s: must be at least 1s", m.SyncInterval)
+	}
+	if m.InFlight < 1 || m.InFlight > 5 {
+		bad("mirror.inflight %d: must be between 1 and 5 (the broker deduplicates a producer's last 5 batches)", m.InFlight)
+	}
+	return errs
+}
+
+// compilePattern compiles a selection pattern the way the mirror does:
+// anchored, so it must match the whole name.
+func compilePattern(p string) (*regexp.Regexp, error) {
+	return regexp.Compile("^(?:" + p + ")$")
+}
+
+// unwrapRegexpErr is the part of a regexp error after "error parsing
+// regexp: ", with the anchoring Ferry added removed from the expression.
+func unwrapRegexpErr(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		expr := strings.TrimSuffix(strings.TrimPrefix(se.Expr, "^(?:"), ")$")
+		return fmt.Sprintf("%s: `%s`", se.Code, expr)
+	}
+	return err.Error()
 }
 
 var validLevels = map[string]bool{"debug": true, "info": true, "warn": true, "error": true}

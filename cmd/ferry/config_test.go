@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +52,16 @@ func TestExampleConfig(t *testing.T) {
 			{Name: "primary", Bootstrap: []string{"kafka-a-1:9092", "kafka-a-2:9092", "kafka-a-3:9092"}},
 			{Name: "standby", Bootstrap: []string{"kafka-b-1:9092", "kafka-b-2:9092", "kafka-b-3:9092"}},
 		},
-		Active:                  "primary",
+		Active: "primary",
+		Mirror: MirrorConfig{
+			Enabled:      ptr(true),
+			Topics:       Selection{Exclude: []string{`.*\.tmp`, "scratch-.*"}},
+			Groups:       Selection{Exclude: []string{"console-consumer-.*"}},
+			SyncInterval: 5 * time.Second,
+			InFlight:     5,
+			SyncGroups:   ptr(true),
+			SyncACLs:     ptr(true),
+		},
 		MaxRequestSize:          100 << 20,
 		MetadataRefreshInterval: 30 * time.Second,
 		LogLevel:                "info",
@@ -109,7 +120,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad advertised port", minimal + "advertised_port: 70000\n", []string{"advertised_port 70000"}},
 		{"negative node ID", minimal + "node_id: -1\n", []string{"node_id -1: must be 0 or more"}},
 		{"unknown active", minimal + "active: b\n", []string{`active "b": not one of the configured clusters`}},
-		{"mirror reserved", minimal + "mirror:\n  topics: [\"*\"]\n", []string{"mirror: not supported by this version"}},
+		{"mirror topics as a list", minimal + "mirror:\n  topics: [\"*\"]\n", []string{"line 7", "cannot unmarshal !!seq"}},
+		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 7: unknown key "topic"`}},
 		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
 		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
@@ -131,6 +143,179 @@ func TestConfigErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+const twoClusters = `
+cluster_id: vc
+clusters:
+  - name: a
+    bootstrap: ["k1:9092"]
+  - name: b
+    bootstrap: ["k2:9092"]
+`
+
+func TestMirrorConfig(t *testing.T) {
+	defaults := MirrorConfig{Enabled: ptr(true), SyncInterval: 5 * time.Second, InFlight: 5, SyncGroups: ptr(true), SyncACLs: ptr(true)}
+	with := func(f func(*MirrorConfig)) MirrorConfig {
+		m := defaults
+		f(&m)
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		text string
+		want MirrorConfig
+	}{
+		{"two clusters: on by default", twoClusters, defaults},
+		{"one cluster: off by default", minimal, with(func(m *MirrorConfig) { m.Enabled = ptr(false) })},
+		{"disabled with two clusters", twoClusters + "mirror: {enabled: false}\n", with(func(m *MirrorConfig) { m.Enabled = ptr(false) })},
+		{"disabled with one cluster", minimal + "mirror:\n  enabled: false\n", with(func(m *MirrorConfig) { m.Enabled = ptr(false) })},
+		{"every key", twoClusters + `
+mirror:
+  enabled: true
+  topics:
+    include: ["orders\\..*", "payments"]
+    exclude: [".*\\.tmp"]
+  groups:
+    include: ["svc-.*"]
+    exclude: ["svc-test"]
+  sync_interval: 2s
+  inflight: 3
+  sync_groups: false
+  sync_acls: false
+`, MirrorConfig{
+			Enabled:      ptr(true),
+			Topics:       Selection{Include: []string{`orders\..*`, "payments"}, Exclude: []string{`.*\.tmp`}},
+			Groups:       Selection{Include: []string{"svc-.*"}, Exclude: []string{"svc-test"}},
+			SyncInterval: 2 * time.Second,
+			InFlight:     3,
+			SyncGroups:   ptr(false),
+			SyncACLs:     ptr(false),
+		}},
+		{"empty section", twoClusters + "mirror:\n", defaults},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := configFrom(tc.text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Mirror, tc.want) {
+				t.Fatalf("mirror %s\nwant   %s", showMirror(c.Mirror), showMirror(tc.want))
+			}
+		})
+	}
+}
+
+func showMirror(m MirrorConfig) string {
+	b := func(p *bool) string {
+		if p == nil {
+			return "nil"
+		}
+		return strconv.FormatBool(*p)
+	}
+	return fmt.Sprintf("{enabled %s topics %+v groups %+v sync %s inflight %d groups %s acls %s}",
+		b(m.Enabled), m.Topics, m.Groups, m.SyncInterval, m.InFlight, b(m.SyncGroups), b(m.SyncACLs))
+}
+
+func TestMirrorConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		text string
+		want []string
+	}{
+		{"enabled with one cluster", minimal + "mirror: {enabled: true}\n",
+			[]string{"mirror.enabled: the mirror copies the active cluster to the standby, so it needs two clusters (1 configured)"}},
+		{"bad topic regex", twoClusters + "mirror: {topics: {include: [\"orders(\"]}}\n",
+			[]string{"mirror.topics.include[0] \"orders(\": missing closing ): `orders(`"}},
+		{"bad exclude regex", twoClusters + "mirror: {topics: {exclude: [ok, \"*.tmp\"]}}\n",
+			[]string{"mirror.topics.exclude[1] \"*.tmp\": missing argument to repetition operator: `*`"}},
+		{"bad group regex", twoClusters + "mirror: {groups: {include: [\"[a-\"], exclude: [\"(?z)\"]}}\n",
+			[]string{"mirror.groups.include[0] \"[a-\"", "mirror.groups.exclude[0] \"(?z)\": invalid or unsupported Perl syntax"}},
+		{"internal topics", twoClusters + "mirror: {topics: {include: [\"__consumer_offsets\", \"__.*\", \"orders\"]}}\n",
+			[]string{`mirror.topics.include[0] "__consumer_offsets": topics whose name starts with "__" are internal and never mirrored`,
+				`mirror.topics.include[1] "__.*": topics whose name starts with "__"`}},
+		{"short sync interval", twoClusters + "mirror: {sync_interval: 100ms}\n", []string{"mirror.sync_interval 100ms: must be at least 1s"}},
+		{"negative sync interval", twoClusters + "mirror: {sync_interval: -5s}\n", []string{"mirror.sync_interval -5s"}},
+		{"too many in flight", twoClusters + "mirror: {inflight: 6}\n", []string{"mirror.inflight 6: must be between 1 and 5"}},
+		{"negative in flight", twoClusters + "mirror: {inflight: -1}\n", []string{"mirror.inflight -1"}},
+		{"checked while disabled", minimal + "mirror: {enabled: false, topics: {include: [\"(\"]}}\n", []string{"mirror.topics.include[0]"}},
+		{"not a boolean", twoClusters + "mirror: {sync_acls: sometimes}\n", []string{"line 8", "cannot unmarshal"}},
+		{"every problem at once", minimal + "mirror: {enabled: true, inflight: 9, groups: {exclude: [\")\"]}}\n",
+			[]string{"needs two clusters", "mirror.inflight 9", "mirror.groups.exclude[0]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := configFrom(tc.text)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("%v does not wrap ErrInvalidConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error\n%v\ndoes not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestMirrorSelectionMatchesMirror: a pattern selects the same topics here
+// as in the mirror (both anchor it to the whole name).
+func TestMirrorSelectionAnchored(t *testing.T) {
+	re, err := compilePattern("orders|pay.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"orders": true, "payments": true, "my-orders": false, "orders-eu": false, "repay": false} {
+		if re.MatchString(name) != want {
+			t.Errorf("%q matched %v, want %v", name, !want, want)
+		}
+	}
+}
+
+func TestServeMirrorFlag(t *testing.T) {
+	var stderr strings.Builder
+	path := filepath.Join(t.TempDir(), "ferry.yaml")
+	if err := os.WriteFile(path, []byte(twoClusters), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true}, // the default with two clusters
+		{[]string{"--mirror=false"}, false},
+		{[]string{"--mirror"}, true},
+		{[]string{"--mirror=true"}, true},
+	} {
+		f, err := parseServeFlags(append([]string{"--config", path}, tc.args...), &stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := serveConfig(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Mirror.enabled() != tc.want {
+			t.Errorf("%q: mirror enabled %v, want %v", tc.args, c.Mirror.enabled(), tc.want)
+		}
+	}
+	// The flag wins over the file, and is validated like the file.
+	one := filepath.Join(t.TempDir(), "one.yaml")
+	if err := os.WriteFile(one, []byte(minimal+"mirror: {enabled: false}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseServeFlags([]string{"--config", one, "--mirror"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serveConfig(f); err == nil || !strings.Contains(err.Error(), "needs two clusters") {
+		t.Fatalf("--mirror with one cluster: %v", err)
+	}
+	if _, err := parseServeFlags([]string{"--config", one, "--mirror=maybe"}, &stderr); err == nil {
+		t.Fatal("--mirror=maybe accepted")
 	}
 }
 

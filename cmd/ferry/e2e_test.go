@@ -1,8 +1,10 @@
 package main
 
-// End-to-end tests of the ferry binary: it is built once, run as a child
-// process on free loopback ports, driven with franz-go and stopped with
-// SIGTERM, the way an operator or an init system would.
+// End-to-end tests of the ferry binary: it runs as a child process on free
+// loopback ports, driven with franz-go and stopped with SIGTERM, the way an
+// operator or an init system would. The child is this test binary itself:
+// with FERRY_TEST_RUN_MAIN=1 in its environment, TestMain runs ferry's
+// main instead of the tests, so there is nothing to build or clean up.
 
 import (
 	"bufio"
@@ -25,40 +27,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
-)
+// runMainEnv makes the test binary run ferry's main (see ferryCmd).
+const runMainEnv = "FERRY_TEST_RUN_MAIN"
 
+// TestMain runs ferry when started by ferryCmd, and otherwise the tests,
+// under kafkatest.Main: tests with real Kafka (not in -short) start JVMs,
+// and none may outlive the test process.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	if os.Getenv(runMainEnv) == "1" {
+		main() // exits
 	}
-	os.Exit(code)
+	kafkatest.Main(m)
 }
 
-// ferryBinary builds ./cmd/ferry once per test run.
-func ferryBinary(t *testing.T) string {
+// ferryCmd is the command that runs `ferry args...`: this test binary,
+// told to run main.
+func ferryCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "ferry-bin-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "ferry")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	return cmd
 }
 
 // proc is a running ferry process whose output lines the test can wait for.
@@ -73,7 +69,7 @@ type proc struct {
 
 func startFerry(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(ferryBinary(t), args...), more: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &proc{cmd: ferryCmd(t, args...), more: make(chan struct{}, 1), done: make(chan struct{})}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +399,7 @@ log_level: debug
 
 func TestBadConfigExits2(t *testing.T) {
 	path := writeConfig(t, "cluster_id: vc\nclusters: [{name: a, bootstrap: [kafka]}]\nlog_levl: info\n")
-	out, err := exec.Command(ferryBinary(t), "serve", "--config", path).CombinedOutput()
+	out, err := ferryCmd(t, "serve", "--config", path).CombinedOutput()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want status 2; output:\n%s", err, out)
@@ -414,7 +410,7 @@ func TestBadConfigExits2(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := exec.Command(ferryBinary(t), "version").CombinedOutput()
+	out, err := ferryCmd(t, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "ferry ") {
 		t.Fatalf("ferry version: %v %q", err, out)
 	}

@@ -20,18 +20,22 @@ import (
 )
 
 // node is one Ferry member as the binary runs it: the proxy (the virtual
-// cluster's Kafka listener) and the admin API, sharing a routing table, a
-// fleet and a metrics registry. serve and demo both run one.
+// cluster's Kafka listener), the mirror (when enabled) and the admin API,
+// sharing a routing table, a fleet and a metrics registry. serve and demo
+// both run one. The proxy and the mirror never see each other; the node
+// wires both to the routing table.
 //
 // Lifecycle: newNode binds both listeners (so a taken port fails at once)
 // and starts the admin API; start connects to the clusters, retrying until
-// its context ends, then serves clients; Close stops everything.
+// its context ends, then serves clients and starts the mirror from the
+// active cluster to the standby; Close stops everything.
 type node struct {
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	routes  *routing.Table
 	fleet   *proxy.StaticFleet
 	proxy   *proxy.Server
+	mirror  *mirrorRunner // nil when the mirror is disabled
 	admin   *admin.Server
 	ln      net.Listener   // Kafka clients, lane 0
 	lanes   []net.Listener // lanes 1 and up, bound once the lane count is known
@@ -88,6 +92,9 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Mirror.enabled() {
+		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg)
+	}
 	n.admin, err = admin.New(
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{
@@ -102,6 +109,7 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		admin.WithFleet(n.fleet),
 		admin.WithGatherer(n.reg),
 		admin.WithStarted(n.started.Load),
+		admin.WithMirror(n.mirrorInfo),
 		admin.WithLogger(log.Named("admin")),
 	)
 	if err != nil {
@@ -147,7 +155,20 @@ func (n *node) start(ctx context.Context) error {
 		zap.String("listen", n.ln.Addr().String()),
 		zap.String("bootstrap", n.bootstrap),
 		zap.Stringer("routing", n.routes.Current()))
+	if n.mirror != nil {
+		if err := n.mirror.Follow(n.routes.Current()); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// mirrorInfo is the mirror as /status reports it.
+func (n *node) mirrorInfo() admin.MirrorInfo {
+	if n.mirror == nil {
+		return admin.MirrorInfo{}
+	}
+	return n.mirror.Info()
 }
 
 // listenLanes binds a listener for each lane after the first, at the ports
@@ -208,12 +229,16 @@ func (n *node) wait(ctx context.Context) error {
 	}
 }
 
-// Close stops the member; safe to call more than once. In order: the proxy
-// (stop accepting, close client connections, close upstream clients), the
-// Kafka listener if the proxy never served it, the admin API, then wait for
-// the serve loops.
+// Close stops the member; safe to call more than once. In order: the mirror
+// (its writers stop between appends; the standby's end offset is the
+// position, so nothing is lost), the proxy (stop accepting, close client
+// connections, close upstream clients), the Kafka listener if the proxy
+// never served it, the admin API, then wait for the serve loops.
 func (n *node) Close() {
 	n.closeOnce.Do(func() {
+		if n.mirror != nil {
+			n.mirror.Close()
+		}
 		if n.proxy != nil {
 			n.proxy.Close()
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"go.uber.org/zap"
 )
@@ -18,7 +19,30 @@ type serveFlags struct {
 	listen   string
 	admin    string
 	logLevel string
+	mirror   optionalBool
 }
+
+// optionalBool is a boolean flag that remembers whether it was set, so an
+// unset flag leaves the file's value alone.
+type optionalBool struct{ v *bool }
+
+func (b *optionalBool) String() string {
+	if b == nil || b.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*b.v)
+}
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	b.v = &v
+	return nil
+}
+
+func (b *optionalBool) IsBoolFlag() bool { return true }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	var f serveFlags
@@ -28,8 +52,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.listen, "listen", "", "Kafka listener `host:port` (overrides listen)")
 	fs.StringVar(&f.admin, "admin", "", "admin API `host:port` (overrides admin_listen)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (overrides log_level)")
+	fs.Var(&f.mirror, "mirror", "run the mirror: --mirror or --mirror=false (overrides mirror.enabled)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL]")
+		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL] [--mirror=BOOL]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -59,6 +84,9 @@ func serveConfig(f *serveFlags) (*Config, error) {
 	}
 	if f.logLevel != "" {
 		cfg.LogLevel = f.logLevel
+	}
+	if f.mirror.v != nil {
+		cfg.Mirror.Enabled = f.mirror.v
 	}
 	cfg.applyDefaults(os.Hostname)
 	if err := cfg.validate(); err != nil {

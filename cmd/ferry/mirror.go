@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/mirror"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// mirrorRunner owns the member's mirror: at most one mirror.Mirror at a
+// time, from one configured cluster to the other. Follow points it the way
+// the routing state says (active → standby); Stop stops it. The switchover
+// stops it while the clusters trade places and follows the new state
+// after; nothing here knows about switchovers.
+//
+// Each mirror registers its ferry_mirror_* metrics on the member's registry
+// through a registerer that remembers them, so that Stop can unregister
+// them and the next mirror (the other way round) can register its own.
+type mirrorRunner struct {
+	log      *zap.Logger
+	reg      prometheus.Registerer
+	clusters map[string][]string // name → bootstrap
+	opts     []mirror.Option     // from the mirror section of the config
+
+	mu     sync.Mutex // serialises Start, Stop and Close; guards closed
+	closed bool
+	cur    atomic.Pointer[runningMirror] // written under mu; read without it
+}
+
+// runningMirror is one mirror.Mirror and the goroutine running it.
+type runningMirror struct {
+	m              *mirror.Mirror
+	source, target string
+	metrics        *trackingRegisterer
+	cancel         context.CancelFunc
+	done           chan struct{} // closed when Run returned
+}
+
+func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer) *mirrorRunner {
+	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}}
+	for _, c := range cfg.Clusters {
+		r.clusters[c.Name] = c.Bootstrap
+	}
+	mc := cfg.Mirror
+	r.opts = []mirror.Option{
+		mirror.Topics(mc.Topics.Include, mc.Topics.Exclude),
+		mirror.Groups(mc.Groups.Include, mc.Groups.Exclude),
+		mirror.SyncInterval(mc.SyncInterval),
+		mirror.InFlight(mc.InFlight),
+		mirror.SyncGroups(*mc.SyncGroups),
+		mirror.SyncACLs(*mc.SyncACLs),
+	}
+	return r
+}
+
+// standbyOf returns the configured cluster that is not active.
+func (r *mirrorRunner) standbyOf(active string) (string, error) {
+	if _, ok := r.clusters[active]; !ok {
+		return "", fmt.Errorf("mirror: active cluster %q is not configured", active)
+	}
+	for name := range r.clusters {
+		if name != active {
+			return name, nil
+		}
+	}
+	return "", errors.New("mirror: no standby cluster configured")
+}
+
+// Follow makes the mirror run from the routing state's active cluster to
+// the other one: it does nothing if it already does, and otherwise stops
+// the current mirror (if any) and starts one in that direction.
+func (r *mirrorRunner) Follow(st routing.State) error {
+	target, err := r.standbyOf(st.Active)
+	if err != nil {
+		return err
+	}
+	return r.Start(st.Active, target)
+}
+
+// Start runs a mirror from source to target (cluster names), stopping one
+// that runs in another direction first.
+func (r *mirrorRunner) Start(source, target string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return mirror.ErrClosed
+	}
+	if c := r.cur.Load(); c != nil {
+		if c.source == source && c.target == target {
+			return nil
+		}
+		r.stopLocked()
+	}
+	src, ok1 := r.clusters[source]
+	dst, ok2 := r.clusters[target]
+	if !ok1 || !ok2 || source == target {
+		return fmt.Errorf("mirror: cannot mirror %q to %q: two different configured clusters are needed", source, target)
+	}
+	tr := &trackingRegisterer{reg: r.reg}
+	log := r.log.With(zap.String("source", source), zap.String("target", target))
+	m, err := mirror.New(append([]mirror.Option{
+		mirror.Source(src...),
+		mirror.Target(dst...),
+		mirror.Logger(log),
+		mirror.Registerer(tr),
+	}, r.opts...)...)
+	if err != nil {
+		tr.unregisterAll()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &runningMirror{m: m, source: source, target: target, metrics: tr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		if err := m.Run(ctx); err != nil && !errors.Is(err, mirror.ErrClosed) && !errors.Is(err, context.Canceled) {
+			log.Error("mirror stopped", zap.Error(err))
+		}
+	}()
+	r.cur.Store(c)
+	log.Info("mirror started")
+	return nil
+}
+
+// Stop stops the mirror, if one runs, and waits until it has; its metrics
+// are unregistered. Safe to call when none runs.
+func (r *mirrorRunner) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopLocked()
+}
+
+// stopLocked stops the current mirror, in order: close it (which ends Run,
+// stops every partition writer and closes its clients), wait for Run's
+// goroutine, then unregister its metrics.
+func (r *mirrorRunner) stopLocked() {
+	c := r.cur.Swap(nil)
+	if c == nil {
+		return
+	}
+	c.m.Close()
+	c.cancel()
+	<-c.done
+	c.metrics.unregisterAll()
+	r.log.Info("mirror stopped", zap.String("source", c.source), zap.String("target", c.target))
+}
+
+// Close stops the mirror and refuses to start another; safe to call more
+// than once.
+func (r *mirrorRunner) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.stopLocked()
+}
+
+// Info is the mirror as /status reports it. It never waits for a Start or
+// Stop in progress: a mirror being stopped is already reported stopped.
+func (r *mirrorRunner) Info() admin.MirrorInfo {
+	info := admin.MirrorInfo{Enabled: true}
+	if c := r.cur.Load(); c != nil {
+		info.Running, info.Source, info.Target = true, c.source, c.target
+		info.Partitions = c.m.Status()
+	}
+	return info
+}
+
+// WaitCaughtUp waits until the running mirror has copied everything the
+// source held when it was called (see mirror.Mirror.WaitCaughtUp). It
+// fails at once when no mirror runs.
+func (r *mirrorRunner) WaitCaughtUp(ctx context.Context, topics ...string) error {
+	c := r.cur.Load()
+	if c == nil {
+		return errors.New("mirror: not running")
+	}
+	return c.m.WaitCaughtUp(ctx, topics...)
+}
+
+// trackingRegisterer registers collectors on reg and remembers them, so
+// that they can all be unregistered when their mirror stops.
+type trackingRegisterer struct {
+	reg prometheus.Registerer
+	mu  sync.Mutex
+	cs  []prometheus.Collector
+}
+
+var _ prometheus.Registerer = (*trackingRegisterer)(nil)
+
+func (t *trackingRegisterer) Register(c prometheus.Collector) error {
+	if err := t.reg.Register(c); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cs = append(t.cs, c)
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t *trackingRegisterer) Unregister(c prometheus.Collector) bool {
+	t.mu.Lock()
+	for i, have := range t.cs {
+		if have == c {
+			t.cs = append(t.cs[:i], t.cs[i+1:]...)
+			break
+		}
+	}
+	t.mu.Unlock()
+	return t.reg.Unregister(c)
+}
+
+func (t *trackingRegisterer) unregisterAll() {
+	t.mu.Lock()
+	cs := t.cs
+	t.cs = nil
+	t.mu.Unlock()
+	for _, c := range cs {
+		t.reg.Unregister(c)
+	}
+}

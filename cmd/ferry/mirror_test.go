@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/mirror"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// readPartition reads the records of one partition directly from a
+// cluster, as "offset=value", until it has n of them.
+func readPartition(t *testing.T, addrs []string, topic string, partition int32, n int) []string {
+	t.Helper()
+	cl := newClient(t, kgo.SeedBrokers(addrs...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		topic: {partition: kgo.NewOffset().AtStart()},
+	}), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []string
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s[%d] on %v: read %d of %d records: %v", topic, partition, addrs, len(out), n, out)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, fmt.Sprintf("%d=%s", r.Offset, r.Value)) })
+	}
+	return out
+}
+
+// produceTo produces values to one partition directly and returns their
+// offsets.
+func produceTo(t *testing.T, addrs []string, topic string, partition int32, values ...string) []int64 {
+	t.Helper()
+	cl := newClient(t, kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var offsets []int64
+	for _, v := range values {
+		r := &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce to %s[%d]: %v", topic, partition, err)
+		}
+		offsets = append(offsets, r.Offset)
+	}
+	return offsets
+}
+
+func kfakeCluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// gathered returns the names of the metric families in reg.
+func gathered(t *testing.T, reg prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	return strings.Join(names, " ")
+}
+
+// eventually polls f until it returns nil, failing the test with f's last
+// error after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	delay := 10 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 250*time.Millisecond)
+	}
+}
+
+// TestMirrorRunnerFollowsRouting: the runner mirrors the routing state's
+// active cluster to the other one, restarts the other way round when the
+// active cluster changes (offsets stay equal both ways), re-registers its
+// metrics without a clash, and stops cleanly.
+func TestMirrorRunnerFollowsRouting(t *testing.T) {
+	a, b := kfakeCluster(t), kfakeCluster(t)
+	cfg, err := configFrom(fmt.Sprintf(`
+cluster_id: vc
+clusters:
+  - {name: a, bootstrap: [%s]}
+  - {name: b, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(a.ListenAddrs()...)))
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 10 {
+		want = append(want, fmt.Sprintf("%d=a%d", i, i))
+		produceTo(t, a.ListenAddrs(), "t", 0, fmt.Sprintf("a%d", i))
+	}
+
+	reg := prometheus.NewRegistry()
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg)
+	t.Cleanup(r.Close)
+	if info := r.Info(); !info.Enabled || info.Running {
+		t.Fatalf("before Follow: %+v", info)
+	}
+
+	// Generation 0, a active: a → b.
+	if err := r.Follow(routing.State{Generation: 0, Active: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	first := r.cur.Load()
+	if err := r.WaitCaughtUp(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readPartition(t, b.ListenAddrs(), "t", 0, 10); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("standby b holds %v, want %v", got, want)
+	}
+	info := r.Info()
+	if !info.Running || info.Source != "a" || info.Target != "b" || len(info.Partitions) != 2 {
+		t.Fatalf("info %+v", info)
+	}
+	// The empty partition is caught up once its writer has fetched once.
+	eventually(t, 10*time.Second, "every partition caught up", func() error {
+		for _, p := range r.Info().Partitions {
+			if p.State != mirror.StateCaughtUp || p.LagRecords != 0 {
+				return fmt.Errorf("partition %+v", p)
+			}
+		}
+		return nil
+	})
+	if names := gathered(t, reg); !strings.Contains(names, "ferry_mirror_lag_records") || !strings.Contains(names, "ferry_mirror_bytes_total") {
+		t.Fatalf("ferry_mirror_* not registered: %s", names)
+	}
+
+	// The same state again: the running mirror is kept.
+	if err := r.Follow(routing.State{Generation: 0, Active: "a"}); err != nil || r.cur.Load() != first {
+		t.Fatalf("Follow of the same state restarted the mirror (%v)", err)
+	}
+
+	// Generation 1, b active: the mirror now runs b → a, and a record
+	// produced to b lands on a at the offset it has on b.
+	if err := r.Follow(routing.State{Generation: 1, Active: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if info := r.Info(); info.Source != "b" || info.Target != "a" {
+		t.Fatalf("after the switch: %+v", info)
+	}
+	offs := produceTo(t, b.ListenAddrs(), "t", 0, "b10", "b11")
+	if offs[0] != 10 || offs[1] != 11 {
+		t.Fatalf("produced to b at %v, want 10 and 11", offs)
+	}
+	if err := r.WaitCaughtUp(ctx, "t"); err != nil {
+		t.Fatalf("b → a: %v (status %+v)", err, r.Info().Partitions)
+	}
+	want = append(want, "10=b10", "11=b11")
+	if got := readPartition(t, a.ListenAddrs(), "t", 0, 12); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("a after mirroring back holds %v, want %v", got, want)
+	}
+	if names := gathered(t, reg); !strings.Contains(names, "ferry_mirror_bytes_total") {
+		t.Fatalf("ferry_mirror_* not registered after the restart: %s", names)
+	}
+
+	// Stop: not running, metrics gone; Close: nothing starts any more.
+	r.Stop()
+	if info := r.Info(); !info.Enabled || info.Running || info.Partitions != nil {
+		t.Fatalf("after Stop: %+v", info)
+	}
+	if names := gathered(t, reg); strings.Contains(names, "ferry_mirror_") {
+		t.Fatalf("ferry_mirror_* still registered after Stop: %s", names)
+	}
+	if err := r.WaitCaughtUp(ctx); err == nil {
+		t.Fatal("WaitCaughtUp with no mirror running succeeded")
+	}
+	r.Close()
+	r.Close()
+	if err := r.Follow(routing.State{Generation: 2, Active: "a"}); !errors.Is(err, mirror.ErrClosed) {
+		t.Fatalf("Follow after Close: %v", err)
+	}
+	if err := r.Follow(routing.State{Generation: 2, Active: "c"}); err == nil || !strings.Contains(err.Error(), `"c" is not configured`) {
+		t.Fatalf("Follow to an unknown cluster: %v", err)
+	}
+}

@@ -28,6 +28,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"reflect"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
@@ -102,6 +104,9 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 		}
 	}
 	calls := c.sendSplit(req, parts, true)
+	if len(calls) == 1 && len(local) == 0 && calls[0].err == nil {
+		return s.fetchInPlace(c, req, in, names, calls[0]), nil
+	}
 	maxWait := time.Duration(in.MaxWaitMillis) * time.Millisecond
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 		if len(calls) == 0 && len(local) == 0 && maxWait > 0 {
@@ -118,76 +123,184 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 		if err != nil {
 			return nil, nil, err
 		}
-		answers := map[tp]kmsg.FetchResponseTopicPartition{}
-		var throttle int32
-		hinted := false
-		for i, r := range g.resps {
-			sub := calls[i].req.(*kmsg.FetchRequest)
-			if !finished[i] {
-				for _, t := range sub.Topics {
-					for _, p := range t.Partitions {
-						answers[tp{t.Topic, p.Partition}] = c.fetchPlaceholder(tp{t.Topic, p.Partition}, p.FetchOffset)
-					}
-				}
-				continue
-			}
-			var resp *kmsg.FetchResponse
-			if r != nil {
-				resp = r.(*kmsg.FetchResponse)
-			}
-			if resp == nil || resp.ErrorCode != 0 {
-				code := kerr.NotLeaderForPartition.Code
-				if resp != nil {
-					code = resp.ErrorCode
-				}
-				for _, t := range sub.Topics {
-					for _, p := range t.Partitions {
-						answers[tp{t.Topic, p.Partition}] = fetchError(p.Partition, code)
-					}
-				}
-				continue
-			}
-			throttle = max(throttle, resp.ThrottleMillis)
-			hinted = hinted || len(resp.Brokers) > 0
-			for _, t := range resp.Topics {
-				name := t.Topic
-				if byID {
-					name = fetchTopicName(sub, t.TopicID)
-				}
-				for _, p := range t.Partitions {
-					hinted = s.virtualFetchPartition(req.up, name, &p, gen) || hinted
-					answers[tp{name, p.Partition}] = p
-					if p.ErrorCode == 0 {
-						c.watermarks[tp{name, p.Partition}] = watermarks{p.HighWatermark, p.LastStableOffset, p.LogStartOffset}
-					}
-				}
-			}
-		}
-		out := kmsg.NewPtrFetchResponse()
-		out.ThrottleMillis = throttle
-		out.SessionID = 0
-		for ti, t := range in.Topics {
-			rt := kmsg.FetchResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
-			for _, p := range t.Partitions {
-				if code, ok := local[ti][p.Partition]; ok {
-					rt.Partitions = append(rt.Partitions, fetchError(p.Partition, code))
-					continue
-				}
-				a, ok := answers[tp{names[ti], p.Partition}]
-				if !ok {
-					a = fetchError(p.Partition, kerr.NotLeaderForPartition.Code)
-				}
-				rt.Partitions = append(rt.Partitions, a)
-			}
-			out.Topics = append(out.Topics, rt)
-		}
-		if hinted {
-			for _, b := range s.virtualBrokers() {
-				out.Brokers = append(out.Brokers, kmsg.FetchResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
-			}
-		}
-		return out, g.release, nil
+		return s.mergeFetch(c, req, in, names, local, calls, g, finished), g.release, nil
 	}), nil
+}
+
+// mergeFetch builds the client's answer from the answers of the brokers a
+// fetch was split over, and Ferry's own answers (local) for the partitions
+// it could not route.
+func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, local map[int]map[int32]int16, calls []*subCall, g *gathered, finished []bool) *kmsg.FetchResponse {
+	gen := req.state.Generation
+	byID := req.hdr.Version >= 13
+	answers := map[tp]kmsg.FetchResponseTopicPartition{}
+	var throttle int32
+	hinted := false
+	for i, r := range g.resps {
+		sub := calls[i].req.(*kmsg.FetchRequest)
+		if !finished[i] {
+			for _, t := range sub.Topics {
+				for _, p := range t.Partitions {
+					answers[tp{t.Topic, p.Partition}] = c.fetchPlaceholder(tp{t.Topic, p.Partition}, p.FetchOffset)
+				}
+			}
+			continue
+		}
+		var resp *kmsg.FetchResponse
+		if r != nil {
+			resp = r.(*kmsg.FetchResponse)
+		}
+		if resp == nil || resp.ErrorCode != 0 {
+			code := kerr.NotLeaderForPartition.Code
+			if resp != nil {
+				code = resp.ErrorCode
+			}
+			for _, t := range sub.Topics {
+				for _, p := range t.Partitions {
+					answers[tp{t.Topic, p.Partition}] = fetchError(p.Partition, code)
+				}
+			}
+			continue
+		}
+		throttle = max(throttle, resp.ThrottleMillis)
+		hinted = hinted || len(resp.Brokers) > 0
+		for _, t := range resp.Topics {
+			name := t.Topic
+			if byID {
+				name = fetchTopicName(sub, t.TopicID)
+			}
+			for _, p := range t.Partitions {
+				hinted = s.virtualFetchPartition(req.up, name, &p, gen) || hinted
+				answers[tp{name, p.Partition}] = p
+				if p.ErrorCode == 0 {
+					c.watermarks[tp{name, p.Partition}] = watermarks{p.HighWatermark, p.LastStableOffset, p.LogStartOffset}
+				}
+			}
+		}
+	}
+	out := kmsg.NewPtrFetchResponse()
+	out.ThrottleMillis = throttle
+	out.SessionID = 0
+	for ti, t := range in.Topics {
+		rt := kmsg.FetchResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			if code, ok := local[ti][p.Partition]; ok {
+				rt.Partitions = append(rt.Partitions, fetchError(p.Partition, code))
+				continue
+			}
+			a, ok := answers[tp{names[ti], p.Partition}]
+			if !ok {
+				a = fetchError(p.Partition, kerr.NotLeaderForPartition.Code)
+			}
+			rt.Partitions = append(rt.Partitions, a)
+		}
+		out.Topics = append(out.Topics, rt)
+	}
+	if hinted {
+		for _, b := range s.virtualBrokers() {
+			out.Brokers = append(out.Brokers, kmsg.FetchResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+		}
+	}
+	return out
+}
+
+// fetchInPlace answers a fetch that went to one broker: the common case
+// with lanes. The broker's answer is rewritten in place — topic IDs,
+// preferred read replica, leader hints, and batch leader epochs under a
+// generation other than 0 — and sent on as it came, without decoding or
+// copying the records. An answer that cannot be rewritten in place (a
+// top-level error, KIP-951 node endpoints) goes through the decoding path.
+func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall) *reply {
+	gen := req.state.Generation
+	version := req.hdr.Version
+	// Physical topic ID → the client's virtual ID and the topic's name.
+	type topicIDs struct {
+		vid  [16]byte
+		name string
+	}
+	var byPhys map[[16]byte]topicIDs
+	if version >= 13 {
+		byPhys = make(map[[16]byte]topicIDs, len(in.Topics))
+		for ti, t := range in.Topics {
+			if info := req.up.snapshot().topics[names[ti]]; info != nil {
+				byPhys[info.id] = topicIDs{t.TopicID, names[ti]}
+			}
+		}
+	}
+	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
+		buf, err := sc.p.wait(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, err
+			}
+			return s.fetchDecoded(c, req, in, names, sc, nil)
+		}
+		hs := protocol.ResponseHeaderSize(req.hdr.Key, version)
+		body := buf.B[hs:]
+		// A read-only walk first: a fallback must see the answer as the
+		// broker sent it.
+		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, nil)
+		if err != nil || code != 0 || endpoints {
+			return s.fetchDecoded(c, req, in, names, sc, buf)
+		}
+		var name string
+		protocol.WalkFetchResponse(body, version, func(t *protocol.FetchTopic) error {
+			name = t.Name
+			if t.ID != nil {
+				ids, ok := byPhys[[16]byte(t.ID)]
+				if !ok {
+					return nil
+				}
+				copy(t.ID, ids.vid[:])
+				name = ids.name
+			}
+			return nil
+		}, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
+			if p.PreferredReadReplica != nil {
+				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
+			}
+			if p.DivergingEpoch != nil {
+				if e := int32(binary.BigEndian.Uint32(p.DivergingEpoch)); e >= 0 {
+					binary.BigEndian.PutUint32(p.DivergingEpoch, uint32(routing.VirtualEpoch(gen, e)))
+				}
+			}
+			if p.CurrentLeader != nil {
+				if id := int32(binary.BigEndian.Uint32(p.CurrentLeader)); id >= 0 {
+					binary.BigEndian.PutUint32(p.CurrentLeader, uint32(s.virtualLeader(req.up, name, p.Partition, id)))
+					e := int32(binary.BigEndian.Uint32(p.CurrentLeader[4:]))
+					binary.BigEndian.PutUint32(p.CurrentLeader[4:], uint32(routing.VirtualEpoch(gen, e)))
+				}
+			}
+			if gen != 0 && len(p.Records) > 0 {
+				protocol.WalkBatches(p.Records, func(b protocol.Batch) error {
+					b.SetPartitionLeaderEpoch(routing.VirtualEpoch(gen, b.PartitionLeaderEpoch()))
+					return nil
+				})
+			}
+			return nil
+		})
+		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
+		return buf.B, func() { bytebufferpool.Put(buf) }, nil
+	}}
+}
+
+// fetchDecoded answers a single-broker fetch through the decoding path,
+// from the answer in buf (nil: the broker could not be asked).
+func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, buf *bytebufferpool.ByteBuffer) ([]byte, func(), error) {
+	g := &gathered{resps: make([]kmsg.Response, 1)}
+	if buf != nil {
+		g.bufs = append(g.bufs, buf)
+		resp := sc.req.ResponseKind()
+		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
+			c.log.Warn("undecodable upstream response", zap.Int32("broker", sc.broker), zap.Error(err))
+		} else {
+			g.resps[0] = resp
+		}
+	}
+	out := s.mergeFetch(c, req, in, names, nil, []*subCall{sc}, g, []bool{true})
+	enc, release := encodeResponse(req, out)
+	g.release()
+	return enc, release, nil
 }
 
 // virtualFetchPartition rewrites one partition's answer in place and reports

@@ -53,9 +53,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, error) {
 }
 
 // demo is Ferry's main job on an embedded default: two in-process Kafka
-// clusters (kfake) and one Ferry member in front of them, primary active.
-// Each step is a method, run in order by demoCmd; the mirror and the
-// switchover of later versions are further steps.
+// clusters (kfake) and one Ferry member in front of them, primary active,
+// mirroring primary → standby. Each step is a method, run in order by
+// demoCmd; the switchover of a later version is a further step.
 type demo struct {
 	flags            *demoFlags
 	log              *zap.Logger
@@ -85,6 +85,9 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return stoppedEarly(ctx, err)
 	}
 	if err := d.createTopic(ctx); err != nil {
+		return stoppedEarly(ctx, err)
+	}
+	if err := d.waitMirrored(ctx); err != nil {
 		return stoppedEarly(ctx, err)
 	}
 	if err := d.printGuide(stdout); err != nil {
@@ -127,6 +130,10 @@ func (d *demo) startFerry(ctx context.Context) error {
 		},
 		Active:   demoPrimary,
 		LogLevel: d.flags.logLevel,
+		// The mirror is on by default with two clusters; a short sync
+		// interval makes a topic created in the demo appear on the
+		// standby within a second.
+		Mirror: MirrorConfig{SyncInterval: time.Second},
 	}
 	cfg.applyDefaults(func() (string, error) { return "127.0.0.1", nil })
 	if err := cfg.validate(); err != nil {
@@ -157,6 +164,17 @@ func (d *demo) createTopic(ctx context.Context) error {
 	return nil
 }
 
+// waitMirrored waits until the mirror has created the demo topic on the
+// standby and copied it (it is empty, so that is quick).
+func (d *demo) waitMirrored(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.node.mirror.WaitCaughtUp(ctx, demoTopic); err != nil {
+		return fmt.Errorf("mirroring topic %q to the %s cluster: %w", demoTopic, demoStandby, err)
+	}
+	return nil
+}
+
 var guide = template.Must(template.New("guide").Parse(`
 Ferry demo is running: one virtual Kafka cluster in front of two in-process ones.
 
@@ -166,7 +184,8 @@ Ferry demo is running: one virtual Kafka cluster in front of two in-process ones
   Routing:         {{.Routing}}
   Clusters:        {{.Primary}} (active)  {{.PrimaryAddrs}}
                    {{.Standby}}           {{.StandbyAddrs}}
-  Topic:           {{.Topic}} ({{.Partitions}} partitions, created through Ferry)
+  Mirror:          {{.Primary}} → {{.Standby}}, every record at the same offset
+  Topic:           {{.Topic}} ({{.Partitions}} partitions, created through Ferry, mirrored)
 
 Try it with a real client:
 
@@ -179,6 +198,18 @@ Try it with a real client:
 
   curl -s http://{{.Admin}}/status
   curl -s http://{{.Admin}}/metrics | grep ^ferry_requests_total
+
+Watch the mirror: per-partition state, mirrored end offset, lag in records
+and seconds (also in /status), and its metrics:
+
+  curl -s http://{{.Admin}}/status/mirror
+  curl -s http://{{.Admin}}/metrics | grep ^ferry_mirror_lag
+
+Read the {{.Standby}} cluster directly, not through Ferry: the same records
+at the same offsets as on {{.Primary}}:
+
+  Standby direct:  {{.StandbyFirst}}
+  kcat -b {{.StandbyFirst}} -t {{.Topic}} -C -e -f '%p/%o %s\n'
 
 A franz-go example is in README.md ("Quickstart"). Ctrl-C stops the demo.
 `))
@@ -194,6 +225,7 @@ func (d *demo) printGuide(w io.Writer) error {
 		"PrimaryAddrs": strings.Join(d.primary.ListenAddrs(), ","),
 		"Standby":      demoStandby,
 		"StandbyAddrs": strings.Join(d.standby.ListenAddrs(), ","),
+		"StandbyFirst": d.standby.ListenAddrs()[0],
 		"Topic":        demoTopic,
 		"Partitions":   demoPartitions,
 	})

@@ -239,7 +239,74 @@ func httpGet(t *testing.T, url string) (int, string) {
 var (
 	bootstrapLine = regexp.MustCompile(`Kafka bootstrap:\s+(\S+)`)
 	adminLine     = regexp.MustCompile(`Admin API:\s+http://(\S+)/status`)
+	standbyLine   = regexp.MustCompile(`Standby direct:\s+(\S+)`)
 )
+
+// mirrorSection is the mirror section of /status as a client decodes it.
+type mirrorSection struct {
+	Enabled bool   `json:"enabled"`
+	Running bool   `json:"running"`
+	Source  string `json:"source"`
+	Target  string `json:"target"`
+	Summary struct {
+		Partitions    int   `json:"partitions"`
+		CaughtUp      int   `json:"caught_up"`
+		Halted        int   `json:"halted"`
+		MaxLagRecords int64 `json:"max_lag_records"`
+		AllCaughtUp   bool  `json:"all_caught_up"`
+	} `json:"summary"`
+	Partitions []struct {
+		Topic          string  `json:"topic"`
+		Partition      int32   `json:"partition"`
+		State          string  `json:"state"`
+		MirroredOffset int64   `json:"mirrored_offset"`
+		SourceEnd      int64   `json:"source_end"`
+		LagRecords     int64   `json:"lag_records"`
+		LagSeconds     float64 `json:"lag_seconds"`
+	} `json:"partitions"`
+}
+
+// mirrorStatus reads the mirror section of /status.
+func mirrorStatus(t *testing.T, adminAddr string) mirrorSection {
+	t.Helper()
+	code, body := httpGet(t, "http://"+adminAddr+"/status")
+	var st struct {
+		Mirror mirrorSection `json:"mirror"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("/status = %d %v: %s", code, err, body)
+	}
+	return st.Mirror
+}
+
+// waitMirrorCaughtUp waits until /status reports every partition of the
+// given topic caught up with lag 0 at end offset ends[partition], and every
+// mirrored partition caught up.
+func waitMirrorCaughtUp(t *testing.T, adminAddr, topic string, ends map[int32]int64) mirrorSection {
+	t.Helper()
+	var last mirrorSection
+	eventually(t, 60*time.Second, "/status reports the mirror caught up", func() error {
+		last = mirrorStatus(t, adminAddr)
+		if !last.Summary.AllCaughtUp || last.Summary.MaxLagRecords != 0 {
+			return fmt.Errorf("summary %+v", last.Summary)
+		}
+		seen := 0
+		for _, p := range last.Partitions {
+			if p.Topic != topic {
+				continue
+			}
+			seen++
+			if p.State != "caught_up" || p.LagRecords != 0 || p.LagSeconds != 0 || p.MirroredOffset != ends[p.Partition] || p.SourceEnd != ends[p.Partition] {
+				return fmt.Errorf("%s[%d]: %+v, want caught up at %d", topic, p.Partition, p, ends[p.Partition])
+			}
+		}
+		if seen != len(ends) {
+			return fmt.Errorf("%d partitions of %s in %+v, want %d", seen, topic, last.Partitions, len(ends))
+		}
+		return nil
+	})
+	return last
+}
 
 func TestDemo(t *testing.T) {
 	p := startFerry(t, "demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
@@ -274,6 +341,22 @@ func TestDemo(t *testing.T) {
 	}
 
 	roundTrip(t, addr, "e2e")
+
+	// The mirror copied the record produced through Ferry to the standby,
+	// at the same offset: read the standby directly.
+	standby := p.waitFor(t, standbyLine, time.Second)[1]
+	if got := readPartition(t, []string{standby}, "e2e", 0, 1); len(got) != 1 || got[0] != "0=hello through ferry e2e" {
+		t.Fatalf("standby e2e[0] holds %v, want the record at offset 0", got)
+	}
+	ms := waitMirrorCaughtUp(t, adminAddr, "e2e", map[int32]int64{0: 1})
+	if !ms.Enabled || !ms.Running || ms.Source != demoPrimary || ms.Target != demoStandby || ms.Summary.Partitions != demoPartitions+1 {
+		t.Fatalf("mirror section %+v", ms)
+	}
+	if code, body := httpGet(t, "http://"+adminAddr+"/metrics"); code != 200 ||
+		!strings.Contains(body, `ferry_mirror_mirrored_offset{partition="0",topic="e2e"} 1`) ||
+		!strings.Contains(body, `ferry_mirror_lag_records{partition="0",topic="e2e"} 0`) {
+		t.Fatalf("/metrics = %d, no ferry_mirror_* for e2e[0]:\n%.3000s", code, body)
+	}
 
 	// The admin API reports the routing state and both clusters.
 	code, body := httpGet(t, "http://"+adminAddr+"/status")

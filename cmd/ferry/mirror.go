@@ -105,7 +105,9 @@ func (r *mirrorRunner) Start(source, target string) error {
 		return fmt.Errorf("mirror: cannot mirror %q to %q: two different configured clusters are needed", source, target)
 	}
 	tr := &trackingRegisterer{reg: r.reg}
-	log := r.log.With(zap.String("source", source), zap.String("target", target))
+	// "from" and "to": the mirror's own lines carry "source" and "target"
+	// (bootstrap addresses).
+	log := r.log.With(zap.String("from", source), zap.String("to", target))
 	m, err := mirror.New(append([]mirror.Option{
 		mirror.Source(src...),
 		mirror.Target(dst...),
@@ -149,7 +151,7 @@ func (r *mirrorRunner) stopLocked() {
 	c.cancel()
 	<-c.done
 	c.metrics.unregisterAll()
-	r.log.Info("mirror stopped", zap.String("source", c.source), zap.String("target", c.target))
+	r.log.Info("mirror stopped", zap.String("from", c.source), zap.String("to", c.target))
 }
 
 // Close stops the mirror and refuses to start another; safe to call more

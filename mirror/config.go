@@ -28,6 +28,7 @@ type config struct {
 	syncGroups   bool
 	syncACLs     bool
 	idPrefix     string
+	lease        time.Duration // see fence.go
 
 	errs []error // from options, reported by validate
 
@@ -45,6 +46,7 @@ func defaultConfig() config {
 		syncGroups:   true,
 		syncACLs:     true,
 		idPrefix:     "ferry-mirror",
+		lease:        2 * time.Second,
 		logger:       zap.NewNop(),
 	}
 }

@@ -134,10 +134,11 @@ type writer struct {
 	open     map[int64]*txnSlot // source producer ID -> writer transaction
 	marker   map[int64]int64    // source producer ID -> offset of its last marker seen
 	inflight []pendingProduce
-	epoch    int32 // leader epoch of the last source batch written
-	trimmed  int64 // the standby's log start is known to be at least this
-	srcStart int64 // the source's log start, when it is inside a batch
-	started  bool  // the session got as far as copying
+	epoch    int32     // leader epoch of the last source batch written
+	trimmed  int64     // the standby's log start is known to be at least this
+	srcStart int64     // the source's log start, when it is inside a batch
+	started  bool      // the session got as far as copying
+	lastPing time.Time // when the last successful ownership check was sent
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -303,13 +304,16 @@ func (w *writer) session(ctx context.Context) error {
 		return err
 	}
 
-	// Producers: one idempotent producer for plain batches and fillers of
-	// one, and the transactional slots. Initialising a slot's
-	// transactional ID aborts a transaction a crashed writer left open and
-	// fences an older writer still running.
-	if w.plain, err = w.m.initProducer(ctx, nil); err != nil {
+	// Ownership (see fence.go): the partition's own transactional ID,
+	// whose producer appends the plain batches and fillers of one. Its
+	// InitProducerId bumps the epoch, which stops an older writer at its
+	// next lease check and at the standby leader from our first append on.
+	if err := w.takeOwnership(ctx); err != nil {
 		return err
 	}
+	// The transactional slots. Initialising a slot's transactional ID
+	// aborts a transaction a crashed writer left open and fences an older
+	// writer still running.
 	w.slots = w.slots[:0]
 	for i := range w.m.cfg.txnSlots {
 		id := fmt.Sprintf("%s.%s.%d.%d", w.m.cfg.idPrefix, w.topic, w.partition, i)
@@ -829,6 +833,9 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 			return err
 		}
 	}
+	if err := w.checkLease(ctx); err != nil {
+		return err
+	}
 	prod := &w.plain
 	if slot != nil {
 		prod = &slot.producer
@@ -850,7 +857,9 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 	req.Version = produceVersion
 	req.Acks = -1
 	req.TimeoutMillis = 30000
-	req.TransactionID = prod.txnID
+	if slot != nil {
+		req.TransactionID = prod.txnID
+	}
 	t := kmsg.NewProduceRequestTopic()
 	t.Topic = w.topic
 	pp := kmsg.NewProduceRequestTopicPartition()
@@ -961,6 +970,9 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	}
 	if w.next != at {
 		return w.halt(ErrOffsetMismatch, at, "transaction marker due at %d, standby is at %d", at, w.next)
+	}
+	if err := w.checkLease(ctx); err != nil {
+		return err
 	}
 	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)

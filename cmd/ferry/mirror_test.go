@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +210,45 @@ mirror: {sync_interval: 1s}
 	}
 	if err := r.Follow(routing.State{Generation: 2, Active: "c"}); err == nil || !strings.Contains(err.Error(), `"c" is not configured`) {
 		t.Fatalf("Follow to an unknown cluster: %v", err)
+	}
+}
+
+// TestREADMEListsMirrorMetrics: every metric the mirror registers is in
+// the README's metrics table.
+func TestREADMEListsMirrorMetrics(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	tr := &trackingRegisterer{reg: reg}
+	m, err := mirror.New(mirror.Source("127.0.0.1:1"), mirror.Target("127.0.0.1:2"), mirror.Registerer(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	var names []string
+	for _, c := range tr.cs {
+		ch := make(chan *prometheus.Desc, 16)
+		c.Describe(ch)
+		close(ch)
+		for d := range ch {
+			if sm := fqName.FindStringSubmatch(d.String()); sm != nil {
+				names = append(names, sm[1])
+			}
+		}
+	}
+	if len(names) < 5 {
+		t.Fatalf("found only %v", names)
+	}
+	for _, name := range names {
+		if !strings.Contains(string(readme), "| `"+name) {
+			t.Errorf("README.md's metrics table does not list %s", name)
+		}
+	}
+	tr.unregisterAll()
+	if names := gathered(t, reg); names != "" {
+		t.Fatalf("after unregisterAll: %s", names)
 	}
 }

@@ -15,12 +15,13 @@ import (
 
 // startChild runs a Mirror in a child process (the test binary, see
 // runChild) and returns it; the caller kills it.
-func startChild(t *testing.T, topics string) *exec.Cmd {
+func startChild(t *testing.T, topics string, env ...string) *exec.Cmd {
 	t.Helper()
 	a, s := clusters(t)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childEnv+"=1", "FERRY_MIRROR_SOURCE="+a.Bootstrap(),
 		"FERRY_MIRROR_TARGET="+s.Bootstrap(), "FERRY_MIRROR_TOPICS="+topics)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if testing.Verbose() {
 		cmd.Stderr = os.Stderr
@@ -70,6 +71,36 @@ func backgroundProducer(t *testing.T, topic string, partitions int32, stop <-cha
 	return &wg
 }
 
+// txnProducer runs source transactions on partition 0 of topic until stop
+// is closed: two or three batches each, committed and aborted in turn.
+func txnProducer(t *testing.T, topic string, stop <-chan struct{}) *sync.WaitGroup {
+	a, _ := clusters(t)
+	cl := newClient(t, a, kgo.TransactionalID("bg-"+topic), manualPartitioner(), kgo.ProducerLinger(0))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := cl.BeginTransaction(); err != nil {
+				return
+			}
+			for j := range 2 + i%2 {
+				_ = cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte(fmt.Sprintf("txn %d %d", i, j))})
+			}
+			if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(i%3 != 2)); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	return &wg
+}
+
 // waitEqualEnds waits until the standby's end offset equals the source's
 // for every partition.
 func waitEqualEnds(t *testing.T, topic string, partitions int32) {
@@ -102,14 +133,16 @@ func eventually2(t *testing.T, d time.Duration, what string, f func() error) {
 }
 
 // TestMirrorKillRestart: the mirror process is SIGKILLed twice mid-stream
-// and restarted; the standby ends with no gap, no duplicate and no
-// divergence.
+// (plain, idempotent and transactional source producers) and restarted;
+// the standby ends with no gap, no duplicate and no divergence.
+// TestMirrorKillInTxn kills it at chosen points inside its transactions.
 func TestMirrorKillRestart(t *testing.T) {
 	a, _ := clusters(t)
 	const topic = "crash"
 	createTopic(t, a, topic, 2, nil)
 	stop := make(chan struct{})
 	wg := backgroundProducer(t, topic, 2, stop)
+	twg := txnProducer(t, topic, stop)
 	for range 2 {
 		child := startChild(t, topic)
 		time.Sleep(2500 * time.Millisecond)
@@ -120,6 +153,7 @@ func TestMirrorKillRestart(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	twg.Wait()
 	startChild(t, topic)
 	waitEqualEnds(t, topic, 2)
 	for p := range int32(2) {

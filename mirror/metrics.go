@@ -9,16 +9,17 @@ import (
 // metrics are the mirror's Prometheus metrics, registered on the
 // Registerer passed in (if any).
 type metrics struct {
-	lagRecords *prometheus.GaugeVec
-	lagSeconds *prometheus.GaugeVec
-	mirrored   *prometheus.GaugeVec
-	state      *prometheus.GaugeVec
-	halts      *prometheus.CounterVec
-	batches    *prometheus.CounterVec
-	bytes      prometheus.Counter
-	fillers    prometheus.Counter
-	lostCommit prometheus.Counter
-	syncErrors *prometheus.CounterVec
+	lagRecords  *prometheus.GaugeVec
+	lagSeconds  *prometheus.GaugeVec
+	mirrored    *prometheus.GaugeVec
+	state       *prometheus.GaugeVec
+	halts       *prometheus.CounterVec
+	batches     *prometheus.CounterVec
+	bytes       prometheus.Counter
+	fillers     prometheus.Counter
+	lostCommit  prometheus.Counter
+	resumedTxns prometheus.Counter
+	syncErrors  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,12 +43,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Offsets filled on the standby where the source holds no data record."}),
 		lostCommit: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_lost_commits_total",
 			Help: "Source COMMIT markers found as ABORT on the standby after a writer crash."}),
+		resumedTxns: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_resumed_txns_total",
+			Help: "Writer transactions left open by an earlier writer (crash) and resumed to end at the source marker's offset."}),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_sync_errors_total",
 			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.syncErrors)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.syncErrors)
 	}
 	return m
 }

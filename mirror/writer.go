@@ -139,6 +139,7 @@ type writer struct {
 	srcStart int64     // the source's log start, when it is inside a batch
 	started  bool      // the session got as far as copying
 	lastPing time.Time // when the last successful ownership check was sent
+	fillSlot *txnSlot  // a filler transaction an earlier writer left open
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -154,6 +155,9 @@ type txnSlot struct {
 	producer
 	open   bool
 	srcPID int64
+	// added: the partition is in the slot's open transaction but nothing
+	// was appended yet (an earlier writer stopped in between); used first.
+	added bool
 }
 
 type pendingProduce struct {
@@ -311,19 +315,14 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.takeOwnership(ctx); err != nil {
 		return err
 	}
-	// The transactional slots. Initialising a slot's transactional ID
-	// aborts a transaction a crashed writer left open and fences an older
-	// writer still running.
-	w.slots = w.slots[:0]
-	for i := range w.m.cfg.txnSlots {
-		id := fmt.Sprintf("%s.%s.%d.%d", w.m.cfg.idPrefix, w.topic, w.partition, i)
-		p, err := w.m.initProducer(ctx, &id)
-		if err != nil {
-			return err
-		}
-		w.slots = append(w.slots, &txnSlot{producer: p})
-	}
+	// The transactional slots (recover.go): a transaction an earlier writer
+	// left open on this partition is resumed, every other slot is
+	// initialised (which fences an older writer's transactional work).
 	w.open = make(map[int64]*txnSlot)
+	w.fillSlot = nil
+	if err := w.initSlots(ctx); err != nil {
+		return err
+	}
 	w.marker = make(map[int64]int64)
 	w.epoch = -1
 	w.srcStart = 0
@@ -334,6 +333,9 @@ func (w *writer) session(ctx context.Context) error {
 	}
 	w.next, w.acked = end, end
 	if err := w.checkTail(ctx); err != nil {
+		return err
+	}
+	if err := w.resumeOpen(ctx); err != nil {
 		return err
 	}
 	w.log.Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
@@ -833,6 +835,10 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 			return err
 		}
 	}
+	if w.fillSlot != nil && kind != "filler" {
+		return w.halt(ErrDiverged, b.BaseOffset(),
+			"a filler transaction an earlier writer left open ends at %d, but the source has data at %d", w.next-1, b.BaseOffset())
+	}
 	if err := w.checkLease(ctx); err != nil {
 		return err
 	}
@@ -941,6 +947,12 @@ func (w *writer) drain(ctx context.Context) error {
 // freeSlot returns a transactional slot with no transaction open.
 func (w *writer) freeSlot(at int64) (*txnSlot, error) {
 	for _, s := range w.slots {
+		if !s.open && s.added {
+			s.added = false
+			return s, nil
+		}
+	}
+	for _, s := range w.slots {
 		if !s.open {
 			return s, nil
 		}
@@ -973,6 +985,9 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	}
 	if err := w.checkLease(ctx); err != nil {
 		return err
+	}
+	if testHookEndTxn != nil {
+		testHookEndTxn(commit)
 	}
 	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)
@@ -1022,6 +1037,19 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 	}
 	n := to - from
 	w.m.metrics.fillers.Add(float64(n))
+	if s := w.fillSlot; s != nil {
+		// Finish the filler transaction an earlier writer left open in
+		// this gap: its records end at from, its ABORT goes at to-1.
+		w.fillSlot = nil
+		for left := n - 1; left > 0; {
+			k := int32(min(left, fillerChunk))
+			if err := w.produceFiller(ctx, k, s); err != nil {
+				return err
+			}
+			left -= int64(k)
+		}
+		return w.endTxn(ctx, s, false, to-1)
+	}
 	if n == 1 {
 		return w.produceFiller(ctx, 1, nil)
 	}

@@ -239,8 +239,12 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 		body := buf.B[hs:]
 		// A read-only walk first: a fallback must see the answer as the
 		// broker sent it.
-		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, nil)
-		if err != nil || code != 0 || endpoints {
+		fillers := false
+		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
+			fillers = fillers || hasFiller(p.Records)
+			return nil
+		})
+		if err != nil || code != 0 || endpoints || fillers {
 			return s.fetchDecoded(c, req, in, names, sc, buf)
 		}
 		var name string
@@ -303,10 +307,27 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 	return enc, release, nil
 }
 
+// hasFiller reports whether records hold a batch the mirror wrote to keep
+// offsets equal (a cluster that has been a mirror target holds them).
+// Clients of Ferry never see their records: they get an empty batch in
+// their place, which moves them past its offsets.
+func hasFiller(records []byte) bool {
+	found := false
+	protocol.WalkBatches(records, func(b protocol.Batch) error {
+		if protocol.IsFillerBatch(b) {
+			found = true
+			return errStop
+		}
+		return nil
+	})
+	return found
+}
+
 // virtualFetchPartition rewrites one partition's answer in place and reports
 // whether it carries a leader hint.
 func (s *Server) virtualFetchPartition(u *upstream, topic string, p *kmsg.FetchResponseTopicPartition, gen uint32) bool {
 	p.PreferredReadReplica = -1
+	p.RecordBatches, _ = protocol.HideFillers(p.RecordBatches)
 	if p.DivergingEpoch.Epoch >= 0 {
 		p.DivergingEpoch.Epoch = routing.VirtualEpoch(gen, p.DivergingEpoch.Epoch)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"github.com/ferry-gw/ferry/protocol"
 	"net"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -242,4 +244,84 @@ func mustPort(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// TestFillersNeverReachClients writes what the mirror leaves on a standby —
+// filler batches between real ones — and reads it through Ferry: the real
+// records at their offsets, none of the fillers, and the reader reaches the
+// end rather than stalling before the fillers' offsets.
+func TestFillersNeverReachClients(t *testing.T) {
+	kf := newKfake(t, 1)
+	_, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	direct := newClient(t, kf.ListenAddrs()[0])
+	created, err := kadm.NewClient(direct).CreateTopic(ctx, 1, 1, nil, "standby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := (&kmsg.InitProducerIDRequest{TransactionTimeoutMillis: 60000, ProducerID: -1, ProducerEpoch: -1}).RequestWith(ctx, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceRaw := func(batch []byte) int64 {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = "standby", created.ID
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, direct)
+		if err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+			t.Fatalf("produce: %v %+v", err, resp)
+		}
+		return resp.Topics[0].Partitions[0].BaseOffset
+	}
+	real := func(key string) {
+		if err := direct.ProduceSync(ctx, &kgo.Record{Topic: "standby", Key: []byte(key), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real("a")                                                                                   // offset 0
+	produceRaw(protocol.AppendFillerBatch(nil, 3, pid.ProducerID, pid.ProducerEpoch, 0, false)) // 1..3
+	real("b")                                                                                   // offset 4
+	produceRaw(protocol.AppendFillerBatch(nil, 2, pid.ProducerID, pid.ProducerEpoch, 3, false)) // 5..6, last in the log
+
+	cons := newClient(t, addr, kgo.ConsumeTopics("standby"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []string
+	for len(got) < 2 {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %v through Ferry, want a and b", got)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == string(protocol.FillerKey) {
+				t.Fatalf("a filler record reached the client at offset %d", r.Offset)
+			}
+			got = append(got, fmt.Sprintf("%s@%d", r.Key, r.Offset))
+		})
+	}
+	if got[0] != "a@0" || got[1] != "b@4" {
+		t.Fatalf("read %v, want [a@0 b@4]", got)
+	}
+	// The reader moved past the trailing fillers: a new record is next.
+	real("c")
+	for {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("the reader stalled before the fillers")
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) != "c" || r.Offset != 7 {
+				t.Fatalf("read %s@%d, want c@7", r.Key, r.Offset)
+			}
+			done = true
+		})
+		if done {
+			return
+		}
+	}
 }

@@ -24,7 +24,7 @@ func (c *Cluster) waitReady(ctx context.Context, want []int32, watch []*node) er
 		}
 	}()
 	start := time.Now()
-	lastErr := fmt.Errorf("no poll yet")
+	var lastErr error
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {

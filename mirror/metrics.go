@@ -14,6 +14,7 @@ type metrics struct {
 	mirrored    *prometheus.GaugeVec
 	state       *prometheus.GaugeVec
 	halts       *prometheus.CounterVec
+	halted      *prometheus.GaugeVec
 	batches     *prometheus.CounterVec
 	bytes       prometheus.Counter
 	fillers     prometheus.Counter
@@ -35,6 +36,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Partition writer state: 0 starting, 1 mirroring, 2 caught up, 3 halted, 4 stopped."}, tp),
 		halts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_halts_total",
 			Help: "Partition writers halted, by reason."}, []string{"reason"}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_mirror_partition_halted",
+			Help: "1 for a partition whose writer halted, labelled with why (see ferry_mirror_halts_total)."}, append(tp, "reason")),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_batches_total",
 			Help: "Batches appended to the standby, by kind (plain, txn, filler)."}, []string{"kind"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_bytes_total",
@@ -49,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.batches,
+		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.halted, m.batches,
 			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.syncErrors)
 	}
 	return m
@@ -61,4 +64,12 @@ func (m *metrics) forget(topic string, partition int32) {
 	m.lagSeconds.Delete(l)
 	m.mirrored.Delete(l)
 	m.state.Delete(l)
+	m.halted.DeletePartialMatch(l)
+}
+
+// halt counts a partition writer's halt.
+func (m *metrics) halt(topic string, partition int32, err error) {
+	reason := haltReason(err)
+	m.halts.WithLabelValues(reason).Inc()
+	m.halted.WithLabelValues(topic, strconv.Itoa(int(partition)), reason).Set(1)
 }

@@ -208,7 +208,7 @@ func (m *Mirror) stopTopic(topic string, why error) {
 		h.cancel()
 		if halted {
 			h.w.setState(StateHalted, why)
-			m.metrics.halts.WithLabelValues(haltReason(why)).Inc()
+			m.metrics.halt(k.topic, k.partition, why)
 			continue
 		}
 		h.w.setState(StateStopped, why)

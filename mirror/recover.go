@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -211,4 +212,45 @@ func (w *writer) batchAt(ctx context.Context, c *conn, offset int64) (protocol.B
 		return nil, err
 	}
 	return b, nil
+}
+
+// checkEpoch asks the source leader where the leader epoch of the last
+// batch this writer mirrored ends now (OffsetForLeaderEpoch). Below the
+// standby's end means the source lost offsets the standby holds — an
+// unclean leader election elected a replica that never had them — and the
+// partition halts with ErrSourceTruncated. Only known after this process
+// mirrored something; a restarted process relies on the tail check.
+func (w *writer) checkEpoch(ctx context.Context) error {
+	if w.epoch < 0 || w.next == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.Version = 4
+	req.ReplicaID = -1
+	t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	t.Topic = w.topic
+	p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	p.Partition = w.partition
+	p.CurrentLeaderEpoch = -1
+	p.LeaderEpoch = w.epoch
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := w.src.Do(ctx, req)
+	if err != nil {
+		return err
+	}
+	r := resp.(*kmsg.OffsetForLeaderEpochResponse)
+	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		return errors.New("OffsetForLeaderEpoch: malformed response")
+	}
+	rp := r.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+		return fmt.Errorf("OffsetForLeaderEpoch: %w", err)
+	}
+	if rp.EndOffset >= 0 && rp.EndOffset < w.next {
+		return w.halt(ErrSourceTruncated, w.next,
+			"the source leader's epoch history ends epoch %d at offset %d (its latest epoch at or below is %d), but the standby holds offsets up to %d mirrored under epoch %d: the source lost offsets %d..%d (unclean leader election)",
+			w.epoch, rp.EndOffset, rp.LeaderEpoch, w.next-1, w.epoch, rp.EndOffset, w.next-1)
+	}
+	return nil
 }

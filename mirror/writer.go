@@ -134,7 +134,7 @@ type writer struct {
 	open     map[int64]*txnSlot // source producer ID -> writer transaction
 	marker   map[int64]int64    // source producer ID -> offset of its last marker seen
 	inflight []pendingProduce
-	epoch    int32     // leader epoch of the last source batch written
+	epoch    int32     // source leader epoch of the last batch written (kept across sessions)
 	trimmed  int64     // the standby's log start is known to be at least this
 	srcStart int64     // the source's log start, when it is inside a batch
 	started  bool      // the session got as far as copying
@@ -176,6 +176,7 @@ func newWriter(m *Mirror, topic string, partition int32) *writer {
 		log:       m.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
 		labels:    []string{topic, strconv.Itoa(int(partition))},
 		caught:    time.Now(),
+		epoch:     -1,
 	}
 	w.status = PartitionStatus{Topic: topic, Partition: partition, State: StateStarting, Mirrored: -1, SourceEnd: -1, SourceStable: -1}
 	m.metrics.state.WithLabelValues(w.labels...).Set(float64(StateStarting))
@@ -249,7 +250,7 @@ func (w *writer) run(ctx context.Context) {
 		var halt *HaltError
 		if errors.As(err, &halt) {
 			w.log.Error("mirror partition halted", zap.Error(err))
-			w.m.metrics.halts.WithLabelValues(haltReason(err)).Inc()
+			w.m.metrics.halt(w.topic, w.partition, err)
 			w.setState(StateHalted, err)
 			return
 		}
@@ -324,7 +325,6 @@ func (w *writer) session(ctx context.Context) error {
 		return err
 	}
 	w.marker = make(map[int64]int64)
-	w.epoch = -1
 	w.srcStart = 0
 
 	end, err := w.standbyEnd(ctx)
@@ -332,6 +332,9 @@ func (w *writer) session(ctx context.Context) error {
 		return err
 	}
 	w.next, w.acked = end, end
+	if err := w.checkEpoch(ctx); err != nil {
+		return err
+	}
 	if err := w.checkTail(ctx); err != nil {
 		return err
 	}

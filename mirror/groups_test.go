@@ -1,0 +1,91 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestMirrorGroupActiveOnStandby: the group offset sync leaves alone a
+// group that has members on the standby (they own its offsets there), and
+// keeps copying the offsets of a group that has none.
+func TestMirrorGroupActiveOnStandby(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "grp-active"
+	createTopic(t, a, topic, 1, nil)
+	cl := newClient(t, a, manualPartitioner())
+	produceN(t, cl, topic, 0, 10, 5, "grp")
+	m := startMirror(t, Topics([]string{topic}, nil), Groups([]string{"ga-.*"}, nil), SyncACLs(false))
+	waitCaughtUp(t, m, topic)
+
+	// A member of ga-active on the standby, committing offset 3 itself.
+	member := newClient(t, s, kgo.ConsumerGroup("ga-active"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	eventually(t, "member consuming on the standby", func() error {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		if fs := member.PollFetches(pctx); fs.NumRecords() == 0 {
+			return errors.New("no records yet")
+		}
+		return nil
+	})
+	mine := map[string]map[int32]kgo.EpochOffset{topic: {0: {Epoch: -1, Offset: 3}}}
+	var commitErr error
+	member.CommitOffsetsSync(ctx, mine, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, r *kmsg.OffsetCommitResponse, err error) {
+		commitErr = err
+		for _, rt := range r.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.ErrorCode != 0 && commitErr == nil {
+					commitErr = fmt.Errorf("commit error code %d", rp.ErrorCode)
+				}
+			}
+		}
+	})
+	if commitErr != nil {
+		t.Fatalf("member commit on the standby: %v", commitErr)
+	}
+
+	// The source commits other offsets for both groups.
+	srcAdm := kadm.NewClient(cl)
+	for g, at := range map[string]int64{"ga-active": 8, "ga-idle": 6} {
+		var o kadm.Offsets
+		o.AddOffset(topic, 0, at, -1)
+		if resp, err := srcAdm.CommitOffsets(ctx, g, o); err != nil || resp.Error() != nil {
+			t.Fatalf("commit %s on the source: %v %v", g, err, resp.Error())
+		}
+	}
+	dstAdm := kadm.NewClient(newClient(t, s))
+	eventually(t, "idle group's offsets on the standby", func() error {
+		got, err := dstAdm.FetchOffsets(ctx, "ga-idle")
+		if err != nil {
+			return err
+		}
+		if o, _ := got.Lookup(topic, 0); o.At != 6 {
+			return fmt.Errorf("ga-idle at %d", o.At)
+		}
+		return nil
+	})
+	time.Sleep(1500 * time.Millisecond) // three more sync rounds
+	got, err := dstAdm.FetchOffsets(ctx, "ga-active")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := got.Lookup(topic, 0); o.At != 3 {
+		t.Fatalf("active group's offset on the standby is %d, want its member's 3", o.At)
+	}
+	dg, err := dstAdm.DescribeGroups(ctx, "ga-active")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg["ga-active"]; len(g.Members) == 0 {
+		t.Fatalf("ga-active has no member on the standby (state %s): the test did not test an active group", g.State)
+	}
+}

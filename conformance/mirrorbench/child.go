@@ -1,0 +1,212 @@
+package main
+
+// Ferry's mirror as a separate process, so that its CPU time is its own:
+// this binary re-executed with childEnv set runs mirror.New/Run over one
+// topic until SIGINT or SIGTERM (independent of cmd/ferry). The parent
+// watches the target's end offsets and reads the child's CPU time from
+// /proc/<pid>/stat.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/mirror"
+)
+
+const (
+	// childEnv holds the source bootstrap servers; its presence makes this
+	// binary run the mirror instead of the benchmark.
+	childEnv = "FERRY_MIRRORBENCH_CHILD"
+	// targetEnv and topicEnv are the child's target bootstrap servers and
+	// the one topic it mirrors.
+	targetEnv = "FERRY_MIRRORBENCH_TARGET"
+	topicEnv  = "FERRY_MIRRORBENCH_TOPIC"
+	// profileEnv is where the child writes its CPU profile, if set.
+	profileEnv = "FERRY_MIRRORBENCH_CPUPROFILE"
+	// logLevelEnv sets the child's log level (default warn).
+	logLevelEnv = "FERRY_MIRRORBENCH_LOG_LEVEL"
+	// clockTicks is USER_HZ, the unit of utime and stime in /proc: 100 on
+	// every Linux architecture Go supports.
+	clockTicks = 100
+)
+
+// runChild is the mirror process: the mirror's defaults, except that group
+// offsets and ACLs are not synchronised (the benchmark has neither).
+func runChild() error {
+	lcfg := zap.NewProductionConfig()
+	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
+	if lvl, err := zap.ParseAtomicLevel(os.Getenv(logLevelEnv)); err == nil && os.Getenv(logLevelEnv) != "" {
+		lcfg.Level = lvl
+	}
+	lcfg.Encoding = "console"
+	log, err := lcfg.Build()
+	if err != nil {
+		return err
+	}
+	if profile := os.Getenv(profileEnv); profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	m, err := mirror.New(
+		mirror.Source(os.Getenv(childEnv)),
+		mirror.Target(os.Getenv(targetEnv)),
+		mirror.Topics([]string{regexp.QuoteMeta(os.Getenv(topicEnv))}, nil),
+		mirror.SyncGroups(false),
+		mirror.SyncACLs(false),
+		mirror.Logger(log),
+		mirror.Registerer(prometheus.NewRegistry()),
+	)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	halted := make(chan error, 1)
+	// A halted partition never catches up: end the run at once, so the
+	// benchmark fails with the reason instead of waiting for its timeout.
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, st := range m.Status() {
+				if st.State == mirror.StateHalted {
+					halted <- fmt.Errorf("%s[%d] halted: %w", st.Topic, st.Partition, st.Err)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = m.Run(ctx)
+	select {
+	case err := <-halted:
+		return err
+	default:
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mirror.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// proc is a started mirror process (the Ferry child or the MM2 JVM), seen
+// from the benchmark.
+type proc struct {
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{} // closed when the process has exited and been reaped
+	err     error         // Wait's result, valid after done
+}
+
+// startFerry starts the mirror child from source to target over topic.
+func startFerry(source, target, topic, profile string) (*proc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+source, targetEnv+"="+target, topicEnv+"="+topic, profileEnv+"="+profile)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return startProc(cmd)
+}
+
+// startProc starts cmd and reaps it when it exits.
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// cpu returns the process's CPU time so far, user plus system, all threads.
+func (p *proc) cpu() (time.Duration, error) {
+	return procCPU(p.cmd.Process.Pid)
+}
+
+// procCPU reads utime+stime of pid from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after its ')'
+	// start with field 3 (state), so utime (14) and stime (15) are at 11
+	// and 12.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc stat %q", b)
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat %q", b)
+	}
+	ut, err1 := strconv.ParseInt(fs[11], 10, 64)
+	st, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// stop sends sig to the process (its group, if it has one), then SIGKILL
+// after grace; it returns once the process is reaped. Safe to call twice.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
+	pid := p.cmd.Process.Pid
+	target := pid
+	if p.cmd.SysProcAttr != nil && p.cmd.SysProcAttr.Setpgid {
+		target = -pid
+	}
+	if !p.exited() {
+		_ = syscall.Kill(target, sig)
+	}
+	select {
+	case <-p.done:
+		return
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(target, syscall.SIGKILL)
+	<-p.done
+}

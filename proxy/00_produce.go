@@ -37,8 +37,8 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	}
 	parts := map[int32]kmsg.Request{}
 	subTopic := map[int32]map[int]int{} // broker → request topic index → sub topic index
-	rewrite := byID || gen != 0
 	names := make([]string, len(in.Topics))
+	physIDs := make([][16]byte, len(in.Topics))
 	for ti := range in.Topics {
 		t := &in.Topics[ti]
 		name, physID := t.Topic, t.TopicID
@@ -52,7 +52,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			}
 			name, physID = info.name, info.id
 		}
-		names[ti] = name
+		names[ti], physIDs[ti] = name, physID
 		for pi := range t.Partitions {
 			p := &t.Partitions[pi]
 			pinfo, ok := req.up.partition(c.ctx, name, p.Partition)
@@ -86,8 +86,11 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		}
 	}
 
-	// The common case: one leader, nothing to rewrite, nothing refused.
-	if len(parts) == 1 && len(local) == 0 && !rewrite {
+	// The common case (with lanes, nearly every request): one leader,
+	// nothing refused. The client's own bytes go upstream, rewritten in
+	// place: producer IDs were mapped back above (the records alias the
+	// frame), and topic IDs are patched where they lie.
+	if len(parts) == 1 && len(local) == 0 && (!byID || physicalTopicIDs(req, in, physIDs)) {
 		for b := range parts {
 			p, err := c.sendRaw(req.up, b, req.frame.B, expect)
 			if err != nil || !expect {
@@ -106,6 +109,19 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		return nil, nil
 	}
 	return s.produceReply(c, req, in, names, calls, local), nil
+}
+
+// physicalTopicIDs writes the physical topic IDs over the virtual ones in
+// a v13+ request's own bytes, and reports whether it could.
+func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte) bool {
+	windows, err := protocol.ProduceTopicIDs(req.body, req.hdr.Version)
+	if err != nil || len(windows) != len(in.Topics) {
+		return false
+	}
+	for i, w := range windows {
+		copy(w, physIDs[i][:])
+	}
+	return true
 }
 
 // physicalProducerIDs maps the producer IDs of a client's batches back to

@@ -66,14 +66,21 @@ func TestVirtualIdentityUnderLaterGeneration(t *testing.T) {
 	consumeAll(t, ctx, cons, want, len(want))
 
 	// The producer IDs clients see are virtual; the brokers hold physical ones.
-	viaFerry, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
-	if err != nil {
-		t.Fatal(err)
+	// UNKNOWN_TOPIC_OR_PARTITION is retriable: a broker restarted by an
+	// earlier test may still be loading the topic's replicas.
+	describe := func(adm *kadm.Client) kadm.DescribedProducersTopics {
+		for {
+			d, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
+			if err == nil {
+				return d
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 	}
-	directly, err := direct.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	viaFerry, directly := describe(adm), describe(direct)
 	seen := 0
 	viaFerry.EachProducer(func(p kadm.DescribedProducer) {
 		phys, ok := routing.PhysicalPID(gen, p.ProducerID)

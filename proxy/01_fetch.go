@@ -284,7 +284,7 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 			return nil
 		})
 		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
-		return buf.B, func() { bytebufferpool.Put(buf) }, nil
+		return buf.B, func() { responseBufs.Put(buf) }, nil
 	}}
 }
 

@@ -176,9 +176,9 @@ func (c *clientConn) readLoop() error {
 	defer c.releaseUpstreams()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
-		buf := bytebufferpool.Get()
+		buf := requestBufs.Get()
 		if err := protocol.ReadFrame(br, c.s.cfg.maxRequestSize, buf); err != nil {
-			bytebufferpool.Put(buf)
+			requestBufs.Put(buf)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
 				c.s.metrics.badFrames.Inc()
 				c.log.Warn("closing connection: bad frame", zap.Error(err))
@@ -187,7 +187,7 @@ func (c *clientConn) readLoop() error {
 		}
 		hdr, err := protocol.ParseRequestHeader(buf.B)
 		if err != nil {
-			bytebufferpool.Put(buf)
+			requestBufs.Put(buf)
 			c.s.metrics.badFrames.Inc()
 			c.log.Warn("closing connection: bad request header", zap.Error(err))
 			return err
@@ -197,13 +197,13 @@ func (c *clientConn) readLoop() error {
 		req.up = c.s.ups[req.state.Active]
 		r, err := c.s.dispatch(c, req)
 		if err != nil {
-			bytebufferpool.Put(buf)
+			requestBufs.Put(buf)
 			c.log.Warn("closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
 		}
 		if r == nil { // acks=0 produce: no answer
 			c.s.metrics.observe(hdr.Key, req.start, nil)
-			bytebufferpool.Put(buf)
+			requestBufs.Put(buf)
 			continue
 		}
 		select {
@@ -220,7 +220,7 @@ func (c *clientConn) writeLoop() {
 	for r := range c.replies {
 		out, release, err := r.finish(c.ctx)
 		c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
-		bytebufferpool.Put(r.req.frame)
+		requestBufs.Put(r.req.frame)
 		if err != nil {
 			c.close(fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err))
 			c.drain()
@@ -252,7 +252,7 @@ func (c *clientConn) writeLoop() {
 // the reader never blocks on a dead connection.
 func (c *clientConn) drain() {
 	for r := range c.replies {
-		bytebufferpool.Put(r.req.frame)
+		requestBufs.Put(r.req.frame)
 	}
 }
 

@@ -159,7 +159,7 @@ func rawReply(req *request, p *pending) *reply {
 			return nil, nil, err
 		}
 		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
-		return buf.B, func() { bytebufferpool.Put(buf) }, nil
+		return buf.B, func() { responseBufs.Put(buf) }, nil
 	}}
 }
 
@@ -242,7 +242,7 @@ func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Re
 		if err != nil {
 			return nil, nil, err
 		}
-		done := func() { bytebufferpool.Put(buf) }
+		done := func() { responseBufs.Put(buf) }
 		resp := kr.ResponseKind()
 		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
 			return nil, done, err

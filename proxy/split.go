@@ -56,7 +56,7 @@ type gathered struct {
 
 func (g *gathered) release() {
 	for _, b := range g.bufs {
-		bytebufferpool.Put(b)
+		responseBufs.Put(b)
 	}
 }
 

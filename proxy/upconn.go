@@ -183,13 +183,13 @@ func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
 func (c *upConn) readLoop() {
 	max := c.pool.u.cfg.maxResponseSize
 	for {
-		buf := bytebufferpool.Get()
-		err := protocol.ReadFrame(c.nc, max, buf)
+		buf := responseBufs.Get()
+		err := protocol.ReadTrustedFrame(c.nc, max, buf)
 		if err == nil && len(buf.B) < 4 {
 			err = fmt.Errorf("response of %d bytes", len(buf.B))
 		}
 		if err != nil {
-			bytebufferpool.Put(buf)
+			responseBufs.Put(buf)
 			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
 			return
 		}
@@ -197,12 +197,12 @@ func (c *upConn) readLoop() {
 		select {
 		case p = <-c.inflight:
 		default:
-			bytebufferpool.Put(buf)
+			responseBufs.Put(buf)
 			c.close(fmt.Errorf("broker %d: response with no request in flight", c.pool.broker))
 			return
 		}
 		if got := int32(binary.BigEndian.Uint32(buf.B)); got != p.corr {
-			bytebufferpool.Put(buf)
+			responseBufs.Put(buf)
 			c.fail(p, nil)
 			c.close(fmt.Errorf("broker %d: response correlation ID %d, expected %d", c.pool.broker, got, p.corr))
 			return

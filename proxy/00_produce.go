@@ -180,6 +180,9 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 					name = topicNameForID(sub, t.TopicID)
 				}
 				for _, p := range t.Partitions {
+					if leaderMoved(p.ErrorCode) {
+						req.up.refreshSoon()
+					}
 					if p.CurrentLeader.LeaderID >= 0 {
 						p.CurrentLeader.LeaderID = s.virtualLeader(req.up, name, p.Partition, p.CurrentLeader.LeaderID)
 						p.CurrentLeader.LeaderEpoch = routing.VirtualEpoch(gen, p.CurrentLeader.LeaderEpoch)

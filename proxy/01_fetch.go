@@ -260,6 +260,9 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 			}
 			return nil
 		}, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
+			if leaderMoved(p.ErrorCode) {
+				req.up.refreshSoon()
+			}
 			if p.PreferredReadReplica != nil {
 				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
 			}
@@ -328,6 +331,9 @@ func hasFiller(records []byte) bool {
 func (s *Server) virtualFetchPartition(u *upstream, topic string, p *kmsg.FetchResponseTopicPartition, gen uint32) bool {
 	p.PreferredReadReplica = -1
 	p.RecordBatches, _ = protocol.HideFillers(p.RecordBatches)
+	if leaderMoved(p.ErrorCode) {
+		u.refreshSoon()
+	}
 	if p.DivergingEpoch.Epoch >= 0 {
 		p.DivergingEpoch.Epoch = routing.VirtualEpoch(gen, p.DivergingEpoch.Epoch)
 	}
@@ -468,14 +474,11 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 	}
 	for i, sc := range calls {
 		if finished[i] && (sc.err != nil || g.resps[i] == nil) {
-			c.s.goTracked(func() {
-				rctx, cancel := context.WithTimeout(c.s.ctx, 10*time.Second)
-				defer cancel()
-				req.up.refresh(rctx, false)
-			})
+			req.up.refreshSoon()
 			break
 		}
 	}
+
 	return g, finished, nil
 }
 

@@ -325,3 +325,41 @@ func TestFillersNeverReachClients(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderMoveFollowedWithoutClientMetadata moves a partition's leader
+// under a producer. Clients following the KIP-951 leader hint do not ask
+// for metadata, so Ferry must notice the move from the broker's
+// NOT_LEADER answer itself; with its periodic refresh set to ten minutes,
+// only that keeps the producer from stalling.
+func TestLeaderMoveFollowedWithoutClientMetadata(t *testing.T) {
+	kf := newKfake(t, 3)
+	_, addr := startFerry(t, kf.ListenAddrs(), WithMetadataInterval(10*time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(newClient(t, addr)).CreateTopic(ctx, 1, 1, nil, "moves"); err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("moves"))
+	start := time.Now()
+	for i := 0; i < 600; i++ {
+		if i%100 == 50 {
+			next := (kf.LeaderFor("moves", 0) + 1) % 3
+			if err := kf.MoveTopicPartition("moves", 0, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("600 records across 6 leader moves took %v: Ferry did not follow the moves", d)
+	}
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "moves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("moves", 0); o.Offset != 600 {
+		t.Fatalf("end offset %d, want 600: every record once", o.Offset)
+	}
+}

@@ -70,6 +70,7 @@ func New(opts ...Option) (*Server, error) {
 			s.Close()
 			return nil, err
 		}
+		u.spawn = s.goTracked
 		s.ups[cl.Name] = u
 	}
 	return s, nil

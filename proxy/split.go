@@ -91,11 +91,8 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 		g.resps[i] = resp
 	}
 	if failed {
-		c.s.goTracked(func() {
-			rctx, cancel := context.WithTimeout(c.s.ctx, 10e9)
-			defer cancel()
-			req.up.refresh(rctx, false)
-		})
+		req.up.refreshSoon()
 	}
+
 	return g, nil
 }

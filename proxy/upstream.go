@@ -41,6 +41,11 @@ type upstream struct {
 
 	versions protocol.Versions // what the brokers advertise
 
+	// spawn runs a goroutine the server tracks; refreshing is set while
+	// a refresh asked for by refreshSoon is under way.
+	spawn      func(func()) bool
+	refreshing atomic.Bool
+
 	laneMu sync.Mutex
 	lanes  map[int32]int // physical broker → lane, given on first sight
 }
@@ -205,6 +210,37 @@ func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot
 			return s
 		}
 	}
+}
+
+// refreshSoon refreshes the metadata in the background, once however many
+// ask while it runs: an answer said a leader moved (NOT_LEADER, a fenced
+// epoch), and the next request must find the new one. Clients that follow
+// KIP-951 leader hints do not ask Metadata themselves, so Ferry must.
+func (u *upstream) refreshSoon() {
+	if u.spawn == nil || !u.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	if !u.spawn(func() {
+		defer u.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := u.refresh(ctx, false); err != nil {
+			u.log.Info("metadata refresh after a moved leader failed", zap.Error(err))
+		}
+	}) {
+		u.refreshing.Store(false)
+	}
+}
+
+// leaderMoved reports whether a partition error means Ferry's view of its
+// leader is stale.
+func leaderMoved(code int16) bool {
+	switch code {
+	case kerr.NotLeaderForPartition.Code, kerr.LeaderNotAvailable.Code, kerr.FencedLeaderEpoch.Code,
+		kerr.UnknownLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code, kerr.KafkaStorageError.Code:
+		return true
+	}
+	return false
 }
 
 // partition returns the routing facts for a partition, refreshing the cache

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -64,11 +66,12 @@ type results struct {
 	started  time.Time
 	took     time.Duration
 	mm2Jars  string
+	revision string // the Ferry commit measured
 	variants []*variant
 }
 
 func run(ctx context.Context, o options, cmd string) error {
-	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now()}
+	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now(), revision: revision()}
 
 	dir, err := os.MkdirTemp("", "ferry-mirrorbench-")
 	if err != nil {
@@ -396,6 +399,24 @@ func topicSize(ctx context.Context, adm *kadm.Client, topic string) int64 {
 func (f fidelity) String() string {
 	return fmt.Sprintf("%d of %d source records identical at their source offset, %d at another offset, %d differ, %d missing, %d extra; end offsets equal: %v",
 		f.identical, f.source, f.moved, f.differs, f.missing, f.extra, f.offsetsEq)
+}
+
+// revision names the commit of the working tree and whether the mirror's
+// sources differ from it.
+func revision() string {
+	root, err := repoRoot()
+	if err != nil {
+		return "unknown"
+	}
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--", "mirror", "protocol").Output(); err == nil && len(st) > 0 {
+		rev += " with uncommitted changes in mirror/ or protocol/"
+	}
+	return rev
 }
 
 func step(format string, args ...any) {

@@ -59,10 +59,15 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 		return err
 	}
 	w.plain = p
-	w.log.Debug("mirror partition ownership taken, waiting out the previous lease",
-		zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("lease", w.m.cfg.lease))
-	if err := sleep(ctx, w.m.cfg.lease); err != nil {
-		return err
+	// Epoch 0 means the coordinator had never seen this ID: there is no
+	// previous owner whose lease to wait out. (Epoch exhaustion also
+	// restarts at 0, after 32767 owners; not a case worth 2 s per start.)
+	if p.epoch > 0 {
+		w.log.Debug("mirror partition ownership taken, waiting out the previous lease",
+			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("lease", w.m.cfg.lease))
+		if err := sleep(ctx, w.m.cfg.lease); err != nil {
+			return err
+		}
 	}
 	w.lastPing = time.Time{}
 	return w.checkLease(ctx)

@@ -69,7 +69,7 @@ func report(res *results) rendered {
 	tw.Flush()
 	m := res.machine
 	fmt.Fprintf(&t, "\nmachine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s\n",
-		m.cpus, m.model, m.memGiB, m.kernel, m.load, m.goVer, kafkatest.Version())
+		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&t, "command: %s\n", res.command)
 	fmt.Fprintf(&t, "overall: %s (took %v)\n", verdict(pass), res.took.Round(time.Second))
 
@@ -84,7 +84,7 @@ func report(res *results) rendered {
 		"`go run ./conformance/bench -duration 3s -warmup 2s -records 30000 -rounds 1`.\n\n")
 	fmt.Fprintf(&b, "## Machine\n\n")
 	fmt.Fprintf(&b, "- %d CPUs: %s\n- %.1f GiB memory, Linux %s\n- load average at start: %s\n- %s; Kafka %s on OpenJDK, brokers with `-Xmx512m`\n",
-		m.cpus, m.model, m.memGiB, m.kernel, m.load, m.goVer, kafkatest.Version())
+		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&b, "- the three brokers, Ferry and the load generator all share these CPUs: absolute figures are "+
 		"bounded by them, the ratios are the point\n\n")
 	fmt.Fprintf(&b, "## Workload\n\n")

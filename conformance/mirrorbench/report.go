@@ -84,7 +84,7 @@ func report(res *results) rendered {
 		fmt.Fprintf(&t, "  ProducerPerformance: %s\n\n", v.ceiling.summary)
 	}
 	fmt.Fprintf(&t, "machine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s brokers, MirrorMaker 2 %s\n",
-		m.cpus, m.model, m.memGiB, m.kernel, m.load, m.goVer, kafkatest.Version(), mm2Version)
+		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version(), mm2Version)
 	fmt.Fprintf(&t, "command: %s\nFerry commit: %s\n", res.command, res.revision)
 	fmt.Fprintf(&t, "overall: %s (took %v)\n", verdict(pass), res.took.Round(time.Second))
 
@@ -115,9 +115,9 @@ func report(res *results) rendered {
 
 	fmt.Fprintf(&b, "## Machine\n\n")
 	fmt.Fprintf(&b, "- %d CPUs: %s\n- %.1f GiB memory, Linux %s\n- load average (1, 5, 15 min) at start: %s; at the start of each variant: %s\n",
-		m.cpus, m.model, m.memGiB, m.kernel, m.load, variantLoads(res))
+		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, variantLoads(res))
 	fmt.Fprintf(&b, "- %s; Apache Kafka %s brokers on OpenJDK (`-Xmx512m`), MirrorMaker 2 %s (connect-mirror %s is not on Maven Central; "+
-		"conformance/maven-mm2/pom.xml resolves %s into its own cache directory)\n", m.goVer, kafkatest.Version(), mm2Version, kafkatest.Version(), mm2Version)
+		"conformance/maven-mm2/pom.xml resolves %s into its own cache directory)\n", m.GoVersion, kafkatest.Version(), mm2Version, kafkatest.Version(), mm2Version)
 	fmt.Fprintf(&b, "- the machine is shared: other engineers' Kafka tests ran beside this one (see the load averages). "+
 		"Both clusters, the mirror under test and the load share these CPUs: absolute figures are bounded by them; "+
 		"the ratios, measured minutes apart under the same conditions, are the point\n\n")

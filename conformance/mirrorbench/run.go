@@ -128,7 +128,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		srcAdm: kadm.NewClient(srcCl), dstAdm: kadm.NewClient(dstCl)}
 
 	for _, codec := range o.codecs {
-		v := &variant{codec: codec, topic: "mirrorbench-" + codec, loadAvg: readMachine().load}
+		v := &variant{codec: codec, topic: "mirrorbench-" + codec, loadAvg: readMachine().Load}
 		res.variants = append(res.variants, v)
 		if err := env.runVariant(ctx, v); err != nil {
 			return fmt.Errorf("%s: %w", codec, err)

@@ -363,3 +363,52 @@ func TestLeaderMoveFollowedWithoutClientMetadata(t *testing.T) {
 		t.Fatalf("end offset %d, want 600: every record once", o.Offset)
 	}
 }
+
+// TestDeleteRecordsAndOffsetsThroughFerry: DeleteRecords and ListOffsets
+// split over three leaders give each partition its own answer.
+func TestDeleteRecordsAndOffsetsThroughFerry(t *testing.T) {
+	kf := newKfake(t, 3)
+	_, addr := startFerry(t, kf.ListenAddrs(), WithLanes(1)) // one lane: every request splits
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, addr))
+	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "trim"); err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("trim"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := int32(0); p < 3; p++ {
+		for i := 0; i < 10; i++ {
+			if err := prod.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte("v")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := adm.DeleteRecords(ctx, kadm.Offsets{"trim": {0: {At: 3}, 1: {At: 5}, 2: {At: 7}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{0: 3, 1: 5, 2: 7}
+	res.Each(func(r kadm.DeleteRecordsResponse) {
+		if r.Err != nil || r.LowWatermark != want[r.Partition] {
+			t.Fatalf("partition %d: low watermark %d err %v, want %d", r.Partition, r.LowWatermark, r.Err, want[r.Partition])
+		}
+	})
+	starts, err := adm.ListStartOffsets(ctx, "trim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset != want[o.Partition] {
+			t.Fatalf("partition %d: start offset %d err %v, want %d", o.Partition, o.Offset, o.Err, want[o.Partition])
+		}
+	})
+	ends, err := adm.ListEndOffsets(ctx, "trim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset != 10 {
+			t.Fatalf("partition %d: end offset %d err %v, want 10", o.Partition, o.Offset, o.Err)
+		}
+	})
+}

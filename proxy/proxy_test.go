@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 	"net"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -411,4 +413,55 @@ func TestDeleteRecordsAndOffsetsThroughFerry(t *testing.T) {
 			t.Fatalf("partition %d: end offset %d err %v, want 10", o.Partition, o.Offset, o.Err)
 		}
 	})
+}
+
+// TestOffsetForLeaderEpochUnderGeneration: under generation 2 the epochs
+// a client sends are virtual; Ferry maps them back, answers with virtual
+// ones, and fences an epoch of an older generation.
+func TestOffsetForLeaderEpochUnderGeneration(t *testing.T) {
+	kf := newKfake(t, 3)
+	const gen = 2
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: gen, Active: "a"})))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr)
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "epochs"); err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("epochs"))
+	for i := 0; i < 5; i++ {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md, err := adm.Metadata(ctx, "epochs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := md.Topics["epochs"].Partitions[0].LeaderEpoch
+	if routing.EpochGeneration(epoch) != gen {
+		t.Fatalf("metadata epoch %d is not of generation %d", epoch, gen)
+	}
+	ask := func(leaderEpoch int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "epochs"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, epoch, leaderEpoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	p := ask(epoch)
+	if p.ErrorCode != 0 || p.EndOffset != 5 || p.LeaderEpoch != epoch {
+		t.Fatalf("current epoch: error %d end %d epoch %d; want 0, 5, %d", p.ErrorCode, p.EndOffset, p.LeaderEpoch, epoch)
+	}
+	if p := ask(routing.VirtualEpoch(gen-1, 0)); p.ErrorCode != kerr.FencedLeaderEpoch.Code {
+		t.Fatalf("an epoch of generation %d: error %d, want FENCED_LEADER_EPOCH", gen-1, p.ErrorCode)
+	}
 }

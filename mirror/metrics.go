@@ -20,6 +20,7 @@ type metrics struct {
 	fillers     prometheus.Counter
 	lostCommit  prometheus.Counter
 	resumedTxns prometheus.Counter
+	reframed    prometheus.Counter
 	syncErrors  *prometheus.CounterVec
 }
 
@@ -48,12 +49,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Source COMMIT markers found as ABORT on the standby after a writer crash."}),
 		resumedTxns: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_resumed_txns_total",
 			Help: "Writer transactions left open by an earlier writer (crash) and resumed to end at the source marker's offset."}),
+		reframed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_reframed_batches_total",
+			Help: "Uncompressed source batches with holes inside them (log cleaner) split into runs of consecutive records."}),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_sync_errors_total",
 			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.halted, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.syncErrors)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.syncErrors)
 	}
 	return m
 }

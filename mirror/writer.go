@@ -520,7 +520,7 @@ func (w *writer) checkTail(ctx context.Context) error {
 	}
 	switch {
 	case sb.IsControl():
-		if !covers {
+		if !covers || !rb.IsControl() && !rb.HasRecordAt(at) {
 			return nil // our own filler's marker in a source gap
 		}
 		if !rb.IsControl() {
@@ -535,12 +535,16 @@ func (w *writer) checkTail(ctx context.Context) error {
 		}
 		return nil
 	case protocol.IsFillerBatch(sb):
-		if covers && !rb.IsControl() && rb.NumRecords() > 0 {
+		if covers && !rb.IsControl() && rb.HasRecordAt(at) {
 			return w.halt(ErrDiverged, at, "standby has a filler at %d where the source has data", at)
 		}
 		return nil
 	default:
-		if !covers || rb.IsControl() || rb.BaseOffset() != sb.BaseOffset() || rb.NextOffset() != sb.NextOffset() ||
+		if covers {
+			// A source batch with holes inside went as runs (reframe.go).
+			rb = tailBatch(rb, sb.BaseOffset())
+		}
+		if !covers || rb == nil || rb.IsControl() || rb.BaseOffset() != sb.BaseOffset() || rb.NextOffset() != sb.NextOffset() ||
 			!bytes.Equal(rb.Payload(), sb.Payload()) {
 			return w.halt(ErrDiverged, at, "standby batch at %d differs from the source", sb.BaseOffset())
 		}
@@ -688,13 +692,23 @@ func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartitio
 
 	for i, b := range batches {
 		base := b.BaseOffset()
-		if base < w.next {
-			return w.halt(ErrDiverged, w.next, "standby ends at %d, inside the source batch %d..%d", w.next, base, b.NextOffset()-1)
-		}
 		if err := b.CheckCRC(); err != nil {
 			return w.halt(ErrUnsupportedBatch, base, "%v", err)
 		}
-		if base > w.next {
+		// A batch the log cleaner left with holes inside it: uncompressed,
+		// it goes as runs of consecutive records (reframe.go); compressed,
+		// the partition halts.
+		runs, err := w.reframe(b)
+		if err != nil {
+			return err
+		}
+		switch {
+		case runs != nil:
+			// The gaps before, between and after the runs are filled as
+			// the runs are written (send).
+		case base < w.next:
+			return w.halt(ErrDiverged, w.next, "standby ends at %d, inside the source batch %d..%d", w.next, base, b.NextOffset()-1)
+		case base > w.next:
 			if err := w.fill(ctx, w.next, base); err != nil {
 				return err
 			}
@@ -730,23 +744,18 @@ func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartitio
 			}
 			continue
 		}
-		if !b.HasConsecutiveOffsets() {
-			return w.halt(ErrUnsupportedBatch, base,
-				"compacted batch %d..%d holds %d records: a broker accepts only batches with consecutive offsets, and Ferry does not re-encode batches",
-				base, b.NextOffset()-1, b.NumRecords())
-		}
 		if b.Magic() != protocol.BatchMagic {
 			return w.halt(ErrUnsupportedBatch, base, "magic %d", b.Magic())
 		}
 
 		if !b.IsTransactional() {
-			if err := w.produce(ctx, b, nil, "plain"); err != nil {
+			if err := w.send(ctx, b, runs, nil, "plain"); err != nil {
 				return err
 			}
 			continue
 		}
 		if slot := w.open[pid]; slot != nil {
-			if err := w.produce(ctx, b, slot, "txn"); err != nil {
+			if err := w.send(ctx, b, runs, slot, "txn"); err != nil {
 				return err
 			}
 			continue
@@ -776,7 +785,7 @@ func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartitio
 			}
 		}
 		if !inTxn {
-			if err := w.produce(ctx, b, nil, "plain"); err != nil {
+			if err := w.send(ctx, b, runs, nil, "plain"); err != nil {
 				return err
 			}
 			continue
@@ -785,7 +794,7 @@ func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartitio
 		if err != nil {
 			return err
 		}
-		if err := w.produce(ctx, b, slot, "txn"); err != nil {
+		if err := w.send(ctx, b, runs, slot, "txn"); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,6 @@ package proxy
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
@@ -18,8 +17,8 @@ func handleListOffsets(s *Server, c *clientConn, req *request, kr kmsg.Request) 
 	in := kr.(*kmsg.ListOffsetsRequest)
 	gen := req.state.Generation
 	local := map[tp]int16{}
-	reqParts := map[tp]kmsg.ListOffsetsRequestTopicPartition{}
-	var all []tp
+	var order []tp
+	entries := map[tp]kmsg.ListOffsetsRequestTopicPartition{}
 	for _, t := range in.Topics {
 		for _, p := range t.Partitions {
 			x := tp{t.Topic, p.Partition}
@@ -27,67 +26,50 @@ func handleListOffsets(s *Server, c *clientConn, req *request, kr kmsg.Request) 
 				local[x] = code
 				continue
 			}
-			reqParts[x] = p
-			all = append(all, x)
+			entries[x] = p
+			order = append(order, x)
 		}
 	}
-	groups, errs := c.byLeader(c.ctx, req.up, all)
-	for x, code := range errs {
-		local[x] = code
-	}
-	parts := map[int32]kmsg.Request{}
-	for b, xs := range groups {
-		sub := &kmsg.ListOffsetsRequest{Version: in.Version, ReplicaID: -1, IsolationLevel: in.IsolationLevel, TimeoutMillis: in.TimeoutMillis}
-		idx := map[string]int{}
-		for _, x := range xs {
-			i, ok := idx[x.topic]
-			if !ok {
-				i = len(sub.Topics)
-				idx[x.topic] = i
-				sub.Topics = append(sub.Topics, kmsg.ListOffsetsRequestTopic{Topic: x.topic})
-			}
-			sub.Topics[i].Partitions = append(sub.Topics[i].Partitions, reqParts[x])
-		}
-		parts[b] = sub
-	}
-	calls := c.sendSplit(req, parts, true)
+	calls := splitByLeader(c, req, order, entries, local,
+		func() kmsg.Request {
+			return &kmsg.ListOffsetsRequest{Version: in.Version, ReplicaID: -1, IsolationLevel: in.IsolationLevel, TimeoutMillis: in.TimeoutMillis}
+		},
+		func(r kmsg.Request, topic string, ps []kmsg.ListOffsetsRequestTopicPartition) {
+			sub := r.(*kmsg.ListOffsetsRequest)
+			sub.Topics = append(sub.Topics, kmsg.ListOffsetsRequestTopic{Topic: topic, Partitions: ps})
+		})
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		g, err := c.gather(ctx, req, calls)
+		answers, throttle, release, err := gatherAnswers(ctx, c, req, calls, func(r kmsg.Response, put func(tp, kmsg.ListOffsetsResponseTopicPartition)) int32 {
+			resp := r.(*kmsg.ListOffsetsResponse)
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if leaderMoved(p.ErrorCode) {
+						req.up.refreshSoon()
+					}
+					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
+					put(tp{t.Topic, p.Partition}, p)
+				}
+			}
+			return resp.ThrottleMillis
+		})
 		if err != nil {
 			return nil, nil, err
 		}
-		answers := map[tp]kmsg.ListOffsetsResponseTopicPartition{}
 		out := kmsg.NewPtrListOffsetsResponse()
-		for _, r := range g.resps {
-			if r == nil {
-				continue
-			}
-			resp := r.(*kmsg.ListOffsetsResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
-			for _, t := range resp.Topics {
-				for _, p := range t.Partitions {
-					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
-					answers[tp{t.Topic, p.Partition}] = p
-				}
-			}
-		}
+		out.ThrottleMillis = throttle
 		for _, t := range in.Topics {
 			rt := kmsg.ListOffsetsResponseTopic{Topic: t.Topic}
 			for _, p := range t.Partitions {
 				x := tp{t.Topic, p.Partition}
 				a, ok := answers[x]
 				if !ok {
-					code, isLocal := local[x]
-					if !isLocal {
-						code = kerr.NotLeaderForPartition.Code
-					}
 					a = kmsg.NewListOffsetsResponseTopicPartition()
-					a.Partition, a.ErrorCode, a.Offset, a.Timestamp, a.LeaderEpoch = p.Partition, code, -1, -1, -1
+					a.Partition, a.ErrorCode, a.Offset, a.Timestamp, a.LeaderEpoch = p.Partition, unanswered(local, x), -1, -1, -1
 				}
 				rt.Partitions = append(rt.Partitions, a)
 			}
 			out.Topics = append(out.Topics, rt)
 		}
-		return out, g.release, nil
+		return out, release, nil
 	}), nil
 }

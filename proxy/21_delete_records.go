@@ -6,74 +6,57 @@ package proxy
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func handleDeleteRecords(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.DeleteRecordsRequest)
-	reqParts := map[tp]kmsg.DeleteRecordsRequestTopicPartition{}
-	var all []tp
+	var order []tp
+	entries := map[tp]kmsg.DeleteRecordsRequestTopicPartition{}
 	for _, t := range in.Topics {
 		for _, p := range t.Partitions {
 			x := tp{t.Topic, p.Partition}
-			reqParts[x] = p
-			all = append(all, x)
+			entries[x] = p
+			order = append(order, x)
 		}
 	}
-	groups, local := c.byLeader(c.ctx, req.up, all)
-	parts := map[int32]kmsg.Request{}
-	for b, xs := range groups {
-		sub := &kmsg.DeleteRecordsRequest{Version: in.Version, TimeoutMillis: in.TimeoutMillis}
-		idx := map[string]int{}
-		for _, x := range xs {
-			i, ok := idx[x.topic]
-			if !ok {
-				i = len(sub.Topics)
-				idx[x.topic] = i
-				sub.Topics = append(sub.Topics, kmsg.DeleteRecordsRequestTopic{Topic: x.topic})
-			}
-			sub.Topics[i].Partitions = append(sub.Topics[i].Partitions, reqParts[x])
-		}
-		parts[b] = sub
-	}
-	calls := c.sendSplit(req, parts, true)
+	local := map[tp]int16{}
+	calls := splitByLeader(c, req, order, entries, local,
+		func() kmsg.Request {
+			return &kmsg.DeleteRecordsRequest{Version: in.Version, TimeoutMillis: in.TimeoutMillis}
+		},
+		func(r kmsg.Request, topic string, ps []kmsg.DeleteRecordsRequestTopicPartition) {
+			sub := r.(*kmsg.DeleteRecordsRequest)
+			sub.Topics = append(sub.Topics, kmsg.DeleteRecordsRequestTopic{Topic: topic, Partitions: ps})
+		})
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		g, err := c.gather(ctx, req, calls)
+		answers, throttle, release, err := gatherAnswers(ctx, c, req, calls, func(r kmsg.Response, put func(tp, kmsg.DeleteRecordsResponseTopicPartition)) int32 {
+			resp := r.(*kmsg.DeleteRecordsResponse)
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					put(tp{t.Topic, p.Partition}, p)
+				}
+			}
+			return resp.ThrottleMillis
+		})
 		if err != nil {
 			return nil, nil, err
 		}
-		answers := map[tp]kmsg.DeleteRecordsResponseTopicPartition{}
 		out := kmsg.NewPtrDeleteRecordsResponse()
-		for _, r := range g.resps {
-			if r == nil {
-				continue
-			}
-			resp := r.(*kmsg.DeleteRecordsResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
-			for _, t := range resp.Topics {
-				for _, p := range t.Partitions {
-					answers[tp{t.Topic, p.Partition}] = p
-				}
-			}
-		}
+		out.ThrottleMillis = throttle
 		for _, t := range in.Topics {
 			rt := kmsg.DeleteRecordsResponseTopic{Topic: t.Topic}
 			for _, p := range t.Partitions {
 				x := tp{t.Topic, p.Partition}
 				a, ok := answers[x]
 				if !ok {
-					code, isLocal := local[x]
-					if !isLocal {
-						code = kerr.NotLeaderForPartition.Code
-					}
 					a = kmsg.NewDeleteRecordsResponseTopicPartition()
-					a.Partition, a.ErrorCode, a.LowWatermark = p.Partition, code, -1
+					a.Partition, a.ErrorCode, a.LowWatermark = p.Partition, unanswered(local, x), -1
 				}
 				rt.Partitions = append(rt.Partitions, a)
 			}
 			out.Topics = append(out.Topics, rt)
 		}
-		return out, g.release, nil
+		return out, release, nil
 	}), nil
 }

@@ -19,8 +19,8 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 	in := kr.(*kmsg.OffsetForLeaderEpochRequest)
 	gen := req.state.Generation
 	local := map[tp]int16{}
-	reqParts := map[tp]kmsg.OffsetForLeaderEpochRequestTopicPartition{}
-	var all []tp
+	var order []tp
+	entries := map[tp]kmsg.OffsetForLeaderEpochRequestTopicPartition{}
 	for _, t := range in.Topics {
 		for _, p := range t.Partitions {
 			x := tp{t.Topic, p.Partition}
@@ -36,67 +36,48 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 				local[x] = code
 				continue
 			}
-			reqParts[x] = p
-			all = append(all, x)
+			entries[x] = p
+			order = append(order, x)
 		}
 	}
-	groups, errs := c.byLeader(c.ctx, req.up, all)
-	for x, code := range errs {
-		local[x] = code
-	}
-	parts := map[int32]kmsg.Request{}
-	for b, xs := range groups {
-		sub := &kmsg.OffsetForLeaderEpochRequest{Version: in.Version, ReplicaID: -1}
-		idx := map[string]int{}
-		for _, x := range xs {
-			i, ok := idx[x.topic]
-			if !ok {
-				i = len(sub.Topics)
-				idx[x.topic] = i
-				sub.Topics = append(sub.Topics, kmsg.OffsetForLeaderEpochRequestTopic{Topic: x.topic})
-			}
-			sub.Topics[i].Partitions = append(sub.Topics[i].Partitions, reqParts[x])
-		}
-		parts[b] = sub
-	}
-	calls := c.sendSplit(req, parts, true)
+	calls := splitByLeader(c, req, order, entries, local,
+		func() kmsg.Request { return &kmsg.OffsetForLeaderEpochRequest{Version: in.Version, ReplicaID: -1} },
+		func(r kmsg.Request, topic string, ps []kmsg.OffsetForLeaderEpochRequestTopicPartition) {
+			sub := r.(*kmsg.OffsetForLeaderEpochRequest)
+			sub.Topics = append(sub.Topics, kmsg.OffsetForLeaderEpochRequestTopic{Topic: topic, Partitions: ps})
+		})
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		g, err := c.gather(ctx, req, calls)
+		answers, throttle, release, err := gatherAnswers(ctx, c, req, calls, func(r kmsg.Response, put func(tp, kmsg.OffsetForLeaderEpochResponseTopicPartition)) int32 {
+			resp := r.(*kmsg.OffsetForLeaderEpochResponse)
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if leaderMoved(p.ErrorCode) {
+						req.up.refreshSoon()
+					}
+					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
+					put(tp{t.Topic, p.Partition}, p)
+				}
+			}
+			return resp.ThrottleMillis
+		})
 		if err != nil {
 			return nil, nil, err
 		}
-		answers := map[tp]kmsg.OffsetForLeaderEpochResponseTopicPartition{}
 		out := kmsg.NewPtrOffsetForLeaderEpochResponse()
-		for _, r := range g.resps {
-			if r == nil {
-				continue
-			}
-			resp := r.(*kmsg.OffsetForLeaderEpochResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
-			for _, t := range resp.Topics {
-				for _, p := range t.Partitions {
-					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
-					answers[tp{t.Topic, p.Partition}] = p
-				}
-			}
-		}
+		out.ThrottleMillis = throttle
 		for _, t := range in.Topics {
 			rt := kmsg.OffsetForLeaderEpochResponseTopic{Topic: t.Topic}
 			for _, p := range t.Partitions {
 				x := tp{t.Topic, p.Partition}
 				a, ok := answers[x]
 				if !ok {
-					code, isLocal := local[x]
-					if !isLocal {
-						code = kerr.NotLeaderForPartition.Code
-					}
 					a = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-					a.Partition, a.ErrorCode, a.LeaderEpoch, a.EndOffset = p.Partition, code, -1, -1
+					a.Partition, a.ErrorCode, a.LeaderEpoch, a.EndOffset = p.Partition, unanswered(local, x), -1, -1
 				}
 				rt.Partitions = append(rt.Partitions, a)
 			}
 			out.Topics = append(out.Topics, rt)
 		}
-		return out, g.release, nil
+		return out, release, nil
 	}), nil
 }

@@ -6,7 +6,6 @@ package proxy
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
@@ -15,68 +14,53 @@ import (
 func handleDescribeProducers(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.DescribeProducersRequest)
 	gen := req.state.Generation
-	var all []tp
+	var order []tp
+	entries := map[tp]int32{}
 	for _, t := range in.Topics {
 		for _, p := range t.Partitions {
-			all = append(all, tp{t.Topic, p})
+			x := tp{t.Topic, p}
+			entries[x] = p
+			order = append(order, x)
 		}
 	}
-	groups, local := c.byLeader(c.ctx, req.up, all)
-	parts := map[int32]kmsg.Request{}
-	for b, xs := range groups {
-		sub := &kmsg.DescribeProducersRequest{Version: in.Version}
-		idx := map[string]int{}
-		for _, x := range xs {
-			i, ok := idx[x.topic]
-			if !ok {
-				i = len(sub.Topics)
-				idx[x.topic] = i
-				sub.Topics = append(sub.Topics, kmsg.DescribeProducersRequestTopic{Topic: x.topic})
-			}
-			sub.Topics[i].Partitions = append(sub.Topics[i].Partitions, x.p)
-		}
-		parts[b] = sub
-	}
-	calls := c.sendSplit(req, parts, true)
+	local := map[tp]int16{}
+	calls := splitByLeader(c, req, order, entries, local,
+		func() kmsg.Request { return &kmsg.DescribeProducersRequest{Version: in.Version} },
+		func(r kmsg.Request, topic string, ps []int32) {
+			sub := r.(*kmsg.DescribeProducersRequest)
+			sub.Topics = append(sub.Topics, kmsg.DescribeProducersRequestTopic{Topic: topic, Partitions: ps})
+		})
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		g, err := c.gather(ctx, req, calls)
-		if err != nil {
-			return nil, nil, err
-		}
-		answers := map[tp]kmsg.DescribeProducersResponseTopicPartition{}
-		out := kmsg.NewPtrDescribeProducersResponse()
-		for _, r := range g.resps {
-			if r == nil {
-				continue
-			}
+		answers, throttle, release, err := gatherAnswers(ctx, c, req, calls, func(r kmsg.Response, put func(tp, kmsg.DescribeProducersResponseTopicPartition)) int32 {
 			resp := r.(*kmsg.DescribeProducersResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {
 					for i := range p.ActiveProducers {
 						p.ActiveProducers[i].ProducerID = routing.VirtualPID(gen, p.ActiveProducers[i].ProducerID)
 					}
-					answers[tp{t.Topic, p.Partition}] = p
+					put(tp{t.Topic, p.Partition}, p)
 				}
 			}
+			return resp.ThrottleMillis
+		})
+		if err != nil {
+			return nil, nil, err
 		}
+		out := kmsg.NewPtrDescribeProducersResponse()
+		out.ThrottleMillis = throttle
 		for _, t := range in.Topics {
 			rt := kmsg.DescribeProducersResponseTopic{Topic: t.Topic}
 			for _, p := range t.Partitions {
 				x := tp{t.Topic, p}
 				a, ok := answers[x]
 				if !ok {
-					code, isLocal := local[x]
-					if !isLocal {
-						code = kerr.NotLeaderForPartition.Code
-					}
 					a = kmsg.NewDescribeProducersResponseTopicPartition()
-					a.Partition, a.ErrorCode = p, code
+					a.Partition, a.ErrorCode = p, unanswered(local, x)
 				}
 				rt.Partitions = append(rt.Partitions, a)
 			}
 			out.Topics = append(out.Topics, rt)
 		}
-		return out, g.release, nil
+		return out, release, nil
 	}), nil
 }

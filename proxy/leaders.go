@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // errStop ends a batch walk early.
@@ -40,4 +41,66 @@ func (c *clientConn) byLeader(ctx context.Context, u *upstream, parts []tp) (map
 		out[pinfo.leader] = append(out[pinfo.leader], x)
 	}
 	return out, errs
+}
+
+// splitByLeader sends a partition-addressed request (ListOffsets,
+// OffsetForLeaderEpoch, DeleteRecords, DescribeProducers) to the upstream
+// leaders of its partitions. entries holds the request's entry for each
+// partition in order; sub returns an empty request for one broker with the
+// client's request-level fields, and addTopic appends one topic with its
+// partitions' entries to it. Partitions Ferry cannot route get their error
+// code in local.
+func splitByLeader[P any](c *clientConn, req *request, order []tp, entries map[tp]P, local map[tp]int16,
+	sub func() kmsg.Request, addTopic func(r kmsg.Request, topic string, ps []P)) []*subCall {
+	groups, errs := c.byLeader(c.ctx, req.up, order)
+	for x, code := range errs {
+		local[x] = code
+	}
+	parts := make(map[int32]kmsg.Request, len(groups))
+	for b, xs := range groups {
+		r := sub()
+		var topics []string
+		byTopic := map[string][]P{}
+		for _, x := range xs {
+			if _, ok := byTopic[x.topic]; !ok {
+				topics = append(topics, x.topic)
+			}
+			byTopic[x.topic] = append(byTopic[x.topic], entries[x])
+		}
+		for _, t := range topics {
+			addTopic(r, t, byTopic[t])
+		}
+		parts[b] = r
+	}
+	return c.sendSplit(req, parts, true)
+}
+
+// gatherAnswers waits for the parts of a split request and collects each
+// partition's answer through each, which reports a decoded response's
+// answers and returns its throttle. Partitions without an answer (a broker
+// that failed) are missing from the map: the caller answers them with
+// local's code or NOT_LEADER_OR_FOLLOWER, which makes the client refresh
+// and retry.
+func gatherAnswers[A any](ctx context.Context, c *clientConn, req *request, calls []*subCall,
+	each func(r kmsg.Response, put func(x tp, a A)) int32) (map[tp]A, int32, func(), error) {
+	g, err := c.gather(ctx, req, calls)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	answers := map[tp]A{}
+	var throttle int32
+	for _, r := range g.resps {
+		if r != nil {
+			throttle = max(throttle, each(r, func(x tp, a A) { answers[x] = a }))
+		}
+	}
+	return answers, throttle, g.release, nil
+}
+
+// unanswered is the error for a partition without an answer.
+func unanswered(local map[tp]int16, x tp) int16 {
+	if code, ok := local[x]; ok {
+		return code
+	}
+	return kerr.NotLeaderForPartition.Code
 }

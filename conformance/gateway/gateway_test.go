@@ -317,22 +317,26 @@ func TestAdminThroughFerry(t *testing.T) {
 	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: &value}}, "admin-topic"); err != nil {
 		t.Fatal(err)
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, "admin-topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := rcs.On("admin-topic", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Brokers apply a config change from the controller's log a moment
+	// later; a client reading it back polls, through Ferry as directly.
 	got := ""
-	for _, cfg := range rc.Configs {
-		if cfg.Key == "retention.ms" {
-			got = cfg.MaybeValue()
+	for deadline := time.Now().Add(15 * time.Second); got != value; time.Sleep(200 * time.Millisecond) {
+		rcs, err := adm.DescribeTopicConfigs(ctx, "admin-topic")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got != value {
-		t.Fatalf("retention.ms = %q after alter, want %q", got, value)
+		rc, err := rcs.On("admin-topic", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cfg := range rc.Configs {
+			if cfg.Key == "retention.ms" {
+				got = cfg.MaybeValue()
+			}
+		}
+		if got != value && time.Now().After(deadline) {
+			t.Fatalf("retention.ms = %q after alter, want %q", got, value)
+		}
 	}
 	if _, err := adm.CreatePartitions(ctx, 2, "admin-topic"); err != nil {
 		t.Fatal(err)
@@ -373,7 +377,11 @@ func TestAdminThroughFerry(t *testing.T) {
 // producer and a consumer work through Ferry: both see only retriable errors
 // and every record arrives once, at the offset it was acknowledged at.
 func TestBrokerDiesClientsContinue(t *testing.T) {
-	c := cluster(t)
+	if testing.Short() {
+		t.Skip("real Kafka is not started in -short mode")
+	}
+	// A cluster of its own: the kill must not disturb the other tests.
+	c := kafkatest.Start(t, 3, kafkatest.WithName("gateway-failover"))
 	f := ferrytest.Start(t, c.Bootstrap())
 	adm := kadm.NewClient(client(t, f.Addr))
 	direct := kadm.NewClient(client(t, c.Bootstrap()))
@@ -409,12 +417,26 @@ func TestBrokerDiesClientsContinue(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Kill the physical leader of partition 0 mid-stream.
-	md, err := direct.Metadata(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	// Kill the physical leader of partition 0 mid-stream, once every
+	// partition has its full ISR (so Kafka itself can elect a new leader).
+	var victim int32
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		md, err := direct.Metadata(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := true
+		for _, p := range md.Topics[topic].Partitions {
+			full = full && len(p.ISR) == 3
+		}
+		victim = md.Topics[topic].Partitions[0].Leader
+		if full {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ISR not full before the kill: %+v", md.Topics[topic].Partitions)
+		}
 	}
-	victim := md.Topics[topic].Partitions[0].Leader
 	done := make(chan struct{})
 	go func() { defer close(done); produce(500, 1500) }()
 	time.Sleep(100 * time.Millisecond)

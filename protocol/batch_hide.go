@@ -1,6 +1,9 @@
 package protocol
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"errors"
+)
 
 // AppendEmptied appends a copy of b without its records: the same base
 // offset, last offset delta, producer fields and attributes, a record count
@@ -21,15 +24,7 @@ func AppendEmptied(dst []byte, b Batch) []byte {
 // emptied, and whether there were any. Records without fillers are returned
 // as they are, without copying.
 func HideFillers(records []byte) ([]byte, bool) {
-	found := false
-	WalkBatches(records, func(b Batch) error {
-		if IsFillerBatch(b) {
-			found = true
-			return errFound
-		}
-		return nil
-	})
-	if !found {
+	if !HasFillers(records) {
 		return records, false
 	}
 	out := make([]byte, 0, len(records))
@@ -50,8 +45,18 @@ func HideFillers(records []byte) ([]byte, bool) {
 	return out, true
 }
 
-var errFound = errorString("found")
+// HasFillers reports whether records hold a filler batch, by batch header
+// (and, for candidates, the first record's key) only.
+func HasFillers(records []byte) bool {
+	found := false
+	WalkBatches(records, func(b Batch) error {
+		if IsFillerBatch(b) {
+			found = true
+			return errFound
+		}
+		return nil
+	})
+	return found
+}
 
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errFound = errors.New("found")

@@ -241,7 +241,7 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 		// broker sent it.
 		fillers := false
 		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
-			fillers = fillers || hasFiller(p.Records)
+			fillers = fillers || protocol.HasFillers(p.Records)
 			return nil
 		})
 		if err != nil || code != 0 || endpoints || fillers {
@@ -308,22 +308,6 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 	enc, release := encodeResponse(req, out)
 	g.release()
 	return enc, release, nil
-}
-
-// hasFiller reports whether records hold a batch the mirror wrote to keep
-// offsets equal (a cluster that has been a mirror target holds them).
-// Clients of Ferry never see their records: they get an empty batch in
-// their place, which moves them past its offsets.
-func hasFiller(records []byte) bool {
-	found := false
-	protocol.WalkBatches(records, func(b protocol.Batch) error {
-		if protocol.IsFillerBatch(b) {
-			found = true
-			return errStop
-		}
-		return nil
-	})
-	return found
 }
 
 // virtualFetchPartition rewrites one partition's answer in place and reports

@@ -100,14 +100,6 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 	return coordGroup, nil
 }
 
-func (s *Server) forwardGroup(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
-	return s.forwardCoordinated(c, req, kr)
-}
-
-func (s *Server) forwardTxn(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
-	return s.forwardCoordinated(c, req, kr)
-}
-
 func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	typ, keys := coordinatorKeys(req.hdr.Key, req.hdr.Version, kr)
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)

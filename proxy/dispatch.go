@@ -140,10 +140,8 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		return hf(s, c, req, kr)
 	}
 	switch routes[h.Key] {
-	case routeGroup:
-		return s.forwardGroup(c, req, kr)
-	case routeTxn:
-		return s.forwardTxn(c, req, kr)
+	case routeGroup, routeTxn:
+		return s.forwardCoordinated(c, req, kr)
 	case routeAny:
 		return s.forwardAny(c, req, kr)
 	}

@@ -29,6 +29,7 @@ type config struct {
 	syncACLs     bool
 	idPrefix     string
 	lease        time.Duration // see fence.go
+	recompress   bool          // see reframe.go
 
 	errs []error // from options, reported by validate
 
@@ -47,6 +48,7 @@ func defaultConfig() config {
 		syncACLs:     true,
 		idPrefix:     "ferry-mirror",
 		lease:        2 * time.Second,
+		recompress:   true,
 		logger:       zap.NewNop(),
 	}
 }
@@ -132,6 +134,14 @@ func SyncGroups(on bool) Option { return func(c *config) { c.syncGroups = on } }
 
 // SyncACLs enables or disables copying ACLs (default on).
 func SyncACLs(on bool) Option { return func(c *config) { c.syncACLs = on } }
+
+// RecompressCompacted sets what happens to a compressed source batch that
+// the log cleaner left with holes inside it, which a broker refuses as it
+// is (default on): on, it is split into runs of consecutive records, each
+// compressed again with the batch's codec (the only batches the mirror
+// re-encodes; ferry_mirror_recompressed_batches_total); off, the partition
+// halts with ErrUnsupportedBatch.
+func RecompressCompacted(on bool) Option { return func(c *config) { c.recompress = on } }
 
 // TransactionalIDPrefix sets the prefix of the transactional IDs the
 // writers use on the target (default "ferry-mirror").

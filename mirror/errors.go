@@ -14,10 +14,11 @@ var (
 	// standby partition, or the writer's position was wrong.
 	ErrOffsetMismatch = errors.New("mirror: standby offset differs from source offset")
 
-	// ErrUnsupportedBatch means a source batch cannot be forwarded as
-	// bytes: a batch the log cleaner rewrote with holes between its
-	// records (a broker accepts only consecutive offsets inside a batch),
-	// or a format Ferry does not handle. Ferry never re-encodes a batch.
+	// ErrUnsupportedBatch means a source batch cannot be mirrored: a
+	// format Ferry does not handle, a batch that does not decode, or a
+	// compressed batch the log cleaner rewrote with holes between its
+	// records (a broker accepts only consecutive offsets inside a batch)
+	// when RecompressCompacted is off.
 	ErrUnsupportedBatch = errors.New("mirror: source batch cannot be forwarded unchanged")
 
 	// ErrSourceTruncated means the source log now ends below what was

@@ -9,19 +9,20 @@ import (
 // metrics are the mirror's Prometheus metrics, registered on the
 // Registerer passed in (if any).
 type metrics struct {
-	lagRecords  *prometheus.GaugeVec
-	lagSeconds  *prometheus.GaugeVec
-	mirrored    *prometheus.GaugeVec
-	state       *prometheus.GaugeVec
-	halts       *prometheus.CounterVec
-	halted      *prometheus.GaugeVec
-	batches     *prometheus.CounterVec
-	bytes       prometheus.Counter
-	fillers     prometheus.Counter
-	lostCommit  prometheus.Counter
-	resumedTxns prometheus.Counter
-	reframed    prometheus.Counter
-	syncErrors  *prometheus.CounterVec
+	lagRecords   *prometheus.GaugeVec
+	lagSeconds   *prometheus.GaugeVec
+	mirrored     *prometheus.GaugeVec
+	state        *prometheus.GaugeVec
+	halts        *prometheus.CounterVec
+	halted       *prometheus.GaugeVec
+	batches      *prometheus.CounterVec
+	bytes        prometheus.Counter
+	fillers      prometheus.Counter
+	lostCommit   prometheus.Counter
+	resumedTxns  prometheus.Counter
+	reframed     prometheus.Counter
+	recompressed prometheus.Counter
+	syncErrors   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,12 +52,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Writer transactions left open by an earlier writer (crash) and resumed to end at the source marker's offset."}),
 		reframed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_reframed_batches_total",
 			Help: "Uncompressed source batches with holes inside them (log cleaner) split into runs of consecutive records."}),
+		recompressed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mirror_recompressed_batches_total",
+			Help: "Compressed source batches with holes inside them (log cleaner) split into runs of consecutive records, each compressed again with the batch's codec."}),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_sync_errors_total",
 			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.halted, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.syncErrors)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors)
 	}
 	return m
 }

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -8,13 +9,17 @@ import (
 
 // Batches with holes inside them. After a log-cleaner run a source batch
 // may keep its base offset and lastOffsetDelta but hold fewer records than
-// its offset range, which a broker refuses from a client. An uncompressed
-// one is re-framed without touching key, value or header bytes: each run of
-// records with consecutive offsets becomes its own batch at the source
-// offset of its first record (protocol.SplitRuns), and the holes between
+// its offset range, which a broker refuses from a client. Such a batch is
+// re-framed: each run of records with consecutive offsets becomes its own
+// batch at the source offset of its first record, and the holes between
 // the runs, before the first and after the last are filled like any other
-// gap. A compressed one would need recompression, which Ferry never does:
-// the partition halts.
+// gap. An uncompressed one keeps its key, value and header bytes as they
+// are (protocol.SplitRuns). A compressed one is decompressed and each run
+// compressed again with the same codec (protocol.RecompressRuns): the one
+// case where Ferry does not forward a source batch's payload as bytes. The
+// source's cleaner already decompressed and recompressed that batch, and
+// the alternative is halting the partition, which RecompressCompacted(false)
+// chooses.
 
 // reframe returns the runs of b when b is a data batch with holes inside
 // it, nil when b goes as it is, or a halt. Runs the standby already holds
@@ -25,12 +30,14 @@ func (w *writer) reframe(b protocol.Batch) ([]protocol.Batch, error) {
 		return nil, nil
 	}
 	base := b.BaseOffset()
-	if b.Compression() != protocol.CompressionNone {
+	if b.Compression() != protocol.CompressionNone && !w.m.cfg.recompress {
 		return nil, w.halt(ErrUnsupportedBatch, base,
-			"compacted batch %d..%d holds %d records: a broker accepts only batches with consecutive offsets, and Ferry does not recompress batches (codec %d)",
+			"compacted batch %d..%d holds %d records: a broker accepts only batches with consecutive offsets, and recompressing such batches is turned off (codec %d)",
 			base, b.NextOffset()-1, b.NumRecords(), b.Compression())
 	}
-	runs, err := protocol.SplitRuns(b)
+	// An uncompressed batch goes through RecompressRuns as through
+	// SplitRuns.
+	runs, err := protocol.RecompressRuns(b, protocol.MaxDecompressedSize)
 	if err != nil {
 		return nil, w.halt(ErrUnsupportedBatch, base, "compacted batch %d..%d: %v", base, b.NextOffset()-1, err)
 	}
@@ -50,7 +57,11 @@ func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Bat
 	if runs == nil {
 		return w.produce(ctx, b, slot, kind)
 	}
-	w.m.metrics.reframed.Inc()
+	if b.Compression() == protocol.CompressionNone {
+		w.m.metrics.reframed.Inc()
+	} else {
+		w.m.metrics.recompressed.Inc()
+	}
 	for _, r := range runs {
 		if r.BaseOffset() > w.next {
 			if err := w.fill(ctx, w.next, r.BaseOffset()); err != nil {
@@ -67,21 +78,40 @@ func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Bat
 	return nil
 }
 
-// tailBatch returns the part of the source batch rb that the standby's
-// batch starting at base should equal: rb itself, or, for an uncompressed
-// batch with holes, its run starting at base (nil if it has none).
-func tailBatch(rb protocol.Batch, base int64) protocol.Batch {
-	if rb.IsControl() || rb.NumRecords() == 0 || rb.HasConsecutiveOffsets() || rb.Compression() != protocol.CompressionNone {
-		return rb
+// tailMatches reports whether sb, the standby's last data batch, is what
+// the writer made of rb, the source data batch that covers its offsets: rb
+// itself, or, for a batch with holes inside, the run of rb that starts
+// where sb does.
+//
+// rb itself and a run of an uncompressed batch are compared byte for byte.
+// A recompressed run is compared decompressed: its records are a function
+// of the source batch alone (prefixes re-based, everything else copied),
+// but its compressed bytes depend on the encoder's version and settings,
+// which need not be those of the Ferry that wrote sb.
+func tailMatches(rb, sb protocol.Batch) bool {
+	if rb.IsControl() {
+		return false
 	}
-	runs, err := protocol.SplitRuns(rb)
+	if rb.NumRecords() == 0 || rb.HasConsecutiveOffsets() {
+		return rb.BaseOffset() == sb.BaseOffset() && rb.NextOffset() == sb.NextOffset() && bytes.Equal(rb.Payload(), sb.Payload())
+	}
+	runs, err := protocol.RecompressRuns(rb, protocol.MaxDecompressedSize)
 	if err != nil {
-		return rb
+		return false
 	}
 	for _, r := range runs {
-		if r.BaseOffset() == base {
-			return r
+		if r.BaseOffset() != sb.BaseOffset() {
+			continue
 		}
+		if r.NextOffset() != sb.NextOffset() || r.Compression() != sb.Compression() {
+			return false
+		}
+		if r.Compression() == protocol.CompressionNone {
+			return bytes.Equal(r.Payload(), sb.Payload())
+		}
+		rp, err1 := protocol.DecompressPayload(r, protocol.MaxDecompressedSize)
+		sp, err2 := protocol.DecompressPayload(sb, protocol.MaxDecompressedSize)
+		return err1 == nil && err2 == nil && bytes.Equal(rp, sp)
 	}
-	return nil
+	return false
 }

@@ -1,7 +1,6 @@
 package mirror
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -540,12 +539,8 @@ func (w *writer) checkTail(ctx context.Context) error {
 		}
 		return nil
 	default:
-		if covers {
-			// A source batch with holes inside went as runs (reframe.go).
-			rb = tailBatch(rb, sb.BaseOffset())
-		}
-		if !covers || rb == nil || rb.IsControl() || rb.BaseOffset() != sb.BaseOffset() || rb.NextOffset() != sb.NextOffset() ||
-			!bytes.Equal(rb.Payload(), sb.Payload()) {
+		// A source batch with holes inside went as runs (reframe.go).
+		if !covers || !tailMatches(rb, sb) {
 			return w.halt(ErrDiverged, at, "standby batch at %d differs from the source", sb.BaseOffset())
 		}
 		return nil
@@ -695,9 +690,8 @@ func (w *writer) process(ctx context.Context, p *kmsg.FetchResponseTopicPartitio
 		if err := b.CheckCRC(); err != nil {
 			return w.halt(ErrUnsupportedBatch, base, "%v", err)
 		}
-		// A batch the log cleaner left with holes inside it: uncompressed,
-		// it goes as runs of consecutive records (reframe.go); compressed,
-		// the partition halts.
+		// A batch the log cleaner left with holes inside it goes as runs
+		// of consecutive records (reframe.go).
 		runs, err := w.reframe(b)
 		if err != nil {
 			return err

@@ -96,6 +96,11 @@ type MirrorConfig struct {
 	SyncGroups *bool `yaml:"sync_groups"`
 	// SyncACLs copies ACLs. Default true.
 	SyncACLs *bool `yaml:"sync_acls"`
+	// RecompressCompacted: a compressed source batch the log cleaner left
+	// with holes inside it (a broker refuses it as it is) is split into
+	// runs of consecutive records, each compressed again with the batch's
+	// codec. false halts the partition instead. Default true.
+	RecompressCompacted *bool `yaml:"recompress_compacted"`
 }
 
 // Selection picks names by regular expressions (Go syntax, RE2), each
@@ -165,6 +170,9 @@ func (m *MirrorConfig) applyDefaults(clusters int) {
 	}
 	if m.SyncACLs == nil {
 		m.SyncACLs = ptr(true)
+	}
+	if m.RecompressCompacted == nil {
+		m.RecompressCompacted = ptr(true)
 	}
 }
 

@@ -61,6 +61,8 @@ func TestExampleConfig(t *testing.T) {
 			InFlight:     5,
 			SyncGroups:   ptr(true),
 			SyncACLs:     ptr(true),
+			// The example sets it to its default, to show the key.
+			RecompressCompacted: ptr(true),
 		},
 		MaxRequestSize:          100 << 20,
 		MetadataRefreshInterval: 30 * time.Second,
@@ -156,7 +158,8 @@ clusters:
 `
 
 func TestMirrorConfig(t *testing.T) {
-	defaults := MirrorConfig{Enabled: ptr(true), SyncInterval: 5 * time.Second, InFlight: 5, SyncGroups: ptr(true), SyncACLs: ptr(true)}
+	defaults := MirrorConfig{Enabled: ptr(true), SyncInterval: 5 * time.Second, InFlight: 5, SyncGroups: ptr(true), SyncACLs: ptr(true),
+		RecompressCompacted: ptr(true)}
 	with := func(f func(*MirrorConfig)) MirrorConfig {
 		m := defaults
 		f(&m)
@@ -184,14 +187,16 @@ mirror:
   inflight: 3
   sync_groups: false
   sync_acls: false
+  recompress_compacted: false
 `, MirrorConfig{
-			Enabled:      ptr(true),
-			Topics:       Selection{Include: []string{`orders\..*`, "payments"}, Exclude: []string{`.*\.tmp`}},
-			Groups:       Selection{Include: []string{"svc-.*"}, Exclude: []string{"svc-test"}},
-			SyncInterval: 2 * time.Second,
-			InFlight:     3,
-			SyncGroups:   ptr(false),
-			SyncACLs:     ptr(false),
+			Enabled:             ptr(true),
+			Topics:              Selection{Include: []string{`orders\..*`, "payments"}, Exclude: []string{`.*\.tmp`}},
+			Groups:              Selection{Include: []string{"svc-.*"}, Exclude: []string{"svc-test"}},
+			SyncInterval:        2 * time.Second,
+			InFlight:            3,
+			SyncGroups:          ptr(false),
+			SyncACLs:            ptr(false),
+			RecompressCompacted: ptr(false),
 		}},
 		{"empty section", twoClusters + "mirror:\n", defaults},
 	} {
@@ -214,8 +219,8 @@ func showMirror(m MirrorConfig) string {
 		}
 		return strconv.FormatBool(*p)
 	}
-	return fmt.Sprintf("{enabled %s topics %+v groups %+v sync %s inflight %d groups %s acls %s}",
-		b(m.Enabled), m.Topics, m.Groups, m.SyncInterval, m.InFlight, b(m.SyncGroups), b(m.SyncACLs))
+	return fmt.Sprintf("{enabled %s topics %+v groups %+v sync %s inflight %d groups %s acls %s recompress %s}",
+		b(m.Enabled), m.Topics, m.Groups, m.SyncInterval, m.InFlight, b(m.SyncGroups), b(m.SyncACLs), b(m.RecompressCompacted))
 }
 
 func TestMirrorConfigErrors(t *testing.T) {

@@ -57,6 +57,7 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer) *m
 		mirror.InFlight(mc.InFlight),
 		mirror.SyncGroups(*mc.SyncGroups),
 		mirror.SyncACLs(*mc.SyncACLs),
+		mirror.RecompressCompacted(*mc.RecompressCompacted),
 	}
 	return r
 }

@@ -85,30 +85,3 @@ func AppendSize(dst []byte) []byte { return append(dst, 0, 0, 0, 0) }
 func FinishSize(b []byte, start int) {
 	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 }
-
-// ReadTrustedFrame is ReadFrame for a peer whose claimed sizes are believed
-// (a broker's responses, still bounded by max): the buffer grows to the
-// frame's size at once, so a multi-megabyte fetch answer is read without
-// the chunk-by-chunk regrowth and copying that protects Ferry from clients.
-func ReadTrustedFrame(r io.Reader, max int32, buf *bytebufferpool.ByteBuffer) error {
-	var szb [4]byte
-	if _, err := io.ReadFull(r, szb[:]); err != nil {
-		return err
-	}
-	size := int32(binary.BigEndian.Uint32(szb[:]))
-	switch {
-	case size < 0:
-		return fmt.Errorf("%w: negative size %d", ErrMalformedFrame, size)
-	case size > max:
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, size, max)
-	}
-	if cap(buf.B) < int(size) {
-		buf.B = make([]byte, size)
-	}
-	buf.B = buf.B[:size]
-	_, err := io.ReadFull(r, buf.B)
-	if err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
-}

@@ -99,7 +99,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			return s.produceReply(c, req, in, names, []*subCall{{broker: b, req: parts[b], p: p}}, local), nil
 		}
 	}
-	calls := c.sendSplit(req, parts, expect)
+	calls := c.sendSplit(req, parts, expect, false)
 	if !expect {
 		for _, sc := range calls {
 			if sc.err != nil {

@@ -27,6 +27,7 @@ package proxy
 // behind a parked one.
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"reflect"
@@ -103,7 +104,12 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 			sub.Topics[idx].Partitions = append(sub.Topics[idx].Partitions, p)
 		}
 	}
-	calls := c.sendSplit(req, parts, true)
+	// A fetch from one broker under generation 0 may be streamed: its
+	// answer needs no rewrite of record batch headers (leader epochs are
+	// physical ones, and the active cluster was never a mirror's standby,
+	// so it holds no fillers to hide).
+	stream := gen == 0 && s.cfg.spliceFetches && len(parts) == 1 && len(local) == 0 && isTCP(c.nc)
+	calls := c.sendSplit(req, parts, true, stream)
 	if len(calls) == 1 && len(local) == 0 && calls[0].err == nil {
 		return s.fetchInPlace(c, req, in, names, calls[0]), nil
 	}
@@ -210,14 +216,9 @@ func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, 
 // generation other than 0 — and sent on as it came, without decoding or
 // copying the records. An answer that cannot be rewritten in place (a
 // top-level error, KIP-951 node endpoints) goes through the decoding path.
+// A large answer to a streamable fetch is streamed instead (fetchStream).
 func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall) *reply {
-	gen := req.state.Generation
 	version := req.hdr.Version
-	// Physical topic ID → the client's virtual ID and the topic's name.
-	type topicIDs struct {
-		vid  [16]byte
-		name string
-	}
 	var byPhys map[[16]byte]topicIDs
 	if version >= 13 {
 		byPhys = make(map[[16]byte]topicIDs, len(in.Topics))
@@ -227,6 +228,27 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 			}
 		}
 	}
+	r := s.fetchWhole(c, req, in, names, sc, byPhys)
+	if sc.p.stream {
+		r.stream = func(ctx context.Context, bw *bufio.Writer) (int64, bool, error) {
+			return s.fetchStream(ctx, c, req, sc, byPhys, bw)
+		}
+		r.abandon = func() { sc.uc.close(errUpstreamClosed) }
+	}
+	return r
+}
+
+// topicIDs are a fetched topic's virtual ID and name, by physical ID.
+type topicIDs struct {
+	vid  [16]byte
+	name string
+}
+
+// fetchWhole answers a single-broker fetch from the broker's answer read
+// whole, rewritten in place when it can be.
+func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, byPhys map[[16]byte]topicIDs) *reply {
+	gen := req.state.Generation
+	version := req.hdr.Version
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
 		buf, err := sc.p.wait(ctx)
 		if err != nil {

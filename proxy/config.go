@@ -32,6 +32,7 @@ type config struct {
 	maxConnsPerBroker  int
 	lanes              int
 	idleConnsPerBroker int
+	spliceFetches      bool
 }
 
 func defaultConfig() config {
@@ -43,6 +44,7 @@ func defaultConfig() config {
 		dialTimeout:        10 * time.Second,
 		maxConnsPerBroker:  4096,
 		idleConnsPerBroker: 16,
+		spliceFetches:      true,
 	}
 }
 
@@ -83,6 +85,11 @@ func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPe
 // WithLanes sets how many virtual brokers each member presents (default:
 // as many as the largest configured cluster has brokers at start).
 func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
+
+// WithSpliceFetches sets whether large Fetch answers from one broker are
+// streamed to the client with splice(2) under generation 0 (default true);
+// false reads every answer whole, as under later generations.
+func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")

@@ -70,6 +70,12 @@ type request struct {
 type reply struct {
 	req    *request
 	finish func(ctx context.Context) (out []byte, release func(), err error)
+	// stream, when set, is tried first: it may write the whole answer
+	// frame to the client itself (handled), returning its size.
+	stream func(ctx context.Context, bw *bufio.Writer) (n int64, handled bool, err error)
+	// abandon, when set, is called for a reply that will never be
+	// written.
+	abandon func()
 }
 
 func (s *Server) newClientConn(nc net.Conn) *clientConn {
@@ -216,26 +222,11 @@ func (c *clientConn) readLoop() error {
 
 func (c *clientConn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, 32<<10)
-	var size [4]byte
 	for r := range c.replies {
-		out, release, err := r.finish(c.ctx)
-		c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
-		requestBufs.Put(r.req.frame)
-		if err != nil {
-			c.close(fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err))
-			c.drain()
-			return
-		}
-		size[0], size[1], size[2], size[3] = byte(len(out)>>24), byte(len(out)>>16), byte(len(out)>>8), byte(len(out))
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
-		_, err = bw.Write(size[:])
-		if err == nil {
-			_, err = bw.Write(out)
-		}
-		if release != nil {
-			release()
-		}
-		c.s.metrics.bytesOut.Add(float64(len(out) + 4))
+		n, err := c.write(r, bw)
+		requestBufs.Put(r.req.frame)
+		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {
 			err = bw.Flush()
 		}
@@ -248,10 +239,39 @@ func (c *clientConn) writeLoop() {
 	bw.Flush()
 }
 
+// write writes one reply's frame to bw and returns its size.
+func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
+	if r.stream != nil {
+		n, handled, err := r.stream(c.ctx, bw)
+		if handled {
+			c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
+			return n, err
+		}
+	}
+	out, release, err := r.finish(c.ctx)
+	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
+	if err != nil {
+		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)
+	}
+	var size [4]byte
+	size[0], size[1], size[2], size[3] = byte(len(out)>>24), byte(len(out)>>16), byte(len(out)>>8), byte(len(out))
+	_, err = bw.Write(size[:])
+	if err == nil {
+		_, err = bw.Write(out)
+	}
+	if release != nil {
+		release()
+	}
+	return int64(len(out) + 4), err
+}
+
 // drain consumes what the reader still queues after the writer failed, so
 // the reader never blocks on a dead connection.
 func (c *clientConn) drain() {
 	for r := range c.replies {
+		if r.abandon != nil {
+			r.abandon()
+		}
 		requestBufs.Put(r.req.frame)
 	}
 }

@@ -157,7 +157,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 	for b, idxs := range byBroker {
 		parts[b] = subsetRequest(kr, mk.reqField, idxs)
 	}
-	calls := c.sendSplit(req, parts, true)
+	calls := c.sendSplit(req, parts, true, false)
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 		g, err := c.gather(ctx, req, calls)
 		if err != nil {

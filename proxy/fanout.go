@@ -19,7 +19,7 @@ func (c *clientConn) fanOut(req *request, kr kmsg.Request) []*subCall {
 	for b := range req.up.snapshot().brokers {
 		parts[b] = kr
 	}
-	return c.sendSplit(req, parts, true)
+	return c.sendSplit(req, parts, true, false)
 }
 
 func handleListGroups(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {

@@ -72,7 +72,7 @@ func splitByLeader[P any](c *clientConn, req *request, order []tp, entries map[t
 		}
 		parts[b] = r
 	}
-	return c.sendSplit(req, parts, true)
+	return c.sendSplit(req, parts, true, false)
 }
 
 // gatherAnswers waits for the parts of a split request and collects each

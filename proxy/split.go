@@ -14,12 +14,14 @@ type subCall struct {
 	broker int32
 	req    kmsg.Request
 	p      *pending
+	uc     *upConn // for fetches: the connection it went out on
 	err    error
 }
 
 // sendSplit sends each broker its part of a request, in broker order so the
-// reader goroutine's sends are deterministic.
-func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expectResponse bool) []*subCall {
+// reader goroutine's sends are deterministic. stream asks for a fetch's
+// large answer to be left on its connection for the writer to stream.
+func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expectResponse, stream bool) []*subCall {
 	brokers := make([]int32, 0, len(parts))
 	for b := range parts {
 		brokers = append(brokers, b)
@@ -30,10 +32,13 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 		sc := &subCall{broker: b, req: parts[b]}
 		buf := encodeRequest(req, sc.req)
 		if req.hdr.Key == int16(kmsg.Fetch) {
-			var uc *upConn
-			if uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
+			if sc.uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
 				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
-				sc.p, sc.err = uc.send(buf.B, true)
+				if stream {
+					sc.p, sc.err = sc.uc.sendStream(buf.B)
+				} else {
+					sc.p, sc.err = sc.uc.send(buf.B, true)
+				}
 			}
 		} else {
 			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)

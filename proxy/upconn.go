@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -118,10 +120,11 @@ type upConn struct {
 	wmu  sync.Mutex // serialises writes and the queue order
 	corr int32
 
-	inflight chan *pending
-	dead     chan struct{}
-	errOnce  sync.Once
-	err      error
+	inflight  chan *pending
+	streaming atomic.Bool // a response is being streamed by its waiter
+	dead      chan struct{}
+	errOnce   sync.Once
+	err       error
 }
 
 // pending is one request awaiting its response.
@@ -130,7 +133,35 @@ type pending struct {
 	done chan struct{}
 	buf  *bytebufferpool.ByteBuffer // the response frame, header included
 	err  error
+	// stream asks for a large response to be left on the connection
+	// (st) for the waiter to stream to its client instead of read into buf.
+	stream bool
+	st     *streamed
 }
+
+// streamed is a response left on its connection after its correlation ID:
+// the waiter reads its size bytes from the socket itself (splicing the
+// records), then calls finish. Until then the connection reads nothing
+// more.
+type streamed struct {
+	uc   *upConn
+	size int64
+	done chan struct{}
+}
+
+// finish hands the connection back to its reader: after err, the
+// response was not read to its end and the connection is closed.
+func (st *streamed) finish(err error) {
+	if err != nil {
+		st.uc.close(fmt.Errorf("broker %d: streaming a response: %w", st.uc.pool.broker, err))
+	}
+	close(st.done)
+}
+
+// streamMinBytes is the response size from which a streamable response is
+// streamed: below it, reading it whole costs less than the extra system
+// calls of streaming.
+const streamMinBytes = 128 << 10
 
 func newUpConn(p *brokerPool, nc net.Conn) *upConn {
 	c := &upConn{pool: p, nc: nc, inflight: make(chan *pending, 256), dead: make(chan struct{})}
@@ -147,12 +178,22 @@ func (c *upConn) alive() bool {
 	}
 }
 
-func (c *upConn) quiet() bool { return len(c.inflight) == 0 }
+func (c *upConn) quiet() bool { return len(c.inflight) == 0 && !c.streaming.Load() }
 
 // send writes one request frame (without its size prefix; its correlation ID
 // is overwritten with this connection's own). With expectResponse false (a
 // Produce with acks=0) nothing is awaited and the returned pending is nil.
 func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
+	return c.sendFrame(frame, expectResponse, false)
+}
+
+// sendStream is send for a request whose response, when large, is to be
+// streamed by the waiter (pending.st).
+func (c *upConn) sendStream(frame []byte) (*pending, error) {
+	return c.sendFrame(frame, true, true)
+}
+
+func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.alive() {
@@ -162,7 +203,7 @@ func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
 	protocol.SetCorrelationID(frame, c.corr)
 	var p *pending
 	if expectResponse {
-		p = &pending{corr: c.corr, done: make(chan struct{})}
+		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream}
 		select {
 		case c.inflight <- p:
 		case <-c.dead:
@@ -182,14 +223,18 @@ func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
 
 func (c *upConn) readLoop() {
 	max := c.pool.u.cfg.maxResponseSize
+	var head [8]byte // size, correlation ID
 	for {
-		buf := responseBufs.Get()
-		err := protocol.ReadTrustedFrame(c.nc, max, buf)
-		if err == nil && len(buf.B) < 4 {
-			err = fmt.Errorf("response of %d bytes", len(buf.B))
+		_, err := io.ReadFull(c.nc, head[:])
+		size := int32(binary.BigEndian.Uint32(head[:]))
+		switch {
+		case err != nil:
+		case size < 4:
+			err = fmt.Errorf("%w: response of %d bytes", protocol.ErrMalformedFrame, size)
+		case size > max:
+			err = fmt.Errorf("%w: %d > %d bytes", protocol.ErrFrameTooLarge, size, max)
 		}
 		if err != nil {
-			responseBufs.Put(buf)
 			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
 			return
 		}
@@ -197,14 +242,37 @@ func (c *upConn) readLoop() {
 		select {
 		case p = <-c.inflight:
 		default:
-			responseBufs.Put(buf)
 			c.close(fmt.Errorf("broker %d: response with no request in flight", c.pool.broker))
 			return
 		}
-		if got := int32(binary.BigEndian.Uint32(buf.B)); got != p.corr {
-			responseBufs.Put(buf)
+		if got := int32(binary.BigEndian.Uint32(head[4:])); got != p.corr {
 			c.fail(p, nil)
 			c.close(fmt.Errorf("broker %d: response correlation ID %d, expected %d", c.pool.broker, got, p.corr))
+			return
+		}
+		if p.stream && size >= streamMinBytes {
+			st := &streamed{uc: c, size: int64(size) - 4, done: make(chan struct{})}
+			c.streaming.Store(true)
+			p.st = st
+			close(p.done)
+			select {
+			case <-st.done:
+				c.streaming.Store(false)
+				continue
+			case <-c.dead:
+				return
+			}
+		}
+		buf := responseBufs.Get()
+		if cap(buf.B) < int(size) {
+			buf.B = make([]byte, size)
+		}
+		buf.B = buf.B[:size]
+		copy(buf.B, head[4:])
+		if _, err := io.ReadFull(c.nc, buf.B[4:]); err != nil {
+			responseBufs.Put(buf)
+			c.fail(p, nil)
+			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
 			return
 		}
 		p.buf = buf

@@ -1,0 +1,128 @@
+package proxy
+
+// Streaming a large Fetch answer. Reading a broker's answer into Ferry and
+// writing it out again costs two copies of every record byte, which on a
+// busy machine is most of Ferry's CPU. Under generation 0 a single-broker
+// answer needs no rewrite inside its record batches, so the writer streams
+// it: the small fields around the records go through a buffer and are
+// rewritten in place as fetchWhole would (topic IDs, preferred read replica,
+// leader hints; node endpoints zeroed under an unknown tag, since their size
+// would change), and the records move from the broker's socket to the
+// client's with splice(2), never entering Ferry's memory.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// spliceMinBytes is the smallest run of record bytes worth a splice; less
+// is copied through the buffers.
+const spliceMinBytes = 32 << 10
+
+// streamReadTimeout bounds the wait for the rest of an answer the broker has
+// started sending.
+const streamReadTimeout = 30 * time.Second
+
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// fetchStream writes the answer to a single-broker fetch to bw when the
+// broker's answer was left on its connection to be streamed, and reports
+// whether it did; otherwise the answer was read whole and the caller goes
+// on with the reply's finish.
+func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys map[[16]byte]topicIDs, bw *bufio.Writer) (int64, bool, error) {
+	if _, err := sc.p.wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			sc.uc.close(errUpstreamClosed) // its answer may wait to be streamed
+			return 0, true, err
+		}
+		return 0, false, nil
+	}
+	st := sc.p.st
+	if st == nil {
+		return 0, false, nil
+	}
+	up := st.uc.nc
+	up.SetReadDeadline(time.Now().Add(streamReadTimeout))
+	under := &io.LimitedReader{R: up, N: st.size}
+	src := streamReaders.Get().(*bufio.Reader)
+	src.Reset(under)
+	defer func() {
+		src.Reset(nil)
+		streamReaders.Put(src)
+	}()
+
+	var head [8]byte
+	binary.BigEndian.PutUint32(head[:], uint32(st.size+4))
+	binary.BigEndian.PutUint32(head[4:], uint32(req.hdr.CorrelationID))
+	if _, err := bw.Write(head[:]); err != nil {
+		st.finish(err)
+		return 0, true, err
+	}
+	var spliced int64
+	name := ""
+	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.size, protocol.FetchStreamHooks{
+		Topic: func(t *protocol.FetchTopic) {
+			name = t.Name
+			if t.ID != nil {
+				if ids, ok := byPhys[[16]byte(t.ID)]; ok {
+					copy(t.ID, ids.vid[:])
+					name = ids.name
+				}
+			}
+		},
+		Head: func(_ *protocol.FetchTopic, p *protocol.FetchPartition) {
+			if leaderMoved(p.ErrorCode) {
+				req.up.refreshSoon()
+			}
+			if p.PreferredReadReplica != nil {
+				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
+			}
+		},
+		Tail: func(_ *protocol.FetchTopic, p *protocol.FetchPartition) {
+			// Generation 0: epochs are physical ones; only the leader's
+			// node ID needs a virtual one.
+			if p.CurrentLeader != nil {
+				if id := int32(binary.BigEndian.Uint32(p.CurrentLeader)); id >= 0 {
+					binary.BigEndian.PutUint32(p.CurrentLeader, uint32(s.virtualLeader(req.up, name, p.Partition, id)))
+				}
+			}
+		},
+		Records: func(n int64) error {
+			if n < spliceMinBytes {
+				_, err := io.CopyN(bw, under, n)
+				return err
+			}
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			// *net.TCPConn to *net.TCPConn through an io.LimitedReader
+			// is spliced by the net package.
+			m, err := io.Copy(c.nc, &io.LimitedReader{R: up, N: n})
+			under.N -= m
+			spliced += m
+			if err == nil && m < n {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		},
+	})
+	if err == nil {
+		up.SetReadDeadline(time.Time{})
+	}
+	st.finish(err)
+	s.metrics.splicedBytes.Add(float64(spliced))
+	return st.size + 4, true, err
+}
+
+// isTCP reports whether splice(2) can move bytes to or from nc.
+func isTCP(nc net.Conn) bool {
+	_, ok := nc.(*net.TCPConn)
+	return ok
+}

@@ -51,6 +51,11 @@ func (w *writer) reframe(b protocol.Batch) ([]protocol.Batch, error) {
 	return runs, nil
 }
 
+// testHookRunWritten, if set, runs when the standby acknowledged run i of
+// the n runs of a re-framed batch; an error it returns ends the session
+// (tests: a writer stopped between the runs).
+var testHookRunWritten func(topic string, i, n int) error
+
 // send appends b, or, when runs is not nil, the runs of b with fillers in
 // the holes around them, up to the end of b's offset range.
 func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Batch, slot *txnSlot, kind string) error {
@@ -62,7 +67,7 @@ func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Bat
 	} else {
 		w.m.metrics.recompressed.Inc()
 	}
-	for _, r := range runs {
+	for i, r := range runs {
 		if r.BaseOffset() > w.next {
 			if err := w.fill(ctx, w.next, r.BaseOffset()); err != nil {
 				return err
@@ -70,6 +75,14 @@ func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Bat
 		}
 		if err := w.produce(ctx, r, slot, kind); err != nil {
 			return err
+		}
+		if testHookRunWritten != nil {
+			if err := w.drain(ctx); err != nil {
+				return err
+			}
+			if err := testHookRunWritten(w.topic, i, len(runs)); err != nil {
+				return err
+			}
 		}
 	}
 	if end := b.NextOffset(); end > w.next {

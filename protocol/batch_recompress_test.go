@@ -19,11 +19,11 @@ import (
 type recompressCodec struct {
 	name     string
 	attr     int8
-	compress func(t *testing.T, src []byte) []byte
+	compress func(t testing.TB, src []byte) []byte
 }
 
-func franzCompress(codec kgo.CompressionCodec, attr int8) func(t *testing.T, src []byte) []byte {
-	return func(t *testing.T, src []byte) []byte {
+func franzCompress(codec kgo.CompressionCodec, attr int8) func(t testing.TB, src []byte) []byte {
+	return func(t testing.TB, src []byte) []byte {
 		t.Helper()
 		c, err := kgo.DefaultCompressor(codec)
 		if err != nil {
@@ -40,7 +40,7 @@ func franzCompress(codec kgo.CompressionCodec, attr int8) func(t *testing.T, src
 // xerialCompress frames src as the Java client's SnappyOutputStream does:
 // the xerial header, then 32 KiB blocks, each a big-endian length and a raw
 // snappy block.
-func xerialCompress(t *testing.T, src []byte) []byte {
+func xerialCompress(_ testing.TB, src []byte) []byte {
 	out := []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1}
 	for len(src) > 0 {
 		n := min(len(src), 32<<10)
@@ -62,7 +62,7 @@ var recompressCodecs = []recompressCodec{
 
 // compressBatch returns the uncompressed batch b with its records
 // compressed by c.
-func compressBatch(t *testing.T, b Batch, c recompressCodec) Batch {
+func compressBatch(t testing.TB, b Batch, c recompressCodec) Batch {
 	t.Helper()
 	if b.Compression() != CompressionNone {
 		t.Fatal("compressBatch takes an uncompressed batch")
@@ -331,4 +331,42 @@ func TestRecompressRunsUncompressed(t *testing.T) {
 			t.Fatalf("run %d differs from SplitRuns'", i)
 		}
 	}
+}
+
+// FuzzRecompressRuns: whatever a source batch holds, RecompressRuns never
+// panics, fails only with the sentinels, and what it returns are valid
+// batches in the source's codec whose records fill the source's.
+func FuzzRecompressRuns(f *testing.F) {
+	addBatchSeeds(f)
+	for _, c := range recompressCodecs {
+		f.Add([]byte(compressBatch(f, buildHoleyBatch(f, 100, 1_700_000_000_000, 10, 0, holeyRecs), c)))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, _, err := ParseBatch(data)
+		if err != nil || len(b) < BatchHeaderSize {
+			return
+		}
+		runs, err := RecompressRuns(b, 1<<20)
+		if err != nil {
+			if !errors.Is(err, ErrBadRecord) && !errors.Is(err, ErrBadCompressed) &&
+				!errors.Is(err, ErrDecompressedTooLarge) && !errors.Is(err, ErrUnknownCodec) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		n := 0
+		for _, r := range runs {
+			if err := r.Validate(); err != nil || r.Compression() != b.Compression() || !r.HasConsecutiveOffsets() ||
+				r.BaseOffset() < b.BaseOffset() || r.NextOffset() > b.NextOffset() {
+				t.Fatalf("run %d..%d: %v, codec %d", r.BaseOffset(), r.NextOffset()-1, err, r.Compression())
+			}
+			if _, err := DecompressPayload(r, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			n += int(r.NumRecords())
+		}
+		if n != int(b.NumRecords()) {
+			t.Fatalf("%d records in the runs, %d in the batch", n, b.NumRecords())
+		}
+	})
 }

@@ -17,7 +17,7 @@ type testRec struct {
 
 // buildHoleyBatch hand-encodes an uncompressed v2 batch holding recs, whose
 // offset deltas need not be consecutive.
-func buildHoleyBatch(t *testing.T, base, baseTS int64, lastDelta int32, attrs int16, recs []testRec) Batch {
+func buildHoleyBatch(t testing.TB, base, baseTS int64, lastDelta int32, attrs int16, recs []testRec) Batch {
 	t.Helper()
 	var payload []byte
 	maxTS := baseTS

@@ -93,8 +93,8 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- load generator: franz-go in the benchmark process, client defaults except lz4: acks=all, idempotent, "+
 		"10 ms linger, one produce request in flight per broker\n")
 	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
-		"clients see it as a one-broker cluster, so they keep one connection (and one produce request in flight) to it, "+
-		"against three to the brokers directly\n", res.ferryMode)
+		"it presents one virtual broker per physical leader (lanes), each on a port of its own, so clients keep one connection, "+
+		"one produce request in flight and one fetch per leader, as they do directly\n", res.ferryMode)
 	fmt.Fprintf(&b, "- runs alternate direct, Ferry, direct, Ferry…; every figure is the median of %d runs per path\n", o.rounds)
 	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.warmup)
 	fmt.Fprintf(&b, "- produce, full speed: %v per run, records offered as fast as the client buffers them (50 000 records); "+

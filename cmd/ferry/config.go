@@ -62,6 +62,11 @@ type Config struct {
 	// MetadataRefreshInterval is how often the upstream metadata is
 	// refreshed when nothing forces it. Default 30s.
 	MetadataRefreshInterval time.Duration `yaml:"metadata_refresh_interval"`
+	// SpliceFetches: large Fetch answers from one broker are streamed to
+	// the client under generation 0, their record bytes moved between the
+	// sockets with splice(2) (Linux) instead of read into Ferry and written
+	// out again. Default true.
+	SpliceFetches *bool `yaml:"splice_fetches"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 }
@@ -135,6 +140,9 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.MaxRequestSize == 0 {
 		c.MaxRequestSize = protocol.DefaultMaxFrameSize
+	}
+	if c.SpliceFetches == nil {
+		c.SpliceFetches = ptr(true)
 	}
 	if c.MetadataRefreshInterval == 0 {
 		c.MetadataRefreshInterval = defaultMetadataRefresh

@@ -66,6 +66,7 @@ func TestExampleConfig(t *testing.T) {
 		},
 		MaxRequestSize:          100 << 20,
 		MetadataRefreshInterval: 30 * time.Second,
+		SpliceFetches:           ptr(true),
 		LogLevel:                "info",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -80,8 +81,11 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
-		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 {
+		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
+		t.Fatalf("splice_fetches: false read as %v (%v)", c.SpliceFetches, err)
 	}
 	// A listener on one address advertises that address.
 	c, err = configFrom(minimal + "listen: 10.1.2.3:19092\n")

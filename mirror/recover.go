@@ -29,11 +29,12 @@ import (
 //  3. after reading the standby's end, asks the standby leader where each
 //     open transaction starts and which sequence it reached
 //     (DescribeProducers), and reads what is at that start: a filler batch
-//     (the transaction fills a source gap: more fillers, then its ABORT
-//     takes the gap's last offset) or a transactional batch of the source
-//     (the transaction mirrors that source producer's transaction: its
-//     remaining batches go in, and it ends with the source's marker, at the
-//     source marker's offset).
+//     (the transaction fills a source gap, maybe a hole between the runs of
+//     a re-framed batch: more fillers, then its ABORT takes the gap's last
+//     offset) or a transactional batch of the source, or a run of one with
+//     holes inside (the transaction mirrors that source producer's
+//     transaction: its remaining runs and batches go in, and it ends with
+//     the source's marker, at the source marker's offset).
 //
 // Whatever cannot be matched halts the partition with the exact offsets
 // (ErrDiverged). An open transaction with the partition added but no batch
@@ -173,9 +174,13 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if rb == nil || rb.BaseOffset() != first || rb.IsControl() || !rb.IsTransactional() {
+		// The source batch that holds first: it starts there, or it has
+		// holes inside and one of its runs starts there (reframe.go; its
+		// first records were removed, or an earlier session wrote its first
+		// runs plainly). The copy loop goes on from the next run.
+		if rb == nil || rb.IsControl() || !rb.IsTransactional() || !startsRun(rb, first) {
 			return w.halt(ErrDiverged, first,
-				"writer transaction %s open on the standby from %d to %d, but the source has no transactional batch at %d", *s.txnID, first, w.next, first)
+				"writer transaction %s open on the standby from %d to %d, but no transactional source batch or run of one starts at %d", *s.txnID, first, w.next, first)
 		}
 		pid := rb.ProducerID()
 		if w.open[pid] != nil {

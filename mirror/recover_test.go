@@ -3,12 +3,18 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/protocol"
 )
 
 // waitCrash waits for a child that kills itself (FERRY_MIRROR_CRASH).
@@ -128,4 +134,131 @@ func TestMirrorKillInTxn(t *testing.T) {
 	})
 	sameBatches(t, gapTopic, 0)
 	sameRecords(t, gapTopic, 0)
+}
+
+// crashReframedEnv makes a mirror child (runChild) SIGKILL itself inside
+// the writer transaction that carries a transactional source batch with
+// holes inside it whose first record the cleaner removed (so the writer
+// transaction's first batch, a run, does not start at the source batch's
+// base offset): "run", right after the standby acknowledged a run that is
+// neither the first nor the last of the batch; "filler", just before the
+// ABORT of a filler transaction in the holes between two runs (two writer
+// transactions open, the later one starting with a filler).
+const crashReframedEnv = "FERRY_MIRROR_CRASH_REFRAMED"
+
+func init() {
+	mode := os.Getenv(crashReframedEnv)
+	if mode == "" || os.Getenv(childEnv) == "" {
+		return
+	}
+	crash := func(why string) {
+		fmt.Fprintln(os.Stderr, "test: crashing", why)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	var betweenRuns atomic.Bool
+	testHookRunWritten = func(_ string, b protocol.Batch, i, n int, txn bool) error {
+		inside := txn && i < n-1 && !b.HasRecordAt(b.BaseOffset())
+		if mode == "run" && inside && i >= 1 {
+			crash(fmt.Sprintf("after run %d of %d of the source batch %d..%d", i+1, n, b.BaseOffset(), b.NextOffset()-1))
+		}
+		betweenRuns.Store(inside)
+		return nil
+	}
+	testHookEndTxn = func(commit bool) {
+		if mode == "filler" && !commit && betweenRuns.Load() {
+			crash("before the ABORT of a filler transaction between runs")
+		}
+	}
+}
+
+// TestMirrorKillInReframedTxn: a compacted topic of committed source
+// transactions, one batch each, that the real log cleaner left with holes
+// inside (uncompressed, and zstd). The writer copies such a batch as runs
+// inside a writer transaction, with fillers in the holes. The mirror is
+// killed -9 after a run that is not the first of its batch, restarted and
+// killed again before the ABORT of a filler transaction between two runs,
+// then restarted in this process: the open writer transactions, whose first
+// batches are a run not at its source batch's base offset and a filler
+// inside the batch, are resumed from the right run, nothing halts, every
+// source record is on the standby at its offset for both isolation levels,
+// and every source marker is on the standby at its offset with its type.
+func TestMirrorKillInReframedTxn(t *testing.T) {
+	topics := []compactedTopic{
+		{"compacted-txn", kgo.NoCompression(), protocol.CompressionNone, true},
+		{"compacted-txn-zstd", kgo.ZstdCompression(), protocol.CompressionZstd, true},
+	}
+	produceCompacted(t, topics, 3)
+	a, _ := clusters(t)
+	var names []string
+	for _, tp := range topics {
+		names = append(names, tp.name)
+		headless := 0
+		for _, b := range rawBatches(t, a, tp.name, 0) {
+			if b.IsTransactional() && !b.IsControl() && !b.HasConsecutiveOffsets() && !b.HasRecordAt(b.BaseOffset()) {
+				headless++
+			}
+		}
+		if headless < 2 {
+			t.Fatalf("%s: %d transactional batches with holes inside lost their first record, want 2", tp.name, headless)
+		}
+		for _, mode := range []string{"run", "filler"} {
+			waitCrash(t, startChild(t, tp.name, crashReframedEnv+"="+mode))
+			if open := openWriterTxns(t, tp.name, 0); len(open) == 0 {
+				t.Fatalf("%s: after the crash (%s) no writer transaction is open", tp.name, mode)
+			}
+		}
+		if open := openWriterTxns(t, tp.name, 0); len(open) != 2 {
+			t.Fatalf("%s: open writer transactions after the crash in a filler transaction: %v, want the source batch's and the filler's", tp.name, open)
+		}
+	}
+
+	m := startMirror(t, Topics(names, nil))
+	waitCaughtUp(t, m, names...)
+	noHalts(t, m)
+	if n := testutil.ToFloat64(m.metrics.resumedTxns); n < float64(2*len(topics)) {
+		t.Fatalf("%v writer transactions resumed, want at least %d", n, 2*len(topics))
+	}
+	for _, tp := range topics {
+		if open := openWriterTxns(t, tp.name, 0); len(open) != 0 {
+			t.Fatalf("%s: writer transactions still open: %v", tp.name, open)
+		}
+		sourceRecordsOnStandby(t, tp.name)
+		if n := sameMarkers(t, tp.name); n == 0 {
+			t.Fatalf("%s: no source COMMIT marker compared", tp.name)
+		}
+	}
+}
+
+// sameMarkers fails unless every transaction marker the source holds is on
+// the standby at its offset with its type, and returns how many COMMITs
+// there were.
+func sameMarkers(t *testing.T, topic string) int {
+	t.Helper()
+	a, s := clusters(t)
+	dst := make(map[int64]protocol.Batch)
+	for _, b := range rawBatches(t, s, topic, 0) {
+		if b.IsControl() {
+			dst[b.BaseOffset()] = b
+		}
+	}
+	commits := 0
+	for _, b := range rawBatches(t, a, topic, 0) {
+		if !b.IsControl() {
+			continue
+		}
+		d := dst[b.BaseOffset()]
+		if d == nil {
+			t.Fatalf("%s: source marker at %d, standby has none there", topic, b.BaseOffset())
+		}
+		st, _ := protocol.ControlType(b)
+		dt, _ := protocol.ControlType(d)
+		if st != dt {
+			t.Fatalf("%s: source marker at %d is type %d, standby's %d", topic, b.BaseOffset(), st, dt)
+		}
+		if st == protocol.ControlCommit {
+			commits++
+		}
+	}
+	return commits
 }

@@ -51,10 +51,33 @@ func (w *writer) reframe(b protocol.Batch) ([]protocol.Batch, error) {
 	return runs, nil
 }
 
+// startsRun reports whether the writer's copy of b, a source data batch,
+// has a batch starting at offset: b itself, or, when b has holes inside, one
+// of its runs.
+func startsRun(b protocol.Batch, offset int64) bool {
+	if b.BaseOffset() == offset {
+		return true
+	}
+	if b.NumRecords() == 0 || b.HasConsecutiveOffsets() {
+		return false
+	}
+	runs, err := protocol.RecompressRuns(b, protocol.MaxDecompressedSize)
+	if err != nil {
+		return false
+	}
+	for _, r := range runs {
+		if r.BaseOffset() == offset {
+			return true
+		}
+	}
+	return false
+}
+
 // testHookRunWritten, if set, runs when the standby acknowledged run i of
-// the n runs of a re-framed batch; an error it returns ends the session
-// (tests: a writer stopped between the runs).
-var testHookRunWritten func(topic string, i, n int) error
+// the n runs of b, re-framed, written inside a writer transaction when txn;
+// an error it returns ends the session (tests: a writer stopped between the
+// runs).
+var testHookRunWritten func(topic string, b protocol.Batch, i, n int, txn bool) error
 
 // send appends b, or, when runs is not nil, the runs of b with fillers in
 // the holes around them, up to the end of b's offset range.
@@ -80,7 +103,7 @@ func (w *writer) send(ctx context.Context, b protocol.Batch, runs []protocol.Bat
 			if err := w.drain(ctx); err != nil {
 				return err
 			}
-			if err := testHookRunWritten(w.topic, i, len(runs)); err != nil {
+			if err := testHookRunWritten(w.topic, b, i, len(runs), slot != nil); err != nil {
 				return err
 			}
 		}

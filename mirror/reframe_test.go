@@ -18,18 +18,20 @@ import (
 )
 
 // compactedTopic is a compacted source topic whose producer compresses
-// with codec (attr is the codec's value in batch attributes).
+// with codec (attr is the codec's value in batch attributes), and, when
+// txn, produces each batch in a transaction of its own, committed.
 type compactedTopic struct {
 	name  string
 	codec kgo.CompressionCodec
 	attr  int8
+	txn   bool
 }
 
 // produceCompacted creates the topics, compacted with a fast cleaner, and
 // produces batches of several records to each until the real log cleaner
 // has left at least wantHoles batches with holes inside them (records
-// removed, base offset and lastOffsetDelta kept) in every topic. It returns
-// how many there were in all.
+// removed, base offset and lastOffsetDelta kept) in every topic, and
+// transactional ones in a txn topic. It returns how many there were in all.
 func produceCompacted(t *testing.T, topics []compactedTopic, wantHoles int) int {
 	t.Helper()
 	a, _ := clusters(t)
@@ -42,8 +44,11 @@ func produceCompacted(t *testing.T, topics []compactedTopic, wantHoles int) int 
 			"delete.retention.ms":       kmsg.StringPtr("100"),
 			"min.compaction.lag.ms":     kmsg.StringPtr("0"),
 		})
-		clients[i] = newClient(t, a, manualPartitioner(), kgo.ProducerBatchCompression(tp.codec),
-			kgo.ProducerLinger(20*time.Millisecond))
+		opts := []kgo.Opt{manualPartitioner(), kgo.ProducerBatchCompression(tp.codec), kgo.ProducerLinger(20 * time.Millisecond)}
+		if tp.txn {
+			opts = append(opts, kgo.TransactionalID("src-"+tp.name))
+		}
+		clients[i] = newClient(t, a, opts...)
 	}
 	produce := func(round int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -63,8 +68,14 @@ func produceCompacted(t *testing.T, topics []compactedTopic, wantHoles int) int 
 					Headers:   []kgo.RecordHeader{{Key: "r", Value: []byte(fmt.Sprint(round))}, {Key: "j", Value: []byte(fmt.Sprint(j))}},
 					Timestamp: time.UnixMilli(1_700_000_000_000 + int64(round)*1000 + int64(j)*7)})
 			}
+			if tp.txn {
+				begin(t, clients[i])
+			}
 			if err := clients[i].ProduceSync(ctx, rs...).FirstErr(); err != nil {
 				t.Fatal(err)
+			}
+			if tp.txn {
+				end(t, clients[i], true)
 			}
 		}
 	}
@@ -84,7 +95,7 @@ func produceCompacted(t *testing.T, topics []compactedTopic, wantHoles int) int 
 				if b.Compression() != tp.attr {
 					t.Fatalf("%s: source batch at %d has codec %d, want %d", tp.name, b.BaseOffset(), b.Compression(), tp.attr)
 				}
-				if b.NumRecords() > 1 && !b.HasConsecutiveOffsets() {
+				if b.NumRecords() > 1 && !b.HasConsecutiveOffsets() && b.IsTransactional() == tp.txn {
 					n++
 				}
 			}
@@ -159,7 +170,7 @@ func noHalts(t *testing.T, m *Mirror) {
 // headers and timestamp.
 func TestMirrorCompactedInnerHoles(t *testing.T) {
 	const topic = "compacted-inner"
-	produceCompacted(t, []compactedTopic{{topic, kgo.NoCompression(), protocol.CompressionNone}}, 3)
+	produceCompacted(t, []compactedTopic{{topic, kgo.NoCompression(), protocol.CompressionNone, false}}, 3)
 
 	m := startMirror(t, Topics([]string{topic}, nil))
 	waitCaughtUp(t, m, topic)
@@ -186,10 +197,10 @@ func TestMirrorCompactedInnerHoles(t *testing.T) {
 // recompressed run, and resumes between the runs.
 func TestMirrorCompactedInnerHolesCompressed(t *testing.T) {
 	topics := []compactedTopic{
-		{"compacted-lz4", kgo.Lz4Compression(), protocol.CompressionLZ4},
-		{"compacted-zstd", kgo.ZstdCompression(), protocol.CompressionZstd},
-		{"compacted-gzip", kgo.GzipCompression(), protocol.CompressionGzip},
-		{"compacted-snappy", kgo.SnappyCompression(), protocol.CompressionSnappy},
+		{"compacted-lz4", kgo.Lz4Compression(), protocol.CompressionLZ4, false},
+		{"compacted-zstd", kgo.ZstdCompression(), protocol.CompressionZstd, false},
+		{"compacted-gzip", kgo.GzipCompression(), protocol.CompressionGzip, false},
+		{"compacted-snappy", kgo.SnappyCompression(), protocol.CompressionSnappy, false},
 	}
 	var names []string
 	for _, tp := range topics {
@@ -243,7 +254,7 @@ func TestMirrorCompactedInnerHolesCompressed(t *testing.T) {
 	// topic.
 	var mu sync.Mutex
 	stopped := map[string]bool{}
-	testHookRunWritten = func(topic string, i, n int) error {
+	testHookRunWritten = func(topic string, _ protocol.Batch, i, n int, _ bool) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped[topic] || i == n-1 {

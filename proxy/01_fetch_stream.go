@@ -26,10 +26,6 @@ import (
 // is copied through the buffers.
 const spliceMinBytes = 32 << 10
 
-// streamReadTimeout bounds the wait for the rest of an answer the broker has
-// started sending.
-const streamReadTimeout = 30 * time.Second
-
 var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 // fetchStream writes the answer to a single-broker fetch to bw when the
@@ -49,7 +45,9 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 		return 0, false, nil
 	}
 	up := st.uc.nc
-	up.SetReadDeadline(time.Now().Add(streamReadTimeout))
+	// The broker's bytes wait on the client as much as on the broker: the
+	// same bound as for writing any answer to the client.
+	up.SetReadDeadline(time.Now().Add(s.cfg.writeTimeout()))
 	under := &io.LimitedReader{R: up, N: st.size}
 	src := streamReaders.Get().(*bufio.Reader)
 	src.Reset(under)

@@ -125,9 +125,10 @@ func buildFerry(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// startServe runs `ferry serve` in front of bootstrap, with a configuration
-// file in dir, and waits until its /readyz answers 200.
-func startServe(ctx context.Context, bin, dir, bootstrap string) (*ferryProc, error) {
+// startServe runs bin as `ferry serve` in front of bootstrap, with a
+// configuration file in dir, pinned to cpus (a taskset list) unless it is
+// "", and waits until its /readyz answers 200.
+func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*ferryProc, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -143,7 +144,12 @@ func startServe(ctx context.Context, bin, dir, bootstrap string) (*ferryProc, er
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		return nil, err
 	}
-	f, err := launch(exec.Command(bin, "serve", "--config", file), addr)
+	cmd := exec.Command(bin, "serve", "--config", file)
+	if cpus != "" {
+		// taskset execs Ferry: the pid (and its CPU time) is Ferry's.
+		cmd = exec.Command("taskset", "-c", cpus, bin, "serve", "--config", file)
+	}
+	f, err := launch(cmd, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,7 @@ type options struct {
 	out        string        // markdown report path, or ""
 	cpuprofile string        // Ferry's CPU profile path, or ""
 	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
+	ferryCPUs  string        // taskset CPU list to pin Ferry to, or ""
 }
 
 func parseFlags(args []string) (options, error) {
@@ -73,6 +74,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file; runs Ferry as this binary re-executed instead of `ferry serve`")
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
+	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

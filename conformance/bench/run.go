@@ -86,8 +86,11 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 		}
 		res.ferryMode = "`ferry serve` (cmd/ferry) with log_level warn"
+		if o.ferryCPUs != "" {
+			res.ferryMode += ", pinned to CPUs " + o.ferryCPUs + " (taskset; the benchmark, the brokers and the load generator run on the CPUs the command was started with)"
+		}
 		step("starting Ferry: %s", res.ferryMode)
-		f, err = startServe(ctx, bin, dir, cluster.Bootstrap())
+		f, err = startServe(ctx, bin, dir, cluster.Bootstrap(), o.ferryCPUs)
 	}
 	if err != nil {
 		return fmt.Errorf("ferry: %w", err)

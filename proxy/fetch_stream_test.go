@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/ferry-gw/ferry/protocol"
 )
 
 // TestLargeFetchesAreSpliced: a consumer reading megabytes through Ferry
@@ -96,4 +100,100 @@ func readAll(t *testing.T, ctx context.Context, addr string, n int, versions *kv
 	}
 	cl.Close()
 	return got
+}
+
+// TestStreamedAnswerWithLeaderHints: a large answer that also carries a
+// KIP-951 leader hint and node endpoints (a partition moved while another
+// still streams records) reaches the client streamed, its records byte for
+// byte, the topic ID virtual, the hint naming a broker of Ferry's, and the
+// physical endpoints gone (zeroed under an unknown tag, same size).
+func TestStreamedAnswerWithLeaderHints(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(2, "hinted"))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithLanes(3))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr)
+
+	physID := topicID(t, ctx, newClient(t, kf.ListenAddrs()[0]))
+	md := kmsg.NewPtrMetadataRequest()
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("hinted")}}
+	vmd, err := md.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	virtID := vmd.Topics[0].TopicID
+	ferryBrokers := map[int32]bool{}
+	for _, b := range vmd.Brokers {
+		ferryBrokers[b.NodeID] = true
+	}
+
+	// Records are opaque to Ferry's stream and to kmsg alike.
+	records := make([]byte, 512<<10)
+	for i := range records {
+		records[i] = byte(i * 7)
+	}
+	kf.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.SetVersion(req.Version)
+		rt := kmsg.FetchResponseTopic{Topic: "hinted", TopicID: physID}
+		p0 := kmsg.NewFetchResponseTopicPartition()
+		p0.Partition, p0.HighWatermark, p0.LastStableOffset, p0.RecordBatches = 0, 1000, 1000, records
+		p1 := kmsg.NewFetchResponseTopicPartition()
+		p1.Partition, p1.ErrorCode = 1, kerr.NotLeaderForPartition.Code
+		p1.CurrentLeader.LeaderID, p1.CurrentLeader.LeaderEpoch = 5, 7
+		rt.Partitions = []kmsg.FetchResponseTopicPartition{p0, p1}
+		resp.Topics = []kmsg.FetchResponseTopic{rt}
+		resp.Brokers = []kmsg.FetchResponseBroker{{NodeID: 5, Host: "kafka-physical-5", Port: 9092}}
+		return resp, nil, true
+	})
+
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis, req.MaxBytes = 100, 50<<20
+	req.Topics = []kmsg.FetchRequestTopic{{Topic: "hinted", TopicID: virtID, Partitions: []kmsg.FetchRequestTopicPartition{
+		{Partition: 0, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LastFetchedEpoch: -1, LogStartOffset: -1},
+		{Partition: 1, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LastFetchedEpoch: -1, LogStartOffset: -1},
+	}}}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Version < 16 {
+		t.Fatalf("fetched at v%d; node endpoints need v16+", resp.Version)
+	}
+	if testutil.ToFloat64(s.metrics.splicedBytes) == 0 {
+		t.Fatal("the answer was not streamed")
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].TopicID != virtID || len(resp.Topics[0].Partitions) != 2 {
+		t.Fatalf("topics %+v", resp.Topics)
+	}
+	p0, p1 := resp.Topics[0].Partitions[0], resp.Topics[0].Partitions[1]
+	if !bytes.Equal(p0.RecordBatches, records) || p0.HighWatermark != 1000 {
+		t.Fatalf("partition 0: %d record bytes, high watermark %d", len(p0.RecordBatches), p0.HighWatermark)
+	}
+	if p1.ErrorCode != kerr.NotLeaderForPartition.Code || p1.CurrentLeader.LeaderID == 5 || !ferryBrokers[p1.CurrentLeader.LeaderID] || p1.CurrentLeader.LeaderEpoch != 7 {
+		t.Fatalf("partition 1: error %d, leader hint %+v (Ferry's brokers %v)", p1.ErrorCode, p1.CurrentLeader, ferryBrokers)
+	}
+	if len(resp.Brokers) != 0 {
+		t.Fatalf("physical endpoints reached the client: %+v", resp.Brokers)
+	}
+	padded := false
+	resp.UnknownTags.Each(func(tag uint32, v []byte) {
+		padded = tag == protocol.FetchPaddingTag && !bytes.Contains(v, []byte("kafka-physical"))
+	})
+	if !padded {
+		t.Fatal("no zeroed padding tag where the node endpoints were")
+	}
+}
+
+// topicID returns the ID of topic "hinted" as cl's cluster knows it.
+func topicID(t *testing.T, ctx context.Context, cl *kgo.Client) [16]byte {
+	t.Helper()
+	md := kmsg.NewPtrMetadataRequest()
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("hinted")}}
+	resp, err := md.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 {
+		t.Fatalf("metadata: %v", err)
+	}
+	return resp.Topics[0].TopicID
 }

@@ -3,8 +3,11 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -81,10 +84,11 @@ func TestLargeFetchesAreSpliced(t *testing.T) {
 	}
 }
 
-// readAll consumes n records of "big" from the start, by key.
-func readAll(t *testing.T, ctx context.Context, addr string, n int, versions *kversion.Versions) map[string]*kgo.Record {
+// readAll consumes n records of topic (default "big") from the start, by
+// key.
+func readAll(t *testing.T, ctx context.Context, addr string, n int, versions *kversion.Versions, topic ...string) map[string]*kgo.Record {
 	t.Helper()
-	opts := []kgo.Opt{kgo.ConsumeTopics("big"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(4 << 20)}
+	opts := []kgo.Opt{kgo.ConsumeTopics(append(topic, "big")[0]), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(4 << 20)}
 	if versions != nil {
 		opts = append(opts, kgo.MaxVersions(versions))
 	}
@@ -196,4 +200,55 @@ func topicID(t *testing.T, ctx context.Context, cl *kgo.Client) [16]byte {
 		t.Fatalf("metadata: %v", err)
 	}
 	return resp.Topics[0].TopicID
+}
+
+// TestClientGoneMidStream: a client that closes its connection while a
+// large answer is being streamed to it loses only that connection: the
+// broker connection the answer was on is closed rather than reused half
+// read, and the next client reads every record.
+func TestClientGoneMidStream(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "big"))
+	_, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prod := newClient(t, kf.ListenAddrs()[0], kgo.DefaultProduceTopic("big"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	const n = 400
+	for i := range n {
+		prod.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("k%d", i)), Value: bytes.Repeat([]byte{byte(i)}, 8<<10)}, nil)
+	}
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 3 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.MaxWaitMillis, req.MaxBytes = 12, 100, 50<<20
+		req.Topics = []kmsg.FetchRequestTopic{{Topic: "big", Partitions: []kmsg.FetchRequestTopicPartition{
+			{Partition: 0, FetchOffset: 0, PartitionMaxBytes: 8 << 20, CurrentLeaderEpoch: -1, LastFetchedEpoch: -1, LogStartOffset: -1}}}}
+		if _, err := conn.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("gone")).AppendRequest(nil, req, 1)); err != nil {
+			t.Fatal(err)
+		}
+		// Read the start of the answer, then leave.
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		head := make([]byte, 64<<10)
+		if _, err := io.ReadFull(conn, head); err != nil {
+			t.Fatalf("reading the start of the answer: %v", err)
+		}
+		if size := binary.BigEndian.Uint32(head); size < 1<<20 {
+			t.Fatalf("answer of %d bytes; the test needs one large enough to stream", size)
+		}
+		conn.Close()
+	}
+
+	got := readAll(t, ctx, addr, n, nil, "big")
+	for i := range n {
+		r := got[fmt.Sprintf("k%d", i)]
+		if r == nil || r.Offset != int64(i) || !bytes.Equal(r.Value, bytes.Repeat([]byte{byte(i)}, 8<<10)) {
+			t.Fatalf("record k%d after clients left mid-stream: %v", i, r)
+		}
+	}
 }

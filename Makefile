@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-mirror lint demo
+.PHONY: help build test test-short bench bench-dedicated bench-mirror lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test        the full suite: installs the client matrix's tools, real Kafka (Java), ~40 min max"
 	@echo "make test-short  unit and in-process tests only (no JVM)"
 	@echo "make bench       Ferry vs direct connection on a real 3-broker cluster, then bench-mirror"
+	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make lint        go vet, gofmt, staticcheck"
 
@@ -39,6 +40,9 @@ bench:
 		echo "make bench: conformance/bench does not exist yet (the benchmark is not written)" >&2; exit 1; fi
 	$(GO) run ./conformance/bench $(BENCHFLAGS)
 	$(GO) run ./conformance/mirrorbench $(MIRRORBENCHFLAGS)
+
+bench-dedicated:
+	taskset -c 0 $(GO) run ./conformance/bench -ferry-cpus 1 $(BENCHFLAGS)
 
 bench-mirror:
 	$(GO) run ./conformance/mirrorbench $(MIRRORBENCHFLAGS)

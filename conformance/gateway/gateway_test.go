@@ -455,7 +455,10 @@ func TestBrokerDiesClientsContinue(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("producer saw %d non-retried errors through Ferry, first: %v", len(errs), errs[0])
 	}
-	cons := client(t, f.Addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	clientLog := &tailBuffer{max: 256 << 10}
+	cons := client(t, f.Addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.WithLogger(kgo.BasicLogger(clientLog, kgo.LogLevelDebug, nil)))
+	diagnoseOnFailure(t, topic, direct, adm, clientLog)
 	consumeAll(t, ctx, cons, want, len(want))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Streaming a Fetch response from a broker to a client. The small fields
@@ -51,7 +52,14 @@ func StreamFetchResponse(src *bufio.Reader, dst *bufio.Writer, version int16, si
 	if version < 4 {
 		return 0, fmt.Errorf("%w: Fetch v%d is not streamed", ErrMalformedResponse, version)
 	}
-	s := fetchStream{src: src, dst: dst, left: size, buf: make([]byte, 0, 512)}
+	s := streams.Get().(*fetchStream)
+	*s = fetchStream{src: src, dst: dst, left: size, buf: s.buf[:0], tagAt: s.tagAt[:0]}
+	defer func() {
+		s.src, s.dst = nil, nil
+		if cap(s.buf) <= 64<<10 { // an outsized one is not kept
+			streams.Put(s)
+		}
+	}()
 	flex := version >= 12
 	if flex {
 		s.tags(nil) // response header
@@ -149,6 +157,9 @@ func StreamFetchResponse(src *bufio.Reader, dst *bufio.Writer, version int16, si
 	}
 	return errorCode, s.err
 }
+
+// streams reuses fetchStreams, and their buffers, across responses.
+var streams = sync.Pool{New: func() any { return &fetchStream{buf: make([]byte, 0, 512)} }}
 
 // fetchStream reads a response field by field into buf, where hooks
 // rewrite it, and writes buf out before records and after each partition.

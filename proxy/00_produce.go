@@ -153,11 +153,7 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 			return nil, nil, err
 		}
 		gen := req.state.Generation
-		// Index every partition's answer by (topic name, partition).
-		type tp struct {
-			topic string
-			p     int32
-		}
+		// Every partition's answer by (topic name, partition).
 		answers := map[tp]kmsg.ProduceResponseTopicPartition{}
 		var throttle int32
 		var hinted bool
@@ -197,15 +193,7 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		for ti, t := range in.Topics {
 			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 			for _, p := range t.Partitions {
-				if code, ok := local[ti][p.Partition]; ok {
-					rt.Partitions = append(rt.Partitions, produceError(p.Partition, code))
-					continue
-				}
-				a, ok := answers[tp{names[ti], p.Partition}]
-				if !ok {
-					a = produceError(p.Partition, kerr.NotLeaderForPartition.Code)
-				}
-				rt.Partitions = append(rt.Partitions, a)
+				rt.Partitions = append(rt.Partitions, answerFor(local, answers, ti, names[ti], p.Partition, produceError))
 			}
 			out.Topics = append(out.Topics, rt)
 		}

@@ -190,15 +190,7 @@ func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, 
 	for ti, t := range in.Topics {
 		rt := kmsg.FetchResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 		for _, p := range t.Partitions {
-			if code, ok := local[ti][p.Partition]; ok {
-				rt.Partitions = append(rt.Partitions, fetchError(p.Partition, code))
-				continue
-			}
-			a, ok := answers[tp{names[ti], p.Partition}]
-			if !ok {
-				a = fetchError(p.Partition, kerr.NotLeaderForPartition.Code)
-			}
-			rt.Partitions = append(rt.Partitions, a)
+			rt.Partitions = append(rt.Partitions, answerFor(local, answers, ti, names[ti], p.Partition, fetchError))
 		}
 		out.Topics = append(out.Topics, rt)
 	}

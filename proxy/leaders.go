@@ -98,6 +98,19 @@ func gatherAnswers[A any](ctx context.Context, c *clientConn, req *request, call
 }
 
 // unanswered is the error for a partition without an answer.
+// answerFor is one partition of a merged Produce or Fetch answer (local is
+// by topic index there): Ferry's own error for it, the broker's answer, or
+// NOT_LEADER when no broker answered.
+func answerFor[A any](local map[int]map[int32]int16, answers map[tp]A, ti int, topic string, partition int32, fail func(int32, int16) A) A {
+	if code, ok := local[ti][partition]; ok {
+		return fail(partition, code)
+	}
+	if a, ok := answers[tp{topic, partition}]; ok {
+		return a
+	}
+	return fail(partition, kerr.NotLeaderForPartition.Code)
+}
+
 func unanswered(local map[tp]int16, x tp) int16 {
 	if code, ok := local[x]; ok {
 		return code

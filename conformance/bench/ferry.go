@@ -144,12 +144,12 @@ func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*ferryPr
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--config", file)
+	args := []string{bin, "serve", "--config", file}
 	if cpus != "" {
 		// taskset execs Ferry: the pid (and its CPU time) is Ferry's.
-		cmd = exec.Command("taskset", "-c", cpus, bin, "serve", "--config", file)
+		args = append([]string{"taskset", "-c", cpus}, args...)
 	}
-	f, err := launch(cmd, addr)
+	f, err := launch(exec.Command(args[0], args[1:]...), addr)
 	if err != nil {
 		return nil, err
 	}

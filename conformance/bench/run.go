@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -48,7 +49,7 @@ type results struct {
 
 func run(ctx context.Context, o options, cmd string) error {
 	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now()}
-	vals := values(256, o.size)
+	vals := benchutil.Values(256, o.size)
 	res.lz4 = lz4Ratio(vals)
 
 	step("starting a 3-broker Kafka %s cluster", kafkatest.Version())

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -78,7 +79,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	vals := values(valuePool, o.size)
+	vals := benchutil.Values(valuePool, o.size)
 	payload := filepath.Join(dir, "payloads.txt")
 	if err := writePayloadFile(payload, vals); err != nil {
 		return err

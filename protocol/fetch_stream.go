@@ -32,8 +32,9 @@ type FetchStreamHooks struct {
 	// Records moves the next n record bytes from src's underlying reader
 	// to dst's underlying writer; src's buffer is empty when it is called,
 	// and dst may hold bytes it must flush first. Nil copies through the
-	// buffers.
-	Records func(n int64) error
+	// buffers, as does a run shorter than MinRecords.
+	Records    func(n int64) error
+	MinRecords int64
 }
 
 // FetchPaddingTag replaces the tag of KIP-951 node endpoints (top-level tag
@@ -118,7 +119,7 @@ func StreamFetchResponse(src *bufio.Reader, dst *bufio.Writer, version int16, si
 				p.PreferredReadReplica = s.window(rr, 4)
 				h.Head(&t, &p)
 			}
-			s.records(flex, h.Records)
+			s.records(flex, h.Records, h.MinRecords)
 			if flex {
 				s.tags(func(tag uint64, data []byte) {
 					switch {
@@ -294,7 +295,7 @@ func (s *fetchStream) renameTag(from, to uint64) {
 
 // records passes a partition's records: the length through buf, then what
 // src already buffered, then the rest through move.
-func (s *fetchStream) records(flex bool, move func(int64) error) {
+func (s *fetchStream) records(flex bool, move func(int64) error, minMove int64) {
 	var n int64
 	if flex {
 		n = int64(s.uvarint()) - 1
@@ -324,7 +325,7 @@ func (s *fetchStream) records(flex bool, move func(int64) error) {
 	}
 	if rest := n - k; rest > 0 {
 		var err error
-		if move != nil {
+		if move != nil && rest >= minMove {
 			err = move(rest)
 		} else {
 			_, err = io.CopyN(s.dst, s.src, rest)

@@ -80,6 +80,11 @@ func TestStreamFetchResponsePassesBytesThrough(t *testing.T) {
 			if bufSize == 16 && direct == 0 {
 				t.Fatalf("v%d: no record bytes moved past the buffers", v)
 			}
+			// Runs shorter than MinRecords go through the buffers.
+			out, direct, err = streamCase(t, in, v, bufSize, FetchStreamHooks{MinRecords: 1 << 30})
+			if err != nil || !bytes.Equal(out, in) || direct != 0 {
+				t.Fatalf("v%d buffer %d with MinRecords: %v, equal %v, %d bytes moved past the buffers", v, bufSize, err, bytes.Equal(out, in), direct)
+			}
 		}
 	}
 }

@@ -92,11 +92,8 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 				}
 			}
 		},
+		MinRecords: spliceMinBytes,
 		Records: func(n int64) error {
-			if n < spliceMinBytes {
-				_, err := io.CopyN(bw, under, n)
-				return err
-			}
 			if err := bw.Flush(); err != nil {
 				return err
 			}

@@ -63,7 +63,6 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 		st.finish(err)
 		return 0, true, err
 	}
-	var spliced int64
 	name := ""
 	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.size, protocol.FetchStreamHooks{
 		Topic: func(t *protocol.FetchTopic) {
@@ -101,7 +100,9 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 			// is spliced by the net package.
 			m, err := io.Copy(c.nc, &io.LimitedReader{R: up, N: n})
 			under.N -= m
-			spliced += m
+			// Counted as it moves, not when the answer ends: the client
+			// may have every byte before the writer gets that far.
+			s.metrics.splicedBytes.Add(float64(m))
 			if err == nil && m < n {
 				err = io.ErrUnexpectedEOF
 			}
@@ -112,7 +113,6 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 		up.SetReadDeadline(time.Time{})
 	}
 	st.finish(err)
-	s.metrics.splicedBytes.Add(float64(spliced))
 	return st.size + 4, true, err
 }
 

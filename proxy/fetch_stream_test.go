@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -72,7 +73,12 @@ func TestLargeFetchesAreSpliced(t *testing.T) {
 					t.Fatalf("record %s at %d/%d through Ferry, %d/%d directly, value equal %v", k, r.Partition, r.Offset, d.Partition, d.Offset, bytes.Equal(r.Value, values[k]))
 				}
 			}
+			// The counter moves after the bytes do; a client that has
+			// them all may be a moment ahead of it.
 			spliced := testutil.ToFloat64(s.metrics.splicedBytes)
+			if tc.splice {
+				spliced = waitCounter(s.metrics.splicedBytes, 4<<20, 5*time.Second)
+			}
 			t.Logf("%.0f record bytes spliced", spliced)
 			if tc.splice && spliced < 4<<20 {
 				t.Fatalf("%.0f record bytes spliced of about 6.4 MB", spliced)
@@ -81,6 +87,18 @@ func TestLargeFetchesAreSpliced(t *testing.T) {
 				t.Fatalf("%.0f bytes spliced with splicing off", spliced)
 			}
 		})
+	}
+}
+
+// waitCounter returns c's value once it reaches min, or after d.
+func waitCounter(c prometheus.Counter, min float64, d time.Duration) float64 {
+	deadline := time.Now().Add(d)
+	for {
+		v := testutil.ToFloat64(c)
+		if v >= min || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -165,7 +183,7 @@ func TestStreamedAnswerWithLeaderHints(t *testing.T) {
 	if resp.Version < 16 {
 		t.Fatalf("fetched at v%d; node endpoints need v16+", resp.Version)
 	}
-	if testutil.ToFloat64(s.metrics.splicedBytes) == 0 {
+	if waitCounter(s.metrics.splicedBytes, 1, 5*time.Second) == 0 {
 		t.Fatal("the answer was not streamed")
 	}
 	if len(resp.Topics) != 1 || resp.Topics[0].TopicID != virtID || len(resp.Topics[0].Partitions) != 2 {

@@ -61,6 +61,21 @@ type Config struct {
 	// "-XX:TieredStopAtLevel=1", which cuts start-up CPU by about 45% here
 	// at the cost of peak throughput.
 	JVMArgs []string
+	// Listeners are extra client listeners on every node, on ports the
+	// harness picks.
+	Listeners []Listener
+}
+
+// Listener is an extra client listener (Config.Listeners), PLAINTEXT like
+// the default one.
+type Listener struct {
+	// Name is the listener's name in server.properties, e.g. "RELAY".
+	Name string
+	// Advertise returns the host:port that metadata answered on this
+	// listener names for a node: something a test puts between clients
+	// and the brokers gives its own address there, so that clients reach
+	// every broker through it.
+	Advertise func(nodeID int32) string
 }
 
 // Option adjusts the Config built by Start.
@@ -82,6 +97,12 @@ func WithName(name string) Option { return func(c *Config) { c.Name = name } }
 // WithJVMArgs appends flags to every broker JVM (see Config.JVMArgs).
 func WithJVMArgs(args ...string) Option {
 	return func(c *Config) { c.JVMArgs = append(c.JVMArgs, args...) }
+}
+
+// WithListener adds an extra client listener to every node (see
+// Config.Listeners).
+func WithListener(l Listener) Option {
+	return func(c *Config) { c.Listeners = append(c.Listeners, l) }
 }
 
 // WithDir puts the cluster in dir and keeps it after Close.
@@ -108,8 +129,9 @@ type Cluster struct {
 
 type node struct {
 	id       int32
-	port     int // PLAINTEXT listener
-	ctrlPort int // CONTROLLER listener
+	port     int   // PLAINTEXT listener
+	ctrlPort int   // CONTROLLER listener
+	extra    []int // Config.Listeners, in order
 	dir      string
 	props    string
 	log      string
@@ -247,12 +269,13 @@ func newClusterID() string {
 // start picks ports, writes and formats every node, launches the JVMs and
 // waits until the cluster is ready.
 func (c *Cluster) start(attempt int) error {
-	ports, err := pickPorts(2 * len(c.nodes))
+	per := 2 + len(c.cfg.Listeners)
+	ports, err := pickPorts(per * len(c.nodes))
 	if err != nil {
 		return err
 	}
 	for i, n := range c.nodes {
-		n.port, n.ctrlPort = ports[2*i], ports[2*i+1]
+		n.port, n.ctrlPort, n.extra = ports[per*i], ports[per*i+1], ports[per*i+2:per*(i+1)]
 	}
 	for _, n := range c.nodes {
 		if err := os.RemoveAll(n.dir); err != nil {
@@ -312,15 +335,23 @@ func (c *Cluster) properties(n *node) string {
 	for _, m := range c.nodes {
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", m.id, m.ctrlPort))
 	}
+	listeners := fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.ctrlPort)
+	advertised := fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port)
+	protocols := "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+	for i, l := range c.cfg.Listeners {
+		listeners += fmt.Sprintf(",%s://127.0.0.1:%d", l.Name, n.extra[i])
+		advertised += fmt.Sprintf(",%s://%s", l.Name, l.Advertise(n.id))
+		protocols += "," + l.Name + ":PLAINTEXT"
+	}
 	props := map[string]string{
 		"process.roles":                  "broker,controller",
 		"node.id":                        strconv.Itoa(int(n.id)),
 		"controller.quorum.voters":       strings.Join(voters, ","),
-		"listeners":                      fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.ctrlPort),
-		"advertised.listeners":           fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port),
+		"listeners":                      listeners,
+		"advertised.listeners":           advertised,
 		"controller.listener.names":      "CONTROLLER",
 		"inter.broker.listener.name":     "PLAINTEXT",
-		"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"listener.security.protocol.map": protocols,
 		"log.dirs":                       filepath.Join(n.dir, "data"),
 
 		"num.partitions":                                   "1",
@@ -469,6 +500,18 @@ func (c *Cluster) NodeIDs() []int32 {
 func (c *Cluster) Addr(nodeID int32) string {
 	if n := c.node(nodeID); n != nil {
 		return n.addr()
+	}
+	return ""
+}
+
+// ListenerAddr returns the address a node listens on for the extra
+// listener of that name (Config.Listeners), or "" if there is none.
+func (c *Cluster) ListenerAddr(name string, nodeID int32) string {
+	n := c.node(nodeID)
+	for i, l := range c.cfg.Listeners {
+		if n != nil && l.Name == name {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.extra[i]))
+		}
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,17 @@ func TestMain(m *testing.M) { Main(m) }
 func newClient(t *testing.T, c *Cluster, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// newClientAt is a client bootstrapped at addr only.
+func newClientAt(t *testing.T, addr string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +70,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 
 func TestSingleNodeProduceConsume(t *testing.T) {
 	start := time.Now()
-	c := Start(t, 1)
+	c := Start(t, 1, WithListener(Listener{Name: "EXTRA", Advertise: func(id int32) string { return fmt.Sprintf("relay-%d.invalid:9", id) }}))
 	t.Logf("1-node cluster %s ready in %v at %s", c.ClusterID(), time.Since(start).Round(time.Millisecond), c.Bootstrap())
 
 	if got := c.NodeIDs(); !slices.Equal(got, []int32{1}) {
@@ -80,6 +92,21 @@ func TestSingleNodeProduceConsume(t *testing.T) {
 		if r.Offset != int64(i) {
 			t.Fatalf("produce %q: offset %d, want %d", v, r.Offset, i)
 		}
+	}
+
+	// Metadata answered on the extra listener names what Advertise said;
+	// on the default one, the default listener.
+	for _, tc := range []struct{ addr, want string }{{c.ListenerAddr("EXTRA", 1), "relay-1.invalid:9"}, {c.Addr(1), c.Addr(1)}} {
+		md, err := kadm.NewClient(newClientAt(t, tc.addr)).BrokerMetadata(ctx)
+		if err != nil {
+			t.Fatalf("metadata from %s: %v", tc.addr, err)
+		}
+		if len(md.Brokers) != 1 || net.JoinHostPort(md.Brokers[0].Host, strconv.Itoa(int(md.Brokers[0].Port))) != tc.want {
+			t.Fatalf("metadata from %s names brokers %+v, want %s", tc.addr, md.Brokers, tc.want)
+		}
+	}
+	if c.ListenerAddr("NONE", 1) != "" || c.ListenerAddr("EXTRA", 2) != "" {
+		t.Fatal("ListenerAddr names a listener or node that does not exist")
 	}
 
 	consumer := newClient(t, c, kgo.ConsumeTopics("one"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))

@@ -108,8 +108,9 @@ func runChild(bootstrap, profile string) error {
 	return nil
 }
 
-// ferryProc is the running Ferry process, seen from the benchmark.
-type ferryProc struct {
+// childProc is a process the benchmark runs and charges CPU to: Ferry, or
+// the relay.
+type childProc struct {
 	cmd  *exec.Cmd
 	addr string        // Kafka bootstrap address
 	done chan struct{} // closed when the process has exited and been reaped
@@ -128,7 +129,7 @@ func buildFerry(ctx context.Context, dir string) (string, error) {
 // startServe runs bin as `ferry serve` in front of bootstrap, with a
 // configuration file in dir, pinned to cpus (a taskset list) unless it is
 // "", and waits until its /readyz answers 200.
-func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*ferryProc, error) {
+func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*childProc, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -164,15 +165,21 @@ func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*ferryPr
 	return f, f.waitReady(ctx, ready)
 }
 
-// startChild runs Ferry in this binary re-executed (runChild), which can
-// write a CPU profile, and waits until it serves.
-func startChild(ctx context.Context, bootstrap, profile string) (*ferryProc, error) {
+// startChild runs this binary re-executed with env added, pinned to cpus
+// (a taskset list) unless it is "", and waits until it prints
+// "ready <bootstrap>": Ferry with a CPU profile (runChild), or the relay
+// (runRelay).
+func startChild(ctx context.Context, cpus string, env ...string) (*childProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"="+bootstrap, profileEnv+"="+profile)
+	args := []string{exe}
+	if cpus != "" {
+		args = append([]string{"taskset", "-c", cpus}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -203,13 +210,13 @@ func startChild(ctx context.Context, bootstrap, profile string) (*ferryProc, err
 
 // launch starts cmd with its stderr on ours; the kernel kills it if the
 // benchmark dies.
-func launch(cmd *exec.Cmd, addr string) (*ferryProc, error) {
+func launch(cmd *exec.Cmd, addr string) (*childProc, error) {
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	f := &ferryProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	f := &childProc{cmd: cmd, addr: addr, done: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		close(f.done)
@@ -219,18 +226,18 @@ func launch(cmd *exec.Cmd, addr string) (*ferryProc, error) {
 
 // waitReady polls ready until it reports true; on failure it stops the
 // process.
-func (f *ferryProc) waitReady(ctx context.Context, ready func() bool) error {
+func (f *childProc) waitReady(ctx context.Context, ready func() bool) error {
 	deadline := time.After(3 * time.Minute)
 	for !ready() {
 		select {
 		case <-f.done:
-			return fmt.Errorf("ferry exited before serving: %v", f.cmd.ProcessState)
+			return fmt.Errorf("%s exited before serving: %v", f.cmd.Path, f.cmd.ProcessState)
 		case <-ctx.Done():
 			f.stop()
 			return ctx.Err()
 		case <-deadline:
 			f.stop()
-			return errors.New("ferry did not start serving within 3 minutes")
+			return fmt.Errorf("%s did not start serving within 3 minutes", f.cmd.Path)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -252,7 +259,7 @@ func freePorts(n int) ([]int, error) {
 }
 
 // cpu returns the child's CPU time so far, user plus system, all threads.
-func (f *ferryProc) cpu() (time.Duration, error) {
+func (f *childProc) cpu() (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -275,7 +282,7 @@ func (f *ferryProc) cpu() (time.Duration, error) {
 
 // stop sends SIGTERM, then SIGKILL after 15 seconds; it returns once the
 // process is reaped. Safe to call twice.
-func (f *ferryProc) stop() {
+func (f *childProc) stop() {
 	f.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-f.done:

@@ -7,8 +7,14 @@
 // paths with the same franz-go load generator:
 // 1 KiB records, lz4, acks=all idempotent (the client's defaults otherwise),
 // one topic of -partitions partitions with replication factor 3. Runs
-// alternate direct, Ferry, direct, Ferry… so that drift on a shared machine
-// hits both paths alike; every figure is the median over -rounds.
+// alternate direct, relay, Ferry, direct… so that drift on a shared machine
+// hits every path alike; every figure is the median over -rounds.
+//
+// The relay is a third path: a process that copies bytes between clients
+// and every broker with splice(2) and parses nothing, reached through a
+// second listener on each broker that advertises the relay's ports. It is
+// the cheapest hop a gateway could be, so relay/direct is what any extra
+// hop costs on this machine, and Ferry/relay what Ferry's own work costs.
 //
 // Phases, in order:
 //
@@ -59,7 +65,8 @@ type options struct {
 	out        string        // markdown report path, or ""
 	cpuprofile string        // Ferry's CPU profile path, or ""
 	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
-	ferryCPUs  string        // taskset CPU list to pin Ferry to, or ""
+	ferryCPUs  string        // taskset CPU list to pin Ferry (and the relay) to, or ""
+	relay      bool          // also measure the relay path
 }
 
 func parseFlags(args []string) (options, error) {
@@ -74,7 +81,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file; runs Ferry as this binary re-executed instead of `ferry serve`")
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
-	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
+	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` (and the relay) to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
+	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -95,6 +103,13 @@ func command(args []string) string {
 }
 
 func main() {
+	if spec, ok := os.LookupEnv(relayEnv); ok {
+		if err := runRelay(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: relay child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if bootstrap, ok := os.LookupEnv(childEnv); ok {
 		if err := runChild(bootstrap, os.Getenv(profileEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: ferry child:", err)

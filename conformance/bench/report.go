@@ -19,33 +19,48 @@ const (
 // rendered is the report as a terminal table and as markdown.
 type rendered struct{ text, markdown string }
 
-// row is one line of the summary table.
+// row is one line of the summary table; the relay's cells are "–" when
+// the relay was not measured.
 type row struct {
-	metric, direct, ferry, ratio, floor, verdict string
+	metric, direct, relay, ferry, relayRatio, ratio, floor, verdict string
 }
 
 func report(res *results) rendered {
 	o := res.opts
-	pd, pf := median(res.produce.direct, runResult.mbps), median(res.produce.ferry, runResult.mbps)
-	cd, cf := median(res.consume.direct, runResult.mbps), median(res.consume.ferry, runResult.mbps)
-	hd := medianDur(res.halfRate.direct, func(r runResult) time.Duration { return r.pct(.99) })
-	hf := medianDur(res.halfRate.ferry, func(r runResult) time.Duration { return r.pct(.99) })
+	relay := slices.Contains(res.paths, relayd)
+	mbps := func(ph phase, p string) float64 { return median(ph.runs[p], runResult.mbps) }
+	p99 := func(p string) time.Duration {
+		return medianDur(res.halfRate.runs[p], func(r runResult) time.Duration { return r.pct(.99) })
+	}
+	tput := func(metric string, ph phase) row {
+		d, rl, f := mbps(ph, direct), mbps(ph, relayd), mbps(ph, ferry)
+		return row{metric, mb(d), mb(rl), mb(f), ratio(rl, d), ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(f >= minThroughputRatio*d)}
+	}
+	hd, hf := p99(direct), p99(ferry)
 	added := hf - hd
-
+	halfP99 := latRow(fmt.Sprintf("produce p99 at half rate (%.0f rec/s)", res.halfRate.rate), res.halfRate, .99)
+	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), verdict(added <= maxAddedP99)
 	rows := []row{
-		{"produce MB/s", mb(pd), mb(pf), ratio(pf, pd), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(pf >= minThroughputRatio*pd)},
+		tput("produce MB/s", res.produce),
 		latRow("produce p50, full speed", res.produce, .50),
 		latRow("produce p99, full speed", res.produce, .99),
-		{"consume MB/s", mb(cd), mb(cf), ratio(cf, cd), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(cf >= minThroughputRatio*cd)},
+		tput("consume MB/s", res.consume),
 		latRow(fmt.Sprintf("produce p50 at half rate (%.0f rec/s)", res.halfRate.rate), res.halfRate, .50),
-		{fmt.Sprintf("produce p99 at half rate (%.0f rec/s)", res.halfRate.rate), ms(hd), ms(hf), "added " + signedMs(added),
-			"added ≤ " + ms(maxAddedP99), verdict(added <= maxAddedP99)},
+		halfP99,
+	}
+	if !relay {
+		for i := range rows {
+			rows[i].relay, rows[i].relayRatio = "–", "–"
+		}
 	}
 	cpuRows := []row{
-		cpuRow("produce, full speed", res.produce.ferry),
-		cpuRow("produce, half rate", res.halfRate.ferry),
-		cpuRow("consume", res.consume.ferry),
-		cpuRow("all measured runs", slices.Concat(res.produce.ferry, res.halfRate.ferry, res.consume.ferry)),
+		cpuRow("produce, full speed", res.produce),
+		cpuRow("produce, half rate", res.halfRate),
+		cpuRow("consume", res.consume),
+		cpuRow("all measured runs", phase{runs: map[string][]runResult{
+			relayd: slices.Concat(res.produce.runs[relayd], res.halfRate.runs[relayd], res.consume.runs[relayd]),
+			ferry:  slices.Concat(res.produce.runs[ferry], res.halfRate.runs[ferry], res.consume.runs[ferry]),
+		}}),
 	}
 	pass := true
 	for _, r := range rows {
@@ -55,16 +70,16 @@ func report(res *results) rendered {
 	// Terminal.
 	var t strings.Builder
 	tw := tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "metric (median of %d)\tdirect\tferry\tferry/direct\tfloor\tresult\n", o.rounds)
+	fmt.Fprintf(tw, "metric (median of %d)\tdirect\trelay\tferry\trelay/direct\tferry/direct\tfloor\tresult\n", o.rounds)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.metric, r.direct, r.ferry, r.ratio, r.floor, r.verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.metric, r.direct, r.relay, r.ferry, r.relayRatio, r.ratio, r.floor, r.verdict)
 	}
 	tw.Flush()
-	fmt.Fprintf(&t, "\nFerry CPU (utime+stime of its process) per GiB of record values moved through it:\n")
+	fmt.Fprintf(&t, "\nCPU (utime+stime of the process) per GiB of record values moved through it:\n")
 	tw = tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  runs	GiB through Ferry	CPU-seconds per GiB\n")
+	fmt.Fprintf(tw, "  runs\tGiB through Ferry\trelay CPU-s/GiB\tFerry CPU-s/GiB\n")
 	for _, r := range cpuRows {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.metric, r.direct, r.ferry)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.metric, r.direct, r.relay, r.ferry)
 	}
 	tw.Flush()
 	m := res.machine
@@ -85,7 +100,7 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "## Machine\n\n")
 	fmt.Fprintf(&b, "- %d CPUs: %s\n- %.1f GiB memory, Linux %s\n- load average at start: %s\n- %s; Kafka %s on OpenJDK, brokers with `-Xmx512m`\n",
 		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
-	fmt.Fprintf(&b, "- the three brokers, Ferry and the load generator all share these CPUs: absolute figures are "+
+	fmt.Fprintf(&b, "- the three brokers, Ferry, the relay and the load generator all share these CPUs: absolute figures are "+
 		"bounded by them, the ratios are the point\n\n")
 	fmt.Fprintf(&b, "## Workload\n\n")
 	fmt.Fprintf(&b, "- topic `%s`: %d partitions, replication factor 3\n", topic, o.partitions)
@@ -95,45 +110,48 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
 		"it presents one virtual broker per physical leader (lanes), each on a port of its own, so clients keep one connection, "+
 		"one produce request in flight and one fetch per leader, as they do directly\n", res.ferryMode)
-	fmt.Fprintf(&b, "- runs alternate direct, Ferry, direct, Ferry…; every figure is the median of %d runs per path\n", o.rounds)
+	if relay {
+		fmt.Fprintf(&b, "- relay: the cheapest hop there can be, for scale. A separate process (this benchmark re-executed) copies "+
+			"bytes both ways between each client connection and one broker with splice(2), and parses nothing. Clients reach it "+
+			"through a second listener on every broker, which advertises the relay's ports. relay/direct is what any extra hop "+
+			"costs on this machine; Ferry/relay is what Ferry's own work costs\n")
+	}
+	fmt.Fprintf(&b, "- runs alternate %s, %s…; every figure is the median of %d runs per path\n", strings.Join(res.paths, ", "), res.paths[0], o.rounds)
 	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.warmup)
 	fmt.Fprintf(&b, "- produce, full speed: %v per run, records offered as fast as the client buffers them (50 000 records); "+
 		"latency is from `Produce` to the acknowledgement, so at full speed it is mostly time queued in the client\n", o.duration)
 	fmt.Fprintf(&b, "- produce, half rate: %v per run, paced at half of the direct full-speed median (%.0f records/s)\n",
 		o.duration, res.halfRate.rate)
 	fmt.Fprintf(&b, "- consume: %d records per run from the start of every partition, no group\n", res.consumeN)
-	fmt.Fprintf(&b, "- MB/s is record value bytes (10^6) per second; Ferry CPU is utime+stime of its process "+
+	fmt.Fprintf(&b, "- MB/s is record value bytes (10^6) per second; CPU is utime+stime of the Ferry or relay process "+
 		"(/proc/<pid>/stat) over the run, per GiB (2^30) of record values moved through it\n\n")
 	fmt.Fprintf(&b, "## Results\n\n")
-	fmt.Fprintf(&b, "| metric (median of %d) | direct | Ferry | Ferry/direct | floor | result |\n|---|--:|--:|--:|---|---|\n", o.rounds)
+	fmt.Fprintf(&b, "| metric (median of %d) | direct | relay | Ferry | relay/direct | Ferry/direct | floor | result |\n|---|--:|--:|--:|--:|--:|---|---|\n", o.rounds)
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.metric, r.direct, r.ferry, r.ratio, r.floor, mdVerdict(r.verdict))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry, r.relayRatio, r.ratio, r.floor, mdVerdict(r.verdict))
 	}
 	fmt.Fprintf(&b, "\nOverall: **%s**\n\n", verdict(pass))
-	fmt.Fprintf(&b, "### Ferry CPU per GiB moved\n\n| runs | GiB through Ferry | Ferry CPU-seconds per GiB |\n|---|--:|--:|\n")
+	fmt.Fprintf(&b, "### CPU per GiB moved\n\n| runs | GiB through Ferry | relay CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|--:|\n")
 	for _, r := range cpuRows {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.metric, r.direct, r.ferry)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry)
 	}
 	fmt.Fprintf(&b, "\nFerry used %.2f CPU-seconds starting up and connecting, before the first run (not counted above).\n\n", res.startCPU.Seconds())
-	fmt.Fprintf(&b, "### Every run\n\n| phase | round | path | records | MB/s | p50 | p99 | Ferry CPU |\n|---|--:|---|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "### Every run\n\n| phase | round | path | records | MB/s | p50 | p99 | CPU of the path's process |\n|---|--:|---|--:|--:|--:|--:|--:|\n")
 	for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
-		for i := range ph.direct {
-			for _, pr := range []struct {
-				name string
-				rs   []runResult
-			}{{"direct", ph.direct}, {"Ferry", ph.ferry}} {
-				if i >= len(pr.rs) {
+		for i := range ph.runs[direct] {
+			for _, p := range res.paths {
+				if i >= len(ph.runs[p]) {
 					continue
 				}
-				r := pr.rs[i]
+				r := ph.runs[p][i]
 				p50, p99, cpu := "", "", ""
 				if r.lats != nil {
 					p50, p99 = ms(r.pct(.50)), ms(r.pct(.99))
 				}
-				if pr.name == "Ferry" {
+				if p != direct {
 					cpu = fmt.Sprintf("%.1f s", r.cpu.Seconds())
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", ph.name, i+1, pr.name, r.records, mb(r.mbps()), p50, p99, cpu)
+				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", ph.name, i+1, p, r.records, mb(r.mbps()), p50, p99, cpu)
 			}
 		}
 	}
@@ -141,24 +159,33 @@ func report(res *results) rendered {
 }
 
 func latRow(metric string, ph phase, q float64) row {
-	d := medianDur(ph.direct, func(r runResult) time.Duration { return r.pct(q) })
-	f := medianDur(ph.ferry, func(r runResult) time.Duration { return r.pct(q) })
-	return row{metric: metric, direct: ms(d), ferry: ms(f), ratio: "added " + signedMs(f-d), floor: "–", verdict: ""}
+	at := func(p string) time.Duration {
+		return medianDur(ph.runs[p], func(r runResult) time.Duration { return r.pct(q) })
+	}
+	d, rl, f := at(direct), at(relayd), at(ferry)
+	return row{metric: metric, direct: ms(d), relay: ms(rl), ferry: ms(f),
+		relayRatio: "added " + signedMs(rl-d), ratio: "added " + signedMs(f-d), floor: "–"}
 }
 
-func cpuRow(name string, rs []runResult) row {
-	var cpu time.Duration
-	var bytes int64
-	for _, r := range rs {
-		cpu += r.cpu
-		bytes += r.bytes
+// cpuRow is the GiB moved through Ferry and the CPU-seconds per GiB of the
+// relay and of Ferry over ph's runs.
+func cpuRow(name string, ph phase) row {
+	perGiB := func(rs []runResult) (float64, string) {
+		var cpu time.Duration
+		var bytes int64
+		for _, r := range rs {
+			cpu += r.cpu
+			bytes += r.bytes
+		}
+		gib := float64(bytes) / (1 << 30)
+		if gib == 0 {
+			return 0, "–"
+		}
+		return gib, fmt.Sprintf("%.2f", cpu.Seconds()/gib)
 	}
-	gib := float64(bytes) / (1 << 30)
-	per := "–"
-	if gib > 0 {
-		per = fmt.Sprintf("%.2f", cpu.Seconds()/gib)
-	}
-	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), ferry: per}
+	gib, f := perGiB(ph.runs[ferry])
+	_, rl := perGiB(ph.runs[relayd])
+	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
 }
 
 // median of f over rs.

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,19 +18,25 @@ import (
 
 const topic = "ferry-bench"
 
+// The paths, by name.
+const (
+	direct = "direct"
+	relayd = "relay"
+	ferry  = "Ferry"
+)
+
 // path is one way to the cluster.
 type path struct {
 	name      string
 	bootstrap string
-	ferry     *ferryProc // nil for the direct path
+	proc      *childProc // charged the run's CPU; nil for the direct path
 }
 
-// phase is the runs of one kind, by path, in the order they ran.
+// phase is the runs of one kind, by path name, in the order they ran.
 type phase struct {
-	name   string
-	rate   float64 // half-rate phase: records per second
-	direct []runResult
-	ferry  []runResult
+	name string
+	rate float64 // half-rate phase: records per second
+	runs map[string][]runResult
 }
 
 // results is everything the report needs.
@@ -43,8 +52,8 @@ type results struct {
 	consume   phase
 	consumeN  int64
 	startCPU  time.Duration // Ferry's CPU time from its start to the first run
-	ferryAddr string
-	ferryMode string // how Ferry ran
+	ferryMode string        // how Ferry ran
+	paths     []string      // the paths measured, in the order they ran
 }
 
 func run(ctx context.Context, o options, cmd string) error {
@@ -52,8 +61,21 @@ func run(ctx context.Context, o options, cmd string) error {
 	vals := benchutil.Values(256, o.size)
 	res.lz4 = lz4Ratio(vals)
 
+	cfg := kafkatest.Config{Brokers: 3, Name: "bench"}
+	var relayPorts []int
+	if o.relay {
+		// The relay's ports are picked first: each broker advertises one
+		// on its RELAY listener.
+		var err error
+		if relayPorts, err = freePorts(cfg.Brokers); err != nil {
+			return err
+		}
+		cfg.Listeners = []kafkatest.Listener{{Name: relayListener, Advertise: func(id int32) string {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(relayPorts[id-1]))
+		}}}
+	}
 	step("starting a 3-broker Kafka %s cluster", kafkatest.Version())
-	cluster, err := kafkatest.New(kafkatest.Config{Brokers: 3, Name: "bench"})
+	cluster, err := kafkatest.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -73,11 +95,29 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var f *ferryProc
+	paths := []path{{direct, cluster.Bootstrap(), nil}}
+	if o.relay {
+		var spec []string
+		for i, id := range cluster.NodeIDs() {
+			spec = append(spec, fmt.Sprintf("127.0.0.1:%d>%s", relayPorts[i], cluster.ListenerAddr(relayListener, id)))
+		}
+		step("starting the relay")
+		rp, err := startChild(ctx, o.ferryCPUs, relayEnv+"="+strings.Join(spec, ","))
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		defer func() {
+			step("stopping the relay")
+			rp.stop()
+		}()
+		paths = append(paths, path{relayd, rp.addr, rp})
+	}
+
+	var f *childProc
 	if o.cpuprofile != "" {
 		res.ferryMode = "this benchmark binary re-executed as Ferry (proxy.New/Start/Serve, CPU profile to " + o.cpuprofile + ")"
 		step("starting Ferry: %s", res.ferryMode)
-		f, err = startChild(ctx, cluster.Bootstrap(), o.cpuprofile)
+		f, err = startChild(ctx, o.ferryCPUs, childEnv+"="+cluster.Bootstrap(), profileEnv+"="+o.cpuprofile)
 	} else {
 		bin := o.ferryBin
 		if bin == "" {
@@ -100,11 +140,13 @@ func run(ctx context.Context, o options, cmd string) error {
 		step("stopping Ferry")
 		f.stop()
 	}()
-	res.ferryAddr = f.addr
 	if res.startCPU, err = f.cpu(); err != nil {
 		return err
 	}
-	paths := []path{{"direct", cluster.Bootstrap(), nil}, {"ferry", f.addr, f}}
+	paths = append(paths, path{ferry, f.addr, f})
+	for _, p := range paths {
+		res.paths = append(res.paths, p.name)
+	}
 
 	// 1. Warm-up: JIT in the brokers, connections, page cache.
 	if o.warmup > 0 {
@@ -134,7 +176,7 @@ func run(ctx context.Context, o options, cmd string) error {
 
 	// 3. Produce at half of the direct maximum rate.
 	res.halfRate.name = "produce, half rate"
-	res.halfRate.rate = median(res.produce.direct, runResult.rps) / 2
+	res.halfRate.rate = median(res.produce.runs[direct], runResult.rps) / 2
 	for round := 1; round <= o.rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
@@ -185,30 +227,29 @@ func run(ctx context.Context, o options, cmd string) error {
 	return nil
 }
 
-// measure runs one run and, on the Ferry path, charges it Ferry's CPU time.
+// measure runs one run and charges it the CPU time of the path's process.
 func measure(p path, f func() (runResult, error)) (runResult, error) {
 	var before time.Duration
-	if p.ferry != nil {
+	if p.proc != nil {
 		var err error
-		if before, err = p.ferry.cpu(); err != nil {
+		if before, err = p.proc.cpu(); err != nil {
 			return runResult{}, err
 		}
 	}
 	r, err := f()
-	if err != nil || p.ferry == nil {
+	if err != nil || p.proc == nil {
 		return r, err
 	}
-	after, err := p.ferry.cpu()
+	after, err := p.proc.cpu()
 	r.cpu = after - before
 	return r, err
 }
 
 func (ph *phase) add(p path, r runResult) {
-	if p.ferry != nil {
-		ph.ferry = append(ph.ferry, r)
-	} else {
-		ph.direct = append(ph.direct, r)
+	if ph.runs == nil {
+		ph.runs = make(map[string][]runResult)
 	}
+	ph.runs[p.name] = append(ph.runs[p.name], r)
 }
 
 // produced is how many records the topic holds at least (warm-up records
@@ -216,8 +257,10 @@ func (ph *phase) add(p path, r runResult) {
 func produced(res *results) int64 {
 	var n int64
 	for _, ph := range []*phase{&res.produce, &res.halfRate} {
-		for _, r := range append(append([]runResult(nil), ph.direct...), ph.ferry...) {
-			n += r.records
+		for _, rs := range ph.runs {
+			for _, r := range rs {
+				n += r.records
+			}
 		}
 	}
 	return n
@@ -247,5 +290,5 @@ func cpuNote(r runResult) string {
 	if r.cpu == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  ferry CPU %.1fs", r.cpu.Seconds())
+	return fmt.Sprintf("  CPU %.1fs", r.cpu.Seconds())
 }

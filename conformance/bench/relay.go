@@ -1,0 +1,82 @@
+package main
+
+// The relay: the cheapest hop there can be between a Kafka client and its
+// brokers, bytes copied both ways with splice(2) and nothing parsed. It
+// runs as this binary re-executed with relayEnv set, a process of its own
+// like Ferry, so that the benchmark can tell what any extra hop costs on
+// this machine from what Ferry's own work costs. Every broker has a
+// listener "RELAY" advertised at a relay port, so a client bootstrapped at
+// the relay reaches every broker through it.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+const (
+	// relayEnv holds "listen>target" pairs, comma separated; its presence
+	// makes this binary run the relay instead of the benchmark.
+	relayEnv = "FERRY_BENCH_RELAY"
+	// relayListener is the brokers' listener that the relay forwards to.
+	relayListener = "RELAY"
+)
+
+// runRelay is the relay process: it prints "ready <listen addresses>" once
+// it listens and relays until SIGINT or SIGTERM.
+func runRelay(spec string) error {
+	var addrs []string
+	for _, pair := range strings.Split(spec, ",") {
+		from, to, ok := strings.Cut(pair, ">")
+		if !ok {
+			return fmt.Errorf("relay: %q is not listen>target", pair)
+		}
+		ln, err := net.Listen("tcp", from)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go relay(c.(*net.TCPConn), to)
+			}
+		}()
+	}
+	fmt.Printf("ready %s\n", strings.Join(addrs, ","))
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	<-sigc
+	return nil
+}
+
+// relay copies c to a new connection to target and back until both sides
+// have finished. *net.TCPConn to *net.TCPConn is spliced by the net
+// package.
+func relay(c *net.TCPConn, target string) {
+	defer c.Close()
+	nc, err := net.Dial("tcp", target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: relay:", err)
+		return
+	}
+	u := nc.(*net.TCPConn)
+	defer u.Close()
+	done := make(chan struct{})
+	go func() {
+		io.Copy(u, c)
+		u.CloseWrite()
+		close(done)
+	}()
+	io.Copy(c, u)
+	c.CloseWrite()
+	<-done
+}

@@ -61,7 +61,9 @@ func run(ctx context.Context, o options, cmd string) error {
 	vals := benchutil.Values(256, o.size)
 	res.lz4 = lz4Ratio(vals)
 
-	cfg := kafkatest.Config{Brokers: 3, Name: "bench"}
+	// Retention is checked every 10 s, so that the topic's bound
+	// (createTopic) holds while the produce runs write tens of GB.
+	cfg := kafkatest.Config{Brokers: 3, Name: "bench", BrokerConfig: map[string]string{"log.retention.check.interval.ms": "10000"}}
 	var relayPorts []int
 	if o.relay {
 		// The relay's ports are picked first: each broker advertises one
@@ -272,7 +274,11 @@ func createTopic(ctx context.Context, bootstrap string, partitions int) error {
 		return err
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, nil, topic)
+	// Every produce run writes a few GB, three times over (RF 3): without
+	// a bound the runs of one benchmark fill tens of GB of disk. A
+	// partition keeps 1 GiB, far more than a consume run reads of it.
+	configs := map[string]*string{"retention.bytes": kadm.StringPtr("1073741824"), "segment.bytes": kadm.StringPtr("268435456")}
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

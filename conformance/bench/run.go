@@ -277,7 +277,9 @@ func createTopic(ctx context.Context, bootstrap string, partitions int) error {
 	// Every produce run writes a few GB, three times over (RF 3): without
 	// a bound the runs of one benchmark fill tens of GB of disk. A
 	// partition keeps 1 GiB, far more than a consume run reads of it.
-	configs := map[string]*string{"retention.bytes": kadm.StringPtr("1073741824"), "segment.bytes": kadm.StringPtr("268435456")}
+	// Deleted segments go at once, not a minute later.
+	configs := map[string]*string{"retention.bytes": kadm.StringPtr("1073741824"), "segment.bytes": kadm.StringPtr("268435456"),
+		"file.delete.delay.ms": kadm.StringPtr("1000")}
 	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, configs, topic)
 	if err == nil {
 		err = resp.Err

@@ -103,7 +103,8 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- the three brokers, Ferry, the relay and the load generator all share these CPUs: absolute figures are "+
 		"bounded by them, the ratios are the point\n\n")
 	fmt.Fprintf(&b, "## Workload\n\n")
-	fmt.Fprintf(&b, "- topic `%s`: %d partitions, replication factor 3\n", topic, o.partitions)
+	fmt.Fprintf(&b, "- topic `%s`: %d partitions, replication factor 3, 1 GiB kept a partition (`retention.bytes`, checked every 10 s), "+
+		"so that a run needs about 25 GB of disk rather than one more every few seconds\n", topic, o.partitions)
 	fmt.Fprintf(&b, "- records: %d-byte values, no key, JSON-like text (lz4 shrinks a 64 KiB run of them %.1f×)\n", o.size, res.lz4)
 	fmt.Fprintf(&b, "- load generator: franz-go in the benchmark process, client defaults except lz4: acks=all, idempotent, "+
 		"10 ms linger, one produce request in flight per broker\n")

@@ -13,7 +13,7 @@ help:
 	@echo "make demo        run Ferry in front of two in-process Kafka clusters"
 	@echo "make test        the full suite: installs the client matrix's tools, real Kafka (Java), ~40 min max"
 	@echo "make test-short  unit and in-process tests only (no JVM)"
-	@echo "make bench       Ferry vs direct connection on a real 3-broker cluster, then bench-mirror"
+	@echo "make bench       Ferry vs a direct connection and a bare splice relay on a real 3-broker cluster, then bench-mirror"
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make lint        go vet, gofmt, staticcheck"

@@ -25,8 +25,9 @@
 //     vs through Ferry, and the difference (the added latency);
 //  4. consume -records records from the start of the topic: MB/s.
 //
-// Ferry's CPU time (utime+stime from /proc/<pid>/stat) is read before and
-// after every Ferry run and divided by the record bytes moved through it.
+// The CPU time of Ferry's process and of the relay's (utime+stime from
+// /proc/<pid>/stat) is read before and after each of their runs and divided
+// by the record bytes moved through it.
 // The results are printed as a table with the floors of issue 2 and, with
 // -out, written as markdown (docs/BENCHMARKS.md). With -cpuprofile, Ferry
 // runs as this binary re-executed with FERRY_BENCH_CHILD set

@@ -49,10 +49,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 )
 
 // options are the command-line flags.
@@ -98,11 +97,6 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
-// command is how to reproduce this run.
-func command(args []string) string {
-	return strings.Join(append([]string{"go run ./conformance/bench"}, args...), " ")
-}
-
 func main() {
 	if spec, ok := os.LookupEnv(relayEnv); ok {
 		if err := runRelay(spec); err != nil {
@@ -127,28 +121,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	// The first SIGINT or SIGTERM cancels the run; run's deferred steps
-	// then close Ferry and the cluster. If that hangs, a second signal (or
-	// 30 seconds) exits at once: the JVMs and Ferry die with this process
-	// (parent-death signal), and kafkatest reaps the directories later.
-	ctx, cancel := context.WithCancel(context.Background())
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		s := <-sigc
-		fmt.Fprintf(os.Stderr, "\nbench: %v: stopping Ferry and Kafka\n", s)
-		cancel()
-		select {
-		case <-sigc:
-		case <-time.After(30 * time.Second):
-		}
-		os.Exit(130)
-	}()
-
-	err = run(ctx, opts, command(os.Args[1:]))
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	benchutil.Run("bench", "Ferry, the relay and Kafka", func(ctx context.Context) error {
+		return run(ctx, opts, benchutil.Command("./conformance/bench", os.Args[1:]))
+	})
 }

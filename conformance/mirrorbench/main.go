@@ -49,11 +49,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 )
 
 // options are the command-line flags.
@@ -129,11 +129,6 @@ func parseBytes(s string) (int64, error) {
 	return int64(n * float64(mult)), nil
 }
 
-// command is how to reproduce this run.
-func command(args []string) string {
-	return strings.Join(append([]string{"go run ./conformance/mirrorbench"}, args...), " ")
-}
-
 func main() {
 	if _, ok := os.LookupEnv(childEnv); ok {
 		if err := runChild(); err != nil {
@@ -151,29 +146,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	// The first SIGINT or SIGTERM cancels the run; run's deferred steps
-	// then stop the mirror child, MM2 and the clusters. If that hangs, a
-	// second signal (or 30 seconds) exits at once: every JVM and the child
-	// die with this process (parent-death signal), and kafkatest reaps the
-	// directories later.
-	ctx, cancel := context.WithCancel(context.Background())
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		s := <-sigc
-		fmt.Fprintf(os.Stderr, "\nmirrorbench: %v: stopping the mirrors and Kafka\n", s)
-		cancel()
-		select {
-		case <-sigc:
-		case <-time.After(30 * time.Second):
-		}
-		os.Exit(130)
-	}()
-
-	err = run(ctx, opts, command(os.Args[1:]))
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mirrorbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Run("mirrorbench", "the mirrors and Kafka", func(ctx context.Context) error {
+		return run(ctx, opts, benchutil.Command("./conformance/mirrorbench", os.Args[1:]))
+	})
 }

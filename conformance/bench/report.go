@@ -27,16 +27,16 @@ type row struct {
 
 func report(res *results) rendered {
 	o := res.opts
-	relay := slices.Contains(res.paths, relayd)
+	relay := slices.Contains(res.paths, pathRelay)
 	mbps := func(ph phase, p string) float64 { return median(ph.runs[p], runResult.mbps) }
 	p99 := func(p string) time.Duration {
 		return medianDur(res.halfRate.runs[p], func(r runResult) time.Duration { return r.pct(.99) })
 	}
 	tput := func(metric string, ph phase) row {
-		d, rl, f := mbps(ph, direct), mbps(ph, relayd), mbps(ph, ferry)
+		d, rl, f := mbps(ph, pathDirect), mbps(ph, pathRelay), mbps(ph, pathFerry)
 		return row{metric, mb(d), mb(rl), mb(f), ratio(rl, d), ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(f >= minThroughputRatio*d)}
 	}
-	hd, hf := p99(direct), p99(ferry)
+	hd, hf := p99(pathDirect), p99(pathFerry)
 	added := hf - hd
 	halfP99 := latRow(fmt.Sprintf("produce p99 at half rate (%.0f rec/s)", res.halfRate.rate), res.halfRate, .99)
 	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), verdict(added <= maxAddedP99)
@@ -58,8 +58,8 @@ func report(res *results) rendered {
 		cpuRow("produce, half rate", res.halfRate),
 		cpuRow("consume", res.consume),
 		cpuRow("all measured runs", phase{runs: map[string][]runResult{
-			relayd: slices.Concat(res.produce.runs[relayd], res.halfRate.runs[relayd], res.consume.runs[relayd]),
-			ferry:  slices.Concat(res.produce.runs[ferry], res.halfRate.runs[ferry], res.consume.runs[ferry]),
+			pathRelay: slices.Concat(res.produce.runs[pathRelay], res.halfRate.runs[pathRelay], res.consume.runs[pathRelay]),
+			pathFerry: slices.Concat(res.produce.runs[pathFerry], res.halfRate.runs[pathFerry], res.consume.runs[pathFerry]),
 		}}),
 	}
 	pass := true
@@ -139,7 +139,7 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "\nFerry used %.2f CPU-seconds starting up and connecting, before the first run (not counted above).\n\n", res.startCPU.Seconds())
 	fmt.Fprintf(&b, "### Every run\n\n| phase | round | path | records | MB/s | p50 | p99 | CPU of the path's process |\n|---|--:|---|--:|--:|--:|--:|--:|\n")
 	for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
-		for i := range ph.runs[direct] {
+		for i := range ph.runs[pathDirect] {
 			for _, p := range res.paths {
 				if i >= len(ph.runs[p]) {
 					continue
@@ -149,7 +149,7 @@ func report(res *results) rendered {
 				if r.lats != nil {
 					p50, p99 = ms(r.pct(.50)), ms(r.pct(.99))
 				}
-				if p != direct {
+				if p != pathDirect {
 					cpu = fmt.Sprintf("%.1f s", r.cpu.Seconds())
 				}
 				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", ph.name, i+1, p, r.records, mb(r.mbps()), p50, p99, cpu)
@@ -163,7 +163,7 @@ func latRow(metric string, ph phase, q float64) row {
 	at := func(p string) time.Duration {
 		return medianDur(ph.runs[p], func(r runResult) time.Duration { return r.pct(q) })
 	}
-	d, rl, f := at(direct), at(relayd), at(ferry)
+	d, rl, f := at(pathDirect), at(pathRelay), at(pathFerry)
 	return row{metric: metric, direct: ms(d), relay: ms(rl), ferry: ms(f),
 		relayRatio: "added " + signedMs(rl-d), ratio: "added " + signedMs(f-d), floor: "–"}
 }
@@ -184,8 +184,8 @@ func cpuRow(name string, ph phase) row {
 		}
 		return gib, fmt.Sprintf("%.2f", cpu.Seconds()/gib)
 	}
-	gib, f := perGiB(ph.runs[ferry])
-	_, rl := perGiB(ph.runs[relayd])
+	gib, f := perGiB(ph.runs[pathFerry])
+	_, rl := perGiB(ph.runs[pathRelay])
 	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
 }
 

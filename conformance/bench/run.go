@@ -20,9 +20,9 @@ const topic = "ferry-bench"
 
 // The paths, by name.
 const (
-	direct = "direct"
-	relayd = "relay"
-	ferry  = "Ferry"
+	pathDirect = "direct"
+	pathRelay  = "relay"
+	pathFerry  = "Ferry"
 )
 
 // path is one way to the cluster.
@@ -97,7 +97,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	paths := []path{{direct, cluster.Bootstrap(), nil}}
+	paths := []path{{pathDirect, cluster.Bootstrap(), nil}}
 	if o.relay {
 		var spec []string
 		for i, id := range cluster.NodeIDs() {
@@ -112,7 +112,7 @@ func run(ctx context.Context, o options, cmd string) error {
 			step("stopping the relay")
 			rp.stop()
 		}()
-		paths = append(paths, path{relayd, rp.addr, rp})
+		paths = append(paths, path{pathRelay, rp.addr, rp})
 	}
 
 	var f *childProc
@@ -145,7 +145,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	if res.startCPU, err = f.cpu(); err != nil {
 		return err
 	}
-	paths = append(paths, path{ferry, f.addr, f})
+	paths = append(paths, path{pathFerry, f.addr, f})
 	for _, p := range paths {
 		res.paths = append(res.paths, p.name)
 	}
@@ -178,7 +178,7 @@ func run(ctx context.Context, o options, cmd string) error {
 
 	// 3. Produce at half of the direct maximum rate.
 	res.halfRate.name = "produce, half rate"
-	res.halfRate.rate = median(res.produce.runs[direct], runResult.rps) / 2
+	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.rps) / 2
 	for round := 1; round <= o.rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {

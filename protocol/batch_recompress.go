@@ -222,15 +222,7 @@ func appendCompressed(dst []byte, codec int8, src []byte) ([]byte, error) {
 	case CompressionGzip:
 		w := gzipWriters.Get().(*gzip.Writer)
 		defer gzipWriters.Put(w)
-		buf := bytes.NewBuffer(dst)
-		w.Reset(buf)
-		if _, err := w.Write(src); err != nil {
-			return nil, err
-		}
-		if err := w.Close(); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
+		return appendStream(dst, w, src)
 	case CompressionSnappy:
 		n := s2.MaxEncodedLen(len(src))
 		if n < 0 {
@@ -243,17 +235,28 @@ func appendCompressed(dst []byte, codec int8, src []byte) ([]byte, error) {
 	case CompressionLZ4:
 		w := lz4Writers.Get().(*lz4.Writer)
 		defer lz4Writers.Put(w)
-		buf := bytes.NewBuffer(dst)
-		w.Reset(buf)
-		if _, err := w.Write(src); err != nil {
-			return nil, err
-		}
-		if err := w.Close(); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
+		return appendStream(dst, w, src)
 	case CompressionZstd:
 		return zstdEncoder().EncodeAll(src, dst), nil
 	}
 	return nil, fmt.Errorf("%w: %d", ErrUnknownCodec, codec)
+}
+
+// resetWriter is a pooled streaming compressor (gzip, lz4).
+type resetWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// appendStream appends src compressed by w to dst.
+func appendStream(dst []byte, w resetWriter, src []byte) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	w.Reset(buf)
+	if _, err := w.Write(src); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

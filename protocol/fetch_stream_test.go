@@ -3,7 +3,6 @@ package protocol
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
@@ -97,25 +96,14 @@ func TestStreamFetchResponseRewritesLikeTheWalk(t *testing.T) {
 		in := withHeaderTags(body, v)
 		var heads, tails int
 		out, _, err := streamCase(t, in, v, 16, FetchStreamHooks{
-			Topic: func(t *FetchTopic) {
-				if t.ID != nil {
-					t.ID[0] = 0xee
-				}
-			},
+			Topic: rewriteTopic,
 			Head: func(_ *FetchTopic, p *FetchPartition) {
 				heads++
-				if p.PreferredReadReplica != nil {
-					binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
-				}
+				rewriteHead(p)
 			},
 			Tail: func(_ *FetchTopic, p *FetchPartition) {
 				tails++
-				if p.CurrentLeader != nil {
-					binary.BigEndian.PutUint32(p.CurrentLeader, 42)
-				}
-				if p.DivergingEpoch != nil {
-					binary.BigEndian.PutUint32(p.DivergingEpoch, 77)
-				}
+				rewriteTail(p)
 			},
 		})
 		if err != nil {
@@ -124,23 +112,9 @@ func TestStreamFetchResponseRewritesLikeTheWalk(t *testing.T) {
 		if heads != 6 || tails != 6 {
 			t.Fatalf("v%d: %d heads %d tails", v, heads, tails)
 		}
-		WalkFetchResponse(body, v, func(t *FetchTopic) error {
-			if t.ID != nil {
-				t.ID[0] = 0xee
-			}
-			return nil
-		}, func(_ *FetchTopic, p *FetchPartition) error {
-			if p.PreferredReadReplica != nil {
-				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
-			}
-			if p.CurrentLeader != nil {
-				binary.BigEndian.PutUint32(p.CurrentLeader, 42)
-			}
-			if p.DivergingEpoch != nil {
-				binary.BigEndian.PutUint32(p.DivergingEpoch, 77)
-			}
-			return nil
-		})
+		if err := walkRewrite(body, v); err != nil {
+			t.Fatalf("v%d: walk: %v", v, err)
+		}
 		if want := withHeaderTags(body, v); !bytes.Equal(out, want) {
 			t.Fatalf("v%d: streamed rewrite differs from the walked one", v)
 		}

@@ -72,24 +72,7 @@ func TestWalkFetchResponseMatchesKmsg(t *testing.T) {
 			}
 		}
 		// Rewriting through the windows is what kmsg then reads.
-		_, _, err = WalkFetchResponse(body, v, func(t *FetchTopic) error {
-			if t.ID != nil {
-				t.ID[0] = 0xee
-			}
-			return nil
-		}, func(_ *FetchTopic, p *FetchPartition) error {
-			if p.PreferredReadReplica != nil {
-				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
-			}
-			if p.CurrentLeader != nil {
-				binary.BigEndian.PutUint32(p.CurrentLeader, 42)
-			}
-			if p.DivergingEpoch != nil {
-				binary.BigEndian.PutUint32(p.DivergingEpoch, 77)
-			}
-			return nil
-		})
-		if err != nil {
+		if err := walkRewrite(body, v); err != nil {
 			t.Fatal(err)
 		}
 		back := kmsg.NewPtrFetchResponse()
@@ -137,4 +120,42 @@ func FuzzWalkFetchResponse(f *testing.F) {
 		}
 		WalkFetchResponse(body, v, func(t *FetchTopic) error { return nil }, func(_ *FetchTopic, p *FetchPartition) error { return nil })
 	})
+}
+
+// walkRewrite applies the test rewrites through WalkFetchResponse's
+// windows.
+func walkRewrite(body []byte, v int16) error {
+	_, _, err := WalkFetchResponse(body, v, func(t *FetchTopic) error {
+		rewriteTopic(t)
+		return nil
+	}, func(_ *FetchTopic, p *FetchPartition) error {
+		rewriteHead(p)
+		rewriteTail(p)
+		return nil
+	})
+	return err
+}
+
+// The rewrites the Fetch walkers' tests make: a topic ID byte, the
+// preferred read replica (before the records), the leader hint and the
+// diverging epoch (after them).
+func rewriteTopic(t *FetchTopic) {
+	if t.ID != nil {
+		t.ID[0] = 0xee
+	}
+}
+
+func rewriteHead(p *FetchPartition) {
+	if p.PreferredReadReplica != nil {
+		binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
+	}
+}
+
+func rewriteTail(p *FetchPartition) {
+	if p.CurrentLeader != nil {
+		binary.BigEndian.PutUint32(p.CurrentLeader, 42)
+	}
+	if p.DivergingEpoch != nil {
+		binary.BigEndian.PutUint32(p.DivergingEpoch, 77)
+	}
 }

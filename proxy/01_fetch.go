@@ -476,7 +476,6 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 			break
 		}
 	}
-
 	return g, finished, nil
 }
 

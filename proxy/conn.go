@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -254,7 +255,7 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)
 	}
 	var size [4]byte
-	size[0], size[1], size[2], size[3] = byte(len(out)>>24), byte(len(out)>>16), byte(len(out)>>8), byte(len(out))
+	binary.BigEndian.PutUint32(size[:], uint32(len(out)))
 	_, err = bw.Write(size[:])
 	if err == nil {
 		_, err = bw.Write(out)

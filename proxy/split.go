@@ -34,11 +34,7 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 		if req.hdr.Key == int16(kmsg.Fetch) {
 			if sc.uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
 				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
-				if stream {
-					sc.p, sc.err = sc.uc.sendStream(buf.B)
-				} else {
-					sc.p, sc.err = sc.uc.send(buf.B, true)
-				}
+				sc.p, sc.err = sc.uc.sendFrame(buf.B, true, stream)
 			}
 		} else {
 			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)

@@ -187,12 +187,8 @@ func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
 	return c.sendFrame(frame, expectResponse, false)
 }
 
-// sendStream is send for a request whose response, when large, is to be
-// streamed by the waiter (pending.st).
-func (c *upConn) sendStream(frame []byte) (*pending, error) {
-	return c.sendFrame(frame, true, true)
-}
-
+// sendFrame is send; with stream, a large response is left on the
+// connection for the waiter to stream (pending.st).
 func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

@@ -43,7 +43,7 @@ type phase struct {
 type results struct {
 	opts      options
 	command   string
-	machine   machine
+	machine   benchutil.Machine
 	started   time.Time
 	took      time.Duration
 	lz4       float64
@@ -57,7 +57,7 @@ type results struct {
 }
 
 func run(ctx context.Context, o options, cmd string) error {
-	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now()}
+	res := &results{opts: o, command: cmd, machine: benchutil.ReadMachine(), started: time.Now()}
 	vals := benchutil.Values(256, o.size)
 	res.lz4 = lz4Ratio(vals)
 

@@ -63,7 +63,7 @@ type variant struct {
 type results struct {
 	opts     options
 	command  string
-	machine  machine
+	machine  benchutil.Machine
 	started  time.Time
 	took     time.Duration
 	mm2Jars  string
@@ -72,7 +72,7 @@ type results struct {
 }
 
 func run(ctx context.Context, o options, cmd string) error {
-	res := &results{opts: o, command: cmd, machine: readMachine(), started: time.Now(), revision: revision()}
+	res := &results{opts: o, command: cmd, machine: benchutil.ReadMachine(), started: time.Now(), revision: revision()}
 
 	dir, err := os.MkdirTemp("", "ferry-mirrorbench-")
 	if err != nil {
@@ -129,7 +129,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		srcAdm: kadm.NewClient(srcCl), dstAdm: kadm.NewClient(dstCl)}
 
 	for _, codec := range o.codecs {
-		v := &variant{codec: codec, topic: "mirrorbench-" + codec, loadAvg: readMachine().Load}
+		v := &variant{codec: codec, topic: "mirrorbench-" + codec, loadAvg: benchutil.ReadMachine().Load}
 		res.variants = append(res.variants, v)
 		if err := env.runVariant(ctx, v); err != nil {
 			return fmt.Errorf("%s: %w", codec, err)

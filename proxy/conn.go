@@ -60,6 +60,7 @@ type request struct {
 	hdr   protocol.RequestHeader
 	frame *bytebufferpool.ByteBuffer // the whole request, header included
 	body  []byte
+	kr    kmsg.Request  // the decoded body, once dispatch decoded it
 	state routing.State // the routing state it is handled under
 	up    *upstream     // the active cluster of that state
 	start time.Time
@@ -205,6 +206,7 @@ func (c *clientConn) readLoop() error {
 		r, err := c.s.dispatch(c, req)
 		if err != nil {
 			requestBufs.Put(buf)
+			c.s.metrics.observe(hdr.Key, req.start, err)
 			c.log.Warn("closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
 		}
@@ -250,6 +252,14 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		}
 	}
 	out, release, err := r.finish(c.ctx)
+	if err != nil && c.ctx.Err() == nil && r.req.kr != nil {
+		// The upstream failed with the request in flight: its outcome
+		// is unknown, as it would be to a client whose broker died, and
+		// the client retries on the error the broker's absence means.
+		if ur := c.s.upstreamFailed(c, r.req, err); ur != nil {
+			out, release, err = ur.finish(c.ctx)
+		}
+	}
 	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
 	if err != nil {
 		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)

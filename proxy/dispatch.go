@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -126,26 +128,67 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		return apiVersionsUnsupported(s, req), nil
 	}
 	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
-		return nil, fmt.Errorf("%w: %s (key %d) v%d", ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version)
-	}
-	if req.up == nil {
-		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
+		return nil, fmt.Errorf("%w: %w: %s (key %d) v%d", errClientFault, ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version)
 	}
 	kr := kmsg.RequestForKey(h.Key)
 	kr.SetVersion(h.Version)
 	if err := kr.ReadFrom(req.body); err != nil {
-		return nil, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err)
+		return nil, fmt.Errorf("%w: %s v%d: malformed request body: %w", errClientFault, kmsg.NameForKey(h.Key), h.Version, err)
 	}
-	if hf := handlers[h.Key]; hf != nil {
+	req.kr = kr
+	r, err := s.handle(c, req, kr)
+	if err != nil {
+		// The upstream's fault: answer in the broker's place and keep
+		// the connection; the client retries.
+		return s.upstreamFailed(c, req, err), nil
+	}
+	return r, nil
+}
+
+func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	if req.up == nil {
+		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
+	}
+	if hf := handlers[req.hdr.Key]; hf != nil {
 		return hf(s, c, req, kr)
 	}
-	switch routes[h.Key] {
+	switch routes[req.hdr.Key] {
 	case routeGroup, routeTxn:
 		return s.forwardCoordinated(c, req, kr)
 	case routeAny:
 		return s.forwardAny(c, req, kr)
 	}
-	return nil, fmt.Errorf("%w: %s has no handler", ErrUnsupportedVersion, kmsg.NameForKey(h.Key))
+	return nil, fmt.Errorf("%s has no handler", kmsg.NameForKey(req.hdr.Key))
+}
+
+// upstreamFailed answers a request whose upstream could not be reached or
+// failed with it in flight: the retriable code of its API, a metadata
+// refresh so that the retry finds the new leader or coordinator, and a
+// count. acks=0 produces get no answer, as ever.
+func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
+	kr := req.kr
+	s.metrics.upstreamFailure(req.hdr.Key)
+	c.log.Debug("answering in the upstream's place", zap.String("api", kmsg.NameForKey(req.hdr.Key)), zap.Error(err))
+	if req.up != nil {
+		req.up.refreshSoon()
+	}
+	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
+		return nil
+	}
+	resp := errorResponse(kr, upstreamErrorCode(kr), "ferry: "+err.Error())
+	if req.up != nil {
+		// The handler may have made the request's topic IDs physical
+		// before it failed: the answer echoes them, so make them virtual.
+		snap := req.up.snapshot()
+		walkFields(reflect.ValueOf(resp), func(name string, f reflect.Value) {
+			if name == "TopicID" && f.Type() == uuidType {
+				if t := snap.byID[f.Interface().([16]byte)]; t != nil {
+					f.Set(reflect.ValueOf(t.vid))
+				}
+			}
+		})
+	}
+	return localReply(req, resp)
 }
 
 // rawReply answers with an upstream response frame as it came, its

@@ -20,6 +20,7 @@ type metrics struct {
 	splicedBytes prometheus.Counter
 	requests     *prometheus.CounterVec
 	errors       *prometheus.CounterVec
+	upFailures   *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
@@ -30,6 +31,7 @@ type keyMetrics struct {
 	requests prometheus.Counter
 	errors   prometheus.Counter
 	latency  prometheus.Observer
+	upFailed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,11 +45,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Record bytes of Fetch answers moved from a broker's socket to a client's with splice(2), never entering Ferry's memory (included in client_bytes_sent_total)."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_total", Help: "Client requests answered, by API."}, []string{"api"}),
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "request_failures_total", Help: "Client requests that closed the connection instead of being answered, by API."}, []string{"api"}),
+		upFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_failures_total",
+			Help: "Client requests Ferry answered in the broker's place with a retriable error code (broker unreachable, its connection lost with the request in flight, the upstream pool full), by API. The client connection stays open."}, []string{"api"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.requests, m.errors, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.requests, m.errors, m.upFailures, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -61,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if name == "Unknown" {
 			name = "key_" + strconv.Itoa(k)
 		}
-		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name)}
+		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name), m.upFailures.WithLabelValues(name)}
 	}
 	return m, nil
 }
@@ -76,4 +80,10 @@ func (m *metrics) observe(key int16, start time.Time, err error) {
 		km.errors.Inc()
 	}
 	km.latency.Observe(time.Since(start).Seconds())
+}
+
+func (m *metrics) upstreamFailure(key int16) {
+	if key >= 0 && int(key) < len(m.byKey) {
+		m.byKey[key].upFailed.Inc()
+	}
 }

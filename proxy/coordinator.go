@@ -18,7 +18,6 @@ import (
 	"context"
 	"reflect"
 	"sort"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -102,7 +101,7 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 
 func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	typ, keys := coordinatorKeys(req.hdr.Key, req.hdr.Version, kr)
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	// Where each key goes. A key whose coordinator cannot be found goes to
 	// any broker, which answers it with the coordinator error a client

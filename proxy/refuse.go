@@ -24,6 +24,9 @@ import (
 // simply retry.
 func upstreamErrorCode(kr kmsg.Request) int16 {
 	key := kr.Key()
+	if key == int16(kmsg.FindCoordinator) {
+		return kerr.CoordinatorNotAvailable.Code
+	}
 	switch routes[key] {
 	case routeSplit:
 		return kerr.NotLeaderForPartition.Code
@@ -66,8 +69,14 @@ func errorResponse(kr kmsg.Request, code int16, msg string) kmsg.Response {
 			mirror(dst, qv.FieldByName(from), code, msg)
 		}
 	}
-	if r, ok := resp.(*kmsg.DescribeClusterResponse); ok {
+	switch r := resp.(type) {
+	case *kmsg.DescribeClusterResponse:
 		r.ClusterAuthorizedOperations = -2147483648
+	case *kmsg.FindCoordinatorResponse:
+		r.NodeID = -1
+		for i := range r.Coordinators {
+			r.Coordinators[i].NodeID = -1
+		}
 	}
 	return resp
 }
@@ -82,6 +91,7 @@ type slicePair struct {
 // mirroredSlices are the APIs whose answer names its per-key slice
 // differently from the request; the others answer slice X with slice X.
 var mirroredSlices = map[int16][]slicePair{
+	int16(kmsg.FindCoordinator):              {{"Coordinators", []string{"CoordinatorKeys"}}},
 	int16(kmsg.DescribeTransactions):         {{"TransactionStates", []string{"TransactionalIDs"}}},
 	int16(kmsg.DeleteTopics):                 {{"Topics", []string{"TopicNames", "Topics"}}},
 	int16(kmsg.CreateACLs):                   {{"Results", []string{"Creations"}}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -295,7 +296,25 @@ func (u *upstream) anyBroker() (int32, error) {
 	return best, nil
 }
 
+// brokerIDs lists the cluster's brokers as last seen, in ID order.
+func (u *upstream) brokerIDs() []int32 {
+	s := u.snapshot()
+	ids := make([]int32, 0, len(s.brokers))
+	for id := range s.brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 var errNoBrokers = errors.New("no live brokers known")
+
+// lookupTimeout bounds what a client's request waits on Ferry's own
+// upstream lookups (metadata, coordinators): well below every client's
+// request timeout (franz-go's is 10 s over the request's own, Java's and
+// kafkajs' 30 s), so that a cluster that does not answer gets the client
+// Ferry's retriable answer, not a timed-out connection.
+const lookupTimeout = 5 * time.Second
 
 // coordinator returns the physical coordinator of a group (typ 0) or
 // transactional ID (typ 1), asking the cluster when it is not cached.

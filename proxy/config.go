@@ -32,19 +32,23 @@ type config struct {
 	maxConnsPerBroker  int
 	lanes              int
 	idleConnsPerBroker int
-	spliceFetches      bool
+	// upstreamIdleTimeout closes pooled upstream connections unused for
+	// that long (beyond idleConnsPerBroker).
+	upstreamIdleTimeout time.Duration
+	spliceFetches       bool
 }
 
 func defaultConfig() config {
 	return config{
-		log:                zap.NewNop(),
-		maxRequestSize:     protocol.DefaultMaxFrameSize,
-		maxResponseSize:    1 << 30,
-		metadataInterval:   30 * time.Second,
-		dialTimeout:        10 * time.Second,
-		maxConnsPerBroker:  4096,
-		idleConnsPerBroker: 16,
-		spliceFetches:      true,
+		log:                 zap.NewNop(),
+		maxRequestSize:      protocol.DefaultMaxFrameSize,
+		maxResponseSize:     1 << 30,
+		metadataInterval:    30 * time.Second,
+		dialTimeout:         10 * time.Second,
+		maxConnsPerBroker:   4096,
+		idleConnsPerBroker:  16,
+		upstreamIdleTimeout: time.Minute,
+		spliceFetches:       true,
 	}
 }
 
@@ -79,8 +83,17 @@ func WithMaxRequestSize(n int32) Option { return func(c *config) { c.maxRequestS
 // when nothing forces it.
 func WithMetadataInterval(d time.Duration) Option { return func(c *config) { c.metadataInterval = d } }
 
-// WithMaxConnsPerBroker bounds the upstream connections to one broker.
+// WithMaxConnsPerBroker bounds the upstream connections to one broker
+// (default 4096). A client holds one only while it has requests in flight
+// there, so this bounds the clients busy at once, not those connected; a
+// request that finds every one leased waits up to 2 s for one, then is
+// answered with its API's retriable error.
 func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPerBroker = n } }
+
+// WithIdleConnsPerBroker sets how many idle upstream connections per broker
+// are kept however long unused (default 16); idle ones beyond that close
+// after a minute.
+func WithIdleConnsPerBroker(n int) Option { return func(c *config) { c.idleConnsPerBroker = n } }
 
 // WithLanes sets how many virtual brokers each member presents (default:
 // as many as the largest configured cluster has brokers at start).
@@ -108,6 +121,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
+	case c.idleConnsPerBroker < 0:
+		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
 	}
 	seen := map[string]bool{}
 	for _, cl := range c.clusters {

@@ -35,8 +35,12 @@ type clientConn struct {
 
 	replies chan *reply
 
-	// Only the reader goroutine touches ups: the leased upstream
-	// connections of this client, by cluster then broker.
+	// upsMu guards ups and fetchUps (lease.go): the reader leases and
+	// sends under it; the writer and the server's lease loop return what
+	// has nothing in flight.
+	upsMu sync.Mutex
+	// ups are the leased upstream connections of this client, by
+	// cluster then broker.
 	ups map[upKey]*upConn
 	// fetchUps are extra connections for Fetch only: a fetch answered
 	// early leaves its slower parts parked upstream, and the client's next
@@ -125,61 +129,6 @@ func (c *clientConn) close(err error) {
 	})
 }
 
-// releaseUpstreams returns the leased upstream connections; called by the
-// reader goroutine once nothing more will be sent.
-func (c *clientConn) releaseUpstreams() {
-	for k, uc := range c.ups {
-		uc.pool.put(uc)
-		delete(c.ups, k)
-	}
-	for k, ucs := range c.fetchUps {
-		for _, uc := range ucs {
-			uc.pool.put(uc)
-		}
-		delete(c.fetchUps, k)
-	}
-}
-
-// maxFetchConns bounds a client's fetch connections to one broker.
-const maxFetchConns = 4
-
-// fetchConn returns a connection to a broker with nothing in flight, leasing
-// one (up to maxFetchConns) when all are busy, else the least busy.
-func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
-	ucs := c.fetchUps[k][:0]
-	for _, uc := range c.fetchUps[k] {
-		if uc.alive() {
-			ucs = append(ucs, uc)
-		} else {
-			uc.pool.put(uc)
-		}
-	}
-	c.fetchUps[k] = ucs
-	var best *upConn
-	for _, uc := range ucs {
-		if uc.quiet() {
-			return uc, nil
-		}
-		if best == nil || len(uc.inflight) < len(best.inflight) {
-			best = uc
-		}
-	}
-	if len(ucs) >= maxFetchConns {
-		return best, nil
-	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.fetchUps[k] = append(ucs, uc)
-	return uc, nil
-}
-
 func (c *clientConn) readLoop() error {
 	defer c.releaseUpstreams()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
@@ -232,6 +181,7 @@ func (c *clientConn) writeLoop() {
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {
 			err = bw.Flush()
+			c.releaseQuiet()
 		}
 		if err != nil {
 			c.close(err)
@@ -287,32 +237,10 @@ func (c *clientConn) drain() {
 	}
 }
 
-// upConn returns this client's connection to a broker of cluster u, leasing
-// one when it has none or the one it had died.
-func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
-	if uc := c.ups[k]; uc != nil {
-		if uc.alive() {
-			return uc, nil
-		}
-		uc.pool.put(uc)
-		delete(c.ups, k)
-		u.forgetCoordinatorsOn(broker)
-	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.ups[k] = uc
-	return uc, nil
-}
-
 // sendRaw forwards frame as it is (correlation ID aside) to a broker.
 func (c *clientConn) sendRaw(u *upstream, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+	c.upsMu.Lock()
+	defer c.upsMu.Unlock()
 	uc, err := c.upConn(u, broker)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	upFailures   *prometheus.CounterVec
+	upConns      *prometheus.GaugeVec
 	latency      *prometheus.HistogramVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
@@ -47,11 +48,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "request_failures_total", Help: "Client requests that closed the connection instead of being answered, by API."}, []string{"api"}),
 		upFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_failures_total",
 			Help: "Client requests Ferry answered in the broker's place with a retriable error code (broker unreachable, its connection lost with the request in flight, the upstream pool full), by API. The client connection stays open."}, []string{"api"}),
+		upConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ferry", Name: "upstream_connections",
+			Help: "Connections to the brokers of a physical cluster: leased (a client has requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.requests, m.errors, m.upFailures, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.requests, m.errors, m.upFailures, m.upConns, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

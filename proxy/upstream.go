@@ -296,6 +296,19 @@ func (u *upstream) anyBroker() (int32, error) {
 	return best, nil
 }
 
+// reapIdle closes the upstream connections idle since before cutoff
+// (beyond the number kept warm) and returns how many are leased and idle.
+func (u *upstream) reapIdle(cutoff time.Time) (leased, idle int) {
+	u.poolMu.Lock()
+	defer u.poolMu.Unlock()
+	for _, p := range u.pools {
+		l, i := p.reapIdle(cutoff)
+		leased += l
+		idle += i
+	}
+	return leased, idle
+}
+
 // brokerIDs lists the cluster's brokers as last seen, in ID order.
 func (u *upstream) brokerIDs() []int32 {
 	s := u.snapshot()

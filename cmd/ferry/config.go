@@ -56,6 +56,16 @@ type Config struct {
 	// brokers, so each physical leader gets a lane and clients pipeline
 	// per leader as they would directly.
 	Lanes int `yaml:"lanes"`
+	// UpstreamMaxConnsPerBroker bounds the connections to one physical
+	// broker. A client holds one only while it has requests in flight
+	// there, so this bounds the clients busy at the same moment, not those
+	// connected; a request that finds all in use waits up to 2 s, then is
+	// answered with its API's retriable error. Default 4096.
+	UpstreamMaxConnsPerBroker int `yaml:"upstream_max_connections_per_broker"`
+	// UpstreamIdleConnsPerBroker is how many unused connections to each
+	// broker are kept open however long; more than that close after a
+	// minute unused. Default 16.
+	UpstreamIdleConnsPerBroker *int `yaml:"upstream_idle_connections_per_broker"`
 	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
 	// socket.request.max.bytes. Default 104857600 (100 MiB).
 	MaxRequestSize int64 `yaml:"max_request_size"`
@@ -124,6 +134,8 @@ const (
 	defaultLogLevel        = "info"
 	defaultMirrorSync      = 5 * time.Second
 	defaultMirrorInFlight  = 5
+	defaultUpstreamConns   = 4096
+	defaultUpstreamIdle    = 16
 )
 
 // applyDefaults fills every key left out. hostname is used for the
@@ -143,6 +155,12 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.SpliceFetches == nil {
 		c.SpliceFetches = ptr(true)
+	}
+	if c.UpstreamMaxConnsPerBroker == 0 {
+		c.UpstreamMaxConnsPerBroker = defaultUpstreamConns
+	}
+	if c.UpstreamIdleConnsPerBroker == nil {
+		c.UpstreamIdleConnsPerBroker = ptr(defaultUpstreamIdle)
 	}
 	if c.MetadataRefreshInterval == 0 {
 		c.MetadataRefreshInterval = defaultMetadataRefresh
@@ -253,6 +271,12 @@ func (c *Config) validate() error {
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
+	}
+	if c.UpstreamMaxConnsPerBroker < 1 {
+		bad("upstream_max_connections_per_broker %d: must be 1 or more", c.UpstreamMaxConnsPerBroker)
+	}
+	if c.UpstreamIdleConnsPerBroker != nil && *c.UpstreamIdleConnsPerBroker < 0 {
+		bad("upstream_idle_connections_per_broker %d: must be 0 or more", *c.UpstreamIdleConnsPerBroker)
 	}
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
 		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)

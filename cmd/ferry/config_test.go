@@ -64,10 +64,12 @@ func TestExampleConfig(t *testing.T) {
 			// The example sets it to its default, to show the key.
 			RecompressCompacted: ptr(true),
 		},
-		MaxRequestSize:          100 << 20,
-		MetadataRefreshInterval: 30 * time.Second,
-		SpliceFetches:           ptr(true),
-		LogLevel:                "info",
+		MaxRequestSize:             100 << 20,
+		UpstreamMaxConnsPerBroker:  4096,
+		UpstreamIdleConnsPerBroker: ptr(16),
+		MetadataRefreshInterval:    30 * time.Second,
+		SpliceFetches:              ptr(true),
+		LogLevel:                   "info",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)
@@ -81,7 +83,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
-		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches {
+		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches ||
+		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
@@ -130,6 +133,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 7: unknown key "topic"`}},
 		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
 		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
+		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
+		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",

@@ -88,6 +88,8 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		proxy.WithMaxRequestSize(int32(cfg.MaxRequestSize)),
 		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
 		proxy.WithLanes(cfg.Lanes),
+		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
+		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
 	)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -232,5 +233,31 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("err %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStandbyDownStillServes: a standby that cannot be reached at start
+// does not keep clients from the active cluster: Ferry serves once the
+// active one answers, and produce and consume work through it.
+func TestStandbyDownStillServes(t *testing.T) {
+	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // nothing listens there now
+	_, addr := startFerry(t, c.ListenAddrs(),
+		WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs()}, Cluster{Name: "b", Bootstrap: []string{deadAddr}}),
+		WithStandbyWait(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.ConsumeTopics("t"))
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce with the standby down: %v", err)
+	}
+	fs := cl.PollRecords(ctx, 1)
+	if err := fs.Err0(); err != nil || fs.NumRecords() != 1 || string(fs.Records()[0].Value) != "v" {
+		t.Fatalf("consume with the standby down: %v, %d records", err, fs.NumRecords())
 	}
 }

@@ -36,6 +36,7 @@ type config struct {
 	// that long (beyond idleConnsPerBroker).
 	upstreamIdleTimeout time.Duration
 	spliceFetches       bool
+	standbyWait         time.Duration
 }
 
 func defaultConfig() config {
@@ -49,6 +50,7 @@ func defaultConfig() config {
 		idleConnsPerBroker:  16,
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
+		standbyWait:         30 * time.Second,
 	}
 }
 
@@ -103,6 +105,10 @@ func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
 // streamed to the client with splice(2) under generation 0 (default true);
 // false reads every answer whole, as under later generations.
 func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
+
+// WithStandbyWait sets how long Start waits for clusters other than the
+// active one (default 30s) before serving without them.
+func WithStandbyWait(d time.Duration) Option { return func(c *config) { c.standbyWait = d } }
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")

@@ -149,6 +149,9 @@ func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, e
 	if req.up == nil {
 		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
 	}
+	if !req.up.started.Load() {
+		return nil, fmt.Errorf("cluster %q not reached yet", req.up.name)
+	}
 	if hf := handlers[req.hdr.Key]; hf != nil {
 		return hf(s, c, req, kr)
 	}

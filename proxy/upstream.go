@@ -40,7 +40,8 @@ type upstream struct {
 	poolMu sync.Mutex
 	pools  map[int32]*brokerPool
 
-	versions protocol.Versions // what the brokers advertise
+	versions protocol.Versions // what the brokers advertise, once started
+	started  atomic.Bool       // start succeeded
 
 	// spawn runs a goroutine the server tracks; refreshing is set while
 	// a refresh asked for by refreshSoon is under way.

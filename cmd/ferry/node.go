@@ -95,6 +95,8 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
 		proxy.WithLanes(cfg.Lanes),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
+		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
 	)
 	if err != nil {
 		return nil, err

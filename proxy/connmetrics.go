@@ -27,11 +27,14 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 					return nil, err
 				}
 				// Several servers on one registry count together.
-				switch c {
-				case accept:
-					accept = are.ExistingCollector.(*prometheus.CounterVec)
-				case closed:
-					closed = are.ExistingCollector.(*prometheus.CounterVec)
+				existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+				switch {
+				case !ok:
+					return nil, err
+				case c == accept:
+					accept = existing
+				default:
+					closed = existing
 				}
 			}
 		}

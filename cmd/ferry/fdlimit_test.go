@@ -23,7 +23,8 @@ import (
 // more idle client connections than that, and checks that Ferry keeps
 // running: it counts and logs the accept errors, the admin API answers a
 // request that waited meanwhile, and once connections close a new client
-// is served.
+// is served. Then the same with admin API connections taking the
+// descriptors.
 func TestServeOutOfFileDescriptors(t *testing.T) {
 	const limit = 128
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -123,6 +124,32 @@ clusters:
 	m := regexp.MustCompile(`(?m)^ferry_accept_errors_total\{reason="emfile"\} (\d+)$`).FindStringSubmatch(metrics)
 	if m == nil || m[1] == "0" {
 		t.Fatalf("no emfile accept errors counted:\n%s", grepLines(metrics, "ferry_accept_errors_total"))
+	}
+
+	// The same with the descriptors taken by admin API connections.
+	for range limit + 50 {
+		c, err := net.Dial("tcp", adminAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	p.waitFor(t, regexp.MustCompile(`http: Accept error: .*too many open files; retrying`), 30*time.Second)
+	select {
+	case <-p.done:
+		t.Fatalf("ferry exited (%v) when admin connections took every descriptor", p.err)
+	default:
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	idle = nil
+	if code, _ := httpGet(t, "http://"+adminAddr+"/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d after the admin connections left", code)
+	}
+	resp, err = (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "fd-test", ClientSoftwareVersion: "1"}).RequestWith(ctx, newClient(t, kgo.SeedBrokers(addr)))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("ApiVersions after the admin connections left: %+v, %v", resp, err)
 	}
 	p.stop(t, 15*time.Second)
 }

@@ -39,7 +39,7 @@ const (
 
 var (
 	errIdle               = errors.New("idle longer than connections.max.idle")
-	errRequestReadTimeout = errors.New("request not read in time")
+	errRequestReadTimeout = errors.New("request started but not complete within the request read timeout")
 )
 
 // awaitRequest waits for the first byte of the next request on br. It
@@ -84,7 +84,7 @@ func (c *clientConn) replied() {
 // readErr names a request that did not arrive in time.
 func (c *clientConn) readErr(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: a request started but not complete after %s: %w", errRequestReadTimeout, c.s.cfg.requestReadTimeout, err)
+		return fmt.Errorf("%w (%s): %w", errRequestReadTimeout, c.s.cfg.requestReadTimeout, err)
 	}
 	return err
 }

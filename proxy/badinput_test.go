@@ -226,6 +226,8 @@ func TestConfigErrors(t *testing.T) {
 		{"no fleet", []Option{WithClusterID("c"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}, "fleet"},
 		{"duplicate cluster", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}, Cluster{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
 		{"tiny max request", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
+		{"no idle timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
+		{"negative request read timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts...)

@@ -37,6 +37,8 @@ type config struct {
 	upstreamIdleTimeout time.Duration
 	spliceFetches       bool
 	standbyWait         time.Duration
+	connectionsMaxIdle  time.Duration
+	requestReadTimeout  time.Duration
 }
 
 func defaultConfig() config {
@@ -51,6 +53,8 @@ func defaultConfig() config {
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
 		standbyWait:         30 * time.Second,
+		connectionsMaxIdle:  defaultConnectionsMaxIdle,
+		requestReadTimeout:  defaultRequestReadTimeout,
 	}
 }
 
@@ -110,6 +114,20 @@ func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetche
 // active one (default 30s) before serving without them.
 func WithStandbyWait(d time.Duration) Option { return func(c *config) { c.standbyWait = d } }
 
+// WithConnectionsMaxIdle closes a client connection that has been idle
+// this long, like Kafka's connections.max.idle.ms (default 10 minutes). Idle
+// means no request being read and none in flight: a request parked
+// upstream, such as a long-poll Fetch, keeps the connection busy.
+func WithConnectionsMaxIdle(d time.Duration) Option {
+	return func(c *config) { c.connectionsMaxIdle = d }
+}
+
+// WithRequestReadTimeout closes a client connection when a request whose
+// first byte arrived is not complete this much later (default 30s).
+func WithRequestReadTimeout(d time.Duration) Option {
+	return func(c *config) { c.requestReadTimeout = d }
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -125,6 +143,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)
 	case c.lanes < 0 || c.lanes >= laneStride:
 		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
+	case c.connectionsMaxIdle <= 0:
+		return fmt.Errorf("%w: connections max idle %s must be positive", ErrConfig, c.connectionsMaxIdle)
+	case c.requestReadTimeout <= 0:
+		return fmt.Errorf("%w: request read timeout %s must be positive", ErrConfig, c.requestReadTimeout)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
 	case c.idleConnsPerBroker < 0:

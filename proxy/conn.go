@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -52,6 +53,11 @@ type clientConn struct {
 	watermarks map[tp]watermarks
 
 	closeOnce sync.Once
+
+	// inflight counts requests read and not yet answered; lastActive is
+	// when the connection was last busy (UnixNano). See awaitRequest.
+	inflight   atomic.Int64
+	lastActive atomic.Int64
 }
 
 type upKey struct {
@@ -118,10 +124,11 @@ func (c *clientConn) serve() {
 
 func (c *clientConn) close(err error) {
 	c.closeOnce.Do(func() {
+		c.s.connMetrics.closes(closeReason(err)).Inc()
 		c.end()
 		c.nc.Close()
 		switch {
-		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled):
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle):
 			c.log.Debug("client connection closed")
 		default:
 			c.log.Info("client connection closed", zap.Error(err))
@@ -133,9 +140,13 @@ func (c *clientConn) readLoop() error {
 	defer c.releaseUpstreams()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
+		if err := c.awaitRequest(br); err != nil {
+			return err
+		}
 		buf := requestBufs.Get()
 		if err := protocol.ReadFrame(br, c.s.cfg.maxRequestSize, buf); err != nil {
 			requestBufs.Put(buf)
+			err = c.readErr(err)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
 				c.s.metrics.badFrames.Inc()
 				c.log.Warn("closing connection: bad frame", zap.Error(err))
@@ -164,6 +175,7 @@ func (c *clientConn) readLoop() error {
 			requestBufs.Put(buf)
 			continue
 		}
+		c.inflight.Add(1)
 		select {
 		case c.replies <- r:
 		case <-c.ctx.Done():
@@ -177,6 +189,7 @@ func (c *clientConn) writeLoop() {
 	for r := range c.replies {
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
 		n, err := c.write(r, bw)
+		c.replied()
 		requestBufs.Put(r.req.frame)
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {

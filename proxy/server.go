@@ -22,6 +22,9 @@ type Server struct {
 	fleet   Fleet
 	ups     map[string]*upstream
 	metrics *metrics
+	// connMetrics count accept errors and closes by reason.
+	connMetrics *connMetrics
+	acceptLog   acceptLog
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -64,6 +67,9 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
+		return nil, err
+	}
 	for _, cl := range cfg.clusters {
 		u, err := newUpstream(&s.cfg, cl)
 		if err != nil {
@@ -212,10 +218,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
+			// Out of file descriptors and the like: retry, serving
+			// the open connections meanwhile (accept.go).
+			if reason := acceptErrReason(err); reason != "" {
+				if !s.acceptFailed(ln, reason, err, &backoff) {
+					return ErrServerClosed
+				}
 				continue
 			}
 			return err

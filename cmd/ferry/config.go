@@ -77,6 +77,13 @@ type Config struct {
 	// sockets with splice(2) (Linux) instead of read into Ferry and written
 	// out again. Default true.
 	SpliceFetches *bool `yaml:"splice_fetches"`
+	// ConnectionsMaxIdle closes a client connection idle this long (no
+	// request being read, none in flight), like Kafka's
+	// connections.max.idle.ms. Default 10m.
+	ConnectionsMaxIdle time.Duration `yaml:"connections_max_idle"`
+	// RequestReadTimeout closes a client connection whose request started
+	// arriving but is not complete this much later. Default 30s.
+	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 }
@@ -132,10 +139,13 @@ const (
 	defaultAdminListen     = "0.0.0.0:9644"
 	defaultMetadataRefresh = 30 * time.Second
 	defaultLogLevel        = "info"
-	defaultMirrorSync      = 5 * time.Second
-	defaultMirrorInFlight  = 5
 	defaultUpstreamConns   = 4096
 	defaultUpstreamIdle    = 16
+	// The proxy's defaults; see proxy/idle.go for why these values.
+	defaultConnectionsMaxIdle = 10 * time.Minute
+	defaultRequestReadTimeout = 30 * time.Second
+	defaultMirrorSync         = 5 * time.Second
+	defaultMirrorInFlight     = 5
 )
 
 // applyDefaults fills every key left out. hostname is used for the
@@ -164,6 +174,12 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.MetadataRefreshInterval == 0 {
 		c.MetadataRefreshInterval = defaultMetadataRefresh
+	}
+	if c.ConnectionsMaxIdle == 0 {
+		c.ConnectionsMaxIdle = defaultConnectionsMaxIdle
+	}
+	if c.RequestReadTimeout == 0 {
+		c.RequestReadTimeout = defaultRequestReadTimeout
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
@@ -283,6 +299,12 @@ func (c *Config) validate() error {
 	}
 	if c.MetadataRefreshInterval < time.Second {
 		bad("metadata_refresh_interval %s: must be at least 1s", c.MetadataRefreshInterval)
+	}
+	if c.ConnectionsMaxIdle < time.Second {
+		bad("connections_max_idle %s: must be at least 1s (Kafka's default is 10m)", c.ConnectionsMaxIdle)
+	}
+	if c.RequestReadTimeout < time.Second {
+		bad("request_read_timeout %s: must be at least 1s (clients give a request 30s by default)", c.RequestReadTimeout)
 	}
 	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil || !validLevels[c.LogLevel] {
 		bad("log_level %q: must be debug, info, warn or error", c.LogLevel)

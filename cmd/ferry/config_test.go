@@ -69,6 +69,8 @@ func TestExampleConfig(t *testing.T) {
 		UpstreamIdleConnsPerBroker: ptr(16),
 		MetadataRefreshInterval:    30 * time.Second,
 		SpliceFetches:              ptr(true),
+		ConnectionsMaxIdle:         10 * time.Minute,
+		RequestReadTimeout:         30 * time.Second,
 		LogLevel:                   "info",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -84,7 +86,8 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
 		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches ||
-		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 {
+		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 ||
+		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
@@ -136,6 +139,10 @@ func TestConfigErrors(t *testing.T) {
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
+		{"short idle", minimal + "connections_max_idle: 500ms\n", []string{"connections_max_idle 500ms: must be at least 1s"}},
+		{"negative idle", minimal + "connections_max_idle: -10m\n", []string{"connections_max_idle -10m0s: must be at least 1s"}},
+		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 6", "into a duration (e.g. 30s)"}},
+		{"short request read timeout", minimal + "request_read_timeout: 0.5s\n", []string{"request_read_timeout 500ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",
 			[]string{"node_id -2", `log_level "loud"`, `bootstrap[0] "nope"`}},

@@ -69,7 +69,14 @@ type proc struct {
 
 func startFerry(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: ferryCmd(t, args...), more: make(chan struct{}, 1), done: make(chan struct{})}
+	return startCmd(t, ferryCmd(t, args...), args)
+}
+
+// startCmd starts cmd, a ferry process run with args, and collects its
+// output.
+func startCmd(t *testing.T, cmd *exec.Cmd, args []string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, more: make(chan struct{}, 1), done: make(chan struct{})}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

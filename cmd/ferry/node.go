@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,18 +53,23 @@ type node struct {
 }
 
 // newNode builds a member from a validated configuration.
-func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
-	n = &node{log: log, errc: make(chan error, 2), cfg: cfg}
+// A listener that cannot be bound is a usageError (exit status 2) naming
+// its key: a taken port is the operator's to fix, like a bad key.
+func newNode(cfg *Config, log *zap.Logger) (*node, error) {
+	// n is not a named result: "return nil, err" must not hand the
+	// deferred Close a nil node.
+	n := &node{log: log, errc: make(chan error, 2), cfg: cfg}
+	var err error
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+	if n.ln, err = listen("listen", cfg.Listen); err != nil {
+		return nil, err
 	}
-	if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-		return nil, fmt.Errorf("admin_listen: %w", err)
+	if n.adminLn, err = listen("admin_listen", cfg.AdminListen); err != nil {
+		return nil, err
 	}
 	port := cfg.AdvertisedPort
 	if port == 0 {
@@ -91,6 +97,8 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
 		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
+		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
 	)
 	if err != nil {
 		return nil, err
@@ -190,9 +198,9 @@ func (n *node) listenLanes() error {
 		if base != 0 {
 			port = base + l
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln, err := listen(fmt.Sprintf("listen (lane %d, the port after listen's)", l), net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return fmt.Errorf("listen for lane %d: %w", l, err)
+			return err
 		}
 		n.lanes = append(n.lanes, ln)
 		adv := int32(ln.Addr().(*net.TCPAddr).Port)
@@ -205,6 +213,23 @@ func (n *node) listenLanes() error {
 	b.LanePorts = ports
 	n.fleet.Set([]proxy.Broker{b})
 	return nil
+}
+
+// listen binds a TCP listener for the configuration key named key. Its
+// error is a usageError that names the key and the address and ends with
+// the system's reason, e.g. "admin_listen 0.0.0.0:9644: address already in
+// use".
+func listen(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	reason := err
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		reason = se.Err // "address already in use", without "listen tcp ...: bind:"
+	}
+	return nil, usageError{fmt.Errorf("%s %s: %w", key, addr, reason)}
 }
 
 // goServe runs a listener's serve loop; an error other than the one Close

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -420,14 +421,15 @@ var adminLog = regexp.MustCompile(`"msg":"admin API listening".*"admin":"([^"]+)
 
 func TestServeUnreachableCluster(t *testing.T) {
 	dead := deadAddr(t)
+	kafkaAddr := deadAddr(t)
 	path := writeConfig(t, fmt.Sprintf(`
 cluster_id: vc
-listen: 127.0.0.1:0
+listen: %s
 admin_listen: 127.0.0.1:0
 clusters:
   - name: gone
     bootstrap: [%q]
-`, dead))
+`, kafkaAddr, dead))
 	p := startFerry(t, "serve", "--config", path)
 	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
 
@@ -454,6 +456,33 @@ clusters:
 	}
 	if _, body := httpGet(t, "http://"+adminAddr+"/status"); !strings.Contains(body, `"reachable": false`) {
 		t.Fatalf("/status: %s", body)
+	}
+	// Clients are refused, as by a broker that is down, rather than
+	// accepted and left without an answer.
+	if c, err := net.DialTimeout("tcp", kafkaAddr, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the Kafka port %s accepts connections while Ferry cannot serve", kafkaAddr)
+	} else if !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("dialing the Kafka port: %v, want connection refused", err)
+	}
+
+	// The cluster comes up: Ferry serves.
+	_, port, _ := net.SplitHostPort(dead)
+	portN, _ := strconv.Atoi(port)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce once the cluster is up: %v", err)
 	}
 
 	p.stop(t, 15*time.Second)

@@ -26,23 +26,28 @@ import (
 // both run one. The proxy and the mirror never see each other; the node
 // wires both to the routing table.
 //
-// Lifecycle: newNode binds both listeners (so a taken port fails at once)
-// and starts the admin API; start connects to the clusters, retrying until
+// Lifecycle: newNode binds both listeners (so a taken port fails at once;
+// the Kafka one is let go again until start can serve on it) and starts the
+// admin API; start connects to the clusters, retrying until
 // its context ends, then serves clients and starts the mirror from the
 // active cluster to the standby; Close stops everything.
 type node struct {
-	log     *zap.Logger
-	reg     *prometheus.Registry
-	routes  *routing.Table
-	fleet   *proxy.StaticFleet
-	proxy   *proxy.Server
-	mirror  *mirrorRunner // nil when the mirror is disabled
-	admin   *admin.Server
-	ln      net.Listener   // Kafka clients, lane 0
-	lanes   []net.Listener // lanes 1 and up, bound once the lane count is known
-	cfg     *Config
-	adminLn net.Listener
-	started atomic.Bool
+	log    *zap.Logger
+	reg    *prometheus.Registry
+	routes *routing.Table
+	fleet  *proxy.StaticFleet
+	proxy  *proxy.Server
+	mirror *mirrorRunner // nil when the mirror is disabled
+	admin  *admin.Server
+	ln     net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
+	// listenAddr is where ln binds: the configured listen address with
+	// the port it got when newNode first bound it.
+	listenAddr string
+	mu         sync.Mutex
+	lanes      []net.Listener // lanes 1 and up, bound once the lane count is known
+	cfg        *Config
+	adminLn    net.Listener
+	started    atomic.Bool
 
 	// bootstrap is host:port as clients are told to use it.
 	bootstrap string
@@ -65,9 +70,16 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			n.Close()
 		}
 	}()
+	// The Kafka port is bound now, so that a taken one fails at once, and
+	// let go again until the proxy can serve: a bound listener nobody
+	// accepts on lets clients connect and then hear nothing (the kernel
+	// completes their handshakes), where a closed port tells them to
+	// retry. start binds it again, at the port found here.
 	if n.ln, err = listen("listen", cfg.Listen); err != nil {
 		return nil, err
 	}
+	n.listenAddr = n.ln.Addr().String()
+	n.ln.Close()
 	if n.adminLn, err = listen("admin_listen", cfg.AdminListen); err != nil {
 		return nil, err
 	}
@@ -112,7 +124,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			ID:         cfg.NodeID,
 			ClusterID:  cfg.ClusterID,
 			Advertised: n.bootstrap,
-			Listen:     n.ln.Addr().String(),
+			Listen:     n.listenAddr,
 			Admin:      n.adminLn.Addr().String(),
 		}),
 		admin.WithRoutes(n.routes),
@@ -154,6 +166,13 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.proxy.Start(ctx); err != nil {
 		return err
 	}
+	ln, err := listen("listen", n.listenAddr)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.ln = ln
+	n.mu.Unlock()
 	if err := n.listenLanes(); err != nil {
 		return err
 	}
@@ -270,9 +289,11 @@ func (n *node) Close() {
 		if n.proxy != nil {
 			n.proxy.Close()
 		}
+		n.mu.Lock()
 		if n.ln != nil {
 			n.ln.Close()
 		}
+		n.mu.Unlock()
 		for _, ln := range n.lanes {
 			ln.Close()
 		}

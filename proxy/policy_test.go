@@ -158,6 +158,30 @@ func TestPolicyRefusesPrivilegedAdminByDefault(t *testing.T) {
 			t.Errorf("ferry_refusals_total{api=%q,reason=policy} = %v, want 1", api, got)
 		}
 	}
+	// Cluster operations: an election and a feature update.
+	set := kadm.TopicsSet{}
+	set.Add("keep", 0)
+	el, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, set)
+	if err == nil {
+		r := el["keep"][0]
+		err = r.Err
+	}
+	wantErr(t, "ElectLeaders", err, kerr.ClusterAuthorizationFailed)
+	uf := kmsg.NewPtrUpdateFeaturesRequest()
+	fu := kmsg.NewUpdateFeaturesRequestFeatureUpdate()
+	fu.Feature, fu.MaxVersionLevel = "transaction.version", 0
+	uf.FeatureUpdates = append(uf.FeatureUpdates, fu)
+	ufr, err := uf.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// v2 answers have no per-feature results; earlier ones carry the
+	// code for the feature too.
+	perFeature := ufr.Version >= 2 || (len(ufr.Results) == 1 && ufr.Results[0].ErrorCode == kerr.ClusterAuthorizationFailed.Code)
+	if ufr.ErrorCode != kerr.ClusterAuthorizationFailed.Code || !perFeature {
+		t.Fatalf("UpdateFeatures v%d answer %+v; want CLUSTER_AUTHORIZATION_FAILED", ufr.Version, ufr)
+	}
+
 	users, acls, quotas, retention := privilegedState(ctx, t, directCl)
 	if users != 0 || acls != 1 || quotas != 0 || retention != retention0 {
 		t.Fatalf("after refused changes the cluster has %d SCRAM users, %d ACLs, %d quotas, log.retention.ms %q; want 0, 1, 0, %q", users, acls, quotas, retention, retention0)

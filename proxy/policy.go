@@ -97,9 +97,9 @@ func RequestClasses() []string {
 	return out
 }
 
-// policy is the set of classes allowed.
+// policy holds the classes refused, each with the code its refusals carry.
 type policy struct {
-	refused map[string]int16 // class → the code its refusals carry
+	refused map[string]int16
 }
 
 // newPolicy is the default policy changed by allow (classes added) and

@@ -57,6 +57,9 @@ func TestEveryRefusalCounted(t *testing.T) {
 	if got := testutil.ToFloat64(s.metrics.badFrames); got != 1 {
 		t.Errorf("ferry_bad_frames_total = %v, want 1", got)
 	}
+	if got := testutil.ToFloat64(s.connMetrics.closes("refused")); got != 4 {
+		t.Errorf("ferry_client_connections_closed_total{reason=refused} = %v, want 4", got)
+	}
 
 	// SaslAuthenticate with no handshake closes the connection.
 	c := dialRaw(t, addr)

@@ -129,12 +129,12 @@ func TestApiVersionsAdvertisesOnlyClientAPIs(t *testing.T) {
 	kf := newKfake(t, 1)
 	s, _ := startFerry(t, kf.ListenAddrs())
 	vs := s.Versions()
-	for _, k := range []kmsg.Key{kmsg.LeaderAndISR, kmsg.StopReplica, kmsg.UpdateMetadata, kmsg.WriteTxnMarkers, kmsg.BrokerRegistration, kmsg.AllocateProducerIDs, kmsg.SASLHandshake} {
+	for _, k := range []kmsg.Key{kmsg.LeaderAndISR, kmsg.StopReplica, kmsg.UpdateMetadata, kmsg.WriteTxnMarkers, kmsg.BrokerRegistration, kmsg.AllocateProducerIDs, kmsg.SASLAuthenticate} {
 		if _, ok := vs[int16(k)]; ok {
 			t.Errorf("%s advertised to clients", kmsg.NameForKey(int16(k)))
 		}
 	}
-	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.Metadata, kmsg.JoinGroup, kmsg.InitProducerID, kmsg.CreateTopics} {
+	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.Metadata, kmsg.JoinGroup, kmsg.InitProducerID, kmsg.CreateTopics, kmsg.SASLHandshake} {
 		if _, ok := vs[int16(k)]; !ok {
 			t.Errorf("%s not advertised", kmsg.NameForKey(int16(k)))
 		}

@@ -39,6 +39,13 @@ type config struct {
 	standbyWait         time.Duration
 	connectionsMaxIdle  time.Duration
 	requestReadTimeout  time.Duration
+	// policyAllow and policyDeny change the request policy's defaults;
+	// validate builds policy from them.
+	policyAllow, policyDeny []string
+	policy                  policy
+	// refusalLogEvery is the sampling interval of refusal log lines: at
+	// most one per reason per interval.
+	refusalLogEvery time.Duration
 }
 
 func defaultConfig() config {
@@ -55,6 +62,7 @@ func defaultConfig() config {
 		standbyWait:         30 * time.Second,
 		connectionsMaxIdle:  defaultConnectionsMaxIdle,
 		requestReadTimeout:  defaultRequestReadTimeout,
+		refusalLogEvery:     10 * time.Second,
 	}
 }
 
@@ -128,6 +136,14 @@ func WithRequestReadTimeout(d time.Duration) Option {
 	return func(c *config) { c.requestReadTimeout = d }
 }
 
+// WithRequestPolicy changes which classes of request clients may send
+// through Ferry (policy.go): allow adds classes to those allowed by
+// default, deny takes classes out. An unknown class name, or one named in
+// both, is a configuration error.
+func WithRequestPolicy(allow, deny []string) Option {
+	return func(c *config) { c.policyAllow, c.policyDeny = allow, deny }
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -152,6 +168,11 @@ func (c *config) validate() error {
 	case c.idleConnsPerBroker < 0:
 		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
 	}
+	p, err := newPolicy(c.policyAllow, c.policyDeny)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.policy = p
 	seen := map[string]bool{}
 	for _, cl := range c.clusters {
 		if cl.Name == "" || len(cl.Bootstrap) == 0 {

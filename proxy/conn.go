@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
@@ -130,6 +131,9 @@ func (c *clientConn) close(err error) {
 		switch {
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle):
 			c.log.Debug("client connection closed")
+		case refusalReason(err) != "":
+			// Logged, sampled, where it was refused.
+			c.log.Debug("client connection closed", zap.Error(err))
 		default:
 			c.log.Info("client connection closed", zap.Error(err))
 		}
@@ -148,17 +152,14 @@ func (c *clientConn) readLoop() error {
 			requestBufs.Put(buf)
 			err = c.readErr(err)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
-				c.s.metrics.badFrames.Inc()
-				c.log.Warn("closing connection: bad frame", zap.Error(err))
+				return c.refuseFrame("closing connection: bad frame", err)
 			}
 			return err
 		}
 		hdr, err := protocol.ParseRequestHeader(buf.B)
 		if err != nil {
 			requestBufs.Put(buf)
-			c.s.metrics.badFrames.Inc()
-			c.log.Warn("closing connection: bad request header", zap.Error(err))
-			return err
+			return c.refuseFrame("closing connection: bad request header", err)
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
 		req.state = c.s.routes.Current()
@@ -167,7 +168,7 @@ func (c *clientConn) readLoop() error {
 		if err != nil {
 			requestBufs.Put(buf)
 			c.s.metrics.observe(hdr.Key, req.start, err)
-			c.log.Warn("closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
+			c.logRefusal(zapcore.WarnLevel, refusalReason(err), "closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
 		}
 		if r == nil { // acks=0 produce: no answer

@@ -21,7 +21,8 @@ var ErrUnsupportedVersion = errors.New("unsupported API key or version")
 
 // How Ferry treats each client-facing API key. Keys not listed (inter-broker
 // and controller RPCs, SASL, share and streams groups, delegation tokens)
-// are not advertised and are refused; so are the admin APIs that only make
+// are not advertised and are refused (SaslHandshake is advertised and
+// answered: 17_sasl_handshake.go); so are the admin APIs that only make
 // sense against one physical cluster's brokers (DescribeQuorum, partition
 // reassignments), whose answers would name physical brokers.
 type route int8
@@ -117,6 +118,7 @@ func init() {
 		int16(kmsg.DescribeProducers):    handleDescribeProducers,
 		int16(kmsg.ListGroups):           handleListGroups,
 		int16(kmsg.ListTransactions):     handleListTransactions,
+		int16(kmsg.SASLHandshake):        handleSASLHandshake,
 	}
 }
 
@@ -125,22 +127,39 @@ func init() {
 func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	h := req.hdr
 	if h.Key == int16(kmsg.ApiVersions) && !s.versions.Supports(h.Key, h.Version) {
+		s.metrics.refused(h.Key, reasonUnsupportedVersion)
 		return apiVersionsUnsupported(s, req), nil
 	}
+	if h.Key == int16(kmsg.SASLAuthenticate) {
+		// Only after a successful SaslHandshake, which Ferry never
+		// gives (17_sasl_handshake.go).
+		return nil, s.refuse(h.Key, reasonSASL, fmt.Errorf("%w: SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL", errClientFault))
+	}
 	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
-		return nil, fmt.Errorf("%w: %w: %s (key %d) v%d", errClientFault, ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version)
+		reason := reasonUnsupportedVersion
+		if _, served := s.versions[h.Key]; !served {
+			reason = reasonUnknownKey
+		}
+		return nil, s.refuse(h.Key, reason, fmt.Errorf("%w: %w: %s (key %d) v%d", errClientFault, ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version))
 	}
 	kr := kmsg.RequestForKey(h.Key)
 	kr.SetVersion(h.Version)
 	if err := kr.ReadFrom(req.body); err != nil {
-		return nil, fmt.Errorf("%w: %s v%d: malformed request body: %w", errClientFault, kmsg.NameForKey(h.Key), h.Version, err)
+		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%w: %s v%d: malformed request body: %w", errClientFault, kmsg.NameForKey(h.Key), h.Version, err))
 	}
 	req.kr = kr
+	whole, part := s.enforcePolicy(c, req, kr)
+	if whole != nil {
+		return whole, nil
+	}
 	r, err := s.handle(c, req, kr)
 	if err != nil {
 		// The upstream's fault: answer in the broker's place and keep
 		// the connection; the client retries.
-		return s.upstreamFailed(c, req, err), nil
+		r = s.upstreamFailed(c, req, err)
+	}
+	if part != nil && r != nil {
+		r = part(r)
 	}
 	return r, nil
 }

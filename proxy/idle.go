@@ -91,7 +91,7 @@ func (c *clientConn) readErr(err error) error {
 
 // closeReasons lists the reason labels of ferry_client_connections_closed_total.
 func closeReasons() []string {
-	return []string{"client_closed", "idle", "request_read_timeout", "write_timeout", "bad_frame", "shutdown", "other"}
+	return []string{"client_closed", "idle", "request_read_timeout", "write_timeout", "bad_frame", "refused", "shutdown", "other"}
 }
 
 // closeReason classifies why a client connection closed.
@@ -105,6 +105,9 @@ func closeReason(err error) string {
 		return "shutdown"
 	case errors.Is(err, protocol.ErrFrameTooLarge), errors.Is(err, protocol.ErrMalformedFrame), errors.Is(err, protocol.ErrMalformedHeader):
 		return "bad_frame"
+	case refusalReason(err) != "":
+		// A request Ferry does not serve; ferry_refusals_total says why.
+		return "refused"
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// Only writes have other deadlines: the client stopped reading.
 		return "write_timeout"

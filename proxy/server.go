@@ -25,6 +25,11 @@ type Server struct {
 	// connMetrics count accept errors and closes by reason.
 	connMetrics *connMetrics
 	acceptLog   acceptLog
+	// refusalLogs samples the log lines about refused requests and
+	// frames.
+	refusalLogs *logSampler
+	// policy says which classes of request clients may send.
+	policy policy
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -60,6 +65,9 @@ func New(opts ...Option) (*Server, error) {
 		ups:    make(map[string]*upstream, len(cfg.clusters)),
 		lns:    make(map[net.Listener]struct{}),
 		conns:  make(map[*clientConn]struct{}),
+
+		refusalLogs: newLogSampler(cfg.refusalLogEvery),
+		policy:      cfg.policy,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	m, err := newMetrics(cfg.reg)
@@ -118,7 +126,7 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 		})
 	}
-	s.versions = protocol.Intersect(sets...)
+	s.versions = withSASLHandshake(protocol.Intersect(sets...))
 	s.lanes = s.cfg.lanes
 	if s.lanes == 0 {
 		// As many lanes as the largest cluster has brokers: each
@@ -153,7 +161,7 @@ func (s *Server) startCluster(ctx context.Context, u *upstream) error {
 // checkLateVersions logs what a cluster reached after Ferry started serving
 // lacks of the versions clients were offered.
 func (s *Server) checkLateVersions(u *upstream) {
-	missing := s.versions.Missing(u.versions)
+	missing := s.versions.Only(clientKeys()...).Missing(u.versions) // not SaslHandshake: Ferry answers it
 	if len(missing) == 0 {
 		s.log.Info("cluster reached; it supports every API version Ferry advertises", zap.String("cluster", u.name))
 		return

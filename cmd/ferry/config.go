@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/proxy"
 )
 
 // Config is the file `ferry serve --config FILE` reads (YAML). Every key is
@@ -84,8 +86,21 @@ type Config struct {
 	// RequestReadTimeout closes a client connection whose request started
 	// arriving but is not complete this much later. Default 30s.
 	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
+	// Policy says which kinds of request clients may send through Ferry,
+	// which reaches the clusters under its own identity.
+	Policy PolicyConfig `yaml:"policy"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+}
+
+// PolicyConfig changes the request policy's defaults (README.md lists the
+// classes, their APIs and defaults). Produce, consume, groups,
+// transactions and read-only requests are always allowed.
+type PolicyConfig struct {
+	// Allow adds request classes to those allowed by default.
+	Allow []string `yaml:"allow"`
+	// Deny takes request classes out of those allowed.
+	Deny []string `yaml:"deny"`
 }
 
 // ClusterConfig is one physical Kafka cluster.
@@ -285,6 +300,7 @@ func (c *Config) validate() error {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
+	errs = append(errs, c.Policy.validate()...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
 	}
@@ -350,6 +366,28 @@ func (m *MirrorConfig) validate(clusters int) []error {
 	}
 	if m.InFlight < 1 || m.InFlight > 5 {
 		bad("mirror.inflight %d: must be between 1 and 5 (the broker deduplicates a producer's last 5 batches)", m.InFlight)
+	}
+	return errs
+}
+
+// validate checks that every class named is one, and in one list only.
+func (p *PolicyConfig) validate() []error {
+	var errs []error
+	classes := proxy.RequestClasses()
+	for _, l := range []struct {
+		key   string
+		names []string
+	}{{"policy.allow", p.Allow}, {"policy.deny", p.Deny}} {
+		for i, n := range l.names {
+			if !slices.Contains(classes, n) {
+				errs = append(errs, fmt.Errorf("%s[%d] %q: not a request class; the classes are %s", l.key, i, n, strings.Join(classes, ", ")))
+			}
+		}
+	}
+	for _, n := range p.Allow {
+		if slices.Contains(p.Deny, n) {
+			errs = append(errs, fmt.Errorf("policy: %q is in both allow and deny", n))
+		}
 	}
 	return errs
 }

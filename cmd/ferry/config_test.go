@@ -71,6 +71,7 @@ func TestExampleConfig(t *testing.T) {
 		SpliceFetches:              ptr(true),
 		ConnectionsMaxIdle:         10 * time.Minute,
 		RequestReadTimeout:         30 * time.Second,
+		Policy:                     PolicyConfig{Allow: []string{}, Deny: []string{"records_delete"}},
 		LogLevel:                   "info",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -144,6 +145,10 @@ func TestConfigErrors(t *testing.T) {
 		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 6", "into a duration (e.g. 30s)"}},
 		{"short request read timeout", minimal + "request_read_timeout: 0.5s\n", []string{"request_read_timeout 500ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
+		{"unknown policy class", minimal + "policy:\n  deny: [topic_delete, topic_delet]\n", []string{`policy.deny[1] "topic_delet": not a request class; the classes are topic_create, topic_delete`}},
+		{"policy class allowed and denied", minimal + "policy:\n  allow: [acl_admin]\n  deny: [acl_admin]\n", []string{`policy: "acl_admin" is in both allow and deny`}},
+		{"unknown policy key", minimal + "policy:\n  allowed: [acl_admin]\n", []string{`line 7: unknown key "allowed"`}},
+		{"policy as a list", minimal + "policy: [acl_admin]\n", []string{"line 6", "cannot unmarshal !!seq"}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",
 			[]string{"node_id -2", `log_level "loud"`, `bootstrap[0] "nope"`}},
 	} {

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -504,11 +506,28 @@ admin_listen: 127.0.0.1:0
 clusters:
   - name: main
     bootstrap: [%s]
+policy:
+  deny: [topic_delete]
 log_level: debug
 `, strings.Join(kf.ListenAddrs(), ", ")))
 	p := startFerry(t, "serve", "--config", path, "--listen", "127.0.0.1:0", "--log-level", "info")
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
 	m := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)
 	roundTrip(t, m[1], "served")
+
+	// The file's policy is the proxy's: deleting a topic is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	dr, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(m[1]))).DeleteTopic(ctx, "served")
+	if err == nil {
+		err = dr.Err
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("deleting a topic under policy.deny [topic_delete]: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="policy"} 1`) {
+		t.Fatal("/metrics does not count the refusal in ferry_refusals_total")
+	}
 	if strings.Contains(p.output(), `"level":"debug"`) {
 		t.Fatal("--log-level info did not override log_level: debug")
 	}

@@ -111,6 +111,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
 		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
 		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
+		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
 	)
 	if err != nil {
 		return nil, err

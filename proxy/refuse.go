@@ -35,8 +35,12 @@ func upstreamErrorCode(kr kmsg.Request) int16 {
 	case routeTxn:
 		if r, ok := kr.(*kmsg.InitProducerIDRequest); ok && r.TransactionalID == nil {
 			// An idempotent producer's ID comes from any broker:
-			// there is no coordinator to look up again.
-			return kerr.RequestTimedOut.Code
+			// there is no coordinator to look up again, and the
+			// clients differ on what else they retry. The Java
+			// client fails the producer on REQUEST_TIMED_OUT and
+			// kafkajs on anything but the coordinator errors; every
+			// client simply retries COORDINATOR_LOAD_IN_PROGRESS.
+			return kerr.CoordinatorLoadInProgress.Code
 		}
 		return kerr.CoordinatorNotAvailable.Code
 	}

@@ -189,11 +189,11 @@ func TestErrorResponseNamesWhatWasAsked(t *testing.T) {
 	})
 	t.Run("InitProducerID without a transactional ID", func(t *testing.T) {
 		req := kmsg.NewPtrInitProducerIDRequest()
-		if code := upstreamErrorCode(req); code != kerr.RequestTimedOut.Code {
+		if code := upstreamErrorCode(req); code != kerr.CoordinatorLoadInProgress.Code {
 			t.Fatalf("code %d", code)
 		}
-		resp := errorResponse(req, kerr.RequestTimedOut.Code, "").(*kmsg.InitProducerIDResponse)
-		if resp.ErrorCode != kerr.RequestTimedOut.Code || resp.ProducerID != -1 {
+		resp := errorResponse(req, kerr.CoordinatorLoadInProgress.Code, "").(*kmsg.InitProducerIDResponse)
+		if resp.ErrorCode != kerr.CoordinatorLoadInProgress.Code || resp.ProducerID != -1 {
 			t.Fatalf("answer %+v", resp)
 		}
 	})

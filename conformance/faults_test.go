@@ -166,6 +166,7 @@ func TestBrokerDeathProducers(t *testing.T) {
 	// Kill once every running producer has records on the cluster (the
 	// JVMs take a few seconds to start), so each meets the death mid-run;
 	// on a machine too busy for that within 15 s, kill anyway.
+	waiting := ", once each had records on the cluster"
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		ends, err := adm.ListEndOffsets(ctx, running...)
 		empty := 0
@@ -184,8 +185,7 @@ func TestBrokerDeathProducers(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Logf("%d of %d running producers have nothing on the cluster %v after the start (err %v); killing anyway",
-				empty, len(running), time.Since(start).Round(time.Millisecond), err)
+			waiting = fmt.Sprintf(", when %d of %d still had nothing on the cluster (err %v)", empty, len(running), err)
 			break
 		}
 	}
@@ -210,8 +210,8 @@ func TestBrokerDeathProducers(t *testing.T) {
 		t.Fatal(err)
 	}
 	startWave("starting")
-	t.Logf("killed broker %d (leader of %d of %d partitions) %v after the first wave started, once each had records on the cluster; second wave started",
-		victim, led, len(topics)*deathPartitions, killedAt.Round(time.Millisecond))
+	t.Logf("killed broker %d (leader of %d of %d partitions) %v after the first wave started%s; second wave started",
+		victim, led, len(topics)*deathPartitions, killedAt.Round(time.Millisecond), waiting)
 	time.Sleep(downFor)
 	if err := c.Restart(victim); err != nil {
 		t.Fatalf("restarting broker %d: %v", victim, err)

@@ -241,8 +241,9 @@ func TestBrokerDeathProducers(t *testing.T) {
 			t.Logf("KNOWN DEFECT, not asserted: %s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\n%s",
 				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, knownWorse[pair])
 		default:
-			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s",
-				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError)
+			// The first errors tell what went wrong; the tail is logged above.
+			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\nhead of its stderr:\n%s",
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, head(v.stderr, 3000))
 		}
 		if d.summary.Failed > 0 {
 			t.Logf("%s: %d records failed even directly: %s", pair, d.summary.Failed, d.summary.FirstError)
@@ -528,3 +529,10 @@ func upstreamFailures(t *testing.T, f *ferrytest.Ferry) map[string]float64 {
 }
 
 func ptr(s string) *string { return &s }
+
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

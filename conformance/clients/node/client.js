@@ -127,7 +127,9 @@ async function produce (a) {
 // produceSteady produces --count records spread evenly over --duration
 // seconds with an idempotent acks=all producer at kafkajs's default retries
 // (the Kafka and producer objects get no retry options), as an application
-// would have it. Every few milliseconds it sends what is due: one send per
+// would have it: 5 retries, about 9 s of backoff, since Kafka.producer
+// always passes a retry object and the idempotent default of
+// Number.MAX_SAFE_INTEGER never applies. Every few milliseconds it sends what is due: one send per
 // partition, those of different partitions at once, the next round after
 // they all settled. (One send spanning partitions of several brokers loses
 // a partition whose leader moves mid-send to a broker that already

@@ -259,8 +259,8 @@ func TestBrokerDeathProducers(t *testing.T) {
 		switch {
 		case v.summary.Failed <= d.summary.Failed:
 		case knownWorse[pair] != "":
-			t.Logf("KNOWN DEFECT, not asserted: %s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\n%s",
-				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, knownWorse[pair])
+			t.Logf("KNOWN DEFECT, not asserted: %s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\n%s\nhead of its stderr:\n%s",
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, knownWorse[pair], head(v.stderr, 3000))
 		default:
 			// The first errors tell what went wrong; the tail is logged above.
 			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\nhead of its stderr:\n%s",

@@ -375,7 +375,11 @@ func TestAdminThroughFerry(t *testing.T) {
 
 // TestBrokerDiesClientsContinue kills the leader of a partition while a
 // producer and a consumer work through Ferry: both see only retriable errors
-// and every record arrives once, at the offset it was acknowledged at.
+// and every record arrives once, at the offset it was acknowledged at. The
+// producer has franz-go's default retries. (Its producer ID is loaded before
+// the kill; producers of every client that start during the outage, compared
+// with the same clients talking to the brokers directly, are
+// conformance.TestBrokerDeathProducers.)
 func TestBrokerDiesClientsContinue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Kafka is not started in -short mode")
@@ -390,7 +394,7 @@ func TestBrokerDiesClientsContinue(t *testing.T) {
 	const topic = "failover"
 	createTopic(t, adm, topic, 3, map[string]*string{"min.insync.replicas": ptr("2")})
 
-	prod := client(t, f.Addr, kgo.DefaultProduceTopic(topic), kgo.RecordRetries(1000), kgo.ProduceRequestTimeout(10*time.Second))
+	prod := client(t, f.Addr, kgo.DefaultProduceTopic(topic), kgo.ProduceRequestTimeout(10*time.Second))
 	want := produced{}
 	var mu sync.Mutex
 	var errs []error

@@ -6,9 +6,11 @@
 //	consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
 //	        [--group-protocol classic|consumer]
 //	admin   --bootstrap B [--topic T] [--replication-factor R]
+//	produce-steady --bootstrap B --topic T --count N --duration S
 //
 // produce and consume print one JSON line per record (see ../README.md);
-// admin prints one JSON object. Diagnostics go to stderr. Any failure exits
+// admin prints one JSON object; produce-steady prints one line per
+// acknowledged record and a summary line. Diagnostics go to stderr. Any failure exits
 // non-zero.
 
 import java.nio.charset.StandardCharsets;
@@ -25,8 +27,10 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -70,6 +74,7 @@ public final class Client {
             case "produce" -> produce(a);
             case "consume" -> consume(a);
             case "admin" -> admin(a);
+            case "produce-steady" -> produceSteady(a);
             default -> usage("unknown mode " + argv[0]);
         }
     }
@@ -145,6 +150,95 @@ public final class Client {
             }
             System.out.print(out);
             System.out.flush();
+        }
+    }
+
+    // ---- produce-steady ----
+
+    /** How long produce-steady waits for outstanding acks after its last send. */
+    static final Duration STEADY_GRACE = Duration.ofSeconds(60);
+
+    /**
+     * Produces --count records spread evenly over --duration seconds with an
+     * idempotent acks=all producer left at the client's default retries and
+     * delivery timeout, as an application would have it. A failed record is
+     * counted, never fatal. Prints one line per acknowledged record, then
+     * {"acked":a,"failed":f,"first_error":"..."}.
+     */
+    static void produceSteady(Map<String, String> a) throws Exception {
+        String topic = need(a, "topic");
+        int count = Integer.parseInt(need(a, "count"));
+        long durationNanos = (long) (Double.parseDouble(need(a, "duration")) * 1e9);
+
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        String run = randomToken();
+        long base = System.currentTimeMillis() - count; // explicit, distinct, in the past
+
+        RecordMetadata[] acked = new RecordMetadata[count];
+        AtomicReference<String> firstError = new AtomicReference<>();
+        CountDownLatch done = new CountDownLatch(count);
+        List<ProducerRecord<String, String>> records = new ArrayList<>(count);
+        int ackedCount = 0;
+        int failedCount;
+        try (KafkaProducer<String, String> producer =
+                new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            long start = System.nanoTime();
+            for (int i = 0; i < count; i++) {
+                long wait = start + durationNanos * i / count - System.nanoTime();
+                if (wait > 0) {
+                    TimeUnit.NANOSECONDS.sleep(wait);
+                }
+                RecordHeaders h = new RecordHeaders();
+                h.add("h", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+                ProducerRecord<String, String> r = new ProducerRecord<>(
+                        topic, null, base + i, "k-" + i, "v-" + i + "-" + run, h);
+                records.add(r);
+                int idx = i;
+                try {
+                    producer.send(r, (md, err) -> {
+                        if (err != null) {
+                            firstError.compareAndSet(null, err.toString());
+                        } else {
+                            synchronized (acked) {
+                                acked[idx] = md;
+                            }
+                        }
+                        done.countDown();
+                    });
+                } catch (Exception e) {
+                    firstError.compareAndSet(null, e.toString());
+                    done.countDown();
+                }
+            }
+            if (!done.await(STEADY_GRACE.toMillis(), TimeUnit.MILLISECONDS)) {
+                firstError.compareAndSet(null, "unacknowledged " + STEADY_GRACE + " after the last send");
+            }
+            StringBuilder out = new StringBuilder();
+            synchronized (acked) {
+                for (int i = 0; i < count; i++) {
+                    RecordMetadata md = acked[i];
+                    if (md == null) {
+                        continue;
+                    }
+                    ackedCount++;
+                    ProducerRecord<String, String> r = records.get(i);
+                    out.append(recordJson(md.partition(), md.offset(), r.key(), r.value(),
+                            r.headers(), r.timestamp(), false)).append('\n');
+                }
+            }
+            // Anything neither acknowledged nor failed by now counts as failed.
+            failedCount = count - ackedCount;
+            Map<String, Object> summary = new LinkedHashMap<>();
+            summary.put("acked", ackedCount);
+            summary.put("failed", failedCount);
+            summary.put("first_error", firstError.get() == null ? "" : firstError.get());
+            out.append(json(summary)).append('\n');
+            System.out.print(out);
+            System.out.flush();
+            producer.close(Duration.ofSeconds(1));
         }
     }
 
@@ -382,7 +476,7 @@ public final class Client {
 
     static void usage(String why) {
         System.err.println("Client: " + why);
-        System.err.println("usage: Client produce|consume|admin --bootstrap B [flags]");
+        System.err.println("usage: Client produce|consume|admin|produce-steady --bootstrap B [flags]");
         System.exit(2);
     }
 

@@ -5,8 +5,10 @@
 //
 //   produce --bootstrap B --topic T --count N [--compression none|gzip|snappy] [--transactional-id X]
 //   consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
+//   produce-steady --bootstrap B --topic T --count N --duration S
 //
-// Each prints one JSON line per record (see ../README.md). Diagnostics go to
+// Each prints one JSON line per record (see ../README.md); produce-steady
+// prints them for acknowledged records only, then a summary line. Diagnostics go to
 // stderr. Any failure exits non-zero. kafkajs ships gzip; snappy comes from
 // kafkajs-snappy; lz4 and zstd would need native codecs and are refused.
 
@@ -19,9 +21,10 @@ CompressionCodecs[CompressionTypes.Snappy] = require('kafkajs-snappy')
 
 const CONSUME_TIMEOUT_MS = 60000
 const DRAIN_MS = 10000 // how long consume keeps reading past --count to reach the end offsets
-const WATCHDOG_MS = 90000 // kafkajs retries connecting for a long time; give up before the test does
+const WATCHDOG_MS = 90000 // kafkajs retries connecting for a long time; give up before the test does (produce-steady: plus --duration)
 const SEND_CHUNK = 50 // records per producer.send, so a run makes several batches per partition
 const TXN_BATCH = 25 // records per transaction (one send each) in transactional produce
+const STEADY_GRACE_MS = 60000 // how long produce-steady waits for a send after the last record is due
 
 const COMPRESSION = {
   none: CompressionTypes.None,
@@ -31,7 +34,7 @@ const COMPRESSION = {
 
 function usage (why) {
   process.stderr.write(`client.js: ${why}\n` +
-    'usage: client.js produce|consume --bootstrap B --topic T --count N [flags]\n')
+    'usage: client.js produce|consume|produce-steady --bootstrap B --topic T --count N [flags]\n')
   process.exit(2)
 }
 
@@ -121,6 +124,100 @@ async function produce (a) {
   return out
 }
 
+// produceSteady produces --count records spread evenly over --duration
+// seconds with an idempotent acks=all producer at kafkajs's default retries
+// (the Kafka and producer objects get no retry options), as an application
+// would have it: 5 retries, about 9 s of backoff, since Kafka.producer
+// always passes a retry object and the idempotent default of
+// Number.MAX_SAFE_INTEGER never applies. Every few milliseconds it sends what is due: one send per
+// partition, those of different partitions at once, the next round after
+// they all settled. (One send spanning partitions of several brokers loses
+// a partition whose leader moves mid-send to a broker that already
+// answered: kafkajs resolves the send without it and rolls its sequence
+// back, and the partition's next batch meets OUT_OF_ORDER_SEQUENCE_NUMBER
+// for good. That is kafkajs's, directly as through a gateway, and would
+// drown what this mode is for.) A send that fails fails its records, which
+// are counted, never fatal. Returns a line per acknowledged record, then
+// {"acked":a,"failed":f,"first_error":"..."}.
+async function produceSteady (a) {
+  const duration = Number(a.duration) * 1000
+  if (!(duration >= 0)) usage('produce-steady needs --duration S')
+  const kafka = new Kafka({
+    clientId: 'ferry-conformance-kafkajs',
+    brokers: a.bootstrap.split(','),
+    logLevel: logLevel.ERROR,
+    logCreator: stderrLogger,
+  })
+  const producer = kafka.producer({ idempotent: true })
+  let partitionMetadata
+  try {
+    const admin = kafka.admin()
+    await admin.connect()
+    const md = await admin.fetchTopicMetadata({ topics: [a.topic] })
+    await admin.disconnect()
+    partitionMetadata = md.topics[0].partitions
+    await producer.connect()
+  } catch (err) {
+    // An application whose producer cannot start sends nothing: every
+    // record fails.
+    return [JSON.stringify({ acked: 0, failed: a.count, first_error: `starting: ${err.name}: ${err.message}` })]
+  }
+  const partitioner = Partitioners.DefaultPartitioner()
+  const run = crypto.randomBytes(6).toString('hex')
+  const base = Date.now() - a.count // explicit, distinct, in the past
+  const acked = new Array(a.count).fill(null)
+  let firstError = ''
+  const start = Date.now()
+  const giveUp = start + duration + STEADY_GRACE_MS
+
+  // sendPartition sends one partition's due messages and records their acks.
+  const sendPartition = async (partition, messages) => {
+    let timer
+    const timeout = new Promise((resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`send unanswered ${STEADY_GRACE_MS} ms after the last record was due`)),
+        Math.max(0, giveUp - Date.now()))
+    })
+    try {
+      const res = await Promise.race([producer.send({ topic: a.topic, acks: -1, messages }), timeout])
+      const ack = res.find(r => r.partition === partition)
+      if (!ack) throw new Error(`send resolved without an ack for partition ${partition}`)
+      messages.forEach((m, j) => {
+        acked[m.i] = recordJSON(partition, Number(BigInt(ack.baseOffset) + BigInt(j)),
+          m.key, m.value, m.headers, Number(m.timestamp), false)
+      })
+    } catch (err) {
+      if (!firstError) firstError = err && err.message ? `${err.name}: ${err.message}` : String(err)
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  let next = 0
+  while (next < a.count && Date.now() < giveUp) {
+    // Record i is due at start + i*duration/count.
+    const due = Math.min(a.count, Math.floor((Date.now() - start) * a.count / Math.max(duration, 1)) + 1)
+    if (due <= next) {
+      await sleep(Math.max(1, start + next * duration / a.count - Date.now()))
+      continue
+    }
+    const byPartition = new Map()
+    for (let i = next; i < due; i++) {
+      const m = { i, key: `k-${i}`, value: `v-${i}-${run}`, headers: { h: String(i) }, timestamp: String(base + i) }
+      m.partition = partitioner({ topic: a.topic, partitionMetadata, message: m })
+      if (!byPartition.has(m.partition)) byPartition.set(m.partition, [])
+      byPartition.get(m.partition).push(m)
+    }
+    next = due
+    await Promise.all([...byPartition].map(([p, ms]) => sendPartition(p, ms)))
+  }
+  if (next < a.count && !firstError) firstError = `${a.count - next} records never sent: out of time`
+  const out = acked.filter(r => r !== null)
+  out.push(JSON.stringify({ acked: out.length, failed: a.count - out.length, first_error: firstError }))
+  // A send still stuck in kafkajs's retries must not hold the exit.
+  await Promise.race([producer.disconnect(), sleep(2000)])
+  return out
+}
+
 async function consume (a) {
   if (!a.group) usage('consume needs --group')
   if (a['group-protocol'] !== 'classic') usage(`group protocol ${a['group-protocol']} is not supported by this client`)
@@ -189,14 +286,16 @@ function sleep (ms) {
 }
 
 async function main () {
-  setTimeout(() => {
-    process.stderr.write(`client.js: still running after ${WATCHDOG_MS} ms, giving up\n`)
-    process.exit(1)
-  }, WATCHDOG_MS).unref()
   const mode = process.argv[2]
   const a = parseFlags(process.argv.slice(2))
+  const watchdog = WATCHDOG_MS + (mode === 'produce-steady' ? Number(a.duration) * 1000 || 0 : 0)
+  setTimeout(() => {
+    process.stderr.write(`client.js: still running after ${watchdog} ms, giving up\n`)
+    process.exit(1)
+  }, watchdog).unref()
   let out
   if (mode === 'produce') out = await produce(a)
+  else if (mode === 'produce-steady') out = await produceSteady(a)
   else if (mode === 'consume') out = await consume(a)
   else usage(`unknown mode ${mode}`)
   const text = out.map(l => l + '\n').join('')

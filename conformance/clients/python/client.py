@@ -6,8 +6,10 @@ conformance/clients/install.sh creates:
     produce --bootstrap B --topic T --count N [--compression C] [--transactional-id X]
     consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
             [--group-protocol classic|consumer]
+    produce-steady --bootstrap B --topic T --count N --duration S
 
-Each prints one JSON line per record (see ../README.md). Diagnostics go to
+Each prints one JSON line per record (see ../README.md); produce-steady
+prints them for acknowledged records only, then a summary line. Diagnostics go to
 stderr. Any failure exits non-zero.
 """
 
@@ -22,6 +24,7 @@ import confluent_kafka as ck
 CONSUME_TIMEOUT_S = 60.0
 DRAIN_S = 10.0  # how long consume keeps reading past --count to reach the end offsets
 TXN_BATCH = 25  # records per transaction in transactional produce
+STEADY_GRACE_S = 60.0  # how long produce-steady waits for acks after its last send
 
 
 def record_json(partition, offset, key, value, headers, timestamp, aborted=False):
@@ -104,6 +107,69 @@ def produce(a):
     sys.stdout.write("".join(r + "\n" for r in results))
 
 
+def produce_steady(a):
+    """Produces --count records spread evenly over --duration seconds with an
+    idempotent acks=all producer at librdkafka's default retries and delivery
+    timeout, as an application would have it. A failed record is counted,
+    never fatal. Prints a line per acknowledged record, then
+    {"acked":a,"failed":f,"first_error":"..."}."""
+    p = ck.Producer({
+        "bootstrap.servers": a.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "error_cb": log_errors,
+    })
+    run = secrets.token_hex(6)
+    base = int(time.time() * 1000) - a.count  # explicit, distinct, in the past
+    results = [None] * a.count
+    first_error = []
+
+    def on_delivery(i):
+        def cb(err, msg):
+            if err is not None:
+                if not first_error:
+                    first_error.append(str(err))
+                return
+            results[i] = record_json(
+                msg.partition(), msg.offset(), f"k-{i}", f"v-{i}-{run}",
+                {"h": str(i)}, base + i)
+        return cb
+
+    start = time.monotonic()
+    for i in range(a.count):
+        due = start + a.duration * i / a.count
+        while True:
+            left = due - time.monotonic()
+            if left <= 0:
+                break
+            p.poll(left)
+        while True:
+            try:
+                p.produce(a.topic, key=f"k-{i}", value=f"v-{i}-{run}",
+                          headers=[("h", str(i).encode())], timestamp=base + i,
+                          on_delivery=on_delivery(i))
+                break
+            except BufferError:
+                p.poll(0.05)
+            except ck.KafkaException as e:
+                if not first_error:
+                    first_error.append(str(e))
+                break
+        p.poll(0)
+    if p.flush(STEADY_GRACE_S) and not first_error:
+        first_error.append(f"unacknowledged {STEADY_GRACE_S:.0f} s after the last send")
+    acked = [r for r in results if r is not None]
+    sys.stdout.write("".join(r + "\n" for r in acked))
+    sys.stdout.write(json.dumps({
+        "acked": len(acked),
+        "failed": a.count - len(acked),
+        "first_error": first_error[0] if first_error else "",
+    }) + "\n")
+    sys.stdout.flush()
+    p.purge()  # do not let exit wait for what is left
+    p.poll(0)
+
+
 def consume(a):
     conf = {
         "bootstrap.servers": a.bootstrap,
@@ -164,13 +230,14 @@ def consume(a):
 
 def main():
     ap = argparse.ArgumentParser(prog="client.py")
-    ap.add_argument("mode", choices=["produce", "consume"])
+    ap.add_argument("mode", choices=["produce", "consume", "produce-steady"])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--compression", default="none",
                     choices=["none", "gzip", "snappy", "lz4", "zstd"])
     ap.add_argument("--transactional-id")
+    ap.add_argument("--duration", type=float, default=0.0)
     ap.add_argument("--group")
     ap.add_argument("--isolation", default="read_uncommitted",
                     choices=["read_uncommitted", "read_committed"])
@@ -178,6 +245,8 @@ def main():
     a = ap.parse_args()
     if a.mode == "produce":
         produce(a)
+    elif a.mode == "produce-steady":
+        produce_steady(a)
     else:
         if not a.group:
             ap.error("consume needs --group")

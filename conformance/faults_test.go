@@ -1,0 +1,562 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+// Broker death under steady production (issue 7, item 1): an idempotent
+// acks=all producer at its client's default retry and delivery-timeout
+// settings, one broker killed -9 for 10 s and restarted on its data. Through
+// Ferry no client may fail more records than it fails talking to the brokers
+// directly in the same run: Ferry answers for an unreachable broker with the
+// retriable error code its absence means and keeps the client's connection,
+// where closing it made franz-go fail records (EOF on a new connection's
+// first request is final for it: a producer starting during the outage
+// failed most of its records through Ferry before 5f37785, none directly).
+// The exceptions Ferry still has to fix are listed in knownWorse: logged
+// every run, not asserted.
+const (
+	// A producer of the first wave runs from the start for steadyDuration;
+	// the killed broker goes down once each has records on the cluster.
+	steadyCount    = 2000
+	steadyDuration = 25 * time.Second
+	// A producer of the second wave starts right after the kill, while
+	// the dead broker is still in the cluster's metadata, as an
+	// application instance starting or restarting then would.
+	lateCount    = 1000
+	lateDuration = 12 * time.Second
+	// deathPartitions per topic: each broker leads two of every topic.
+	deathPartitions = 6
+	// downFor is how long the killed broker stays down.
+	downFor = 10 * time.Second
+)
+
+// knownWorse names the client/wave pairs for which Ferry is known to fail
+// more records than the brokers do, and why; their comparison is logged,
+// not asserted, until Ferry is fixed. Keep it empty otherwise.
+var knownWorse = map[string]string{
+	// kafkajs 2.2.4 retries InitProducerId only on NOT_COORDINATOR,
+	// COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and
+	// CONCURRENT_TRANSACTIONS, and producer.connect() asks for an
+	// idempotent producer ID once. Ferry sends that request to the
+	// lowest-ID broker it knows (upstream.anyBroker), the dead one
+	// until the cluster's metadata drops it, and answers
+	// REQUEST_TIMED_OUT ("The request timed out"), so every kafkajs
+	// producer starting through Ferry then fails to start. Directly,
+	// kafkajs asks the broker Metadata names as controller, which KRaft
+	// picks at random among the brokers it still counts alive: the dead
+	// one only some of the time (then it fails there too).
+	"kafkajs/starting": "Ferry: answer an idempotent InitProducerID it cannot forward with COORDINATOR_NOT_AVAILABLE, or send it to a broker that is up",
+
+	// kafkajs 2.2.4 producers retry 5 times by default, about 9 s of
+	// backoff (Kafka.producer always passes a retry object, so the
+	// idempotent default of Number.MAX_SAFE_INTEGER never applies).
+	// Through Ferry a send to a partition of the dead leader is answered
+	// NOT_LEADER_OR_FOLLOWER at once, every attempt, until the cluster
+	// fences the broker (broker.session.timeout.ms, 9 s) and Ferry sees
+	// it, and the retries can run out first ("KafkaJSNumberOfRetriesExceeded:
+	// This server is not the leader for that topic-partition"); directly
+	// each attempt first meets refused connections, which stretches the
+	// same retries past the fencing.
+	"kafkajs/running": "Ferry: hold a Produce for a partition whose leader is unreachable until the metadata names a new one (within the request's timeout) rather than refuse it at once",
+
+	// Java kafka-clients 4.4.0 (idempotent, 5 requests in flight)
+	// sometimes stays on one partition in OUT_OF_ORDER_SEQUENCE_NUMBER
+	// retries after the failover, until delivery.timeout.ms: here the
+	// records are still unacknowledged 60 s after the last send. Seen
+	// through Ferry (253 of 2000, 115 and 97 of 1000 records) and, once,
+	// directly too (140 of 2000, against 59 through Ferry in that run).
+	"java/running":  "Java: a partition stuck in OUT_OF_ORDER_SEQUENCE_NUMBER after the failover (cause not established; seen directly too)",
+	"java/starting": "Java: a partition stuck in OUT_OF_ORDER_SEQUENCE_NUMBER after the failover (cause not established; seen directly too)",
+}
+
+// steadySummary is the last line produce-steady prints.
+type steadySummary struct {
+	Acked      int    `json:"acked"`
+	Failed     int    `json:"failed"`
+	FirstError string `json:"first_error"`
+}
+
+// steadyRun is one producer's run: what it reported and the records it had
+// acknowledged.
+type steadyRun struct {
+	family, path, wave, topic string
+	count                     int
+	duration                  time.Duration
+	summary                   steadySummary
+	acked                     []record
+	took                      time.Duration
+	stderr                    string
+	err                       error // the run itself broke (not a record failure)
+}
+
+func (r *steadyRun) name() string { return r.family + "/" + r.wave + "/" + r.path }
+
+// TestBrokerDeathProducers runs, for franz-go, Java, librdkafka and kafkajs,
+// steady producers directly to a 3-broker cluster and through Ferry, all at
+// once, each to a topic of its own (RF 3, min.insync.replicas 2). Once every
+// producer of the first wave has records on the cluster it kills -9 broker
+// 1, which leads partitions of every topic and, as the lowest node ID, is
+// the broker Ferry asks for idempotent producer IDs; keeps it down 10 s and
+// restarts it on its data. A second wave, one producer per client and path,
+// starts right after the kill. Per client and wave: failed records through
+// Ferry ≤ failed directly; every acknowledged record is on the cluster
+// exactly once, at its acknowledged partition and offset; and Ferry
+// answered in the broker's place (ferry_upstream_failures_total moved).
+func TestBrokerDeathProducers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
+	}
+	cls := clients(t)
+	javaClasses(t) // compile before the clock starts
+	begin := time.Now()
+	c := kafkatest.Start(t, 3, kafkatest.WithName("broker-death"))
+	f := ferrytest.Start(t, c.Bootstrap())
+	t.Logf("cluster and Ferry up in %v", time.Since(begin).Round(time.Millisecond))
+	adm := admin(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	bootstrap := map[string]string{"direct": c.Bootstrap(), "ferry": f.Addr}
+	var runs []*steadyRun
+	suffix := randomSuffix()
+	for _, wave := range []string{"running", "starting"} {
+		for _, fam := range []string{"franz-go", "java", "librdkafka", "kafkajs"} {
+			for _, path := range []string{"direct", "ferry"} {
+				r := &steadyRun{family: fam, path: path, wave: wave, count: steadyCount, duration: steadyDuration,
+					topic: fmt.Sprintf("death-%s-%s-%s-%s", fam, wave, path, suffix)}
+				if wave == "starting" {
+					r.count, r.duration = lateCount, lateDuration
+				}
+				resp, err := adm.CreateTopic(ctx, deathPartitions, 3, map[string]*string{"min.insync.replicas": ptr("2")}, r.topic)
+				if err == nil {
+					err = resp.Err
+				}
+				if err != nil {
+					t.Fatalf("creating %s: %v", r.topic, err)
+				}
+				runs = append(runs, r)
+			}
+		}
+	}
+	var topics, running []string
+	for _, r := range runs {
+		topics = append(topics, r.topic)
+		if r.wave == "running" {
+			running = append(running, r.topic)
+		}
+	}
+	waitFullISR(t, ctx, adm, topics)
+
+	// Start a wave of producers at once. The external programs' commands
+	// are built here, on the test goroutine.
+	var wg sync.WaitGroup
+	startWave := func(wave string) {
+		for _, r := range runs {
+			if r.wave != wave {
+				continue
+			}
+			if r.family == "franz-go" {
+				wg.Go(func() { produceSteadyGo(ctx, r, bootstrap[r.path]) })
+				continue
+			}
+			cmd := clientNamed(t, cls, r.family).command(ctx, t, "produce-steady", "--bootstrap", bootstrap[r.path],
+				"--topic", r.topic, "--count", strconv.Itoa(r.count),
+				"--duration", strconv.FormatFloat(r.duration.Seconds(), 'f', -1, 64))
+			wg.Go(func() { runSteady(cmd, r) })
+		}
+	}
+	start := time.Now()
+	startWave("running")
+
+	// Kill once every running producer has records on the cluster (the
+	// JVMs take a few seconds to start), so each meets the death mid-run;
+	// on a machine too busy for that within 15 s, kill anyway.
+	waiting := ", once each had records on the cluster"
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		ends, err := adm.ListEndOffsets(ctx, running...)
+		empty := 0
+		if err == nil {
+			for _, topic := range running {
+				n := int64(0)
+				for _, o := range ends[topic] {
+					n += o.Offset
+				}
+				if n == 0 {
+					empty++
+				}
+			}
+		}
+		if err == nil && empty == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			waiting = fmt.Sprintf(", when %d of %d still had nothing on the cluster (err %v)", empty, len(running), err)
+			break
+		}
+	}
+	const victim = 1
+	md, err := adm.Metadata(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	led := 0
+	for _, topic := range topics {
+		for _, p := range md.Topics[topic].Partitions {
+			if p.Leader == victim {
+				led++
+			}
+		}
+	}
+	if led == 0 {
+		t.Fatalf("broker %d leads no partition of the topics", victim)
+	}
+	killedAt := time.Since(start)
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	startWave("starting")
+	t.Logf("killed broker %d (leader of %d of %d partitions) %v after the first wave started%s; second wave started",
+		victim, led, len(topics)*deathPartitions, killedAt.Round(time.Millisecond), waiting)
+	time.Sleep(downFor)
+	if err := c.Restart(victim); err != nil {
+		t.Fatalf("restarting broker %d: %v", victim, err)
+	}
+	t.Logf("broker %d back %v after the start", victim, time.Since(start).Round(time.Millisecond))
+	wg.Wait()
+	t.Logf("every producer done %v after the start", time.Since(start).Round(time.Millisecond))
+
+	for _, r := range runs {
+		t.Logf("%-28s acked %4d failed %4d in %v; first error: %q", r.name(), r.summary.Acked, r.summary.Failed,
+			r.took.Round(time.Millisecond), r.summary.FirstError)
+		if r.err != nil {
+			t.Errorf("%s: %v\nstderr:\n%s", r.name(), r.err, tail(r.stderr, 4000))
+		} else if s := strings.TrimSpace(r.stderr); s != "" {
+			t.Logf("%s stderr:\n%s", r.name(), tail(s, 1500))
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for i := 0; i < len(runs); i += 2 {
+		d, v := runs[i], runs[i+1] // direct, ferry
+		pair := d.family + "/" + d.wave
+		switch {
+		case v.summary.Failed <= d.summary.Failed:
+		case knownWorse[pair] != "":
+			t.Logf("KNOWN DEFECT, not asserted: %s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\n%s\nhead of its stderr:\n%s",
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, knownWorse[pair], head(v.stderr, 3000))
+		default:
+			// The first errors tell what went wrong; the tail is logged above.
+			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\nhead of its stderr:\n%s",
+				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, head(v.stderr, 3000))
+		}
+		if d.summary.Failed > 0 {
+			t.Logf("%s: %d records failed even directly: %s", pair, d.summary.Failed, d.summary.FirstError)
+		}
+	}
+
+	checkOnClusterOnce(t, ctx, c, adm, runs)
+
+	failures := upstreamFailures(t, f)
+	t.Logf("ferry_upstream_failures_total: %v", failures)
+	if failures["total"] == 0 {
+		t.Errorf("ferry_upstream_failures_total did not move: Ferry never answered in a dead broker's place")
+	}
+}
+
+// waitFullISR waits until every partition of the topics has all three
+// replicas in sync, so that one broker can die without stopping acks=all
+// with min.insync.replicas 2.
+func waitFullISR(t *testing.T, ctx context.Context, adm *kadm.Client, topics []string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		md, err := adm.Metadata(ctx, topics...)
+		full := err == nil
+		if full {
+			for _, topic := range topics {
+				ps := md.Topics[topic].Partitions
+				full = full && len(ps) == deathPartitions
+				for _, p := range ps {
+					full = full && len(p.ISR) == 3 && p.Leader >= 0
+				}
+			}
+		}
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ISR not full 60 s after creating the topics (err %v)", err)
+		}
+	}
+}
+
+// runSteady runs a client program's produce-steady and records what it
+// printed: one record line per acknowledged record, then the summary.
+func runSteady(cmd *exec.Cmd, r *steadyRun) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r.took = time.Since(start)
+	r.stderr = stderr.String()
+	if err != nil {
+		r.err = fmt.Errorf("produce-steady: %w after %v", err, r.took.Round(time.Millisecond))
+		return
+	}
+	r.acked, r.summary, r.err = parseSteady(stdout.Bytes(), r.count)
+}
+
+func parseSteady(out []byte, count int) ([]record, steadySummary, error) {
+	var recs []record
+	var sum *steadySummary
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if sum != nil {
+			return nil, steadySummary{}, fmt.Errorf("line after the summary: %q", line)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(line, &fields); err != nil {
+			return nil, steadySummary{}, fmt.Errorf("bad output line %q: %v", line, err)
+		}
+		if _, ok := fields["acked"]; ok {
+			sum = new(steadySummary)
+			if err := json.Unmarshal(line, sum); err != nil {
+				return nil, steadySummary{}, fmt.Errorf("bad summary %q: %v", line, err)
+			}
+			continue
+		}
+		var rec record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return nil, steadySummary{}, fmt.Errorf("bad record line %q: %v", line, err)
+		}
+		recs = append(recs, rec)
+	}
+	switch {
+	case sum == nil:
+		return nil, steadySummary{}, errors.New("no summary line")
+	case sum.Acked != len(recs) || sum.Acked+sum.Failed != count:
+		return nil, steadySummary{}, fmt.Errorf("summary %+v with %d record lines, %d records produced", *sum, len(recs), count)
+	}
+	return recs, *sum, nil
+}
+
+// produceSteadyGo is produce-steady for franz-go, in process, with kgo's
+// default settings (idempotent, acks=all, unlimited record retries).
+func produceSteadyGo(ctx context.Context, r *steadyRun, bootstrap string) {
+	start := time.Now()
+	defer func() { r.took = time.Since(start) }()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.DefaultProduceTopic(r.topic))
+	if err != nil {
+		r.err = err
+		return
+	}
+	defer cl.Close()
+	run := randomSuffix()
+	base := time.Now().UnixMilli() - int64(r.count)
+	var mu sync.Mutex
+	acked := make([]*kgo.Record, r.count)
+	for i := range r.count {
+		time.Sleep(time.Until(start.Add(r.duration * time.Duration(i) / time.Duration(r.count))))
+		rec := &kgo.Record{Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte(fmt.Sprintf("v-%d-%s", i, run)),
+			Headers:   []kgo.RecordHeader{{Key: "h", Value: []byte(strconv.Itoa(i))}},
+			Timestamp: time.UnixMilli(base + int64(i))}
+		cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if r.summary.FirstError == "" {
+					r.summary.FirstError = err.Error()
+				}
+				return
+			}
+			acked[i] = rec
+		})
+	}
+	fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := cl.Flush(fctx); err != nil {
+		mu.Lock()
+		if r.summary.FirstError == "" {
+			r.summary.FirstError = "unacknowledged 60 s after the last send: " + err.Error()
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, rec := range acked {
+		if rec == nil {
+			continue
+		}
+		r.acked = append(r.acked, record{Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
+			Value: string(rec.Value), Headers: map[string]string{"h": string(rec.Headers[0].Value)},
+			Timestamp: rec.Timestamp.UnixMilli()})
+	}
+	r.summary.Acked = len(r.acked)
+	r.summary.Failed = r.count - len(r.acked)
+}
+
+// checkOnClusterOnce reads every topic directly from the brokers, to its
+// end offsets, and checks that each acknowledged record is there exactly
+// once, at the partition and offset it was acknowledged at, and that no
+// key appears twice.
+func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster, adm *kadm.Client, runs []*steadyRun) {
+	t.Helper()
+	byTopic := map[string]*steadyRun{}
+	var topics []string
+	for _, r := range runs {
+		byTopic[r.topic] = r
+		topics = append(topics, r.topic)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]map[int32]int64{} // topic → partition → end offset still to reach
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if left[o.Topic] == nil {
+				left[o.Topic] = map[int32]int64{}
+			}
+			left[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	type at struct {
+		partition int32
+		offset    int64
+		value     string
+	}
+	seen := map[string]map[string][]at{} // topic → key → where
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for len(left) > 0 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("reading back: partitions short of their end offsets: %v", left)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Logf("reading back %s/%d: %v", topic, p, err)
+		})
+		fs.EachRecord(func(rec *kgo.Record) {
+			if seen[rec.Topic] == nil {
+				seen[rec.Topic] = map[string][]at{}
+			}
+			k := string(rec.Key)
+			seen[rec.Topic][k] = append(seen[rec.Topic][k], at{rec.Partition, rec.Offset, string(rec.Value)})
+			if end, ok := left[rec.Topic][rec.Partition]; ok && rec.Offset+1 >= end {
+				delete(left[rec.Topic], rec.Partition)
+				if len(left[rec.Topic]) == 0 {
+					delete(left, rec.Topic)
+				}
+			}
+		})
+	}
+	for _, topic := range topics {
+		r := byTopic[topic]
+		got := seen[topic]
+		missing, misplaced := 0, 0
+		for _, a := range r.acked {
+			where := got[a.Key]
+			switch {
+			case len(where) == 0:
+				if missing++; missing <= 3 {
+					t.Errorf("%s: acknowledged record %s is not on the cluster", r.name(), a)
+				}
+			case where[0].partition != a.Partition || where[0].offset != a.Offset || where[0].value != a.Value:
+				if misplaced++; misplaced <= 3 {
+					t.Errorf("%s: acknowledged record %s is on the cluster at p%d@%d value %s", r.name(), a,
+						where[0].partition, where[0].offset, where[0].value)
+				}
+			}
+		}
+		var dups []string
+		for k, where := range got {
+			if len(where) > 1 {
+				dups = append(dups, fmt.Sprintf("%s %v", k, where))
+			}
+		}
+		sort.Strings(dups)
+		if len(dups) > 0 {
+			t.Errorf("%s: %d keys on the cluster more than once, e.g. %v", r.name(), len(dups), dups[:min(3, len(dups))])
+		}
+		if missing+misplaced > 0 {
+			t.Errorf("%s: %d acknowledged records missing, %d elsewhere than acknowledged", r.name(), missing, misplaced)
+		}
+		t.Logf("%-28s on the cluster: %d records (%d acknowledged, all there once at their offsets: %v)",
+			r.name(), len(got), len(r.acked), missing+misplaced+len(dups) == 0)
+	}
+}
+
+// upstreamFailures reads ferry_upstream_failures_total from f's registry,
+// by API, with the sum under "total".
+func upstreamFailures(t *testing.T, f *ferrytest.Ferry) map[string]float64 {
+	t.Helper()
+	mfs, err := f.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{"total": 0}
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_upstream_failures_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			if v == 0 {
+				continue
+			}
+			api := "?"
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "api" {
+					api = l.GetValue()
+				}
+			}
+			out[api] += v
+			out["total"] += v
+		}
+		return out
+	}
+	t.Error("ferry_upstream_failures_total is not registered")
+	return out
+}
+
+func ptr(s string) *string { return &s }
+
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -33,18 +33,23 @@ type config struct {
 	lanes              int
 	idleConnsPerBroker int
 	spliceFetches      bool
+	// Memory budgets (budget.go).
+	connBufferBudget    int64
+	processBufferBudget int64
 }
 
 func defaultConfig() config {
 	return config{
-		log:                zap.NewNop(),
-		maxRequestSize:     protocol.DefaultMaxFrameSize,
-		maxResponseSize:    1 << 30,
-		metadataInterval:   30 * time.Second,
-		dialTimeout:        10 * time.Second,
-		maxConnsPerBroker:  4096,
-		idleConnsPerBroker: 16,
-		spliceFetches:      true,
+		log:                 zap.NewNop(),
+		maxRequestSize:      protocol.DefaultMaxFrameSize,
+		maxResponseSize:     1 << 30,
+		metadataInterval:    30 * time.Second,
+		dialTimeout:         10 * time.Second,
+		maxConnsPerBroker:   4096,
+		idleConnsPerBroker:  16,
+		spliceFetches:       true,
+		connBufferBudget:    DefaultConnBufferBudget,
+		processBufferBudget: DefaultProcessBufferBudget,
 	}
 }
 
@@ -91,6 +96,17 @@ func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
 // false reads every answer whole, as under later generations.
 func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
 
+// WithBufferBudget bounds the bytes of client requests and broker answers
+// Ferry holds in memory, per client connection and for the whole Server
+// (defaults DefaultConnBufferBudget, DefaultProcessBufferBudget). A client
+// whose connection, or the process, holds its budget or more is not read
+// until bytes are released, like Kafka's queued.max.request.bytes; nothing
+// is refused for it, and a frame larger than a budget is read once there is
+// room.
+func WithBufferBudget(perConnection, perProcess int64) Option {
+	return func(c *config) { c.connBufferBudget, c.processBufferBudget = perConnection, perProcess }
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -108,6 +124,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
+	case c.connBufferBudget < MinBufferBudget:
+		return fmt.Errorf("%w: buffer budget per connection %d is below %d bytes", ErrConfig, c.connBufferBudget, MinBufferBudget)
+	case c.processBufferBudget < c.connBufferBudget:
+		return fmt.Errorf("%w: buffer budget %d is below the budget per connection %d", ErrConfig, c.processBufferBudget, c.connBufferBudget)
 	}
 	seen := map[string]bool{}
 	for _, cl := range c.clusters {

@@ -34,6 +34,7 @@ type clientConn struct {
 	end context.CancelFunc
 
 	replies chan *reply
+	mem     *connMem // the bytes it holds, against the budgets
 
 	// Only the reader goroutine touches ups: the leased upstream
 	// connections of this client, by cluster then broker.
@@ -88,6 +89,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		ctx:        ctx,
 		end:        cancel,
 		replies:    make(chan *reply, maxPipelined),
+		mem:        s.mem.conn(),
 		ups:        make(map[upKey]*upConn),
 		fetchUps:   make(map[upKey][]*upConn),
 		watermarks: make(map[tp]watermarks),
@@ -109,6 +111,7 @@ func (c *clientConn) serve() {
 	close(c.replies)
 	<-writerDone
 	c.close(err)
+	c.mem.close()
 }
 
 func (c *clientConn) close(err error) {
@@ -171,7 +174,7 @@ func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uc, err := p.get(c.ctx)
+	uc, err := p.get(c.ctx, c.mem)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +187,7 @@ func (c *clientConn) readLoop() error {
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
 		buf := requestBufs.Get()
-		if err := protocol.ReadFrame(br, c.s.cfg.maxRequestSize, buf); err != nil {
+		if err := c.readFrame(br, buf); err != nil {
 			requestBufs.Put(buf)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
 				c.s.metrics.badFrames.Inc()
@@ -293,7 +296,7 @@ func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uc, err := p.get(c.ctx)
+	uc, err := p.get(c.ctx, c.mem)
 	if err != nil {
 		return nil, err
 	}

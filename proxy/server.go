@@ -22,6 +22,7 @@ type Server struct {
 	fleet   Fleet
 	ups     map[string]*upstream
 	metrics *metrics
+	mem     *memBudget
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -64,6 +65,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.mem = newMemBudget(&s.cfg, m)
 	for _, cl := range cfg.clusters {
 		u, err := newUpstream(&s.cfg, cl)
 		if err != nil {

@@ -45,13 +45,15 @@ func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
 }
 
 // get leases a connection: an idle one, or a new one within the bound.
-func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
+// The answers it reads for the lessee are charged to mem.
+func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		if c.alive() {
 			p.mu.Unlock()
+			c.mem.Store(mem)
 			return c, nil
 		}
 		p.open--
@@ -85,6 +87,7 @@ func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
 		tc.SetNoDelay(true)
 	}
 	c := newUpConn(p, nc)
+	c.mem.Store(mem)
 	return c, nil
 }
 
@@ -121,7 +124,8 @@ type upConn struct {
 	corr int32
 
 	inflight  chan *pending
-	streaming atomic.Bool // a response is being streamed by its waiter
+	streaming atomic.Bool             // a response is being streamed by its waiter
+	mem       atomic.Pointer[connMem] // the lessee's budget, for the answers read
 	dead      chan struct{}
 	errOnce   sync.Once
 	err       error
@@ -137,7 +141,20 @@ type pending struct {
 	// (st) for the waiter to stream to its client instead of read into buf.
 	stream bool
 	st     *streamed
+	// mem is the budget the answer is charged to (nil: none); wanted says
+	// the client's writer waits for it, state whether it was delivered or
+	// abandoned (budget.go).
+	mem    *connMem
+	wanted atomic.Bool
+	state  atomic.Int32
 }
+
+// pending.state values.
+const (
+	pendingWaiting int32 = iota
+	pendingDelivered
+	pendingAbandoned
+)
 
 // streamed is a response left on its connection after its correlation ID:
 // the waiter reads its size bytes from the socket itself (splicing the
@@ -199,7 +216,7 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending,
 	protocol.SetCorrelationID(frame, c.corr)
 	var p *pending
 	if expectResponse {
-		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream}
+		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
 		select {
 		case c.inflight <- p:
 		case <-c.dead:
@@ -259,9 +276,26 @@ func (c *upConn) readLoop() {
 				return
 			}
 		}
+		// Held until its client takes it: not read ahead of a client
+		// over its budget (budget.go).
 		buf := responseBufs.Get()
+		if p.mem != nil && !p.mem.admitAnswer(p, buf, int(size), c.dead) {
+			responseBufs.Put(buf)
+			if !c.alive() {
+				c.fail(p, nil)
+				return
+			}
+			// Nobody takes this answer: read past it.
+			if _, err := io.CopyN(io.Discard, c.nc, int64(size)-4); err != nil {
+				c.fail(p, nil)
+				c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+				return
+			}
+			c.fail(p, errUpstreamClosed)
+			continue
+		}
 		if cap(buf.B) < int(size) {
-			buf.B = make([]byte, size)
+			buf.B = make([]byte, size) // exactly: large buffers are not pooled
 		}
 		buf.B = buf.B[:size]
 		copy(buf.B, head[4:])
@@ -272,6 +306,10 @@ func (c *upConn) readLoop() {
 			return
 		}
 		p.buf = buf
+		if !p.state.CompareAndSwap(pendingWaiting, pendingDelivered) {
+			responseBufs.Put(buf) // abandoned while it was read
+			p.buf = nil
+		}
 		close(p.done)
 	}
 }
@@ -312,6 +350,7 @@ func (c *upConn) close(err error) {
 
 // wait blocks until the response arrives or ctx ends.
 func (p *pending) wait(ctx context.Context) (*bytebufferpool.ByteBuffer, error) {
+	p.want()
 	select {
 	case <-p.done:
 		return p.buf, p.err

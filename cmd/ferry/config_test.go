@@ -64,10 +64,12 @@ func TestExampleConfig(t *testing.T) {
 			// The example sets it to its default, to show the key.
 			RecompressCompacted: ptr(true),
 		},
-		MaxRequestSize:          100 << 20,
-		MetadataRefreshInterval: 30 * time.Second,
-		SpliceFetches:           ptr(true),
-		LogLevel:                "info",
+		MaxRequestSize:            100 << 20,
+		BufferBudget:              1 << 30,
+		BufferBudgetPerConnection: 128 << 20,
+		MetadataRefreshInterval:   30 * time.Second,
+		SpliceFetches:             ptr(true),
+		LogLevel:                  "info",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)
@@ -83,6 +85,9 @@ func TestConfigDefaults(t *testing.T) {
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
 		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
+		t.Fatalf("buffer budgets %d and %d per connection, want 512 MiB and 128 MiB", c.BufferBudget, c.BufferBudgetPerConnection)
 	}
 	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
 		t.Fatalf("splice_fetches: false read as %v (%v)", c.SpliceFetches, err)
@@ -130,6 +135,9 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 7: unknown key "topic"`}},
 		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
 		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
+		{"tiny connection budget", minimal + "buffer_budget_per_connection: 1000\n", []string{"buffer_budget_per_connection 1000: must be at least 65536 bytes"}},
+		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
+		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 6", "into a number"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",

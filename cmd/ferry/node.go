@@ -89,6 +89,7 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
 		proxy.WithLanes(cfg.Lanes),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),
 	)
 	if err != nil {
 		return nil, err

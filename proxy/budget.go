@@ -209,6 +209,10 @@ func (cm *connMem) close() {
 		cm.dropLocked(buf, charges[buf].n)
 	}
 	cm.closed = true
+	if cm.b.wake != nil { // its answers' readers read past them now
+		close(cm.b.wake)
+		cm.b.wake = nil
+	}
 }
 
 // releaseBuf releases what buf holds, if anything.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +27,7 @@ import (
 // A large frame buffer is dropped when put back, not kept for good; a small
 // one is still reused.
 func TestLargeBuffersAreNotPooled(t *testing.T) {
-	for name, pool := range map[string]*framePool{"requests": &requestBufs, "responses": &responseBufs} {
+	for name, pool := range map[string]*framePool{"requests": &requestBufs, "responses": &responseBufs, "encoded": &encodedBufs} {
 		t.Run(name, func(t *testing.T) {
 			big := pool.Get()
 			big.B = make([]byte, 4<<20)
@@ -37,6 +38,29 @@ func TestLargeBuffersAreNotPooled(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestBufferBudgetOptions(t *testing.T) {
+	base := []Option{WithClusterID("c"), WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}
+	for _, tc := range []struct {
+		conn, proc int64
+		want       string
+	}{
+		{1000, 1 << 20, "buffer budget per connection 1000 is below 65536"},
+		{8 << 20, 4 << 20, "buffer budget 4194304 is below the budget per connection 8388608"},
+		{64 << 10, 64 << 10, ""},
+	} {
+		s, err := New(append(base, WithBufferBudget(tc.conn, tc.proc))...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("budgets %d, %d: %v", tc.conn, tc.proc, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("budgets %d, %d: error %v, want %q", tc.conn, tc.proc, err, tc.want)
+		}
+		if s != nil {
+			s.Close()
+		}
 	}
 }
 

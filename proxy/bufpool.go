@@ -7,8 +7,10 @@ import "github.com/valyala/bytebufferpool"
 // bytes), and a pool calibrated over both keeps the large buffers of
 // neither, so every large fetch answer would be allocated anew.
 var (
-	requestBufs  framePool // client request frames
-	responseBufs framePool // upstream response frames
+	requestBufs  = framePool{charged: true} // client request frames
+	responseBufs = framePool{charged: true} // upstream response frames
+	// encodedBufs hold requests and answers Ferry encodes itself.
+	encodedBufs framePool
 )
 
 // maxPooledBuf is the largest buffer kept for reuse. A pool keeps what it
@@ -18,14 +20,20 @@ var (
 const maxPooledBuf = 1 << 20
 
 // framePool is a bytebufferpool.Pool that drops buffers over maxPooledBuf,
-// and releases the memory budget a buffer was charged with (budget.go).
-type framePool struct{ p bytebufferpool.Pool }
+// and releases the memory budget a buffer was charged with (budget.go) if
+// its buffers are charged.
+type framePool struct {
+	p       bytebufferpool.Pool
+	charged bool
+}
 
 func (fp *framePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
 
 // Put releases buf's charge, and keeps it for reuse unless it is large.
 func (fp *framePool) Put(buf *bytebufferpool.ByteBuffer) {
-	releaseBuf(buf)
+	if fp.charged {
+		releaseBuf(buf)
+	}
 	if cap(buf.B) > maxPooledBuf {
 		return
 	}

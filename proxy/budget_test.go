@@ -387,3 +387,71 @@ func TestClientsAreHeldToTheProcessBudget(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "bytes still held after the clients left", func() bool { return held() == 0 })
 }
+
+// The budget's rules, one at a time: a connection under its budget is
+// admitted whole even past it; over it, requests and answers wait until a
+// release; the answer the writer waits for is read anyway; an abandoned one
+// is not; closing releases everything.
+func TestBudgetRules(t *testing.T) {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newMemBudget(&config{connBufferBudget: 100, processBufferBudget: 150}, m)
+	held := func() float64 { return testutil.ToFloat64(m.buffered) }
+	ctx := context.Background()
+	c1, c2 := b.conn(), b.conn()
+	r1, r2, r3 := requestBufs.Get(), requestBufs.Get(), requestBufs.Get()
+
+	if err := c1.admit(ctx, r1, 90); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.admit(ctx, r2, 500); err != nil { // under budget: taken whole
+		t.Fatal(err)
+	}
+	if held() != 590 {
+		t.Fatalf("held %v, want 590", held())
+	}
+	// c1 over its budget, and the process over its own: c2 waits too.
+	admitted := make(chan error, 1)
+	go func() { admitted <- c2.admit(ctx, r3, 10) }()
+	a := &pending{mem: c1}
+	ans := responseBufs.Get()
+	answered := make(chan bool, 1)
+	go func() { answered <- c1.admitAnswer(a, ans, 20, nil) }()
+	select {
+	case <-admitted:
+		t.Fatal("a request admitted over the process budget")
+	case <-answered:
+		t.Fatal("an answer admitted over the connection's budget")
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.want() // the writer waits for it
+	if ok := <-answered; !ok || held() != 610 {
+		t.Fatalf("the answer the writer waits for: admitted %v, held %v", ok, held())
+	}
+	// An abandoned answer is read past, not held.
+	ab := &pending{mem: c1}
+	abandoned := make(chan bool, 1)
+	go func() { abandoned <- c1.admitAnswer(ab, responseBufs.Get(), 30, nil) }()
+	ab.abandon()
+	if ok := <-abandoned; ok {
+		t.Fatal("an abandoned answer admitted")
+	}
+	requestBufs.Put(r2) // c1 holds 110, the process 110: c2 may go
+	if err := <-admitted; err != nil || held() != 120 {
+		t.Fatalf("after a release: %v, held %v", err, held())
+	}
+	// A closed connection's buffers hold nothing, before or after they
+	// are put back.
+	c1.close()
+	if held() != 10 {
+		t.Fatalf("held %v after the connection closed, want c2's 10", held())
+	}
+	responseBufs.Put(ans)
+	requestBufs.Put(r1)
+	requestBufs.Put(r3)
+	if held() != 0 {
+		t.Fatalf("held %v, want 0", held())
+	}
+}

@@ -6,8 +6,8 @@ package proxy
 // answers, would otherwise make Ferry hold as much as it likes. The bytes
 // held are counted per client connection and per process (Server), like
 // Kafka's queued.max.request.bytes: while either count is at or over its
-// budget, Ferry stops reading the client's requests (so sends nothing more
-// of its upstream) and stops reading upstream answers ahead of what the
+// budget, Ferry stops reading the client's requests (so none of its further
+// requests go upstream) and stops reading upstream answers ahead of what the
 // client has taken. Nothing is refused or closed for a budget: the frame
 // that crosses a budget is admitted whole (its size is known before its
 // bytes are read), so the bytes held may exceed a budget by one frame, and
@@ -30,7 +30,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -60,7 +59,6 @@ type charge struct {
 // memBudget is one process's (Server's) budget.
 type memBudget struct {
 	limit, connLimit int64
-	log              *zap.Logger
 	gauge            prometheus.Gauge   // bytes held
 	pauses           prometheus.Counter // reads paused for a budget
 
@@ -70,7 +68,7 @@ type memBudget struct {
 }
 
 func newMemBudget(cfg *config, m *metrics) *memBudget {
-	return &memBudget{limit: cfg.processBufferBudget, connLimit: cfg.connBufferBudget, log: cfg.log, gauge: m.buffered, pauses: m.readPauses}
+	return &memBudget{limit: cfg.processBufferBudget, connLimit: cfg.connBufferBudget, gauge: m.buffered, pauses: m.readPauses}
 }
 
 // connMem is one client connection's share of a budget.
@@ -167,6 +165,10 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 // connection closed: read past it) or dead closes.
 func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
 	b := cm.b
+	// Counted before looking at want and abandon, which are set without
+	// the lock (wakeWaiters).
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
 	memMu.Lock()
 	paused := false
 	for {
@@ -177,22 +179,17 @@ func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int
 		case cm.roomLocked() || p.wanted.Load():
 			cm.chargeLocked(buf, int64(n))
 			memMu.Unlock()
-			if paused {
-				b.waiters.Add(-1)
-			}
 			return true
 		}
 		if !paused {
 			paused = true
 			b.pauses.Inc()
-			b.waiters.Add(1)
 		}
 		wake := b.waitLocked()
 		memMu.Unlock()
 		select {
 		case <-wake:
 		case <-dead:
-			b.waiters.Add(-1)
 			return false
 		}
 		memMu.Lock()

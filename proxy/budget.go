@@ -264,7 +264,8 @@ func (b *memBudget) wakeWaiters() {
 
 // readFrame reads a client's request frame into buf, charged to the
 // connection's budget: a client over budget waits between the frame's size
-// and its body.
+// and its body. That wait is Ferry's, not the client's: no read deadline
+// may run through it.
 func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
 	n, err := protocol.ReadFrameSize(r, c.s.cfg.maxRequestSize)
 	if err != nil {

@@ -4,8 +4,8 @@ package proxy
 // answer it reads whole is held until the answer is written to the client;
 // a client that sends large requests quickly, or does not read its
 // answers, would otherwise make Ferry hold as much as it likes. The bytes
-// held are counted per client connection and per process (Server), like
-// Kafka's queued.max.request.bytes: while either count is at or over its
+// held are counted per client connection and per process (Server), the
+// latter like Kafka's queued.max.request.bytes: while either count is at or over its
 // budget, Ferry stops reading the client's requests (so none of its further
 // requests go upstream) and stops reading upstream answers ahead of what the
 // client has taken. Nothing is refused or closed for a budget: the frame

@@ -63,14 +63,13 @@ type Config struct {
 	// BufferBudget bounds the bytes of client requests and broker answers
 	// this member holds in memory, all client connections together; while
 	// it is used up, no client's requests are read (nor broker answers read
-	// ahead of clients) until bytes are released. Default 536870912 (512
-	// MiB).
+	// ahead of clients) until bytes are released, like Kafka's
+	// queued.max.request.bytes. Default 536870912 (512 MiB).
 	BufferBudget int64 `yaml:"buffer_budget"`
 	// BufferBudgetPerConnection is the same bound for each client
-	// connection, like Kafka's queued.max.request.bytes: a client whose
-	// answers wait for it to read, or whose requests wait for their
-	// answers, is not read until it holds less. Default 134217728 (128
-	// MiB).
+	// connection: a client whose answers wait for it to read, or whose
+	// requests wait for their answers, is not read until it holds less.
+	// Default 134217728 (128 MiB).
 	BufferBudgetPerConnection int64 `yaml:"buffer_budget_per_connection"`
 	// MetadataRefreshInterval is how often the upstream metadata is
 	// refreshed when nothing forces it. Default 30s.

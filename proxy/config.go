@@ -100,10 +100,9 @@ func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetche
 // Ferry holds in memory, per client connection and for the whole Server
 // (defaults DefaultConnBufferBudget, DefaultProcessBufferBudget). A client
 // whose connection, or the process, holds its budget or more is not read
-// until bytes are released (Kafka's queued.max.request.bytes, per process
-// and per connection); nothing
-// is refused for it, and a frame larger than a budget is read once there is
-// room.
+// until bytes are released (the process budget is Kafka's
+// queued.max.request.bytes); nothing is refused for it, and a frame larger
+// than a budget is read once there is room.
 func WithBufferBudget(perConnection, perProcess int64) Option {
 	return func(c *config) { c.connBufferBudget, c.processBufferBudget = perConnection, perProcess }
 }

@@ -455,3 +455,36 @@ func TestBudgetRules(t *testing.T) {
 		t.Fatalf("held %v, want 0", held())
 	}
 }
+
+// A request or an answer larger than both budgets is not refused: it is
+// read when the connection and the process hold less than their budgets,
+// and the client notices nothing.
+func TestFramesLargerThanTheBudgetsPass(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "big"))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithSpliceFetches(false), WithBufferBudget(MinBufferBudget, MinBufferBudget))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr, kgo.DefaultProduceTopic("big"), kgo.ConsumeTopics("big"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20))
+	for i := range 3 {
+		r := &kgo.Record{Value: bytes.Repeat([]byte{byte(i)}, 512<<10)} // 8 times the budgets
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil || r.Offset != int64(i) {
+			t.Fatalf("produce %d: offset %d, %v", i, r.Offset, err)
+		}
+	}
+	for got := 0; got < 3; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of 3 records", got)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatal(err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != int64(got) || !bytes.Equal(r.Value, bytes.Repeat([]byte{byte(got)}, 512<<10)) {
+				t.Fatalf("record at %d, want %d with its value", r.Offset, got)
+			}
+			got++
+		})
+	}
+	cl.Close()
+	waitFor(t, 10*time.Second, "bytes still held after the client left", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
+}

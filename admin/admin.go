@@ -9,7 +9,7 @@
 //	GET /metrics         Prometheus exposition of the registry passed in
 //	GET /healthz         200 while the process serves HTTP at all
 //	GET /readyz          200 once the proxy has started and the active cluster is reachable, else 503
-//	GET /status          JSON: version, node, routing state, clusters, fleet, mirror
+//	GET /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
 //	GET /status/mirror   JSON: the mirror section of /status alone
 //
 // /readyz is about serving clients only: a halted mirror partition shows in
@@ -65,6 +65,7 @@ type config struct {
 	log      *zap.Logger
 	now      func() time.Time
 	probeTTL time.Duration // how long a cluster check's result is reused
+	idle     time.Duration // keep-alive connections idle this long are closed
 }
 
 // Option configures a Server.
@@ -96,6 +97,11 @@ func WithStarted(f func() bool) Option { return func(c *config) { c.started = f 
 // and /status (default: a TCP dial to any bootstrap server).
 func WithClusterCheck(f ClusterCheck) Option { return func(c *config) { c.check = f } }
 
+// WithIdleTimeout closes a keep-alive connection that has waited this long
+// for its next request (default 2 minutes, longer than common scrape
+// intervals, so a scraper keeps its connection).
+func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle = d } }
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }
 
@@ -116,6 +122,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a fleet is required", ErrConfig)
 	case c.gatherer == nil:
 		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
+	case c.idle <= 0:
+		return fmt.Errorf("%w: the idle timeout must be positive", ErrConfig)
 	}
 	return nil
 }
@@ -147,6 +155,7 @@ func New(opts ...Option) (*Server, error) {
 		check:    DialCheck(time.Second),
 		now:      time.Now,
 		probeTTL: 2 * time.Second,
+		idle:     2 * time.Minute,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -155,14 +164,25 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{}}
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(cfg.log)}))
+	// ContinueOnError: a collector that fails (the process collector
+	// cannot open /proc files when the process is out of descriptors) must
+	// not hide every other metric when they are most needed.
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.gatherer, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(cfg.log), ErrorHandling: promhttp.ContinueOnError}))
 	s.mux.HandleFunc("GET /healthz", s.HandleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
+	// Timeouts, so that a client that stops reading or writing, or keeps a
+	// connection open doing nothing, does not hold a descriptor for ever.
+	// The write timeout is generous: /status probes clusters and /metrics
+	// of a large mirror is big. Accept errors (out of descriptors) are
+	// retried by net/http with a backoff up to 1s.
 	s.srv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       cfg.idle,
 		ErrorLog:          zap.NewStdLog(cfg.log),
 	}
 	return s, nil
@@ -243,6 +263,7 @@ type Status struct {
 	Clusters      []ClusterStatus `json:"clusters"`
 	Fleet         []Broker        `json:"fleet"`
 	Mirror        MirrorStatus    `json:"mirror"`
+	Process       Process         `json:"process"`
 	StartedAt     time.Time       `json:"started_at"`
 	UptimeSeconds float64         `json:"uptime_seconds"`
 }
@@ -275,6 +296,7 @@ func (s *Server) Status(ctx context.Context) Status {
 		Clusters:      []ClusterStatus{},
 		Fleet:         []Broker{},
 		Mirror:        s.Mirror(),
+		Process:       processStatus(),
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: s.cfg.now().Sub(s.started).Seconds(),
 	}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -92,4 +93,19 @@ func (vs Versions) AppendTo(resp *kmsg.ApiVersionsResponse) {
 		r := vs[k]
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: r.Min, MaxVersion: r.Max})
 	}
+}
+
+// Missing lists, as "Name vMin-vMax", the versions in vs that other does
+// not support.
+func (vs Versions) Missing(other Versions) []string {
+	var out []string
+	for _, k := range vs.Keys() {
+		r := vs[k]
+		o, ok := other[k]
+		if ok && o.Min <= r.Min && o.Max >= r.Max {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s v%d-%d", kmsg.NameForKey(k), r.Min, r.Max))
+	}
+	return out
 }

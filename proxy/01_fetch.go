@@ -225,7 +225,7 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 		r.stream = func(ctx context.Context, bw *bufio.Writer) (int64, bool, error) {
 			return s.fetchStream(ctx, c, req, sc, byPhys, bw)
 		}
-		r.abandon = func() { sc.uc.close(errUpstreamClosed) }
+		r.abandon = sc.dropStreamed
 	}
 	return r
 }

@@ -35,7 +35,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys map[[16]byte]topicIDs, bw *bufio.Writer) (int64, bool, error) {
 	if _, err := sc.p.wait(ctx); err != nil {
 		if ctx.Err() != nil {
-			sc.uc.close(errUpstreamClosed) // its answer may wait to be streamed
+			sc.dropStreamed() // its answer may wait to be streamed
 			return 0, true, err
 		}
 		return 0, false, nil

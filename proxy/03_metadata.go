@@ -12,17 +12,17 @@ package proxy
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/routing"
 )
 
 func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.MetadataRequest)
-	ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 
 	all := in.Topics == nil || (req.hdr.Version == 0 && len(in.Topics) == 0)
@@ -49,10 +49,14 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	if all || len(up.Topics) > 0 {
 		r, err := up.RequestWith(ctx, req.up.cl)
 		if err != nil {
-			return nil, err
+			// The cluster cannot answer now: answer from what Ferry last
+			// knew, so that clients keep their brokers and retry.
+			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
+			r = req.up.snapshot().metadataResponse(up.Topics, all)
+		} else {
+			req.up.install(r, all)
 		}
 		upResp = r
-		req.up.install(r, all)
 	} else {
 		upResp = kmsg.NewPtrMetadataResponse()
 	}
@@ -95,4 +99,46 @@ func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResp
 	out.ISR = out.Replicas[:min(len(out.Replicas), max(1, len(p.ISR)))]
 	out.OfflineReplicas = []int32{}
 	return out
+}
+
+// metadataResponse answers a Metadata request from the snapshot: the topics
+// asked for (every one when all is set), each partition as last seen. A
+// topic the snapshot does not hold is LEADER_NOT_AVAILABLE, retriable:
+// Ferry cannot tell whether it exists.
+func (s *metaSnapshot) metadataResponse(topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
+	resp := kmsg.NewPtrMetadataResponse()
+	resp.ControllerID = s.controller
+	add := func(name string) {
+		t := s.topics[name]
+		n := name
+		rt := kmsg.MetadataResponseTopic{Topic: &n}
+		if t == nil {
+			rt.ErrorCode = kerr.LeaderNotAvailable.Code
+			resp.Topics = append(resp.Topics, rt)
+			return
+		}
+		rt.ErrorCode, rt.IsInternal, rt.TopicID = t.err, t.internal, t.id
+		for i, p := range t.parts {
+			if !p.exists {
+				continue
+			}
+			rt.Partitions = append(rt.Partitions, kmsg.MetadataResponseTopicPartition{
+				Partition: int32(i), ErrorCode: p.err, Leader: p.leader, LeaderEpoch: p.epoch,
+				Replicas: p.replicas, ISR: p.isr, OfflineReplicas: p.offline,
+			})
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if all {
+		for name := range s.topics {
+			add(name)
+		}
+		return resp
+	}
+	for _, t := range topics {
+		if t.Topic != nil {
+			add(*t.Topic)
+		}
+	}
+	return resp
 }

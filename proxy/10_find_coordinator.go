@@ -10,7 +10,6 @@ package proxy
 
 import (
 	"context"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -21,7 +20,7 @@ func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Reque
 	if req.hdr.Version < 4 {
 		keys = []string{in.CoordinatorKey}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	found, err := req.up.findCoordinators(ctx, in.CoordinatorType, keys)
 	if err != nil {

@@ -38,7 +38,7 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 			b = ctl
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	gen := req.state.Generation
 	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
@@ -69,7 +69,22 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 			}
 		}
 	}
-	return s.forwardTo(c, req, b, kr, rewritten, fix)
+	r, err := s.forwardTo(c, req, b, kr, rewritten, fix)
+	if err == nil || names != nil {
+		return r, err
+	}
+	// The broker could not be reached (nothing was sent): any other live
+	// one answers as well. Requests naming a broker resource go to it
+	// alone.
+	for _, other := range req.up.brokerIDs() {
+		if other == b {
+			continue
+		}
+		if r, err2 := s.forwardTo(c, req, other, kr, rewritten, fix); err2 == nil {
+			return r, nil
+		}
+	}
+	return nil, err
 }
 
 // brokerResourceNames points BROKER and BROKER_LOGGER resources at the

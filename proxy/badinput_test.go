@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -128,12 +129,12 @@ func TestApiVersionsAdvertisesOnlyClientAPIs(t *testing.T) {
 	kf := newKfake(t, 1)
 	s, _ := startFerry(t, kf.ListenAddrs())
 	vs := s.Versions()
-	for _, k := range []kmsg.Key{kmsg.LeaderAndISR, kmsg.StopReplica, kmsg.UpdateMetadata, kmsg.WriteTxnMarkers, kmsg.BrokerRegistration, kmsg.AllocateProducerIDs, kmsg.SASLHandshake} {
+	for _, k := range []kmsg.Key{kmsg.LeaderAndISR, kmsg.StopReplica, kmsg.UpdateMetadata, kmsg.WriteTxnMarkers, kmsg.BrokerRegistration, kmsg.AllocateProducerIDs, kmsg.SASLAuthenticate} {
 		if _, ok := vs[int16(k)]; ok {
 			t.Errorf("%s advertised to clients", kmsg.NameForKey(int16(k)))
 		}
 	}
-	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.Metadata, kmsg.JoinGroup, kmsg.InitProducerID, kmsg.CreateTopics} {
+	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.Metadata, kmsg.JoinGroup, kmsg.InitProducerID, kmsg.CreateTopics, kmsg.SASLHandshake} {
 		if _, ok := vs[int16(k)]; !ok {
 			t.Errorf("%s not advertised", kmsg.NameForKey(int16(k)))
 		}
@@ -225,6 +226,8 @@ func TestConfigErrors(t *testing.T) {
 		{"no fleet", []Option{WithClusterID("c"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}, "fleet"},
 		{"duplicate cluster", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}, Cluster{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
 		{"tiny max request", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
+		{"no idle timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
+		{"negative request read timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts...)
@@ -232,5 +235,31 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("err %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStandbyDownStillServes: a standby that cannot be reached at start
+// does not keep clients from the active cluster: Ferry serves once the
+// active one answers, and produce and consume work through it.
+func TestStandbyDownStillServes(t *testing.T) {
+	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // nothing listens there now
+	_, addr := startFerry(t, c.ListenAddrs(),
+		WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs()}, Cluster{Name: "b", Bootstrap: []string{deadAddr}}),
+		WithStandbyWait(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.ConsumeTopics("t"))
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce with the standby down: %v", err)
+	}
+	fs := cl.PollRecords(ctx, 1)
+	if err := fs.Err0(); err != nil || fs.NumRecords() != 1 || string(fs.Records()[0].Value) != "v" {
+		t.Fatalf("consume with the standby down: %v, %d records", err, fs.NumRecords())
 	}
 }

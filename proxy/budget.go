@@ -27,6 +27,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
@@ -123,10 +124,10 @@ func (b *memBudget) waitLocked() <-chan struct{} {
 }
 
 // admit waits until the connection and the process are under their
-// budgets, then charges buf with a request frame of n bytes: the reader
-// goroutine calls it between a frame's size and its body, so a client
-// over budget is not read.
-func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) error {
+// budgets, then charges buf with a request frame of n bytes, and reports
+// whether it waited: the reader goroutine calls it between a frame's size
+// and its body, so a client over budget is not read.
+func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
 	b := cm.b
 	memMu.Lock()
 	if cm.closed || cm.roomLocked() {
@@ -134,7 +135,7 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 			cm.chargeLocked(buf, int64(n))
 		}
 		memMu.Unlock()
-		return nil
+		return false, nil
 	}
 	b.pauses.Inc()
 	b.waiters.Add(1)
@@ -145,7 +146,7 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		}
 		memMu.Lock()
 		if cm.closed || cm.roomLocked() {
@@ -153,7 +154,7 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 				cm.chargeLocked(buf, int64(n))
 			}
 			memMu.Unlock()
-			return nil
+			return true, nil
 		}
 	}
 }
@@ -264,15 +265,19 @@ func (b *memBudget) wakeWaiters() {
 
 // readFrame reads a client's request frame into buf, charged to the
 // connection's budget: a client over budget waits between the frame's size
-// and its body. That wait is Ferry's, not the client's: no read deadline
-// may run through it.
+// and its body. That wait is Ferry's, not the client's: the request read
+// timeout starts again after it.
 func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
 	n, err := protocol.ReadFrameSize(r, c.s.cfg.maxRequestSize)
 	if err != nil {
 		return err
 	}
-	if err := c.mem.admit(c.ctx, buf, n); err != nil {
+	waited, err := c.mem.admit(c.ctx, buf, n)
+	if err != nil {
 		return err
+	}
+	if waited {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.requestReadTimeout))
 	}
 	return protocol.ReadFrameBody(r, n, buf)
 }

@@ -403,10 +403,10 @@ func TestBudgetRules(t *testing.T) {
 	c1, c2 := b.conn(), b.conn()
 	r1, r2, r3 := requestBufs.Get(), requestBufs.Get(), requestBufs.Get()
 
-	if err := c1.admit(ctx, r1, 90); err != nil {
+	if _, err := c1.admit(ctx, r1, 90); err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.admit(ctx, r2, 500); err != nil { // under budget: taken whole
+	if _, err := c1.admit(ctx, r2, 500); err != nil { // under budget: taken whole
 		t.Fatal(err)
 	}
 	if held() != 590 {
@@ -414,7 +414,10 @@ func TestBudgetRules(t *testing.T) {
 	}
 	// c1 over its budget, and the process over its own: c2 waits too.
 	admitted := make(chan error, 1)
-	go func() { admitted <- c2.admit(ctx, r3, 10) }()
+	go func() {
+		_, err := c2.admit(ctx, r3, 10)
+		admitted <- err
+	}()
 	a := &pending{mem: c1}
 	ans := responseBufs.Get()
 	answered := make(chan bool, 1)

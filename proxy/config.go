@@ -32,7 +32,20 @@ type config struct {
 	maxConnsPerBroker  int
 	lanes              int
 	idleConnsPerBroker int
-	spliceFetches      bool
+	// upstreamIdleTimeout closes pooled upstream connections unused for
+	// that long (beyond idleConnsPerBroker).
+	upstreamIdleTimeout time.Duration
+	spliceFetches       bool
+	standbyWait         time.Duration
+	connectionsMaxIdle  time.Duration
+	requestReadTimeout  time.Duration
+	// policyAllow and policyDeny change the request policy's defaults;
+	// validate builds policy from them.
+	policyAllow, policyDeny []string
+	policy                  policy
+	// refusalLogEvery is the sampling interval of refusal log lines: at
+	// most one per reason per interval.
+	refusalLogEvery time.Duration
 	// Memory budgets (budget.go).
 	connBufferBudget    int64
 	processBufferBudget int64
@@ -47,9 +60,14 @@ func defaultConfig() config {
 		dialTimeout:         10 * time.Second,
 		maxConnsPerBroker:   4096,
 		idleConnsPerBroker:  16,
-		spliceFetches:       true,
 		connBufferBudget:    DefaultConnBufferBudget,
 		processBufferBudget: DefaultProcessBufferBudget,
+		upstreamIdleTimeout: time.Minute,
+		spliceFetches:       true,
+		standbyWait:         30 * time.Second,
+		connectionsMaxIdle:  defaultConnectionsMaxIdle,
+		requestReadTimeout:  defaultRequestReadTimeout,
+		refusalLogEvery:     10 * time.Second,
 	}
 }
 
@@ -84,8 +102,17 @@ func WithMaxRequestSize(n int32) Option { return func(c *config) { c.maxRequestS
 // when nothing forces it.
 func WithMetadataInterval(d time.Duration) Option { return func(c *config) { c.metadataInterval = d } }
 
-// WithMaxConnsPerBroker bounds the upstream connections to one broker.
+// WithMaxConnsPerBroker bounds the upstream connections to one broker
+// (default 4096). A client holds one only while it has requests in flight
+// there, so this bounds the clients busy at once, not those connected; a
+// request that finds every one leased waits up to 2 s for one, then is
+// answered with its API's retriable error.
 func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPerBroker = n } }
+
+// WithIdleConnsPerBroker sets how many idle upstream connections per broker
+// are kept however long unused (default 16); idle ones beyond that close
+// after a minute.
+func WithIdleConnsPerBroker(n int) Option { return func(c *config) { c.idleConnsPerBroker = n } }
 
 // WithLanes sets how many virtual brokers each member presents (default:
 // as many as the largest configured cluster has brokers at start).
@@ -107,6 +134,32 @@ func WithBufferBudget(perConnection, perProcess int64) Option {
 	return func(c *config) { c.connBufferBudget, c.processBufferBudget = perConnection, perProcess }
 }
 
+// WithStandbyWait sets how long Start waits for clusters other than the
+// active one (default 30s) before serving without them.
+func WithStandbyWait(d time.Duration) Option { return func(c *config) { c.standbyWait = d } }
+
+// WithConnectionsMaxIdle closes a client connection that has been idle
+// this long, like Kafka's connections.max.idle.ms (default 10 minutes). Idle
+// means no request being read and none in flight: a request parked
+// upstream, such as a long-poll Fetch, keeps the connection busy.
+func WithConnectionsMaxIdle(d time.Duration) Option {
+	return func(c *config) { c.connectionsMaxIdle = d }
+}
+
+// WithRequestReadTimeout closes a client connection when a request whose
+// first byte arrived is not complete this much later (default 30s).
+func WithRequestReadTimeout(d time.Duration) Option {
+	return func(c *config) { c.requestReadTimeout = d }
+}
+
+// WithRequestPolicy changes which classes of request clients may send
+// through Ferry (policy.go): allow adds classes to those allowed by
+// default, deny takes classes out. An unknown class name, or one named in
+// both, is a configuration error.
+func WithRequestPolicy(allow, deny []string) Option {
+	return func(c *config) { c.policyAllow, c.policyDeny = allow, deny }
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -122,13 +175,24 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)
 	case c.lanes < 0 || c.lanes >= laneStride:
 		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
+	case c.connectionsMaxIdle <= 0:
+		return fmt.Errorf("%w: connections max idle %s must be positive", ErrConfig, c.connectionsMaxIdle)
+	case c.requestReadTimeout <= 0:
+		return fmt.Errorf("%w: request read timeout %s must be positive", ErrConfig, c.requestReadTimeout)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
 	case c.connBufferBudget < MinBufferBudget:
 		return fmt.Errorf("%w: buffer budget per connection %d is below %d bytes", ErrConfig, c.connBufferBudget, MinBufferBudget)
 	case c.processBufferBudget < c.connBufferBudget:
 		return fmt.Errorf("%w: buffer budget %d is below the budget per connection %d", ErrConfig, c.processBufferBudget, c.connBufferBudget)
+	case c.idleConnsPerBroker < 0:
+		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
 	}
+	p, err := newPolicy(c.policyAllow, c.policyDeny)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.policy = p
 	seen := map[string]bool{}
 	for _, cl := range c.clusters {
 		if cl.Name == "" || len(cl.Bootstrap) == 0 {

@@ -9,11 +9,13 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
@@ -36,8 +38,12 @@ type clientConn struct {
 	replies chan *reply
 	mem     *connMem // the bytes it holds, against the budgets
 
-	// Only the reader goroutine touches ups: the leased upstream
-	// connections of this client, by cluster then broker.
+	// upsMu guards ups and fetchUps (lease.go): the reader leases and
+	// sends under it; the writer and the server's lease loop return what
+	// has nothing in flight.
+	upsMu sync.Mutex
+	// ups are the leased upstream connections of this client, by
+	// cluster then broker.
 	ups map[upKey]*upConn
 	// fetchUps are extra connections for Fetch only: a fetch answered
 	// early leaves its slower parts parked upstream, and the client's next
@@ -49,6 +55,11 @@ type clientConn struct {
 	watermarks map[tp]watermarks
 
 	closeOnce sync.Once
+
+	// inflight counts requests read and not yet answered; lastActive is
+	// when the connection was last busy (UnixNano). See awaitRequest.
+	inflight   atomic.Int64
+	lastActive atomic.Int64
 }
 
 type upKey struct {
@@ -61,6 +72,7 @@ type request struct {
 	hdr   protocol.RequestHeader
 	frame *bytebufferpool.ByteBuffer // the whole request, header included
 	body  []byte
+	kr    kmsg.Request  // the decoded body, once dispatch decoded it
 	state routing.State // the routing state it is handled under
 	up    *upstream     // the active cluster of that state
 	start time.Time
@@ -116,91 +128,41 @@ func (c *clientConn) serve() {
 
 func (c *clientConn) close(err error) {
 	c.closeOnce.Do(func() {
+		c.s.connMetrics.closes(closeReason(err)).Inc()
 		c.end()
 		c.nc.Close()
 		switch {
-		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled):
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle):
 			c.log.Debug("client connection closed")
+		case refusalReason(err) != "":
+			// Logged, sampled, where it was refused.
+			c.log.Debug("client connection closed", zap.Error(err))
 		default:
 			c.log.Info("client connection closed", zap.Error(err))
 		}
 	})
 }
 
-// releaseUpstreams returns the leased upstream connections; called by the
-// reader goroutine once nothing more will be sent.
-func (c *clientConn) releaseUpstreams() {
-	for k, uc := range c.ups {
-		uc.pool.put(uc)
-		delete(c.ups, k)
-	}
-	for k, ucs := range c.fetchUps {
-		for _, uc := range ucs {
-			uc.pool.put(uc)
-		}
-		delete(c.fetchUps, k)
-	}
-}
-
-// maxFetchConns bounds a client's fetch connections to one broker.
-const maxFetchConns = 4
-
-// fetchConn returns a connection to a broker with nothing in flight, leasing
-// one (up to maxFetchConns) when all are busy, else the least busy.
-func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
-	ucs := c.fetchUps[k][:0]
-	for _, uc := range c.fetchUps[k] {
-		if uc.alive() {
-			ucs = append(ucs, uc)
-		} else {
-			uc.pool.put(uc)
-		}
-	}
-	c.fetchUps[k] = ucs
-	var best *upConn
-	for _, uc := range ucs {
-		if uc.quiet() {
-			return uc, nil
-		}
-		if best == nil || len(uc.inflight) < len(best.inflight) {
-			best = uc
-		}
-	}
-	if len(ucs) >= maxFetchConns {
-		return best, nil
-	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx, c.mem)
-	if err != nil {
-		return nil, err
-	}
-	c.fetchUps[k] = append(ucs, uc)
-	return uc, nil
-}
-
 func (c *clientConn) readLoop() error {
 	defer c.releaseUpstreams()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
+		if err := c.awaitRequest(br); err != nil {
+			return err
+		}
 		buf := requestBufs.Get()
 		if err := c.readFrame(br, buf); err != nil {
 			requestBufs.Put(buf)
+			err = c.readErr(err)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
-				c.s.metrics.badFrames.Inc()
-				c.log.Warn("closing connection: bad frame", zap.Error(err))
+				return c.refuseFrame("closing connection: bad frame", err)
 			}
 			return err
 		}
 		hdr, err := protocol.ParseRequestHeader(buf.B)
 		if err != nil {
 			requestBufs.Put(buf)
-			c.s.metrics.badFrames.Inc()
-			c.log.Warn("closing connection: bad request header", zap.Error(err))
-			return err
+			return c.refuseFrame("closing connection: bad request header", err)
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
 		req.state = c.s.routes.Current()
@@ -208,7 +170,8 @@ func (c *clientConn) readLoop() error {
 		r, err := c.s.dispatch(c, req)
 		if err != nil {
 			requestBufs.Put(buf)
-			c.log.Warn("closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
+			c.s.metrics.observe(hdr.Key, req.start, err)
+			c.logRefusal(zapcore.WarnLevel, refusalReason(err), "closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
 		}
 		if r == nil { // acks=0 produce: no answer
@@ -216,6 +179,7 @@ func (c *clientConn) readLoop() error {
 			requestBufs.Put(buf)
 			continue
 		}
+		c.inflight.Add(1)
 		select {
 		case c.replies <- r:
 		case <-c.ctx.Done():
@@ -229,10 +193,12 @@ func (c *clientConn) writeLoop() {
 	for r := range c.replies {
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
 		n, err := c.write(r, bw)
+		c.replied()
 		requestBufs.Put(r.req.frame)
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {
 			err = bw.Flush()
+			c.releaseQuiet()
 		}
 		if err != nil {
 			c.close(err)
@@ -253,6 +219,14 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		}
 	}
 	out, release, err := r.finish(c.ctx)
+	if err != nil && c.ctx.Err() == nil && r.req.kr != nil {
+		// The upstream failed with the request in flight: its outcome
+		// is unknown, as it would be to a client whose broker died, and
+		// the client retries on the error the broker's absence means.
+		if ur := c.s.upstreamFailed(c, r.req, err); ur != nil {
+			out, release, err = ur.finish(c.ctx)
+		}
+	}
 	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
 	if err != nil {
 		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)
@@ -280,32 +254,10 @@ func (c *clientConn) drain() {
 	}
 }
 
-// upConn returns this client's connection to a broker of cluster u, leasing
-// one when it has none or the one it had died.
-func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
-	if uc := c.ups[k]; uc != nil {
-		if uc.alive() {
-			return uc, nil
-		}
-		uc.pool.put(uc)
-		delete(c.ups, k)
-		u.forgetCoordinatorsOn(broker)
-	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx, c.mem)
-	if err != nil {
-		return nil, err
-	}
-	c.ups[k] = uc
-	return uc, nil
-}
-
 // sendRaw forwards frame as it is (correlation ID aside) to a broker.
 func (c *clientConn) sendRaw(u *upstream, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+	c.upsMu.Lock()
+	defer c.upsMu.Unlock()
 	uc, err := c.upConn(u, broker)
 	if err != nil {
 		return nil, err

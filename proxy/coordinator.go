@@ -18,7 +18,6 @@ import (
 	"context"
 	"reflect"
 	"sort"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -102,7 +101,7 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 
 func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	typ, keys := coordinatorKeys(req.hdr.Key, req.hdr.Version, kr)
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	// Where each key goes. A key whose coordinator cannot be found goes to
 	// any broker, which answers it with the coordinator error a client
@@ -117,13 +116,6 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		}
 		byBroker[b] = append(byBroker[b], i)
 	}
-	if len(keys) == 0 {
-		b, err := req.up.anyBroker()
-		if err != nil {
-			return nil, err
-		}
-		byBroker[b] = nil
-	}
 	gen := req.state.Generation
 	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
 	fix := func(resp kmsg.Response) error {
@@ -134,6 +126,19 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
 		return nil
+	}
+	if len(keys) == 0 {
+		// An idempotent producer's ID: any broker allocates one, so a
+		// broker that cannot be reached (a dead one stays in the
+		// cluster's metadata for its session timeout) is passed over.
+		var err error
+		for _, b := range req.up.brokerIDs() {
+			var r *reply
+			if r, err = s.forwardTo(c, req, b, kr, rewritten, fix); err == nil {
+				return r, nil
+			}
+		}
+		return nil, err
 	}
 	if len(byBroker) == 1 {
 		for b := range byBroker {

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -19,7 +21,8 @@ var ErrUnsupportedVersion = errors.New("unsupported API key or version")
 
 // How Ferry treats each client-facing API key. Keys not listed (inter-broker
 // and controller RPCs, SASL, share and streams groups, delegation tokens)
-// are not advertised and are refused; so are the admin APIs that only make
+// are not advertised and are refused (SaslHandshake is advertised and
+// answered: 17_sasl_handshake.go); so are the admin APIs that only make
 // sense against one physical cluster's brokers (DescribeQuorum, partition
 // reassignments), whose answers would name physical brokers.
 type route int8
@@ -115,6 +118,7 @@ func init() {
 		int16(kmsg.DescribeProducers):    handleDescribeProducers,
 		int16(kmsg.ListGroups):           handleListGroups,
 		int16(kmsg.ListTransactions):     handleListTransactions,
+		int16(kmsg.SASLHandshake):        handleSASLHandshake,
 	}
 }
 
@@ -123,29 +127,90 @@ func init() {
 func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	h := req.hdr
 	if h.Key == int16(kmsg.ApiVersions) && !s.versions.Supports(h.Key, h.Version) {
+		s.metrics.refused(h.Key, reasonUnsupportedVersion)
 		return apiVersionsUnsupported(s, req), nil
 	}
-	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
-		return nil, fmt.Errorf("%w: %s (key %d) v%d", ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version)
+	if h.Key == int16(kmsg.SASLAuthenticate) {
+		// Only after a successful SaslHandshake, which Ferry never
+		// gives (17_sasl_handshake.go).
+		return nil, s.refuse(h.Key, reasonSASL, fmt.Errorf("%w: SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL", errClientFault))
 	}
-	if req.up == nil {
-		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
+	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
+		reason := reasonUnsupportedVersion
+		if _, served := s.versions[h.Key]; !served {
+			reason = reasonUnknownKey
+		}
+		return nil, s.refuse(h.Key, reason, fmt.Errorf("%w: %w: %s (key %d) v%d", errClientFault, ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version))
 	}
 	kr := kmsg.RequestForKey(h.Key)
 	kr.SetVersion(h.Version)
 	if err := kr.ReadFrom(req.body); err != nil {
-		return nil, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err)
+		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%w: %s v%d: malformed request body: %w", errClientFault, kmsg.NameForKey(h.Key), h.Version, err))
 	}
-	if hf := handlers[h.Key]; hf != nil {
+	req.kr = kr
+	whole, part := s.enforcePolicy(c, req, kr)
+	if whole != nil {
+		return whole, nil
+	}
+	r, err := s.handle(c, req, kr)
+	if err != nil {
+		// The upstream's fault: answer in the broker's place and keep
+		// the connection; the client retries.
+		r = s.upstreamFailed(c, req, err)
+	}
+	if part != nil && r != nil {
+		r = part(r)
+	}
+	return r, nil
+}
+
+func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	if req.up == nil {
+		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
+	}
+	if !req.up.started.Load() {
+		return nil, fmt.Errorf("cluster %q not reached yet", req.up.name)
+	}
+	if hf := handlers[req.hdr.Key]; hf != nil {
 		return hf(s, c, req, kr)
 	}
-	switch routes[h.Key] {
+	switch routes[req.hdr.Key] {
 	case routeGroup, routeTxn:
 		return s.forwardCoordinated(c, req, kr)
 	case routeAny:
 		return s.forwardAny(c, req, kr)
 	}
-	return nil, fmt.Errorf("%w: %s has no handler", ErrUnsupportedVersion, kmsg.NameForKey(h.Key))
+	return nil, fmt.Errorf("%s has no handler", kmsg.NameForKey(req.hdr.Key))
+}
+
+// upstreamFailed answers a request whose upstream could not be reached or
+// failed with it in flight: the retriable code of its API, a metadata
+// refresh so that the retry finds the new leader or coordinator, and a
+// count. acks=0 produces get no answer, as ever.
+func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
+	kr := req.kr
+	s.metrics.upstreamFailure(req.hdr.Key)
+	c.log.Debug("answering in the upstream's place", zap.String("api", kmsg.NameForKey(req.hdr.Key)), zap.Error(err))
+	if req.up != nil {
+		req.up.refreshSoon()
+	}
+	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
+		return nil
+	}
+	resp := errorResponse(kr, upstreamErrorCode(kr), "ferry: "+err.Error())
+	if req.up != nil {
+		// The handler may have made the request's topic IDs physical
+		// before it failed: the answer echoes them, so make them virtual.
+		snap := req.up.snapshot()
+		walkFields(reflect.ValueOf(resp), func(name string, f reflect.Value) {
+			if name == "TopicID" && f.Type() == uuidType {
+				if t := snap.byID[f.Interface().([16]byte)]; t != nil {
+					f.Set(reflect.ValueOf(t.vid))
+				}
+			}
+		})
+	}
+	return localReply(req, resp)
 }
 
 // rawReply answers with an upstream response frame as it came, its

@@ -24,7 +24,12 @@ type metrics struct {
 	readPauses prometheus.Counter
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
+	upFailures *prometheus.CounterVec
+	upConns    *prometheus.GaugeVec
+	// refusals counts every request or frame Ferry refused, by API and
+	// reason (refusals.go).
+	refusals *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
 	byKey [kmsg.MaxKey + 1]keyMetrics
@@ -34,6 +39,7 @@ type keyMetrics struct {
 	requests prometheus.Counter
 	errors   prometheus.Counter
 	latency  prometheus.Observer
+	upFailed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,11 +57,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Times Ferry stopped reading a client's requests, or a broker's answers ahead of a client, until the bytes held fell below buffer_budget or buffer_budget_per_connection."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_total", Help: "Client requests answered, by API."}, []string{"api"}),
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "request_failures_total", Help: "Client requests that closed the connection instead of being answered, by API."}, []string{"api"}),
+		upFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_failures_total",
+			Help: "Client requests Ferry answered in the broker's place with a retriable error code (broker unreachable, its connection lost with the request in flight, the upstream pool full), by API. The client connection stays open."}, []string{"api"}),
+		upConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ferry", Name: "upstream_connections",
+			Help: "Connections to the brokers of a physical cluster: leased (a client has requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "refusals_total",
+			Help: "Client requests and frames Ferry refused, by API (unknown when no header could be read) and reason: bad_frame, unknown_key, unsupported_version, malformed_body and SaslAuthenticate's sasl close the connection; policy, SaslHandshake's sasl, ApiVersions' unsupported_version and upstream are answered with an error code."}, []string{"api", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -69,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if name == "Unknown" {
 			name = "key_" + strconv.Itoa(k)
 		}
-		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name)}
+		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name), m.upFailures.WithLabelValues(name)}
 	}
 	return m, nil
 }
@@ -84,4 +96,30 @@ func (m *metrics) observe(key int16, start time.Time, err error) {
 		km.errors.Inc()
 	}
 	km.latency.Observe(time.Since(start).Seconds())
+}
+
+func (m *metrics) upstreamFailure(key int16) {
+	if key >= 0 && int(key) < len(m.byKey) {
+		m.byKey[key].upFailed.Inc()
+	}
+	m.refused(key, reasonUpstream)
+}
+
+// refused counts one refusal. Refusals are off the request path, so the
+// label lookup is affordable.
+func (m *metrics) refused(key int16, reason string) {
+	m.refusals.WithLabelValues(apiLabel(key), reason).Inc()
+}
+
+// apiLabel names key as the api label does: kmsg's name, key_N for a key
+// kmsg does not name, unknown outside kmsg's range (so a client cannot
+// grow the label set).
+func apiLabel(key int16) string {
+	if key < 0 || key > kmsg.MaxKey {
+		return "unknown"
+	}
+	if name := kmsg.NameForKey(key); name != "Unknown" {
+		return name
+	}
+	return "key_" + strconv.Itoa(int(key))
 }

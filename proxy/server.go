@@ -23,6 +23,14 @@ type Server struct {
 	ups     map[string]*upstream
 	metrics *metrics
 	mem     *memBudget
+	// connMetrics count accept errors and closes by reason.
+	connMetrics *connMetrics
+	acceptLog   acceptLog
+	// refusalLogs samples the log lines about refused requests and
+	// frames.
+	refusalLogs *logSampler
+	// policy says which classes of request clients may send.
+	policy policy
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -58,6 +66,9 @@ func New(opts ...Option) (*Server, error) {
 		ups:    make(map[string]*upstream, len(cfg.clusters)),
 		lns:    make(map[net.Listener]struct{}),
 		conns:  make(map[*clientConn]struct{}),
+
+		refusalLogs: newLogSampler(cfg.refusalLogEvery),
+		policy:      cfg.policy,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	m, err := newMetrics(cfg.reg)
@@ -66,6 +77,9 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.metrics = m
 	s.mem = newMemBudget(&s.cfg, m)
+	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
+		return nil, err
+	}
 	for _, cl := range cfg.clusters {
 		u, err := newUpstream(&s.cfg, cl)
 		if err != nil {
@@ -78,29 +92,43 @@ func New(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Start connects to every configured cluster, learns the API versions they
-// support and loads their metadata. It retries until ctx ends, logging why a
-// cluster is unreachable.
+// Start connects to the clusters, learns the API versions they support and
+// loads their metadata. It retries the active cluster until ctx ends,
+// logging why it is unreachable: Ferry cannot serve without it. The other
+// clusters are waited for as long as WithStandbyWait allows, then connected
+// in the background: a standby that is down must not keep clients from the
+// active one. The versions advertised are those of the clusters reached in
+// time.
 func (s *Server) Start(ctx context.Context) error {
-	for name, u := range s.ups {
-		for attempt := 0; ; attempt++ {
-			err := u.start(ctx)
-			if err == nil {
-				break
-			}
-			s.log.Warn("cluster unreachable; retrying", zap.String("cluster", name), zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("cluster %q unreachable: %w", name, err)
-			case <-time.After(min(time.Duration(attempt+1)*500*time.Millisecond, 5*time.Second)):
-			}
-		}
+	active := s.routes.Current().Active
+	if err := s.startCluster(ctx, s.ups[active]); err != nil {
+		return err
 	}
 	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
-	for _, u := range s.ups {
-		sets = append(sets, u.versions)
+	for name, u := range s.ups {
+		if name == active {
+			sets = append(sets, u.versions)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.standbyWait)
+		err := s.startCluster(wctx, u)
+		cancel()
+		if err == nil {
+			sets = append(sets, u.versions)
+			continue
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		s.log.Error("serving without a cluster that is unreachable: its API versions are not known, so a switch to it may fail clients that use versions it lacks; connecting in the background",
+			zap.String("cluster", name), zap.Error(err))
+		s.goTracked(func() {
+			if err := s.startCluster(s.ctx, u); err == nil {
+				s.checkLateVersions(u)
+			}
+		})
 	}
-	s.versions = protocol.Intersect(sets...)
+	s.versions = withSASLHandshake(protocol.Intersect(sets...))
 	s.lanes = s.cfg.lanes
 	if s.lanes == 0 {
 		// As many lanes as the largest cluster has brokers: each
@@ -111,7 +139,37 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.lanes = min(max(s.lanes, 1), laneStride)
 	s.goTracked(s.refreshLoop)
+	s.goTracked(s.leaseLoop)
 	return nil
+}
+
+// startCluster connects to one cluster, retrying until ctx ends.
+func (s *Server) startCluster(ctx context.Context, u *upstream) error {
+	for attempt := 0; ; attempt++ {
+		err := u.start(ctx)
+		if err == nil {
+			u.started.Store(true)
+			return nil
+		}
+		s.log.Warn("cluster unreachable; retrying", zap.String("cluster", u.name), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster %q unreachable: %w", u.name, err)
+		case <-time.After(min(time.Duration(attempt+1)*500*time.Millisecond, 5*time.Second)):
+		}
+	}
+}
+
+// checkLateVersions logs what a cluster reached after Ferry started serving
+// lacks of the versions clients were offered.
+func (s *Server) checkLateVersions(u *upstream) {
+	missing := s.versions.Only(clientKeys()...).Missing(u.versions) // not SaslHandshake: Ferry answers it
+	if len(missing) == 0 {
+		s.log.Info("cluster reached; it supports every API version Ferry advertises", zap.String("cluster", u.name))
+		return
+	}
+	s.log.Error("cluster reached late supports fewer API versions than Ferry advertises: clients using them would fail after a switch to it; restart Ferry to advertise what both support",
+		zap.String("cluster", u.name), zap.Strings("missing", missing))
 }
 
 // refreshLoop refreshes upstream metadata periodically.
@@ -170,10 +228,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
+			// Out of file descriptors and the like: retry, serving
+			// the open connections meanwhile (accept.go).
+			if reason := acceptErrReason(err); reason != "" {
+				if !s.acceptFailed(ln, reason, err, &backoff) {
+					return ErrServerClosed
+				}
 				continue
 			}
 			return err

@@ -32,10 +32,12 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 		sc := &subCall{broker: b, req: parts[b]}
 		buf := encodeRequest(req, sc.req)
 		if req.hdr.Key == int16(kmsg.Fetch) {
+			c.upsMu.Lock()
 			if sc.uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
 				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
 				sc.p, sc.err = sc.uc.sendFrame(buf.B, true, stream)
 			}
+			c.upsMu.Unlock()
 		} else {
 			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
 		}

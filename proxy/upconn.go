@@ -22,56 +22,92 @@ import (
 var errUpstreamClosed = errors.New("upstream connection closed")
 
 // brokerPool bounds and reuses the raw connections to one physical broker.
-// A client connection leases one upstream connection per broker for its
-// lifetime, so the broker sees each client's requests in the order the client
-// sent them (idempotent sequences and transactions depend on it), and a long
-// poll of one client never stalls another. When the client leaves, its
-// healthy connections go back to the pool for the next one.
+// Client connections lease them while they have requests in flight (see
+// lease.go); given back, a healthy quiet connection waits idle for the next
+// lease.
 type brokerPool struct {
 	u      *upstream
 	broker int32
 	addr   string
 
 	mu       sync.Mutex
-	idle     []*upConn
+	idle     []idleConn // oldest first
 	open     int
 	closed   bool
-	failedAt time.Time // last dial failure, for backoff
+	freed    chan struct{} // closed and replaced when a connection is given back
+	failedAt time.Time     // last dial failure, for backoff
 	backoff  time.Duration
 }
 
-func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
-	return &brokerPool{u: u, broker: broker, addr: addr}
+type idleConn struct {
+	c     *upConn
+	since time.Time
 }
 
-// get leases a connection: an idle one, or a new one within the bound.
-// The answers it reads for the lessee are charged to mem.
-func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
-	p.mu.Lock()
-	for len(p.idle) > 0 {
-		c := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
-		if c.alive() {
-			p.mu.Unlock()
-			c.mem.Store(mem)
-			return c, nil
-		}
-		p.open--
-	}
-	switch {
-	case p.closed:
-		p.mu.Unlock()
-		return nil, errUpstreamClosed
-	case p.open >= p.u.cfg.maxConnsPerBroker:
-		p.mu.Unlock()
-		return nil, fmt.Errorf("broker %d: %d upstream connections open, the configured maximum", p.broker, p.open)
-	case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
-		p.mu.Unlock()
-		return nil, fmt.Errorf("broker %d (%s): unreachable, retrying after backoff", p.broker, p.addr)
-	}
-	p.open++
-	p.mu.Unlock()
+func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
+	return &brokerPool{u: u, broker: broker, addr: addr, freed: make(chan struct{})}
+}
 
+// errPoolFull is returned when every connection to a broker that the
+// configuration allows is leased and none came back in time.
+var errPoolFull = errors.New("upstream connections at the configured maximum")
+
+// get leases a connection: an idle one, or a new one within the bound. At
+// the bound it waits up to poolWait for one to come back. The answers it
+// reads for the lessee are charged to mem.
+func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
+	var timeout <-chan time.Time
+	for {
+		p.mu.Lock()
+		for len(p.idle) > 0 {
+			c := p.idle[len(p.idle)-1].c
+			p.idle = p.idle[:len(p.idle)-1]
+			if c.alive() {
+				p.mu.Unlock()
+				c.mem.Store(mem)
+				return c, nil
+			}
+			p.open--
+		}
+		switch {
+		case p.closed:
+			p.mu.Unlock()
+			return nil, errUpstreamClosed
+		case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
+			p.mu.Unlock()
+			return nil, fmt.Errorf("broker %d (%s): unreachable, retrying after backoff", p.broker, p.addr)
+		case p.open < p.u.cfg.maxConnsPerBroker:
+			p.open++
+			p.mu.Unlock()
+			c, err := p.dial(ctx)
+			if err == nil {
+				c.mem.Store(mem)
+			}
+			return c, err
+		}
+		freed := p.freed
+		p.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(poolWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-freed:
+		case <-timeout:
+			return nil, fmt.Errorf("broker %d: %w (%d)", p.broker, errPoolFull, p.u.cfg.maxConnsPerBroker)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// poolWait is how long a request waits for an upstream connection at the
+// bound before it is answered with a retriable error.
+const poolWait = 2 * time.Second
+
+// dial opens a connection counted in p.open already.
+func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 	d := net.Dialer{Timeout: p.u.cfg.dialTimeout, KeepAlive: 30 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	p.mu.Lock()
@@ -80,37 +116,62 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 		p.open--
 		p.failedAt = time.Now()
 		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
+		p.wake()
 		return nil, fmt.Errorf("broker %d (%s): %w", p.broker, p.addr, err)
 	}
 	p.failedAt, p.backoff = time.Time{}, 0
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	c := newUpConn(p, nc)
-	c.mem.Store(mem)
-	return c, nil
+	return newUpConn(p, nc), nil
 }
 
-// put returns a leased connection: kept idle if healthy and quiet.
+// wake tells waiters a connection may be had; p.mu is held.
+func (p *brokerPool) wake() {
+	close(p.freed)
+	p.freed = make(chan struct{})
+}
+
+// put gives a leased connection back: kept idle if healthy and quiet,
+// closed otherwise.
 func (p *brokerPool) put(c *upConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.closed && c.alive() && c.quiet() && len(p.idle) < p.u.cfg.idleConnsPerBroker {
-		p.idle = append(p.idle, c)
+	defer p.wake()
+	if !p.closed && c.alive() && c.quiet() {
+		p.idle = append(p.idle, idleConn{c, time.Now()})
 		return
 	}
 	p.open--
 	c.close(errUpstreamClosed)
 }
 
+// reapIdle closes idle connections given back before cutoff, keeping the
+// configured number warm, and returns how many are leased and idle.
+func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for n < len(p.idle)-p.u.cfg.idleConnsPerBroker && p.idle[n].since.Before(cutoff) {
+		p.idle[n].c.close(errUpstreamClosed)
+		n++
+	}
+	if n > 0 {
+		p.open -= n
+		p.idle = append(p.idle[:0], p.idle[n:]...)
+	}
+	return p.open - len(p.idle), len(p.idle)
+}
+
 func (p *brokerPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for _, c := range p.idle {
-		c.close(errUpstreamClosed)
+	for _, ic := range p.idle {
+		ic.c.close(errUpstreamClosed)
 	}
 	p.idle = nil
+	p.wake()
 }
 
 // upConn is one raw connection to a broker. Requests are written in the order
@@ -125,6 +186,7 @@ type upConn struct {
 
 	inflight  chan *pending
 	streaming atomic.Bool             // a response is being streamed by its waiter
+	answering atomic.Bool             // the reader holds an answer's request, perhaps waiting for budget
 	mem       atomic.Pointer[connMem] // the lessee's budget, for the answers read
 	dead      chan struct{}
 	errOnce   sync.Once
@@ -195,7 +257,12 @@ func (c *upConn) alive() bool {
 	}
 }
 
-func (c *upConn) quiet() bool { return len(c.inflight) == 0 && !c.streaming.Load() }
+// quiet reports whether nothing is in flight: no request waiting for its
+// answer, none being answered (an answer may wait for its client's budget
+// after its request left inflight), none being streamed.
+func (c *upConn) quiet() bool {
+	return len(c.inflight) == 0 && !c.answering.Load() && !c.streaming.Load()
+}
 
 // send writes one request frame (without its size prefix; its correlation ID
 // is overwritten with this connection's own). With expectResponse false (a
@@ -251,6 +318,9 @@ func (c *upConn) readLoop() {
 			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
 			return
 		}
+		// Before its request leaves inflight: the connection is never
+		// seen quiet while an answer is being read (quiet).
+		c.answering.Store(true)
 		var p *pending
 		select {
 		case p = <-c.inflight:
@@ -266,6 +336,7 @@ func (c *upConn) readLoop() {
 		if p.stream && size >= streamMinBytes {
 			st := &streamed{uc: c, size: int64(size) - 4, done: make(chan struct{})}
 			c.streaming.Store(true)
+			c.answering.Store(false)
 			p.st = st
 			close(p.done)
 			select {
@@ -292,6 +363,7 @@ func (c *upConn) readLoop() {
 				return
 			}
 			c.fail(p, errUpstreamClosed)
+			c.answering.Store(false)
 			continue
 		}
 		if cap(buf.B) < int(size) {
@@ -311,6 +383,7 @@ func (c *upConn) readLoop() {
 			p.buf = nil
 		}
 		close(p.done)
+		c.answering.Store(false)
 	}
 }
 

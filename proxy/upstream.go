@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,8 @@ type upstream struct {
 	poolMu sync.Mutex
 	pools  map[int32]*brokerPool
 
-	versions protocol.Versions // what the brokers advertise
+	versions protocol.Versions // what the brokers advertise, once started
+	started  atomic.Bool       // start succeeded
 
 	// spawn runs a goroutine the server tracks; refreshing is set while
 	// a refresh asked for by refreshSoon is under way.
@@ -295,7 +297,38 @@ func (u *upstream) anyBroker() (int32, error) {
 	return best, nil
 }
 
+// reapIdle closes the upstream connections idle since before cutoff
+// (beyond the number kept warm) and returns how many are leased and idle.
+func (u *upstream) reapIdle(cutoff time.Time) (leased, idle int) {
+	u.poolMu.Lock()
+	defer u.poolMu.Unlock()
+	for _, p := range u.pools {
+		l, i := p.reapIdle(cutoff)
+		leased += l
+		idle += i
+	}
+	return leased, idle
+}
+
+// brokerIDs lists the cluster's brokers as last seen, in ID order.
+func (u *upstream) brokerIDs() []int32 {
+	s := u.snapshot()
+	ids := make([]int32, 0, len(s.brokers))
+	for id := range s.brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 var errNoBrokers = errors.New("no live brokers known")
+
+// lookupTimeout bounds what a client's request waits on Ferry's own
+// upstream lookups (metadata, coordinators): well below every client's
+// request timeout (franz-go's is 10 s over the request's own, Java's and
+// kafkajs' 30 s), so that a cluster that does not answer gets the client
+// Ferry's retriable answer, not a timed-out connection.
+const lookupTimeout = 5 * time.Second
 
 // coordinator returns the physical coordinator of a group (typ 0) or
 // transactional ID (typ 1), asking the cluster when it is not cached.

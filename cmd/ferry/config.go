@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,16 @@ type Config struct {
 	// brokers, so each physical leader gets a lane and clients pipeline
 	// per leader as they would directly.
 	Lanes int `yaml:"lanes"`
+	// UpstreamMaxConnsPerBroker bounds the connections to one physical
+	// broker. A client holds one only while it has requests in flight
+	// there, so this bounds the clients busy at the same moment, not those
+	// connected; a request that finds all in use waits up to 2 s, then is
+	// answered with its API's retriable error. Default 4096.
+	UpstreamMaxConnsPerBroker int `yaml:"upstream_max_connections_per_broker"`
+	// UpstreamIdleConnsPerBroker is how many unused connections to each
+	// broker are kept open however long; more than that close after a
+	// minute unused. Default 16.
+	UpstreamIdleConnsPerBroker *int `yaml:"upstream_idle_connections_per_broker"`
 	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
 	// socket.request.max.bytes. Default 104857600 (100 MiB).
 	MaxRequestSize int64 `yaml:"max_request_size"`
@@ -79,8 +90,28 @@ type Config struct {
 	// sockets with splice(2) (Linux) instead of read into Ferry and written
 	// out again. Default true.
 	SpliceFetches *bool `yaml:"splice_fetches"`
+	// ConnectionsMaxIdle closes a client connection idle this long (no
+	// request being read, none in flight), like Kafka's
+	// connections.max.idle.ms. Default 10m.
+	ConnectionsMaxIdle time.Duration `yaml:"connections_max_idle"`
+	// RequestReadTimeout closes a client connection whose request started
+	// arriving but is not complete this much later. Default 30s.
+	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
+	// Policy says which kinds of request clients may send through Ferry,
+	// which reaches the clusters under its own identity.
+	Policy PolicyConfig `yaml:"policy"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+}
+
+// PolicyConfig changes the request policy's defaults (README.md lists the
+// classes, their APIs and defaults). Produce, consume, groups,
+// transactions and read-only requests are always allowed.
+type PolicyConfig struct {
+	// Allow adds request classes to those allowed by default.
+	Allow []string `yaml:"allow"`
+	// Deny takes request classes out of those allowed.
+	Deny []string `yaml:"deny"`
 }
 
 // ClusterConfig is one physical Kafka cluster.
@@ -134,8 +165,13 @@ const (
 	defaultAdminListen     = "0.0.0.0:9644"
 	defaultMetadataRefresh = 30 * time.Second
 	defaultLogLevel        = "info"
-	defaultMirrorSync      = 5 * time.Second
-	defaultMirrorInFlight  = 5
+	defaultUpstreamConns   = 4096
+	defaultUpstreamIdle    = 16
+	// The proxy's defaults; see proxy/idle.go for why these values.
+	defaultConnectionsMaxIdle = 10 * time.Minute
+	defaultRequestReadTimeout = 30 * time.Second
+	defaultMirrorSync         = 5 * time.Second
+	defaultMirrorInFlight     = 5
 )
 
 // applyDefaults fills every key left out. hostname is used for the
@@ -162,8 +198,20 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.BufferBudgetPerConnection == 0 {
 		c.BufferBudgetPerConnection = proxy.DefaultConnBufferBudget
 	}
+	if c.UpstreamMaxConnsPerBroker == 0 {
+		c.UpstreamMaxConnsPerBroker = defaultUpstreamConns
+	}
+	if c.UpstreamIdleConnsPerBroker == nil {
+		c.UpstreamIdleConnsPerBroker = ptr(defaultUpstreamIdle)
+	}
 	if c.MetadataRefreshInterval == 0 {
 		c.MetadataRefreshInterval = defaultMetadataRefresh
+	}
+	if c.ConnectionsMaxIdle == 0 {
+		c.ConnectionsMaxIdle = defaultConnectionsMaxIdle
+	}
+	if c.RequestReadTimeout == 0 {
+		c.RequestReadTimeout = defaultRequestReadTimeout
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
@@ -269,8 +317,15 @@ func (c *Config) validate() error {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
+	errs = append(errs, c.Policy.validate()...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
+	}
+	if c.UpstreamMaxConnsPerBroker < 1 {
+		bad("upstream_max_connections_per_broker %d: must be 1 or more", c.UpstreamMaxConnsPerBroker)
+	}
+	if c.UpstreamIdleConnsPerBroker != nil && *c.UpstreamIdleConnsPerBroker < 0 {
+		bad("upstream_idle_connections_per_broker %d: must be 0 or more", *c.UpstreamIdleConnsPerBroker)
 	}
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
 		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)
@@ -283,6 +338,12 @@ func (c *Config) validate() error {
 	}
 	if c.MetadataRefreshInterval < time.Second {
 		bad("metadata_refresh_interval %s: must be at least 1s", c.MetadataRefreshInterval)
+	}
+	if c.ConnectionsMaxIdle < time.Second {
+		bad("connections_max_idle %s: must be at least 1s (Kafka's default is 10m)", c.ConnectionsMaxIdle)
+	}
+	if c.RequestReadTimeout < time.Second {
+		bad("request_read_timeout %s: must be at least 1s (clients give a request 30s by default)", c.RequestReadTimeout)
 	}
 	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil || !validLevels[c.LogLevel] {
 		bad("log_level %q: must be debug, info, warn or error", c.LogLevel)
@@ -328,6 +389,28 @@ func (m *MirrorConfig) validate(clusters int) []error {
 	}
 	if m.InFlight < 1 || m.InFlight > 5 {
 		bad("mirror.inflight %d: must be between 1 and 5 (the broker deduplicates a producer's last 5 batches)", m.InFlight)
+	}
+	return errs
+}
+
+// validate checks that every class named is one, and in one list only.
+func (p *PolicyConfig) validate() []error {
+	var errs []error
+	classes := proxy.RequestClasses()
+	for _, l := range []struct {
+		key   string
+		names []string
+	}{{"policy.allow", p.Allow}, {"policy.deny", p.Deny}} {
+		for i, n := range l.names {
+			if !slices.Contains(classes, n) {
+				errs = append(errs, fmt.Errorf("%s[%d] %q: not a request class; the classes are %s", l.key, i, n, strings.Join(classes, ", ")))
+			}
+		}
+	}
+	for _, n := range p.Allow {
+		if slices.Contains(p.Deny, n) {
+			errs = append(errs, fmt.Errorf("policy: %q is in both allow and deny", n))
+		}
 	}
 	return errs
 }

@@ -64,12 +64,17 @@ func TestExampleConfig(t *testing.T) {
 			// The example sets it to its default, to show the key.
 			RecompressCompacted: ptr(true),
 		},
-		MaxRequestSize:            100 << 20,
-		BufferBudget:              1 << 30,
-		BufferBudgetPerConnection: 128 << 20,
-		MetadataRefreshInterval:   30 * time.Second,
-		SpliceFetches:             ptr(true),
-		LogLevel:                  "info",
+		MaxRequestSize:             100 << 20,
+		BufferBudget:               1 << 30,
+		BufferBudgetPerConnection:  128 << 20,
+		UpstreamMaxConnsPerBroker:  4096,
+		UpstreamIdleConnsPerBroker: ptr(16),
+		MetadataRefreshInterval:    30 * time.Second,
+		SpliceFetches:              ptr(true),
+		ConnectionsMaxIdle:         10 * time.Minute,
+		RequestReadTimeout:         30 * time.Second,
+		Policy:                     PolicyConfig{Allow: []string{}, Deny: []string{"records_delete"}},
+		LogLevel:                   "info",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)
@@ -83,7 +88,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
-		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches {
+		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches ||
+		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 ||
+		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
@@ -138,8 +145,18 @@ func TestConfigErrors(t *testing.T) {
 		{"tiny connection budget", minimal + "buffer_budget_per_connection: 1000\n", []string{"buffer_budget_per_connection 1000: must be at least 65536 bytes"}},
 		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
 		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 6", "into a number"}},
+		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
+		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
+		{"short idle", minimal + "connections_max_idle: 500ms\n", []string{"connections_max_idle 500ms: must be at least 1s"}},
+		{"negative idle", minimal + "connections_max_idle: -10m\n", []string{"connections_max_idle -10m0s: must be at least 1s"}},
+		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 6", "into a duration (e.g. 30s)"}},
+		{"short request read timeout", minimal + "request_read_timeout: 0.5s\n", []string{"request_read_timeout 500ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
+		{"unknown policy class", minimal + "policy:\n  deny: [topic_delete, topic_delet]\n", []string{`policy.deny[1] "topic_delet": not a request class; the classes are topic_create, topic_delete`}},
+		{"policy class allowed and denied", minimal + "policy:\n  allow: [acl_admin]\n  deny: [acl_admin]\n", []string{`policy: "acl_admin" is in both allow and deny`}},
+		{"unknown policy key", minimal + "policy:\n  allowed: [acl_admin]\n", []string{`line 7: unknown key "allowed"`}},
+		{"policy as a list", minimal + "policy: [acl_admin]\n", []string{"line 6", "cannot unmarshal !!seq"}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",
 			[]string{"node_id -2", `log_level "loud"`, `bootstrap[0] "nope"`}},
 	} {

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -69,7 +72,14 @@ type proc struct {
 
 func startFerry(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: ferryCmd(t, args...), more: make(chan struct{}, 1), done: make(chan struct{})}
+	return startCmd(t, ferryCmd(t, args...), args)
+}
+
+// startCmd starts cmd, a ferry process run with args, and collects its
+// output.
+func startCmd(t *testing.T, cmd *exec.Cmd, args []string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, more: make(chan struct{}, 1), done: make(chan struct{})}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -413,14 +423,15 @@ var adminLog = regexp.MustCompile(`"msg":"admin API listening".*"admin":"([^"]+)
 
 func TestServeUnreachableCluster(t *testing.T) {
 	dead := deadAddr(t)
+	kafkaAddr := deadAddr(t)
 	path := writeConfig(t, fmt.Sprintf(`
 cluster_id: vc
-listen: 127.0.0.1:0
+listen: %s
 admin_listen: 127.0.0.1:0
 clusters:
   - name: gone
     bootstrap: [%q]
-`, dead))
+`, kafkaAddr, dead))
 	p := startFerry(t, "serve", "--config", path)
 	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
 
@@ -448,6 +459,33 @@ clusters:
 	if _, body := httpGet(t, "http://"+adminAddr+"/status"); !strings.Contains(body, `"reachable": false`) {
 		t.Fatalf("/status: %s", body)
 	}
+	// Clients are refused, as by a broker that is down, rather than
+	// accepted and left without an answer.
+	if c, err := net.DialTimeout("tcp", kafkaAddr, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the Kafka port %s accepts connections while Ferry cannot serve", kafkaAddr)
+	} else if !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("dialing the Kafka port: %v, want connection refused", err)
+	}
+
+	// The cluster comes up: Ferry serves.
+	_, port, _ := net.SplitHostPort(dead)
+	portN, _ := strconv.Atoi(port)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce once the cluster is up: %v", err)
+	}
 
 	p.stop(t, 15*time.Second)
 }
@@ -468,11 +506,28 @@ admin_listen: 127.0.0.1:0
 clusters:
   - name: main
     bootstrap: [%s]
+policy:
+  deny: [topic_delete]
 log_level: debug
 `, strings.Join(kf.ListenAddrs(), ", ")))
 	p := startFerry(t, "serve", "--config", path, "--listen", "127.0.0.1:0", "--log-level", "info")
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
 	m := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)
 	roundTrip(t, m[1], "served")
+
+	// The file's policy is the proxy's: deleting a topic is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	dr, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(m[1]))).DeleteTopic(ctx, "served")
+	if err == nil {
+		err = dr.Err
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("deleting a topic under policy.deny [topic_delete]: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="policy"} 1`) {
+		t.Fatal("/metrics does not count the refusal in ferry_refusals_total")
+	}
 	if strings.Contains(p.output(), `"level":"debug"`) {
 		t.Fatal("--log-level info did not override log_level: debug")
 	}

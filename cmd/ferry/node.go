@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,23 +26,28 @@ import (
 // both run one. The proxy and the mirror never see each other; the node
 // wires both to the routing table.
 //
-// Lifecycle: newNode binds both listeners (so a taken port fails at once)
-// and starts the admin API; start connects to the clusters, retrying until
+// Lifecycle: newNode binds both listeners (so a taken port fails at once;
+// the Kafka one is let go again until start can serve on it) and starts the
+// admin API; start connects to the clusters, retrying until
 // its context ends, then serves clients and starts the mirror from the
 // active cluster to the standby; Close stops everything.
 type node struct {
-	log     *zap.Logger
-	reg     *prometheus.Registry
-	routes  *routing.Table
-	fleet   *proxy.StaticFleet
-	proxy   *proxy.Server
-	mirror  *mirrorRunner // nil when the mirror is disabled
-	admin   *admin.Server
-	ln      net.Listener   // Kafka clients, lane 0
-	lanes   []net.Listener // lanes 1 and up, bound once the lane count is known
-	cfg     *Config
-	adminLn net.Listener
-	started atomic.Bool
+	log    *zap.Logger
+	reg    *prometheus.Registry
+	routes *routing.Table
+	fleet  *proxy.StaticFleet
+	proxy  *proxy.Server
+	mirror *mirrorRunner // nil when the mirror is disabled
+	admin  *admin.Server
+	ln     net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
+	// listenAddr is where ln binds: the configured listen address with
+	// the port it got when newNode first bound it.
+	listenAddr string
+	mu         sync.Mutex
+	lanes      []net.Listener // lanes 1 and up, bound once the lane count is known
+	cfg        *Config
+	adminLn    net.Listener
+	started    atomic.Bool
 
 	// bootstrap is host:port as clients are told to use it.
 	bootstrap string
@@ -52,18 +58,30 @@ type node struct {
 }
 
 // newNode builds a member from a validated configuration.
-func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
-	n = &node{log: log, errc: make(chan error, 2), cfg: cfg}
+// A listener that cannot be bound is a usageError (exit status 2) naming
+// its key: a taken port is the operator's to fix, like a bad key.
+func newNode(cfg *Config, log *zap.Logger) (*node, error) {
+	// n is not a named result: "return nil, err" must not hand the
+	// deferred Close a nil node.
+	n := &node{log: log, errc: make(chan error, 2), cfg: cfg}
+	var err error
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+	// The Kafka port is bound now, so that a taken one fails at once, and
+	// let go again until the proxy can serve: a bound listener nobody
+	// accepts on lets clients connect and then hear nothing (the kernel
+	// completes their handshakes), where a closed port tells them to
+	// retry. start binds it again, at the port found here.
+	if n.ln, err = listen("listen", cfg.Listen); err != nil {
+		return nil, err
 	}
-	if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-		return nil, fmt.Errorf("admin_listen: %w", err)
+	n.listenAddr = n.ln.Addr().String()
+	n.ln.Close()
+	if n.adminLn, err = listen("admin_listen", cfg.AdminListen); err != nil {
+		return nil, err
 	}
 	port := cfg.AdvertisedPort
 	if port == 0 {
@@ -88,8 +106,13 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 		proxy.WithMaxRequestSize(int32(cfg.MaxRequestSize)),
 		proxy.WithMetadataInterval(cfg.MetadataRefreshInterval),
 		proxy.WithLanes(cfg.Lanes),
+		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
+		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
 		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),
+		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
+		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
+		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
 	)
 	if err != nil {
 		return nil, err
@@ -103,7 +126,7 @@ func newNode(cfg *Config, log *zap.Logger) (n *node, err error) {
 			ID:         cfg.NodeID,
 			ClusterID:  cfg.ClusterID,
 			Advertised: n.bootstrap,
-			Listen:     n.ln.Addr().String(),
+			Listen:     n.listenAddr,
 			Admin:      n.adminLn.Addr().String(),
 		}),
 		admin.WithRoutes(n.routes),
@@ -145,6 +168,13 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.proxy.Start(ctx); err != nil {
 		return err
 	}
+	ln, err := listen("listen", n.listenAddr)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.ln = ln
+	n.mu.Unlock()
 	if err := n.listenLanes(); err != nil {
 		return err
 	}
@@ -189,9 +219,9 @@ func (n *node) listenLanes() error {
 		if base != 0 {
 			port = base + l
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln, err := listen(fmt.Sprintf("listen (lane %d, the port after listen's)", l), net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return fmt.Errorf("listen for lane %d: %w", l, err)
+			return err
 		}
 		n.lanes = append(n.lanes, ln)
 		adv := int32(ln.Addr().(*net.TCPAddr).Port)
@@ -204,6 +234,23 @@ func (n *node) listenLanes() error {
 	b.LanePorts = ports
 	n.fleet.Set([]proxy.Broker{b})
 	return nil
+}
+
+// listen binds a TCP listener for the configuration key named key. Its
+// error is a usageError that names the key and the address and ends with
+// the system's reason, e.g. "admin_listen 0.0.0.0:9644: address already in
+// use".
+func listen(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	reason := err
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		reason = se.Err // "address already in use", without "listen tcp ...: bind:"
+	}
+	return nil, usageError{fmt.Errorf("%s %s: %w", key, addr, reason)}
 }
 
 // goServe runs a listener's serve loop; an error other than the one Close
@@ -244,9 +291,11 @@ func (n *node) Close() {
 		if n.proxy != nil {
 			n.proxy.Close()
 		}
+		n.mu.Lock()
 		if n.ln != nil {
 			n.ln.Close()
 		}
+		n.mu.Unlock()
 		for _, ln := range n.lanes {
 			ln.Close()
 		}

@@ -116,6 +116,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	defer log.Sync() //nolint:errcheck // stderr cannot always sync
 	log.Info("starting ferry", zap.String("version", version()), zap.String("config", f.config),
 		zap.String("cluster_id", cfg.ClusterID), zap.Int32("node_id", cfg.NodeID))
+	raiseFDLimit(log)
 
 	n, err := newNode(cfg, log)
 	if err != nil {

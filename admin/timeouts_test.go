@@ -1,0 +1,134 @@
+package admin
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serveTCP serves f's admin API on a loopback listener (wrapped by wrap,
+// when given) and returns its address.
+func serveTCP(t *testing.T, f *fixture, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		f.srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return addr
+}
+
+// getOn sends GET path on an open connection and reads the answer, leaving
+// the connection open (HTTP/1.1 keep-alive).
+func getOn(t *testing.T, c net.Conn, br *bufio.Reader, path string) int {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: ferry\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A keep-alive connection left idle is closed after the idle timeout, not
+// held open for ever.
+func TestKeepAliveClosedWhenIdle(t *testing.T) {
+	f := newFixture(t, WithIdleTimeout(300*time.Millisecond))
+	addr := serveTCP(t, f, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if code := getOn(t, c, br, "/healthz"); code != 200 { // HTTP/1.1: kept alive
+		t.Fatalf("/healthz = %d", code)
+	}
+	if n, err := br.ReadByte(); err == nil {
+		t.Fatalf("read %q; want the connection closed", n)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("idle keep-alive connection left open")
+	}
+}
+
+// emfileListener fails its first n Accepts as a process out of file
+// descriptors does.
+type emfileListener struct {
+	net.Listener
+	n chan struct{}
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	select {
+	case <-l.n:
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	default:
+		return l.Listener.Accept()
+	}
+}
+
+// Running out of file descriptors does not end the admin API: net/http
+// retries such accept errors with a backoff.
+func TestServeSurvivesAcceptErrors(t *testing.T) {
+	f := newFixture(t)
+	n := make(chan struct{}, 5)
+	for range cap(n) {
+		n <- struct{}{}
+	}
+	addr := serveTCP(t, f, func(ln net.Listener) net.Listener { return &emfileListener{Listener: ln, n: n} })
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(n) != 0 {
+		t.Fatalf("/healthz = %d after %d of 5 accept errors", resp.StatusCode, 5-len(n))
+	}
+}
+
+// /status reports the descriptor limit and how many are open.
+func TestStatusReportsFDs(t *testing.T) {
+	f := newFixture(t)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	_, body := f.get(t, "/status")
+	var st struct {
+		Process struct {
+			FDLimit     uint64 `json:"fd_limit"`
+			FDLimitHard uint64 `json:"fd_limit_hard"`
+			FDsOpen     *int   `json:"fds_open"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	p := st.Process
+	if p.FDLimit != lim.Cur || p.FDLimitHard != lim.Max || p.FDsOpen == nil || *p.FDsOpen < 3 || uint64(*p.FDsOpen) > lim.Cur {
+		t.Fatalf("process %+v (open %v), want limit %d/%d and a plausible open count", p, p.FDsOpen, lim.Cur, lim.Max)
+	}
+}

@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// connMetrics are the metrics of accepting and closing client connections.
+// Children are resolved once for every known reason, so each series exists
+// from the start (at 0) and counting does no label lookups.
+type connMetrics struct {
+	accept map[string]prometheus.Counter
+	closed map[string]prometheus.Counter
+}
+
+func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
+	accept := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "accept_errors_total",
+		Help: "Errors accepting a client connection that Ferry retried after a backoff, by reason (emfile, enfile: out of file descriptors)."}, []string{"reason"})
+	closed := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_closed_total",
+		Help: "Client connections closed, by reason."}, []string{"reason"})
+	if reg != nil {
+		for _, c := range []prometheus.Collector{accept, closed} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+				// Several servers on one registry count together.
+				existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+				switch {
+				case !ok:
+					return nil, err
+				case c == accept:
+					accept = existing
+				default:
+					closed = existing
+				}
+			}
+		}
+	}
+	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}}
+	for _, r := range acceptReasons() {
+		m.accept[r] = accept.WithLabelValues(r)
+	}
+	for _, r := range closeReasons() {
+		m.closed[r] = closed.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *connMetrics) acceptErrors(reason string) prometheus.Counter { return m.accept[reason] }
+
+func (m *connMetrics) closes(reason string) prometheus.Counter { return m.closed[reason] }

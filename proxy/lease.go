@@ -1,0 +1,179 @@
+package proxy
+
+// Upstream connections are leased to a client connection for a burst, not
+// for its life. A client keeps its connection to a broker while it has
+// requests in flight there, so the broker sees them in the order the client
+// sent them (idempotent sequences and transactions depend on it), and gives
+// it back once nothing is in flight: its next request may then go out on any
+// connection without overtaking anything. A client that is connected but
+// quiet holds no upstream connection, so the per-broker bound limits the
+// clients busy at the same moment, not the clients connected.
+//
+// Sharing one upstream connection between clients that are busy at the
+// same time is not done: a broker serves one request per connection at a
+// time, so a long-polling fetch or a JoinGroup parked in a rebalance would
+// stall every client behind it.
+
+import (
+	"time"
+)
+
+// upConn returns this client's connection to a broker of cluster u, leasing
+// one when it has none or the one it had died. The caller holds upsMu.
+func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
+	k := upKey{u.name, broker}
+	if uc := c.ups[k]; uc != nil {
+		if uc.alive() {
+			return uc, nil
+		}
+		uc.pool.put(uc)
+		delete(c.ups, k)
+		u.forgetCoordinatorsOn(broker)
+	}
+	p, err := u.pool(broker)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := p.get(c.ctx, c.mem)
+	if err != nil {
+		return nil, err
+	}
+	c.ups[k] = uc
+	return uc, nil
+}
+
+// maxFetchConns bounds a client's fetch connections to one broker.
+const maxFetchConns = 4
+
+// fetchConn returns a connection to a broker with nothing in flight, leasing
+// one (up to maxFetchConns) when all are busy, else the least busy. The
+// caller holds upsMu.
+func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
+	k := upKey{u.name, broker}
+	ucs := c.fetchUps[k][:0]
+	for _, uc := range c.fetchUps[k] {
+		if uc.alive() {
+			ucs = append(ucs, uc)
+		} else {
+			uc.pool.put(uc)
+		}
+	}
+	c.fetchUps[k] = ucs
+	var best *upConn
+	for _, uc := range ucs {
+		if uc.quiet() {
+			return uc, nil
+		}
+		if best == nil || len(uc.inflight) < len(best.inflight) {
+			best = uc
+		}
+	}
+	if len(ucs) >= maxFetchConns {
+		return best, nil
+	}
+	p, err := u.pool(broker)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := p.get(c.ctx, c.mem)
+	if err != nil {
+		return nil, err
+	}
+	c.fetchUps[k] = append(ucs, uc)
+	return uc, nil
+}
+
+// releaseQuiet gives back every leased connection with nothing in flight.
+// The writer calls it when it has answered everything queued, the server's
+// lease loop every second (for clients that stopped reading). It never
+// waits: while the reader is leasing or sending, it leaves the leases be.
+func (c *clientConn) releaseQuiet() {
+	if !c.upsMu.TryLock() {
+		return
+	}
+	defer c.upsMu.Unlock()
+	for k, uc := range c.ups {
+		if uc.quiet() {
+			uc.pool.put(uc)
+			delete(c.ups, k)
+		}
+	}
+	for k, ucs := range c.fetchUps {
+		keep := ucs[:0]
+		for _, uc := range ucs {
+			if uc.quiet() {
+				uc.pool.put(uc)
+			} else {
+				keep = append(keep, uc)
+			}
+		}
+		if len(keep) == 0 {
+			delete(c.fetchUps, k)
+		} else {
+			c.fetchUps[k] = keep
+		}
+	}
+}
+
+// releaseUpstreams gives back every leased connection; called by the reader
+// goroutine once nothing more will be sent. Connections with requests in
+// flight are closed by the pool, not kept.
+func (c *clientConn) releaseUpstreams() {
+	c.upsMu.Lock()
+	defer c.upsMu.Unlock()
+	for k, uc := range c.ups {
+		uc.pool.put(uc)
+		delete(c.ups, k)
+	}
+	for k, ucs := range c.fetchUps {
+		for _, uc := range ucs {
+			uc.pool.put(uc)
+		}
+		delete(c.fetchUps, k)
+	}
+}
+
+// dropStreamed closes the connection of a fetch whose answer will not be
+// written, when the answer may still be on it (not yet arrived, or left
+// there to be streamed). An answer read whole left the connection clean,
+// and perhaps leased to another client by now: it is left alone.
+func (sc *subCall) dropStreamed() {
+	select {
+	case <-sc.p.done:
+		if sc.p.st == nil {
+			return
+		}
+	default:
+	}
+	sc.uc.close(errUpstreamClosed)
+}
+
+// leaseLoop returns the quiet leases of clients that stopped reading (their
+// writer is blocked and cannot), closes upstream connections idle too long,
+// and publishes the pools' sizes.
+func (s *Server) leaseLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var conns []*clientConn
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		conns = conns[:0]
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.releaseQuiet()
+		}
+		for _, u := range s.ups {
+			leased, idle := u.reapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
+			s.metrics.upConns.WithLabelValues(u.name, "leased").Set(float64(leased))
+			s.metrics.upConns.WithLabelValues(u.name, "idle").Set(float64(idle))
+		}
+	}
+}

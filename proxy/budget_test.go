@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -490,4 +492,42 @@ func TestFramesLargerThanTheBudgetsPass(t *testing.T) {
 	}
 	cl.Close()
 	waitFor(t, 10*time.Second, "bytes still held after the client left", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
+}
+
+// Waiting for a budget is Ferry's doing, not the client's: a request held
+// back longer than the request read timeout is answered, not closed.
+func TestBudgetWaitIsNotARequestTimeout(t *testing.T) {
+	kf, _ := memCluster(t)
+	const budget, readTimeout = 2 << 20, 200 * time.Millisecond
+	s, addr := startFerrySmallSends(t, kf.ListenAddrs(), WithSpliceFetches(false), WithBufferBudget(budget, budget), WithRequestReadTimeout(readTimeout))
+	a := dialPipeliner(t, addr)
+	a.send(16) // fills the process budget
+	waitFor(t, 30*time.Second, "Ferry never filled the process budget", func() bool { return testutil.ToFloat64(s.metrics.buffered) >= budget })
+
+	// A request larger than Ferry reads ahead of a frame's size (32 KiB),
+	// so its body is read from the socket after the wait.
+	b := dialRaw(t, addr)
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version, pr.Acks, pr.TimeoutMillis = 9, 1, 5000
+	pt := kmsg.NewProduceRequestTopic()
+	pt.Topic = "other"
+	pp := kmsg.NewProduceRequestTopicPartition()
+	pp.Records = make([]byte, 96<<10) // not a batch: refused by the broker, answered all the same
+	pt.Partitions = append(pt.Partitions, pp)
+	pr.Topics = append(pr.Topics, pt)
+	writeReq(t, b, pr, 7)
+	// Held back past the read timeout, three times over.
+	time.Sleep(3 * readTimeout)
+	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var one [1]byte
+	if n, err := b.Read(one[:]); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the second client was answered or closed (%d bytes, %v) while the process budget was full", n, err)
+	}
+	if err := a.readAnswers(); err != nil {
+		t.Fatal(err)
+	}
+	b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if corr := int32(binary.BigEndian.Uint32(readResp(t, b))); corr != 7 {
+		t.Fatalf("answer with correlation ID %d, want 7", corr)
+	}
 }

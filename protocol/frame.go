@@ -29,27 +29,53 @@ const firstChunk = 64 << 10
 // holds the frame without its 4-byte size. Frames of more than max bytes are
 // refused before anything is allocated.
 func ReadFrame(r io.Reader, max int32, buf *bytebufferpool.ByteBuffer) error {
+	n, err := ReadFrameSize(r, max)
+	if err != nil {
+		return err
+	}
+	return ReadFrameBody(r, n, buf)
+}
+
+// ReadFrameSize reads a frame's 4-byte size prefix and checks it against
+// max. The caller may then wait (for memory to be free, say) before
+// ReadFrameBody reads the frame itself.
+func ReadFrameSize(r io.Reader, max int32) (int, error) {
 	var szb [4]byte
 	if _, err := io.ReadFull(r, szb[:]); err != nil {
-		return err
+		return 0, err
 	}
 	size := int32(binary.BigEndian.Uint32(szb[:]))
 	switch {
 	case size < 0:
-		return fmt.Errorf("%w: negative size %d", ErrMalformedFrame, size)
+		return 0, fmt.Errorf("%w: negative size %d", ErrMalformedFrame, size)
 	case size > max:
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, size, max)
+		return 0, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, size, max)
 	}
-	buf.Reset()
-	n := int(size)
+	return int(size), nil
+}
+
+// ReadFrameBody reads the n bytes of a frame whose size ReadFrameSize read
+// into buf (reset first). A buffer that already has room is used as it is;
+// otherwise memory follows the bytes that arrived: each step at most
+// doubles what has been read, and the last one is exactly n, so the frame's
+// buffer never has spare capacity to keep alive (a pool or a slow reader
+// would hold it) and a peer that claims more than it sends gets little.
+func ReadFrameBody(r io.Reader, n int, buf *bytebufferpool.ByteBuffer) error {
+	buf.B = buf.B[:0]
 	for len(buf.B) < n {
-		chunk := max64k(len(buf.B))
-		if rem := n - len(buf.B); chunk > rem {
-			chunk = rem
-		}
 		start := len(buf.B)
-		buf.B = grow(buf.B, chunk)
+		end := n
+		if cap(buf.B) < n {
+			end = min(n, max(firstChunk, 2*start))
+			if cap(buf.B) < end {
+				nb := make([]byte, start, end)
+				copy(nb, buf.B)
+				buf.B = nb
+			}
+		}
+		buf.B = buf.B[:end]
 		if _, err := io.ReadFull(r, buf.B[start:]); err != nil {
+			buf.B = buf.B[:start]
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -59,15 +85,7 @@ func ReadFrame(r io.Reader, max int32, buf *bytebufferpool.ByteBuffer) error {
 	return nil
 }
 
-// max64k returns the next chunk size: at least firstChunk, then doubling
-// with what already arrived.
-func max64k(have int) int {
-	if have < firstChunk {
-		return firstChunk
-	}
-	return have
-}
-
+// grow extends b by n bytes, reallocating with a quarter to spare.
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) >= n {
 		return b[:len(b)+n]

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -68,6 +69,33 @@ func TestReadFrameDoesNotTrustTheClaimedSize(t *testing.T) {
 	}
 	if cap(buf.B) > 1<<20 {
 		t.Fatalf("allocated %d bytes for a frame of which 1000 arrived", cap(buf.B))
+	}
+}
+
+// A large frame gets a buffer of exactly its size: nothing spare for a
+// pool or a slow client to keep alive (doubling left up to twice the frame).
+func TestReadFrameBufferIsTheFrameSize(t *testing.T) {
+	for _, size := range []int{firstChunk + 1, 3<<20 + 7, 5 << 20} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i * 7)
+		}
+		in := append(frame(body), body...)
+		buf := &bytebufferpool.ByteBuffer{B: make([]byte, 0, 1000)} // a small pooled buffer
+		if err := ReadFrame(iotest.HalfReader(bytes.NewReader(in)), DefaultMaxFrameSize, buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.B, body) {
+			t.Fatalf("frame of %d bytes read wrongly", size)
+		}
+		if cap(buf.B) != size {
+			t.Fatalf("frame of %d bytes in a buffer of capacity %d", size, cap(buf.B))
+		}
+	}
+	// A buffer with room enough is used as it is.
+	buf := &bytebufferpool.ByteBuffer{B: make([]byte, 0, 1<<20)}
+	if err := ReadFrame(bytes.NewReader(append(frame([]byte("hello")), "hello"...)), 100, buf); err != nil || string(buf.B) != "hello" || cap(buf.B) != 1<<20 {
+		t.Fatalf("%q cap %d: %v", buf.B, cap(buf.B), err)
 	}
 }
 

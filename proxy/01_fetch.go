@@ -441,6 +441,11 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		g.resps[i] = resp
 		ready = ready || fetchHasNews(resp.(*kmsg.FetchResponse))
 	}
+	for _, sc := range calls {
+		if sc.err == nil {
+			sc.p.want() // the writer waits for every part
+		}
+	}
 	cases := make([]reflect.SelectCase, 0, len(calls)+1)
 	idx := make([]int, 0, len(calls))
 	for waiting > 0 && !ready {
@@ -459,7 +464,8 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		}
 		take(idx[chosen-1])
 	}
-	// Take whatever else is already in, without waiting.
+	// Take whatever else is already in, without waiting; the rest is
+	// answered as empty and its late answer dropped.
 	for i, sc := range calls {
 		if finished[i] {
 			continue
@@ -468,6 +474,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		case <-sc.p.done:
 			take(i)
 		default:
+			sc.p.abandon()
 		}
 	}
 	for i, sc := range calls {

@@ -46,6 +46,9 @@ type config struct {
 	// refusalLogEvery is the sampling interval of refusal log lines: at
 	// most one per reason per interval.
 	refusalLogEvery time.Duration
+	// Memory budgets (budget.go).
+	connBufferBudget    int64
+	processBufferBudget int64
 }
 
 func defaultConfig() config {
@@ -57,6 +60,8 @@ func defaultConfig() config {
 		dialTimeout:         10 * time.Second,
 		maxConnsPerBroker:   4096,
 		idleConnsPerBroker:  16,
+		connBufferBudget:    DefaultConnBufferBudget,
+		processBufferBudget: DefaultProcessBufferBudget,
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
 		standbyWait:         30 * time.Second,
@@ -118,6 +123,17 @@ func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
 // false reads every answer whole, as under later generations.
 func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
 
+// WithBufferBudget bounds the bytes of client requests and broker answers
+// Ferry holds in memory, per client connection and for the whole Server
+// (defaults DefaultConnBufferBudget, DefaultProcessBufferBudget). A client
+// whose connection, or the process, holds its budget or more is not read
+// until bytes are released (the process budget is Kafka's
+// queued.max.request.bytes); nothing is refused for it, and a frame larger
+// than a budget is read once there is room.
+func WithBufferBudget(perConnection, perProcess int64) Option {
+	return func(c *config) { c.connBufferBudget, c.processBufferBudget = perConnection, perProcess }
+}
+
 // WithStandbyWait sets how long Start waits for clusters other than the
 // active one (default 30s) before serving without them.
 func WithStandbyWait(d time.Duration) Option { return func(c *config) { c.standbyWait = d } }
@@ -165,6 +181,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: request read timeout %s must be positive", ErrConfig, c.requestReadTimeout)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
+	case c.connBufferBudget < MinBufferBudget:
+		return fmt.Errorf("%w: buffer budget per connection %d is below %d bytes", ErrConfig, c.connBufferBudget, MinBufferBudget)
+	case c.processBufferBudget < c.connBufferBudget:
+		return fmt.Errorf("%w: buffer budget %d is below the budget per connection %d", ErrConfig, c.processBufferBudget, c.connBufferBudget)
 	case c.idleConnsPerBroker < 0:
 		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
 	}

@@ -36,6 +36,7 @@ type clientConn struct {
 	end context.CancelFunc
 
 	replies chan *reply
+	mem     *connMem // the bytes it holds, against the budgets
 
 	// upsMu guards ups and fetchUps (lease.go): the reader leases and
 	// sends under it; the writer and the server's lease loop return what
@@ -100,6 +101,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		ctx:        ctx,
 		end:        cancel,
 		replies:    make(chan *reply, maxPipelined),
+		mem:        s.mem.conn(),
 		ups:        make(map[upKey]*upConn),
 		fetchUps:   make(map[upKey][]*upConn),
 		watermarks: make(map[tp]watermarks),
@@ -121,6 +123,7 @@ func (c *clientConn) serve() {
 	close(c.replies)
 	<-writerDone
 	c.close(err)
+	c.mem.close()
 }
 
 func (c *clientConn) close(err error) {
@@ -148,7 +151,7 @@ func (c *clientConn) readLoop() error {
 			return err
 		}
 		buf := requestBufs.Get()
-		if err := protocol.ReadFrame(br, c.s.cfg.maxRequestSize, buf); err != nil {
+		if err := c.readFrame(br, buf); err != nil {
 			requestBufs.Put(buf)
 			err = c.readErr(err)
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {

@@ -254,10 +254,10 @@ func futureReply(req *request, build func(ctx context.Context) (kmsg.Response, f
 
 func encodeResponse(req *request, resp kmsg.Response) ([]byte, func()) {
 	resp.SetVersion(req.hdr.Version)
-	buf := bytebufferpool.Get()
+	buf := encodedBufs.Get()
 	buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
 	buf.B = resp.AppendTo(buf.B)
-	return buf.B, func() { bytebufferpool.Put(buf) }
+	return buf.B, func() { encodedBufs.Put(buf) }
 }
 
 // decodeResponse parses an upstream response frame into resp (which aliases
@@ -277,7 +277,7 @@ func decodeResponse(buf *bytebufferpool.ByteBuffer, key, version int16, resp kms
 // encodeRequest re-encodes a rewritten request with the client's header
 // fields.
 func encodeRequest(req *request, kr kmsg.Request) *bytebufferpool.ByteBuffer {
-	buf := bytebufferpool.Get()
+	buf := encodedBufs.Get()
 	buf.B = protocol.AppendRequestHeader(buf.B[:0], kr, req.hdr.CorrelationID, req.hdr.ClientID)
 	buf.B = kr.AppendTo(buf.B)
 	return buf
@@ -290,7 +290,7 @@ func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Re
 	frame := req.frame.B
 	if rewritten {
 		buf := encodeRequest(req, kr)
-		defer bytebufferpool.Put(buf)
+		defer encodedBufs.Put(buf)
 		frame = buf.B
 	}
 	p, err := c.sendRaw(req.up, broker, frame, true)

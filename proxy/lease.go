@@ -34,7 +34,7 @@ func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uc, err := p.get(c.ctx)
+	uc, err := p.get(c.ctx, c.mem)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uc, err := p.get(c.ctx)
+	uc, err := p.get(c.ctx, c.mem)
 	if err != nil {
 		return nil, err
 	}

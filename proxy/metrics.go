@@ -18,10 +18,14 @@ type metrics struct {
 	// splicedBytes counts record bytes moved from a broker's socket to a
 	// client's without entering Ferry's memory.
 	splicedBytes prometheus.Counter
-	requests     *prometheus.CounterVec
-	errors       *prometheus.CounterVec
-	upFailures   *prometheus.CounterVec
-	upConns      *prometheus.GaugeVec
+	// buffered is the bytes of requests and answers held (budget.go);
+	// readPauses counts the times reading waited for a budget.
+	buffered   prometheus.Gauge
+	readPauses prometheus.Counter
+	requests   *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	upFailures *prometheus.CounterVec
+	upConns    *prometheus.GaugeVec
 	// refusals counts every request or frame Ferry refused, by API and
 	// reason (refusals.go).
 	refusals *prometheus.CounterVec
@@ -47,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytesUp:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_bytes_sent_total", Help: "Bytes of requests sent to physical brokers."}),
 		splicedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_spliced_bytes_total",
 			Help: "Record bytes of Fetch answers moved from a broker's socket to a client's with splice(2), never entering Ferry's memory (included in client_bytes_sent_total)."}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "buffered_bytes",
+			Help: "Bytes of client requests and broker answers Ferry holds in memory until they are answered and written, counted against buffer_budget."}),
+		readPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "buffer_budget_pauses_total",
+			Help: "Times Ferry stopped reading a client's requests, or a broker's answers ahead of a client, until the bytes held fell below buffer_budget or buffer_budget_per_connection."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_total", Help: "Client requests answered, by API."}, []string{"api"}),
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "request_failures_total", Help: "Client requests that closed the connection instead of being answered, by API."}, []string{"api"}),
 		upFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_failures_total",
@@ -59,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -22,6 +22,7 @@ type Server struct {
 	fleet   Fleet
 	ups     map[string]*upstream
 	metrics *metrics
+	mem     *memBudget
 	// connMetrics count accept errors and closes by reason.
 	connMetrics *connMetrics
 	acceptLog   acceptLog
@@ -75,6 +76,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.mem = newMemBudget(&s.cfg, m)
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
 		return nil, err
 	}

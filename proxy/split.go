@@ -41,7 +41,7 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 		} else {
 			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
 		}
-		bytebufferpool.Put(buf)
+		encodedBufs.Put(buf)
 		if sc.err != nil {
 			c.log.Debug("upstream send failed", zap.Int32("broker", b), zap.Error(sc.err))
 		}

@@ -53,8 +53,9 @@ func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
 var errPoolFull = errors.New("upstream connections at the configured maximum")
 
 // get leases a connection: an idle one, or a new one within the bound. At
-// the bound it waits up to poolWait for one to come back.
-func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
+// the bound it waits up to poolWait for one to come back. The answers it
+// reads for the lessee are charged to mem.
+func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 	var timeout <-chan time.Time
 	for {
 		p.mu.Lock()
@@ -63,6 +64,7 @@ func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
 			p.idle = p.idle[:len(p.idle)-1]
 			if c.alive() {
 				p.mu.Unlock()
+				c.mem.Store(mem)
 				return c, nil
 			}
 			p.open--
@@ -77,7 +79,11 @@ func (p *brokerPool) get(ctx context.Context) (*upConn, error) {
 		case p.open < p.u.cfg.maxConnsPerBroker:
 			p.open++
 			p.mu.Unlock()
-			return p.dial(ctx)
+			c, err := p.dial(ctx)
+			if err == nil {
+				c.mem.Store(mem)
+			}
+			return c, err
 		}
 		freed := p.freed
 		p.mu.Unlock()
@@ -179,7 +185,9 @@ type upConn struct {
 	corr int32
 
 	inflight  chan *pending
-	streaming atomic.Bool // a response is being streamed by its waiter
+	streaming atomic.Bool             // a response is being streamed by its waiter
+	answering atomic.Bool             // the reader holds an answer's request, perhaps waiting for budget
+	mem       atomic.Pointer[connMem] // the lessee's budget, for the answers read
 	dead      chan struct{}
 	errOnce   sync.Once
 	err       error
@@ -195,7 +203,20 @@ type pending struct {
 	// (st) for the waiter to stream to its client instead of read into buf.
 	stream bool
 	st     *streamed
+	// mem is the budget the answer is charged to (nil: none); wanted says
+	// the client's writer waits for it, state whether it was delivered or
+	// abandoned (budget.go).
+	mem    *connMem
+	wanted atomic.Bool
+	state  atomic.Int32
 }
+
+// pending.state values.
+const (
+	pendingWaiting int32 = iota
+	pendingDelivered
+	pendingAbandoned
+)
 
 // streamed is a response left on its connection after its correlation ID:
 // the waiter reads its size bytes from the socket itself (splicing the
@@ -236,7 +257,12 @@ func (c *upConn) alive() bool {
 	}
 }
 
-func (c *upConn) quiet() bool { return len(c.inflight) == 0 && !c.streaming.Load() }
+// quiet reports whether nothing is in flight: no request waiting for its
+// answer, none being answered (an answer may wait for its client's budget
+// after its request left inflight), none being streamed.
+func (c *upConn) quiet() bool {
+	return len(c.inflight) == 0 && !c.answering.Load() && !c.streaming.Load()
+}
 
 // send writes one request frame (without its size prefix; its correlation ID
 // is overwritten with this connection's own). With expectResponse false (a
@@ -257,7 +283,7 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending,
 	protocol.SetCorrelationID(frame, c.corr)
 	var p *pending
 	if expectResponse {
-		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream}
+		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
 		select {
 		case c.inflight <- p:
 		case <-c.dead:
@@ -292,6 +318,9 @@ func (c *upConn) readLoop() {
 			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
 			return
 		}
+		// Before its request leaves inflight: the connection is never
+		// seen quiet while an answer is being read (quiet).
+		c.answering.Store(true)
 		var p *pending
 		select {
 		case p = <-c.inflight:
@@ -307,6 +336,7 @@ func (c *upConn) readLoop() {
 		if p.stream && size >= streamMinBytes {
 			st := &streamed{uc: c, size: int64(size) - 4, done: make(chan struct{})}
 			c.streaming.Store(true)
+			c.answering.Store(false)
 			p.st = st
 			close(p.done)
 			select {
@@ -317,9 +347,27 @@ func (c *upConn) readLoop() {
 				return
 			}
 		}
+		// Held until its client takes it: not read ahead of a client
+		// over its budget (budget.go).
 		buf := responseBufs.Get()
+		if p.mem != nil && !p.mem.admitAnswer(p, buf, int(size), c.dead) {
+			responseBufs.Put(buf)
+			if !c.alive() {
+				c.fail(p, nil)
+				return
+			}
+			// Nobody takes this answer: read past it.
+			if _, err := io.CopyN(io.Discard, c.nc, int64(size)-4); err != nil {
+				c.fail(p, nil)
+				c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+				return
+			}
+			c.fail(p, errUpstreamClosed)
+			c.answering.Store(false)
+			continue
+		}
 		if cap(buf.B) < int(size) {
-			buf.B = make([]byte, size)
+			buf.B = make([]byte, size) // exactly: large buffers are not pooled
 		}
 		buf.B = buf.B[:size]
 		copy(buf.B, head[4:])
@@ -330,7 +378,12 @@ func (c *upConn) readLoop() {
 			return
 		}
 		p.buf = buf
+		if !p.state.CompareAndSwap(pendingWaiting, pendingDelivered) {
+			responseBufs.Put(buf) // abandoned while it was read
+			p.buf = nil
+		}
 		close(p.done)
+		c.answering.Store(false)
 	}
 }
 
@@ -370,6 +423,7 @@ func (c *upConn) close(err error) {
 
 // wait blocks until the response arrives or ctx ends.
 func (p *pending) wait(ctx context.Context) (*bytebufferpool.ByteBuffer, error) {
+	p.want()
 	select {
 	case <-p.done:
 		return p.buf, p.err

@@ -71,6 +71,17 @@ type Config struct {
 	// MaxRequestSize bounds a client's request frame in bytes, like Kafka's
 	// socket.request.max.bytes. Default 104857600 (100 MiB).
 	MaxRequestSize int64 `yaml:"max_request_size"`
+	// BufferBudget bounds the bytes of client requests and broker answers
+	// this member holds in memory, all client connections together; while
+	// it is used up, no client's requests are read (nor broker answers read
+	// ahead of clients) until bytes are released, like Kafka's
+	// queued.max.request.bytes. Default 536870912 (512 MiB).
+	BufferBudget int64 `yaml:"buffer_budget"`
+	// BufferBudgetPerConnection is the same bound for each client
+	// connection: a client whose answers wait for it to read, or whose
+	// requests wait for their answers, is not read until it holds less.
+	// Default 134217728 (128 MiB).
+	BufferBudgetPerConnection int64 `yaml:"buffer_budget_per_connection"`
 	// MetadataRefreshInterval is how often the upstream metadata is
 	// refreshed when nothing forces it. Default 30s.
 	MetadataRefreshInterval time.Duration `yaml:"metadata_refresh_interval"`
@@ -180,6 +191,12 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.SpliceFetches == nil {
 		c.SpliceFetches = ptr(true)
+	}
+	if c.BufferBudget == 0 {
+		c.BufferBudget = proxy.DefaultProcessBufferBudget
+	}
+	if c.BufferBudgetPerConnection == 0 {
+		c.BufferBudgetPerConnection = proxy.DefaultConnBufferBudget
 	}
 	if c.UpstreamMaxConnsPerBroker == 0 {
 		c.UpstreamMaxConnsPerBroker = defaultUpstreamConns
@@ -312,6 +329,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
 		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)
+	}
+	if c.BufferBudgetPerConnection < proxy.MinBufferBudget {
+		bad("buffer_budget_per_connection %d: must be at least %d bytes", c.BufferBudgetPerConnection, proxy.MinBufferBudget)
+	}
+	if c.BufferBudget < c.BufferBudgetPerConnection {
+		bad("buffer_budget %d: must be at least buffer_budget_per_connection (%d)", c.BufferBudget, c.BufferBudgetPerConnection)
 	}
 	if c.MetadataRefreshInterval < time.Second {
 		bad("metadata_refresh_interval %s: must be at least 1s", c.MetadataRefreshInterval)

@@ -65,6 +65,8 @@ func TestExampleConfig(t *testing.T) {
 			RecompressCompacted: ptr(true),
 		},
 		MaxRequestSize:             100 << 20,
+		BufferBudget:               1 << 30,
+		BufferBudgetPerConnection:  128 << 20,
 		UpstreamMaxConnsPerBroker:  4096,
 		UpstreamIdleConnsPerBroker: ptr(16),
 		MetadataRefreshInterval:    30 * time.Second,
@@ -90,6 +92,9 @@ func TestConfigDefaults(t *testing.T) {
 		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 ||
 		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
+		t.Fatalf("buffer budgets %d and %d per connection, want 512 MiB and 128 MiB", c.BufferBudget, c.BufferBudgetPerConnection)
 	}
 	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
 		t.Fatalf("splice_fetches: false read as %v (%v)", c.SpliceFetches, err)
@@ -137,6 +142,9 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 7: unknown key "topic"`}},
 		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
 		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
+		{"tiny connection budget", minimal + "buffer_budget_per_connection: 1000\n", []string{"buffer_budget_per_connection 1000: must be at least 65536 bytes"}},
+		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
+		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 6", "into a number"}},
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},

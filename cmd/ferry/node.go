@@ -109,6 +109,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
 		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),
 		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
 		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
 		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),

@@ -1,0 +1,283 @@
+package proxy
+
+// Memory budgets. Every client request frame Ferry reads and every broker
+// answer it reads whole is held until the answer is written to the client;
+// a client that sends large requests quickly, or does not read its
+// answers, would otherwise make Ferry hold as much as it likes. The bytes
+// held are counted per client connection and per process (Server), the
+// latter like Kafka's queued.max.request.bytes: while either count is at or over its
+// budget, Ferry stops reading the client's requests (so none of its further
+// requests go upstream) and stops reading upstream answers ahead of what the
+// client has taken. Nothing is refused or closed for a budget: the frame
+// that crosses a budget is admitted whole (its size is known before its
+// bytes are read), so the bytes held may exceed a budget by one frame, and
+// a frame larger than a whole budget is read once the budget has any room.
+//
+// One answer is always read: the one the connection's writer is waiting
+// for (pending.want). Its connection's other answers, read ahead, may fill
+// the budget while it is slow, and refusing it would leave the writer, and
+// so the budget, stuck forever.
+//
+// The charge travels with the buffer: admit records which connection a
+// frame buffer is charged to, and returning the buffer to its pool
+// (framePool.Put) releases it, wherever in the request's life that happens.
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/bytebufferpool"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// Default budgets: a max-size request (100 MiB) fits a connection's
+// budget, and four of them fit the process's.
+const (
+	DefaultConnBufferBudget    = 128 << 20
+	DefaultProcessBufferBudget = 512 << 20
+	// MinBufferBudget is the smallest budget: less would pause clients
+	// at every request.
+	MinBufferBudget = 64 << 10
+)
+
+// memMu guards every budget's counts and the charges of every frame
+// buffer; a charge is taken once per frame, so one lock is cheap enough.
+var memMu sync.Mutex
+
+// charges maps each buffer that holds budget to what it holds.
+var charges = map[*bytebufferpool.ByteBuffer]charge{}
+
+type charge struct {
+	cm *connMem
+	n  int64
+}
+
+// memBudget is one process's (Server's) budget.
+type memBudget struct {
+	limit, connLimit int64
+	gauge            prometheus.Gauge   // bytes held
+	pauses           prometheus.Counter // reads paused for a budget
+
+	used    int64         // under memMu
+	wake    chan struct{} // closed when bytes are released; nil when nobody waits
+	waiters atomic.Int32  // goroutines waiting for this budget
+}
+
+func newMemBudget(cfg *config, m *metrics) *memBudget {
+	return &memBudget{limit: cfg.processBufferBudget, connLimit: cfg.connBufferBudget, gauge: m.buffered, pauses: m.readPauses}
+}
+
+// connMem is one client connection's share of a budget.
+type connMem struct {
+	b      *memBudget
+	used   int64 // under memMu
+	closed bool  // under memMu
+	bufs   map[*bytebufferpool.ByteBuffer]struct{}
+}
+
+func (b *memBudget) conn() *connMem {
+	return &connMem{b: b, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+}
+
+// roomLocked reports whether the connection and the process are both under
+// their budgets.
+func (cm *connMem) roomLocked() bool {
+	return cm.used < cm.b.connLimit && cm.b.used < cm.b.limit
+}
+
+// chargeLocked charges buf's n bytes to the connection.
+func (cm *connMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
+	if old, ok := charges[buf]; ok { // a buffer charged twice: keep one
+		old.cm.dropLocked(buf, old.n)
+	}
+	charges[buf] = charge{cm, n}
+	cm.bufs[buf] = struct{}{}
+	cm.used += n
+	cm.b.used += n
+	cm.b.gauge.Set(float64(cm.b.used))
+}
+
+func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, n int64) {
+	delete(charges, buf)
+	delete(cm.bufs, buf)
+	cm.used -= n
+	cm.b.used -= n
+	cm.b.gauge.Set(float64(cm.b.used))
+	if cm.b.wake != nil {
+		close(cm.b.wake)
+		cm.b.wake = nil
+	}
+}
+
+// waitLocked returns a channel closed at the next release; the caller
+// counted itself in b.waiters first.
+func (b *memBudget) waitLocked() <-chan struct{} {
+	if b.wake == nil {
+		b.wake = make(chan struct{})
+	}
+	return b.wake
+}
+
+// admit waits until the connection and the process are under their
+// budgets, then charges buf with a request frame of n bytes, and reports
+// whether it waited: the reader goroutine calls it between a frame's size
+// and its body, so a client over budget is not read.
+func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
+	b := cm.b
+	memMu.Lock()
+	if cm.closed || cm.roomLocked() {
+		if !cm.closed {
+			cm.chargeLocked(buf, int64(n))
+		}
+		memMu.Unlock()
+		return false, nil
+	}
+	b.pauses.Inc()
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	for {
+		wake := b.waitLocked()
+		memMu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+		memMu.Lock()
+		if cm.closed || cm.roomLocked() {
+			if !cm.closed {
+				cm.chargeLocked(buf, int64(n))
+			}
+			memMu.Unlock()
+			return true, nil
+		}
+	}
+}
+
+// admitAnswer waits until an upstream answer of n bytes for p may be read
+// into buf, and charges it: when the connection and the process are under
+// their budgets, or when the client's writer waits for it. It returns false
+// when the answer is not wanted any more (abandoned, or its client
+// connection closed: read past it) or dead closes.
+func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
+	b := cm.b
+	// Counted before looking at want and abandon, which are set without
+	// the lock (wakeWaiters).
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	memMu.Lock()
+	paused := false
+	for {
+		switch {
+		case cm.closed || p.state.Load() == pendingAbandoned:
+			memMu.Unlock()
+			return false
+		case cm.roomLocked() || p.wanted.Load():
+			cm.chargeLocked(buf, int64(n))
+			memMu.Unlock()
+			return true
+		}
+		if !paused {
+			paused = true
+			b.pauses.Inc()
+		}
+		wake := b.waitLocked()
+		memMu.Unlock()
+		select {
+		case <-wake:
+		case <-dead:
+			return false
+		}
+		memMu.Lock()
+	}
+}
+
+// close releases everything the connection still holds; later charges and
+// releases of its buffers do nothing. Called once its reader and writer
+// have ended.
+func (cm *connMem) close() {
+	memMu.Lock()
+	defer memMu.Unlock()
+	for buf := range cm.bufs {
+		cm.dropLocked(buf, charges[buf].n)
+	}
+	cm.closed = true
+	if cm.b.wake != nil { // its answers' readers read past them now
+		close(cm.b.wake)
+		cm.b.wake = nil
+	}
+}
+
+// releaseBuf releases what buf holds, if anything.
+func releaseBuf(buf *bytebufferpool.ByteBuffer) {
+	memMu.Lock()
+	if c, ok := charges[buf]; ok {
+		c.cm.dropLocked(buf, c.n)
+	}
+	memMu.Unlock()
+}
+
+// want marks p as waited for by the client's writer: its answer is read
+// whatever the budgets hold.
+func (p *pending) want() {
+	if p.mem == nil || p.wanted.Load() {
+		return
+	}
+	p.wanted.Store(true)
+	p.mem.b.wakeWaiters()
+}
+
+// abandon says p's answer will never be taken (a fetch part answered
+// without it): it is read past rather than held, or, if already read,
+// released.
+func (p *pending) abandon() {
+	if p.state.CompareAndSwap(pendingWaiting, pendingAbandoned) {
+		if p.mem != nil {
+			p.mem.b.wakeWaiters()
+		}
+		return
+	}
+	if p.state.Load() == pendingDelivered { // nobody will put it back
+		responseBufs.Put(p.buf)
+	}
+}
+
+// wakeWaiters wakes the goroutines waiting for this budget to look again.
+// The atomic count spares the lock when nobody waits (the usual case): a
+// waiter counts itself before it looks, so it either sees what changed or
+// is counted here.
+func (b *memBudget) wakeWaiters() {
+	if b.waiters.Load() == 0 {
+		return
+	}
+	memMu.Lock()
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
+	}
+	memMu.Unlock()
+}
+
+// readFrame reads a client's request frame into buf, charged to the
+// connection's budget: a client over budget waits between the frame's size
+// and its body. That wait is Ferry's, not the client's: the request read
+// timeout starts again after it.
+func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
+	n, err := protocol.ReadFrameSize(r, c.s.cfg.maxRequestSize)
+	if err != nil {
+		return err
+	}
+	waited, err := c.mem.admit(c.ctx, buf, n)
+	if err != nil {
+		return err
+	}
+	if waited {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.requestReadTimeout))
+	}
+	return protocol.ReadFrameBody(r, n, buf)
+}

@@ -53,31 +53,6 @@ const (
 // more records than the brokers do, and why; their comparison is logged,
 // not asserted, until Ferry is fixed. Keep it empty otherwise.
 var knownWorse = map[string]string{
-	// kafkajs 2.2.4 retries InitProducerId only on NOT_COORDINATOR,
-	// COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and
-	// CONCURRENT_TRANSACTIONS, and producer.connect() asks for an
-	// idempotent producer ID once. Ferry sends that request to the
-	// lowest-ID broker it knows (upstream.anyBroker), the dead one
-	// until the cluster's metadata drops it, and answers
-	// REQUEST_TIMED_OUT ("The request timed out"), so every kafkajs
-	// producer starting through Ferry then fails to start. Directly,
-	// kafkajs asks the broker Metadata names as controller, which KRaft
-	// picks at random among the brokers it still counts alive: the dead
-	// one only some of the time (then it fails there too).
-	"kafkajs/starting": "Ferry: answer an idempotent InitProducerID it cannot forward with COORDINATOR_NOT_AVAILABLE, or send it to a broker that is up",
-
-	// kafkajs 2.2.4 producers retry 5 times by default, about 9 s of
-	// backoff (Kafka.producer always passes a retry object, so the
-	// idempotent default of Number.MAX_SAFE_INTEGER never applies).
-	// Through Ferry a send to a partition of the dead leader is answered
-	// NOT_LEADER_OR_FOLLOWER at once, every attempt, until the cluster
-	// fences the broker (broker.session.timeout.ms, 9 s) and Ferry sees
-	// it, and the retries can run out first ("KafkaJSNumberOfRetriesExceeded:
-	// This server is not the leader for that topic-partition"); directly
-	// each attempt first meets refused connections, which stretches the
-	// same retries past the fencing.
-	"kafkajs/running": "Ferry: hold a Produce for a partition whose leader is unreachable until the metadata names a new one (within the request's timeout) rather than refuse it at once",
-
 	// Java kafka-clients 4.4.0 (idempotent, 5 requests in flight)
 	// sometimes stays on one partition in OUT_OF_ORDER_SEQUENCE_NUMBER
 	// retries after the failover, until delivery.timeout.ms: here the

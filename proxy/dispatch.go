@@ -197,6 +197,24 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
 		return nil
 	}
+	var ue *unreachableError
+	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {
+		// The leader cannot be reached: Ferry says NOT_LEADER once the
+		// cluster has moved its partitions (or after leaderWait), not at
+		// once. A client retrying at once would spend its retries before
+		// the cluster notices the broker is gone (kafkajs has 5); against
+		// the dead broker itself each retry first meets a refused
+		// connection and a backoff.
+		return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
+			req.up.waitLeaderMoved(ctx, ue.broker, leaderWait(kr))
+			return s.upstreamAnswer(req, kr, err), nil, nil
+		})
+	}
+	return localReply(req, s.upstreamAnswer(req, kr, err))
+}
+
+// upstreamAnswer is the answer to kr in the upstream's place.
+func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.Response {
 	resp := errorResponse(kr, upstreamErrorCode(kr), "ferry: "+err.Error())
 	if req.up != nil {
 		// The handler may have made the request's topic IDs physical
@@ -210,7 +228,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 			}
 		})
 	}
-	return localReply(req, resp)
+	return resp
 }
 
 // rawReply answers with an upstream response frame as it came, its

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -73,6 +74,12 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 	for i, sc := range calls {
 		if sc.err != nil {
 			failed = true
+			// As for a request to one leader (upstreamFailed): the
+			// partitions of a leader that cannot be reached are
+			// answered NOT_LEADER once the cluster moved them.
+			if ue := (*unreachableError)(nil); errors.As(sc.err, &ue) && req.kr != nil {
+				req.up.waitLeaderMoved(ctx, ue.broker, leaderWait(req.kr))
+			}
 			continue
 		}
 		buf, err := sc.p.wait(ctx)

@@ -48,6 +48,20 @@ func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
 	return &brokerPool{u: u, broker: broker, addr: addr, freed: make(chan struct{})}
 }
 
+// unreachableError is a broker that could not be connected to: refused,
+// timed out, or in backoff after either.
+type unreachableError struct {
+	broker int32
+	addr   string
+	err    error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("broker %d (%s): %v", e.broker, e.addr, e.err)
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
 // errPoolFull is returned when every connection to a broker that the
 // configuration allows is leased and none came back in time.
 var errPoolFull = errors.New("upstream connections at the configured maximum")
@@ -75,7 +89,7 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 			return nil, errUpstreamClosed
 		case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
 			p.mu.Unlock()
-			return nil, fmt.Errorf("broker %d (%s): unreachable, retrying after backoff", p.broker, p.addr)
+			return nil, &unreachableError{p.broker, p.addr, errors.New("unreachable, retrying after backoff")}
 		case p.open < p.u.cfg.maxConnsPerBroker:
 			p.open++
 			p.mu.Unlock()
@@ -117,7 +131,7 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 		p.failedAt = time.Now()
 		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
 		p.wake()
-		return nil, fmt.Errorf("broker %d (%s): %w", p.broker, p.addr, err)
+		return nil, &unreachableError{p.broker, p.addr, err}
 	}
 	p.failedAt, p.backoff = time.Time{}, 0
 	if tc, ok := nc.(*net.TCPConn); ok {

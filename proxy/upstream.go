@@ -310,6 +310,56 @@ func (u *upstream) reapIdle(cutoff time.Time) (leased, idle int) {
 	return leased, idle
 }
 
+// leaderWait is how long an answer for the partitions of an unreachable
+// leader waits for the cluster to move them: half the request's own
+// timeout where it has one (a produce), at most 5 s, so the client has its
+// answer well before it gives up on the request.
+func leaderWait(kr kmsg.Request) time.Duration {
+	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.TimeoutMillis > 0 {
+		return min(5*time.Second, time.Duration(p.TimeoutMillis)*time.Millisecond/2)
+	}
+	return 5 * time.Second
+}
+
+// waitLeaderMoved returns once the cluster's metadata no longer names
+// broker as the leader of any partition (or no longer lists it), when
+// wait has passed, or when ctx ends; it asks for fresh metadata as it
+// waits.
+func (u *upstream) waitLeaderMoved(ctx context.Context, broker int32, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		u.refreshSoon()
+		if !u.snapshot().leads(broker) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// leads reports whether broker is listed and leads a partition.
+func (s *metaSnapshot) leads(broker int32) bool {
+	if _, ok := s.brokers[broker]; !ok {
+		return false
+	}
+	for _, t := range s.topics {
+		for _, p := range t.parts {
+			if p.exists && p.leader == broker {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // brokerIDs lists the cluster's brokers as last seen, in ID order.
 func (u *upstream) brokerIDs() []int32 {
 	s := u.snapshot()

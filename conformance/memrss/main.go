@@ -39,7 +39,7 @@ import (
 
 func main() {
 	ferry := flag.String("ferry", "", "the ferry binary to measure (required)")
-	scenarios := flag.String("scenarios", "produce,fetch", "comma-separated: produce (each client sends one 100 MiB produce), fetch (each pipelines -fetches fetches without reading, then reads them)")
+	scenarios := flag.String("scenarios", "produce,fetch", "comma-separated: produce (each client sends one 100 MiB produce), fetch (each pipelines -fetches fetches without reading, then reads them), idle (each produces once, then stays connected)")
 	clients := flag.Int("clients", 4, "clients at once")
 	fetches := flag.Int("fetches", 64, "fetches each client pipelines")
 	settle := flag.Duration("settle", 30*time.Second, "how long after the clients closed to measure again")
@@ -64,6 +64,8 @@ func main() {
 			produce(f.addr, *clients)
 		case "fetch":
 			fetch(f, *clients, *fetches)
+		case "idle":
+			idle(f, *clients, base)
 		default:
 			fatal(fmt.Errorf("unknown scenario %q", sc))
 		}
@@ -108,6 +110,23 @@ type ferryProc struct {
 // buffered returns Ferry's ferry_buffered_bytes ("-" from a Ferry without
 // it).
 func (f *ferryProc) buffered() string { return f.metric("ferry_buffered_bytes") }
+
+// upstreamConns returns ferry_upstream_connections by state.
+func (f *ferryProc) upstreamConns() string {
+	resp, err := http.Get("http://" + f.admin + "/metrics")
+	if err != nil {
+		return "-"
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "ferry_upstream_connections{"); ok {
+			out = append(out, v)
+		}
+	}
+	return strings.Join(out, "; ")
+}
 
 // metric returns a metric of Ferry's /metrics in MiB, or "-".
 func (f *ferryProc) metric(name string) string {
@@ -268,6 +287,50 @@ func fetch(f *ferryProc, clients, n int) {
 				return err
 			}
 		}
+		return nil
+	})
+}
+
+// idle: each client asks ApiVersions and produces one small record, then
+// stays connected doing nothing; measured once every client is idle (and
+// Ferry has had a lease period to take back their upstream connections).
+func idle(f *ferryProc, clients int, base int64) {
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version, av.ClientSoftwareName, av.ClientSoftwareVersion = 3, "memrss", "1"
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 9, 1, 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "mem"
+	rt.Partitions = append(rt.Partitions, kmsg.NewProduceRequestTopicPartition())
+	req.Topics = append(req.Topics, rt)
+	b := append(frame(av, 1), frame(req, 2)...)
+	var ready sync.WaitGroup
+	ready.Add(clients)
+	release := make(chan struct{})
+	go func() {
+		ready.Wait()
+		time.Sleep(3 * time.Second)
+		rss := f.rss()
+		fmt.Printf("idle     %d clients connected and idle: RSS %d MiB (+%.1f KiB a connection), ferry_upstream_connections %s\n",
+			clients, rss>>20, float64(rss-base)/1024/float64(clients), f.upstreamConns())
+		// Pooled upstream connections unused for a minute close.
+		time.Sleep(65 * time.Second)
+		rss = f.rss()
+		fmt.Printf("idle     %d clients, 65 s later: RSS %d MiB (+%.1f KiB a connection), ferry_upstream_connections %s\n",
+			clients, rss>>20, float64(rss-base)/1024/float64(clients), f.upstreamConns())
+		close(release)
+	}()
+	run(f.addr, clients, func(c net.Conn) error {
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+		for range 2 {
+			if err := readFrame(c); err != nil {
+				return err
+			}
+		}
+		ready.Done()
+		<-release
 		return nil
 	})
 }

@@ -137,6 +137,8 @@ func (c *clientConn) close(err error) {
 		case refusalReason(err) != "":
 			// Logged, sampled, where it was refused.
 			c.log.Debug("client connection closed", zap.Error(err))
+		case errors.Is(err, errClientClosed): // an answer was still awaited
+			c.log.Debug("client connection closed", zap.Error(err))
 		default:
 			c.log.Info("client connection closed", zap.Error(err))
 		}

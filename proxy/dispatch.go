@@ -186,8 +186,12 @@ func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, e
 // upstreamFailed answers a request whose upstream could not be reached or
 // failed with it in flight: the retriable code of its API, a metadata
 // refresh so that the retry finds the new leader or coordinator, and a
-// count. acks=0 produces get no answer, as ever.
+// count. acks=0 produces get no answer, as ever; nor does a request whose
+// client left while it waited (errClientClosed), which is no failure.
 func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
+	if errors.Is(err, errClientClosed) {
+		return nil // the client left: nobody to answer, nothing failed upstream
+	}
 	kr := req.kr
 	s.metrics.upstreamFailure(req.hdr.Key)
 	c.log.Debug("answering in the upstream's place", zap.String("api", kmsg.NameForKey(req.hdr.Key)), zap.Error(err))

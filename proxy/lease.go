@@ -117,17 +117,18 @@ func (c *clientConn) releaseQuiet() {
 
 // releaseUpstreams gives back every leased connection; called by the reader
 // goroutine once nothing more will be sent. Connections with requests in
-// flight are closed by the pool, not kept.
+// flight are closed by the pool, not kept, and those requests fail with
+// errClientClosed: the client left, the broker did nothing wrong.
 func (c *clientConn) releaseUpstreams() {
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
 	for k, uc := range c.ups {
-		uc.pool.put(uc)
+		uc.pool.release(uc, errClientClosed)
 		delete(c.ups, k)
 	}
 	for k, ucs := range c.fetchUps {
 		for _, uc := range ucs {
-			uc.pool.put(uc)
+			uc.pool.release(uc, errClientClosed)
 		}
 		delete(c.fetchUps, k)
 	}

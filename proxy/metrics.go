@@ -28,18 +28,20 @@ type metrics struct {
 	upConns    *prometheus.GaugeVec
 	// refusals counts every request or frame Ferry refused, by API and
 	// reason (refusals.go).
-	refusals *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	refusals  *prometheus.CounterVec
+	abandoned *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
 	byKey [kmsg.MaxKey + 1]keyMetrics
 }
 
 type keyMetrics struct {
-	requests prometheus.Counter
-	errors   prometheus.Counter
-	latency  prometheus.Observer
-	upFailed prometheus.Counter
+	requests  prometheus.Counter
+	errors    prometheus.Counter
+	latency   prometheus.Observer
+	upFailed  prometheus.Counter
+	abandoned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -63,11 +65,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connections to the brokers of a physical cluster: leased (a client has requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "refusals_total",
 			Help: "Client requests and frames Ferry refused, by API (unknown when no header could be read) and reason: bad_frame, unknown_key, unsupported_version, malformed_body and SaslAuthenticate's sasl close the connection; policy, SaslHandshake's sasl, ApiVersions' unsupported_version and upstream are answered with an error code."}, []string{"api", "reason"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_abandoned_total",
+			Help: "Client requests left unanswered because their client closed its connection while they waited upstream (not failures), by API."}, []string{"api"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -81,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if name == "Unknown" {
 			name = "key_" + strconv.Itoa(k)
 		}
-		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name), m.upFailures.WithLabelValues(name)}
+		m.byKey[k] = keyMetrics{m.requests.WithLabelValues(name), m.errors.WithLabelValues(name), m.latency.WithLabelValues(name), m.upFailures.WithLabelValues(name), m.abandoned.WithLabelValues(name)}
 	}
 	return m, nil
 }
@@ -91,6 +95,10 @@ func (m *metrics) observe(key int16, start time.Time, err error) {
 		return
 	}
 	km := &m.byKey[key]
+	if errors.Is(err, errClientClosed) {
+		km.abandoned.Inc() // answered to nobody: not a request answered, nor a failure
+		return
+	}
 	km.requests.Inc()
 	if err != nil {
 		km.errors.Inc()

@@ -21,6 +21,13 @@ import (
 // closed; their outcome is unknown.
 var errUpstreamClosed = errors.New("upstream connection closed")
 
+// errClientClosed fails requests in flight on an upstream connection that
+// Ferry closed because their client's connection ended (the client closed
+// it, or Ferry did after a bad request) while they waited upstream, such
+// as a JoinGroup parked in a rebalance: nobody is left to answer, and the
+// broker did nothing wrong.
+var errClientClosed = errors.New("client connection closed while the request waited upstream")
+
 // brokerPool bounds and reuses the raw connections to one physical broker.
 // Client connections lease them while they have requests in flight (see
 // lease.go); given back, a healthy quiet connection waits idle for the next
@@ -148,7 +155,11 @@ func (p *brokerPool) wake() {
 
 // put gives a leased connection back: kept idle if healthy and quiet,
 // closed otherwise.
-func (p *brokerPool) put(c *upConn) {
+func (p *brokerPool) put(c *upConn) { p.release(c, errUpstreamClosed) }
+
+// release is put, failing what is still in flight on a connection it
+// closes with why.
+func (p *brokerPool) release(c *upConn, why error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.wake()
@@ -157,7 +168,7 @@ func (p *brokerPool) put(c *upConn) {
 		return
 	}
 	p.open--
-	c.close(errUpstreamClosed)
+	c.close(why)
 }
 
 // reapIdle closes idle connections given back before cutoff, keeping the
@@ -404,6 +415,9 @@ func (c *upConn) readLoop() {
 func (c *upConn) fail(p *pending, err error) {
 	if err == nil {
 		err = errUpstreamClosed
+		if !c.alive() { // closed by Ferry: say why
+			err = c.err
+		}
 	}
 	p.err = err
 	close(p.done)
@@ -416,7 +430,7 @@ func (c *upConn) close(err error) {
 		c.err = err
 		close(c.dead)
 		c.nc.Close()
-		if !errors.Is(err, errUpstreamClosed) {
+		if !errors.Is(err, errUpstreamClosed) && !errors.Is(err, errClientClosed) {
 			c.pool.u.log.Info("upstream connection closed", zap.Int32("broker", c.pool.broker), zap.Error(err))
 		}
 		go func() {

@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestClientClosedWhileRequestWaitsUpstream: a client that closes its
+// connection while its JoinGroup is parked upstream (a rebalance) is
+// logged and counted as the client's close, not as an upstream failure or
+// a failed request.
+func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
+	kf := newKfake(t, 1)
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	kf.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		kf.SleepControl(func() { <-release }) // parked, as in a rebalance
+		return nil, nil, false
+	})
+	core, logs := observer.New(zap.DebugLevel)
+	s, addr := startFerry(t, kf.ListenAddrs(), WithLogger(zap.New(core)))
+	t.Cleanup(func() { close(release) })
+
+	conn := dialRaw(t, addr)
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version = 9
+	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis, join.ProtocolType = "g", 30000, 30000, "consumer"
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{}}}
+	writeReq(t, conn, join, 1)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the JoinGroup never reached the broker")
+	}
+	conn.Close()
+
+	km := &s.metrics.byKey[kmsg.JoinGroup]
+	if got := waitCounter(km.abandoned, 1, 10*time.Second); got != 1 {
+		t.Fatalf("ferry_requests_abandoned_total{api=JoinGroup} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(km.errors); got != 0 {
+		t.Errorf("ferry_request_failures_total{api=JoinGroup} = %v, want 0: the client closed, nothing failed", got)
+	}
+	if got := testutil.ToFloat64(km.upFailed); got != 0 {
+		t.Errorf("ferry_upstream_failures_total{api=JoinGroup} = %v, want 0: the broker did nothing wrong", got)
+	}
+	var closed []observer.LoggedEntry
+	for deadline := time.Now().Add(10 * time.Second); len(closed) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		closed = logs.FilterMessage("client connection closed").All()
+	}
+	if len(closed) != 1 || !strings.Contains(toString(closed[0].ContextMap()["error"]), errClientClosed.Error()) {
+		t.Errorf("client close logged as %+v; want one entry saying %q", closed, errClientClosed)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message+" "+toString(e.ContextMap()["error"]), errUpstreamClosed.Error()) {
+			t.Errorf("logged an upstream failure for the client's close: %s %v", e.Message, e.ContextMap())
+		}
+	}
+}
+
+func toString(v any) string {
+	s, _ := v.(string)
+	return s
+}

@@ -9,6 +9,12 @@ package proxy
 // (generation-shifted) and topic IDs are virtual (v10+). v0 asks for every
 // topic with an empty list, v1+ with a null one; v10+ may name topics by
 // (virtual) ID; v13 added a top-level error code.
+//
+// Authorized operations: a topic's are the cluster's answer (Ferry asks
+// upstream with the client's IncludeTopicAuthorizedOperations). The
+// cluster's (v8-v10 IncludeClusterAuthorizedOperations; v11 moved it to
+// DescribeCluster) are what the active cluster answers DescribeCluster,
+// as in 60_describe_cluster.go; INT32_MIN when not asked for.
 
 import (
 	"context"
@@ -68,7 +74,19 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 	resp.ClusterID = &s.cfg.clusterID
 	resp.ControllerID = brokers[0].NodeID
-	resp.AuthorizedOperations = upResp.AuthorizedOperations
+	resp.AuthorizedOperations = authorizedOperationsOmitted
+	if in.IncludeClusterAuthorizedOperations && req.hdr.Version >= 8 && req.hdr.Version <= 10 {
+		// Ferry asks upstream at a version without this field (v11
+		// removed it): the cluster's answer comes from DescribeCluster.
+		ops, err := req.up.clusterOperations(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp.AuthorizedOperations = 0 // what Kafka answers a caller that may not describe the cluster
+		if ops.ErrorCode == 0 {
+			resp.AuthorizedOperations = ops.ClusterAuthorizedOperations
+		}
+	}
 	resp.ErrorCode = upResp.ErrorCode
 	gen := req.state.Generation
 	for _, t := range upResp.Topics {
@@ -82,7 +100,9 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		resp.Topics = append(resp.Topics, out)
 	}
 	for _, id := range unknownIDs {
-		resp.Topics = append(resp.Topics, kmsg.MetadataResponseTopic{ErrorCode: kerr.UnknownTopicID.Code, TopicID: id})
+		t := kmsg.NewMetadataResponseTopic() // AuthorizedOperations INT32_MIN, as Kafka answers an unknown ID
+		t.ErrorCode, t.TopicID = kerr.UnknownTopicID.Code, id
+		resp.Topics = append(resp.Topics, t)
 	}
 	return localReply(req, resp), nil
 }

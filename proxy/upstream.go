@@ -50,6 +50,10 @@ type upstream struct {
 
 	laneMu sync.Mutex
 	lanes  map[int32]int // physical broker → lane, given on first sight
+
+	opsMu sync.Mutex // the cluster's authorized operations, cached
+	ops   *kmsg.DescribeClusterResponse
+	opsAt time.Time
 }
 
 type coordKey struct {
@@ -482,4 +486,34 @@ func (u *upstream) pool(broker int32) (*brokerPool, error) {
 		u.pools[broker] = p
 	}
 	return p, nil
+}
+
+// clusterOpsTTL is how long the cluster's answer about authorized
+// operations is reused: they change only with ACLs.
+const clusterOpsTTL = 5 * time.Second
+
+// clusterOperations asks the cluster which operations Ferry's principal may
+// perform on it (DescribeCluster with IncludeClusterAuthorizedOperations),
+// reusing an answer younger than clusterOpsTTL. Only ErrorCode,
+// ErrorMessage and ClusterAuthorizedOperations of the answer are meant.
+func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeClusterResponse, error) {
+	u.opsMu.Lock()
+	defer u.opsMu.Unlock()
+	if u.ops != nil && time.Since(u.opsAt) < clusterOpsTTL {
+		return u.ops, nil
+	}
+	req := kmsg.NewPtrDescribeClusterRequest()
+	req.IncludeClusterAuthorizedOperations = true
+	resp, err := req.RequestWith(ctx, u.cl)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: describe cluster: %w", u.name, err)
+	}
+	msg := resp.ErrorMessage
+	if msg != nil {
+		m := *msg
+		msg = &m
+	}
+	u.ops = &kmsg.DescribeClusterResponse{ErrorCode: resp.ErrorCode, ErrorMessage: msg, ClusterAuthorizedOperations: resp.ClusterAuthorizedOperations}
+	u.opsAt = time.Now()
+	return u.ops, nil
 }

@@ -26,6 +26,13 @@ const (
 )
 
 func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	return s.forwardAnyWith(c, req, kr, false, nil)
+}
+
+// forwardAnyWith is forwardAny for a request its handler changed
+// (rewritten) and whose answer merge completes (Ferry's own answers for
+// what it did not send), after the answer is translated.
+func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, rewritten bool, merge func(kmsg.Response)) (*reply, error) {
 	b, err := req.up.anyBroker()
 	if err != nil {
 		return nil, err
@@ -41,14 +48,16 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	gen := req.state.Generation
-	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
+	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
 	names := brokerResourceNames(kr, b)
 	rewritten = rewritten || names != nil
 
 	var fix func(kmsg.Response) error
 	switch kr.(type) {
-	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest:
-		// The topic set changed: the next routing lookups must see it.
+	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
+		*kmsg.ElectLeadersRequest, *kmsg.AlterPartitionAssignmentsRequest:
+		// The topic set or leaders changed: the next routing lookups
+		// must see it.
 		fix = func(resp kmsg.Response) error {
 			rctx, cancel := context.WithTimeout(c.s.ctx, 10*time.Second)
 			defer cancel()
@@ -67,6 +76,18 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 				restoreResourceNames(resp, names)
 				return nil
 			}
+		}
+	}
+	if merge != nil {
+		translated := fix
+		fix = func(resp kmsg.Response) error {
+			if translated != nil {
+				if err := translated(resp); err != nil {
+					return err
+				}
+			}
+			merge(resp)
+			return nil
 		}
 	}
 	r, err := s.forwardTo(c, req, b, kr, rewritten, fix)

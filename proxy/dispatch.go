@@ -119,6 +119,8 @@ func init() {
 		int16(kmsg.ListGroups):           handleListGroups,
 		int16(kmsg.ListTransactions):     handleListTransactions,
 		int16(kmsg.SASLHandshake):        handleSASLHandshake,
+		int16(kmsg.CreateTopics):         handleCreateTopics,
+		int16(kmsg.CreatePartitions):     handleCreatePartitions,
 	}
 }
 

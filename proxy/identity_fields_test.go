@@ -102,10 +102,11 @@ var handledIdentity = map[string]string{
 	"ApiVersions.Request.ClusterID":                 "sent by controllers only; answered locally",
 	"ApiVersions.Request.NodeID":                    "sent by controllers only; answered locally",
 
-	// Explicit replica assignments name brokers; a client only knows Ferry's
-	// members, which the physical cluster rejects as an invalid assignment.
-	"CreateTopics.Request.Topics.ReplicaAssignment.Replicas": "passed; the broker rejects unknown IDs",
-	"CreatePartitions.Request.Topics.Assignment.Replicas":    "passed; the broker rejects unknown IDs",
+	// Explicit replica assignments name the virtual brokers a client knows:
+	// mapped to the physical brokers their lanes stand for, or refused.
+	"CreateTopics.Request.Topics.ReplicaAssignment.Replicas": "virtual→physical by lane (replicaMap)",
+	"CreatePartitions.Request.Topics.Assignment.Replicas":    "virtual→physical by lane (replicaMap)",
+	"CreateTopics.Response.Topics.TopicID":                   "virtual (translated by forwardAny)",
 }
 
 func TestEveryIdentityFieldIsHandled(t *testing.T) {

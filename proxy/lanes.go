@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // Lanes: each Ferry member presents several virtual brokers ("lanes"),
@@ -98,4 +100,56 @@ func replicaSet(brokers []Broker, leader int32, n int) []int32 {
 		}
 	}
 	return out
+}
+
+// replicaMap maps the virtual brokers a client names in a replica
+// assignment (CreateTopics, CreatePartitions, AlterPartitionReassignments)
+// to physical brokers of the active cluster. A lane is the virtual broker
+// of one physical broker, so lane l of any member stands for the one live
+// physical broker whose lane is l. A lane that stands for none (more lanes
+// than brokers) or for several (fewer lanes than brokers) cannot place a
+// replica, and neither can an ID that is no lane of a live member.
+type replicaMap struct {
+	phys  map[int32]int32 // virtual → physical
+	valid string          // the virtual IDs that map, for error messages
+}
+
+func (s *Server) replicaMap(u *upstream) *replicaMap {
+	byLane := map[int][]int32{}
+	for b := range u.snapshot().brokers {
+		l := u.lane(b, s.lanes)
+		byLane[l] = append(byLane[l], b)
+	}
+	m := &replicaMap{phys: map[int32]int32{}}
+	var ids []string
+	for _, vb := range s.virtualBrokers() {
+		if bs := byLane[int(vb.NodeID%laneStride)]; len(bs) == 1 {
+			m.phys[vb.NodeID] = bs[0]
+			ids = append(ids, strconv.Itoa(int(vb.NodeID)))
+		}
+	}
+	m.valid = strings.Join(ids, ", ")
+	return m
+}
+
+// physical maps one partition's replicas. It returns a message saying why
+// the assignment is refused (INVALID_REPLICA_ASSIGNMENT), or "".
+func (m *replicaMap) physical(replicas []int32) ([]int32, string) {
+	out := make([]int32, len(replicas))
+	from := make(map[int32]int32, len(replicas)) // physical → the virtual ID that named it
+	for i, v := range replicas {
+		p, ok := m.phys[v]
+		if !ok {
+			return nil, fmt.Sprintf("broker %d cannot hold a replica: it is not a broker of this cluster that stands for one physical broker; valid broker IDs: %s", v, m.valid)
+		}
+		if prev, dup := from[p]; dup {
+			if prev == v {
+				return nil, fmt.Sprintf("broker %d is named twice", v)
+			}
+			return nil, fmt.Sprintf("brokers %d and %d are the same broker: IDs whose last three digits match are lanes of different Ferry members for one physical broker; valid broker IDs: %s", prev, v, m.valid)
+		}
+		from[p] = v
+		out[i] = p
+	}
+	return out, ""
 }

@@ -1,0 +1,62 @@
+package proxy
+
+// CreateTopics (key 19), every version Ferry advertises (v2+ upstream).
+// Forwarded like the other admin requests (admin.go), but an explicit
+// replica assignment names brokers, and a client only knows the virtual
+// brokers Ferry's Metadata shows: each is mapped to the physical broker its
+// lane stands for (replicaMap, lanes.go). A topic whose assignment names a
+// broker that maps to no single physical broker, or two that map to the
+// same one, is answered by Ferry with INVALID_REPLICA_ASSIGNMENT and a
+// message listing the valid IDs (v1+ carry messages), as Kafka answers an
+// assignment naming unknown or duplicate brokers; the other topics go
+// upstream.
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	in := kr.(*kmsg.CreateTopicsRequest)
+	var m *replicaMap
+	var refused []kmsg.CreateTopicsResponseTopic
+	keep := in.Topics[:0]
+	for _, t := range in.Topics {
+		msg := ""
+		for i := range t.ReplicaAssignment {
+			if m == nil {
+				m = s.replicaMap(req.up)
+			}
+			a := &t.ReplicaAssignment[i]
+			phys, why := m.physical(a.Replicas)
+			if why != "" {
+				msg = "partition " + strconv.Itoa(int(a.Partition)) + ": " + why
+				break
+			}
+			a.Replicas = phys
+		}
+		if msg == "" {
+			keep = append(keep, t)
+			continue
+		}
+		r := kmsg.NewCreateTopicsResponseTopic()
+		r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
+		refused = append(refused, r)
+	}
+	in.Topics = keep
+	merge := func(resp kmsg.Response) {
+		r := resp.(*kmsg.CreateTopicsResponse)
+		r.Topics = append(r.Topics, refused...)
+	}
+	if len(in.Topics) == 0 && len(refused) > 0 {
+		resp := kmsg.NewPtrCreateTopicsResponse()
+		merge(resp)
+		return localReply(req, resp), nil
+	}
+	if m == nil {
+		return s.forwardAny(c, req, kr)
+	}
+	return s.forwardAnyWith(c, req, kr, true, merge)
+}

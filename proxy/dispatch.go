@@ -23,8 +23,9 @@ var ErrUnsupportedVersion = errors.New("unsupported API key or version")
 // and controller RPCs, SASL, share and streams groups, delegation tokens)
 // are not advertised and are refused (SaslHandshake is advertised and
 // answered: 17_sasl_handshake.go); so are the admin APIs that only make
-// sense against one physical cluster's brokers (DescribeQuorum, partition
-// reassignments), whose answers would name physical brokers.
+// sense against one physical cluster's brokers (DescribeQuorum), whose
+// answers would name physical brokers. Partition reassignments are served:
+// they name brokers by the lanes Ferry shows (replicaMap, lanes.go).
 type route int8
 
 const (
@@ -69,6 +70,8 @@ var routes = map[int16]route{
 	int16(kmsg.CreatePartitions):             routeAny,
 	int16(kmsg.DeleteGroups):                 routeGroup,
 	int16(kmsg.ElectLeaders):                 routeAny,
+	int16(kmsg.AlterPartitionAssignments):    routeAny,
+	int16(kmsg.ListPartitionReassignments):   routeAny,
 	int16(kmsg.IncrementalAlterConfigs):      routeAny,
 	int16(kmsg.OffsetDelete):                 routeGroup,
 	int16(kmsg.DescribeClientQuotas):         routeAny,
@@ -106,21 +109,23 @@ var handlers map[int16]handler
 
 func init() {
 	handlers = map[int16]handler{
-		int16(kmsg.ApiVersions):          handleApiVersions,
-		int16(kmsg.Metadata):             handleMetadata,
-		int16(kmsg.FindCoordinator):      handleFindCoordinator,
-		int16(kmsg.DescribeCluster):      handleDescribeCluster,
-		int16(kmsg.Produce):              handleProduce,
-		int16(kmsg.Fetch):                handleFetch,
-		int16(kmsg.ListOffsets):          handleListOffsets,
-		int16(kmsg.OffsetForLeaderEpoch): handleOffsetForLeaderEpoch,
-		int16(kmsg.DeleteRecords):        handleDeleteRecords,
-		int16(kmsg.DescribeProducers):    handleDescribeProducers,
-		int16(kmsg.ListGroups):           handleListGroups,
-		int16(kmsg.ListTransactions):     handleListTransactions,
-		int16(kmsg.SASLHandshake):        handleSASLHandshake,
-		int16(kmsg.CreateTopics):         handleCreateTopics,
-		int16(kmsg.CreatePartitions):     handleCreatePartitions,
+		int16(kmsg.ApiVersions):                handleApiVersions,
+		int16(kmsg.Metadata):                   handleMetadata,
+		int16(kmsg.FindCoordinator):            handleFindCoordinator,
+		int16(kmsg.DescribeCluster):            handleDescribeCluster,
+		int16(kmsg.Produce):                    handleProduce,
+		int16(kmsg.Fetch):                      handleFetch,
+		int16(kmsg.ListOffsets):                handleListOffsets,
+		int16(kmsg.OffsetForLeaderEpoch):       handleOffsetForLeaderEpoch,
+		int16(kmsg.DeleteRecords):              handleDeleteRecords,
+		int16(kmsg.DescribeProducers):          handleDescribeProducers,
+		int16(kmsg.ListGroups):                 handleListGroups,
+		int16(kmsg.ListTransactions):           handleListTransactions,
+		int16(kmsg.SASLHandshake):              handleSASLHandshake,
+		int16(kmsg.CreateTopics):               handleCreateTopics,
+		int16(kmsg.CreatePartitions):           handleCreatePartitions,
+		int16(kmsg.AlterPartitionAssignments):  handleAlterPartitionReassignments,
+		int16(kmsg.ListPartitionReassignments): handleListPartitionReassignments,
 	}
 }
 

@@ -104,9 +104,13 @@ var handledIdentity = map[string]string{
 
 	// Explicit replica assignments name the virtual brokers a client knows:
 	// mapped to the physical brokers their lanes stand for, or refused.
-	"CreateTopics.Request.Topics.ReplicaAssignment.Replicas": "virtual→physical by lane (replicaMap)",
-	"CreatePartitions.Request.Topics.Assignment.Replicas":    "virtual→physical by lane (replicaMap)",
-	"CreateTopics.Response.Topics.TopicID":                   "virtual (translated by forwardAny)",
+	"CreateTopics.Request.Topics.ReplicaAssignment.Replicas":                 "virtual→physical by lane (replicaMap)",
+	"CreatePartitions.Request.Topics.Assignment.Replicas":                    "virtual→physical by lane (replicaMap)",
+	"CreateTopics.Response.Topics.TopicID":                                   "virtual (translated by forwardAny)",
+	"AlterPartitionAssignments.Request.Topics.Partitions.Replicas":           "virtual→physical by lane (replicaMap)",
+	"ListPartitionReassignments.Response.Topics.Partitions.Replicas":         "physical→lane of the partition's Metadata leader member",
+	"ListPartitionReassignments.Response.Topics.Partitions.AddingReplicas":   "physical→lane of the partition's Metadata leader member",
+	"ListPartitionReassignments.Response.Topics.Partitions.RemovingReplicas": "physical→lane of the partition's Metadata leader member",
 }
 
 func TestEveryIdentityFieldIsHandled(t *testing.T) {

@@ -54,12 +54,13 @@ var requestClasses = []requestClass{
 	{"scram_admin", false, clusterAuthFailed},   // AlterUserScramCredentials
 	{"quota_admin", false, clusterAuthFailed},   // AlterClientQuotas
 	{"broker_config", false, clusterAuthFailed}, // AlterConfigs, IncrementalAlterConfigs on BROKER, BROKER_LOGGER, CLIENT_METRICS resources
-	{"cluster_admin", false, clusterAuthFailed}, // UpdateFeatures, ElectLeaders
+	{"cluster_admin", false, clusterAuthFailed}, // UpdateFeatures, ElectLeaders, AlterPartitionReassignments
 }
 
 // keyClasses classifies the APIs whose every request is of one class.
-// AlterPartitionReassignments and the like are not served at all
-// (dispatch.go); should they be, they are cluster_admin.
+// AlterPartitionReassignments (45_alter_partition_reassignments.go) is
+// cluster_admin; AlterReplicaLogDirs and UnregisterBroker are not served at
+// all (dispatch.go), and would be too.
 var keyClasses = map[int16]string{
 	int16(kmsg.CreateTopics):              "topic_create",
 	int16(kmsg.CreatePartitions):          "topic_create",

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/proxy"
 )
 
 // TestReplicaAssignmentThroughFerry: an explicit replica assignment naming
@@ -21,7 +23,8 @@ import (
 // saying which IDs are valid, and nothing is created.
 func TestReplicaAssignmentThroughFerry(t *testing.T) {
 	c := cluster(t)
-	f := ferrytest.Start(t, c.Bootstrap())
+	// Reassignments and elections are cluster_admin, refused by default.
+	f := ferrytest.Start(t, c.Bootstrap(), proxy.WithRequestPolicy([]string{"cluster_admin"}, nil))
 	cl := client(t, f.Addr)
 	adm := kadm.NewClient(cl)
 	direct := kadm.NewClient(client(t, c.Bootstrap()))
@@ -136,6 +139,60 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 			// A new partition is led by its first replica.
 			if f := viaFerry[int32(p)]; f.leader != vs[0] || len(f.replicas) != len(vs) {
 				t.Errorf("partition %d through Ferry: leader %d with %d replicas, want leader %d with %d", p, f.leader, len(f.replicas), vs[0], len(vs))
+			}
+		}
+	})
+
+	// After CreateTopics: partition 0 of "assigned" is on [v1 v2].
+	t.Run("AlterPartitionReassignments", func(t *testing.T) {
+		var req kadm.AlterPartitionAssignmentsReq
+		req.Assign("assigned", 0, []int32{v0, v1})
+		req.Assign("assigned", 1, []int32{v0, 9})
+		resp, err := adm.AlterPartitionAssignments(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp["assigned"][0]; r.Err != nil {
+			t.Fatalf("reassign partition 0 to %v: %v %s", []int32{v0, v1}, r.Err, r.ErrMessage)
+		}
+		bad := resp["assigned"][1]
+		if !errors.Is(bad.Err, kerr.InvalidReplicaAssignment) || !strings.Contains(bad.ErrMessage, "valid broker IDs: 0, 1, 2") {
+			t.Errorf("reassign partition 1 to broker 9: %v %q; want INVALID_REPLICA_ASSIGNMENT listing the valid IDs", bad.Err, bad.ErrMessage)
+		}
+		want := physOf([]int32{v0, v1})
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			d := describe(t, direct, "assigned", 3)
+			if slices.Equal(d[0].replicas, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition 0 on %v after the reassignment, want %v", d[0].replicas, want)
+			}
+		}
+		if _, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"assigned": {0: {}}}); err != nil {
+			t.Errorf("ListPartitionReassignments through Ferry: %v", err)
+		}
+		// The preferred replica is now v0: electing it through Ferry
+		// moves the leader Ferry shows.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"assigned": {0: {}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res["assigned"][0]
+			if r.Err == nil || errors.Is(r.Err, kerr.ElectionNotNeeded) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("electing the preferred leader of partition 0: %v %s", r.Err, r.ErrMessage)
+			}
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			if f := describe(t, adm, "assigned", 3); f[0].leader == v0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition 0 through Ferry is not led by %d after the election", v0)
 			}
 		}
 	})

@@ -30,6 +30,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"reflect"
 	"time"
 
@@ -244,7 +245,7 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
 		buf, err := sc.p.wait(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 				return nil, nil, err
 			}
 			return s.fetchDecoded(c, req, in, names, sc, nil)
@@ -416,6 +417,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 	finished := make([]bool, len(calls))
 	waiting := 0
 	ready := false
+	var gone error // the client left: nobody to answer
 	for i, sc := range calls {
 		if sc.err != nil {
 			finished[i], ready = true, true
@@ -428,6 +430,9 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		waiting--
 		buf, err := calls[i].p.wait(ctx)
 		if err != nil {
+			if errors.Is(err, errClientClosed) {
+				gone = err
+			}
 			ready = true
 			return
 		}
@@ -476,6 +481,10 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		default:
 			sc.p.abandon()
 		}
+	}
+	if gone != nil {
+		g.release()
+		return nil, nil, gone
 	}
 	for i, sc := range calls {
 		if finished[i] && (sc.err != nil || g.resps[i] == nil) {

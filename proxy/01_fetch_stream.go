@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -34,7 +35,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // on with the reply's finish.
 func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys map[[16]byte]topicIDs, bw *bufio.Writer) (int64, bool, error) {
 	if _, err := sc.p.wait(ctx); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 			sc.dropStreamed() // its answer may wait to be streamed
 			return 0, true, err
 		}

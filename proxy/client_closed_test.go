@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -72,4 +73,45 @@ func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
 func toString(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// TestClientClosedWhileFetchLongPolls: a consumer that closes its
+// connection while its Fetch waits upstream for records (the usual way a
+// consumer stops) is the client's close too, on every fetch path: one
+// broker, read whole or streamed, and several brokers.
+func TestClientClosedWhileFetchLongPolls(t *testing.T) {
+	kf := newKfake(t, 2, kfake.SeedTopics(4, "quiet"))
+	core, logs := observer.New(zap.DebugLevel)
+	s, addr := startFerry(t, kf.ListenAddrs(), WithLogger(zap.New(core)))
+	km := &s.metrics.byKey[kmsg.Fetch]
+	for i, parts := range [][]int32{{0}, {0, 1, 2, 3}} {
+		conn := dialRaw(t, addr)
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 12, 5000, 1, 1<<20
+		ft := kmsg.FetchRequestTopic{Topic: "quiet"}
+		for _, p := range parts {
+			ft.Partitions = append(ft.Partitions, kmsg.FetchRequestTopicPartition{Partition: p, CurrentLeaderEpoch: -1, LastFetchedEpoch: -1, LogStartOffset: -1, PartitionMaxBytes: 1 << 20})
+		}
+		req.Topics = []kmsg.FetchRequestTopic{ft}
+		writeReq(t, conn, req, 1)
+		time.Sleep(300 * time.Millisecond) // parked upstream
+		conn.Close()
+		if got := waitCounter(km.abandoned, float64(i+1), 10*time.Second); got != float64(i+1) {
+			t.Fatalf("fetch of partitions %v: ferry_requests_abandoned_total{api=Fetch} = %v, want %d", parts, got, i+1)
+		}
+	}
+	if got := testutil.ToFloat64(km.errors); got != 0 {
+		t.Errorf("ferry_request_failures_total{api=Fetch} = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(km.requests); got != 0 {
+		t.Errorf("ferry_requests_total{api=Fetch} = %v, want 0: nothing was answered", got)
+	}
+	if got := testutil.ToFloat64(km.upFailed); got != 0 {
+		t.Errorf("ferry_upstream_failures_total{api=Fetch} = %v, want 0", got)
+	}
+	for _, e := range logs.All() {
+		if e.Level > zap.DebugLevel {
+			t.Errorf("logged above debug for a client's close: %s %v", e.Message, e.ContextMap())
+		}
+	}
 }

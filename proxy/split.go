@@ -88,6 +88,10 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 				g.release()
 				return nil, ctx.Err()
 			}
+			if errors.Is(err, errClientClosed) { // nobody to answer
+				g.release()
+				return nil, err
+			}
 			failed = true
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -69,5 +70,33 @@ func TestAuthorizedOperationsThroughFerry(t *testing.T) {
 	}
 	if got := metadata(f.Addr, false).AuthorizedOperations; got != omitted {
 		t.Errorf("Metadata v10 through Ferry, not asked: %d, want INT32_MIN", got)
+	}
+
+	// A topic's authorized operations (latest Metadata), and those of a
+	// topic asked for by an ID nobody knows.
+	createTopic(t, kadm.NewClient(direct), "authz", 1, nil)
+	topicOps := func(cl *kgo.Client, include bool) (byName, byUnknownID int32) {
+		ops := func(topic kmsg.MetadataRequestTopic) int32 {
+			req := kmsg.NewPtrMetadataRequest()
+			req.IncludeTopicAuthorizedOperations = include
+			req.Topics = []kmsg.MetadataRequestTopic{topic}
+			resp, err := req.RequestWith(ctx, cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Topics) != 1 {
+				t.Fatalf("Metadata for %v answered %d topics, want 1", topic, len(resp.Topics))
+			}
+			return resp.Topics[0].AuthorizedOperations
+		}
+		return ops(kmsg.MetadataRequestTopic{Topic: kmsg.StringPtr("authz")}), ops(kmsg.MetadataRequestTopic{TopicID: [16]byte{0xfe, 1}})
+	}
+	for _, include := range []bool{true, false} {
+		gotName, gotID := topicOps(viaFerry, include)
+		wantName, wantID := topicOps(direct, include)
+		if gotName != wantName || gotID != wantID {
+			t.Errorf("Metadata (include topic operations %v) through Ferry: %#x for the topic, %#x for an unknown ID; the cluster answers %#x and %#x",
+				include, gotName, gotID, wantName, wantID)
+		}
 	}
 }

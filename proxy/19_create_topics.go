@@ -1,6 +1,6 @@
 package proxy
 
-// CreateTopics (key 19), every version Ferry advertises (v2+ upstream).
+// CreateTopics (key 19), every version Ferry advertises (Kafka 4 serves v2+).
 // Forwarded like the other admin requests (admin.go), but an explicit
 // replica assignment names brokers, and a client only knows the virtual
 // brokers Ferry's Metadata shows: each is mapped to the physical broker its

@@ -70,6 +70,18 @@ func createTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32,
 	if err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	// Brokers learn a new topic from the controller's log a moment after
+	// CreateTopics answers: wait until adm's Metadata shows it.
+	for {
+		td, err := adm.ListTopics(ctx, topic)
+		if err == nil && td[topic].Err == nil && len(td[topic].Partitions) == int(partitions) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s created but not in metadata: %v %v", topic, err, td[topic].Err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // produced is a record as acknowledged, keyed by its key.

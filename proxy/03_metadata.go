@@ -5,7 +5,9 @@ package proxy
 // and after errors, which is exactly when freshness matters).
 //
 // Brokers are Ferry's members, the cluster ID is Ferry's, each partition's
-// leader is the member rendezvous hashing picks, leader epochs are virtual
+// leader is the lane of its physical leader on the member rendezvous
+// hashing picks, its replicas and ISR are the lanes of its physical ones on
+// that member (replicaLanes, lanes.go), leader epochs are virtual
 // (generation-shifted) and topic IDs are virtual (v10+). v0 asks for every
 // topic with an empty list, v1+ with a null one; v10+ may name topics by
 // (virtual) ID; v13 added a top-level error code.
@@ -115,8 +117,7 @@ func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResp
 		return out
 	}
 	out.Leader = s.virtualLeader(u, topic, p.Partition, p.Leader)
-	out.Replicas = replicaSet(brokers, out.Leader, len(p.Replicas))
-	out.ISR = out.Replicas[:min(len(out.Replicas), max(1, len(p.ISR)))]
+	out.Replicas, out.ISR = s.replicaLanes(u, brokers, out.Leader, p.Replicas, p.ISR)
 	out.OfflineReplicas = []int32{}
 	return out
 }

@@ -177,8 +177,7 @@ func (s *Server) virtualTopicPartitions(u *upstream, resp *kmsg.DescribeTopicPar
 				p.Replicas, p.ISR = []int32{}, []int32{}
 			} else {
 				p.LeaderID = s.virtualLeader(u, *t.Topic, p.Partition, p.LeaderID)
-				p.Replicas = replicaSet(brokers, p.LeaderID, len(p.Replicas))
-				p.ISR = p.Replicas[:min(len(p.Replicas), max(1, len(p.ISR)))]
+				p.Replicas, p.ISR = s.replicaLanes(u, brokers, p.LeaderID, p.Replicas, p.ISR)
 			}
 			p.EligibleLeaderReplicas, p.LastKnownELR, p.OfflineReplicas = []int32{}, []int32{}, []int32{}
 		}

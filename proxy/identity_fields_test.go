@@ -62,14 +62,14 @@ var handledIdentity = map[string]string{
 	// Answered by Ferry from its own identity.
 	"Metadata.Response.Brokers": "fleet", "Metadata.Response.Brokers.Host": "fleet", "Metadata.Response.Brokers.NodeID": "fleet", "Metadata.Response.Brokers.Port": "fleet",
 	"Metadata.Response.ClusterID": "virtual", "Metadata.Response.ControllerID": "fleet",
-	"Metadata.Response.Topics.Partitions.Leader": "rendezvous", "Metadata.Response.Topics.Partitions.Replicas": "fleet", "Metadata.Response.Topics.Partitions.ISR": "fleet",
+	"Metadata.Response.Topics.Partitions.Leader": "rendezvous", "Metadata.Response.Topics.Partitions.Replicas": "physical→lane of the leader's member", "Metadata.Response.Topics.Partitions.ISR": "physical→lane of the leader's member",
 	"Metadata.Response.Topics.Partitions.OfflineReplicas": "empty", "Metadata.Response.Topics.Partitions.LeaderEpoch": "virtual", "Metadata.Response.Topics.TopicID": "virtual",
 	"Metadata.Request.Topics.TopicID":  "virtual→name",
 	"DescribeCluster.Response.Brokers": "fleet", "DescribeCluster.Response.Brokers.Host": "fleet", "DescribeCluster.Response.Brokers.NodeID": "fleet", "DescribeCluster.Response.Brokers.Port": "fleet",
 	"DescribeCluster.Response.ClusterID": "virtual", "DescribeCluster.Response.ControllerID": "fleet",
 	"FindCoordinator.Response.Coordinators": "fleet", "FindCoordinator.Response.Coordinators.Host": "fleet", "FindCoordinator.Response.Coordinators.NodeID": "fleet", "FindCoordinator.Response.Coordinators.Port": "fleet",
 	"FindCoordinator.Response.Host": "fleet", "FindCoordinator.Response.NodeID": "fleet", "FindCoordinator.Response.Port": "fleet",
-	"DescribeTopicPartitions.Response.Topics.Partitions.LeaderID": "rendezvous", "DescribeTopicPartitions.Response.Topics.Partitions.Replicas": "fleet", "DescribeTopicPartitions.Response.Topics.Partitions.ISR": "fleet",
+	"DescribeTopicPartitions.Response.Topics.Partitions.LeaderID": "rendezvous", "DescribeTopicPartitions.Response.Topics.Partitions.Replicas": "physical→lane of the leader's member", "DescribeTopicPartitions.Response.Topics.Partitions.ISR": "physical→lane of the leader's member",
 	"DescribeTopicPartitions.Response.Topics.Partitions.EligibleLeaderReplicas": "empty", "DescribeTopicPartitions.Response.Topics.Partitions.LastKnownELR": "empty", "DescribeTopicPartitions.Response.Topics.Partitions.OfflineReplicas": "empty",
 
 	// Split by leader and merged, rewritten by hand.

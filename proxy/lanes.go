@@ -77,6 +77,51 @@ func (u *upstream) lane(broker int32, lanes int) int {
 	return u.lanes[broker] % lanes
 }
 
+// replicaLanes shows a partition's physical replicas and ISR as clients
+// see them: each physical broker as its lane on the member that leads the
+// partition (leader, a virtual ID), in the cluster's order, so that an
+// explicit assignment reads back as it was given (replicaMap maps it the
+// other way). Where two replicas share a lane (fewer lanes than brokers),
+// the list is filled up by replicaSet, keeping the replication factor.
+func (s *Server) replicaLanes(u *upstream, brokers []Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
+	member := leader / laneStride
+	n := max(1, min(len(replicas), len(brokers)))
+	out := make([]int32, 0, n)
+	in := make(map[int32]bool, n)
+	add := func(v int32) {
+		if len(out) < n && !in[v] {
+			in[v] = true
+			out = append(out, v)
+		}
+	}
+	leaderListed := false
+	for _, r := range replicas {
+		v := laneNode(member, u.lane(r, s.lanes))
+		leaderListed = leaderListed || v == leader
+	}
+	if !leaderListed {
+		add(leader)
+	}
+	for _, r := range replicas {
+		add(laneNode(member, u.lane(r, s.lanes)))
+	}
+	for _, v := range replicaSet(brokers, leader, n) {
+		add(v)
+	}
+	outISR := make([]int32, 0, len(isr))
+	inISR := make(map[int32]bool, len(isr))
+	for _, r := range isr {
+		if v := laneNode(member, u.lane(r, s.lanes)); in[v] && !inISR[v] {
+			inISR[v] = true
+			outISR = append(outISR, v)
+		}
+	}
+	if len(outISR) == 0 {
+		outISR = append(outISR, leader)
+	}
+	return out, outISR
+}
+
 // replicaSet lists n virtual brokers starting with the leader: the same
 // lane on the other members first, then the leader member's other lanes.
 func replicaSet(brokers []Broker, leader int32, n int) []int32 {

@@ -180,3 +180,41 @@ func TestPartitionReassignmentsThroughFerry(t *testing.T) {
 		t.Errorf("list: replicas %v adding %v; want [%d %d] adding [%d] (the lanes Metadata shows)", p.Replicas, p.AddingReplicas, leader, other, other)
 	}
 }
+
+// TestReplicaLanes: Metadata shows a partition's physical replicas as
+// lanes of its leader's member, in the cluster's order, so an assignment
+// reads back as given; lanes shared by two replicas are filled up so the
+// replication factor stays.
+func TestReplicaLanes(t *testing.T) {
+	members := func(lanes int, ids ...int32) []Broker {
+		var out []Broker
+		for _, m := range ids {
+			for l := range lanes {
+				out = append(out, Broker{NodeID: laneNode(m, l)})
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name                string
+		lanes               int
+		brokers             []Broker
+		leader              int32
+		replicas, isr       []int32 // physical: brokers 11, 12, 13 have lanes 0, 1, 2 (mod lanes)
+		wantReplicas, wantI []int32
+	}{
+		{"one member", 3, members(3, 0), 1, []int32{12, 13}, []int32{13, 12}, []int32{1, 2}, []int32{2, 1}},
+		{"leader not preferred", 3, members(3, 0), 2, []int32{12, 13, 11}, []int32{13}, []int32{1, 2, 0}, []int32{2}},
+		{"second member leads", 3, members(3, 0, 1), 1002, []int32{13, 11}, []int32{13, 11}, []int32{1002, 1000}, []int32{1002, 1000}},
+		{"fewer lanes than brokers", 2, members(2, 0), 0, []int32{11, 13}, []int32{11, 13}, []int32{0, 1}, []int32{0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Server{lanes: c.lanes}
+			u := &upstream{lanes: map[int32]int{11: 0, 12: 1, 13: 2}}
+			r, isr := s.replicaLanes(u, c.brokers, c.leader, c.replicas, c.isr)
+			if !slices.Equal(r, c.wantReplicas) || !slices.Equal(isr, c.wantI) {
+				t.Errorf("replicas %v isr %v, want %v and %v", r, isr, c.wantReplicas, c.wantI)
+			}
+		})
+	}
+}

@@ -136,9 +136,10 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 			if d := onCluster[int32(p)]; !slices.Equal(d.replicas, physOf(vs)) {
 				t.Errorf("partition %d: replicas %v on the cluster, want %v (the brokers behind %v)", p, d.replicas, physOf(vs), vs)
 			}
-			// A new partition is led by its first replica.
-			if f := viaFerry[int32(p)]; f.leader != vs[0] || len(f.replicas) != len(vs) {
-				t.Errorf("partition %d through Ferry: leader %d with %d replicas, want leader %d with %d", p, f.leader, len(f.replicas), vs[0], len(vs))
+			// Ferry's Metadata reads the assignment back as given; a new
+			// partition is led by its first replica.
+			if f := viaFerry[int32(p)]; f.leader != vs[0] || !slices.Equal(f.replicas, vs) {
+				t.Errorf("partition %d through Ferry: leader %d, replicas %v; want leader %d, replicas %v", p, f.leader, f.replicas, vs[0], vs)
 			}
 		}
 	})
@@ -188,11 +189,12 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 			}
 		}
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			if f := describe(t, adm, "assigned", 3); f[0].leader == v0 {
+			f := describe(t, adm, "assigned", 3)
+			if f[0].leader == v0 && slices.Equal(f[0].replicas, []int32{v0, v1}) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("partition 0 through Ferry is not led by %d after the election", v0)
+				t.Fatalf("partition 0 through Ferry: leader %d, replicas %v after the reassignment and election; want %d, [%d %d]", f[0].leader, f[0].replicas, v0, v0, v1)
 			}
 		}
 	})
@@ -254,8 +256,8 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 		if d := describe(t, direct, "grown", 2); !slices.Equal(d[1].replicas, physOf([]int32{v2, v0})) {
 			t.Errorf("new partition: replicas %v on the cluster, want %v", d[1].replicas, physOf([]int32{v2, v0}))
 		}
-		if f := describe(t, adm, "grown", 2); f[1].leader != v2 {
-			t.Errorf("new partition through Ferry: leader %d, want %d", f[1].leader, v2)
+		if f := describe(t, adm, "grown", 2); f[1].leader != v2 || !slices.Equal(f[1].replicas, []int32{v2, v0}) {
+			t.Errorf("new partition through Ferry: leader %d, replicas %v; want %d, [%d %d]", f[1].leader, f[1].replicas, v2, v2, v0)
 		}
 	})
 }

@@ -9,7 +9,8 @@ package proxy
 // same one, is answered by Ferry with INVALID_REPLICA_ASSIGNMENT and a
 // message listing the valid IDs (v1+ carry messages), as Kafka answers an
 // assignment naming unknown or duplicate brokers; the other topics go
-// upstream.
+// upstream, in a copy of the request (the client's stays as it came, for an
+// answer in the upstream's place).
 
 import (
 	"strconv"
@@ -22,20 +23,24 @@ func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request)
 	in := kr.(*kmsg.CreateTopicsRequest)
 	var m *replicaMap
 	var refused []kmsg.CreateTopicsResponseTopic
-	keep := in.Topics[:0]
-	for _, t := range in.Topics {
+	keep := make([]kmsg.CreateTopicsRequestTopic, 0, len(in.Topics))
+	for _, t := range in.Topics { // t is a copy: in keeps the client's IDs
 		msg := ""
-		for i := range t.ReplicaAssignment {
+		if len(t.ReplicaAssignment) > 0 {
 			if m == nil {
 				m = s.replicaMap(req.up)
 			}
-			a := &t.ReplicaAssignment[i]
-			phys, why := m.physical(a.Replicas)
-			if why != "" {
-				msg = "partition " + strconv.Itoa(int(a.Partition)) + ": " + why
-				break
+			mapped := make([]kmsg.CreateTopicsRequestTopicReplicaAssignment, len(t.ReplicaAssignment))
+			for i, a := range t.ReplicaAssignment {
+				phys, why := m.physical(a.Replicas)
+				if why != "" {
+					msg = "partition " + strconv.Itoa(int(a.Partition)) + ": " + why
+					break
+				}
+				a.Replicas = phys
+				mapped[i] = a
 			}
-			a.Replicas = phys
+			t.ReplicaAssignment = mapped
 		}
 		if msg == "" {
 			keep = append(keep, t)
@@ -45,18 +50,19 @@ func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request)
 		r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
 		refused = append(refused, r)
 	}
-	in.Topics = keep
+	if m == nil {
+		return s.forwardAny(c, req, kr)
+	}
 	merge := func(resp kmsg.Response) {
 		r := resp.(*kmsg.CreateTopicsResponse)
 		r.Topics = append(r.Topics, refused...)
 	}
-	if len(in.Topics) == 0 && len(refused) > 0 {
+	if len(keep) == 0 {
 		resp := kmsg.NewPtrCreateTopicsResponse()
 		merge(resp)
 		return localReply(req, resp), nil
 	}
-	if m == nil {
-		return s.forwardAny(c, req, kr)
-	}
-	return s.forwardAnyWith(c, req, kr, true, merge)
+	out := *in
+	out.Topics = keep
+	return s.forwardAnyWith(c, req, &out, true, merge)
 }

@@ -4,7 +4,8 @@ package proxy
 // CreateTopics (19_create_topics.go): an explicit assignment of the new
 // partitions names virtual brokers, mapped to the physical brokers their
 // lanes stand for; a topic whose assignment cannot be mapped is answered by
-// Ferry with INVALID_REPLICA_ASSIGNMENT and a message listing the valid IDs.
+// Ferry with INVALID_REPLICA_ASSIGNMENT and a message listing the valid IDs,
+// and the others go upstream in a copy of the request.
 
 import (
 	"strconv"
@@ -17,20 +18,24 @@ func handleCreatePartitions(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	in := kr.(*kmsg.CreatePartitionsRequest)
 	var m *replicaMap
 	var refused []kmsg.CreatePartitionsResponseTopic
-	keep := in.Topics[:0]
-	for _, t := range in.Topics {
+	keep := make([]kmsg.CreatePartitionsRequestTopic, 0, len(in.Topics))
+	for _, t := range in.Topics { // t is a copy: in keeps the client's IDs
 		msg := ""
-		for i := range t.Assignment {
+		if len(t.Assignment) > 0 {
 			if m == nil {
 				m = s.replicaMap(req.up)
 			}
-			a := &t.Assignment[i]
-			phys, why := m.physical(a.Replicas)
-			if why != "" {
-				msg = "new partition " + strconv.Itoa(i) + " of the assignment: " + why
-				break
+			mapped := make([]kmsg.CreatePartitionsRequestTopicAssignment, len(t.Assignment))
+			for i, a := range t.Assignment {
+				phys, why := m.physical(a.Replicas)
+				if why != "" {
+					msg = "new partition " + strconv.Itoa(i) + " of the assignment: " + why
+					break
+				}
+				a.Replicas = phys
+				mapped[i] = a
 			}
-			a.Replicas = phys
+			t.Assignment = mapped
 		}
 		if msg == "" {
 			keep = append(keep, t)
@@ -40,18 +45,19 @@ func handleCreatePartitions(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
 		refused = append(refused, r)
 	}
-	in.Topics = keep
+	if m == nil {
+		return s.forwardAny(c, req, kr)
+	}
 	merge := func(resp kmsg.Response) {
 		r := resp.(*kmsg.CreatePartitionsResponse)
 		r.Topics = append(r.Topics, refused...)
 	}
-	if len(in.Topics) == 0 && len(refused) > 0 {
+	if len(keep) == 0 {
 		resp := kmsg.NewPtrCreatePartitionsResponse()
 		merge(resp)
 		return localReply(req, resp), nil
 	}
-	if m == nil {
-		return s.forwardAny(c, req, kr)
-	}
-	return s.forwardAnyWith(c, req, kr, true, merge)
+	out := *in
+	out.Topics = keep
+	return s.forwardAnyWith(c, req, &out, true, merge)
 }

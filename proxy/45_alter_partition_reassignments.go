@@ -18,10 +18,10 @@ func handleAlterPartitionReassignments(s *Server, c *clientConn, req *request, k
 	in := kr.(*kmsg.AlterPartitionAssignmentsRequest)
 	m := s.replicaMap(req.up)
 	var refused []kmsg.AlterPartitionAssignmentsResponseTopic
-	keepTopics := in.Topics[:0]
-	for _, t := range in.Topics {
+	keepTopics := make([]kmsg.AlterPartitionAssignmentsRequestTopic, 0, len(in.Topics))
+	for _, t := range in.Topics { // t is a copy: in keeps the client's IDs
 		var bad []kmsg.AlterPartitionAssignmentsResponseTopicPartition
-		keep := t.Partitions[:0]
+		keep := make([]kmsg.AlterPartitionAssignmentsRequestTopicPartition, 0, len(t.Partitions))
 		for _, p := range t.Partitions {
 			if p.Replicas != nil {
 				phys, why := m.physical(p.Replicas)
@@ -45,7 +45,6 @@ func handleAlterPartitionReassignments(s *Server, c *clientConn, req *request, k
 			keepTopics = append(keepTopics, t)
 		}
 	}
-	in.Topics = keepTopics
 	merge := func(resp kmsg.Response) {
 		r := resp.(*kmsg.AlterPartitionAssignmentsResponse)
 		if r.ErrorCode != 0 {
@@ -62,10 +61,12 @@ func handleAlterPartitionReassignments(s *Server, c *clientConn, req *request, k
 			r.Topics = append(r.Topics, rt)
 		}
 	}
-	if len(in.Topics) == 0 && len(refused) > 0 {
+	if len(keepTopics) == 0 && len(refused) > 0 {
 		resp := kmsg.NewPtrAlterPartitionAssignmentsResponse()
 		merge(resp)
 		return localReply(req, resp), nil
 	}
-	return s.forwardAnyWith(c, req, kr, true, merge)
+	out := *in
+	out.Topics = keepTopics
+	return s.forwardAnyWith(c, req, &out, true, merge)
 }

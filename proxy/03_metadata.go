@@ -132,7 +132,7 @@ func (s *metaSnapshot) metadataResponse(topics []kmsg.MetadataRequestTopic, all 
 	add := func(name string) {
 		t := s.topics[name]
 		n := name
-		rt := kmsg.MetadataResponseTopic{Topic: &n}
+		rt := kmsg.MetadataResponseTopic{Topic: &n, AuthorizedOperations: authorizedOperationsOmitted}
 		if t == nil {
 			rt.ErrorCode = kerr.LeaderNotAvailable.Code
 			resp.Topics = append(resp.Topics, rt)

@@ -494,8 +494,9 @@ const clusterOpsTTL = 5 * time.Second
 
 // clusterOperations asks the cluster which operations Ferry's principal may
 // perform on it (DescribeCluster with IncludeClusterAuthorizedOperations),
-// reusing an answer younger than clusterOpsTTL. Only ErrorCode,
-// ErrorMessage and ClusterAuthorizedOperations of the answer are meant.
+// reusing an answer younger than clusterOpsTTL (or older, when the cluster
+// cannot be reached). Only ErrorCode, ErrorMessage and
+// ClusterAuthorizedOperations of the answer are meant.
 func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeClusterResponse, error) {
 	u.opsMu.Lock()
 	defer u.opsMu.Unlock()
@@ -506,6 +507,9 @@ func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeCluster
 	req.IncludeClusterAuthorizedOperations = true
 	resp, err := req.RequestWith(ctx, u.cl)
 	if err != nil {
+		if u.ops != nil {
+			return u.ops, nil // the cluster cannot answer now: its last answer
+		}
 		return nil, fmt.Errorf("cluster %q: describe cluster: %w", u.name, err)
 	}
 	msg := resp.ErrorMessage

@@ -56,6 +56,9 @@ func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
 	if got := testutil.ToFloat64(km.upFailed); got != 0 {
 		t.Errorf("ferry_upstream_failures_total{api=JoinGroup} = %v, want 0: the broker did nothing wrong", got)
 	}
+	if got := waitCounter(s.connMetrics.closes("client_closed"), 1, 10*time.Second); got != 1 {
+		t.Errorf(`ferry_client_connections_closed_total{reason="client_closed"} = %v, want 1 (other: %v)`, got, testutil.ToFloat64(s.connMetrics.closes("other")))
+	}
 	var closed []observer.LoggedEntry
 	for deadline := time.Now().Add(10 * time.Second); len(closed) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		closed = logs.FilterMessage("client connection closed").All()

@@ -132,12 +132,12 @@ func (c *clientConn) close(err error) {
 		c.end()
 		c.nc.Close()
 		switch {
+		case errors.Is(err, errClientClosed): // an answer was still awaited
+			c.log.Debug("client connection closed", zap.Error(err))
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle):
 			c.log.Debug("client connection closed")
 		case refusalReason(err) != "":
 			// Logged, sampled, where it was refused.
-			c.log.Debug("client connection closed", zap.Error(err))
-		case errors.Is(err, errClientClosed): // an answer was still awaited
 			c.log.Debug("client connection closed", zap.Error(err))
 		default:
 			c.log.Info("client connection closed", zap.Error(err))
@@ -145,8 +145,8 @@ func (c *clientConn) close(err error) {
 	})
 }
 
-func (c *clientConn) readLoop() error {
-	defer c.releaseUpstreams()
+func (c *clientConn) readLoop() (err error) {
+	defer func() { c.releaseUpstreams(err) }()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
 		if err := c.awaitRequest(br); err != nil {

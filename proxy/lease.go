@@ -15,6 +15,7 @@ package proxy
 // stall every client behind it.
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -116,19 +117,25 @@ func (c *clientConn) releaseQuiet() {
 }
 
 // releaseUpstreams gives back every leased connection; called by the reader
-// goroutine once nothing more will be sent. Connections with requests in
-// flight are closed by the pool, not kept, and those requests fail with
-// errClientClosed: the client left, the broker did nothing wrong.
-func (c *clientConn) releaseUpstreams() {
+// goroutine once nothing more will be sent, with why it stopped reading.
+// Connections with requests in flight are closed by the pool, not kept, and
+// those requests fail with errClientClosed wrapping why: the client left (or
+// Ferry closed it, for a bad frame), the broker did nothing wrong, and the
+// connection's close is counted for why, whichever goroutine reports it.
+func (c *clientConn) releaseUpstreams(why error) {
+	gone := errClientClosed
+	if why != nil {
+		gone = fmt.Errorf("%w (%w)", errClientClosed, why)
+	}
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
 	for k, uc := range c.ups {
-		uc.pool.release(uc, errClientClosed)
+		uc.pool.release(uc, gone)
 		delete(c.ups, k)
 	}
 	for k, ucs := range c.fetchUps {
 		for _, uc := range ucs {
-			uc.pool.release(uc, errClientClosed)
+			uc.pool.release(uc, gone)
 		}
 		delete(c.fetchUps, k)
 	}

@@ -53,6 +53,12 @@ const (
 // more records than the brokers do, and why; their comparison is logged,
 // not asserted, until Ferry is fixed. Keep it empty otherwise.
 var knownWorse = map[string]string{
+	// Since a lane refuses a produce for a partition another lane leads
+	// (Server.ServeLane), a client's batches for one partition can no
+	// longer reach the new leader over two connections, one of the
+	// suspects below: in 4 runs since, Java failed 0 records either way.
+	// Kept logged until more runs say the cause is gone.
+	//
 	// Java kafka-clients 4.4.0 (idempotent, 5 requests in flight)
 	// sometimes stays on one partition in OUT_OF_ORDER_SEQUENCE_NUMBER
 	// retries after the failover, until delivery.timeout.ms: here the
@@ -461,17 +467,24 @@ func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster,
 	for _, topic := range topics {
 		r := byTopic[topic]
 		got := seen[topic]
+		// What a client loses talking to the brokers directly is the
+		// comparison's baseline, not Ferry's doing: logged, not failed.
+		// (kafkajs once had 2 acknowledged records missing directly.)
+		report := t.Errorf
+		if r.path == "direct" {
+			report = func(format string, args ...any) { t.Logf("DIRECT, not asserted: "+format, args...) }
+		}
 		missing, misplaced := 0, 0
 		for _, a := range r.acked {
 			where := got[a.Key]
 			switch {
 			case len(where) == 0:
 				if missing++; missing <= 3 {
-					t.Errorf("%s: acknowledged record %s is not on the cluster", r.name(), a)
+					report("%s: acknowledged record %s is not on the cluster", r.name(), a)
 				}
 			case where[0].partition != a.Partition || where[0].offset != a.Offset || where[0].value != a.Value:
 				if misplaced++; misplaced <= 3 {
-					t.Errorf("%s: acknowledged record %s is on the cluster at p%d@%d value %s", r.name(), a,
+					report("%s: acknowledged record %s is on the cluster at p%d@%d value %s", r.name(), a,
 						where[0].partition, where[0].offset, where[0].value)
 				}
 			}
@@ -484,10 +497,10 @@ func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster,
 		}
 		sort.Strings(dups)
 		if len(dups) > 0 {
-			t.Errorf("%s: %d keys on the cluster more than once, e.g. %v", r.name(), len(dups), dups[:min(3, len(dups))])
+			report("%s: %d keys on the cluster more than once, e.g. %v", r.name(), len(dups), dups[:min(3, len(dups))])
 		}
 		if missing+misplaced > 0 {
-			t.Errorf("%s: %d acknowledged records missing, %d elsewhere than acknowledged", r.name(), missing, misplaced)
+			report("%s: %d acknowledged records missing, %d elsewhere than acknowledged", r.name(), missing, misplaced)
 		}
 		t.Logf("%-28s on the cluster: %d records (%d acknowledged, all there once at their offsets: %v)",
 			r.name(), len(got), len(r.acked), missing+misplaced+len(dups) == 0)

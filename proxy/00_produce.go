@@ -63,6 +63,14 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			case pinfo.leader < 0:
 				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
 				continue
+			case c.lane >= 0 && s.lanes > 1 && req.up.lane(pinfo.leader, s.lanes) != c.lane:
+				// Sent to a lane that does not lead it (the client's
+				// metadata is older than the move): forwarding it
+				// would let this batch race the client's next ones,
+				// sent on the right lane's connection, to the broker.
+				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
+				req.up.refreshSoon()
+				continue
 			}
 			if gen != 0 {
 				if code := physicalProducerIDs(gen, p.Records); code != 0 {

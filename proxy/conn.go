@@ -54,6 +54,9 @@ type clientConn struct {
 	// watermarks per partition, for fetch placeholders.
 	watermarks map[tp]watermarks
 
+	// lane is the virtual broker this connection reached (-1: any).
+	lane int
+
 	closeOnce sync.Once
 
 	// inflight counts requests read and not yet answered; lastActive is

@@ -52,8 +52,8 @@ func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, stri
 		ports = append(ports, int32(ln.Addr().(*net.TCPAddr).Port))
 	}
 	fleet.Set([]Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
-	for _, ln := range lns {
-		go s.Serve(ln)
+	for i, ln := range lns {
+		go s.ServeLane(ln, i)
 	}
 	return s, lns[0].Addr().String()
 }

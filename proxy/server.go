@@ -209,7 +209,16 @@ func (s *Server) goTracked(f func()) bool {
 }
 
 // Serve accepts client connections on ln until Close.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.ServeLane(ln, -1) }
+
+// ServeLane accepts client connections on ln, the listener of one lane (a
+// virtual broker; 0 up to Lanes()-1), until Close. A produce that reaches a
+// lane for a partition whose leader is another lane is refused
+// NOT_LEADER_OR_FOLLOWER, as a broker that is not the leader refuses it, so
+// that a client's batches for one partition always travel one connection
+// and reach the broker in the order sent. Serve is ServeLane for a listener
+// of no particular lane.
+func (s *Server) ServeLane(ln net.Listener, lane int) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -243,6 +252,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			tc.SetNoDelay(true)
 		}
 		c := s.newClientConn(nc)
+		c.lane = lane
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

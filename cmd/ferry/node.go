@@ -179,9 +179,9 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.started.Store(true)
-	n.goServe("kafka", func() error { return n.proxy.Serve(n.ln) })
-	for _, ln := range n.lanes {
-		n.goServe("kafka", func() error { return n.proxy.Serve(ln) })
+	n.goServe("kafka", func() error { return n.proxy.ServeLane(n.ln, 0) })
+	for i, ln := range n.lanes {
+		n.goServe("kafka", func() error { return n.proxy.ServeLane(ln, i+1) })
 	}
 	n.log.Info("serving Kafka clients",
 		zap.String("listen", n.ln.Addr().String()),

@@ -92,8 +92,8 @@ func runChild(bootstrap, profile string) error {
 	}
 	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
 	served := make(chan error, len(lns))
-	for _, ln := range lns {
-		go func() { served <- s.Serve(ln) }()
+	for i, ln := range lns {
+		go func() { served <- s.ServeLane(ln, i) }()
 	}
 	ln := lns[0]
 	fmt.Printf("ready %s\n", ln.Addr())

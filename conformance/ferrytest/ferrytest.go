@@ -49,8 +49,8 @@ func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	}
 	lns, ports := Listen(t, s.Lanes())
 	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
-	for _, ln := range lns {
-		go s.Serve(ln)
+	for i, ln := range lns {
+		go s.ServeLane(ln, i)
 	}
 	f := &Ferry{Server: s, Addr: lns[0].Addr().String(), Registry: reg}
 	for _, ln := range lns {

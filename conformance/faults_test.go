@@ -56,7 +56,7 @@ var knownWorse = map[string]string{
 	// Since a lane refuses a produce for a partition another lane leads
 	// (Server.ServeLane), a client's batches for one partition can no
 	// longer reach the new leader over two connections, one of the
-	// suspects below: in 4 runs since, Java failed 0 records either way.
+	// suspects below: in 6 runs since, Java failed 0 records either way.
 	// Kept logged until more runs say the cause is gone.
 	//
 	// Java kafka-clients 4.4.0 (idempotent, 5 requests in flight)

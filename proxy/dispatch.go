@@ -140,19 +140,19 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	if h.Key == int16(kmsg.SASLAuthenticate) {
 		// Only after a successful SaslHandshake, which Ferry never
 		// gives (17_sasl_handshake.go).
-		return nil, s.refuse(h.Key, reasonSASL, fmt.Errorf("%w: SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL", errClientFault))
+		return nil, s.refuse(h.Key, reasonSASL, errors.New("SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL"))
 	}
 	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
 		reason := reasonUnsupportedVersion
 		if _, served := s.versions[h.Key]; !served {
 			reason = reasonUnknownKey
 		}
-		return nil, s.refuse(h.Key, reason, fmt.Errorf("%w: %w: %s (key %d) v%d", errClientFault, ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version))
+		return nil, s.refuse(h.Key, reason, fmt.Errorf("%w: %s (key %d) v%d", ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version))
 	}
 	kr := kmsg.RequestForKey(h.Key)
 	kr.SetVersion(h.Version)
 	if err := kr.ReadFrom(req.body); err != nil {
-		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%w: %s v%d: malformed request body: %w", errClientFault, kmsg.NameForKey(h.Key), h.Version, err))
+		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err))
 	}
 	req.kr = kr
 	whole, part := s.enforcePolicy(c, req, kr)

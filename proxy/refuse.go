@@ -10,7 +10,6 @@ package proxy
 // API and keeps the connection.
 
 import (
-	"errors"
 	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -62,7 +61,9 @@ func errorResponse(kr kmsg.Request, code int16, msg string) kmsg.Response {
 	rv, qv := reflect.ValueOf(resp).Elem(), reflect.ValueOf(kr).Elem()
 	// A Fetch's top-level error code speaks of its session, not of the
 	// partitions: keep it 0 and refuse each partition.
-	fillError(rv, code, msg, kr.Key() != int16(kmsg.Fetch))
+	if kr.Key() != int16(kmsg.Fetch) {
+		fillError(rv, code, msg)
+	}
 	pairs := mirroredSlices[kr.Key()]
 	if pairs == nil {
 		pairs = sameNamedSlices(rv, qv)
@@ -155,7 +156,7 @@ func mirror(dst, src reflect.Value, code int16, msg string) {
 				f.SetInt(-1)
 			}
 		}
-		fillError(ev, code, msg, true)
+		fillError(ev, code, msg)
 		dst.Set(reflect.Append(dst, ev))
 	}
 }
@@ -240,12 +241,8 @@ func setScalarKey(ev, s reflect.Value) {
 	}
 }
 
-// fillError sets a struct's ErrorCode and ErrorMessage (when top is set or
-// it is not the response itself).
-func fillError(v reflect.Value, code int16, msg string, top bool) {
-	if !top {
-		return
-	}
+// fillError sets a struct's ErrorCode and ErrorMessage, where it has them.
+func fillError(v reflect.Value, code int16, msg string) {
 	if f := v.FieldByName("ErrorCode"); f.IsValid() && f.Kind() == reflect.Int16 {
 		f.SetInt(int64(code))
 	}
@@ -254,9 +251,3 @@ func fillError(v reflect.Value, code int16, msg string, top bool) {
 		f.Set(reflect.ValueOf(&m))
 	}
 }
-
-// errClientFault marks a dispatch error that is the client's doing (a
-// version Ferry does not serve, a body that does not parse): the
-// connection closes, as a broker closes it. Every other dispatch error is
-// an upstream's, answered with upstreamErrorCode.
-var errClientFault = errors.New("client fault")

@@ -31,16 +31,22 @@ func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 		delete(c.ups, k)
 		u.forgetCoordinatorsOn(broker)
 	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx, c.mem)
+	uc, err := c.lease(u, broker)
 	if err != nil {
 		return nil, err
 	}
 	c.ups[k] = uc
 	return uc, nil
+}
+
+// lease takes a connection to a broker of cluster u from its pool, charged
+// to this client's budget.
+func (c *clientConn) lease(u *upstream, broker int32) (*upConn, error) {
+	p, err := u.pool(broker)
+	if err != nil {
+		return nil, err
+	}
+	return p.get(c.ctx, c.mem)
 }
 
 // maxFetchConns bounds a client's fetch connections to one broker.
@@ -72,11 +78,7 @@ func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
 	if len(ucs) >= maxFetchConns {
 		return best, nil
 	}
-	p, err := u.pool(broker)
-	if err != nil {
-		return nil, err
-	}
-	uc, err := p.get(c.ctx, c.mem)
+	uc, err := c.lease(u, broker)
 	if err != nil {
 		return nil, err
 	}
@@ -93,27 +95,7 @@ func (c *clientConn) releaseQuiet() {
 		return
 	}
 	defer c.upsMu.Unlock()
-	for k, uc := range c.ups {
-		if uc.quiet() {
-			uc.pool.put(uc)
-			delete(c.ups, k)
-		}
-	}
-	for k, ucs := range c.fetchUps {
-		keep := ucs[:0]
-		for _, uc := range ucs {
-			if uc.quiet() {
-				uc.pool.put(uc)
-			} else {
-				keep = append(keep, uc)
-			}
-		}
-		if len(keep) == 0 {
-			delete(c.fetchUps, k)
-		} else {
-			c.fetchUps[k] = keep
-		}
-	}
+	c.giveBack(false, errUpstreamClosed)
 }
 
 // releaseUpstreams gives back every leased connection; called by the reader
@@ -129,15 +111,33 @@ func (c *clientConn) releaseUpstreams(why error) {
 	}
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
+	c.giveBack(true, gone)
+}
+
+// giveBack returns to their pools the leases with nothing in flight, or
+// every lease when all is set (the pool closes a busy one, failing what is
+// in flight with why). The caller holds upsMu.
+func (c *clientConn) giveBack(all bool, why error) {
 	for k, uc := range c.ups {
-		uc.pool.release(uc, gone)
-		delete(c.ups, k)
+		if all || uc.quiet() {
+			uc.pool.release(uc, why)
+			delete(c.ups, k)
+		}
 	}
 	for k, ucs := range c.fetchUps {
+		keep := ucs[:0]
 		for _, uc := range ucs {
-			uc.pool.release(uc, gone)
+			if all || uc.quiet() {
+				uc.pool.release(uc, why)
+			} else {
+				keep = append(keep, uc)
+			}
 		}
-		delete(c.fetchUps, k)
+		if len(keep) == 0 {
+			delete(c.fetchUps, k)
+		} else {
+			c.fetchUps[k] = keep
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -90,18 +91,22 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 			return nil
 		}
 	}
-	r, err := s.forwardTo(c, req, b, kr, rewritten, fix)
-	if err == nil || names != nil {
-		return r, err
+	if names != nil {
+		// It names a broker resource: that broker alone answers it.
+		return s.forwardTo(c, req, b, kr, rewritten, fix)
 	}
-	// The broker could not be reached (nothing was sent): any other live
-	// one answers as well. Requests naming a broker resource go to it
-	// alone.
-	for _, other := range req.up.brokerIDs() {
-		if other == b {
-			continue
-		}
-		if r, err2 := s.forwardTo(c, req, other, kr, rewritten, fix); err2 == nil {
+	return s.forwardReachable(c, req, req.up.brokersFrom(b), kr, rewritten, fix)
+}
+
+// forwardReachable sends the request to the first of brokers whose
+// connection can be made. Nothing reached those passed over, so any
+// request may move on to the next: the ones sent here are those any broker
+// answers.
+func (s *Server) forwardReachable(c *clientConn, req *request, brokers []int32, kr kmsg.Request, rewritten bool, fix func(kmsg.Response) error) (*reply, error) {
+	err := fmt.Errorf("cluster %q: %w", req.up.name, errNoBrokers)
+	for _, b := range brokers {
+		var r *reply
+		if r, err = s.forwardTo(c, req, b, kr, rewritten, fix); err == nil {
 			return r, nil
 		}
 	}

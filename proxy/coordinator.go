@@ -131,14 +131,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		// An idempotent producer's ID: any broker allocates one, so a
 		// broker that cannot be reached (a dead one stays in the
 		// cluster's metadata for its session timeout) is passed over.
-		var err error
-		for _, b := range req.up.brokerIDs() {
-			var r *reply
-			if r, err = s.forwardTo(c, req, b, kr, rewritten, fix); err == nil {
-				return r, nil
-			}
-		}
-		return nil, err
+		return s.forwardReachable(c, req, req.up.brokerIDs(), kr, rewritten, fix)
 	}
 	if len(byBroker) == 1 {
 		for b := range byBroker {

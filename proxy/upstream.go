@@ -69,6 +69,7 @@ type metaSnapshot struct {
 	topics     map[string]*topicInfo
 	byID       map[[16]byte]*topicInfo // physical topic ID
 	byVID      map[[16]byte]*topicInfo // virtual topic ID
+	leaders    map[int32]bool          // brokers that lead a partition
 }
 
 type topicInfo struct {
@@ -206,11 +207,17 @@ func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot
 		}
 		s.byID = make(map[[16]byte]*topicInfo, len(s.topics))
 		s.byVID = make(map[[16]byte]*topicInfo, len(s.topics))
+		s.leaders = make(map[int32]bool, len(s.brokers))
 		for _, t := range s.topics {
 			if t.id != ([16]byte{}) {
 				s.byID[t.id] = t
 			}
 			s.byVID[t.vid] = t
+			for _, p := range t.parts {
+				if p.exists && p.leader >= 0 {
+					s.leaders[p.leader] = true
+				}
+			}
 		}
 		if u.meta.CompareAndSwap(old, s) {
 			return s
@@ -349,19 +356,12 @@ func (u *upstream) waitLeaderMoved(ctx context.Context, broker int32, wait time.
 	}
 }
 
-// leads reports whether broker is listed and leads a partition.
+// leads reports whether broker is listed and leads a partition: every
+// request waiting on a dead leader asks it four times a second, so the
+// answer is worked out once per snapshot (install).
 func (s *metaSnapshot) leads(broker int32) bool {
-	if _, ok := s.brokers[broker]; !ok {
-		return false
-	}
-	for _, t := range s.topics {
-		for _, p := range t.parts {
-			if p.exists && p.leader == broker {
-				return true
-			}
-		}
-	}
-	return false
+	_, listed := s.brokers[broker]
+	return listed && s.leaders[broker]
 }
 
 // brokerIDs lists the cluster's brokers as last seen, in ID order.
@@ -372,6 +372,19 @@ func (u *upstream) brokerIDs() []int32 {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	return ids
+}
+
+// brokersFrom lists the cluster's brokers as last seen, first ahead of the
+// others (which follow in ID order).
+func (u *upstream) brokersFrom(first int32) []int32 {
+	ids := u.brokerIDs()
+	if i := slices.Index(ids, first); i > 0 {
+		copy(ids[1:i+1], ids[:i])
+		ids[0] = first
+	} else if i < 0 {
+		ids = append([]int32{first}, ids...)
+	}
 	return ids
 }
 

@@ -30,17 +30,11 @@ func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request)
 			if m == nil {
 				m = s.replicaMap(req.up)
 			}
-			mapped := make([]kmsg.CreateTopicsRequestTopicReplicaAssignment, len(t.ReplicaAssignment))
-			for i, a := range t.ReplicaAssignment {
-				phys, why := m.physical(a.Replicas)
-				if why != "" {
-					msg = "partition " + strconv.Itoa(int(a.Partition)) + ": " + why
-					break
-				}
-				a.Replicas = phys
-				mapped[i] = a
-			}
-			t.ReplicaAssignment = mapped
+			t.ReplicaAssignment, msg = physicalAssignments(m, t.ReplicaAssignment,
+				func(a *kmsg.CreateTopicsRequestTopicReplicaAssignment) *[]int32 { return &a.Replicas },
+				func(_ int, a *kmsg.CreateTopicsRequestTopicReplicaAssignment) string {
+					return "partition " + strconv.Itoa(int(a.Partition))
+				})
 		}
 		if msg == "" {
 			keep = append(keep, t)
@@ -53,16 +47,10 @@ func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request)
 	if m == nil {
 		return s.forwardAny(c, req, kr)
 	}
-	merge := func(resp kmsg.Response) {
-		r := resp.(*kmsg.CreateTopicsResponse)
-		r.Topics = append(r.Topics, refused...)
-	}
-	if len(keep) == 0 {
-		resp := kmsg.NewPtrCreateTopicsResponse()
-		merge(resp)
-		return localReply(req, resp), nil
-	}
 	out := *in
 	out.Topics = keep
-	return s.forwardAnyWith(c, req, &out, true, merge)
+	return s.forwardRest(c, req, &out, len(keep) == 0, func(resp kmsg.Response) {
+		r := resp.(*kmsg.CreateTopicsResponse)
+		r.Topics = append(r.Topics, refused...)
+	})
 }

@@ -25,17 +25,11 @@ func handleCreatePartitions(s *Server, c *clientConn, req *request, kr kmsg.Requ
 			if m == nil {
 				m = s.replicaMap(req.up)
 			}
-			mapped := make([]kmsg.CreatePartitionsRequestTopicAssignment, len(t.Assignment))
-			for i, a := range t.Assignment {
-				phys, why := m.physical(a.Replicas)
-				if why != "" {
-					msg = "new partition " + strconv.Itoa(i) + " of the assignment: " + why
-					break
-				}
-				a.Replicas = phys
-				mapped[i] = a
-			}
-			t.Assignment = mapped
+			t.Assignment, msg = physicalAssignments(m, t.Assignment,
+				func(a *kmsg.CreatePartitionsRequestTopicAssignment) *[]int32 { return &a.Replicas },
+				func(i int, _ *kmsg.CreatePartitionsRequestTopicAssignment) string {
+					return "new partition " + strconv.Itoa(i) + " of the assignment"
+				})
 		}
 		if msg == "" {
 			keep = append(keep, t)
@@ -48,16 +42,10 @@ func handleCreatePartitions(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	if m == nil {
 		return s.forwardAny(c, req, kr)
 	}
-	merge := func(resp kmsg.Response) {
-		r := resp.(*kmsg.CreatePartitionsResponse)
-		r.Topics = append(r.Topics, refused...)
-	}
-	if len(keep) == 0 {
-		resp := kmsg.NewPtrCreatePartitionsResponse()
-		merge(resp)
-		return localReply(req, resp), nil
-	}
 	out := *in
 	out.Topics = keep
-	return s.forwardAnyWith(c, req, &out, true, merge)
+	return s.forwardRest(c, req, &out, len(keep) == 0, func(resp kmsg.Response) {
+		r := resp.(*kmsg.CreatePartitionsResponse)
+		r.Topics = append(r.Topics, refused...)
+	})
 }

@@ -61,12 +61,7 @@ func handleAlterPartitionReassignments(s *Server, c *clientConn, req *request, k
 			r.Topics = append(r.Topics, rt)
 		}
 	}
-	if len(keepTopics) == 0 && len(refused) > 0 {
-		resp := kmsg.NewPtrAlterPartitionAssignmentsResponse()
-		merge(resp)
-		return localReply(req, resp), nil
-	}
 	out := *in
 	out.Topics = keepTopics
-	return s.forwardAnyWith(c, req, &out, true, merge)
+	return s.forwardRest(c, req, &out, len(keepTopics) == 0 && len(refused) > 0, merge)
 }

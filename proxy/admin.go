@@ -30,6 +30,19 @@ func (s *Server) forwardAny(c *clientConn, req *request, kr kmsg.Request) (*repl
 	return s.forwardAnyWith(c, req, kr, false, nil)
 }
 
+// forwardRest forwards rest, a copy of the client's request less what
+// Ferry refused itself, and merge adds Ferry's refusals to the broker's
+// answer; when nothing is left to forward (empty), Ferry answers the
+// refusals alone.
+func (s *Server) forwardRest(c *clientConn, req *request, rest kmsg.Request, empty bool, merge func(kmsg.Response)) (*reply, error) {
+	if empty {
+		resp := rest.ResponseKind()
+		merge(resp)
+		return localReply(req, resp), nil
+	}
+	return s.forwardAnyWith(c, req, rest, true, merge)
+}
+
 // forwardAnyWith is forwardAny for a request its handler changed
 // (rewritten) and whose answer merge completes (Ferry's own answers for
 // what it did not send), after the answer is translated.

@@ -179,6 +179,23 @@ func (s *Server) replicaMap(u *upstream) *replicaMap {
 
 // physical maps one partition's replicas. It returns a message saying why
 // the assignment is refused (INVALID_REPLICA_ASSIGNMENT), or "".
+// physicalAssignments maps the replicas (as replicas finds them) of every
+// assignment in as, returning mapped copies; or, for the first that cannot
+// be mapped, why, prefixed by where it is (where).
+func physicalAssignments[A any](m *replicaMap, as []A, replicas func(*A) *[]int32, where func(int, *A) string) ([]A, string) {
+	out := make([]A, len(as))
+	for i := range as {
+		a := as[i]
+		phys, why := m.physical(*replicas(&a))
+		if why != "" {
+			return as, where(i, &a) + ": " + why
+		}
+		*replicas(&a) = phys
+		out[i] = a
+	}
+	return out, ""
+}
+
 func (m *replicaMap) physical(replicas []int32) ([]int32, string) {
 	out := make([]int32, len(replicas))
 	from := make(map[int32]int32, len(replicas)) // physical → the virtual ID that named it

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -25,7 +26,7 @@ func TestProduceOnTheWrongLaneRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, addr := startFerry(t, c.ListenAddrs())
+	s, addr := startFerry(t, c.ListenAddrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	md, err := kadm.NewClient(newClient(t, addr)).Metadata(ctx, "l")
@@ -54,12 +55,20 @@ func TestProduceOnTheWrongLaneRefused(t *testing.T) {
 		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "l", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: partition}}}}
 		return rawCall(t, conn, p, 1).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 	}
+	sentUp := func() float64 { return testutil.ToFloat64(s.metrics.bytesUp) }
+	before := sentUp()
 	if code := produceVia(leaders[1], 0); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("partition 0 produced on partition 1's lane: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if sent := sentUp() - before; sent != 0 {
+		t.Fatalf("the refused produce sent %v bytes upstream", sent)
 	}
 	// On its own lane the request reaches the broker, which judges the
 	// (empty) records itself.
 	if code := produceVia(leaders[0], 0); code == kerr.NotLeaderForPartition.Code {
 		t.Fatal("partition 0 produced on its own lane was refused NOT_LEADER_OR_FOLLOWER")
+	}
+	if sentUp() == before {
+		t.Fatal("the produce on its own lane was not sent upstream")
 	}
 }

@@ -2,7 +2,33 @@ package routing
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
+)
+
+// Phase is where a member stands in a switch of the active cluster.
+type Phase string
+
+const (
+	// PhaseServing: traffic flows to the active cluster.
+	PhaseServing Phase = "serving"
+	// PhaseDraining: writes are held while the mirror drains.
+	PhaseDraining Phase = "draining"
+	// PhaseSwitching: the mirror has drained; the new generation is being
+	// made durable and installed.
+	PhaseSwitching Phase = "switching"
+)
+
+// Mode is how a switch treats the cluster it leaves.
+type Mode string
+
+const (
+	// Planned holds writes, drains the mirror and loses nothing.
+	Planned Mode = "planned"
+	// Forced flips at once, with the old cluster unreachable; what the
+	// mirror had not copied is reported as lost.
+	Forced Mode = "forced"
 )
 
 // State is the routing state every Ferry member agrees on.
@@ -11,20 +37,94 @@ type State struct {
 	Generation uint32 `json:"generation"`
 	// Active names the physical cluster client traffic goes to.
 	Active string `json:"active"`
+	// Phase is serving except while a switch runs.
+	Phase Phase `json:"phase,omitempty"`
+	// Last is the most recent switch, finished or not.
+	Last *Switch `json:"last_switch,omitempty"`
+	// Fences holds, for each generation that ended, every partition's
+	// end offset at the flip: what OffsetForLeaderEpoch answers for an
+	// epoch of that generation (KIP-320), so that a consumer positioned
+	// beyond what the new cluster holds is brought back, not reset.
+	Fences []Fence `json:"fences,omitempty"`
 }
+
+// Switch describes one switch of the active cluster.
+type Switch struct {
+	Mode     Mode      `json:"mode"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Duration is Finished - Started, in the form "1.234s".
+	Duration string `json:"duration,omitempty"`
+	// Outcome is "switched", "rolled back: …" or "failed: …".
+	Outcome string `json:"outcome,omitempty"`
+	// Lost is, for a forced switch, what the old cluster acknowledged and
+	// the new one never received.
+	Lost []LostRange `json:"lost,omitempty"`
+}
+
+// LostRange is the offsets [From, To) of a partition that the old active
+// cluster held and the new one did not receive.
+type LostRange struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+}
+
+// Fence is the end of a generation: each partition's end offset on the
+// cluster that took over, at the flip.
+type Fence struct {
+	Generation uint32             `json:"generation"`
+	Ends       map[string][]int64 `json:"ends"` // topic → end offset by partition (-1: unknown)
+}
+
+// MaxFences is how many ended generations a state remembers the ends of.
+// A consumer that slept through more switches than this validates its
+// position against the oldest remembered one.
+const MaxFences = 8
 
 func (s State) String() string {
-	return fmt.Sprintf("generation %d, active %q", s.Generation, s.Active)
+	phase := s.Phase
+	if phase == "" {
+		phase = PhaseServing
+	}
+	return fmt.Sprintf("generation %d, active %q, %s", s.Generation, s.Active, phase)
 }
 
-// Table holds the current routing state; readers take a snapshot per request.
+// FenceEnd returns the end offset recorded for a partition when generation
+// gen ended, and whether one was.
+func (s State) FenceEnd(gen uint32, topic string, partition int32) (int64, bool) {
+	for i := range s.Fences {
+		f := &s.Fences[i]
+		if f.Generation != gen {
+			continue
+		}
+		ends := f.Ends[topic]
+		if int(partition) >= len(ends) || partition < 0 || ends[partition] < 0 {
+			return 0, false
+		}
+		return ends[partition], true
+	}
+	return 0, false
+}
+
+// Table holds the current routing state; readers take a snapshot per
+// request, and Changed tells them when it moves.
 type Table struct {
 	cur atomic.Pointer[State]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed at the next change
 }
 
 // NewTable returns a table at the given state.
 func NewTable(s State) *Table {
-	t := new(Table)
+	t := &Table{changed: make(chan struct{})}
+	if s.Phase == "" {
+		s.Phase = PhaseServing
+	}
 	t.cur.Store(&s)
 	return t
 }
@@ -32,16 +132,36 @@ func NewTable(s State) *Table {
 // Current returns the routing state in force.
 func (t *Table) Current() State { return *t.cur.Load() }
 
+// Changed returns a channel closed at the next change of the state.
+func (t *Table) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
 // Advance installs next if its generation is newer than the current one, and
 // reports whether it did: an older or equal state never replaces a newer one.
 func (t *Table) Advance(next State) bool {
-	for {
-		cur := t.cur.Load()
-		if next.Generation <= cur.Generation {
-			return false
-		}
-		if t.cur.CompareAndSwap(cur, &next) {
-			return true
-		}
+	return t.install(next, func(cur State) bool { return next.Generation > cur.Generation })
+}
+
+// Update installs next if its generation is at least the current one's: a
+// phase change within a generation, or a newer generation.
+func (t *Table) Update(next State) bool {
+	return t.install(next, func(cur State) bool { return next.Generation >= cur.Generation })
+}
+
+func (t *Table) install(next State, ok func(cur State) bool) bool {
+	if next.Phase == "" {
+		next.Phase = PhaseServing
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !ok(*t.cur.Load()) {
+		return false
+	}
+	t.cur.Store(&next)
+	close(t.changed)
+	t.changed = make(chan struct{})
+	return true
 }

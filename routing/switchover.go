@@ -1,0 +1,360 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Members is how a switch reaches the members that serve clients: this
+// member alone, or every live member of a fleet. Each step returns once
+// every live member has done it, so that a fleet can acknowledge it.
+type Members interface {
+	// Hold makes every member hold new writes (produces, offset commits,
+	// transactional calls; st's phase is draining) and returns once every
+	// write each had already sent upstream has been answered.
+	Hold(ctx context.Context, st State) error
+	// Install makes every member route by st and release what it holds,
+	// sending it where st says.
+	Install(ctx context.Context, st State) error
+}
+
+// Mirror is the part of the mirror a switch drives.
+type Mirror interface {
+	// Halted lists the mirrored partitions that stopped on an error, as
+	// "topic[partition]: reason".
+	Halted() []string
+	// Drain returns once the standby holds every offset the active
+	// cluster holds (data, transaction markers, fillers), with no open
+	// transaction left in between, or ctx's error with what still lags.
+	Drain(ctx context.Context) error
+	// SyncGroups copies every group's committed offsets to the standby.
+	SyncGroups(ctx context.Context) error
+	// Stop stops the mirror and returns where each partition stood.
+	Stop() []Position
+	// Follow starts the mirror the way st says (its active cluster to
+	// the other), in the background.
+	Follow(st State) error
+}
+
+// Position is where the mirror stood on a partition when it stopped.
+type Position struct {
+	Topic     string
+	Partition int32
+	// Standby is the standby's end offset: every offset below it is
+	// there, at its source offset.
+	Standby int64
+	// Source is the source's end offset last seen.
+	Source int64
+}
+
+// Store keeps the routing state durable.
+type Store interface {
+	// Save writes st to every cluster it can reach; it fails unless the
+	// cluster st makes active has it.
+	Save(ctx context.Context, st State) error
+	// Load returns the state of the highest generation found on the
+	// clusters it can reach, and false when none holds one.
+	Load(ctx context.Context) (State, bool, error)
+}
+
+// Request asks for a switch.
+type Request struct {
+	To      string        `json:"to"`
+	Mode    Mode          `json:"mode,omitempty"`
+	Timeout time.Duration `json:"-"`
+}
+
+// DefaultSwitchTimeout bounds a planned switch's drain when the request
+// names none.
+const DefaultSwitchTimeout = 30 * time.Second
+
+// Refusal reasons; each is an *Error's Reason.
+const (
+	ReasonBadRequest     = "bad_request"
+	ReasonUnknownCluster = "unknown_cluster"
+	ReasonAlreadyActive  = "already_active"
+	ReasonRunning        = "switch_running"
+	ReasonHalted         = "mirror_halted"
+	ReasonNoMirror       = "no_mirror"
+	ReasonDrainTimeout   = "drain_timeout"
+	ReasonSaveFailed     = "save_failed"
+)
+
+// Error is a switch refused or rolled back; nothing changed for clients.
+type Error struct {
+	Reason string
+	Msg    string
+	// Partitions names the partitions concerned (halted, still lagging).
+	Partitions []string
+}
+
+func (e *Error) Error() string {
+	if len(e.Partitions) == 0 {
+		return e.Msg
+	}
+	return fmt.Sprintf("%s: %v", e.Msg, e.Partitions)
+}
+
+// Switcher runs switches of the active cluster, one at a time.
+//
+// Planned: hold writes on every member → drain the mirror → copy the
+// groups' committed offsets → stop the mirror → save the next generation
+// durably → install it on every member (which releases the held writes to
+// the new active cluster) → start the mirror the other way. A drain that
+// times out rolls back: the writes are released to the old cluster.
+//
+// Forced: stop the mirror, record what it had not copied, save and install
+// the next generation at once.
+type Switcher struct {
+	table    *Table
+	members  Members
+	mirror   Mirror // nil when the mirror is disabled
+	store    Store  // nil: not durable (tests)
+	clusters []string
+	log      *zap.Logger
+	now      func() time.Time
+
+	mu sync.Mutex // one switch at a time (TryLock)
+}
+
+// NewSwitcher returns a switcher over the given table and members. mirror
+// and store may be nil.
+func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clusters []string, log *zap.Logger) *Switcher {
+	return &Switcher{table: table, members: members, mirror: mirror, store: store, clusters: clusters, log: log, now: time.Now}
+}
+
+// Switch runs one switch and returns the state in force once it is done.
+// Repeating a switch that finished answers the same state.
+func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
+	if req.Mode == "" {
+		req.Mode = Planned
+	}
+	if req.Mode != Planned && req.Mode != Forced {
+		return State{}, &Error{Reason: ReasonBadRequest, Msg: fmt.Sprintf("mode %q: want planned or forced", req.Mode)}
+	}
+	if !slices.Contains(s.clusters, req.To) {
+		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, s.clusters)}
+	}
+	if !s.mu.TryLock() {
+		return State{}, &Error{Reason: ReasonRunning, Msg: "a switch is already running"}
+	}
+	defer s.mu.Unlock()
+	cur := s.table.Current()
+	if cur.Active == req.To {
+		if l := cur.Last; l != nil && l.To == req.To && l.Mode == req.Mode && l.Outcome == "switched" {
+			return cur, nil // a repeat of the call that got us here
+		}
+		return State{}, &Error{Reason: ReasonAlreadyActive, Msg: fmt.Sprintf("cluster %q is already active (%s)", req.To, cur)}
+	}
+	if req.Timeout <= 0 {
+		req.Timeout = DefaultSwitchTimeout
+	}
+	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: s.now().UTC()}
+	log := s.log.With(zap.String("from", sw.From), zap.String("to", sw.To), zap.String("mode", string(sw.Mode)), zap.Uint32("generation", cur.Generation))
+	log.Info("switch starting")
+	var next State
+	var err error
+	if req.Mode == Planned {
+		next, err = s.planned(ctx, cur, sw, req.Timeout, log)
+	} else {
+		next, err = s.forced(ctx, cur, sw, log)
+	}
+	if err != nil {
+		log.Error("switch did not happen", zap.Error(err))
+		return State{}, err
+	}
+	log.Info("switched", zap.Stringer("routing", next), zap.String("duration", sw.Duration), zap.Int("lost_ranges", len(sw.Lost)))
+	return next, nil
+}
+
+func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout time.Duration, log *zap.Logger) (State, error) {
+	if s.mirror == nil {
+		return State{}, &Error{Reason: ReasonNoMirror, Msg: "the mirror is disabled: the standby has not been kept in step, so a planned switch cannot lose nothing (a forced one can be asked for)"}
+	}
+	if h := s.mirror.Halted(); len(h) > 0 {
+		return State{}, &Error{Reason: ReasonHalted, Msg: "mirror partitions are halted; fix them (or switch forced, losing what they lack)", Partitions: h}
+	}
+	draining := cur
+	draining.Phase = PhaseDraining
+	draining.Last = sw
+	s.table.Update(draining)
+	rollback := func(why error) (State, error) {
+		back := cur
+		back.Phase = PhaseServing
+		sw.Outcome = "rolled back: " + why.Error()
+		s.finish(sw)
+		back.Last = sw
+		// A fresh context: the caller's may be what ended.
+		ictx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.members.Install(ictx, back); err != nil {
+			log.Error("releasing held writes after the rollback", zap.Error(err))
+		}
+		return State{}, why
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.members.Hold(dctx, draining); err != nil {
+		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "writes already sent to the old cluster were not answered in time: " + err.Error()})
+	}
+	log.Info("writes held; draining the mirror")
+	if err := s.mirror.Drain(dctx); err != nil {
+		e := &Error{Reason: ReasonDrainTimeout, Msg: "the mirror did not drain in time; rolled back to " + cur.Active}
+		var lag *LagError
+		if errors.As(err, &lag) {
+			e.Partitions = lag.Partitions
+		} else {
+			e.Msg += ": " + err.Error()
+		}
+		return rollback(e)
+	}
+	if err := s.mirror.SyncGroups(dctx); err != nil {
+		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
+	}
+	switching := draining
+	switching.Phase = PhaseSwitching
+	s.table.Update(switching)
+	ends, _ := positions(s.mirror.Stop())
+	next := s.nextState(cur, sw, ends)
+	if err := s.save(ctx, next); err != nil {
+		// The mirror is stopped but nothing was written to the new
+		// cluster: start it again and release to the old one.
+		if ferr := s.mirror.Follow(cur); ferr != nil {
+			log.Error("restarting the mirror after a failed save", zap.Error(ferr))
+		}
+		return rollback(&Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state: " + err.Error()})
+	}
+	return s.install(next, log)
+}
+
+func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.Logger) (State, error) {
+	var ends map[string][]int64
+	if s.mirror != nil {
+		ends, sw.Lost = positions(s.mirror.Stop())
+	}
+	next := s.nextState(cur, sw, ends)
+	if err := s.save(ctx, next); err != nil {
+		if s.mirror != nil {
+			if ferr := s.mirror.Follow(cur); ferr != nil {
+				log.Error("restarting the mirror after a failed save", zap.Error(ferr))
+			}
+		}
+		sw.Outcome = "failed: " + err.Error()
+		s.finish(sw)
+		back := cur
+		back.Last = sw
+		s.table.Update(back)
+		return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state on " + sw.To + ": " + err.Error()}
+	}
+	return s.install(next, log)
+}
+
+// nextState is the generation after cur, active on sw.To, with the ends of
+// cur's generation recorded.
+func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
+	sw.Outcome = "switched"
+	s.finish(sw)
+	next := State{Generation: cur.Generation + 1, Active: sw.To, Phase: PhaseServing, Last: sw}
+	next.Fences = append(next.Fences, cur.Fences...)
+	if ends != nil {
+		next.Fences = append(next.Fences, Fence{Generation: cur.Generation, Ends: ends})
+	}
+	if len(next.Fences) > MaxFences {
+		next.Fences = next.Fences[len(next.Fences)-MaxFences:]
+	}
+	return next
+}
+
+func (s *Switcher) save(ctx context.Context, st State) error {
+	if s.store == nil {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s.store.Save(sctx, st)
+}
+
+// install puts next in force everywhere and starts the mirror from the new
+// active cluster. Once next is saved there is no going back: a member that
+// misses it reads it at its next start.
+func (s *Switcher) install(next State, log *zap.Logger) (State, error) {
+	ictx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.members.Install(ictx, next); err != nil {
+		log.Error("installing the new routing state", zap.Error(err))
+	}
+	if s.mirror != nil {
+		if err := s.mirror.Follow(next); err != nil {
+			log.Error("starting the mirror from the new active cluster", zap.Error(err))
+		}
+	}
+	return s.table.Current(), nil
+}
+
+func (s *Switcher) finish(sw *Switch) {
+	sw.Finished = s.now().UTC()
+	sw.Duration = sw.Finished.Sub(sw.Started).Round(time.Millisecond).String()
+}
+
+// positions turns where the mirror stood into each partition's end on the
+// standby, and the ranges the source held beyond it.
+func positions(ps []Position) (map[string][]int64, []LostRange) {
+	ends := map[string][]int64{}
+	var lost []LostRange
+	for _, p := range ps {
+		e := ends[p.Topic]
+		for int32(len(e)) <= p.Partition {
+			e = append(e, -1)
+		}
+		e[p.Partition] = p.Standby
+		ends[p.Topic] = e
+		if p.Source > p.Standby && p.Standby >= 0 {
+			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: p.Standby, To: p.Source})
+		}
+	}
+	sort.Slice(lost, func(i, j int) bool {
+		if lost[i].Topic != lost[j].Topic {
+			return lost[i].Topic < lost[j].Topic
+		}
+		return lost[i].Partition < lost[j].Partition
+	})
+	return ends, lost
+}
+
+// LagError is a drain that ended with partitions still behind.
+type LagError struct {
+	Partitions []string // "topic[partition]: standby N of M"
+}
+
+func (e *LagError) Error() string { return fmt.Sprintf("still lagging: %v", e.Partitions) }
+
+// Local is Members for a member on its own: its table, and a proxy that
+// reports when the writes it sent upstream have been answered.
+type Local struct {
+	Table *Table
+	// Settled returns once no write is in flight to an upstream (the
+	// table's phase already holds new ones), or ctx's error.
+	Settled func(ctx context.Context) error
+}
+
+// Hold implements Members.
+func (l Local) Hold(ctx context.Context, st State) error {
+	l.Table.Update(st)
+	if l.Settled == nil {
+		return nil
+	}
+	return l.Settled(ctx)
+}
+
+// Install implements Members.
+func (l Local) Install(_ context.Context, st State) error {
+	l.Table.Update(st)
+	return nil
+}

@@ -241,10 +241,12 @@ func (m *Mirror) Status() []PartitionStatus {
 // WaitCaughtUp waits until every mirrored partition of the given topics
 // (all, if none are given) has mirrored everything the source held when
 // WaitCaughtUp was called — the standby's end offset has reached the
-// source's high watermark read at the start — and returns nil; it returns
+// source's last stable offset read at the start (the writers copy only
+// decided data, so a transaction open then does not keep it waiting) — and
+// returns nil; it returns
 // an error as soon as one of them is halted, or ctx's error. Partitions
-// whose source topic was deleted are skipped. The switchover calls it with
-// client produces held, so the source's end does not move meanwhile.
+// whose source topic was deleted are skipped. The switchover uses Drain,
+// which also waits for open transactions.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	if len(topics) == 0 {
 		seen := make(map[string]bool)
@@ -266,7 +268,7 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 		var td map[string]topicMeta
 		td, err = listTopics(ctx, m.src)
 		if err == nil {
-			ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
+			ends, err = m.srcAdm.ListCommittedOffsets(ctx, topics...)
 		}
 		if err == nil {
 			err = ends.Error()

@@ -38,7 +38,9 @@ type node struct {
 	fleet  *proxy.StaticFleet
 	proxy  *proxy.Server
 	mirror *mirrorRunner // nil when the mirror is disabled
-	admin  *admin.Server
+	// switcher runs switches of the active cluster (POST /switchover).
+	switcher *routing.Switcher
+	admin    *admin.Server
 	ln     net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
 	// listenAddr is where ln binds: the configured listen address with
 	// the port it got when newNode first bound it.
@@ -117,9 +119,16 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var sm routing.Mirror
 	if cfg.Mirror.enabled() {
 		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg)
+		sm = switchMirror{n.mirror}
 	}
+	names := make([]string, len(cfg.Clusters))
+	for i, c := range cfg.Clusters {
+		names[i] = c.Name
+	}
+	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes}, sm, nil, names, log.Named("switch"))
 	n.admin, err = admin.New(
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{

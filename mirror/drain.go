@@ -1,0 +1,231 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+// LagError is a Drain that ended with partitions still behind.
+type LagError struct {
+	// Partitions are "topic[partition]: standby N of M".
+	Partitions []string
+}
+
+func (e *LagError) Error() string { return fmt.Sprintf("mirror: still lagging: %v", e.Partitions) }
+
+// openTxnGrace is how long Drain lets transactions that are open on the
+// source end by themselves before it aborts them.
+const openTxnGrace = 5 * time.Second
+
+// Drain returns once the standby holds every offset the source holds, for
+// every mirrored partition: the standby's end equals the source's high
+// watermark, the source has no open transaction (its last stable offset is
+// its high watermark: the writers copy only decided data, and a marker the
+// coordinator writes after EndTxn has landed), and two reads in a row
+// agree. The switchover calls it with client writes held (EndTxn aside),
+// so the source stops moving.
+//
+// Transactions still open after openTxnGrace (or half of ctx's time, when
+// that is shorter) are aborted on the source by fencing their
+// transactional IDs: their producers are gone or held, and a half
+// transaction must not be left for read_committed readers on either side.
+// On ctx's end Drain returns a *LagError naming what still lags; a halted
+// partition fails it at once.
+func (m *Mirror) Drain(ctx context.Context) error {
+	grace := openTxnGrace
+	if dl, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(dl)/2)
+	}
+	abortAt := time.Now().Add(grace)
+	aborted := false
+	var prev map[topicPartition]sourceEnd
+	var lag []string
+	for {
+		ends, err := m.sourceEnds(ctx)
+		if err == nil {
+			var open bool
+			lag, open, err = m.lagging(ends)
+			if err != nil {
+				return err
+			}
+			if len(lag) == 0 && !open && sameEnds(prev, ends) {
+				return nil
+			}
+			if open && !aborted && time.Now().After(abortAt) {
+				aborted = true
+				if err := m.abortOpen(ctx); err != nil {
+					m.log.Warn("aborting open transactions on the source", zap.Error(err))
+				}
+			}
+			prev = ends
+		}
+		if sleep(ctx, 25*time.Millisecond) != nil {
+			if len(lag) == 0 && err != nil {
+				lag = []string{"source end offsets: " + err.Error()}
+			}
+			if len(lag) == 0 {
+				lag = []string{"transactions still open on the source"}
+			}
+			return &LagError{Partitions: lag}
+		}
+	}
+}
+
+type sourceEnd struct{ hwm, lso int64 }
+
+// sourceEnds reads the high watermark and last stable offset of every
+// partition of every mirrored topic on the source.
+func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, error) {
+	td, err := listTopics(ctx, m.src)
+	if err != nil {
+		return nil, err
+	}
+	var topics []string
+	for name, t := range td {
+		if m.cfg.mirrorTopic(name, t.internal) {
+			topics = append(topics, name)
+		}
+	}
+	out := make(map[topicPartition]sourceEnd)
+	if len(topics) == 0 {
+		return out, nil
+	}
+	hwms, err := m.srcAdm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = hwms.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	lsos, err := m.srcAdm.ListCommittedOffsets(ctx, topics...)
+	if err == nil {
+		err = lsos.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range topics {
+		for p := int32(0); p < td[t].partitions; p++ {
+			h, ok1 := hwms.Lookup(t, p)
+			l, ok2 := lsos.Lookup(t, p)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("no end offset for %s[%d] yet", t, p)
+			}
+			out[topicPartition{t, p}] = sourceEnd{hwm: h.Offset, lso: l.Offset}
+		}
+	}
+	return out, nil
+}
+
+// lagging names the partitions whose standby is behind the source's end,
+// and says whether any has an open transaction. A halted partition is an
+// error.
+func (m *Mirror) lagging(ends map[topicPartition]sourceEnd) (lag []string, open bool, err error) {
+	have := make(map[topicPartition]PartitionStatus)
+	for _, st := range m.Status() {
+		have[topicPartition{st.Topic, st.Partition}] = st
+	}
+	for tp, e := range ends {
+		st, ok := have[tp]
+		switch {
+		case ok && st.State == StateHalted:
+			return nil, false, fmt.Errorf("mirror: %s[%d] halted: %w", tp.topic, tp.partition, st.Err)
+		case !ok:
+			lag = append(lag, fmt.Sprintf("%s[%d]: no writer yet (source end %d)", tp.topic, tp.partition, e.hwm))
+		case st.Mirrored < e.hwm:
+			lag = append(lag, fmt.Sprintf("%s[%d]: standby %d of %d", tp.topic, tp.partition, st.Mirrored, e.hwm))
+		}
+		if e.lso < e.hwm {
+			open = true
+		}
+	}
+	sort.Strings(lag)
+	return lag, open, nil
+}
+
+func sameEnds(a, b map[topicPartition]sourceEnd) bool {
+	if a == nil || len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// abortOpen aborts every transaction open on the source by fencing its
+// transactional ID: InitProducerId for the ID bumps its epoch, and the
+// coordinator aborts what the previous epoch left open.
+func (m *Mirror) abortOpen(ctx context.Context) error {
+	req := kmsg.NewPtrListTransactionsRequest()
+	req.StateFilters = []string{"Ongoing"}
+	shards := m.src.RequestSharded(ctx, req)
+	var ids []string
+	var errs []error
+	for _, sh := range shards {
+		if sh.Err != nil {
+			errs = append(errs, sh.Err)
+			continue
+		}
+		resp := sh.Resp.(*kmsg.ListTransactionsResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, t := range resp.TransactionStates {
+			ids = append(ids, t.TransactionalID)
+		}
+	}
+	for _, id := range ids {
+		m.log.Warn("aborting a transaction still open on the source for the switch", zap.String("transactional_id", id))
+		if err := m.fence(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("transactional ID %q: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fence bumps a transactional ID's producer epoch on the source, which
+// aborts its open transaction. The coordinator answers
+// CONCURRENT_TRANSACTIONS while it completes the abort; that is retried.
+func (m *Mirror) fence(ctx context.Context, id string) error {
+	for {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &id
+		req.TransactionTimeoutMillis = 60000
+		req.ProducerID = -1
+		req.ProducerEpoch = -1
+		resp, err := req.RequestWith(ctx, m.src)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err == nil {
+			return nil
+		}
+		if !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
+			return err
+		}
+		if serr := sleep(ctx, 50*time.Millisecond); serr != nil {
+			return err
+		}
+	}
+}
+
+// SyncGroups copies every mirrored group's committed offsets to the
+// standby now, as the sync loop does every interval; the switchover calls
+// it with offset commits held.
+func (m *Mirror) SyncGroups(ctx context.Context) error {
+	if !m.cfg.syncGroups {
+		return nil
+	}
+	return m.syncGroups(ctx)
+}

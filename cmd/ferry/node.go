@@ -41,7 +41,7 @@ type node struct {
 	// switcher runs switches of the active cluster (POST /switchover).
 	switcher *routing.Switcher
 	admin    *admin.Server
-	ln     net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
+	ln       net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
 	// listenAddr is where ln binds: the configured listen address with
 	// the port it got when newNode first bound it.
 	listenAddr string

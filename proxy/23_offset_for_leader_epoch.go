@@ -2,9 +2,16 @@ package proxy
 
 // OffsetForLeaderEpoch (key 23), v2-v4 from clients (KIP-320 log truncation
 // detection). Split by upstream partition leader and merged. Both epochs in
-// the request are virtual and mapped back; an epoch of an older generation
-// is answered FENCED_LEADER_EPOCH until the switchover records per-partition
-// end offsets to answer it from.
+// the request are virtual and mapped back.
+//
+// An epoch of an older generation is the last epoch a consumer saw before a
+// switch. It is answered here, from the end offset the partition had on the
+// new cluster when that generation ended (routing.State.Fences): a consumer
+// positioned beyond it (a forced switch lost what it read) is brought back
+// to it, and any other carries on. Without a recorded end (the partition was
+// not mirrored then) the current leader epoch's end is asked for instead:
+// nothing known was lost. An epoch of a newer generation than Ferry's is
+// UNKNOWN_LEADER_EPOCH, as a broker says of an epoch it has not reached.
 
 import (
 	"context"
@@ -19,6 +26,7 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 	in := kr.(*kmsg.OffsetForLeaderEpochRequest)
 	gen := req.state.Generation
 	local := map[tp]int16{}
+	fenced := map[tp]fencedEnd{}
 	var order []tp
 	entries := map[tp]kmsg.OffsetForLeaderEpochRequestTopicPartition{}
 	for _, t := range in.Topics {
@@ -27,10 +35,24 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 			code := physicalEpochs(gen, &p.CurrentLeaderEpoch, nil)
 			if code == 0 {
 				phys, ok := routing.PhysicalEpoch(gen, p.LeaderEpoch)
-				if !ok {
-					code = kerr.FencedLeaderEpoch.Code
+				switch {
+				case ok:
+					p.LeaderEpoch = phys
+				case routing.EpochGeneration(p.LeaderEpoch) > gen:
+					code = kerr.UnknownLeaderEpoch.Code
+				default:
+					if end, ok := fenceEnd(req.state, routing.EpochGeneration(p.LeaderEpoch), t.Topic, p.Partition); ok {
+						fenced[x] = fencedEnd{epoch: p.LeaderEpoch, end: end}
+						continue
+					}
+					// Nothing recorded: the end of the current epoch.
+					pi, ok := req.up.partition(c.ctx, t.Topic, p.Partition)
+					if !ok {
+						code = kerr.UnknownTopicOrPartition.Code
+						break
+					}
+					p.LeaderEpoch = pi.epoch
 				}
-				p.LeaderEpoch = phys
 			}
 			if code != 0 {
 				local[x] = code
@@ -70,6 +92,10 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 			for _, p := range t.Partitions {
 				x := tp{t.Topic, p.Partition}
 				a, ok := answers[x]
+				if f, isFenced := fenced[x]; isFenced {
+					a, ok = kmsg.NewOffsetForLeaderEpochResponseTopicPartition(), true
+					a.Partition, a.LeaderEpoch, a.EndOffset = p.Partition, f.epoch, f.end
+				}
 				if !ok {
 					a = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 					a.Partition, a.ErrorCode, a.LeaderEpoch, a.EndOffset = p.Partition, unanswered(local, x), -1, -1
@@ -80,4 +106,22 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 		}
 		return out, release, nil
 	}), nil
+}
+
+// fencedEnd is an answer from the ends recorded at a switch.
+type fencedEnd struct {
+	epoch int32 // the client's (virtual) epoch, echoed
+	end   int64
+}
+
+// fenceEnd is the end offset a partition had when generation gen ended, or
+// when the first generation after it that has one recorded ended (an upper
+// bound of what gen left: a consumer at or below it lost nothing).
+func fenceEnd(st routing.State, gen uint32, topic string, partition int32) (int64, bool) {
+	for g := gen; g < st.Generation; g++ {
+		if end, ok := st.FenceEnd(g, topic, partition); ok {
+			return end, true
+		}
+	}
+	return 0, false
 }

@@ -79,6 +79,7 @@ type request struct {
 	state routing.State // the routing state it is handled under
 	up    *upstream     // the active cluster of that state
 	start time.Time
+	write bool // counted in Server.writes until answered (hold.go)
 }
 
 // reply is the answer to one request, produced when the writer asks for it.
@@ -170,16 +171,25 @@ func (c *clientConn) readLoop() (err error) {
 			return c.refuseFrame("closing connection: bad request header", err)
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
+		if isWrite(hdr.Key) {
+			if err := c.s.passHold(c.ctx, hdr.Key); err != nil {
+				requestBufs.Put(buf)
+				return err
+			}
+			req.write = true
+		}
 		req.state = c.s.routes.Current()
 		req.up = c.s.ups[req.state.Active]
 		r, err := c.s.dispatch(c, req)
 		if err != nil {
+			c.s.writeDone(req)
 			requestBufs.Put(buf)
 			c.s.metrics.observe(hdr.Key, req.start, err)
 			c.logRefusal(zapcore.WarnLevel, refusalReason(err), "closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
 		}
 		if r == nil { // acks=0 produce: no answer
+			c.s.writeDone(req)
 			c.s.metrics.observe(hdr.Key, req.start, nil)
 			requestBufs.Put(buf)
 			continue
@@ -188,6 +198,7 @@ func (c *clientConn) readLoop() (err error) {
 		select {
 		case c.replies <- r:
 		case <-c.ctx.Done():
+			c.s.writeDone(req)
 			return c.ctx.Err()
 		}
 	}
@@ -198,6 +209,7 @@ func (c *clientConn) writeLoop() {
 	for r := range c.replies {
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
 		n, err := c.write(r, bw)
+		c.s.writeDone(r.req)
 		c.replied()
 		requestBufs.Put(r.req.frame)
 		c.s.metrics.bytesOut.Add(float64(n))
@@ -255,6 +267,7 @@ func (c *clientConn) drain() {
 		if r.abandon != nil {
 			r.abandon()
 		}
+		c.s.writeDone(r.req)
 		requestBufs.Put(r.req.frame)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 type metrics struct {
 	connsOpen  prometheus.Gauge
+	held       prometheus.Gauge
 	connsTotal prometheus.Counter
 	badFrames  prometheus.Counter
 	bytesOut   prometheus.Counter
@@ -47,6 +48,7 @@ type keyMetrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		connsOpen:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections", Help: "Client connections open."}),
+		held:       prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "requests_held", Help: "Client writes waiting for a switch of the active cluster to finish."}),
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_total", Help: "Client connections accepted."}),
 		badFrames:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "bad_frames_total", Help: "Client connections closed for an oversized or malformed frame or header."}),
 		bytesOut:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_bytes_sent_total", Help: "Bytes of responses sent to clients."}),
@@ -71,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -416,12 +416,20 @@ func TestDeleteRecordsAndOffsetsThroughFerry(t *testing.T) {
 }
 
 // TestOffsetForLeaderEpochUnderGeneration: under generation 2 the epochs
-// a client sends are virtual; Ferry maps them back, answers with virtual
-// ones, and fences an epoch of an older generation.
+// a client sends are virtual; Ferry maps them back and answers with
+// virtual ones. An epoch of an older generation is answered from the end
+// recorded when that generation ended (or, with none recorded for it, from
+// a later generation's, or the current end), never fenced: a consumer
+// validating its position after a switch must not loop. An epoch of a
+// newer generation is UNKNOWN_LEADER_EPOCH.
 func TestOffsetForLeaderEpochUnderGeneration(t *testing.T) {
 	kf := newKfake(t, 3)
-	const gen = 2
-	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: gen, Active: "a"})))
+	const gen = 3
+	st := routing.State{Generation: gen, Active: "a", Fences: []routing.Fence{
+		{Generation: 0, Ends: map[string][]int64{"epochs": {2}}},
+		{Generation: 2, Ends: map[string][]int64{"other": {9}}},
+	}}
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(st)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := newClient(t, addr)
@@ -461,7 +469,27 @@ func TestOffsetForLeaderEpochUnderGeneration(t *testing.T) {
 	if p.ErrorCode != 0 || p.EndOffset != 5 || p.LeaderEpoch != epoch {
 		t.Fatalf("current epoch: error %d end %d epoch %d; want 0, 5, %d", p.ErrorCode, p.EndOffset, p.LeaderEpoch, epoch)
 	}
-	if p := ask(routing.VirtualEpoch(gen-1, 0)); p.ErrorCode != kerr.FencedLeaderEpoch.Code {
-		t.Fatalf("an epoch of generation %d: error %d, want FENCED_LEADER_EPOCH", gen-1, p.ErrorCode)
+	for _, tc := range []struct {
+		name   string
+		epoch  int32
+		code   int16
+		end    int64
+		echoed bool
+	}{
+		{"generation 0, recorded end", routing.VirtualEpoch(0, 7), 0, 2, true},
+		{"generation 1, none recorded for it or later: the current end", routing.VirtualEpoch(1, 0), 0, 5, false},
+		{"generation 2, nothing recorded: the current end", routing.VirtualEpoch(2, 4), 0, 5, false},
+		{"a newer generation", routing.VirtualEpoch(gen+1, 0), kerr.UnknownLeaderEpoch.Code, -1, false},
+	} {
+		p := ask(tc.epoch)
+		if p.ErrorCode != tc.code || p.EndOffset != tc.end {
+			t.Errorf("%s: error %d end %d; want %d, %d", tc.name, p.ErrorCode, p.EndOffset, tc.code, tc.end)
+		}
+		if tc.echoed && p.LeaderEpoch != tc.epoch {
+			t.Errorf("%s: epoch %d, want the client's %d echoed", tc.name, p.LeaderEpoch, tc.epoch)
+		}
+		if tc.code == 0 && p.LeaderEpoch < tc.epoch {
+			t.Errorf("%s: epoch %d is below the client's %d: it would see a truncation", tc.name, p.LeaderEpoch, tc.epoch)
+		}
 	}
 }

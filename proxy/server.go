@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,6 +32,9 @@ type Server struct {
 	refusalLogs *logSampler
 	// policy says which classes of request clients may send.
 	policy policy
+
+	// writes counts client writes in flight (hold.go).
+	writes atomic.Int64
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int

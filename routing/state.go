@@ -115,13 +115,15 @@ func (s State) FenceEnd(gen uint32, topic string, partition int32) (int64, bool)
 type Table struct {
 	cur atomic.Pointer[State]
 
-	mu      sync.Mutex
-	changed chan struct{} // closed at the next change
+	mu      sync.Mutex                    // serialises changes
+	changed atomic.Pointer[chan struct{}] // closed at the next change
 }
 
 // NewTable returns a table at the given state.
 func NewTable(s State) *Table {
-	t := &Table{changed: make(chan struct{})}
+	t := new(Table)
+	ch := make(chan struct{})
+	t.changed.Store(&ch)
 	if s.Phase == "" {
 		s.Phase = PhaseServing
 	}
@@ -132,12 +134,9 @@ func NewTable(s State) *Table {
 // Current returns the routing state in force.
 func (t *Table) Current() State { return *t.cur.Load() }
 
-// Changed returns a channel closed at the next change of the state.
-func (t *Table) Changed() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.changed
-}
+// Changed returns a channel closed at the next change of the state. Take
+// it before reading Current: a change between the two closes it.
+func (t *Table) Changed() <-chan struct{} { return *t.changed.Load() }
 
 // Advance installs next if its generation is newer than the current one, and
 // reports whether it did: an older or equal state never replaces a newer one.
@@ -160,8 +159,10 @@ func (t *Table) install(next State, ok func(cur State) bool) bool {
 	if !ok(*t.cur.Load()) {
 		return false
 	}
+	// The state first, then the channel: a reader that finds the new
+	// channel finds the new state.
 	t.cur.Store(&next)
-	close(t.changed)
-	t.changed = make(chan struct{})
+	ch := make(chan struct{})
+	close(*t.changed.Swap(&ch))
 	return true
 }

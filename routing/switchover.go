@@ -104,7 +104,8 @@ func (e *Error) Error() string {
 
 // Switcher runs switches of the active cluster, one at a time.
 //
-// Planned: hold writes on every member → drain the mirror → copy the
+// Planned: hold writes on every member (EndTxn aside) → drain the mirror →
+// hold EndTxn too → drain what ending transactions added → copy the
 // groups' committed offsets → stop the mirror → save the next generation
 // durably → install it on every member (which releases the held writes to
 // the new active cluster) → start the mirror the other way. A drain that
@@ -205,7 +206,11 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "writes already sent to the old cluster were not answered in time: " + err.Error()})
 	}
 	log.Info("writes held; draining the mirror")
-	if err := s.mirror.Drain(dctx); err != nil {
+	drain := func() error {
+		err := s.mirror.Drain(dctx)
+		if err == nil {
+			return nil
+		}
 		e := &Error{Reason: ReasonDrainTimeout, Msg: "the mirror did not drain in time; rolled back to " + cur.Active}
 		var lag *LagError
 		if errors.As(err, &lag) {
@@ -213,14 +218,25 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		} else {
 			e.Msg += ": " + err.Error()
 		}
-		return rollback(e)
+		return e
+	}
+	if err := drain(); err != nil {
+		return rollback(err)
+	}
+	// Transactions could still end while the mirror drained (EndTxn is
+	// let through then): hold EndTxn too, wait for those in flight, and
+	// drain what their markers added.
+	switching := draining
+	switching.Phase = PhaseSwitching
+	if err := s.members.Hold(dctx, switching); err != nil {
+		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "transactions ending on the old cluster were not answered in time: " + err.Error()})
+	}
+	if err := drain(); err != nil {
+		return rollback(err)
 	}
 	if err := s.mirror.SyncGroups(dctx); err != nil {
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
 	}
-	switching := draining
-	switching.Phase = PhaseSwitching
-	s.table.Update(switching)
 	ends, _ := positions(s.mirror.Stop())
 	next := s.nextState(cur, sw, ends)
 	if err := s.save(ctx, next); err != nil {

@@ -128,7 +128,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	for i, c := range cfg.Clusters {
 		names[i] = c.Name
 	}
-	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes}, sm, nil, names, log.Named("switch"))
+	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm, nil, names, log.Named("switch"))
 	n.admin, err = admin.New(
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// The switch's hold. While the routing state's phase is not serving, a
+// request that writes to a cluster waits on its connection's reader before
+// it is handled (so a connection's requests still reach the upstream in the
+// order sent), and is handled under the state in force once the hold ends:
+// the new active cluster after a switch, the old one after a rollback.
+// Reads (fetches, metadata, group heartbeats) are never held.
+//
+// Writes in flight are counted from the moment one passes the hold until
+// its answer is written to the client (or abandoned), so the switch knows
+// when everything sent to the old cluster has been answered (Settled).
+// A write counts itself before it reads the phase: a switch that sets the
+// phase and then finds no write counted has none to wait for.
+
+// heldWrites are the keys held while a switch drains. EndTxn is not among
+// them: a transaction already open may finish while the mirror drains. It
+// is held once the drain is done (switchingWrites).
+var heldWrites = map[int16]bool{
+	int16(kmsg.Produce):                   true,
+	int16(kmsg.OffsetCommit):              true,
+	int16(kmsg.TxnOffsetCommit):           true,
+	int16(kmsg.AddPartitionsToTxn):        true,
+	int16(kmsg.AddOffsetsToTxn):           true,
+	int16(kmsg.InitProducerID):            true,
+	int16(kmsg.DeleteRecords):             true,
+	int16(kmsg.OffsetDelete):              true,
+	int16(kmsg.DeleteGroups):              true,
+	int16(kmsg.CreateTopics):              true,
+	int16(kmsg.DeleteTopics):              true,
+	int16(kmsg.CreatePartitions):          true,
+	int16(kmsg.AlterConfigs):              true,
+	int16(kmsg.IncrementalAlterConfigs):   true,
+	int16(kmsg.CreateACLs):                true,
+	int16(kmsg.DeleteACLs):                true,
+	int16(kmsg.AlterPartitionAssignments): true,
+}
+
+// holds reports whether a request of key waits under phase.
+func holds(phase routing.Phase, key int16) bool {
+	switch phase {
+	case routing.PhaseDraining:
+		return heldWrites[key]
+	case routing.PhaseSwitching:
+		return heldWrites[key] || key == int16(kmsg.EndTxn)
+	}
+	return false
+}
+
+// isWrite reports whether requests of key are counted as writes.
+func isWrite(key int16) bool { return heldWrites[key] || key == int16(kmsg.EndTxn) }
+
+// passHold waits while the routing state holds requests of key, then
+// counts the request as a write in flight. It fails only when ctx ends.
+func (s *Server) passHold(ctx context.Context, key int16) error {
+	for {
+		s.writes.Add(1)
+		changed := s.routes.Changed()
+		if !holds(s.routes.Current().Phase, key) {
+			return nil
+		}
+		s.writes.Add(-1)
+		s.metrics.held.Inc()
+		select {
+		case <-changed:
+			s.metrics.held.Dec()
+		case <-ctx.Done():
+			s.metrics.held.Dec()
+			return ctx.Err()
+		}
+	}
+}
+
+// writeDone ends a write's count; safe to call more than once per request.
+func (s *Server) writeDone(req *request) {
+	if req.write {
+		req.write = false
+		s.writes.Add(-1)
+	}
+}
+
+// Settled returns once no write is in flight — every write that passed the
+// hold before the routing state began holding it has been answered — or
+// with ctx's error. The switch calls it after setting a holding phase.
+func (s *Server) Settled(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for s.writes.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}

@@ -257,8 +257,10 @@ func TestSwitchoverOutlivesClient(t *testing.T) {
 		case <-time.After(time.Second):
 		}
 		dl, _ := ctx.Deadline()
-		done <- seen{ctx.Err(), time.Until(dl)}
-		return switchedTo(f.routes, routing.Planned)(ctx, req)
+		s := seen{ctx.Err(), time.Until(dl)}
+		st, err := switchedTo(f.routes, routing.Planned)(ctx, req)
+		done <- s
+		return st, err
 	}
 	addr := serveTCP(t, f, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,16 +1,19 @@
 // Package admin serves one Ferry member's HTTP admin API: Prometheus metrics,
-// liveness and readiness probes, and a JSON status page.
+// liveness and readiness probes, a JSON status page, and the switchover.
 //
 // Monitoring follows the nats-server pattern: a method returns the data
 // (Status, Ready) and a thin handler encodes it (HandleStatus, HandleReadyz),
-// so the data can be used and tested without HTTP. Later endpoints (the
-// switchover) are added with Handle.
+// so the data can be used and tested without HTTP.
 //
-//	GET /metrics         Prometheus exposition of the registry passed in
-//	GET /healthz         200 while the process serves HTTP at all
-//	GET /readyz          200 once the proxy has started and the active cluster is reachable, else 503
-//	GET /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
-//	GET /status/mirror   JSON: the mirror section of /status alone
+//	GET  /metrics         Prometheus exposition of the registry passed in
+//	GET  /healthz         200 while the process serves HTTP at all
+//	GET  /readyz          200 once the proxy has started and the active cluster is reachable, else 503
+//	GET  /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
+//	GET  /status/mirror   JSON: the mirror section of /status alone
+//	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
+//
+// Endpoints that read are open; those that change something need
+// "Authorization: Bearer <token>" when a token is configured.
 //
 // /readyz is about serving clients only: a halted mirror partition shows in
 // /status and in the ferry_mirror_* metrics, and does not make a member
@@ -66,6 +69,10 @@ type config struct {
 	now      func() time.Time
 	probeTTL time.Duration // how long a cluster check's result is reused
 	idle     time.Duration // keep-alive connections idle this long are closed
+
+	switchFn   SwitchFunc
+	token      string
+	registerer prometheus.Registerer
 }
 
 // Option configures a Server.
@@ -139,6 +146,8 @@ type Server struct {
 	// become a dial storm.
 	probeMu sync.Mutex
 	probes  map[string]probe
+
+	metrics *switchMetrics // nil without WithRegisterer
 }
 
 type probe struct {
@@ -172,6 +181,15 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
+	if cfg.switchFn != nil {
+		s.HandleMutating(http.MethodPost, "/switchover", http.HandlerFunc(s.HandleSwitchover))
+	}
+	if cfg.registerer != nil {
+		s.metrics = newSwitchMetrics(cfg.routes)
+		if err := cfg.registerer.Register(s.metrics); err != nil {
+			return nil, fmt.Errorf("%w: registering the switchover metrics: %v", ErrConfig, err)
+		}
+	}
 	// Timeouts, so that a client that stops reading or writing, or keeps a
 	// connection open doing nothing, does not hold a descriptor for ever.
 	// The write timeout is generous: /status probes clusters and /metrics
@@ -188,8 +206,8 @@ func New(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Handle adds an endpoint (the switchover and mirror endpoints of later
-// versions are added this way). Call it before Serve.
+// Handle adds an endpoint that only reads (HandleMutating for one that
+// changes something). Call it before Serve.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Handler returns the admin API as an http.Handler.
@@ -259,7 +277,7 @@ type Status struct {
 	Node          Node            `json:"node"`
 	Ready         bool            `json:"ready"`
 	NotReady      string          `json:"not_ready,omitempty"`
-	Routing       routing.State   `json:"routing"`
+	Routing       RoutingStatus   `json:"routing"`
 	Clusters      []ClusterStatus `json:"clusters"`
 	Fleet         []Broker        `json:"fleet"`
 	Mirror        MirrorStatus    `json:"mirror"`
@@ -292,7 +310,7 @@ func (s *Server) Status(ctx context.Context) Status {
 	out := Status{
 		Version:       s.cfg.version,
 		Node:          s.cfg.node,
-		Routing:       st,
+		Routing:       routingStatus(st),
 		Clusters:      []ClusterStatus{},
 		Fleet:         []Broker{},
 		Mirror:        s.Mirror(),

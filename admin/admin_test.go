@@ -47,6 +47,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 		WithClusters(testClusters...),
 		WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 7, Host: "ferry-7", Port: 9092})),
 		WithGatherer(f.reg),
+		WithRegisterer(f.reg),
 		WithStarted(f.started.Load),
 		WithClusterCheck(func(_ context.Context, c proxy.Cluster) error {
 			if f.down[c.Name] {
@@ -148,7 +149,7 @@ func TestStatus(t *testing.T) {
 
 	// The method.
 	st := f.srv.Status(context.Background())
-	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready || st.Routing != (routing.State{Active: "primary"}) {
+	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready || st.Routing != (RoutingStatus{Active: "primary", Phase: routing.PhaseServing}) {
 		t.Fatalf("status %+v", st)
 	}
 

@@ -41,8 +41,20 @@ type Config struct {
 	// the port Listen is bound to.
 	AdvertisedPort int `yaml:"advertised_port"`
 	// AdminListen is the address of the admin HTTP API (/metrics, /healthz,
-	// /readyz, /status). Default 0.0.0.0:9644.
+	// /readyz, /status, POST /switchover). Default 0.0.0.0:9644.
 	AdminListen string `yaml:"admin_listen"`
+	// AdminTokenFile names a file holding the token the admin endpoints
+	// that change something (POST /switchover) require, as
+	// "Authorization: Bearer <token>"; whitespace around it is ignored.
+	// The environment variable FERRY_ADMIN_TOKEN, when set, overrides it
+	// (the file is then not read).
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// AdminOpen allows admin_listen on an address other machines reach
+	// with no token: anyone who reaches it can switch the active cluster.
+	// Without it that is a configuration error. Default false.
+	AdminOpen bool `yaml:"admin_open"`
+	// adminToken is the token in force (resolveAdminToken).
+	adminToken string
 	// Clusters are the physical Kafka clusters behind Ferry: one, or two
 	// (active and standby). Required.
 	Clusters []ClusterConfig `yaml:"clusters"`
@@ -278,6 +290,9 @@ func (c *Config) validate() error {
 	}
 	if err := checkAddr(c.AdminListen, true); err != nil {
 		bad("admin_listen %q: %v", c.AdminListen, err)
+	} else if !c.AdminOpen && c.adminToken == "" && c.AdminTokenFile == "" && !isLoopback(c.AdminListen) {
+		bad("admin_listen %q: other machines can reach the admin API and no admin token is set, so anyone reaching it could switch the active cluster; "+
+			"set admin_token_file (or the FERRY_ADMIN_TOKEN environment variable), bind admin_listen to 127.0.0.1, or set admin_open: true to accept an open admin API", c.AdminListen)
 	}
 	if c.AdvertisedHost == "" {
 		bad("advertised_host is required: the host clients connect to")
@@ -458,6 +473,48 @@ func unwrapAddrErr(err error) string {
 		return ae.Err
 	}
 	return err.Error()
+}
+
+// isLoopback reports whether a listen address binds the loopback interface
+// only: a loopback IP, or "localhost". Any other name may resolve to
+// anything, so it counts as reachable from other machines.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// adminTokenEnv overrides admin_token_file.
+const adminTokenEnv = "FERRY_ADMIN_TOKEN"
+
+// resolveAdminToken sets the admin token from FERRY_ADMIN_TOKEN, or else
+// from admin_token_file. The environment wins so that a container can be
+// given its secret without changing the file. An unreadable or empty token
+// file is an error: it was meant to protect the API.
+func (c *Config) resolveAdminToken(getenv func(string) string, readFile func(string) ([]byte, error)) error {
+	if t := strings.TrimSpace(getenv(adminTokenEnv)); t != "" {
+		c.adminToken = t
+		return nil
+	}
+	if c.AdminTokenFile == "" {
+		return nil
+	}
+	b, err := readFile(c.AdminTokenFile)
+	if err != nil {
+		return fmt.Errorf("admin_token_file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return fmt.Errorf("admin_token_file %s is empty; put the admin token in it", c.AdminTokenFile)
+	}
+	c.adminToken = t
+	return nil
 }
 
 // joinLines joins errors one per line, indented under the first line.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -26,6 +28,7 @@ func configFrom(text string) (*Config, error) {
 
 const minimal = `
 cluster_id: vc
+admin_open: true
 clusters:
   - name: a
     bootstrap: ["k1:9092"]
@@ -48,6 +51,7 @@ func TestExampleConfig(t *testing.T) {
 		AdvertisedPort: 9092,
 		Lanes:          3,
 		AdminListen:    "0.0.0.0:9644",
+		AdminTokenFile: "/etc/ferry/admin-token",
 		Clusters: []ClusterConfig{
 			{Name: "primary", Bootstrap: []string{"kafka-a-1:9092", "kafka-a-2:9092", "kafka-a-3:9092"}},
 			{Name: "standby", Bootstrap: []string{"kafka-b-1:9092", "kafka-b-2:9092", "kafka-b-3:9092"}},
@@ -119,8 +123,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown key", "cluster_id: vc\nclustr: []\n", []string{`line 2: unknown key "clustr"`}},
 		{"unknown key in a cluster", "cluster_id: vc\nclusters:\n  - name: a\n    bootstrap: [\"k:1\"]\n    bootstrp: [\"k:2\"]\n", []string{`line 5: unknown key "bootstrp"`}},
 		{"two documents", minimal + "---\ncluster_id: other\n", []string{"only one YAML document"}},
-		{"not a duration", minimal + "metadata_refresh_interval: 30\n", []string{"line 6", "into a duration (e.g. 30s)"}},
-		{"not a number", minimal + "node_id: one\n", []string{"line 6", "into a number"}},
+		{"not a duration", minimal + "metadata_refresh_interval: 30\n", []string{"line 7", "into a duration (e.g. 30s)"}},
+		{"not a number", minimal + "node_id: one\n", []string{"line 7", "into a number"}},
 		{"missing cluster ID", "clusters: [{name: a, bootstrap: [\"k:1\"]}]\n", []string{"cluster_id is required"}},
 		{"missing cluster", "cluster_id: vc\n", []string{"clusters: at least one cluster is required"}},
 		{"three clusters", "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k:1\"]}, {name: b, bootstrap: [\"k:1\"]}, {name: c, bootstrap: [\"k:1\"]}]\n", []string{"3 configured; Ferry fronts one or two"}},
@@ -138,25 +142,25 @@ func TestConfigErrors(t *testing.T) {
 		{"bad advertised port", minimal + "advertised_port: 70000\n", []string{"advertised_port 70000"}},
 		{"negative node ID", minimal + "node_id: -1\n", []string{"node_id -1: must be 0 or more"}},
 		{"unknown active", minimal + "active: b\n", []string{`active "b": not one of the configured clusters`}},
-		{"mirror topics as a list", minimal + "mirror:\n  topics: [\"*\"]\n", []string{"line 7", "cannot unmarshal !!seq"}},
-		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 7: unknown key "topic"`}},
+		{"mirror topics as a list", minimal + "mirror:\n  topics: [\"*\"]\n", []string{"line 8", "cannot unmarshal !!seq"}},
+		{"unknown mirror key", minimal + "mirror:\n  topic: {include: [a]}\n", []string{`line 8: unknown key "topic"`}},
 		{"small max request", minimal + "max_request_size: 100\n", []string{"max_request_size 100"}},
 		{"huge max request", minimal + "max_request_size: 4294967296\n", []string{"max_request_size 4294967296"}},
 		{"tiny connection budget", minimal + "buffer_budget_per_connection: 1000\n", []string{"buffer_budget_per_connection 1000: must be at least 65536 bytes"}},
 		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
-		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 6", "into a number"}},
+		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 7", "into a number"}},
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
 		{"short idle", minimal + "connections_max_idle: 500ms\n", []string{"connections_max_idle 500ms: must be at least 1s"}},
 		{"negative idle", minimal + "connections_max_idle: -10m\n", []string{"connections_max_idle -10m0s: must be at least 1s"}},
-		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 6", "into a duration (e.g. 30s)"}},
+		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 7", "into a duration (e.g. 30s)"}},
 		{"short request read timeout", minimal + "request_read_timeout: 0.5s\n", []string{"request_read_timeout 500ms: must be at least 1s"}},
 		{"bad log level", minimal + "log_level: verbose\n", []string{`log_level "verbose": must be debug, info, warn or error`}},
 		{"unknown policy class", minimal + "policy:\n  deny: [topic_delete, topic_delet]\n", []string{`policy.deny[1] "topic_delet": not a request class; the classes are topic_create, topic_delete`}},
 		{"policy class allowed and denied", minimal + "policy:\n  allow: [acl_admin]\n  deny: [acl_admin]\n", []string{`policy: "acl_admin" is in both allow and deny`}},
-		{"unknown policy key", minimal + "policy:\n  allowed: [acl_admin]\n", []string{`line 7: unknown key "allowed"`}},
-		{"policy as a list", minimal + "policy: [acl_admin]\n", []string{"line 6", "cannot unmarshal !!seq"}},
+		{"unknown policy key", minimal + "policy:\n  allowed: [acl_admin]\n", []string{`line 8: unknown key "allowed"`}},
+		{"policy as a list", minimal + "policy: [acl_admin]\n", []string{"line 7", "cannot unmarshal !!seq"}},
 		{"every problem at once", "cluster_id: vc\nnode_id: -2\nlog_level: loud\nclusters: [{name: a, bootstrap: [nope]}]\n",
 			[]string{"node_id -2", `log_level "loud"`, `bootstrap[0] "nope"`}},
 	} {
@@ -179,6 +183,7 @@ func TestConfigErrors(t *testing.T) {
 
 const twoClusters = `
 cluster_id: vc
+admin_open: true
 clusters:
   - name: a
     bootstrap: ["k1:9092"]
@@ -274,7 +279,7 @@ func TestMirrorConfigErrors(t *testing.T) {
 		{"too many in flight", twoClusters + "mirror: {inflight: 6}\n", []string{"mirror.inflight 6: must be between 1 and 5"}},
 		{"negative in flight", twoClusters + "mirror: {inflight: -1}\n", []string{"mirror.inflight -1"}},
 		{"checked while disabled", minimal + "mirror: {enabled: false, topics: {include: [\"(\"]}}\n", []string{"mirror.topics.include[0]"}},
-		{"not a boolean", twoClusters + "mirror: {sync_acls: sometimes}\n", []string{"line 8", "cannot unmarshal"}},
+		{"not a boolean", twoClusters + "mirror: {sync_acls: sometimes}\n", []string{"line 9", "cannot unmarshal"}},
 		{"every problem at once", minimal + "mirror: {enabled: true, inflight: 9, groups: {exclude: [\")\"]}}\n",
 			[]string{"needs two clusters", "mirror.inflight 9", "mirror.groups.exclude[0]"}},
 	} {
@@ -408,5 +413,130 @@ func TestServeFlagErrors(t *testing.T) {
 	}
 	if _, err := serveConfig(f); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// An admin API other machines reach needs a token, or admin_open: true;
+// loopback needs neither.
+func TestAdminListenNeedsToken(t *testing.T) {
+	const base = "cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k1:9092\"]}]\n"
+	for _, addr := range []string{"0.0.0.0:9644", ":9644", "[::]:9644", "10.1.2.3:9644", "ferry-0.example.internal:9644"} {
+		_, err := configFrom(base + fmt.Sprintf("admin_listen: %q\n", addr))
+		if err == nil {
+			t.Errorf("admin_listen %s with no token accepted", addr)
+			continue
+		}
+		for _, w := range []string{fmt.Sprintf("admin_listen %q", addr), "no admin token", "admin_token_file", "FERRY_ADMIN_TOKEN", "127.0.0.1", "admin_open: true"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("admin_listen %s: error %q does not say %q", addr, err, w)
+			}
+		}
+	}
+	// The default is 0.0.0.0:9644: a file that says nothing is refused.
+	if _, err := configFrom(base); err == nil || !strings.Contains(err.Error(), `admin_listen "0.0.0.0:9644"`) {
+		t.Errorf("default admin_listen with no token: %v", err)
+	}
+	for _, extra := range []string{
+		"admin_listen: 127.0.0.1:9644\n",
+		"admin_listen: 127.0.0.1:0\n",
+		"admin_listen: \"[::1]:9644\"\n",
+		"admin_listen: localhost:9644\n",
+		"admin_open: true\n",
+		"admin_listen: 10.1.2.3:9644\nadmin_open: true\n",
+		"admin_token_file: /etc/ferry/admin-token\n",
+	} {
+		if _, err := configFrom(base + extra); err != nil {
+			t.Errorf("%q: %v", extra, err)
+		}
+	}
+}
+
+func TestResolveAdminToken(t *testing.T) {
+	files := map[string]string{"/tok": "  s3cret\n", "/empty": " \n"}
+	read := func(p string) ([]byte, error) {
+		if s, ok := files[p]; ok {
+			return []byte(s), nil
+		}
+		return nil, fmt.Errorf("open %s: %w", p, os.ErrNotExist)
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "FERRY_ADMIN_TOKEN" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		file, env, want, err string
+	}{
+		{file: "", env: "", want: ""},
+		{file: "/tok", env: "", want: "s3cret"},
+		{file: "/tok", env: " from-env ", want: "from-env"},   // the environment wins
+		{file: "/missing", env: "from-env", want: "from-env"}, // and the file is not read
+		{file: "", env: "from-env", want: "from-env"},
+		{file: "/missing", env: "", err: "admin_token_file: open /missing: file does not exist"},
+		{file: "/empty", env: "", err: "admin_token_file /empty is empty"},
+	} {
+		c := &Config{AdminTokenFile: tc.file}
+		err := c.resolveAdminToken(env(tc.env), read)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("file %q env %q: error %v, want %q", tc.file, tc.env, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.adminToken != tc.want {
+			t.Errorf("file %q env %q: token %q (%v), want %q", tc.file, tc.env, c.adminToken, err, tc.want)
+		}
+	}
+}
+
+// Through `ferry serve`: the token file is read, FERRY_ADMIN_TOKEN alone is
+// enough for a non-loopback admin API, and neither is a usage error (exit 2)
+// that says how to fix it.
+func TestServeAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(text string) string {
+		p := filepath.Join(dir, "ferry.yaml")
+		if err := os.WriteFile(p, []byte("cluster_id: vc\nclusters: [{name: a, bootstrap: [\"k1:9092\"]}]\n"+text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	load := func(path string) (*Config, error) {
+		f, err := parseServeFlags([]string{"--config", path}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveConfig(f)
+	}
+	t.Setenv("FERRY_ADMIN_TOKEN", "")
+	c, err := load(write("admin_token_file: " + tokenFile + "\n"))
+	if err != nil || c.adminToken != "from-file" {
+		t.Fatalf("token file: %q %v", c.adminToken, err)
+	}
+	if _, err := load(write("admin_token_file: " + filepath.Join(dir, "nope") + "\n")); err == nil || !errors.As(err, new(usageError)) {
+		t.Fatalf("missing token file: %v", err)
+	}
+
+	var stderr strings.Builder
+	if code := run(context.Background(), []string{"serve", "--config", write("")}, io.Discard, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "no admin token is set") {
+		t.Fatalf("no token: exit %d, %s", code, stderr.String())
+	}
+
+	t.Setenv("FERRY_ADMIN_TOKEN", "from-env")
+	c, err = load(write("admin_token_file: " + tokenFile + "\n"))
+	if err != nil || c.adminToken != "from-env" {
+		t.Fatalf("env over file: %q %v", c.adminToken, err)
+	}
+	c, err = load(write(""))
+	if err != nil || c.adminToken != "from-env" {
+		t.Fatalf("env alone: %q %v", c.adminToken, err)
 	}
 }

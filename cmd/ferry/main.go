@@ -3,6 +3,8 @@
 //
 //	ferry serve --config FILE   run against real clusters
 //	ferry demo                  run in front of two in-process clusters
+//	ferry switchover --to NAME  switch a running member's active cluster (its admin API)
+//	ferry status                print a running member's status (its admin API)
 //	ferry version               print the version
 package main
 
@@ -36,6 +38,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serveCmd(ctx, args[1:], stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "switchover":
+		err = switchoverCmd(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ferry", version())
 	case "help", "-h", "-help", "--help":

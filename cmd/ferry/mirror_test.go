@@ -109,6 +109,7 @@ func TestMirrorRunnerFollowsRouting(t *testing.T) {
 	a, b := kfakeCluster(t), kfakeCluster(t)
 	cfg, err := configFrom(fmt.Sprintf(`
 cluster_id: vc
+admin_listen: 127.0.0.1:0
 clusters:
   - {name: a, bootstrap: [%s]}
   - {name: b, bootstrap: [%s]}

@@ -89,6 +89,9 @@ func serveConfig(f *serveFlags) (*Config, error) {
 		cfg.Mirror.Enabled = f.mirror.v
 	}
 	cfg.applyDefaults(os.Hostname)
+	if err := cfg.resolveAdminToken(os.Getenv, os.ReadFile); err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", f.config, err)}
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, usageError{fmt.Errorf("%s: %w", f.config, err)}
 	}

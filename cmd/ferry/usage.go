@@ -5,6 +5,9 @@ const usage = `Usage: ferry <command> [flags]
 Commands:
   serve --config FILE   run Ferry in front of the clusters in FILE
   demo                  run Ferry in front of two in-process Kafka clusters
+  switchover --to NAME  make NAME the active cluster of a running member
+                        (--admin HOST:PORT, --forced, --timeout D, --token-file F)
+  status                print a running member's status (--admin HOST:PORT, --json)
   version               print the version
 
 Run 'ferry <command> -h' for a command's flags.

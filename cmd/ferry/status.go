@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ferry-gw/ferry/admin"
+)
+
+// statusTimeout bounds GET /status: the member probes each cluster (1 s
+// each, cached briefly) before it answers.
+const statusTimeout = 15 * time.Second
+
+type statusFlags struct {
+	admin string
+	json  bool
+}
+
+func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
+	var f statusFlags
+	fs := flag.NewFlagSet("ferry status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL)")
+	fs.BoolVar(&f.json, "json", false, "print /status as the member answers it (JSON)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("status: unexpected arguments %q", fs.Args())}
+	}
+	return &f, nil
+}
+
+// statusCmd prints a member's /status: a summary for a person, or the JSON
+// as it is with --json.
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseStatusFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return usageError{err}
+	}
+	endpoint := adminURL(f.admin) + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return usageError{fmt.Errorf("--admin %q: %w", f.admin, err)}
+	}
+	resp, err := (&http.Client{Timeout: statusTimeout}).Do(req)
+	if err != nil {
+		return fmt.Errorf("status: cannot reach the admin API at %s: %w", endpoint, unwrapURLErr(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("status: reading the answer from %s: %w", endpoint, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status: %s answered %s: %s", endpoint, resp.Status, truncate(raw))
+	}
+	if f.json {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	var st admin.Status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("status: %s answered %q: %w", endpoint, truncate(raw), err)
+	}
+	printStatus(stdout, &st)
+	return nil
+}
+
+// printStatus writes the summary of a member's status, one topic a line.
+func printStatus(w io.Writer, st *admin.Status) {
+	line := func(key, format string, args ...any) {
+		fmt.Fprintf(w, "%-10s %s\n", key, fmt.Sprintf(format, args...))
+	}
+	n := st.Node
+	line("node", "%d of virtual cluster %s, advertised %s, version %s, up %s",
+		n.ID, n.ClusterID, n.Advertised, st.Version, (time.Duration(st.UptimeSeconds) * time.Second).String())
+	if st.Ready {
+		line("ready", "yes")
+	} else {
+		line("ready", "no: %s", st.NotReady)
+	}
+	r := st.Routing
+	line("routing", "generation %d, active %s, %s", r.Generation, r.Active, r.Phase)
+	if l := r.LastSwitch; l != nil {
+		outcome := l.Outcome
+		if outcome == "" {
+			outcome = "running"
+		}
+		took := ""
+		if l.Duration != "" {
+			took = ", took " + l.Duration
+		}
+		line("last", "%s switch %s -> %s at %s%s: %s", l.Mode, l.From, l.To, l.Started.Format(time.RFC3339), took, outcome)
+		if len(l.Lost) > 0 {
+			fmt.Fprintf(w, "%-10s lost %d ranges:\n", "", len(l.Lost))
+			printLost(w, "             ", l.Lost)
+		}
+	} else {
+		line("last", "no switch yet")
+	}
+	for i, c := range st.Clusters {
+		key := ""
+		if i == 0 {
+			key = "clusters"
+		}
+		state := "reachable"
+		if !c.Reachable {
+			state = "unreachable: " + c.Error
+		}
+		if c.Active {
+			state += " (active)"
+		}
+		line(key, "%s %s", c.Name, state)
+	}
+	m := st.Mirror
+	switch {
+	case !m.Enabled:
+		line("mirror", "disabled")
+	case !m.Running:
+		line("mirror", "enabled, not running (starting, or stopped for a switchover)")
+	default:
+		s := m.Summary
+		line("mirror", "running %s -> %s: %d partitions, %d caught up, %d halted, max lag %d offsets / %.1fs",
+			m.Source, m.Target, s.Partitions, s.CaughtUp, s.Halted, s.MaxLagRecords, s.MaxLagSeconds)
+		for _, p := range m.Partitions {
+			if p.State == "halted" {
+				fmt.Fprintf(w, "%-10s halted %s[%d]: %s\n", "", p.Topic, p.Partition, p.Error)
+			}
+		}
+	}
+}

@@ -4,8 +4,8 @@ package proxy
 // given across a switch; the clusters both hand out IDs from 0, so that ID's
 // physical part names nothing, or another producer, on the cluster active
 // now. It is never forwarded. What the client gets instead is what lets it
-// carry on (the codes were chosen by reading the Java, franz-go and
-// librdkafka producers):
+// carry on (the codes were chosen by reading the Java 4.4 and franz-go
+// producers):
 //
 //   - Produce, idempotent: the batch is written under a producer ID Ferry
 //     allocates on the active cluster for that client ID (remappedPIDs). The

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
@@ -73,7 +74,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 				continue
 			}
 			if gen != 0 {
-				if code := physicalProducerIDs(gen, p.Records); code != 0 {
+				if code := s.physicalProducerIDs(c, req, in.TransactionID != nil, p.Records); code != 0 {
 					fail(ti, p.Partition, code)
 					continue
 				}
@@ -133,9 +134,13 @@ func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte)
 }
 
 // physicalProducerIDs maps the producer IDs of a client's batches back to
-// the active cluster's, in place. A producer ID issued under another
-// generation means nothing there: the client must get a new one.
-func physicalProducerIDs(gen uint32, records []byte) int16 {
+// the active cluster's, in place. An ID issued under another generation
+// means nothing there, or another producer (producer_ids.go): a
+// transactional producer is told UNKNOWN_PRODUCER_ID and aborts; an
+// idempotent one writes on under an ID Ferry allocates for it, and is told
+// NOT_LEADER_OR_FOLLOWER (retry) when that allocation fails.
+func (s *Server) physicalProducerIDs(c *clientConn, req *request, transactional bool, records []byte) int16 {
+	gen := req.state.Generation
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
 		pid := b.ProducerID()
@@ -144,8 +149,20 @@ func physicalProducerIDs(gen uint32, records []byte) int16 {
 		}
 		phys, ok := routing.PhysicalPID(gen, pid)
 		if !ok {
-			code = kerr.UnknownProducerID.Code
-			return errStop
+			s.metrics.refused(int16(kmsg.Produce), reasonOtherGeneration)
+			if transactional {
+				code = kerr.UnknownProducerID.Code
+				return errStop
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+			var err error
+			phys, err = s.remapped.physical(ctx, req.up, gen, pid)
+			cancel()
+			if err != nil {
+				c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))
+				code = kerr.NotLeaderForPartition.Code
+				return errStop
+			}
 		}
 		b.SetProducer(phys, b.ProducerEpoch(), b.BaseSequence())
 		b.UpdateCRC()
@@ -230,5 +247,13 @@ func produceError(p int32, code int16) kmsg.ProduceResponseTopicPartition {
 	r.BaseOffset = -1
 	r.LogAppendTime = -1
 	r.LogStartOffset = -1
+	if code == kerr.UnknownProducerID.Code {
+		// Ferry answers it only to a transactional producer holding
+		// an ID of another generation. Below any offset the client
+		// acknowledged, and not -1 ("unknown: retry"), so that the
+		// Java producer fails the batch (the transaction becomes
+		// abortable) rather than retrying it under the same ID.
+		r.LogStartOffset = -2
+	}
 	return r
 }

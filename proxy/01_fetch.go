@@ -364,9 +364,15 @@ func physicalEpochs(gen uint32, current, lastFetched *int32) int16 {
 		*current = phys
 	}
 	if lastFetched != nil && *lastFetched >= 0 {
-		if phys, ok := routing.PhysicalEpoch(gen, *lastFetched); ok {
-			*lastFetched = phys
+		// The epoch of the last batch fetched under another
+		// generation names an epoch of the other cluster: unknown
+		// (-1) here, so the broker skips the divergence check rather
+		// than checking against someone else's epoch.
+		phys, ok := routing.PhysicalEpoch(gen, *lastFetched)
+		if !ok {
+			phys = -1
 		}
+		*lastFetched = phys
 	}
 	return 0
 }

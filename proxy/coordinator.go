@@ -117,7 +117,11 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		byBroker[b] = append(byBroker[b], i)
 	}
 	gen := req.state.Generation
-	rewritten := s.translate(ctx, req.up, gen, kr, toPhysical)
+	r, handled, rewritten := s.otherGeneration(c, req, kr)
+	if handled {
+		return r, nil
+	}
+	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
 	fix := func(resp kmsg.Response) error {
 		if coordinatorMoved(resp) {
 			for _, k := range keys {

@@ -55,11 +55,20 @@ func handleListGroups(s *Server, c *clientConn, req *request, kr kmsg.Request) (
 func handleListTransactions(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.ListTransactionsRequest)
 	gen := req.state.Generation
-	for i, pid := range in.ProducerIDFilters {
+	// A producer ID of another generation names another producer here:
+	// dropped from the filters. When none is left the answer is empty,
+	// not every transaction (no filter means no filtering).
+	filters := in.ProducerIDFilters[:0]
+	for _, pid := range in.ProducerIDFilters {
 		if phys, ok := routing.PhysicalPID(gen, pid); ok {
-			in.ProducerIDFilters[i] = phys
+			filters = append(filters, phys)
 		}
 	}
+	if len(in.ProducerIDFilters) > 0 && len(filters) == 0 {
+		s.metrics.refused(req.hdr.Key, reasonOtherGeneration)
+		return localReply(req, kmsg.NewPtrListTransactionsResponse()), nil
+	}
+	in.ProducerIDFilters = filters
 	calls := c.fanOut(req, in)
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 		g, err := c.gather(ctx, req, calls)

@@ -93,8 +93,13 @@ func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any
 		case name == "ProducerID" && f.Kind() == reflect.Int64:
 			v := f.Int()
 			if dir == toPhysical {
+				// Another generation's ID names another producer
+				// here: never forwarded (otherGeneration answers
+				// the requests that carry one before this).
 				if phys, ok := routing.PhysicalPID(gen, v); ok {
 					v = phys
+				} else {
+					v = -1
 				}
 			} else {
 				v = routing.VirtualPID(gen, v)
@@ -104,8 +109,13 @@ func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any
 		case (name == "LeaderEpoch" || name == "CurrentLeaderEpoch") && f.Kind() == reflect.Int32:
 			v := int32(f.Int())
 			if dir == toPhysical {
+				// A committed offset's leader epoch of another
+				// generation becomes unknown (no truncation check)
+				// rather than a physical epoch of the other cluster.
 				if phys, ok := routing.PhysicalEpoch(gen, v); ok {
 					v = phys
+				} else {
+					v = -1
 				}
 			} else {
 				v = routing.VirtualEpoch(gen, v)

@@ -222,10 +222,11 @@ func (m *Mirror) fence(ctx context.Context, id string) error {
 
 // SyncGroups copies every mirrored group's committed offsets to the
 // standby now, as the sync loop does every interval; the switchover calls
-// it with offset commits held.
+// it with offset commits held. Groups with members on the standby have
+// them removed first (see syncGroups).
 func (m *Mirror) SyncGroups(ctx context.Context) error {
 	if !m.cfg.syncGroups {
 		return nil
 	}
-	return m.syncGroups(ctx)
+	return m.syncGroups(ctx, true)
 }

@@ -85,7 +85,7 @@ func (m *Mirror) syncOnce(ctx context.Context) {
 		m.log.Warn("mirror topic sync failed", zap.Error(err))
 	}
 	if m.cfg.syncGroups {
-		if err := m.syncGroups(ctx); err != nil && ctx.Err() == nil {
+		if err := m.syncGroups(ctx, false); err != nil && ctx.Err() == nil {
 			m.metrics.syncErrors.WithLabelValues("groups").Inc()
 			m.log.Warn("mirror group offset sync failed", zap.Error(err))
 		}
@@ -302,8 +302,13 @@ func (m *Mirror) mirrored(topic string, partition int32) int64 {
 	return h.w.Status().Mirrored
 }
 
-// syncGroups copies committed offsets of the selected groups.
-func (m *Mirror) syncGroups(ctx context.Context) error {
+// syncGroups copies committed offsets of the selected groups. A group with
+// members on the standby is left alone (someone consumes there and owns
+// its offsets) unless evict is set: then its members are removed first.
+// The switchover evicts: with every client held behind Ferry, members on
+// the standby are ones left from before an earlier switch, whose sessions
+// have not expired yet, and their group would refuse the copy.
+func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	srcGroups, err := m.srcAdm.ListGroups(ctx)
 	if err != nil {
 		return fmt.Errorf("listing source groups: %w", err)
@@ -318,7 +323,13 @@ func (m *Mirror) syncGroups(ctx context.Context) error {
 			continue
 		}
 		if d, ok := dstGroups[g.Group]; ok && d.State != "" && d.State != "Empty" && d.State != "Dead" {
-			continue // active on the standby: its members own the offsets there
+			if !evict {
+				continue // active on the standby: its members own the offsets there
+			}
+			if err := m.evictMembers(ctx, g.Group); err != nil {
+				errs = append(errs, fmt.Errorf("removing the members of group %s from the standby: %w", g.Group, err))
+				continue
+			}
 		}
 		offs, err := m.srcAdm.FetchOffsets(ctx, g.Group)
 		if err != nil {
@@ -354,6 +365,44 @@ func (m *Mirror) syncGroups(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// evictMembers removes every member of a group on the standby (LeaveGroup
+// naming them, as kafka-consumer-groups --delete-members does), so that
+// the group is empty and takes the offsets copied to it.
+func (m *Mirror) evictMembers(ctx context.Context, group string) error {
+	described, err := m.dstAdm.DescribeGroups(ctx, group)
+	if err != nil {
+		return err
+	}
+	d, ok := described[group]
+	if !ok || len(d.Members) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	for _, mem := range d.Members {
+		lm := kmsg.NewLeaveGroupRequestMember()
+		lm.MemberID = mem.MemberID
+		lm.InstanceID = mem.InstanceID
+		reason := "ferry switchover: member left from before an earlier switch"
+		lm.Reason = &reason
+		req.Members = append(req.Members, lm)
+	}
+	resp, err := req.RequestWith(ctx, m.dst)
+	if err != nil {
+		return err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	for _, mem := range resp.Members {
+		if err := kerr.ErrorForCode(mem.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+			return fmt.Errorf("member %s: %w", mem.MemberID, err)
+		}
+	}
+	m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", len(d.Members)))
+	return nil
 }
 
 func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {

@@ -1,0 +1,339 @@
+package main
+
+// Planned switchovers on two real Apache Kafka clusters under continuous
+// traffic (skipped under -short).
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// startNode runs a member in-process against the given configuration and
+// returns it with the Kafka address clients use.
+func startNode(t *testing.T, yaml string) (*node, string) {
+	t.Helper()
+	cfg, err := configFrom(yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := newNode(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := n.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n, n.ln.Addr().String()
+}
+
+// traffic is an idempotent producer and a group consumer running through
+// Ferry: what was acknowledged where, and what was consumed.
+type traffic struct {
+	t     *testing.T
+	topic string
+	parts int32
+
+	mu      sync.Mutex
+	acked   map[int32]map[int64]string // partition → offset → value
+	nAcked  int
+	failed  []error
+	seen    map[int32]map[int64]string
+	reread  map[int32][]int64
+	nSeen   int
+	stopped  chan struct{} // stops the consumer
+	prodStop chan struct{}
+	prodDone chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startTraffic(t *testing.T, addr, topic string, parts int32, group string) *traffic {
+	tr := &traffic{t: t, topic: topic, parts: parts, stopped: make(chan struct{}), prodStop: make(chan struct{}), prodDone: make(chan struct{}),
+		acked: map[int32]map[int64]string{}, seen: map[int32]map[int64]string{}, reread: map[int32][]int64{}}
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(2*time.Millisecond),
+		kgo.RecordDeliveryTimeout(2*time.Minute))
+	cons := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	tr.wg.Add(1)
+	go func() {
+		defer close(tr.prodDone)
+		seq := map[int32]int{}
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-tr.prodStop:
+				prod.Flush(context.Background())
+				return
+			case <-tick.C:
+			}
+			p := int32(i) % parts
+			seq[p]++
+			v := fmt.Sprintf("p%d-%06d", p, seq[p])
+			prod.Produce(context.Background(), &kgo.Record{Partition: p, Value: []byte(v)}, func(r *kgo.Record, err error) {
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				if err != nil {
+					tr.failed = append(tr.failed, fmt.Errorf("%s: %w", v, err))
+					return
+				}
+				if tr.acked[r.Partition] == nil {
+					tr.acked[r.Partition] = map[int64]string{}
+				}
+				tr.acked[r.Partition][r.Offset] = v
+				tr.nAcked++
+			})
+		}
+	}()
+	go func() {
+		defer tr.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { <-tr.stopped; cancel() }()
+		for ctx.Err() == nil {
+			fs := cons.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				if tr.seen[r.Partition] == nil {
+					tr.seen[r.Partition] = map[int64]string{}
+				}
+				if _, ok := tr.seen[r.Partition][r.Offset]; ok {
+					tr.reread[r.Partition] = append(tr.reread[r.Partition], r.Offset)
+				} else {
+					tr.nSeen++
+				}
+				tr.seen[r.Partition][r.Offset] = string(r.Value)
+			})
+			if err := cons.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+				t.Logf("commit: %v (retried with the next poll)", err)
+			}
+		}
+	}()
+	t.Cleanup(tr.stop)
+	return tr
+}
+
+func (tr *traffic) stop() {
+	tr.stopProducing()
+	select {
+	case <-tr.stopped:
+	default:
+		close(tr.stopped)
+	}
+	tr.wg.Wait()
+}
+
+func (tr *traffic) stopProducing() {
+	select {
+	case <-tr.prodStop:
+	default:
+		close(tr.prodStop)
+	}
+	<-tr.prodDone
+}
+
+// waitConsumed waits until the consumer has seen every acknowledged record.
+func (tr *traffic) waitConsumed(timeout time.Duration) {
+	tr.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		a, s := tr.counts()
+		if s >= a {
+			return
+		}
+		if time.Now().After(deadline) {
+			tr.t.Fatalf("the consumer saw %d of %d acknowledged records", s, a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (tr *traffic) counts() (acked, seen int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.nAcked, tr.nSeen
+}
+
+// waitAcked waits until n records more than now are acknowledged and the
+// consumer has seen as many as were acknowledged then.
+func (tr *traffic) waitMore(n int, timeout time.Duration) {
+	tr.t.Helper()
+	a0, _ := tr.counts()
+	deadline := time.Now().Add(timeout)
+	for {
+		a, s := tr.counts()
+		if a >= a0+n && s >= a0+n/2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tr.mu.Lock()
+			failed := tr.failed
+			tr.mu.Unlock()
+			tr.t.Fatalf("after %v: %d acknowledged (want %d), %d consumed; failed produces: %v", timeout, a, a0+n, s, failed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rereadBelow returns the re-read offsets of each partition below min[p].
+func (tr *traffic) rereadBelow(min map[int32]int64) []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var bad []string
+	for p, offs := range tr.reread {
+		for _, o := range offs {
+			if o < min[p] {
+				bad = append(bad, fmt.Sprintf("%d/%d", p, o))
+			}
+		}
+	}
+	return bad
+}
+
+// committed returns a group's committed offsets read directly on a cluster.
+func committed(t *testing.T, addrs []string, group, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addrs...))).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("committed offsets of %s on %v: %v", group, addrs, err)
+	}
+	out := map[int32]int64{}
+	for p, o := range offs[topic] {
+		out[p] = o.At
+	}
+	return out
+}
+
+// TestPlannedSwitchoverAndBackRealKafka: an idempotent producer and a
+// consumer group run through Ferry while it switches from primary to
+// standby and back (planned both times). Nothing the producer sent fails;
+// every acknowledged record is, once, at its acknowledged offset on the
+// cluster that is active at the end; the consumer sees every record and
+// re-reads only what it had consumed but not committed when a switch
+// began; the routing state moves to generation 1 then 2.
+func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
+	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
+	n, addr := startNode(t, fmt.Sprintf(`
+cluster_id: ferry-switch-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, primary.Bootstrap(), standby.Bootstrap()))
+	const topic, parts, group = "switched", 3, "switch-group"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, parts, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := startTraffic(t, addr, topic, parts, group)
+	tr.waitMore(500, time.Minute)
+
+	switchTo := func(to string, gen uint32, left []string) {
+		t.Helper()
+		start := time.Now()
+		st, err := n.switchover(ctx, routing.Request{To: to, Timeout: time.Minute})
+		if err != nil {
+			t.Fatalf("switch to %s: %v", to, err)
+		}
+		t.Logf("switched to %s in %v (%s)", to, time.Since(start), st.Last.Duration)
+		if st.Generation != gen || st.Active != to || st.Phase != routing.PhaseServing || st.Last == nil || st.Last.Outcome != "switched" {
+			t.Fatalf("state after the switch to %s: %+v", to, st)
+		}
+		// Commits were held from the start of the switch: what the
+		// cluster left holds is what the group had committed then.
+		atSwitch := committed(t, left, group, topic)
+		tr.waitMore(500, time.Minute)
+		if bad := tr.rereadBelow(atSwitch); len(bad) > 0 {
+			t.Fatalf("re-read records below the offsets committed at the switch to %s (%v): %v", to, atSwitch, bad)
+		}
+	}
+	switchTo("standby", 1, primary.Addrs())
+	switchTo("primary", 2, standby.Addrs())
+	tr.stopProducing()
+	tr.waitConsumed(time.Minute)
+	tr.stop()
+
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.failed) > 0 {
+		t.Fatalf("%d produces failed, e.g. %v", len(tr.failed), tr.failed[0])
+	}
+	// On the active cluster, read directly: every acknowledged record at
+	// its offset, and nothing else.
+	total := 0
+	for p := int32(0); p < parts; p++ {
+		total += len(tr.acked[p])
+	}
+	if ends := endOffsets(t, primary.Addrs(), topic); ends[0]+ends[1]+ends[2] != int64(total) {
+		t.Fatalf("primary's end offsets %v: %d acknowledged", ends, total)
+	}
+	onPrimary := map[int32]map[int64]string{}
+	cl := newClient(t, kgo.SeedBrokers(primary.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for read := 0; read < total; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d", read, total)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if onPrimary[r.Partition] == nil {
+				onPrimary[r.Partition] = map[int64]string{}
+			}
+			onPrimary[r.Partition][r.Offset] = string(r.Value)
+			read++
+		})
+	}
+	for p := int32(0); p < parts; p++ {
+		last := 0
+		for o := int64(0); o < int64(len(onPrimary[p])); o++ {
+			v, ok := onPrimary[p][o]
+			if !ok {
+				t.Fatalf("partition %d: no record at offset %d", p, o)
+			}
+			if a := tr.acked[p][o]; a != v {
+				t.Fatalf("partition %d offset %d: %q on primary, %q acknowledged there", p, o, v, a)
+			}
+			seq, _ := strconv.Atoi(v[len(v)-6:])
+			if seq <= last {
+				t.Fatalf("partition %d offset %d: %q after sequence %d: order broken", p, o, v, last)
+			}
+			last = seq
+			if s := tr.seen[p][o]; s != v {
+				t.Fatalf("partition %d offset %d: consumer saw %q, want %q", p, o, s, v)
+			}
+		}
+	}
+	rereads := 0
+	for _, offs := range tr.reread {
+		rereads += len(offs)
+	}
+	t.Logf("%d records acknowledged and consumed across two switches; %d re-read", total, rereads)
+}

@@ -48,13 +48,13 @@ type traffic struct {
 	topic string
 	parts int32
 
-	mu      sync.Mutex
-	acked   map[int32]map[int64]string // partition → offset → value
-	nAcked  int
-	failed  []error
-	seen    map[int32]map[int64]string
-	reread  map[int32][]int64
-	nSeen   int
+	mu       sync.Mutex
+	acked    map[int32]map[int64]string // partition → offset → value
+	nAcked   int
+	failed   []error
+	seen     map[int32]map[int64]string
+	reread   map[int32][]int64
+	nSeen    int
 	stopped  chan struct{} // stops the consumer
 	prodStop chan struct{}
 	prodDone chan struct{}

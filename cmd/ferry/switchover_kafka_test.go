@@ -337,3 +337,137 @@ mirror: {sync_interval: 1s}
 	}
 	t.Logf("%d records acknowledged and consumed across two switches; %d re-read", total, rereads)
 }
+
+// TestForcedFailoverRealKafka: the mirror is held back by a transaction left
+// open on the primary, the primary dies, and Ferry is switched forced to the
+// standby. The answer names the range the primary acknowledged and the
+// standby never received; a consumer that had read into that range is
+// brought back to the standby's end by KIP-320 epoch validation (not reset
+// to the start), and reads the records produced after the switch at the
+// offsets they were acknowledged at.
+func TestForcedFailoverRealKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
+	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
+	n, addr := startNode(t, fmt.Sprintf(`
+cluster_id: ferry-forced-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, primary.Bootstrap(), standby.Bootstrap()))
+	const topic = "forced"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, 1, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produce := func(prefix string, count int) []int64 {
+		var offs []int64
+		for i := range count {
+			r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%03d", prefix, i))}).First()
+			if err != nil {
+				t.Fatalf("produce %s %d: %v", prefix, i, err)
+			}
+			offs = append(offs, r.Offset)
+		}
+		return offs
+	}
+	produce("before", 100)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction left open stops the mirror at its first offset (it
+	// copies decided data only); what follows is acknowledged by the
+	// primary and never reaches the standby.
+	txn := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("forced-open"))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	unmirrored := produce("unmirrored", 20)
+	end := unmirrored[len(unmirrored)-1] + 1
+
+	// A consumer through Ferry reads everything, the unmirrored range too.
+	var mu sync.Mutex
+	var got []*kgo.Record
+	cons := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	consumeUntil := func(pred func(*kgo.Record) bool, what string) {
+		t.Helper()
+		for {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("consumer: %s never came", what)
+			}
+			done := false
+			fs.EachRecord(func(r *kgo.Record) {
+				mu.Lock()
+				got = append(got, r)
+				mu.Unlock()
+				done = done || pred(r)
+			})
+			if done {
+				return
+			}
+		}
+	}
+	consumeUntil(func(r *kgo.Record) bool { return r.Offset == end-1 }, fmt.Sprintf("offset %d", end-1))
+	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
+		for _, st := range n.mirror.Info().Partitions {
+			if st.SourceEnd != end || st.Mirrored != 100 {
+				return fmt.Errorf("mirror at %d, source end %d; want 100, %d", st.Mirrored, st.SourceEnd, end)
+			}
+		}
+		return nil
+	})
+
+	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.switchover(ctx, routing.Request{To: "standby", Mode: routing.Forced})
+	if err != nil {
+		t.Fatalf("forced switch: %v", err)
+	}
+	want := []routing.LostRange{{Topic: topic, Partition: 0, From: 100, To: end}}
+	if st.Generation != 1 || st.Active != "standby" || st.Last == nil || fmt.Sprint(st.Last.Lost) != fmt.Sprint(want) {
+		t.Fatalf("after the forced switch: %+v, last %+v; want generation 1 on standby with lost %v", st, st.Last, want)
+	}
+	if e, ok := st.FenceEnd(0, topic, 0); !ok || e != 100 {
+		t.Fatalf("generation 0's recorded end: %d, %v; want 100", e, ok)
+	}
+
+	after := produce("after", 10)
+	if after[0] != 100 {
+		t.Fatalf("first record after the switch acknowledged at %d, want 100 (the standby's end)", after[0])
+	}
+	mu.Lock()
+	seen := len(got)
+	mu.Unlock()
+	consumeUntil(func(r *kgo.Record) bool { return string(r.Value) == "after-009" }, "the last record produced after the switch")
+	mu.Lock()
+	defer mu.Unlock()
+	next := got[seen:]
+	if len(next) != len(after) {
+		var offs []string
+		for _, r := range next {
+			offs = append(offs, fmt.Sprintf("%d:%s", r.Offset, r.Value))
+		}
+		t.Fatalf("after the switch the consumer read %v; want exactly the %d records produced after it", offs, len(after))
+	}
+	for i, r := range next {
+		if r.Offset != after[i] || string(r.Value) != fmt.Sprintf("after-%03d", i) {
+			t.Fatalf("record %d after the switch: %d:%s, want %d:after-%03d", i, r.Offset, r.Value, after[i], i)
+		}
+	}
+}

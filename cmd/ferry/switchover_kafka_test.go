@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -468,6 +470,80 @@ mirror: {sync_interval: 1s}
 	for i, r := range next {
 		if r.Offset != after[i] || string(r.Value) != fmt.Sprintf("after-%03d", i) {
 			t.Fatalf("record %d after the switch: %d:%s, want %d:after-%03d", i, r.Offset, r.Value, after[i], i)
+		}
+	}
+}
+
+// TestSwitchRolledBackWhenTheMirrorCannotDrain: with the standby down the
+// mirror cannot drain; the planned switch is rolled back after its timeout
+// with the lagging partitions named, the writes it held go to the primary,
+// and the producer never sees an error. With the standby back, the same
+// switch succeeds.
+func TestSwitchRolledBackWhenTheMirrorCannotDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
+	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
+	n, addr := startNode(t, fmt.Sprintf(`
+cluster_id: ferry-rollback-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, primary.Bootstrap(), standby.Bootstrap()))
+	const topic, parts, group = "rollback", 2, "rollback-group"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, parts, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := startTraffic(t, addr, topic, parts, group)
+	tr.waitMore(300, time.Minute)
+
+	sb := standby.NodeIDs()[0]
+	if err := standby.Stop(sb); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = n.switchover(ctx, routing.Request{To: "standby", Timeout: 3 * time.Second})
+	var se *routing.Error
+	if !errors.As(err, &se) || se.Reason != routing.ReasonDrainTimeout || len(se.Partitions) == 0 {
+		t.Fatalf("switch with the standby down: %v; want a drain timeout naming the lagging partitions", err)
+	}
+	t.Logf("rolled back after %v: %v", time.Since(start), err)
+	st := n.routes.Current()
+	if st.Generation != 0 || st.Active != "primary" || st.Phase != routing.PhaseServing || st.Last == nil || !strings.HasPrefix(st.Last.Outcome, "rolled back") {
+		t.Fatalf("state after the rollback: %+v, last %+v", st, st.Last)
+	}
+	tr.waitMore(300, time.Minute) // the held writes went on to the primary
+
+	if err := standby.Restart(sb); err != nil {
+		t.Fatal(err)
+	}
+	st, err = n.switchover(ctx, routing.Request{To: "standby", Timeout: 2 * time.Minute})
+	if err != nil || st.Generation != 1 || st.Active != "standby" {
+		t.Fatalf("switch with the standby back: %+v, %v", st, err)
+	}
+	tr.waitMore(300, time.Minute)
+	tr.stopProducing()
+	tr.waitConsumed(time.Minute)
+	tr.stop()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.failed) > 0 {
+		t.Fatalf("%d produces failed, e.g. %v", len(tr.failed), tr.failed[0])
+	}
+	ends := endOffsets(t, standby.Addrs(), topic)
+	for p := int32(0); p < parts; p++ {
+		if int64(len(tr.acked[p])) != ends[p] {
+			t.Fatalf("partition %d: %d acknowledged, standby's end %d", p, len(tr.acked[p]), ends[p])
 		}
 	}
 }

@@ -55,7 +55,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, error) {
 // demo is Ferry's main job on an embedded default: two in-process Kafka
 // clusters (kfake) and one Ferry member in front of them, primary active,
 // mirroring primary → standby. Each step is a method, run in order by
-// demoCmd; the switchover of a later version is a further step.
+// demoCmd; the guide it prints ends with the switchover.
 type demo struct {
 	flags            *demoFlags
 	log              *zap.Logger
@@ -210,6 +210,21 @@ at the same offsets as on {{.Primary}}:
 
   Standby direct:  {{.StandbyFirst}}
   kcat -b {{.StandbyFirst}} -t {{.Topic}} -C -e -f '%p/%o %s\n'
+
+Switch the active cluster with one call. Clients stay connected to Ferry:
+writes are held while the mirror drains, then go to {{.Standby}}; a consumer
+group resumes at the offsets it committed. Run a group consumer in another
+terminal first, to watch it carry on:
+
+  kcat -b {{.Bootstrap}} -G demo-group {{.Topic}} -f '%p/%o %s\n'
+  ferry switchover --admin {{.Admin}} --to {{.Standby}}
+  ferry status --admin {{.Admin}}
+  echo 'after the switch' | kcat -b {{.Bootstrap}} -t {{.Topic}} -P
+
+and back again (the mirror now runs {{.Standby}} → {{.Primary}}, so the
+records written meanwhile are there, at the same offsets):
+
+  ferry switchover --admin {{.Admin}} --to {{.Primary}}
 
 A franz-go example is in README.md ("Quickstart"). Ctrl-C stops the demo.
 `))

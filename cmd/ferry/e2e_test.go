@@ -392,6 +392,45 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("/metrics = %d, no count of the one Produce:\n%.2000s", code, body)
 	}
 
+	// The switch, as the guide shows it: a group commits what it read,
+	// the CLI switches to the standby, and the group resumes there at
+	// its committed offset, reading only the record produced since.
+	group := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics("e2e"), kgo.ConsumerGroup("demo-group"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if fs := group.PollFetches(ctx); fs.NumRecords() != 1 {
+		t.Fatalf("the group read %d records before the switch, want the 1 produced", fs.NumRecords())
+	}
+	if err := group.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	group.Close()
+	code, out, errOut := runCLI(t, "switchover", "--admin", adminAddr, "--to", demoStandby)
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "generation 1 active "+demoStandby) {
+		t.Fatalf("ferry switchover --to %s: exit %d\n%s%s", demoStandby, code, out, errOut)
+	}
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("e2e"))
+	r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("after the switch")}).First()
+	if err != nil || r.Offset != 1 {
+		t.Fatalf("produce after the switch: offset %v, %v; want offset 1", r, err)
+	}
+	if got := readPartition(t, []string{standby}, "e2e", 0, 2); len(got) != 2 || got[1] != "1=after the switch" {
+		t.Fatalf("standby e2e[0] holds %v, want the new record at offset 1", got)
+	}
+	group = newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics("e2e"), kgo.ConsumerGroup("demo-group"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	fs := group.PollFetches(ctx)
+	if recs := fs.Records(); len(recs) != 1 || recs[0].Offset != 1 || string(recs[0].Value) != "after the switch" {
+		t.Fatalf("the group after the switch read %d records (%v), want only offset 1", len(recs), fs.Errors())
+	}
+	code, out, errOut = runCLI(t, "status", "--admin", adminAddr)
+	if code != 0 || !strings.Contains(out, demoStandby) {
+		t.Fatalf("ferry status: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "switchover", "--admin", adminAddr, "--to", demoPrimary)
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "generation 2 active "+demoPrimary) {
+		t.Fatalf("ferry switchover --to %s (back): exit %d\n%s%s", demoPrimary, code, out, errOut)
+	}
+
 	p.stop(t, 15*time.Second)
 	if !strings.Contains(p.output(), "Stopping the demo.") {
 		t.Fatalf("no goodbye in:\n%s", p.output())

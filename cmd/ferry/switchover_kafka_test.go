@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -472,6 +473,28 @@ mirror: {sync_interval: 1s}
 			t.Fatalf("record %d after the switch: %d:%s, want %d:after-%03d", i, r.Offset, r.Value, after[i], i)
 		}
 	}
+
+	// The primary comes back holding the lost range: the mirror, now
+	// standby → primary, halts that partition rather than write over it,
+	// and a failback is refused naming it with both ends.
+	if err := primary.Restart(primary.NodeIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the reverse mirror to halt the diverged partition", func() error {
+		for _, st := range n.mirror.Info().Partitions {
+			if st.Topic == topic && st.State == mirror.StateHalted {
+				return nil
+			}
+		}
+		return fmt.Errorf("mirror partitions %+v", n.mirror.Info().Partitions)
+	})
+	_, err = n.switchover(ctx, routing.Request{To: "primary"})
+	var se *routing.Error
+	if !errors.As(err, &se) || se.Reason != routing.ReasonHalted || len(se.Partitions) != 1 ||
+		!strings.HasPrefix(se.Partitions[0], topic+"[0]: ") || !strings.Contains(se.Partitions[0], fmt.Sprint(end)) || !strings.Contains(se.Partitions[0], "110") {
+		t.Fatalf("failback after the forced switch: %v; want it refused naming %s[0] with offsets 110 and %d", err, topic, end)
+	}
+	t.Logf("failback refused: %v", err)
 }
 
 // TestSwitchRolledBackWhenTheMirrorCannotDrain: with the standby down the

@@ -1,0 +1,178 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// script records what a switch asked of the members, the mirror and the
+// store, in order.
+type script struct {
+	calls    []string
+	drainErr error
+	saveErr  error
+	halted   []string
+	pos      []Position
+	table    *Table
+}
+
+func (s *script) Hold(_ context.Context, st State) error {
+	s.table.Update(st)
+	s.calls = append(s.calls, "hold "+string(st.Phase))
+	return nil
+}
+
+func (s *script) Install(_ context.Context, st State) error {
+	s.table.Update(st)
+	s.calls = append(s.calls, fmt.Sprintf("install %d %s %s", st.Generation, st.Active, st.Phase))
+	return nil
+}
+
+func (s *script) Halted() []string { return s.halted }
+
+func (s *script) Drain(context.Context) error {
+	s.calls = append(s.calls, "drain")
+	return s.drainErr
+}
+
+func (s *script) SyncGroups(context.Context) error {
+	s.calls = append(s.calls, "sync groups")
+	return nil
+}
+
+func (s *script) Stop() []Position {
+	s.calls = append(s.calls, "stop mirror")
+	return s.pos
+}
+
+func (s *script) Follow(st State) error {
+	s.calls = append(s.calls, "follow "+st.Active)
+	return nil
+}
+
+func (s *script) Save(_ context.Context, st State) error {
+	s.calls = append(s.calls, fmt.Sprintf("save %d", st.Generation))
+	return s.saveErr
+}
+
+func (s *script) Load(context.Context) (State, bool, error) { return State{}, false, nil }
+
+func newScript(st State) (*script, *Switcher) {
+	sc := &script{table: NewTable(st)}
+	return sc, NewSwitcher(sc.table, sc, sc, sc, []string{"a", "b"}, zap.NewNop())
+}
+
+// TestPlannedSwitchSteps: a planned switch holds, drains, holds EndTxn
+// too and drains again, copies group offsets, stops the mirror, saves the
+// next generation before installing it, and starts the mirror the other
+// way; the ends the mirror stood at become the old generation's fence.
+func TestPlannedSwitchSteps(t *testing.T) {
+	sc, sw := newScript(State{Generation: 4, Active: "a"})
+	sc.pos = []Position{{Topic: "t", Partition: 1, Standby: 7, Source: 7}, {Topic: "t", Partition: 0, Standby: 3, Source: 3}}
+	st, err := sw.Switch(context.Background(), Request{To: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "hold draining, drain, hold switching, drain, sync groups, stop mirror, save 5, install 5 b serving, follow b"
+	if got := strings.Join(sc.calls, ", "); got != want {
+		t.Fatalf("steps:\n got %s\nwant %s", got, want)
+	}
+	if st.Generation != 5 || st.Active != "b" || st.Last.Outcome != "switched" || len(st.Last.Lost) != 0 {
+		t.Fatalf("state %+v, last %+v", st, st.Last)
+	}
+	if end, ok := st.FenceEnd(4, "t", 0); !ok || end != 3 {
+		t.Fatalf("fence of generation 4 for t[0]: %d, %v", end, ok)
+	}
+	if end, ok := st.FenceEnd(4, "t", 1); !ok || end != 7 {
+		t.Fatalf("fence of generation 4 for t[1]: %d, %v", end, ok)
+	}
+	// The same call again answers the same state and does nothing.
+	sc.calls = nil
+	again, err := sw.Switch(context.Background(), Request{To: "b"})
+	if err != nil || again.Generation != 5 || len(sc.calls) != 0 {
+		t.Fatalf("repeat: %+v, %v, calls %v", again, err, sc.calls)
+	}
+}
+
+// TestPlannedSwitchRollsBack: a drain that fails releases the writes to
+// the old cluster at the same generation, with the lagging partitions in
+// the error; a save that fails restarts the mirror the old way.
+func TestPlannedSwitchRollsBack(t *testing.T) {
+	sc, sw := newScript(State{Generation: 1, Active: "a"})
+	sc.drainErr = &LagError{Partitions: []string{"t[0]: standby 3 of 9"}}
+	_, err := sw.Switch(context.Background(), Request{To: "b"})
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonDrainTimeout || len(e.Partitions) != 1 {
+		t.Fatalf("drain failure: %v", err)
+	}
+	if st := sc.table.Current(); st.Generation != 1 || st.Active != "a" || st.Phase != PhaseServing || !strings.HasPrefix(st.Last.Outcome, "rolled back") {
+		t.Fatalf("after the rollback: %+v", st)
+	}
+
+	sc, sw = newScript(State{Generation: 1, Active: "a"})
+	sc.saveErr = errors.New("unreachable")
+	_, err = sw.Switch(context.Background(), Request{To: "b"})
+	if !errors.As(err, &e) || e.Reason != ReasonSaveFailed {
+		t.Fatalf("save failure: %v", err)
+	}
+	if got := strings.Join(sc.calls, ", "); !strings.Contains(got, "save 2, follow a, install 1 a serving") {
+		t.Fatalf("after a failed save: %s", got)
+	}
+}
+
+// TestForcedSwitchReportsLost: a forced switch neither holds nor drains;
+// what the source held beyond the standby is reported lost; the refusals
+// come before anything is touched.
+func TestForcedSwitchReportsLost(t *testing.T) {
+	sc, sw := newScript(State{Generation: 0, Active: "a"})
+	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 4, Source: 4}}
+	st, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(sc.calls, ", "); got != "stop mirror, save 1, install 1 b serving, follow b" {
+		t.Fatalf("steps: %s", got)
+	}
+	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}}) {
+		t.Fatalf("lost %v", st.Last.Lost)
+	}
+
+	for _, tc := range []struct {
+		req    Request
+		halted []string
+		reason string
+	}{
+		{Request{To: "c"}, nil, ReasonUnknownCluster},
+		{Request{To: "b"}, nil, ReasonAlreadyActive},
+		{Request{To: "a", Mode: "sideways"}, nil, ReasonBadRequest},
+		{Request{To: "a"}, []string{"t[0]: diverged"}, ReasonHalted},
+	} {
+		sc.calls, sc.halted = nil, tc.halted
+		_, err := sw.Switch(context.Background(), tc.req)
+		if !errors.As(err, new(*Error)) || err.(*Error).Reason != tc.reason || len(sc.calls) != 0 {
+			t.Errorf("%+v: %v, calls %v; want %s and nothing done", tc.req, err, sc.calls, tc.reason)
+		}
+	}
+}
+
+// TestFencesKeepTheLatest: a state remembers the ends of the last
+// MaxFences generations.
+func TestFencesKeepTheLatest(t *testing.T) {
+	sc, sw := newScript(State{Generation: 0, Active: "a"})
+	sc.pos = []Position{{Topic: "t", Standby: 1, Source: 1}}
+	to := []string{"b", "a"}
+	for i := range MaxFences + 3 {
+		if _, err := sw.Switch(context.Background(), Request{To: to[i%2], Mode: Forced}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := sc.table.Current()
+	if len(st.Fences) != MaxFences || st.Fences[0].Generation != 3 || st.Fences[MaxFences-1].Generation != st.Generation-1 {
+		t.Fatalf("fences of generations %v at generation %d", st.Fences, st.Generation)
+	}
+}

@@ -164,8 +164,10 @@ func (s *KafkaStore) Close() {
 // reaches only the old active cluster must not route back to it: after a
 // planned switch the old cluster is alive and receives the new generation,
 // which names the new active cluster. The active cluster is written first, so
-// that a Save that fails leaves no cluster holding a state that names a
-// cluster which does not have it.
+// that a Save that fails leaves the other clusters as they were: none of them
+// then holds a generation that names a cluster which does not have it. (A
+// write to the active cluster that was sent but not answered within ctx may
+// still have landed there; Kafka cannot say.)
 func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	active := s.clusters[st.Active]
 	if active == nil {

@@ -1,0 +1,574 @@
+package routing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+// DefaultStoreTopic is the topic that holds the routing state on each
+// physical cluster. Its name starts with "__" so that the mirror never copies
+// it (mirror/config.go, mirrorTopic): each cluster's copy is written by Ferry
+// directly, and a mirrored copy would both overwrite the standby's newer
+// state and collide with Ferry's own writes there.
+const DefaultStoreTopic = "__ferry_routing"
+
+// DefaultStoreTimeout bounds each attempt to reach one cluster: the writes to
+// the clusters a state does not make active, and every read.
+const DefaultStoreTimeout = 10 * time.Second
+
+// storeFormat is the version of the record value's format. A record of any
+// other version is not read: a later Ferry that changes the format bumps it.
+const storeFormat = 1
+
+// maxStateBytes bounds a state record (the topic's max.message.bytes and the
+// producer's batch size): the fences of MaxFences generations list every
+// mirrored partition's end offset, more than Kafka's 1 MiB default for a large
+// cluster.
+const maxStateBytes = 8 << 20
+
+// retryBackoff is the pause between attempts on one cluster.
+const retryBackoff = 200 * time.Millisecond
+
+// StoreOption configures a KafkaStore.
+type StoreOption func(*storeConfig)
+
+type storeConfig struct {
+	log     *zap.Logger
+	topic   string
+	timeout time.Duration
+}
+
+// StoreLogger sets the logger (default: none).
+func StoreLogger(l *zap.Logger) StoreOption { return func(c *storeConfig) { c.log = l } }
+
+// StoreTopic sets the state topic's name (default DefaultStoreTopic). It must
+// start with "__": the mirror never copies such topics.
+func StoreTopic(name string) StoreOption { return func(c *storeConfig) { c.topic = name } }
+
+// StoreTimeout sets how long one cluster is tried (default
+// DefaultStoreTimeout).
+func StoreTimeout(d time.Duration) StoreOption { return func(c *storeConfig) { c.timeout = d } }
+
+// KafkaStore keeps the routing state in a compacted topic on every physical
+// cluster, one record per virtual cluster, keyed by the virtual cluster ID:
+// two Ferry deployments in front of the same physical clusters never read
+// each other's state.
+type KafkaStore struct {
+	key      []byte // the virtual cluster ID
+	topic    string
+	timeout  time.Duration
+	log      *zap.Logger
+	names    []string // sorted
+	clusters map[string]*storeCluster
+
+	closeOnce sync.Once
+}
+
+var _ Store = (*KafkaStore)(nil)
+
+type storeCluster struct {
+	name string
+	opts []kgo.Opt   // for the producer of each write
+	cl   *kgo.Client // metadata, topic creation, reads
+	log  *zap.Logger
+
+	mu    sync.Mutex // serialises ensureTopic
+	ready bool       // the topic was seen with a leader
+}
+
+// storedState is a record's value: the state, with the format's version so
+// that a later format can be told apart.
+type storedState struct {
+	Format int   `json:"format"`
+	State  State `json:"state"`
+}
+
+// NewKafkaStore returns a store for the virtual cluster clusterID over the
+// given physical clusters (name → bootstrap addresses). It connects to none
+// of them until Save or Load.
+func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...StoreOption) (*KafkaStore, error) {
+	cfg := storeConfig{log: zap.NewNop(), topic: DefaultStoreTopic, timeout: DefaultStoreTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case clusterID == "":
+		return nil, errors.New("routing store: empty cluster ID")
+	case len(clusters) == 0:
+		return nil, errors.New("routing store: no clusters")
+	case !strings.HasPrefix(cfg.topic, "__") || len(cfg.topic) < 3:
+		return nil, fmt.Errorf("routing store: topic %q: the name must start with \"__\" so that the mirror never copies it", cfg.topic)
+	case cfg.timeout <= 0:
+		return nil, fmt.Errorf("routing store: timeout %v: must be positive", cfg.timeout)
+	}
+	if cfg.log == nil {
+		cfg.log = zap.NewNop()
+	}
+	s := &KafkaStore{
+		key:      []byte(clusterID),
+		topic:    cfg.topic,
+		timeout:  cfg.timeout,
+		log:      cfg.log.With(zap.String("topic", cfg.topic)),
+		clusters: make(map[string]*storeCluster, len(clusters)),
+	}
+	for name, addrs := range clusters {
+		if len(addrs) == 0 {
+			s.Close()
+			return nil, fmt.Errorf("routing store: cluster %q has no bootstrap addresses", name)
+		}
+		opts := []kgo.Opt{
+			kgo.SeedBrokers(addrs...),
+			kgo.ClientID("ferry-routing"),
+			kgo.MetadataMinAge(250 * time.Millisecond),
+		}
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("routing store: cluster %q: %w", name, err)
+		}
+		s.clusters[name] = &storeCluster{name: name, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name))}
+		s.names = append(s.names, name)
+	}
+	slices.Sort(s.names)
+	return s, nil
+}
+
+// Close closes the clients. It is safe to call more than once.
+func (s *KafkaStore) Close() {
+	s.closeOnce.Do(func() {
+		for _, c := range s.clusters {
+			c.cl.Close()
+		}
+	})
+}
+
+// Save writes st to the cluster st makes active, within ctx, and then to every
+// other cluster, each within the store's timeout; it fails unless the active
+// cluster has it. A failure on another cluster is logged: a forced switch
+// finds the old cluster dead.
+//
+// The other clusters get the state too because a member that restarts and
+// reaches only the old active cluster must not route back to it: after a
+// planned switch the old cluster is alive and receives the new generation,
+// which names the new active cluster. The active cluster is written first, so
+// that a Save that fails leaves the other clusters as they were: none of them
+// then holds a generation that names a cluster which does not have it. (A
+// write to the active cluster that was sent but not answered within ctx may
+// still have landed there; Kafka cannot say.)
+func (s *KafkaStore) Save(ctx context.Context, st State) error {
+	active := s.clusters[st.Active]
+	if active == nil {
+		return fmt.Errorf("routing store: the state makes %q active, which is not one of the clusters %v", st.Active, s.names)
+	}
+	val, err := json.Marshal(storedState{Format: storeFormat, State: st})
+	if err != nil {
+		return fmt.Errorf("routing store: encoding the state: %w", err)
+	}
+	if err := s.write(ctx, active, val); err != nil {
+		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
+	}
+	var wg sync.WaitGroup
+	for _, name := range s.names {
+		if name == st.Active {
+			continue
+		}
+		c := s.clusters[name]
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			if err := s.write(cctx, c, val); err != nil {
+				c.log.Warn("the routing state was not written to a cluster it does not make active", zap.Stringer("routing", st), zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
+	s.log.Info("routing state saved", zap.Stringer("routing", st))
+	return nil
+}
+
+func (s *KafkaStore) write(ctx context.Context, c *storeCluster, val []byte) error {
+	if err := c.ensureTopic(ctx, s.topic); err != nil {
+		return err
+	}
+	// A producer of its own for each write, closed when the write ends: an
+	// idempotent producer does not give up a record it may have sent before
+	// its broker answers, whatever the record's context says, so a write to
+	// a dead cluster would outlive ctx, and could land later, once the
+	// cluster is back, after Save has reported it failed. Closing the
+	// client fails what it still holds.
+	p, err := kgo.NewClient(slices.Concat(c.opts, []kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), // Load reads partition 0
+		kgo.ProducerBatchMaxBytes(maxStateBytes),
+	})...)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	done := make(chan error, 1)
+	p.Produce(ctx, &kgo.Record{Topic: s.topic, Partition: 0, Key: s.key, Value: val}, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		// The topic may have been deleted: look again next time.
+		c.mu.Lock()
+		c.ready = false
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// Load returns the state of the highest generation found on the clusters it
+// reaches, each read within the store's timeout. A cluster that cannot be read
+// is logged and skipped; Load fails only when none can be read.
+func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
+	type result struct {
+		name  string
+		st    State
+		found bool
+		err   error
+	}
+	results := make([]result, len(s.names))
+	var wg sync.WaitGroup
+	for i, name := range s.names {
+		c := s.clusters[name]
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			st, found, err := s.read(cctx, c)
+			results[i] = result{name, st, found, err}
+		})
+	}
+	wg.Wait()
+
+	var best *result
+	var errs []error
+	read := 0
+	for i := range results {
+		r := &results[i]
+		if r.err != nil {
+			s.log.Warn("the routing state could not be read from a cluster", zap.String("cluster", r.name), zap.Error(r.err))
+			errs = append(errs, fmt.Errorf("cluster %q: %w", r.name, r.err))
+			continue
+		}
+		read++
+		if !r.found {
+			continue
+		}
+		switch {
+		case best == nil || r.st.Generation > best.st.Generation:
+			best = r
+		case r.st.Generation == best.st.Generation:
+			if r.st.Active != best.st.Active {
+				// Never written so: a generation is saved once, by the
+				// one switch that made it.
+				s.log.Error("two clusters hold different states of the same generation; taking the later switch",
+					zap.String("cluster", best.name), zap.Stringer("routing", best.st),
+					zap.String("other_cluster", r.name), zap.Stringer("other_routing", r.st))
+			}
+			if finished(r.st).After(finished(best.st)) {
+				best = r
+			}
+		}
+	}
+	if read == 0 {
+		return State{}, false, fmt.Errorf("routing store: no cluster could be read: %w", errors.Join(errs...))
+	}
+	if best == nil {
+		return State{}, false, nil
+	}
+	s.log.Info("routing state loaded", zap.String("cluster", best.name), zap.Stringer("routing", best.st))
+	return best.st, true, nil
+}
+
+func finished(st State) time.Time {
+	if st.Last == nil {
+		return time.Time{}
+	}
+	return st.Last.Finished
+}
+
+// read returns the last state recorded for this virtual cluster on one
+// cluster. A missing topic holds no state. Retriable failures (no leader yet,
+// a broker that does not answer) are tried again until ctx ends.
+func (s *KafkaStore) read(ctx context.Context, c *storeCluster) (State, bool, error) {
+	for {
+		st, found, err := s.readOnce(ctx, c)
+		if err == nil || !retriable(err) {
+			return st, found, err
+		}
+		select {
+		case <-ctx.Done():
+			return State{}, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(retryBackoff):
+		}
+	}
+}
+
+// retriable reports whether an attempt to read or create the topic is worth
+// repeating: a Kafka error that says so (or a log start that moved while it
+// was read), or a failure to reach a broker.
+func retriable(err error) bool {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable || ke == kerr.OffsetOutOfRange
+	}
+	return true
+}
+
+func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster) (State, bool, error) {
+	md, err := c.metadata(ctx, s.topic)
+	if err != nil {
+		return State{}, false, err
+	}
+	if md.missing {
+		return State{}, false, nil
+	}
+	leader := c.cl.Broker(int(md.leader))
+
+	lreq := kmsg.NewPtrListOffsetsRequest()
+	lreq.ReplicaID = -1
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = s.topic
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Partition = 0
+	lp.CurrentLeaderEpoch = -1
+	lp.Timestamp = -2 // the log start
+	lt.Partitions = append(lt.Partitions, lp)
+	lreq.Topics = append(lreq.Topics, lt)
+	lresp, err := lreq.RequestWith(ctx, leader)
+	if err != nil {
+		return State{}, false, fmt.Errorf("ListOffsets: %w", err)
+	}
+	if len(lresp.Topics) != 1 || len(lresp.Topics[0].Partitions) != 1 {
+		return State{}, false, errors.New("ListOffsets: the answer does not name partition 0")
+	}
+	lpr := lresp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(lpr.ErrorCode); err != nil {
+		return State{}, false, fmt.Errorf("ListOffsets: %w", err)
+	}
+
+	// From the log start to the high watermark the first fetch reports: the
+	// topic is compacted and holds a record per virtual cluster, so this is
+	// a fetch or two.
+	var st State
+	found := false
+	at, end := lpr.Offset, int64(-1)
+	for end < 0 || at < end {
+		rp, err := c.fetch(ctx, leader, s.topic, md.topicID, at)
+		if err != nil {
+			return State{}, false, err
+		}
+		if end < 0 {
+			end = rp.HighWatermark
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: at, Topic: s.topic, Partition: 0}, rp, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil {
+			return State{}, false, fmt.Errorf("fetch at %d: %w", at, fp.Err)
+		}
+		for _, r := range fp.Records {
+			if r.Offset >= end || string(r.Key) != string(s.key) {
+				continue
+			}
+			if r.Value == nil {
+				// A tombstone: someone deleted the state.
+				st, found = State{}, false
+				continue
+			}
+			v, err := decodeState(r.Value)
+			if err != nil {
+				c.log.Error("ignoring a routing state record that does not decode", zap.Int64("offset", r.Offset), zap.Error(err))
+				continue
+			}
+			st, found = v, true
+		}
+		if at >= end {
+			break
+		}
+		if next <= at {
+			return State{}, false, fmt.Errorf("fetch at %d (high watermark %d) brought nothing", at, end)
+		}
+		at = next
+	}
+	return st, found, nil
+}
+
+func decodeState(v []byte) (State, error) {
+	var w storedState
+	if err := json.Unmarshal(v, &w); err != nil {
+		return State{}, err
+	}
+	if w.Format != storeFormat {
+		return State{}, fmt.Errorf("format %d, this Ferry reads %d", w.Format, storeFormat)
+	}
+	if w.State.Active == "" {
+		return State{}, errors.New("no active cluster")
+	}
+	return w.State, nil
+}
+
+// topicMeta is what one cluster's metadata says of the state topic.
+type topicMeta struct {
+	missing bool
+	topicID [16]byte
+	leader  int32 // of partition 0
+	brokers int
+}
+
+// metadata asks for the topic, uncached: right after its creation the
+// client's cache may still say it is missing.
+func (c *storeCluster) metadata(ctx context.Context, topic string) (topicMeta, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return topicMeta{}, fmt.Errorf("Metadata: %w", err)
+	}
+	md := topicMeta{brokers: len(resp.Brokers), leader: -1}
+	if len(resp.Topics) != 1 {
+		return topicMeta{}, fmt.Errorf("Metadata: %d topics in the answer, want 1", len(resp.Topics))
+	}
+	t := resp.Topics[0]
+	if t.ErrorCode == kerr.UnknownTopicOrPartition.Code {
+		md.missing = true
+		return md, nil
+	}
+	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+		return topicMeta{}, fmt.Errorf("Metadata of %s: %w", topic, err)
+	}
+	md.topicID = t.TopicID
+	for _, p := range t.Partitions {
+		if p.Partition != 0 {
+			continue
+		}
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
+			return topicMeta{}, fmt.Errorf("Metadata of %s[0]: %w", topic, err)
+		}
+		if p.Leader < 0 {
+			return topicMeta{}, fmt.Errorf("Metadata of %s[0]: %w", topic, kerr.LeaderNotAvailable)
+		}
+		md.leader = p.Leader
+		return md, nil
+	}
+	return topicMeta{}, fmt.Errorf("Metadata of %s: no partition 0: %w", topic, kerr.UnknownTopicOrPartition)
+}
+
+func (c *storeCluster) fetch(ctx context.Context, leader *kgo.Broker, topic string, id [16]byte, at int64) (*kmsg.FetchResponseTopicPartition, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 0 // never wait for more: an empty topic answers at once
+	req.MaxBytes = 2 * maxStateBytes
+	req.SessionEpoch = -1 // no fetch session
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic // up to v12
+	rt.TopicID = id  // from v13
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = 0
+	rp.FetchOffset = at
+	rp.CurrentLeaderEpoch = -1
+	rp.LastFetchedEpoch = -1
+	rp.LogStartOffset = -1
+	rp.PartitionMaxBytes = 2 * maxStateBytes
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, leader)
+	if err != nil {
+		return nil, fmt.Errorf("Fetch: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("Fetch: %w", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return nil, errors.New("Fetch: the answer does not name partition 0")
+	}
+	p := &resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		return nil, fmt.Errorf("Fetch at %d: %w", at, err)
+	}
+	return p, nil
+}
+
+// topicSettings are the state topic's replication factor and
+// min.insync.replicas on a cluster of the given size: three copies where
+// there are three brokers, and a write acknowledged by two of them, so that
+// one broker down neither loses the state nor stops a switch.
+func topicSettings(brokers int) (rf int16, minISR int) {
+	rf = int16(min(3, max(brokers, 1)))
+	return rf, min(2, int(rf))
+}
+
+// ensureTopic creates the topic if it is missing and returns once partition 0
+// has a leader. Another member may be creating it at the same time.
+func (c *storeCluster) ensureTopic(ctx context.Context, topic string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ready {
+		return nil
+	}
+	created := false
+	for {
+		md, err := c.metadata(ctx, topic)
+		switch {
+		case err == nil && !md.missing:
+			c.ready = true
+			return nil
+		case err == nil && !created:
+			if err = c.create(ctx, topic, md.brokers); err == nil {
+				created = true
+				continue
+			}
+		}
+		// Missing still (brokers learn of a new topic a moment after
+		// CreateTopics answers), or a failure.
+		if err != nil && !retriable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = kerr.UnknownTopicOrPartition
+			}
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(retryBackoff):
+		}
+	}
+}
+
+func (c *storeCluster) create(ctx context.Context, topic string, brokers int) error {
+	rf, minISR := topicSettings(brokers)
+	configs := map[string]*string{
+		"cleanup.policy":      kmsg.StringPtr("compact"),
+		"min.insync.replicas": kmsg.StringPtr(strconv.Itoa(minISR)),
+		"max.message.bytes":   kmsg.StringPtr(strconv.Itoa(maxStateBytes)),
+	}
+	resp, err := kadm.NewClient(c.cl).CreateTopic(ctx, 1, rf, configs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	switch {
+	case err == nil:
+		c.log.Info("created the routing state topic", zap.Int16("replication_factor", rf), zap.Int("min_insync_replicas", minISR))
+		return nil
+	case errors.Is(err, kerr.TopicAlreadyExists):
+		return nil // another member created it meanwhile
+	default:
+		return fmt.Errorf("creating %s: %w", topic, err)
+	}
+}

@@ -1,0 +1,410 @@
+package routing
+
+// KafkaStore against two real 1-node Apache Kafka clusters, "a" and "b",
+// started once for the package (skipped under -short). Each test uses a
+// topic of its own.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+func TestMain(m *testing.M) { kafkatest.Main(m) }
+
+var (
+	kafkaOnce     sync.Once
+	kafkaA        *kafkatest.Cluster
+	kafkaB        *kafkatest.Cluster
+	kafkaStartErr error
+)
+
+func kafkaClusters(t *testing.T) (a, b *kafkatest.Cluster) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real Kafka is not started in -short mode")
+	}
+	kafkaOnce.Do(func() {
+		var wg sync.WaitGroup
+		var errA, errB error
+		wg.Go(func() { kafkaA, errA = kafkatest.New(kafkatest.Config{Brokers: 1, Name: "routing-a"}) })
+		wg.Go(func() { kafkaB, errB = kafkatest.New(kafkatest.Config{Brokers: 1, Name: "routing-b"}) })
+		wg.Wait()
+		if errA != nil || errB != nil {
+			kafkaStartErr = fmt.Errorf("a: %v; b: %v", errA, errB)
+		}
+	})
+	if kafkaStartErr != nil {
+		t.Fatal(kafkaStartErr)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("a's log:\n%s\nb's log:\n%s", kafkaA.LogTail(40), kafkaB.LogTail(40))
+		}
+	})
+	return kafkaA, kafkaB
+}
+
+// testLogger logs to the test and records every entry at warn and above.
+func testLogger(t *testing.T) (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	tl := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	return zap.New(zapcore.NewTee(tl.Core(), core)), logs
+}
+
+func newTestStore(t *testing.T, vc, topic string, clusters map[string]*kafkatest.Cluster, opts ...StoreOption) *KafkaStore {
+	t.Helper()
+	addrs := map[string][]string{}
+	for name, c := range clusters {
+		addrs[name] = c.Addrs()
+	}
+	log, _ := testLogger(t)
+	s, err := NewKafkaStore(vc, addrs, append([]StoreOption{StoreTopic(topic), StoreLogger(log)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// fullState sets every field of a State.
+func fullState(gen uint32, active, from string) State {
+	start := time.Date(2025, 3, 1, 12, 0, int(gen), 123456789, time.UTC)
+	return State{
+		Generation: gen,
+		Active:     active,
+		Phase:      PhaseServing,
+		Last: &Switch{
+			Mode: Forced, From: from, To: active,
+			Started: start, Finished: start.Add(1500 * time.Millisecond), Duration: "1.5s",
+			Outcome: "switched",
+			Lost:    []LostRange{{Topic: "orders", Partition: 2, From: 10, To: 15}},
+		},
+		Fences: []Fence{
+			{Generation: max(gen, 2) - 2, Ends: map[string][]int64{"orders": {7, 8, 9}}},
+			{Generation: max(gen, 1) - 1, Ends: map[string][]int64{"orders": {100, -1, 15}, "payments": {0}}},
+		},
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustSave(t *testing.T, s *KafkaStore, st State) {
+	t.Helper()
+	if err := s.Save(ctxFor(t, 60*time.Second), st); err != nil {
+		t.Fatalf("Save(%s): %v", st, err)
+	}
+}
+
+// mustLoad loads and fails unless the state found is want (found == false
+// when want is nil).
+func mustLoad(t *testing.T, s *KafkaStore, want *State) {
+	t.Helper()
+	got, found, err := s.Load(ctxFor(t, 60*time.Second))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if want == nil {
+		if found {
+			t.Fatalf("Load found %s, want no state", got)
+		}
+		return
+	}
+	if !found {
+		t.Fatalf("Load found no state, want %s", *want)
+	}
+	if !reflect.DeepEqual(got, *want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(*want)
+		t.Fatalf("Load:\n got %s\nwant %s", g, w)
+	}
+}
+
+// produceRaw writes a record to partition 0 of topic directly.
+func produceRaw(t *testing.T, c *kafkatest.Cluster, topic, key, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctxFor(t, 30*time.Second), &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
+		t.Fatalf("producing to %s: %v", topic, err)
+	}
+}
+
+// TestKafkaStoreRoundTrip: before any Save, Load finds no state (the topic
+// is missing on both clusters). Save then writes the state to both clusters:
+// a fresh store reading both, and stores reading one cluster each, load it
+// with every field equal. The topic was created with 1 partition, compacted,
+// replication factor 1 and min.insync.replicas 1 (1-node clusters), and its
+// record is keyed by the virtual cluster ID with a versioned value. Another
+// virtual cluster ID on the same topic sees none of it.
+func TestKafkaStoreRoundTrip(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_roundtrip"
+	both := map[string]*kafkatest.Cluster{"a": a, "b": b}
+
+	mustLoad(t, newTestStore(t, "vc1", topic, both), nil)
+
+	want := fullState(5, "b", "a")
+	mustSave(t, newTestStore(t, "vc1", topic, both), want)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &want)
+	mustLoad(t, newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a}), &want)
+	mustLoad(t, newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"b": b}), &want)
+
+	other := newTestStore(t, "vc2", topic, both)
+	mustLoad(t, other, nil)
+	otherState := State{Generation: 9, Active: "a"}
+	mustSave(t, other, otherState)
+	mustLoad(t, other, &otherState)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &want)
+
+	for name, c := range both {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		ctx := ctxFor(t, 30*time.Second)
+		td, err := adm.ListTopics(ctx, topic)
+		if err != nil || td[topic].Err != nil {
+			t.Fatalf("%s: listing %s: %v %v", name, topic, err, td[topic].Err)
+		}
+		if n, rf := len(td[topic].Partitions), td[topic].Partitions.NumReplicas(); n != 1 || rf != 1 {
+			t.Errorf("%s: %s has %d partitions of %d replicas, want 1 of 1", name, topic, n, rf)
+		}
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On(topic, nil)
+		if err != nil || rc.Err != nil {
+			t.Fatalf("%s: configs of %s: %v %v", name, topic, err, rc.Err)
+		}
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			got[c.Key] = c.MaybeValue()
+		}
+		for k, v := range map[string]string{"cleanup.policy": "compact", "min.insync.replicas": "1", "max.message.bytes": strconv.Itoa(maxStateBytes)} {
+			if got[k] != v {
+				t.Errorf("%s: %s's %s is %q, want %q", name, topic, k, got[k], v)
+			}
+		}
+
+		// The records as a consumer sees them: one per virtual cluster,
+		// keyed by its ID, the value versioned.
+		cons, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		var recs []string
+		for len(recs) < 2 && ctx.Err() == nil {
+			cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				var v struct {
+					Format int `json:"format"`
+					State  struct {
+						Generation uint32 `json:"generation"`
+					} `json:"state"`
+				}
+				if err := json.Unmarshal(r.Value, &v); err != nil {
+					t.Errorf("%s: record %d's value does not decode: %v", name, r.Offset, err)
+				}
+				recs = append(recs, fmt.Sprintf("%s=format %d generation %d", r.Key, v.Format, v.State.Generation))
+			})
+		}
+		if fmt.Sprint(recs) != "[vc1=format 1 generation 5 vc2=format 1 generation 9]" {
+			t.Errorf("%s: records %v", name, recs)
+		}
+	}
+}
+
+// TestKafkaStoreEmptyTopic: a topic that exists but holds no record, or only
+// records of another virtual cluster, is no state, and Load says so at once
+// rather than waiting for records until its timeout.
+func TestKafkaStoreEmptyTopic(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_empty"
+	for _, c := range []*kafkatest.Cluster{a, b} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := kadm.NewClient(cl).CreateTopic(ctxFor(t, 30*time.Second), 1, 1, nil, topic)
+		cl.Close()
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a, "b": b}, StoreTimeout(60*time.Second))
+	start := time.Now()
+	mustLoad(t, s, nil)
+	empty := time.Since(start)
+	produceRaw(t, a, topic, "someone-else", `{"format":1,"state":{"generation":3,"active":"a"}}`)
+	start = time.Now()
+	mustLoad(t, s, nil)
+	t.Logf("Load of an empty topic took %v; of another cluster's record, %v", empty, time.Since(start))
+	if empty > 30*time.Second || time.Since(start) > 30*time.Second {
+		t.Errorf("Load waited for records (timeout 60s)")
+	}
+}
+
+// TestKafkaStoreHighestGeneration: the highest generation wins whichever
+// cluster holds it; at an equal generation naming different active clusters
+// (never written so) the later switch wins and an error is logged.
+func TestKafkaStoreHighestGeneration(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_generations"
+	onlyA := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a})
+	onlyB := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"b": b})
+	both := map[string]*kafkatest.Cluster{"a": a, "b": b}
+
+	st4 := fullState(4, "a", "b")
+	mustSave(t, newTestStore(t, "vc1", topic, both), st4)
+	st5 := fullState(5, "b", "a")
+	mustSave(t, onlyB, st5)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &st5)
+	st6 := fullState(6, "a", "b")
+	mustSave(t, onlyA, st6)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &st6)
+
+	for i, laterOnA := range []bool{true, false} {
+		gen := uint32(7 + i)
+		onA, onB := fullState(gen, "a", "b"), fullState(gen, "b", "a")
+		later := &onB
+		if laterOnA {
+			later = &onA
+		}
+		later.Last.Finished = later.Last.Finished.Add(time.Minute)
+		mustSave(t, onlyA, onA)
+		mustSave(t, onlyB, onB)
+		addrs := map[string][]string{"a": a.Addrs(), "b": b.Addrs()}
+		log, logs := testLogger(t)
+		s, err := NewKafkaStore("vc1", addrs, StoreTopic(topic), StoreLogger(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		mustLoad(t, s, later)
+		if n := logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("same generation").Len(); n != 1 {
+			t.Errorf("generation %d on both clusters, differing: %d errors logged, want 1: %v", gen, n, logs.All())
+		}
+	}
+}
+
+// TestKafkaStoreUndecodable: records of this virtual cluster that do not
+// decode (not JSON, an unknown format, no active cluster) are skipped, and
+// the last one that decodes is loaded; a later Save is read past them.
+func TestKafkaStoreUndecodable(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_undecodable"
+	both := map[string]*kafkatest.Cluster{"a": a, "b": b}
+	s := newTestStore(t, "vc1", topic, both)
+	st2 := fullState(2, "a", "b")
+	mustSave(t, s, st2)
+	for _, c := range []*kafkatest.Cluster{a, b} {
+		produceRaw(t, c, topic, "vc1", "not json")
+		produceRaw(t, c, topic, "vc1", `{"format":2,"state":{"generation":99,"active":"a"}}`)
+		produceRaw(t, c, topic, "vc1", `{"format":1,"state":{"generation":98}}`)
+	}
+	log, logs := testLogger(t)
+	fresh, err := NewKafkaStore("vc1", map[string][]string{"a": a.Addrs(), "b": b.Addrs()}, StoreTopic(topic), StoreLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	mustLoad(t, fresh, &st2)
+	if n := logs.FilterMessageSnippet("does not decode").Len(); n != 6 {
+		t.Errorf("%d undecodable records logged, want 6 (3 per cluster): %v", n, logs.All())
+	}
+	st3 := fullState(3, "b", "a")
+	mustSave(t, s, st3)
+	mustLoad(t, fresh, &st3)
+}
+
+// TestKafkaStoreClusterDown: with cluster a stopped, a Save that makes a
+// active fails within its context and leaves b's state as it was; one that
+// makes b active succeeds, and Load reads it from b alone; a store that
+// reaches only a cannot Load. Once a is back it holds neither of the
+// generation-2 states (the failed write did not land late), the higher
+// generation on b wins over a's older one, and the same store writes to a
+// again.
+func TestKafkaStoreClusterDown(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_down"
+	both := map[string]*kafkatest.Cluster{"a": a, "b": b}
+	s := newTestStore(t, "vc1", topic, both, StoreTimeout(3*time.Second))
+	onlyB := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"b": b})
+	onlyA := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a}, StoreTimeout(3*time.Second))
+	st1 := fullState(1, "b", "a")
+	mustSave(t, s, st1)
+
+	if err := a.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !a.Running(1) {
+			if err := a.Restart(1); err != nil {
+				t.Errorf("restarting a: %v", err)
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	start := time.Now()
+	err := s.Save(ctx, fullState(2, "a", "b"))
+	cancel()
+	t.Logf("Save with the active cluster down: %v after %v", err, time.Since(start))
+	if err == nil {
+		t.Fatal("Save succeeded with the cluster it makes active stopped")
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Errorf("Save took %v with a 5s context", time.Since(start))
+	}
+	mustLoad(t, onlyB, &st1)
+
+	st2 := fullState(2, "b", "a")
+	start = time.Now()
+	mustSave(t, s, st2)
+	t.Logf("Save with the other cluster down took %v (per-cluster timeout 3s)", time.Since(start))
+	start = time.Now()
+	mustLoad(t, s, &st2)
+	t.Logf("Load with one cluster down took %v", time.Since(start))
+	if _, _, err := onlyA.Load(ctxFor(t, 60*time.Second)); err == nil {
+		t.Error("Load from a stopped cluster alone succeeded")
+	}
+
+	if err := a.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	// The failed Save left nothing behind on a either.
+	mustLoad(t, onlyA, &st1)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &st2)
+	st3 := fullState(3, "a", "b")
+	mustSave(t, s, st3)
+	mustLoad(t, onlyA, &st3)
+	mustLoad(t, onlyB, &st3)
+}

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-dedicated bench-mirror lint demo
+.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench       Ferry vs a direct connection and a bare splice relay on a real 3-broker cluster, then bench-mirror"
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
+	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
 	@echo "make lint        go vet, gofmt, staticcheck"
 
 build:
@@ -46,6 +47,9 @@ bench-dedicated:
 
 bench-mirror:
 	$(GO) run ./conformance/mirrorbench $(MIRRORBENCHFLAGS)
+
+bench-switchover:
+	$(GO) run ./conformance/switchbench $(SWITCHBENCHFLAGS)
 
 lint:
 	$(GO) vet ./...

@@ -199,6 +199,24 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	return nil
 }
 
+// Prepare creates the state topic on every cluster that lacks it, so that
+// the first switch does not wait for topic creation. A cluster that cannot
+// be reached is logged and left to Save.
+func (s *KafkaStore) Prepare(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, name := range s.names {
+		c := s.clusters[name]
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			if err := c.ensureTopic(cctx, s.topic); err != nil {
+				c.log.Info("the routing state topic is not ready on a cluster; the next save creates it", zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (s *KafkaStore) write(ctx context.Context, c *storeCluster, val []byte) error {
 	if err := c.ensureTopic(ctx, s.topic); err != nil {
 		return err

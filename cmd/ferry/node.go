@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,8 +42,13 @@ type node struct {
 	mirror *mirrorRunner // nil when the mirror is disabled
 	// switcher runs switches of the active cluster (POST /switchover).
 	switcher *routing.Switcher
-	admin    *admin.Server
-	ln       net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
+	// store keeps the routing state on the clusters (__ferry_routing).
+	store *routing.KafkaStore
+	// storeCtx ends when the node closes (it bounds Prepare).
+	storeCtx    context.Context
+	storeCancel context.CancelFunc
+	admin       *admin.Server
+	ln          net.Listener // Kafka clients, lane 0, bound once the proxy can serve (guarded by mu)
 	// listenAddr is where ln binds: the configured listen address with
 	// the port it got when newNode first bound it.
 	listenAddr string
@@ -66,6 +73,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	// n is not a named result: "return nil, err" must not hand the
 	// deferred Close a nil node.
 	n := &node{log: log, errc: make(chan error, 2), cfg: cfg}
+	n.storeCtx, n.storeCancel = context.WithCancel(context.Background())
 	var err error
 	defer func() {
 		if err != nil {
@@ -128,7 +136,14 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	for i, c := range cfg.Clusters {
 		names[i] = c.Name
 	}
-	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm, nil, names, log.Named("switch"))
+	bootstraps := make(map[string][]string, len(cfg.Clusters))
+	for _, c := range cfg.Clusters {
+		bootstraps[c.Name] = c.Bootstrap
+	}
+	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, routing.StoreLogger(log.Named("routing"))); err != nil {
+		return nil, err
+	}
+	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm, n.store, names, log.Named("switch"))
 	n.admin, err = admin.New(
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{
@@ -177,8 +192,20 @@ func newRegistry() *prometheus.Registry {
 // start connects to the clusters, retrying (and logging why) until ctx
 // ends, then serves Kafka clients in the background.
 func (n *node) start(ctx context.Context) error {
+	// The saved routing state says which cluster is active: read it
+	// before connecting. When no cluster answers, the proxy waits for the
+	// configured one; the state is read again before serving anyone.
+	loaded, err := n.loadRouting(ctx, false)
+	if err != nil {
+		return err
+	}
 	if err := n.proxy.Start(ctx); err != nil {
 		return err
+	}
+	if !loaded {
+		if _, err := n.loadRouting(ctx, true); err != nil {
+			return err
+		}
 	}
 	ln, err := listen("listen", n.listenAddr)
 	if err != nil {
@@ -191,6 +218,11 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	n.started.Store(true)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.store.Prepare(n.storeCtx)
+	}()
 	n.goServe("kafka", func() error { return n.proxy.ServeLane(n.ln, 0) })
 	for i, ln := range n.lanes {
 		n.goServe("kafka", func() error { return n.proxy.ServeLane(ln, i+1) })
@@ -205,6 +237,40 @@ func (n *node) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// loadRouting reads the routing state saved on the clusters and installs it
+// when it is newer than the table's: a member restarted after a switch
+// routes where the switch left it, whatever `active` says. A cluster that
+// does not answer within the store's timeout is skipped, as after a forced
+// failover from it. When none answers, loadRouting reports false, or with
+// retry keeps trying until one does or ctx ends.
+func (n *node) loadRouting(ctx context.Context, retry bool) (bool, error) {
+	for {
+		st, ok, err := n.store.Load(ctx)
+		if err == nil {
+			if !ok {
+				return true, nil
+			}
+			if !slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == st.Active }) {
+				return false, usageError{fmt.Errorf("the routing state saved on the clusters (%s) names cluster %q, which is not configured: configure it, or delete the %s topic on every cluster to start again from generation 0", st, st.Active, routing.DefaultStoreTopic)}
+			}
+			if n.routes.Advance(st) {
+				n.log.Info("routing state loaded from the clusters", zap.Stringer("routing", st))
+			}
+			return true, nil
+		}
+		if !retry {
+			n.log.Warn("no cluster answered with the routing state; connecting to the configured active cluster, and reading it again before serving", zap.Error(err))
+			return false, nil
+		}
+		n.log.Warn("reading the routing state from the clusters; retrying", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("reading the routing state: %w", err)
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // mirrorInfo is the mirror as /status reports it.
@@ -310,6 +376,10 @@ func (n *node) Close() {
 		n.mu.Unlock()
 		for _, ln := range n.lanes {
 			ln.Close()
+		}
+		n.storeCancel()
+		if n.store != nil {
+			n.store.Close()
 		}
 		if n.admin != nil {
 			n.admin.Close()

@@ -1,0 +1,605 @@
+// Command switchbench measures Ferry's switchover on real Apache Kafka
+// (issue 8 §8): `make bench-switchover`.
+//
+// It starts two 1-broker KRaft clusters (conformance/kafkatest; the harness
+// sets group.initial.rebalance.delay.ms=0, as a production cluster with few
+// group members effectively has after the first join), builds cmd/ferry and
+// runs `ferry serve` in front of them with the mirror on, then:
+//
+//  1. consume: -consume-bytes of 1 KiB records are produced through Ferry
+//     into a topic of -partitions partitions; once mirrored, a fresh
+//     franz-go consumer reads all of it through Ferry, -rounds times under
+//     generation 0 (nothing to rewrite), then once more -rounds times after a
+//     planned switch (generation 1: every batch's leader epoch rewritten,
+//     fillers dropped). MB/s = record value bytes (10^6) over the read.
+//  2. planned: an idempotent franz-go producer writes -rate records/s and
+//     -groups consumer groups read them, through Ferry, continuously. With
+//     the mirror caught up, POST /switchover (planned) to the other cluster,
+//     -rounds times, alternating. Measured from the call: its answer; the
+//     first produce acknowledged by the new active cluster (an ack at an
+//     offset at or above the old cluster's end, read directly after the
+//     switch); and every group consuming again (each group's first record
+//     at or above that end).
+//  3. forced: the same, mode forced (the old cluster stays up; nothing is
+//     lost since the mirror was caught up): call → first acknowledged
+//     produce.
+//
+// Medians of -rounds with min and max are printed, with the issue's floors;
+// -out writes them as markdown.
+//
+//	go run ./conformance/switchbench -out docs/SWITCHOVER-BENCHMARKS.md
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+type options struct {
+	rounds       int
+	groups       int
+	partitions   int
+	rate         int
+	consumeBytes int64
+	out          string
+}
+
+func main() {
+	var o options
+	var cb string
+	fs := flag.NewFlagSet("switchbench", flag.ExitOnError)
+	fs.IntVar(&o.rounds, "rounds", 5, "switches measured per kind (medians of this many)")
+	fs.IntVar(&o.groups, "groups", 3, "consumer groups reading through Ferry during the switches")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of each benchmark topic")
+	fs.IntVar(&o.rate, "rate", 1000, "records/s the producer writes during the switches")
+	fs.StringVar(&cb, "consume-bytes", "256MiB", "record value bytes read in each consume round (KiB, MiB, GiB)")
+	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
+	fs.Parse(os.Args[1:])
+	n, err := parseBytes(cb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "switchbench: -consume-bytes:", err)
+		os.Exit(2)
+	}
+	o.consumeBytes = n
+	benchutil.Run("switchbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
+}
+
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suffix) {
+			s, mult = strings.TrimSuffix(s, suffix), m
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n * mult, err
+}
+
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// bench is one run: the clusters, Ferry, and what it measured.
+type bench struct {
+	o                options
+	clusters         map[string]*kafkatest.Cluster
+	active           string
+	addr, admin      string
+	consume          map[int][]float64 // generation → MB/s per round
+	planned          map[string][]time.Duration
+	forced           []time.Duration
+	forcedAnswer     []time.Duration
+	generationAtExit uint32
+}
+
+func run(ctx context.Context, o options) error {
+	b := &bench{o: o, clusters: map[string]*kafkatest.Cluster{}, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
+	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, name := range []string{"primary", "standby"} {
+		wg.Go(func() {
+			c, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: "switchbench-" + name})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			b.clusters[name] = c
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range b.clusters {
+			c.Close()
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "switchbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	step("building and starting ferry serve")
+	stop, err := b.startFerry(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	if err := b.measureConsume(ctx); err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	if err := b.measureSwitches(ctx); err != nil {
+		return fmt.Errorf("switches: %w", err)
+	}
+	return b.report(os.Stdout)
+}
+
+func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
+	bin := filepath.Join(dir, "ferry")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	b.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	b.admin = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	cfg := fmt.Sprintf(`cluster_id: ferry-switchbench
+listen: %s
+admin_listen: %s
+log_level: warn
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, b.addr, b.admin, b.clusters["primary"].Bootstrap(), b.clusters["standby"].Bootstrap())
+	file := filepath.Join(dir, "ferry.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(os.TempDir(), "switchbench-ferry.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", file)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get("http://" + b.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return stop, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, fmt.Errorf("ferry not ready after 2 minutes (log: %s)", logf.Name())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (b *bench) client(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr)}, opts...)...)
+}
+
+func (b *bench) createTopic(ctx context.Context, topic string) error {
+	cl, err := b.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(b.o.partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	return err
+}
+
+// waitCaughtUp polls /status until every mirrored partition lags by at
+// most maxLag records (under continuous traffic the lag at one instant is
+// rarely 0: "caught up" is the steady state, not an empty pipe).
+func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var st struct {
+			Mirror struct {
+				Running    bool `json:"running"`
+				Partitions []struct {
+					State string `json:"state"`
+					Lag   int64  `json:"lag_records"`
+				} `json:"partitions"`
+			} `json:"mirror"`
+		}
+		resp, err := http.Get("http://" + b.admin + "/status")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+		ok := err == nil && st.Mirror.Running && len(st.Mirror.Partitions) > 0
+		for _, p := range st.Mirror.Partitions {
+			ok = ok && p.Lag <= maxLag && p.State != "halted"
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("mirror not caught up: %+v %v", st.Mirror, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// switchTo asks for a switch and returns how long the answer took.
+func (b *bench) switchTo(ctx context.Context, to, mode string) (time.Duration, error) {
+	body, _ := json.Marshal(map[string]string{"to": to, "mode": mode, "timeout": "60s"})
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+b.admin+"/switchover", bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	took := time.Since(start)
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("switch to %s (%s): %d %s", to, mode, resp.StatusCode, out)
+	}
+	b.active = to
+	return took, nil
+}
+
+func (b *bench) other() string {
+	if b.active == "primary" {
+		return "standby"
+	}
+	return "primary"
+}
+
+func (b *bench) measureConsume(ctx context.Context) error {
+	const topic = "switchbench-consume"
+	if err := b.createTopic(ctx, topic); err != nil {
+		return err
+	}
+	n := int(b.o.consumeBytes / 1024)
+	step("consume: producing %d records of 1 KiB through Ferry", n)
+	prod, err := b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return err
+	}
+	values := benchutil.Values(256, 1024)
+	var perr error
+	var pmu sync.Mutex
+	for i := range n {
+		prod.Produce(ctx, &kgo.Record{Value: values[i%len(values)]}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				pmu.Lock()
+				perr = err
+				pmu.Unlock()
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return err
+	}
+	prod.Close()
+	if perr != nil {
+		return perr
+	}
+	if err := b.waitCaughtUp(ctx, 0); err != nil {
+		return err
+	}
+	read := func(gen int) error {
+		for r := range b.o.rounds {
+			cl, err := b.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
+			if err != nil {
+				return err
+			}
+			var got, size int
+			start := time.Now()
+			for got < n {
+				fs := cl.PollFetches(ctx)
+				if ctx.Err() != nil {
+					cl.Close()
+					return ctx.Err()
+				}
+				fs.EachRecord(func(rec *kgo.Record) { got++; size += len(rec.Value) })
+			}
+			mbs := float64(size) / 1e6 / time.Since(start).Seconds()
+			cl.Close()
+			b.consume[gen] = append(b.consume[gen], mbs)
+			step("consume: generation %d round %d: %.1f MB/s", gen, r+1, mbs)
+		}
+		return nil
+	}
+	if err := read(0); err != nil {
+		return err
+	}
+	if _, err := b.switchTo(ctx, b.other(), "planned"); err != nil {
+		return err
+	}
+	return read(1)
+}
+
+// event is an ack or a received record.
+type event struct {
+	at        time.Time
+	partition int32
+	offset    int64
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []event
+	errs   int
+}
+
+func (r *recorder) add(e event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// first returns the time of the first event after t0 at or above ends.
+func (r *recorder) first(t0 time.Time, ends map[int32]int64) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best time.Time
+	for _, e := range r.events {
+		if e.at.After(t0) && e.offset >= ends[e.partition] && (best.IsZero() || e.at.Before(best)) {
+			best = e.at
+		}
+	}
+	return best, !best.IsZero()
+}
+
+func (b *bench) measureSwitches(ctx context.Context) error {
+	const topic = "switchbench-traffic"
+	if err := b.createTopic(ctx, topic); err != nil {
+		return err
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	acks := &recorder{}
+	prod, err := b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond), kgo.RecordDeliveryTimeout(2*time.Minute))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second / time.Duration(b.o.rate))
+		defer tick.Stop()
+		for tctx.Err() == nil {
+			<-tick.C
+			prod.Produce(tctx, &kgo.Record{Value: []byte("switchbench")}, func(r *kgo.Record, err error) {
+				if err != nil {
+					acks.mu.Lock()
+					acks.errs++
+					acks.mu.Unlock()
+					return
+				}
+				acks.add(event{time.Now(), r.Partition, r.Offset})
+			})
+		}
+	})
+	groups := make([]*recorder, b.o.groups)
+	for g := range groups {
+		groups[g] = &recorder{}
+		cl, err := b.client(kgo.ConsumeTopics(topic), kgo.ConsumerGroup(fmt.Sprintf("switchbench-%d", g)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		wg.Go(func() {
+			for tctx.Err() == nil {
+				fs := cl.PollFetches(tctx)
+				now := time.Now()
+				fs.EachRecord(func(r *kgo.Record) { groups[g].add(event{now, r.Partition, r.Offset}) })
+			}
+		})
+	}
+	time.Sleep(3 * time.Second) // groups joined, traffic flowing
+	round := func(mode string) (answer, firstAck, allGroups time.Duration, err error) {
+		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+			return 0, 0, 0, err
+		}
+		left := b.active
+		t0 := time.Now()
+		answer, err = b.switchTo(ctx, b.other(), mode)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		ends, err := endOffsets(ctx, b.clusters[left], topic)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			a, ok := acks.first(t0, ends)
+			all := ok
+			var last time.Time
+			for _, g := range groups {
+				t, gok := g.first(t0, ends)
+				all = all && gok
+				if t.After(last) {
+					last = t
+				}
+			}
+			if all {
+				return answer, a.Sub(t0), last.Sub(t0), nil
+			}
+			if time.Now().After(deadline) {
+				return 0, 0, 0, fmt.Errorf("%s switch to %s: no ack or group back within a minute of the call", mode, b.active)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for r := range b.o.rounds {
+		answer, ack, grp, err := round("planned")
+		if err != nil {
+			return err
+		}
+		b.planned["answer"] = append(b.planned["answer"], answer)
+		b.planned["ack"] = append(b.planned["ack"], ack)
+		b.planned["groups"] = append(b.planned["groups"], grp)
+		step("planned %d → %s: answer %v, first ack %v, every group consuming %v", r+1, b.active, answer, ack, grp)
+		time.Sleep(2 * time.Second)
+	}
+	for r := range b.o.rounds {
+		answer, ack, _, err := round("forced")
+		if err != nil {
+			return err
+		}
+		b.forcedAnswer = append(b.forcedAnswer, answer)
+		b.forced = append(b.forced, ack)
+		step("forced %d → %s: answer %v, first ack %v", r+1, b.active, answer, ack)
+		time.Sleep(2 * time.Second)
+	}
+	acks.mu.Lock()
+	defer acks.mu.Unlock()
+	if acks.errs > 0 {
+		return fmt.Errorf("%d produces failed during the switches", acks.errs)
+	}
+	return nil
+}
+
+func endOffsets(ctx context.Context, c *kafkatest.Cluster, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}
+
+func median[T int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2], s[0], s[len(s)-1]
+}
+
+func dur(xs []time.Duration) string {
+	m, lo, hi := median(xs)
+	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return fmt.Sprintf("%s (%s – %s)", r(m), r(lo), r(hi))
+}
+
+func (b *bench) report(w io.Writer) error {
+	m := benchutil.ReadMachine()
+	c0, c0lo, c0hi := median(b.consume[0])
+	c1, c1lo, c1hi := median(b.consume[1])
+	pass := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	pa, _, _ := median(b.planned["ack"])
+	pg, _, _ := median(b.planned["groups"])
+	fa, _, _ := median(b.forced)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# Switchover benchmark\n\n")
+	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine, group.initial.rebalance.delay.ms=0), franz-go clients.\n\n",
+		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
+	fmt.Fprintf(&sb, "Medians of %d, with the lowest and highest in brackets. Traffic during the switches: one idempotent producer at %d records/s and %d consumer groups over %d partitions, through Ferry; the mirror caught up before each switch.\n\n", b.o.rounds, b.o.rate, b.o.groups, b.o.partitions)
+	fmt.Fprintf(&sb, "| measure | result | floor | |\n|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| planned: call → answer | %s | | |\n", dur(b.planned["answer"]))
+	fmt.Fprintf(&sb, "| planned: call → first produce acknowledged by the new active cluster | %s | ≤ 2 s | %s |\n", dur(b.planned["ack"]), pass(pa <= 2*time.Second))
+	fmt.Fprintf(&sb, "| planned: call → every consumer group consuming again | %s | ≤ 5 s | %s |\n", dur(b.planned["groups"]), pass(pg <= 5*time.Second))
+	fmt.Fprintf(&sb, "| forced: call → answer | %s | | |\n", dur(b.forcedAnswer))
+	fmt.Fprintf(&sb, "| forced: call → first produce acknowledged by the new active cluster | %s | ≤ 2 s | %s |\n", dur(b.forced), pass(fa <= 2*time.Second))
+	fmt.Fprintf(&sb, "| consume through Ferry before any switch (generation 0), MB/s | %.1f (%.1f – %.1f) | | |\n", c0, c0lo, c0hi)
+	fmt.Fprintf(&sb, "| consume through Ferry after a switch (generation 1), MB/s | %.1f (%.1f – %.1f) | | |\n", c1, c1lo, c1hi)
+	fmt.Fprintf(&sb, "| after / before | %.2f× | ≥ 0.9× | %s |\n", c1/c0, pass(c1/c0 >= 0.9))
+	fmt.Fprintf(&sb, "\nConsume: %s of 1 KiB records over %d partitions, read from the start by a fresh franz-go consumer (no group), %d rounds per generation; after the switch the same records are read from the other cluster, where the mirror put them at the same offsets.\n",
+		humanBytes(b.o.consumeBytes), b.o.partitions, b.o.rounds)
+	fmt.Fprint(w, sb.String())
+	if b.o.out != "" {
+		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
+	}
+	return nil
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}

@@ -47,64 +47,24 @@ import (
 func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.FetchRequest)
 	gen := req.state.Generation
-	byID := req.hdr.Version >= 13
-
-	local := map[int]map[int32]int16{}
-	fail := func(ti int, p int32, code int16) {
-		if local[ti] == nil {
-			local[ti] = map[int32]int16{}
+	sp := splitTopics(c, req, in.Topics,
+		func(t *kmsg.FetchRequestTopic) (string, [16]byte, []kmsg.FetchRequestTopicPartition) {
+			return t.Topic, t.TopicID, t.Partitions
+		},
+		func(p *kmsg.FetchRequestTopicPartition) int32 { return p.Partition },
+		func(_ int, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
+			return physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch)
+		})
+	parts := sp.requests(func(ts []splitTopic[kmsg.FetchRequestTopicPartition]) kmsg.Request {
+		sub := &kmsg.FetchRequest{Version: in.Version, ReplicaID: -1, MaxWaitMillis: in.MaxWaitMillis, MinBytes: in.MinBytes, MaxBytes: in.MaxBytes, IsolationLevel: in.IsolationLevel, SessionID: 0, SessionEpoch: -1}
+		sub.ReplicaState.ID = -1
+		sub.ReplicaState.Epoch = -1
+		for _, t := range ts {
+			sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: sp.names[t.ti], TopicID: sp.physIDs[t.ti], Partitions: t.parts})
 		}
-		local[ti][p] = code
-	}
-	parts := map[int32]kmsg.Request{}
-	subTopic := map[int32]map[int]int{}
-	names := make([]string, len(in.Topics))
-	for ti := range in.Topics {
-		t := &in.Topics[ti]
-		name, physID := t.Topic, t.TopicID
-		if byID {
-			info := req.up.topicByVID(c.ctx, t.TopicID)
-			if info == nil {
-				for _, p := range t.Partitions {
-					fail(ti, p.Partition, kerr.UnknownTopicID.Code)
-				}
-				continue
-			}
-			name, physID = info.name, info.id
-		}
-		names[ti] = name
-		for pi := range t.Partitions {
-			p := t.Partitions[pi]
-			if code := physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch); code != 0 {
-				fail(ti, p.Partition, code)
-				continue
-			}
-			pinfo, ok := req.up.partition(c.ctx, name, p.Partition)
-			switch {
-			case !ok:
-				fail(ti, p.Partition, kerr.UnknownTopicOrPartition.Code)
-				continue
-			case pinfo.leader < 0:
-				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
-				continue
-			}
-			sub, _ := parts[pinfo.leader].(*kmsg.FetchRequest)
-			if sub == nil {
-				sub = &kmsg.FetchRequest{Version: in.Version, ReplicaID: -1, MaxWaitMillis: in.MaxWaitMillis, MinBytes: in.MinBytes, MaxBytes: in.MaxBytes, IsolationLevel: in.IsolationLevel, SessionID: 0, SessionEpoch: -1}
-				sub.ReplicaState.ID = -1
-				sub.ReplicaState.Epoch = -1
-				parts[pinfo.leader] = sub
-				subTopic[pinfo.leader] = map[int]int{}
-			}
-			idx, ok := subTopic[pinfo.leader][ti]
-			if !ok {
-				idx = len(sub.Topics)
-				subTopic[pinfo.leader][ti] = idx
-				sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: name, TopicID: physID})
-			}
-			sub.Topics[idx].Partitions = append(sub.Topics[idx].Partitions, p)
-		}
-	}
+		return sub
+	})
+	names, local := sp.names, sp.local
 	// A fetch from one broker may be streamed, under any generation: what
 	// its record batches need (batchRewrite) is done to their headers as
 	// they pass.

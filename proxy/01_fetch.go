@@ -11,7 +11,8 @@ package proxy
 //
 // Record bytes are not decoded. Under a generation other than 0 the
 // partition leader epoch in each batch header (outside the CRC) is made
-// virtual. Leader epochs in the request are mapped back to physical ones; an
+// virtual; from a cluster the mirror may have written into, its filler
+// batches are emptied (protocol.RewriteRecords). Leader epochs in the request are mapped back to physical ones; an
 // epoch of another generation is answered FENCED_LEADER_EPOCH (or
 // UNKNOWN_LEADER_EPOCH if newer) so the client refreshes its metadata.
 // v13+ addresses topics by ID. Preferred read replicas are never offered:

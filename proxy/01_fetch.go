@@ -172,9 +172,9 @@ func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, 
 // A large answer to a streamable fetch is streamed instead (fetchStream).
 func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall) *reply {
 	version := req.hdr.Version
-	var byPhys map[[16]byte]topicIDs
+	var byPhys fetchTopics
 	if version >= 13 {
-		byPhys = make(map[[16]byte]topicIDs, len(in.Topics))
+		byPhys = make(fetchTopics, len(in.Topics))
 		for ti, t := range in.Topics {
 			if info := req.up.snapshot().topics[names[ti]]; info != nil {
 				byPhys[info.id] = topicIDs{t.TopicID, names[ti]}
@@ -191,7 +191,25 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 	return r
 }
 
-// topicIDs are a fetched topic's virtual ID and name, by physical ID.
+// fetchTopics are the fetched topics' virtual IDs and names, by physical
+// ID (v13+).
+type fetchTopics map[[16]byte]topicIDs
+
+// virtual gives an answer's topic its virtual ID, in place, and returns its
+// name: for the in-place and the streamed paths alike.
+func (ts fetchTopics) virtual(t *protocol.FetchTopic) string {
+	if t.ID == nil {
+		return t.Name
+	}
+	ids, ok := ts[[16]byte(t.ID)]
+	if !ok {
+		return ""
+	}
+	copy(t.ID, ids.vid[:])
+	return ids.name
+}
+
+// topicIDs are a fetched topic's virtual ID and name.
 type topicIDs struct {
 	vid  [16]byte
 	name string
@@ -199,7 +217,7 @@ type topicIDs struct {
 
 // fetchWhole answers a single-broker fetch from the broker's answer read
 // whole, rewritten in place when it can be.
-func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, byPhys map[[16]byte]topicIDs) *reply {
+func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, byPhys fetchTopics) *reply {
 	gen := req.state.Generation
 	version := req.hdr.Version
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
@@ -221,15 +239,7 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 		rw := s.batchRewrite(req.up, gen)
 		var name string
 		protocol.WalkFetchResponse(body, version, func(t *protocol.FetchTopic) error {
-			name = t.Name
-			if t.ID != nil {
-				ids, ok := byPhys[[16]byte(t.ID)]
-				if !ok {
-					return nil
-				}
-				copy(t.ID, ids.vid[:])
-				name = ids.name
-			}
+			name = byPhys.virtual(t)
 			return nil
 		}, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
 			s.virtualFetchPartition(req.up, gen, name, p, rw)

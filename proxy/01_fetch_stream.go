@@ -36,7 +36,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // broker's answer was left on its connection to be streamed, and reports
 // whether it did; otherwise the answer was read whole and the caller goes
 // on with the reply's finish.
-func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys map[[16]byte]topicIDs, bw *bufio.Writer) (int64, bool, error) {
+func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys fetchTopics, bw *bufio.Writer) (int64, bool, error) {
 	if _, err := sc.p.wait(ctx); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 			sc.dropStreamed() // its answer may wait to be streamed
@@ -70,15 +70,7 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	gen := req.state.Generation
 	name := ""
 	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.size, protocol.FetchStreamHooks{
-		Topic: func(t *protocol.FetchTopic) {
-			name = t.Name
-			if t.ID != nil {
-				if ids, ok := byPhys[[16]byte(t.ID)]; ok {
-					copy(t.ID, ids.vid[:])
-					name = ids.name
-				}
-			}
-		},
+		Topic: func(t *protocol.FetchTopic) { name = byPhys.virtual(t) },
 		// The same rewrite as an answer read whole, in two calls: the
 		// windows before the records, then those after them.
 		Head: func(_ *protocol.FetchTopic, p *protocol.FetchPartition) {

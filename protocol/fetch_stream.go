@@ -35,6 +35,10 @@ type FetchStreamHooks struct {
 	// buffers, as does a run shorter than MinRecords.
 	Records    func(n int64) error
 	MinRecords int64
+	// Batches is what each record batch needs (BatchRewrite). When it
+	// changes anything, each batch's header is read through the buffers
+	// and rewritten, and only the rest of the batch goes to Records.
+	Batches BatchRewrite
 }
 
 // FetchPaddingTag replaces the tag of KIP-951 node endpoints (top-level tag
@@ -119,7 +123,7 @@ func StreamFetchResponse(src *bufio.Reader, dst *bufio.Writer, version int16, si
 				p.PreferredReadReplica = s.window(rr, 4)
 				h.Head(&t, &p)
 			}
-			s.records(flex, h.Records, h.MinRecords)
+			s.records(flex, h.Records, h.MinRecords, h.Batches)
 			if flex {
 				s.tags(func(tag uint64, data []byte) {
 					switch {
@@ -173,6 +177,9 @@ type fetchStream struct {
 	// tagAt are the positions in buf of the tag numbers of the last tags
 	// call, for renameTag.
 	tagAt []tagPos
+	// head holds a batch header, and a filler's first record, while
+	// batches rewrites it.
+	head [fillerProbe]byte
 }
 
 type tagPos struct {
@@ -294,8 +301,9 @@ func (s *fetchStream) renameTag(from, to uint64) {
 }
 
 // records passes a partition's records: the length through buf, then what
-// src already buffered, then the rest through move.
-func (s *fetchStream) records(flex bool, move func(int64) error, minMove int64) {
+// src already buffered, then the rest through move; batch by batch when
+// their headers need rewriting.
+func (s *fetchStream) records(flex bool, move func(int64) error, minMove int64, rw BatchRewrite) {
 	var n int64
 	if flex {
 		n = int64(s.uvarint()) - 1
@@ -314,24 +322,124 @@ func (s *fetchStream) records(flex bool, move func(int64) error, minMove int64) 
 		return
 	}
 	s.left -= n
+	if rw.Needed() {
+		s.err = s.batches(n, rw, move, minMove)
+		return
+	}
+	s.err = s.pass(n, move, minMove)
+}
+
+// pass passes the next n record bytes on unread: what src already buffered,
+// then the rest through move, or through the buffers when it is short.
+func (s *fetchStream) pass(n int64, move func(int64) error, minMove int64) error {
 	k := min(n, int64(s.src.Buffered()))
 	if k > 0 {
 		b, _ := s.src.Peek(int(k))
 		if _, err := s.dst.Write(b); err != nil {
-			s.err = err
-			return
+			return err
 		}
 		s.src.Discard(int(k))
 	}
 	if rest := n - k; rest > 0 {
-		var err error
 		if move != nil && rest >= minMove {
-			err = move(rest)
-		} else {
-			_, err = io.CopyN(s.dst, s.src, rest)
+			return move(rest)
 		}
-		if err != nil {
-			s.err = err
-		}
+		_, err := io.CopyN(s.dst, s.src, rest)
+		return err
 	}
+	return nil
+}
+
+// batches passes n record bytes batch by batch: each header is read and
+// rewritten as RewriteRecords would, and the rest of the batch passed on
+// unread; a filler is read (it is small) and emptied, and the bytes it
+// freed are written as RewriteRecords's pad after the last complete batch.
+func (s *fetchStream) batches(n int64, rw BatchRewrite, move func(int64) error, minMove int64) error {
+	h := s.head[:]
+	var pad int64
+	next := int64(-1)
+	for n >= BatchHeaderSize {
+		if _, err := io.ReadFull(s.src, h[:BatchHeaderSize]); err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformedResponse, err)
+		}
+		n -= BatchHeaderSize
+		b := Batch(h[:BatchHeaderSize])
+		length := int64(int32(binary.BigEndian.Uint32(h[offBatchLength:])))
+		body := length + batchLengthPrefix - BatchHeaderSize
+		if b.Magic() != BatchMagic || body < 0 || body > n {
+			// A trailing partial batch, or no v2 batch: passed on as
+			// it is, after the pad, where no client reads.
+			if err := s.writePad(pad, n+BatchHeaderSize, next); err != nil {
+				return err
+			}
+			if _, err := s.dst.Write(h[:BatchHeaderSize]); err != nil {
+				return err
+			}
+			return s.pass(n, move, minMove)
+		}
+		rw.header(b)
+		next = b.NextOffset()
+		head := int64(BatchHeaderSize)
+		if rw.HideFillers && maybeFiller(b) {
+			probe := min(body, int64(fillerProbe-BatchHeaderSize))
+			if _, err := io.ReadFull(s.src, h[BatchHeaderSize:BatchHeaderSize+probe]); err != nil {
+				return fmt.Errorf("%w: %v", ErrMalformedResponse, err)
+			}
+			n -= probe
+			if IsFillerBatch(Batch(h[:BatchHeaderSize+probe])) {
+				emptyHeader(b)
+				if rw.Hidden != nil {
+					rw.Hidden()
+				}
+				if _, err := s.dst.Write(b); err != nil {
+					return err
+				}
+				if _, err := io.CopyN(io.Discard, s.src, body-probe); err != nil {
+					return fmt.Errorf("%w: %v", ErrMalformedResponse, err)
+				}
+				n -= body - probe
+				pad += body
+				continue
+			}
+			head += probe
+		}
+		if _, err := s.dst.Write(h[:head]); err != nil {
+			return err
+		}
+		rest := body - (head - BatchHeaderSize)
+		if err := s.pass(rest, move, minMove); err != nil {
+			return err
+		}
+		n -= rest
+	}
+	if err := s.writePad(pad, n, next); err != nil {
+		return err
+	}
+	if n > 0 {
+		_, err := io.CopyN(s.dst, s.src, n)
+		return err
+	}
+	return nil
+}
+
+// writePad writes n bytes of pad (putPad) followed by rest bytes.
+func (s *fetchStream) writePad(n, rest, nextOffset int64) error {
+	if n == 0 {
+		return nil
+	}
+	var head [offMagic + 1]byte
+	first := head[:min(n, int64(len(head)))]
+	putPad(first, int(min(rest+n-int64(len(first)), 1<<31-1)), nextOffset)
+	if _, err := s.dst.Write(first); err != nil {
+		return err
+	}
+	var zeros [512]byte
+	for left := n - int64(len(first)); left > 0; {
+		k := min(left, int64(len(zeros)))
+		if _, err := s.dst.Write(zeros[:k]); err != nil {
+			return err
+		}
+		left -= k
+	}
+	return nil
 }

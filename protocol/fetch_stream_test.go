@@ -180,3 +180,92 @@ func FuzzStreamFetchResponse(f *testing.F) {
 		}
 	})
 }
+
+// fillerRecords is a partition's records as a cluster the mirror wrote
+// into may hold them: real batches with fillers between and after them,
+// and a partial batch at the end, as a broker may cut an answer.
+func fillerRecords(t *testing.T) []byte {
+	recs := realRecords(t)
+	filler := func(n int32, base int64, txn bool) []byte {
+		f := Batch(AppendFillerBatch(nil, n, 7, 0, 0, txn))
+		f.SetBaseOffset(base)
+		f.SetPartitionLeaderEpoch(5) // as the broker does
+		return f
+	}
+	var b []byte
+	b = append(b, recs[0]...)
+	b = append(b, filler(3, 0, false)...)
+	b = append(b, recs[2]...)
+	b = append(b, filler(200, 0, true)...)
+	return append(b, recs[1][:90]...)
+}
+
+// A batch rewrite gives the same bytes whether the records are rewritten
+// in a buffer or streamed: every complete batch's leader epoch mapped, the
+// fillers emptied (still stepping over their offsets), the records' size
+// unchanged, and nothing a client reads after the last complete batch.
+func TestBatchRewriteStreamedLikeInPlace(t *testing.T) {
+	records := fillerRecords(t)
+	hidden := 0
+	rw := BatchRewrite{Epoch: func(e int32) int32 { return 3<<20 | e }, HideFillers: true, Hidden: func() { hidden++ }}
+	want := bytes.Clone(records)
+	if n := RewriteRecords(want, rw); n != 2 || hidden != 2 {
+		t.Fatalf("%d fillers hidden (%d counted), want 2", n, hidden)
+	}
+	if len(want) != len(records) {
+		t.Fatalf("records of %d bytes became %d", len(records), len(want))
+	}
+	var batches []Batch
+	if err := WalkBatches(want, func(b Batch) error { batches = append(batches, b); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	count := func(b []byte) int {
+		n := 0
+		WalkBatches(b, func(Batch) error { n++; return nil })
+		return n
+	}
+	recs := realRecords(t)
+	f1, f2 := count(recs[0]), count(recs[0])+1+count(recs[2])
+	if len(batches) != f2+1 {
+		t.Fatalf("%d complete batches after the rewrite, want %d", len(batches), f2+1)
+	}
+	for i, b := range batches {
+		if err := b.CheckCRC(); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		if b.PartitionLeaderEpoch()>>20 != 3 {
+			t.Fatalf("batch %d: leader epoch %d not of generation 3", i, b.PartitionLeaderEpoch())
+		}
+		if IsFillerBatch(b) {
+			t.Fatalf("batch %d is still a filler", i)
+		}
+	}
+	if b1, b2 := batches[f1], batches[f2]; b1.NumRecords() != 0 || b1.NextOffset() != 3 || b2.NumRecords() != 0 || b2.NextOffset() != 200 {
+		t.Fatalf("emptied fillers: %d records to %d, %d records to %d", b1.NumRecords(), b1.NextOffset(), b2.NumRecords(), b2.NextOffset())
+	}
+	// Twice is once: a fallback may rewrite an answer again.
+	again := bytes.Clone(want)
+	if RewriteRecords(again, rw); !bytes.Equal(again, want) {
+		t.Fatal("a second rewrite changed the records")
+	}
+
+	for _, v := range []int16{4, 11, 12, 13, 18} {
+		r := sampleFetchResponse(v, false)
+		r.Topics[0].Partitions[0].RecordBatches = records
+		in := withHeaderTags(r.AppendTo(nil), v)
+		r.Topics[0].Partitions[0].RecordBatches = want
+		expect := withHeaderTags(r.AppendTo(nil), v)
+		for _, bufSize := range []int{16, 4096, 1 << 20} {
+			for _, minRecords := range []int64{0, 1 << 30} {
+				hidden = 0
+				out, _, err := streamCase(t, in, v, bufSize, FetchStreamHooks{Batches: rw, MinRecords: minRecords})
+				if err != nil {
+					t.Fatalf("v%d buffer %d: %v", v, bufSize, err)
+				}
+				if !bytes.Equal(out, expect) || hidden != 2 {
+					t.Fatalf("v%d buffer %d: streamed rewrite differs from the one in place (%d fillers hidden)", v, bufSize, hidden)
+				}
+			}
+		}
+	}
+}

@@ -28,78 +28,40 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	byID := req.hdr.Version >= 13
 	expect := in.Acks != 0
 
-	// Answers Ferry gives itself, by topic index then partition.
-	local := map[int]map[int32]int16{}
-	fail := func(ti int, p int32, code int16) {
-		if local[ti] == nil {
-			local[ti] = map[int32]int16{}
-		}
-		local[ti][p] = code
-	}
-	parts := map[int32]kmsg.Request{}
-	subTopic := map[int32]map[int]int{} // broker → request topic index → sub topic index
-	names := make([]string, len(in.Topics))
-	physIDs := make([][16]byte, len(in.Topics))
-	for ti := range in.Topics {
-		t := &in.Topics[ti]
-		name, physID := t.Topic, t.TopicID
-		if byID {
-			info := req.up.topicByVID(c.ctx, t.TopicID)
-			if info == nil {
-				for _, p := range t.Partitions {
-					fail(ti, p.Partition, kerr.UnknownTopicID.Code)
-				}
-				continue
-			}
-			name, physID = info.name, info.id
-		}
-		names[ti], physIDs[ti] = name, physID
-		for pi := range t.Partitions {
-			p := &t.Partitions[pi]
-			pinfo, ok := req.up.partition(c.ctx, name, p.Partition)
-			switch {
-			case !ok:
-				fail(ti, p.Partition, kerr.UnknownTopicOrPartition.Code)
-				continue
-			case pinfo.leader < 0:
-				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
-				continue
-			case c.lane >= 0 && s.lanes > 1 && req.up.lane(pinfo.leader, s.lanes) != c.lane:
+	sp := splitTopics(c, req, in.Topics,
+		func(t *kmsg.ProduceRequestTopic) (string, [16]byte, []kmsg.ProduceRequestTopicPartition) {
+			return t.Topic, t.TopicID, t.Partitions
+		},
+		func(p *kmsg.ProduceRequestTopicPartition) int32 { return p.Partition },
+		func(_ int, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
+			if c.lane >= 0 && s.lanes > 1 && req.up.lane(leader, s.lanes) != c.lane {
 				// Sent to a lane that does not lead it (the client's
 				// metadata is older than the move): forwarding it
 				// would let this batch race the client's next ones,
 				// sent on the right lane's connection, to the broker.
-				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
 				req.up.refreshSoon()
-				continue
+				return kerr.NotLeaderForPartition.Code
 			}
 			if gen != 0 {
-				if code := s.physicalProducerIDs(c, req, in.TransactionID != nil, p.Records); code != 0 {
-					fail(ti, p.Partition, code)
-					continue
-				}
+				// In place: the records alias the client's frame.
+				return s.physicalProducerIDs(c, req, in.TransactionID != nil, p.Records)
 			}
-			sub, _ := parts[pinfo.leader].(*kmsg.ProduceRequest)
-			if sub == nil {
-				sub = &kmsg.ProduceRequest{Version: in.Version, TransactionID: in.TransactionID, Acks: in.Acks, TimeoutMillis: in.TimeoutMillis}
-				parts[pinfo.leader] = sub
-				subTopic[pinfo.leader] = map[int]int{}
-			}
-			idx, ok := subTopic[pinfo.leader][ti]
-			if !ok {
-				idx = len(sub.Topics)
-				subTopic[pinfo.leader][ti] = idx
-				sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: name, TopicID: physID})
-			}
-			sub.Topics[idx].Partitions = append(sub.Topics[idx].Partitions, *p)
+			return 0
+		})
+	parts := sp.requests(func(ts []splitTopic[kmsg.ProduceRequestTopicPartition]) kmsg.Request {
+		sub := &kmsg.ProduceRequest{Version: in.Version, TransactionID: in.TransactionID, Acks: in.Acks, TimeoutMillis: in.TimeoutMillis}
+		for _, t := range ts {
+			sub.Topics = append(sub.Topics, kmsg.ProduceRequestTopic{Topic: sp.names[t.ti], TopicID: sp.physIDs[t.ti], Partitions: t.parts})
 		}
-	}
+		return sub
+	})
+	names, local := sp.names, sp.local
 
 	// The common case (with lanes, nearly every request): one leader,
 	// nothing refused. The client's own bytes go upstream, rewritten in
 	// place: producer IDs were mapped back above (the records alias the
 	// frame), and topic IDs are patched where they lie.
-	if len(parts) == 1 && len(local) == 0 && (!byID || physicalTopicIDs(req, in, physIDs)) {
+	if len(parts) == 1 && len(local) == 0 && (!byID || physicalTopicIDs(req, in, sp.physIDs)) {
 		for b := range parts {
 			p, err := c.sendRaw(req.up, b, req.frame.B, expect)
 			if err != nil || !expect {

@@ -11,7 +11,8 @@ package proxy
 //
 // Record bytes are not decoded. Under a generation other than 0 the
 // partition leader epoch in each batch header (outside the CRC) is made
-// virtual. Leader epochs in the request are mapped back to physical ones; an
+// virtual; from a cluster the mirror may have written into, its filler
+// batches are emptied (protocol.RewriteRecords). Leader epochs in the request are mapped back to physical ones; an
 // epoch of another generation is answered FENCED_LEADER_EPOCH (or
 // UNKNOWN_LEADER_EPOCH if newer) so the client refreshes its metadata.
 // v13+ addresses topics by ID. Preferred read replicas are never offered:
@@ -47,69 +48,28 @@ import (
 func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.FetchRequest)
 	gen := req.state.Generation
-	byID := req.hdr.Version >= 13
-
-	local := map[int]map[int32]int16{}
-	fail := func(ti int, p int32, code int16) {
-		if local[ti] == nil {
-			local[ti] = map[int32]int16{}
+	sp := splitTopics(c, req, in.Topics,
+		func(t *kmsg.FetchRequestTopic) (string, [16]byte, []kmsg.FetchRequestTopicPartition) {
+			return t.Topic, t.TopicID, t.Partitions
+		},
+		func(p *kmsg.FetchRequestTopicPartition) int32 { return p.Partition },
+		func(_ int, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
+			return physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch)
+		})
+	parts := sp.requests(func(ts []splitTopic[kmsg.FetchRequestTopicPartition]) kmsg.Request {
+		sub := &kmsg.FetchRequest{Version: in.Version, ReplicaID: -1, MaxWaitMillis: in.MaxWaitMillis, MinBytes: in.MinBytes, MaxBytes: in.MaxBytes, IsolationLevel: in.IsolationLevel, SessionID: 0, SessionEpoch: -1}
+		sub.ReplicaState.ID = -1
+		sub.ReplicaState.Epoch = -1
+		for _, t := range ts {
+			sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: sp.names[t.ti], TopicID: sp.physIDs[t.ti], Partitions: t.parts})
 		}
-		local[ti][p] = code
-	}
-	parts := map[int32]kmsg.Request{}
-	subTopic := map[int32]map[int]int{}
-	names := make([]string, len(in.Topics))
-	for ti := range in.Topics {
-		t := &in.Topics[ti]
-		name, physID := t.Topic, t.TopicID
-		if byID {
-			info := req.up.topicByVID(c.ctx, t.TopicID)
-			if info == nil {
-				for _, p := range t.Partitions {
-					fail(ti, p.Partition, kerr.UnknownTopicID.Code)
-				}
-				continue
-			}
-			name, physID = info.name, info.id
-		}
-		names[ti] = name
-		for pi := range t.Partitions {
-			p := t.Partitions[pi]
-			if code := physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch); code != 0 {
-				fail(ti, p.Partition, code)
-				continue
-			}
-			pinfo, ok := req.up.partition(c.ctx, name, p.Partition)
-			switch {
-			case !ok:
-				fail(ti, p.Partition, kerr.UnknownTopicOrPartition.Code)
-				continue
-			case pinfo.leader < 0:
-				fail(ti, p.Partition, kerr.NotLeaderForPartition.Code)
-				continue
-			}
-			sub, _ := parts[pinfo.leader].(*kmsg.FetchRequest)
-			if sub == nil {
-				sub = &kmsg.FetchRequest{Version: in.Version, ReplicaID: -1, MaxWaitMillis: in.MaxWaitMillis, MinBytes: in.MinBytes, MaxBytes: in.MaxBytes, IsolationLevel: in.IsolationLevel, SessionID: 0, SessionEpoch: -1}
-				sub.ReplicaState.ID = -1
-				sub.ReplicaState.Epoch = -1
-				parts[pinfo.leader] = sub
-				subTopic[pinfo.leader] = map[int]int{}
-			}
-			idx, ok := subTopic[pinfo.leader][ti]
-			if !ok {
-				idx = len(sub.Topics)
-				subTopic[pinfo.leader][ti] = idx
-				sub.Topics = append(sub.Topics, kmsg.FetchRequestTopic{Topic: name, TopicID: physID})
-			}
-			sub.Topics[idx].Partitions = append(sub.Topics[idx].Partitions, p)
-		}
-	}
-	// A fetch from one broker under generation 0 may be streamed: its
-	// answer needs no rewrite of record batch headers (leader epochs are
-	// physical ones, and the active cluster was never a mirror's standby,
-	// so it holds no fillers to hide).
-	stream := gen == 0 && s.cfg.spliceFetches && len(parts) == 1 && len(local) == 0 && isTCP(c.nc)
+		return sub
+	})
+	names, local := sp.names, sp.local
+	// A fetch from one broker may be streamed, under any generation: what
+	// its record batches need (batchRewrite) is done to their headers as
+	// they pass.
+	stream := s.cfg.spliceFetches && len(parts) == 1 && len(local) == 0 && isTCP(c.nc)
 	calls := c.sendSplit(req, parts, true, stream)
 	if len(calls) == 1 && len(local) == 0 && calls[0].err == nil {
 		return s.fetchInPlace(c, req, in, names, calls[0]), nil
@@ -138,7 +98,6 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 // fetch was split over, and Ferry's own answers (local) for the partitions
 // it could not route.
 func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, local map[int]map[int32]int16, calls []*subCall, g *gathered, finished []bool) *kmsg.FetchResponse {
-	gen := req.state.Generation
 	byID := req.hdr.Version >= 13
 	answers := map[tp]kmsg.FetchResponseTopicPartition{}
 	var throttle int32
@@ -177,7 +136,8 @@ func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, 
 				name = fetchTopicName(sub, t.TopicID)
 			}
 			for _, p := range t.Partitions {
-				hinted = s.virtualFetchPartition(req.up, name, &p, gen) || hinted
+				// Rewritten before it was decoded (virtualAnswer).
+				hinted = hinted || p.CurrentLeader.LeaderID >= 0
 				answers[tp{name, p.Partition}] = p
 				if p.ErrorCode == 0 {
 					c.watermarks[tp{name, p.Partition}] = watermarks{p.HighWatermark, p.LastStableOffset, p.LogStartOffset}
@@ -212,9 +172,9 @@ func (s *Server) mergeFetch(c *clientConn, req *request, in *kmsg.FetchRequest, 
 // A large answer to a streamable fetch is streamed instead (fetchStream).
 func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall) *reply {
 	version := req.hdr.Version
-	var byPhys map[[16]byte]topicIDs
+	var byPhys fetchTopics
 	if version >= 13 {
-		byPhys = make(map[[16]byte]topicIDs, len(in.Topics))
+		byPhys = make(fetchTopics, len(in.Topics))
 		for ti, t := range in.Topics {
 			if info := req.up.snapshot().topics[names[ti]]; info != nil {
 				byPhys[info.id] = topicIDs{t.TopicID, names[ti]}
@@ -231,7 +191,25 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 	return r
 }
 
-// topicIDs are a fetched topic's virtual ID and name, by physical ID.
+// fetchTopics are the fetched topics' virtual IDs and names, by physical
+// ID (v13+).
+type fetchTopics map[[16]byte]topicIDs
+
+// virtual gives an answer's topic its virtual ID, in place, and returns its
+// name: for the in-place and the streamed paths alike.
+func (ts fetchTopics) virtual(t *protocol.FetchTopic) string {
+	if t.ID == nil {
+		return t.Name
+	}
+	ids, ok := ts[[16]byte(t.ID)]
+	if !ok {
+		return ""
+	}
+	copy(t.ID, ids.vid[:])
+	return ids.name
+}
+
+// topicIDs are a fetched topic's virtual ID and name.
 type topicIDs struct {
 	vid  [16]byte
 	name string
@@ -239,7 +217,7 @@ type topicIDs struct {
 
 // fetchWhole answers a single-broker fetch from the broker's answer read
 // whole, rewritten in place when it can be.
-func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, byPhys map[[16]byte]topicIDs) *reply {
+func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, byPhys fetchTopics) *reply {
 	gen := req.state.Generation
 	version := req.hdr.Version
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
@@ -254,51 +232,17 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 		body := buf.B[hs:]
 		// A read-only walk first: a fallback must see the answer as the
 		// broker sent it.
-		fillers := false
-		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
-			fillers = fillers || protocol.HasFillers(p.Records)
-			return nil
-		})
-		if err != nil || code != 0 || endpoints || fillers {
+		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, nil)
+		if err != nil || code != 0 || endpoints {
 			return s.fetchDecoded(c, req, in, names, sc, buf)
 		}
+		rw := s.batchRewrite(req.up, gen)
 		var name string
 		protocol.WalkFetchResponse(body, version, func(t *protocol.FetchTopic) error {
-			name = t.Name
-			if t.ID != nil {
-				ids, ok := byPhys[[16]byte(t.ID)]
-				if !ok {
-					return nil
-				}
-				copy(t.ID, ids.vid[:])
-				name = ids.name
-			}
+			name = byPhys.virtual(t)
 			return nil
 		}, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
-			if leaderMoved(p.ErrorCode) {
-				req.up.refreshSoon()
-			}
-			if p.PreferredReadReplica != nil {
-				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
-			}
-			if p.DivergingEpoch != nil {
-				if e := int32(binary.BigEndian.Uint32(p.DivergingEpoch)); e >= 0 {
-					binary.BigEndian.PutUint32(p.DivergingEpoch, uint32(routing.VirtualEpoch(gen, e)))
-				}
-			}
-			if p.CurrentLeader != nil {
-				if id := int32(binary.BigEndian.Uint32(p.CurrentLeader)); id >= 0 {
-					binary.BigEndian.PutUint32(p.CurrentLeader, uint32(s.virtualLeader(req.up, name, p.Partition, id)))
-					e := int32(binary.BigEndian.Uint32(p.CurrentLeader[4:]))
-					binary.BigEndian.PutUint32(p.CurrentLeader[4:], uint32(routing.VirtualEpoch(gen, e)))
-				}
-			}
-			if gen != 0 && len(p.Records) > 0 {
-				protocol.WalkBatches(p.Records, func(b protocol.Batch) error {
-					b.SetPartitionLeaderEpoch(routing.VirtualEpoch(gen, b.PartitionLeaderEpoch()))
-					return nil
-				})
-			}
+			s.virtualFetchPartition(req.up, gen, name, p, rw)
 			return nil
 		})
 		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
@@ -312,6 +256,7 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 	g := &gathered{resps: make([]kmsg.Response, 1)}
 	if buf != nil {
 		g.bufs = append(g.bufs, buf)
+		s.virtualAnswer(req, sc.req.(*kmsg.FetchRequest), buf.B)
 		resp := sc.req.ResponseKind()
 		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
 			c.log.Warn("undecodable upstream response", zap.Int32("broker", sc.broker), zap.Error(err))
@@ -325,29 +270,79 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 	return enc, release, nil
 }
 
-// virtualFetchPartition rewrites one partition's answer in place and reports
-// whether it carries a leader hint.
-func (s *Server) virtualFetchPartition(u *upstream, topic string, p *kmsg.FetchResponseTopicPartition, gen uint32) bool {
-	p.PreferredReadReplica = -1
-	p.RecordBatches, _ = protocol.HideFillers(p.RecordBatches)
+// virtualFetchPartition rewrites, in place, what one partition of a broker's
+// Fetch answer must say to clients: no preferred read replica, the
+// diverging epoch and the leader hint's epoch virtual, the hint's leader a
+// broker of Ferry's, each record batch's partition leader epoch virtual and
+// the mirror's fillers hidden (rw). Every path of a Fetch answer goes
+// through it: read whole and rewritten in place (fetchWhole), decoded and
+// merged (each broker's answer is rewritten before it is decoded:
+// virtualAnswer), and streamed (fetchStream, which passes the windows
+// before and after the records in two calls and rewrites the records as
+// they pass, with the same rw). Nil windows are left alone. It reports
+// whether the partition carries a leader hint.
+func (s *Server) virtualFetchPartition(u *upstream, gen uint32, topic string, p *protocol.FetchPartition, rw protocol.BatchRewrite) bool {
 	if leaderMoved(p.ErrorCode) {
 		u.refreshSoon()
 	}
-	if p.DivergingEpoch.Epoch >= 0 {
-		p.DivergingEpoch.Epoch = routing.VirtualEpoch(gen, p.DivergingEpoch.Epoch)
+	if p.PreferredReadReplica != nil {
+		binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
 	}
-	if gen != 0 && len(p.RecordBatches) > 0 {
-		protocol.WalkBatches(p.RecordBatches, func(b protocol.Batch) error {
-			b.SetPartitionLeaderEpoch(routing.VirtualEpoch(gen, b.PartitionLeaderEpoch()))
-			return nil
-		})
+	if p.DivergingEpoch != nil {
+		if e := int32(binary.BigEndian.Uint32(p.DivergingEpoch)); e >= 0 {
+			binary.BigEndian.PutUint32(p.DivergingEpoch, uint32(routing.VirtualEpoch(gen, e)))
+		}
 	}
-	if p.CurrentLeader.LeaderID >= 0 {
-		p.CurrentLeader.LeaderID = s.virtualLeader(u, topic, p.Partition, p.CurrentLeader.LeaderID)
-		p.CurrentLeader.LeaderEpoch = routing.VirtualEpoch(gen, p.CurrentLeader.LeaderEpoch)
-		return true
+	if len(p.Records) > 0 {
+		protocol.RewriteRecords(p.Records, rw)
 	}
-	return false
+	if p.CurrentLeader == nil {
+		return false
+	}
+	id := int32(binary.BigEndian.Uint32(p.CurrentLeader))
+	if id < 0 {
+		return false
+	}
+	binary.BigEndian.PutUint32(p.CurrentLeader, uint32(s.virtualLeader(u, topic, p.Partition, id)))
+	e := int32(binary.BigEndian.Uint32(p.CurrentLeader[4:]))
+	binary.BigEndian.PutUint32(p.CurrentLeader[4:], uint32(routing.VirtualEpoch(gen, e)))
+	return true
+}
+
+// batchRewrite is what the record batches of a Fetch answer from u need
+// under gen: leader epochs made virtual (generation 0 maps them to
+// themselves), and the mirror's fillers hidden when the cluster may hold
+// them. A property of the cluster, not of the generation: the standby the
+// mirror wrote into becomes the active cluster at a switch.
+func (s *Server) batchRewrite(u *upstream, gen uint32) protocol.BatchRewrite {
+	rw := protocol.BatchRewrite{HideFillers: u.fillers, Hidden: s.metrics.fillersHidden.Inc}
+	if gen != 0 {
+		rw.Epoch = func(e int32) int32 { return routing.VirtualEpoch(gen, e) }
+	}
+	return rw
+}
+
+// virtualAnswer rewrites a broker's answer to sub (buf: response header
+// and body) in place through virtualFetchPartition, before it is decoded to be
+// merged. Topic IDs stay physical: the merged answer takes the client's.
+func (s *Server) virtualAnswer(req *request, sub *kmsg.FetchRequest, buf []byte) {
+	hs := protocol.ResponseHeaderSize(req.hdr.Key, req.hdr.Version)
+	if len(buf) < hs {
+		return
+	}
+	gen := req.state.Generation
+	rw := s.batchRewrite(req.up, gen)
+	var name string
+	protocol.WalkFetchResponse(buf[hs:], req.hdr.Version, func(t *protocol.FetchTopic) error {
+		name = t.Name
+		if t.ID != nil {
+			name = fetchTopicName(sub, [16]byte(t.ID))
+		}
+		return nil
+	}, func(_ *protocol.FetchTopic, p *protocol.FetchPartition) error {
+		s.virtualFetchPartition(req.up, gen, name, p, rw)
+		return nil
+	})
 }
 
 // physicalEpochs maps a request's virtual current and last-fetched epochs
@@ -443,6 +438,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 			return
 		}
 		g.bufs = append(g.bufs, buf)
+		c.s.virtualAnswer(req, calls[i].req.(*kmsg.FetchRequest), buf.B)
 		resp := calls[i].req.ResponseKind()
 		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
 			c.log.Warn("undecodable upstream response", zap.Int32("broker", calls[i].broker), zap.Error(err))

@@ -2,13 +2,16 @@ package proxy
 
 // Streaming a large Fetch answer. Reading a broker's answer into Ferry and
 // writing it out again costs two copies of every record byte, which on a
-// busy machine is most of Ferry's CPU. Under generation 0 a single-broker
-// answer needs no rewrite inside its record batches, so the writer streams
-// it: the small fields around the records go through a buffer and are
-// rewritten in place as fetchWhole would (topic IDs, preferred read replica,
-// leader hints; node endpoints zeroed under an unknown tag, since their size
-// would change), and the records move from the broker's socket to the
-// client's with splice(2), never entering Ferry's memory.
+// busy machine is most of Ferry's CPU. So the writer streams a
+// single-broker answer: the small fields around the records go through a
+// buffer and are rewritten in place as fetchWhole would (topic IDs,
+// preferred read replica, leader hints; node endpoints zeroed under an
+// unknown tag, since their size would change), and the records move from
+// the broker's socket to the client's with splice(2), never entering
+// Ferry's memory. When the batches need rewriting — leader epochs under a
+// generation other than 0, fillers hidden from a cluster the mirror may
+// have written into — each batch header (61 bytes) goes through the buffer
+// on the way and only the rest of the batch is spliced.
 
 import (
 	"bufio"
@@ -33,7 +36,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // broker's answer was left on its connection to be streamed, and reports
 // whether it did; otherwise the answer was read whole and the caller goes
 // on with the reply's finish.
-func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys map[[16]byte]topicIDs, bw *bufio.Writer) (int64, bool, error) {
+func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys fetchTopics, bw *bufio.Writer) (int64, bool, error) {
 	if _, err := sc.p.wait(ctx); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 			sc.dropStreamed() // its answer may wait to be streamed
@@ -64,34 +67,19 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 		st.finish(err)
 		return 0, true, err
 	}
+	gen := req.state.Generation
 	name := ""
 	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.size, protocol.FetchStreamHooks{
-		Topic: func(t *protocol.FetchTopic) {
-			name = t.Name
-			if t.ID != nil {
-				if ids, ok := byPhys[[16]byte(t.ID)]; ok {
-					copy(t.ID, ids.vid[:])
-					name = ids.name
-				}
-			}
-		},
+		Topic: func(t *protocol.FetchTopic) { name = byPhys.virtual(t) },
+		// The same rewrite as an answer read whole, in two calls: the
+		// windows before the records, then those after them.
 		Head: func(_ *protocol.FetchTopic, p *protocol.FetchPartition) {
-			if leaderMoved(p.ErrorCode) {
-				req.up.refreshSoon()
-			}
-			if p.PreferredReadReplica != nil {
-				binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
-			}
+			s.virtualFetchPartition(req.up, gen, name, p, protocol.BatchRewrite{})
 		},
 		Tail: func(_ *protocol.FetchTopic, p *protocol.FetchPartition) {
-			// Generation 0: epochs are physical ones; only the leader's
-			// node ID needs a virtual one.
-			if p.CurrentLeader != nil {
-				if id := int32(binary.BigEndian.Uint32(p.CurrentLeader)); id >= 0 {
-					binary.BigEndian.PutUint32(p.CurrentLeader, uint32(s.virtualLeader(req.up, name, p.Partition, id)))
-				}
-			}
+			s.virtualFetchPartition(req.up, gen, name, p, protocol.BatchRewrite{})
 		},
+		Batches:    s.batchRewrite(req.up, gen),
 		MinRecords: spliceMinBytes,
 		Records: func(n int64) error {
 			if err := bw.Flush(); err != nil {
@@ -113,6 +101,7 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	if err == nil {
 		up.SetReadDeadline(time.Time{})
 	}
+	s.metrics.streamed.Inc()
 	st.finish(err)
 	return st.size + 4, true, err
 }

@@ -16,6 +16,12 @@ import (
 type Cluster struct {
 	Name      string
 	Bootstrap []string
+	// MirrorTarget says the mirror may have written into the cluster
+	// (it was, or may have been, a standby): its logs may hold the
+	// mirror's filler batches, which every Fetch answer from it is then
+	// checked for, batch header by batch header, and which clients never
+	// see. A cluster no mirror ever wrote into needs no check.
+	MirrorTarget bool
 }
 
 type config struct {
@@ -119,8 +125,8 @@ func WithIdleConnsPerBroker(n int) Option { return func(c *config) { c.idleConns
 func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
 
 // WithSpliceFetches sets whether large Fetch answers from one broker are
-// streamed to the client with splice(2) under generation 0 (default true);
-// false reads every answer whole, as under later generations.
+// streamed to the client with splice(2) (default true); false reads every
+// answer whole.
 func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
 
 // WithBufferBudget bounds the bytes of client requests and broker answers

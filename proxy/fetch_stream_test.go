@@ -86,6 +86,9 @@ func TestLargeFetchesAreSpliced(t *testing.T) {
 			if !tc.splice && spliced != 0 {
 				t.Fatalf("%.0f bytes spliced with splicing off", spliced)
 			}
+			if streamed := testutil.ToFloat64(s.metrics.streamed); (streamed > 0) != tc.splice {
+				t.Fatalf("%.0f answers streamed with splicing %v", streamed, tc.splice)
+			}
 		})
 	}
 }
@@ -226,7 +229,7 @@ func topicID(t *testing.T, ctx context.Context, cl *kgo.Client) [16]byte {
 // read, and the next client reads every record.
 func TestClientGoneMidStream(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "big"))
-	_, addr := startFerry(t, kf.ListenAddrs())
+	s, addr := startFerry(t, kf.ListenAddrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prod := newClient(t, kf.ListenAddrs()[0], kgo.DefaultProduceTopic("big"), kgo.ProducerBatchCompression(kgo.NoCompression()))
@@ -260,6 +263,15 @@ func TestClientGoneMidStream(t *testing.T) {
 			t.Fatalf("answer of %d bytes; the test needs one large enough to stream", size)
 		}
 		conn.Close()
+	}
+	// Each of the three answers was being streamed when its client left
+	// (counted once the stream ends).
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(s.metrics.streamed) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if streamed := testutil.ToFloat64(s.metrics.streamed); streamed < 3 {
+		t.Fatalf("%.0f answers streamed, want the 3 the clients left", streamed)
 	}
 
 	got := readAll(t, ctx, addr, n, nil, "big")

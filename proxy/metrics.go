@@ -19,6 +19,10 @@ type metrics struct {
 	// splicedBytes counts record bytes moved from a broker's socket to a
 	// client's without entering Ferry's memory.
 	splicedBytes prometheus.Counter
+	// streamed counts Fetch answers streamed (fetchStream) rather than
+	// read whole; fillersHidden the filler batches emptied on the way.
+	streamed      prometheus.Counter
+	fillersHidden prometheus.Counter
 	// buffered is the bytes of requests and answers held (budget.go);
 	// readPauses counts the times reading waited for a budget.
 	buffered   prometheus.Gauge
@@ -55,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytesUp:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_bytes_sent_total", Help: "Bytes of requests sent to physical brokers."}),
 		splicedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_spliced_bytes_total",
 			Help: "Record bytes of Fetch answers moved from a broker's socket to a client's with splice(2), never entering Ferry's memory (included in client_bytes_sent_total)."}),
+		streamed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_streamed_total",
+			Help: "Fetch answers streamed from a broker's socket to a client's, their small fields and batch headers rewritten on the way, rather than read whole."}),
+		fillersHidden: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_fillers_hidden_total",
+			Help: "Filler batches (written by the mirror to keep offsets equal) emptied in Fetch answers before they reached a client."}),
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "buffered_bytes",
 			Help: "Bytes of client requests and broker answers Ferry holds in memory until they are answered and written, counted against buffer_budget."}),
 		readPauses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "buffer_budget_pauses_total",
@@ -73,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

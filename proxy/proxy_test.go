@@ -254,7 +254,7 @@ func mustPort(addr string) int {
 // end rather than stalling before the fillers' offsets.
 func TestFillersNeverReachClients(t *testing.T) {
 	kf := newKfake(t, 1)
-	_, addr := startFerry(t, kf.ListenAddrs())
+	_, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), MirrorTarget: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	direct := newClient(t, kf.ListenAddrs()[0])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
@@ -109,4 +110,96 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 	}
 
 	return g, nil
+}
+
+// leaderSplit is a Produce or Fetch request's partitions grouped by
+// upstream leader, its topics resolved: for each broker, the request's
+// topics (by index) with the partitions that broker leads. Partitions
+// Ferry answers itself are in local, by topic index then partition.
+type leaderSplit[P any] struct {
+	names   []string   // topic names, by request index
+	physIDs [][16]byte // physical topic IDs, by request index (v13+)
+	local   map[int]map[int32]int16
+	brokers map[int32][]splitTopic[P]
+}
+
+// splitTopic is one topic of a broker's part: the topic's index in the
+// client's request and the partitions the broker leads.
+type splitTopic[P any] struct {
+	ti    int
+	parts []P
+}
+
+func (sp *leaderSplit[P]) fail(ti int, p int32, code int16) {
+	if sp.local[ti] == nil {
+		sp.local[ti] = map[int32]int16{}
+	}
+	sp.local[ti][p] = code
+}
+
+// splitTopics resolves each topic of a Produce or Fetch request — by name,
+// or from v13 by virtual topic ID — and groups its partitions by upstream
+// leader. topic gives a request topic's name, ID and partitions, partition
+// a partition's number. check, called with each routable partition (a
+// copy, which is what goes upstream) and its leader, returns the error
+// code Ferry answers it with instead, or 0.
+func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*T) (string, [16]byte, []P), partition func(*P) int32,
+	check func(ti int, p *P, leader int32) int16) *leaderSplit[P] {
+	sp := &leaderSplit[P]{
+		names:   make([]string, len(topics)),
+		physIDs: make([][16]byte, len(topics)),
+		local:   map[int]map[int32]int16{},
+		brokers: map[int32][]splitTopic[P]{},
+	}
+	byID := req.hdr.Version >= 13
+	for ti := range topics {
+		name, id, parts := topic(&topics[ti])
+		if byID {
+			info := req.up.topicByVID(c.ctx, id)
+			if info == nil {
+				for pi := range parts {
+					sp.fail(ti, partition(&parts[pi]), kerr.UnknownTopicID.Code)
+				}
+				continue
+			}
+			name, id = info.name, info.id
+		}
+		sp.names[ti], sp.physIDs[ti] = name, id
+		for pi := range parts {
+			p := parts[pi]
+			pn := partition(&p)
+			pinfo, ok := req.up.partition(c.ctx, name, pn)
+			switch {
+			case !ok:
+				sp.fail(ti, pn, kerr.UnknownTopicOrPartition.Code)
+				continue
+			case pinfo.leader < 0:
+				sp.fail(ti, pn, kerr.NotLeaderForPartition.Code)
+				continue
+			}
+			if code := check(ti, &p, pinfo.leader); code != 0 {
+				sp.fail(ti, pn, code)
+				continue
+			}
+			ts := sp.brokers[pinfo.leader]
+			if n := len(ts); n > 0 && ts[n-1].ti == ti {
+				ts[n-1].parts = append(ts[n-1].parts, p)
+			} else {
+				ts = append(ts, splitTopic[P]{ti: ti, parts: []P{p}})
+			}
+			sp.brokers[pinfo.leader] = ts
+		}
+	}
+	return sp
+}
+
+// requests builds each broker's part of the request with build, which
+// makes a request of the client's request-level fields and the given
+// topics.
+func (sp *leaderSplit[P]) requests(build func(topics []splitTopic[P]) kmsg.Request) map[int32]kmsg.Request {
+	parts := make(map[int32]kmsg.Request, len(sp.brokers))
+	for b, ts := range sp.brokers {
+		parts[b] = build(ts)
+	}
+	return parts
 }

@@ -26,6 +26,7 @@ import (
 type upstream struct {
 	name      string
 	clusterID string // the virtual cluster's, for virtual topic IDs
+	fillers   bool   // its logs may hold the mirror's fillers (Cluster.MirrorTarget)
 	cfg       *config
 	log       *zap.Logger
 	cl        *kgo.Client
@@ -95,6 +96,7 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 	u := &upstream{
 		name:      cl.Name,
 		clusterID: cfg.clusterID,
+		fillers:   cl.MirrorTarget,
 		cfg:       cfg,
 		log:       cfg.log.With(zap.String("cluster", cl.Name)),
 		coords:    make(map[coordKey]int32),

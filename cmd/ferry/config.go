@@ -98,9 +98,9 @@ type Config struct {
 	// refreshed when nothing forces it. Default 30s.
 	MetadataRefreshInterval time.Duration `yaml:"metadata_refresh_interval"`
 	// SpliceFetches: large Fetch answers from one broker are streamed to
-	// the client under generation 0, their record bytes moved between the
-	// sockets with splice(2) (Linux) instead of read into Ferry and written
-	// out again. Default true.
+	// the client, their record bytes moved between the sockets with
+	// splice(2) (Linux) instead of read into Ferry and written out again.
+	// Default true.
 	SpliceFetches *bool `yaml:"splice_fetches"`
 	// ConnectionsMaxIdle closes a client connection idle this long (no
 	// request being read, none in flight), like Kafka's

@@ -104,7 +104,10 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	n.fleet = proxy.NewStaticFleet(proxy.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
 	clusters := make([]proxy.Cluster, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
-		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap}
+		// With two clusters each is the mirror's target in some
+		// generation (the mirror may run on another member), so
+		// either may hold fillers once a switch happened.
+		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1}
 	}
 	n.proxy, err = proxy.New(
 		proxy.WithClusterID(cfg.ClusterID),

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 const (
@@ -36,6 +37,11 @@ const (
 	childEnv = "FERRY_BENCH_CHILD"
 	// profileEnv is where the child writes its CPU profile, if set.
 	profileEnv = "FERRY_BENCH_CPUPROFILE"
+	// generationEnv, if set, is the routing generation the child serves
+	// under; it then treats the cluster as a mirror target (checks every
+	// answer for fillers), as cmd/ferry does when two clusters are
+	// configured.
+	generationEnv = "FERRY_BENCH_GENERATION"
 	// clockTicks is USER_HZ, the unit of utime and stime in /proc: 100 on
 	// every Linux architecture Go supports.
 	clockTicks = 100
@@ -44,6 +50,15 @@ const (
 // runChild is the Ferry process.
 func runChild(bootstrap, profile string) error {
 	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	cl := proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}
+	state := routing.State{Active: cl.Name}
+	if g, ok := os.LookupEnv(generationEnv); ok {
+		gen, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%s: %w", generationEnv, err)
+		}
+		state.Generation, cl.MirrorTarget = uint32(gen), true
+	}
 	lcfg := zap.NewProductionConfig()
 	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
 	lcfg.Encoding = "console"
@@ -53,7 +68,8 @@ func runChild(bootstrap, profile string) error {
 	}
 	s, err := proxy.New(
 		proxy.WithClusterID("ferry-bench"),
-		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
+		proxy.WithClusters(cl),
+		proxy.WithRoutingTable(routing.NewTable(state)),
 		proxy.WithFleet(fleet),
 		proxy.WithLogger(log),
 		proxy.WithRegisterer(prometheus.NewRegistry()),

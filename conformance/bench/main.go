@@ -41,6 +41,10 @@
 // The real measurement (about 8 minutes):
 //
 //	go run ./conformance/bench -out docs/BENCHMARKS.md
+//
+// Consuming after a switch against before it (generation 1 against 0):
+//
+//	go run ./conformance/bench -consume-generation 1 -duration 20s
 package main
 
 import (
@@ -67,6 +71,7 @@ type options struct {
 	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
 	ferryCPUs  string        // taskset CPU list to pin Ferry (and the relay) to, or ""
 	relay      bool          // also measure the relay path
+	generation uint32        // -consume-generation: compare consuming under it with generation 0
 }
 
 func parseFlags(args []string) (options, error) {
@@ -83,6 +88,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
 	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` (and the relay) to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
 	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
+	gen := fs.Uint("consume-generation", 0, "instead of the full benchmark: fill the topic for -duration, then compare consume MB/s through a Ferry at generation 0 and one at this generation (both treating the cluster as a mirror target), and directly")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -93,7 +99,10 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-duration must be positive and -warmup not negative")
 	case o.records < 1 || o.rounds < 1 || o.partitions < 1 || o.size < 1:
 		return o, errors.New("-records, -rounds, -partitions and -size must be positive")
+	case *gen >= 1<<11:
+		return o, errors.New("-consume-generation must be below 2048")
 	}
+	o.generation = uint32(*gen)
 	return o, nil
 }
 

@@ -91,6 +91,9 @@ func run(ctx context.Context, o options, cmd string) error {
 	if err := createTopic(ctx, cluster.Bootstrap(), o.partitions); err != nil {
 		return err
 	}
+	if o.generation > 0 {
+		return runGenerations(ctx, o, cluster)
+	}
 
 	dir, err := os.MkdirTemp("", "ferry-bench-")
 	if err != nil {

@@ -1,10 +1,11 @@
 package protocol
 
 import (
+	"bytes"
 	"testing"
 )
 
-func TestHideFillers(t *testing.T) {
+func TestRewriteRecordsHidesFillers(t *testing.T) {
 	var blob []byte
 	// A filler batch of 5 records between two real batches.
 	real1 := AppendFillerBatch(nil, 2, 7, 0, 0, false)
@@ -16,9 +17,9 @@ func TestHideFillers(t *testing.T) {
 	Batch(real2).SetBaseOffset(7)
 	blob = append(append(append(blob, real1...), filler...), real2...)
 
-	out, changed := HideFillers(blob)
-	if !changed {
-		t.Fatal("filler not found")
+	out := bytes.Clone(blob)
+	if n := RewriteRecords(out, BatchRewrite{HideFillers: true}); n != 1 {
+		t.Fatalf("%d fillers hidden, want 1", n)
 	}
 	var got []Batch
 	if err := WalkBatches(out, func(b Batch) error { got = append(got, b); return nil }); err != nil {
@@ -34,10 +35,22 @@ func TestHideFillers(t *testing.T) {
 	if err := e.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got[2].BaseOffset() != 7 || got[0].NumRecords() != 2 {
+	if !bytes.Equal(got[0], real1) || !bytes.Equal(got[2], real2) {
 		t.Fatal("real batches changed")
 	}
-	if same, changed := HideFillers(real1); changed || &same[0] != &real1[0] {
-		t.Fatal("a blob without fillers must come back as it is")
+	// The pad after them claims more than is left: a reader stops there.
+	pad := out[len(real1)+BatchHeaderSize+len(real2):]
+	if len(pad) != len(filler)-BatchHeaderSize {
+		t.Fatalf("pad of %d bytes, the filler's records took %d", len(pad), len(filler)-BatchHeaderSize)
+	}
+	if _, _, err := ParseBatch(pad); err != ErrShortBatch {
+		t.Fatalf("the pad parses as %v, want a partial batch", err)
+	}
+	same := bytes.Clone(real1)
+	if RewriteRecords(same, BatchRewrite{HideFillers: true}); !bytes.Equal(same, real1) {
+		t.Fatal("records without fillers must stay as they are")
+	}
+	if RewriteRecords(same, BatchRewrite{}); !bytes.Equal(same, real1) {
+		t.Fatal("an empty rewrite changed the records")
 	}
 }

@@ -20,9 +20,10 @@
 //     offset at or above the old cluster's end, read directly after the
 //     switch); and every group consuming again (each group's first record
 //     at or above that end).
-//  3. forced: the same, mode forced (the old cluster stays up; nothing is
-//     lost since the mirror was caught up): call → first acknowledged
-//     produce.
+//  3. forced: mode forced (the old cluster stays up). The producer pauses
+//     until the mirror has everything, so nothing is lost and the mirror
+//     the other way finds both clusters equal, and resumes when the switch
+//     answers: call → first acknowledgement of a record produced after it.
 //
 // Medians of -rounds with min and max are printed, with the floors;
 // -out writes them as markdown.
@@ -47,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -389,6 +391,7 @@ type event struct {
 	at        time.Time
 	partition int32
 	offset    int64
+	sent      time.Time // when the acknowledged record was produced
 }
 
 type recorder struct {
@@ -416,6 +419,20 @@ func (r *recorder) first(t0 time.Time, ends map[int32]int64) (time.Time, bool) {
 	return best, !best.IsZero()
 }
 
+// firstSent returns the time of the first ack of a record produced at or
+// after t.
+func (r *recorder) firstSent(t time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best time.Time
+	for _, e := range r.events {
+		if !e.sent.Before(t) && (best.IsZero() || e.at.Before(best)) {
+			best = e.at
+		}
+	}
+	return best, !best.IsZero()
+}
+
 func (b *bench) measureSwitches(ctx context.Context) error {
 	const topic = "switchbench-traffic"
 	if err := b.createTopic(ctx, topic); err != nil {
@@ -431,11 +448,16 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		return err
 	}
 	defer prod.Close()
+	var paused atomic.Bool
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second / time.Duration(b.o.rate))
 		defer tick.Stop()
 		for tctx.Err() == nil {
 			<-tick.C
+			if paused.Load() {
+				continue
+			}
+			sent := time.Now()
 			prod.Produce(tctx, &kgo.Record{Value: []byte("switchbench")}, func(r *kgo.Record, err error) {
 				if err != nil {
 					acks.mu.Lock()
@@ -443,7 +465,7 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 					acks.mu.Unlock()
 					return
 				}
-				acks.add(event{time.Now(), r.Partition, r.Offset})
+				acks.add(event{time.Now(), r.Partition, r.Offset, sent})
 			})
 		}
 	})
@@ -459,7 +481,7 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 			for tctx.Err() == nil {
 				fs := cl.PollFetches(tctx)
 				now := time.Now()
-				fs.EachRecord(func(r *kgo.Record) { groups[g].add(event{now, r.Partition, r.Offset}) })
+				fs.EachRecord(func(r *kgo.Record) { groups[g].add(event{at: now, partition: r.Partition, offset: r.Offset}) })
 			}
 		})
 	}
@@ -510,8 +532,39 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		step("planned %d → %s: answer %v, first ack %v, every group consuming %v", r+1, b.active, answer, ack, grp)
 		time.Sleep(2 * time.Second)
 	}
+	// Forced: the producer pauses until the mirror has everything (so the
+	// switch loses nothing and the mirror the other way finds the clusters
+	// identical), and resumes once the switch has answered, as producers
+	// retrying against a dead cluster would: measured is the call to the
+	// first acknowledgement of a record produced after it.
+	forced := func() (answer, firstAck time.Duration, err error) {
+		paused.Store(true)
+		defer paused.Store(false)
+		if err := prod.Flush(ctx); err != nil {
+			return 0, 0, err
+		}
+		if err := b.waitCaughtUp(ctx, 0); err != nil {
+			return 0, 0, err
+		}
+		t0 := time.Now()
+		if answer, err = b.switchTo(ctx, b.other(), "forced"); err != nil {
+			return 0, 0, err
+		}
+		resumed := time.Now()
+		paused.Store(false)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if a, ok := acks.firstSent(resumed); ok {
+				return answer, a.Sub(t0), nil
+			}
+			if time.Now().After(deadline) {
+				return 0, 0, fmt.Errorf("forced switch to %s: no ack within a minute", b.active)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	for r := range b.o.rounds {
-		answer, ack, _, err := round("forced")
+		answer, ack, err := forced()
 		if err != nil {
 			return err
 		}

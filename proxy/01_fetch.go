@@ -381,9 +381,15 @@ func fetchTopicName(sub *kmsg.FetchRequest, id [16]byte) string {
 	return ""
 }
 
+// noRecords is the records of a partition Ferry answers itself: empty, as
+// a broker sends them, not null, which librdkafka refuses ("invalid
+// MessageSetSize -1") along with the whole response.
+var noRecords = []byte{}
+
 func fetchError(p int32, code int16) kmsg.FetchResponseTopicPartition {
 	r := kmsg.NewFetchResponseTopicPartition()
 	r.Partition = p
+	r.RecordBatches = noRecords
 	r.ErrorCode = code
 	r.HighWatermark = -1
 	r.LastStableOffset = -1
@@ -401,6 +407,7 @@ type watermarks struct{ hw, lso, logStart int64 }
 func (c *clientConn) fetchPlaceholder(x tp, fetchOffset int64) kmsg.FetchResponseTopicPartition {
 	r := kmsg.NewFetchResponseTopicPartition()
 	r.Partition = x.p
+	r.RecordBatches = noRecords
 	r.PreferredReadReplica = -1
 	w, ok := c.watermarks[x]
 	if !ok || w.hw < fetchOffset {

@@ -28,8 +28,9 @@ const openTxnGrace = 5 * time.Second
 // every mirrored partition: the standby's end equals the source's high
 // watermark, the source has no open transaction (its last stable offset is
 // its high watermark: the writers copy only decided data, and a marker the
-// coordinator writes after EndTxn has landed), and two reads in a row
-// agree. The switchover calls it with client writes held (EndTxn aside),
+// coordinator writes after EndTxn has landed; and no coordinator lists one
+// open or ending, which a transaction with nothing written yet is only
+// there), and two reads in a row agree. The switchover calls it with client writes held (EndTxn aside),
 // so the source stops moving.
 //
 // Transactions still open after openTxnGrace (or half of ctx's time, when
@@ -56,7 +57,19 @@ func (m *Mirror) Drain(ctx context.Context) error {
 				return err
 			}
 			if len(lag) == 0 && !open && sameEnds(prev, ends) {
-				return nil
+				// A transaction can be open with nothing written yet (its
+				// partitions added, its produce held): the coordinator
+				// would abort it at its timeout, writing markers on the
+				// old cluster after the switch, at offsets the new one
+				// fills with other records. It is open too.
+				ids, err := m.openTxns(ctx, "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+				if err != nil {
+					m.log.Warn("listing the transactions open on the source", zap.Error(err))
+				}
+				if err == nil && len(ids) == 0 {
+					return nil
+				}
+				open = err == nil
 			}
 			if open && !aborted && time.Now().After(abortAt) {
 				aborted = true
@@ -166,8 +179,23 @@ func sameEnds(a, b map[topicPartition]sourceEnd) bool {
 // transactional ID: InitProducerId for the ID bumps its epoch, and the
 // coordinator aborts what the previous epoch left open.
 func (m *Mirror) abortOpen(ctx context.Context) error {
+	ids, err := m.openTxns(ctx, "Ongoing")
+	errs := []error{err}
+	for _, id := range ids {
+		m.log.Warn("aborting a transaction still open on the source for the switch", zap.String("transactional_id", id))
+		if err := m.fence(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("transactional ID %q: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openTxns lists the transactional IDs whose transaction is in one of
+// states on the source, from every broker; the error says which brokers did
+// not answer.
+func (m *Mirror) openTxns(ctx context.Context, states ...string) ([]string, error) {
 	req := kmsg.NewPtrListTransactionsRequest()
-	req.StateFilters = []string{"Ongoing"}
+	req.StateFilters = states
 	shards := m.src.RequestSharded(ctx, req)
 	var ids []string
 	var errs []error
@@ -185,13 +213,7 @@ func (m *Mirror) abortOpen(ctx context.Context) error {
 			ids = append(ids, t.TransactionalID)
 		}
 	}
-	for _, id := range ids {
-		m.log.Warn("aborting a transaction still open on the source for the switch", zap.String("transactional_id", id))
-		if err := m.fence(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("transactional ID %q: %w", id, err))
-		}
-	}
-	return errors.Join(errs...)
+	return ids, errors.Join(errs...)
 }
 
 // fence bumps a transactional ID's producer epoch on the source, which

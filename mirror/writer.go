@@ -522,6 +522,12 @@ func (w *writer) checkTail(ctx context.Context) error {
 		if !covers || !rb.IsControl() && !rb.HasRecordAt(at) {
 			return nil // our own filler's marker in a source gap
 		}
+		if protocol.IsFillerBatch(rb) {
+			// A marker with no data on this partition (a transaction
+			// fenced by the switch's drain), which the mirror copied as a
+			// filler when it ran the other way.
+			return nil
+		}
 		if !rb.IsControl() {
 			return w.halt(ErrDiverged, at, "standby has a transaction marker at %d where the source has data (writer crashed inside a transaction)", at)
 		}

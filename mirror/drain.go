@@ -21,8 +21,11 @@ type LagError struct {
 func (e *LagError) Error() string { return fmt.Sprintf("mirror: still lagging: %v", e.Partitions) }
 
 // openTxnGrace is how long Drain lets transactions that are open on the
-// source end by themselves before it aborts them.
-const openTxnGrace = 5 * time.Second
+// source end by themselves before it aborts them: long enough for one whose
+// records were all acknowledged to send its EndTxn (which the hold lets
+// through), short against the switch's own budget. One whose next produce
+// is held cannot end, and is aborted.
+const openTxnGrace = time.Second
 
 // Drain returns once the standby holds every offset the source holds, for
 // every mirrored partition: the standby's end equals the source's high

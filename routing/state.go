@@ -62,6 +62,15 @@ type Switch struct {
 	// Lost is, for a forced switch, what the old cluster acknowledged and
 	// the new one never received.
 	Lost []LostRange `json:"lost,omitempty"`
+	// Steps is how long each step took, in order (the install and the
+	// release of held writes come after the last).
+	Steps []Step `json:"steps,omitempty"`
+}
+
+// Step is one step of a switch and how long it took.
+type Step struct {
+	Step string `json:"step"`
+	Took string `json:"took"`
 }
 
 // LostRange is the offsets [From, To) of a partition that the old active

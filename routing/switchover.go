@@ -202,9 +202,11 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	mark := s.stepper(sw)
 	if err := s.members.Hold(dctx, draining); err != nil {
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "writes already sent to the old cluster were not answered in time: " + err.Error()})
 	}
+	mark("hold")
 	log.Info("writes held; draining the mirror")
 	drain := func() error {
 		err := s.mirror.Drain(dctx)
@@ -223,6 +225,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	if err := drain(); err != nil {
 		return rollback(err)
 	}
+	mark("drain")
 	// Transactions could still end while the mirror drained (EndTxn is
 	// let through then): hold EndTxn too, wait for those in flight, and
 	// drain what their markers added.
@@ -234,12 +237,17 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	if err := drain(); err != nil {
 		return rollback(err)
 	}
+	mark("hold_endtxn_and_drain_again")
 	if err := s.mirror.SyncGroups(dctx); err != nil {
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
 	}
+	mark("sync_groups")
 	ends, _ := positions(s.mirror.Stop())
+	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
-	if err := s.save(ctx, next); err != nil {
+	err := s.save(ctx, next)
+	mark("save")
+	if err != nil {
 		// The mirror is stopped but nothing was written to the new
 		// cluster: start it again and release to the old one.
 		if ferr := s.mirror.Follow(cur); ferr != nil {
@@ -255,8 +263,11 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 	if s.mirror != nil {
 		ends, sw.Lost = positions(s.mirror.Stop())
 	}
+	mark := s.stepper(sw)
 	next := s.nextState(cur, sw, ends)
-	if err := s.save(ctx, next); err != nil {
+	err := s.save(ctx, next)
+	mark("save")
+	if err != nil {
 		if s.mirror != nil {
 			if ferr := s.mirror.Follow(cur); ferr != nil {
 				log.Error("restarting the mirror after a failed save", zap.Error(ferr))
@@ -312,6 +323,17 @@ func (s *Switcher) install(next State, log *zap.Logger) (State, error) {
 		}
 	}
 	return s.table.Current(), nil
+}
+
+// stepper returns a function that records how long each step of sw took
+// since the previous one (or the start).
+func (s *Switcher) stepper(sw *Switch) func(step string) {
+	last := s.now()
+	return func(step string) {
+		now := s.now()
+		sw.Steps = append(sw.Steps, Step{Step: step, Took: now.Sub(last).Round(time.Microsecond).String()})
+		last = now
+	}
 }
 
 func (s *Switcher) finish(sw *Switch) {

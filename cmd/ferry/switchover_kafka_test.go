@@ -279,7 +279,7 @@ mirror: {sync_interval: 1s}
 		if err != nil {
 			t.Fatalf("switch to %s: %v", to, err)
 		}
-		t.Logf("switched to %s in %v (%s)", to, time.Since(start), st.Last.Duration)
+		t.Logf("switched to %s in %v (%s; steps %v)", to, time.Since(start), st.Last.Duration, st.Last.Steps)
 		if st.Generation != gen || st.Active != to || st.Phase != routing.PhaseServing || st.Last == nil || st.Last.Outcome != "switched" {
 			t.Fatalf("state after the switch to %s: %+v", to, st)
 		}

@@ -104,15 +104,14 @@ func step(format string, args ...any) {
 
 // bench is one run: the clusters, Ferry, and what it measured.
 type bench struct {
-	o                options
-	clusters         map[string]*kafkatest.Cluster
-	active           string
-	addr, admin      string
-	consume          map[int][]float64 // generation → MB/s per round
-	planned          map[string][]time.Duration
-	forced           []time.Duration
-	forcedAnswer     []time.Duration
-	generationAtExit uint32
+	o            options
+	clusters     map[string]*kafkatest.Cluster
+	active       string
+	addr, admin  string
+	consume      map[int][]float64 // generation → MB/s per round
+	planned      map[string][]time.Duration
+	forced       []time.Duration
+	forcedAnswer []time.Duration
 }
 
 func run(ctx context.Context, o options) error {

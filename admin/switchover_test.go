@@ -345,8 +345,9 @@ func metricsHas(t *testing.T, f *fixture, lines ...string) {
 // first finishes; asking for it again answers the same state.
 func TestSwitchoverConcurrentAndRepeat(t *testing.T) {
 	draining, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once // a planned switch drains twice: before and after holding EndTxn
 	m := &switchMirror{drain: func(ctx context.Context) error {
-		close(draining)
+		once.Do(func() { close(draining) })
 		select {
 		case <-release:
 			return nil

@@ -36,9 +36,9 @@ type advertisedFeatures struct {
 	epoch   int64
 }
 
-// learnFeatures records the features of a cluster just reached and
-// recomputes what is advertised.
-func (s *Server) learnFeatures(u *upstream) {
+// learnFeatures records the features of a cluster just reached (late:
+// after Start) and recomputes what is advertised.
+func (s *Server) learnFeatures(u *upstream, late bool) {
 	a := &s.features
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -60,7 +60,11 @@ func (s *Server) learnFeatures(u *upstream) {
 	}
 	a.current = next
 	a.epoch = max(a.epoch+1, time.Now().UnixMilli())
-	s.log.Info("advertising the feature levels every cluster finalizes",
+	log := s.log.Debug
+	if late { // a change while serving: clients learn new levels
+		log = s.log.Info
+	}
+	log("advertising the feature levels every cluster reached finalizes",
 		zap.String("cluster_reached", u.name), zap.Bool("clusters_missing", missing),
 		zap.Any("finalized", next.Finalized), zap.Int64("epoch", a.epoch))
 }

@@ -118,7 +118,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
-	s.learnFeatures(s.ups[active])
+	s.learnFeatures(s.ups[active], false)
 	for name, u := range s.ups {
 		if name == active {
 			sets = append(sets, u.versions)
@@ -129,7 +129,7 @@ func (s *Server) Start(ctx context.Context) error {
 		cancel()
 		if err == nil {
 			sets = append(sets, u.versions)
-			s.learnFeatures(u)
+			s.learnFeatures(u, false)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -140,7 +140,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.goTracked(func() {
 			if err := s.startCluster(s.ctx, u); err == nil {
 				s.checkLateVersions(u)
-				s.learnFeatures(u)
+				s.learnFeatures(u, true)
 			}
 		})
 	}

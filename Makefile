@@ -25,13 +25,21 @@ build:
 demo:
 	$(GO) run ./cmd/ferry demo
 
+# Packages tested under the race detector in `make test`: the in-process
+# ones (kfake) and conformance/gateway (franz-go through Ferry on real
+# Kafka), where Ferry's own code does the concurrent work; -race cost them
+# about 2 minutes on 2 cores. The rest (mirror, cmd/ferry, the client
+# matrix) run without it to keep the suite near 10 minutes.
+RACE_PKGS := ./routing ./admin ./protocol ./membership ./proxy ./conformance/gateway
+
 # The full suite, as .ci/run runs it. conformance/clients/install.sh installs
 # what the client matrix needs (Debian packages, a PyPI venv, npm modules);
 # the Kafka jars are resolved by the harness through Maven into .cache/.
 test:
 	@if [ -x conformance/clients/install.sh ]; then conformance/clients/install.sh; \
 	elif [ -f conformance/clients/install.sh ]; then bash conformance/clients/install.sh; fi
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF $(foreach p,$(RACE_PKGS),-e github.com/ferry-gw/ferry/$(p:./%=%)))
 
 test-short:
 	$(GO) test -short ./...

@@ -7,8 +7,8 @@ package proxy
 // working after a switch to the other cluster. A version Ferry does not
 // know is answered at v0 with UNSUPPORTED_VERSION and the supported
 // ranges, as a broker does, so the client can retry with one it knows.
-// No features are advertised: they belong to one physical cluster, and the
-// clients fall back to behaviour every cluster supports.
+// From v3 the answer carries the feature levels every configured cluster
+// finalizes, under an epoch of Ferry's own (features.go).
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -18,6 +18,7 @@ import (
 func handleApiVersions(s *Server, _ *clientConn, req *request, _ kmsg.Request) (*reply, error) {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	s.versions.AppendTo(resp)
+	s.appendFeatures(resp)
 	return localReply(req, resp), nil
 }
 

@@ -42,6 +42,9 @@ type Server struct {
 	// versions is what Ferry advertises: what it can parse, intersected
 	// with what every configured cluster supports.
 	versions protocol.Versions
+	// features is what Ferry advertises of the clusters' feature flags:
+	// what every cluster reached so far finalizes (features.go).
+	features advertisedFeatures
 
 	// remapped and txnTimeouts serve clients holding a producer ID of an
 	// earlier generation (producer_ids.go); txnTimeouts holds the
@@ -115,6 +118,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
+	s.learnFeatures(s.ups[active], false)
 	for name, u := range s.ups {
 		if name == active {
 			sets = append(sets, u.versions)
@@ -125,6 +129,7 @@ func (s *Server) Start(ctx context.Context) error {
 		cancel()
 		if err == nil {
 			sets = append(sets, u.versions)
+			s.learnFeatures(u, false)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -135,6 +140,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.goTracked(func() {
 			if err := s.startCluster(s.ctx, u); err == nil {
 				s.checkLateVersions(u)
+				s.learnFeatures(u, true)
 			}
 		})
 	}

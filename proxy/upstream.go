@@ -42,6 +42,7 @@ type upstream struct {
 	pools  map[int32]*brokerPool
 
 	versions protocol.Versions // what the brokers advertise, once started
+	features protocol.Features // the cluster's feature flags, once started
 	started  atomic.Bool       // start succeeded
 
 	// spawn runs a goroutine the server tracks; refreshing is set while
@@ -118,8 +119,8 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 	return u, nil
 }
 
-// start loads the versions the brokers advertise and a first metadata
-// snapshot. An unreachable cluster is an error here, retried by the caller.
+// start loads the versions and features the brokers advertise and a first
+// metadata snapshot. An unreachable cluster is an error here, retried by the caller.
 func (u *upstream) start(ctx context.Context) error {
 	resp, err := (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "ferry", ClientSoftwareVersion: "0"}).RequestWith(ctx, u.cl)
 	if err != nil {
@@ -129,6 +130,7 @@ func (u *upstream) start(ctx context.Context) error {
 		return fmt.Errorf("cluster %q: ApiVersions: %w", u.name, err)
 	}
 	u.versions = protocol.VersionsFromResponse(resp)
+	u.features = protocol.FeaturesFromResponse(resp)
 	_, err = u.refresh(ctx, true)
 	return err
 }

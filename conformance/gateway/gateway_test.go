@@ -256,6 +256,16 @@ func TestTransactionsReadCommitted(t *testing.T) {
 			t.Fatalf("end transaction (commit=%v): %v", commit, err)
 		}
 	}
+	// Ferry states the broker's transaction.version 2
+	// (TestApiVersionsFeaturesThroughFerry), so the producer took KIP-890's
+	// path: the brokers add partitions to the transaction on Produce, and
+	// it never asks; every EndTxn reached the broker.
+	if n := requestsAnswered(t, f.Registry, "AddPartitionsToTxn"); n != 0 {
+		t.Errorf("%v AddPartitionsToTxn requests through Ferry; under transaction.version 2 the producer sends none", n)
+	}
+	if n := requestsAnswered(t, f.Registry, "EndTxn"); n < 6 {
+		t.Errorf("%v EndTxn requests through Ferry, want 6", n)
+	}
 
 	cons := client(t, f.Addr, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[string]bool{}

@@ -85,12 +85,15 @@ func TestGenerationBumpMidTraffic(t *testing.T) {
 		committed      = produced{}
 		aborted        = map[string]bool{}
 		txnErrs        []error
-		commitsAfter   int
+		commits        atomic.Int64
+		commitsAfter   atomic.Int64
+		txnEnded       atomic.Bool // the transactional producer's goroutine returned
 		abortsFinished int
 	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer txnEnded.Store(true)
 		for n := 0; ; n++ {
 			select {
 			case <-stop:
@@ -145,8 +148,11 @@ func TestGenerationBumpMidTraffic(t *testing.T) {
 			}
 			if end == kgo.TryAbort {
 				abortsFinished++
-			} else if after {
-				commitsAfter++
+			} else {
+				commits.Add(1)
+				if after {
+					commitsAfter.Add(1)
+				}
 			}
 		}
 	}()
@@ -159,13 +165,20 @@ func TestGenerationBumpMidTraffic(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Before the bump, the transactional producer holds a producer ID and
+	// has committed with it, so the bump finds it mid-transaction or
+	// about to begin one with that ID.
 	waitFor("records before the bump", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 2000 })
+	waitFor("a transaction committed before the bump", func() bool { return commits.Load() > 0 || txnEnded.Load() })
 	if !table.Advance(routing.State{Generation: 2, Active: "primary"}) {
 		t.Fatal("the table refused generation 2")
 	}
 	bumped.Store(true)
 	waitFor("records after the bump", func() bool { return afterBump.Load() > 2000 })
-	time.Sleep(2 * time.Second) // a few transactions after the bump
+	// Transactions after the bump: the first may take a while (a
+	// CONCURRENT_TRANSACTIONS answer to a KIP-890 produce makes franz-go
+	// retry after its next metadata refresh, up to 5 s later).
+	waitFor("two transactions committed after the bump", func() bool { return commitsAfter.Load() >= 2 || txnEnded.Load() })
 	close(stop)
 	wg.Wait()
 	if err := idem.Flush(ctx); err != nil {
@@ -185,11 +198,11 @@ func TestGenerationBumpMidTraffic(t *testing.T) {
 			t.Fatalf("the transactional producer got %v, not an error it recovers from by aborting", err)
 		}
 	}
-	if commitsAfter < 2 {
-		t.Fatalf("%d transactions committed after the bump, want at least 2 (errors %v)", commitsAfter, txnErrs)
+	if commitsAfter.Load() < 2 {
+		t.Fatalf("%d transactions committed after the bump, want at least 2 (errors %v)", commitsAfter.Load(), txnErrs)
 	}
 	t.Logf("idempotent: %d records; transactional: %d committed (%d after the bump), %d aborted transactions, errors %v",
-		len(acked), len(committed)/10, commitsAfter, abortsFinished, txnErrs)
+		len(acked), len(committed)/10, commitsAfter.Load(), abortsFinished, txnErrs)
 
 	// Every acknowledged record once, in produced order per partition.
 	cons := client(t, f.Addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))

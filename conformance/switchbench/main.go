@@ -437,10 +437,11 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 	if err := b.createTopic(ctx, topic); err != nil {
 		return err
 	}
+	// The traffic's goroutines end when tctx does: cancel, then wait.
 	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer cancel()
 	acks := &recorder{}
 	prod, err := b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond), kgo.RecordDeliveryTimeout(2*time.Minute))
 	if err != nil {

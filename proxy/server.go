@@ -43,10 +43,11 @@ type Server struct {
 	// with what every configured cluster supports.
 	versions protocol.Versions
 
-	// remapped and txnTimeouts serve clients holding a producer ID of an
-	// earlier generation (producer_ids.go); txnTimeouts holds the
+	// remapped, txns and txnTimeouts serve clients holding a producer ID
+	// of an earlier generation (producer_ids.go); txnTimeouts holds the
 	// transaction timeout each transactional ID last initialised with.
 	remapped    remappedPIDs
+	txns        txnRemaps
 	txnTimeouts sync.Map
 
 	ctx    context.Context

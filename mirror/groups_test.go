@@ -88,3 +88,54 @@ func TestMirrorGroupActiveOnStandby(t *testing.T) {
 		t.Fatalf("ga-active has no member on the standby (state %s): the test did not test an active group", g.State)
 	}
 }
+
+// TestMirrorSyncGroupsEvictsConsumerMembers: the switch's group sync
+// (SyncGroups) copies a group's offsets over members left on the standby
+// from before an earlier switch, here a KIP-848 consumer group's member
+// (the standby refuses the copy while the group has one, and LeaveGroup
+// does not remove it).
+func TestMirrorSyncGroupsEvictsConsumerMembers(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, group = "grp-848", "ge-848"
+	createTopic(t, a, topic, 1, nil)
+	cl := newClient(t, a, manualPartitioner())
+	produceN(t, cl, topic, 0, 10, 5, "grp")
+	m := startMirror(t, Topics([]string{topic}, nil), Groups([]string{"ge-.*"}, nil), SyncACLs(false))
+	waitCaughtUp(t, m, topic)
+
+	member := newClient(t, s, kgo.ConsumerGroup(group), kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer()), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	eventually(t, "KIP-848 member consuming on the standby", func() error {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		if fs := member.PollFetches(pctx); fs.NumRecords() == 0 {
+			return errors.New("no records yet")
+		}
+		return nil
+	})
+	if err := member.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("member commit on the standby: %v", err)
+	}
+	dstAdm := kadm.NewClient(newClient(t, s))
+	if dg, err := dstAdm.DescribeConsumerGroups(ctx, group); err != nil || len(dg[group].Members) == 0 {
+		t.Fatalf("%s has no KIP-848 member on the standby (%v, %+v): the test would not test one", group, err, dg)
+	}
+
+	var o kadm.Offsets
+	o.AddOffset(topic, 0, 7, -1)
+	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, o); err != nil || resp.Error() != nil {
+		t.Fatalf("commit on the source: %v %v", err, resp.Error())
+	}
+	if err := m.SyncGroups(ctx); err != nil {
+		t.Fatalf("SyncGroups: %v", err)
+	}
+	got, err := dstAdm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := got.Lookup(topic, 0); o.At != 7 {
+		t.Fatalf("%s on the standby is at %d, want the source's 7", group, o.At)
+	}
+}

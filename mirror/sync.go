@@ -326,7 +326,7 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			if !evict {
 				continue // active on the standby: its members own the offsets there
 			}
-			if err := m.evictMembers(ctx, g.Group); err != nil {
+			if err := m.evictMembers(ctx, g.Group, d.GroupType); err != nil {
 				errs = append(errs, fmt.Errorf("removing the members of group %s from the standby: %w", g.Group, err))
 				continue
 			}
@@ -367,16 +367,31 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	return errors.Join(errs...)
 }
 
-// evictMembers removes every member of a group on the standby (LeaveGroup
-// naming them, as kafka-consumer-groups --delete-members does), so that
-// the group is empty and takes the offsets copied to it.
-func (m *Mirror) evictMembers(ctx context.Context, group string) error {
+// evictMembers removes every member of a group on the standby, so that the
+// group is empty and takes the offsets copied to it: members of a KIP-848
+// consumer group leave through a heartbeat with epoch -1 sent in their
+// name (LeaveGroup removes only members speaking the classic protocol,
+// and the group refuses an admin's commit while it has any), then every
+// member left is named in a LeaveGroup, as kafka-consumer-groups
+// --delete-members does.
+func (m *Mirror) evictMembers(ctx context.Context, group string, groupType string) error {
+	left := 0
+	if groupType == "consumer" {
+		n, err := m.evictConsumerMembers(ctx, group)
+		if err != nil {
+			return err
+		}
+		left += n
+	}
 	described, err := m.dstAdm.DescribeGroups(ctx, group)
 	if err != nil {
 		return err
 	}
 	d, ok := described[group]
 	if !ok || len(d.Members) == 0 {
+		if left > 0 {
+			m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", left))
+		}
 		return nil
 	}
 	req := kmsg.NewPtrLeaveGroupRequest()
@@ -385,7 +400,7 @@ func (m *Mirror) evictMembers(ctx context.Context, group string) error {
 		lm := kmsg.NewLeaveGroupRequestMember()
 		lm.MemberID = mem.MemberID
 		lm.InstanceID = mem.InstanceID
-		reason := "ferry switchover: member left from before an earlier switch"
+		reason := evictReason
 		lm.Reason = &reason
 		req.Members = append(req.Members, lm)
 	}
@@ -401,8 +416,46 @@ func (m *Mirror) evictMembers(ctx context.Context, group string) error {
 			return fmt.Errorf("member %s: %w", mem.MemberID, err)
 		}
 	}
-	m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", len(d.Members)))
+	m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", left+len(d.Members)))
 	return nil
+}
+
+const evictReason = "ferry switchover: member left from before an earlier switch"
+
+// evictConsumerMembers makes every KIP-848 member of a consumer group on
+// the standby leave, and returns how many did.
+func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, error) {
+	dreq := kmsg.NewPtrConsumerGroupDescribeRequest()
+	dreq.Groups = []string{group}
+	dresp, err := dreq.RequestWith(ctx, m.dst)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, g := range dresp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			if errors.Is(err, kerr.GroupIDNotFound) {
+				return 0, nil // gone, or classic after all
+			}
+			return 0, err
+		}
+		for _, mem := range g.Members {
+			if mem.MemberType == 0 { // classic protocol (v1+): LeaveGroup removes it
+				continue
+			}
+			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			hb.Group, hb.MemberID, hb.InstanceID, hb.MemberEpoch = group, mem.MemberID, mem.InstanceID, -1
+			resp, err := hb.RequestWith(ctx, m.dst)
+			if err != nil {
+				return n, err
+			}
+			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+				return n, fmt.Errorf("member %s: %w", mem.MemberID, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {

@@ -13,6 +13,7 @@ package proxy
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -33,7 +34,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			return t.Topic, t.TopicID, t.Partitions
 		},
 		func(p *kmsg.ProduceRequestTopicPartition) int32 { return p.Partition },
-		func(_ int, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
+		func(ti int, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
 			if c.lane >= 0 && s.lanes > 1 && req.up.lane(leader, s.lanes) != c.lane {
 				// Sent to a lane that does not lead it (the client's
 				// metadata is older than the move): forwarding it
@@ -44,7 +45,8 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			}
 			if gen != 0 {
 				// In place: the records alias the client's frame.
-				return s.physicalProducerIDs(c, req, in.TransactionID != nil, p.Records)
+				t := &in.Topics[ti]
+				return s.physicalProducerIDs(c, req, in.TransactionID, t.Topic, t.TopicID, p.Partition, p.Records)
 			}
 			return 0
 		})
@@ -98,10 +100,11 @@ func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte)
 // physicalProducerIDs maps the producer IDs of a client's batches back to
 // the active cluster's, in place. An ID issued under another generation
 // means nothing there, or another producer (producer_ids.go): a
-// transactional producer is told UNKNOWN_PRODUCER_ID and aborts; an
-// idempotent one writes on under an ID Ferry allocates for it, and is told
-// NOT_LEADER_OR_FOLLOWER (retry) when that allocation fails.
-func (s *Server) physicalProducerIDs(c *clientConn, req *request, transactional bool, records []byte) int16 {
+// transactional producer's batch goes under its transactional ID's mapping
+// (txnRemaps), or is refused; an idempotent one writes on under an ID Ferry
+// allocates for it, and is told NOT_LEADER_OR_FOLLOWER (retry) when that
+// allocation fails.
+func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, topic string, topicID [16]byte, partition int32, records []byte) int16 {
 	gen := req.state.Generation
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
@@ -109,24 +112,31 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, transactional 
 		if pid < 0 {
 			return nil
 		}
+		epoch, seq := b.ProducerEpoch(), b.BaseSequence()
 		phys, ok := routing.PhysicalPID(gen, pid)
 		if !ok {
 			s.metrics.refused(int16(kmsg.Produce), reasonOtherGeneration)
-			if transactional {
-				code = kerr.UnknownProducerID.Code
-				return errStop
-			}
-			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
-			var err error
-			phys, err = s.remapped.physical(ctx, req.up, gen, pid)
-			cancel()
-			if err != nil {
-				c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))
-				code = kerr.NotLeaderForPartition.Code
-				return errStop
+			if txnID != nil {
+				// The partition as the client names it (by name, or
+				// by ID from v13): its sequences' base.
+				part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
+				phys, epoch, seq, code = s.txns.produce(gen, *txnID, pid, epoch, part, seq)
+				if code != 0 {
+					return errStop
+				}
+			} else {
+				ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+				var err error
+				phys, err = s.remapped.physical(ctx, req.up, gen, pid)
+				cancel()
+				if err != nil {
+					c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))
+					code = kerr.NotLeaderForPartition.Code
+					return errStop
+				}
 			}
 		}
-		b.SetProducer(phys, b.ProducerEpoch(), b.BaseSequence())
+		b.SetProducer(phys, epoch, seq)
 		b.UpdateCRC()
 		return nil
 	})

@@ -118,16 +118,22 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		byBroker[b] = append(byBroker[b], i)
 	}
 	gen := req.state.Generation
-	r, handled, rewritten := s.otherGeneration(c, req, kr)
-	if handled {
+	r, rewritten, mapped := s.otherGeneration(c, req, kr)
+	if r != nil {
 		return r, nil
 	}
 	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
+	if mapped != nil {
+		mapped.set() // physical already: not translated
+	}
 	fix := func(resp kmsg.Response) error {
 		if coordinatorMoved(resp) {
 			for _, k := range keys {
 				req.up.forgetCoordinator(typ, k)
 			}
+		}
+		if mapped != nil {
+			mapped.answered(resp) // physical IDs yet
 		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
 		memberOfOtherCluster(gen, kr, resp)

@@ -4,33 +4,57 @@ package proxy
 // given across a switch; the clusters both hand out IDs from 0, so that ID's
 // physical part names nothing, or another producer, on the cluster active
 // now. It is never forwarded. What the client gets instead is what lets it
-// carry on (the codes were chosen by reading the Java 4.4 and franz-go
-// producers):
+// carry on (the codes were chosen by reading the Java 4.4, franz-go and
+// kafkajs 2.2 producers):
 //
 //   - Produce, idempotent: the batch is written under a producer ID Ferry
 //     allocates on the active cluster for that client ID (remappedPIDs). The
 //     Java idempotent producer never asks for a new ID after its first (an
 //     epoch bump is local, same ID), so any error would come back forever; a
 //     broker accepts any sequence from a producer ID it holds no state for.
-//   - Produce, transactional: UNKNOWN_PRODUCER_ID with log start offset -2
-//     (produceError): the transaction is abortable, and -2 is below any
+//   - InitProducerId with another generation's ID and epoch (a KIP-360 bump,
+//     or franz-go reloading its ID): sent as a fresh init (-1, -1); the
+//     answer's new ID is taken by every client. Any InitProducerId of a
+//     transactional ID also fences, from then on, every ID of another
+//     generation that names it (txnRemaps: owned), as the broker fences an
+//     older epoch.
+//   - The transactional requests (Produce, AddPartitionsToTxn,
+//     AddOffsetsToTxn, TxnOffsetCommit, EndTxn) are mapped per transactional
+//     ID (txnRemaps, txn_remap.go). The first that carries an ID of another
+//     generation is refused as abortable: a transaction begun before the
+//     switch was aborted by it (Mirror.Drain fences what is still open) or
+//     was never on this cluster, and nothing tells whether the client is in
+//     one. From then on that (ID, epoch) stands for an ID and epoch Ferry
+//     initialises for the transactional ID on the active cluster (which
+//     fences and aborts anything it still had open there): every later
+//     request carrying it is forwarded under them, and each partition's
+//     sequences are rebased to start at 0 (the broker wants 0 from a new
+//     epoch of an ID it holds state for, as after a failback). Clients that
+//     learn the new ID (Java and franz-go through EndTxn v5+, librdkafka and
+//     Java's KIP-360 bump through InitProducerId) never send the old one
+//     again; kafkajs (EndTxn v1, InitProducerId once at connect) sends it
+//     for good and is carried on the mapping. Per request:
+//   - Produce: UNKNOWN_PRODUCER_ID with log start offset -2 (produceError)
+//     unless a transaction was begun under the mapping: -2 is below any
 //     offset the Java producer acknowledged, so it neither retries the batch
 //     forever (-1: "unknown, retry") nor resets its sequences and retries
 //     under the same ID (an offset above the last acknowledged one).
-//   - InitProducerId with another generation's ID and epoch (a KIP-360 bump,
-//     or franz-go reloading its ID): sent as a fresh init (-1, -1); the
-//     answer's new ID is taken by every client.
-//   - AddPartitionsToTxn, AddOffsetsToTxn, EndTxn(commit): UNKNOWN_PRODUCER_ID,
-//     abortable in Java (with an epoch bump where the coordinator supports
-//     it) and franz-go. TxnOffsetCommit: answered without error and not
-//     sent (Java fails the producer on UNKNOWN_PRODUCER_ID there); its
-//     transaction cannot commit, since its EndTxn carries the same ID.
-//   - EndTxn(abort): the transaction was on the other cluster (or under the
-//     other generation, and Ferry's switch aborts it there). Ferry
-//     initialises the transactional ID afresh on the active cluster, which
-//     fences and aborts anything it still had open, and answers success with
-//     the new ID (EndTxn v5+ carries it: KIP-890 clients take it; older ones
-//     bump through InitProducerId next, which is again a fresh init).
+//   - AddPartitionsToTxn, AddOffsetsToTxn: the first is refused
+//     UNKNOWN_PRODUCER_ID (abortable in Java, franz-go and kafkajs); later
+//     ones begin a transaction under the mapping, unless the client has yet
+//     to abort the transaction it held across the switch.
+//   - TxnOffsetCommit outside a transaction begun under the mapping:
+//     answered without error and not sent (Java fails the producer on
+//     UNKNOWN_PRODUCER_ID there); its transaction cannot commit.
+//   - EndTxn(commit) outside such a transaction: UNKNOWN_PRODUCER_ID. (kafkajs
+//     does not recover from any EndTxn error: a commit held across the
+//     switch, whose transaction the switch aborted, ends that producer.)
+//   - EndTxn(abort) outside such a transaction: answered success, nothing
+//     sent (the transaction is not on the active cluster); v5+ carries the
+//     mapping's ID, which KIP-890 clients take.
+//   - An older ID or epoch than the mapping's, or any once the transactional
+//     ID was initialised under this generation: INVALID_PRODUCER_EPOCH
+//     (fenced), never mapped.
 
 import (
 	"context"
@@ -38,7 +62,6 @@ import (
 	"math"
 	"reflect"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -69,76 +92,26 @@ func staleProducerID(gen uint32, kr kmsg.Request) bool {
 }
 
 // otherGeneration answers a coordinator request that carries a producer ID
-// of another generation, or rewrites it (InitProducerId: rewritten) so that
-// it can be forwarded; handled is false when the request goes on.
-func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (r *reply, handled, rewritten bool) {
+// of another generation, or rewrites it (rewritten) so that it can be
+// forwarded: InitProducerId as a fresh init, a transactional request onto
+// its mapping (txnRemaps, mapped). r is nil when the request goes on.
+func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (r *reply, rewritten bool, mapped *mappedTxn) {
 	gen := req.state.Generation
 	if ip, ok := kr.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID != nil {
 		s.txnTimeouts.Store(*ip.TransactionalID, ip.TransactionTimeoutMillis)
+		if gen != 0 {
+			s.txns.own(gen, *ip.TransactionalID)
+		}
 	}
 	if !staleProducerID(gen, kr) {
-		return nil, false, false
+		return nil, false, nil
 	}
 	s.metrics.refused(req.hdr.Key, reasonOtherGeneration)
-	switch r := kr.(type) {
-	case *kmsg.InitProducerIDRequest:
-		r.ProducerID, r.ProducerEpoch = -1, -1
-		return nil, false, true
-	case *kmsg.EndTxnRequest:
-		if !r.Commit {
-			return s.abortElsewhere(c, req, r), true, false
-		}
-	case *kmsg.TxnOffsetCommitRequest:
-		return localReply(req, errorResponse(kr, 0, "")), true, false
+	if ip, ok := kr.(*kmsg.InitProducerIDRequest); ok {
+		ip.ProducerID, ip.ProducerEpoch = -1, -1
+		return nil, true, nil
 	}
-	resp := errorResponse(kr, kerr.UnknownProducerID.Code, "ferry: the producer ID was issued before the last switch; abort the transaction")
-	if e, ok := resp.(*kmsg.EndTxnResponse); ok {
-		e.ProducerID, e.ProducerEpoch = -1, -1
-	}
-	return localReply(req, resp), true, false
-}
-
-// abortElsewhere answers an EndTxn(abort) whose producer ID is of another
-// generation: it initialises the transactional ID on the active cluster and
-// answers with the new ID. A coordinator still busy (aborting what the
-// fresh init fenced) is answered CONCURRENT_TRANSACTIONS: every client
-// retries its abort on it.
-func (s *Server) abortElsewhere(c *clientConn, req *request, in *kmsg.EndTxnRequest) *reply {
-	timeout := int32(defaultTxnTimeout)
-	if t, ok := s.txnTimeouts.Load(in.TransactionalID); ok {
-		timeout = t.(int32)
-	}
-	gen := req.state.Generation
-	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		resp := kmsg.NewPtrEndTxnResponse()
-		resp.ProducerID, resp.ProducerEpoch = -1, -1
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		ip := kmsg.NewPtrInitProducerIDRequest()
-		ip.TransactionalID = &in.TransactionalID
-		ip.TransactionTimeoutMillis = timeout
-		for {
-			got, err := ip.RequestWith(ctx, req.up.cl)
-			code := kerr.CoordinatorNotAvailable.Code
-			if err == nil {
-				code = got.ErrorCode
-			}
-			if code == 0 {
-				resp.ProducerID, resp.ProducerEpoch = routing.VirtualPID(gen, got.ProducerID), got.ProducerEpoch
-				return resp, nil, nil
-			}
-			if e := kerr.ErrorForCode(code); code != kerr.ConcurrentTransactions.Code && !kerr.IsRetriable(e) {
-				resp.ErrorCode = code
-				return resp, nil, nil
-			}
-			select {
-			case <-ctx.Done():
-				resp.ErrorCode = kerr.ConcurrentTransactions.Code
-				return resp, nil, nil
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	})
+	return s.staleTxn(c, req, kr)
 }
 
 // remappedPIDs holds, under the current generation, the producer ID Ferry

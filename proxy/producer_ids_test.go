@@ -104,16 +104,21 @@ func idFixture(t *testing.T) (*Server, string, *upstreamLog) {
 	return s, addr, log
 }
 
-// recordBatch is one v2 batch of one record from producer pid.
+// recordBatch is one v2 batch of one record ("v") from producer pid.
 func recordBatch(pid int64, epoch int16, seq int32, transactional bool) []byte {
+	return valueBatch(pid, epoch, seq, transactional, "v")
+}
+
+// valueBatch is one v2 batch of one record of value v from producer pid.
+func valueBatch(pid int64, epoch int16, seq int32, transactional bool, v string) []byte {
 	var body []byte
 	body = append(body, 0)               // attributes
 	body = binary.AppendVarint(body, 0)  // timestamp delta
 	body = binary.AppendVarint(body, 0)  // offset delta
 	body = binary.AppendVarint(body, -1) // key
-	body = binary.AppendVarint(body, 1)  // value length
-	body = append(body, 'v')             //
-	body = binary.AppendVarint(body, 0)  // headers
+	body = binary.AppendVarint(body, int64(len(v)))
+	body = append(body, v...)
+	body = binary.AppendVarint(body, 0) // headers
 	payload := binary.AppendVarint(nil, int64(len(body)))
 	payload = append(payload, body...)
 	var attrs int16
@@ -225,42 +230,54 @@ func TestOtherGenerationProducerIDs(t *testing.T) {
 			}
 		})
 	}
+	// Each transactional request below is the first to carry its
+	// transactional ID with an ID of generation 1.
 	apt := kmsg.NewPtrAddPartitionsToTxnRequest()
 	apt.Version = 3
-	apt.TransactionalID, apt.ProducerID, apt.ProducerEpoch = txnID, stalePID, 4
+	apt.TransactionalID, apt.ProducerID, apt.ProducerEpoch = "tx-apt", stalePID, 4
 	apt.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "t", Partitions: []int32{0, 1}}}
 	local("AddPartitionsToTxn", kmsg.AddPartitionsToTxn, apt, kerr.UnknownProducerID.Code)
 
 	aot := kmsg.NewPtrAddOffsetsToTxnRequest()
 	aot.Version = maxVersion(t, s, kmsg.AddOffsetsToTxn)
-	aot.TransactionalID, aot.ProducerID, aot.ProducerEpoch, aot.Group = txnID, stalePID, 4, "g"
+	aot.TransactionalID, aot.ProducerID, aot.ProducerEpoch, aot.Group = "tx-aot", stalePID, 4, "g"
 	local("AddOffsetsToTxn", kmsg.AddOffsetsToTxn, aot, kerr.UnknownProducerID.Code)
 
 	toc := kmsg.NewPtrTxnOffsetCommitRequest()
 	toc.Version = maxVersion(t, s, kmsg.TxnOffsetCommit)
-	toc.TransactionalID, toc.ProducerID, toc.ProducerEpoch, toc.Group = txnID, stalePID, 4, "g"
+	toc.TransactionalID, toc.ProducerID, toc.ProducerEpoch, toc.Group = "tx-toc", stalePID, 4, "g"
 	toc.Generation, toc.MemberID = -1, ""
 	toc.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: staleEpoch}}}}
 	local("TxnOffsetCommit", kmsg.TxnOffsetCommit, toc, 0)
 
 	commit := kmsg.NewPtrEndTxnRequest()
 	commit.Version = maxVersion(t, s, kmsg.EndTxn)
-	commit.TransactionalID, commit.ProducerID, commit.ProducerEpoch, commit.Commit = txnID, stalePID, 4, true
+	commit.TransactionalID, commit.ProducerID, commit.ProducerEpoch, commit.Commit = "tx-commit", stalePID, 4, true
 	local("EndTxn commit", kmsg.EndTxn, commit, kerr.UnknownProducerID.Code)
 
-	t.Run("EndTxn abort initialises afresh", func(t *testing.T) {
+	// The transactional ID was initialised under generation 2 (fresh):
+	// any ID of generation 1 naming it is fenced, as a broker fences an
+	// older epoch.
+	fenced := kmsg.NewPtrAddPartitionsToTxnRequest()
+	fenced.Version = 3
+	fenced.TransactionalID, fenced.ProducerID, fenced.ProducerEpoch = txnID, stalePID, 4
+	fenced.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "t", Partitions: []int32{0}}}
+	local("fenced once initialised", kmsg.AddPartitionsToTxn, fenced, kerr.InvalidProducerEpoch.Code)
+
+	t.Run("EndTxn abort v5 initialises afresh", func(t *testing.T) {
+		if maxVersion(t, s, kmsg.EndTxn) < 5 {
+			t.Skip("EndTxn v5 is not advertised")
+		}
 		beforeEnd, beforeInit := len(up.of(kmsg.EndTxn)), len(up.of(kmsg.InitProducerID))
 		abort := kmsg.NewPtrEndTxnRequest()
 		abort.Version = maxVersion(t, s, kmsg.EndTxn)
-		abort.TransactionalID, abort.ProducerID, abort.ProducerEpoch = txnID, stalePID, 4
+		abort.TransactionalID, abort.ProducerID, abort.ProducerEpoch = "tx-abort5", stalePID, 4
 		resp := call(abort).(*kmsg.EndTxnResponse)
 		if resp.ErrorCode != 0 {
 			t.Fatalf("answer %v, want none", kerr.ErrorForCode(resp.ErrorCode))
 		}
-		if abort.Version >= 5 {
-			if _, ok := routing.PhysicalPID(idGen, resp.ProducerID); !ok || resp.ProducerID < 0 {
-				t.Fatalf("EndTxn v%d answered producer ID %d, want one of generation %d", abort.Version, resp.ProducerID, idGen)
-			}
+		if _, ok := routing.PhysicalPID(idGen, resp.ProducerID); !ok || resp.ProducerID < 0 {
+			t.Fatalf("EndTxn v%d answered producer ID %d, want one of generation %d", abort.Version, resp.ProducerID, idGen)
 		}
 		if n := len(up.of(kmsg.EndTxn)) - beforeEnd; n != 0 {
 			t.Fatalf("%d EndTxn reached the cluster, want none", n)
@@ -271,15 +288,29 @@ func TestOtherGenerationProducerIDs(t *testing.T) {
 		}
 		for _, r := range sent {
 			r := r.(*kmsg.InitProducerIDRequest)
-			if r.TransactionalID == nil || *r.TransactionalID != txnID || r.ProducerID != -1 || r.TransactionTimeoutMillis != 30000 {
-				t.Fatalf("the cluster got InitProducerId %+v, want a fresh init of %q with the client's timeout", r, txnID)
+			if r.TransactionalID == nil || *r.TransactionalID != "tx-abort5" || r.ProducerID != -1 || r.TransactionTimeoutMillis != defaultTxnTimeout {
+				t.Fatalf("the cluster got InitProducerId %+v, want a fresh init of %q with Kafka's default timeout", r, "tx-abort5")
 			}
+		}
+	})
+
+	t.Run("EndTxn abort v1 answered alone", func(t *testing.T) {
+		before := len(up.of(kmsg.EndTxn)) + len(up.of(kmsg.InitProducerID))
+		abort := kmsg.NewPtrEndTxnRequest()
+		abort.Version = 1
+		abort.TransactionalID, abort.ProducerID, abort.ProducerEpoch = "tx-abort1", stalePID, 4
+		if resp := call(abort).(*kmsg.EndTxnResponse); resp.ErrorCode != 0 {
+			t.Fatalf("answer %v, want none", kerr.ErrorForCode(resp.ErrorCode))
+		}
+		if n := len(up.of(kmsg.EndTxn)) + len(up.of(kmsg.InitProducerID)) - before; n != 0 {
+			t.Fatalf("%d requests reached the cluster, want none", n)
 		}
 	})
 
 	t.Run("Produce transactional", func(t *testing.T) {
 		before := len(up.of(kmsg.Produce))
-		resp := call(produceReq(s, t, &txnID, recordBatch(stalePID, 4, 0, true))).(*kmsg.ProduceResponse)
+		txn := "tx-produce"
+		resp := call(produceReq(s, t, &txn, recordBatch(stalePID, 4, 0, true))).(*kmsg.ProduceResponse)
 		p := resp.Topics[0].Partitions[0]
 		if p.ErrorCode != kerr.UnknownProducerID.Code || p.LogStartOffset != -2 {
 			t.Fatalf("answer %v log start %d, want UNKNOWN_PRODUCER_ID and -2", kerr.ErrorForCode(p.ErrorCode), p.LogStartOffset)

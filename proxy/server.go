@@ -46,10 +46,11 @@ type Server struct {
 	// what every cluster reached so far finalizes (features.go).
 	features advertisedFeatures
 
-	// remapped and txnTimeouts serve clients holding a producer ID of an
-	// earlier generation (producer_ids.go); txnTimeouts holds the
+	// remapped, txns and txnTimeouts serve clients holding a producer ID
+	// of an earlier generation (producer_ids.go); txnTimeouts holds the
 	// transaction timeout each transactional ID last initialised with.
 	remapped    remappedPIDs
+	txns        txnRemaps
 	txnTimeouts sync.Map
 
 	ctx    context.Context

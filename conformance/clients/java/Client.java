@@ -7,6 +7,8 @@
 //	        [--group-protocol classic|consumer]
 //	admin   --bootstrap B [--topic T] [--replication-factor R]
 //	produce-steady --bootstrap B --topic T --count N --duration S
+//	stream --bootstrap B --partitions P --rate R [--produce T] [--txn T:ID]
+//	       [--consume NAME:T:GROUP:PROTOCOL:ISOLATION]...
 //
 // produce and consume print one JSON line per record (see ../README.md);
 // admin prints one JSON object; produce-steady prints one line per
@@ -75,6 +77,7 @@ public final class Client {
             case "consume" -> consume(a);
             case "admin" -> admin(a);
             case "produce-steady" -> produceSteady(a);
+            case "stream" -> Streaming.run(argv);
             default -> usage("unknown mode " + argv[0]);
         }
     }
@@ -376,6 +379,342 @@ public final class Client {
         return m;
     }
 
+    // ---- stream ----
+
+    /**
+     * stream runs several roles at once, each on its own thread, until told
+     * to stop: an idempotent producer (--produce T), a transactional one
+     * (--txn T:ID) and consumer groups (--consume NAME:T:GROUP:PROTOCOL:ISOLATION,
+     * repeatable). Each role prints, as it happens, one JSON line per event,
+     * tagged with its name ("produce", "txn" or NAME): ack, rec, end (a
+     * transaction's outcome), error, done. A stdin line "stop ROLE" stops one
+     * role; end of stdin stops every role left. See ../README.md.
+     */
+    static final class Streaming {
+        /** Records per transaction. */
+        static final int TXN_RECORDS = 10;
+        /** Every TXN_ABORT_EVERY-th transaction is aborted on purpose. */
+        static final int TXN_ABORT_EVERY = 4;
+        /** Pause between transactions, so that a transaction is a few a second. */
+        static final long TXN_PAUSE_MS = 100;
+
+        static final java.io.PrintStream OUT = new java.io.PrintStream(
+                new java.io.BufferedOutputStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), 1 << 16),
+                false, StandardCharsets.UTF_8);
+        static final Map<String, java.util.concurrent.atomic.AtomicBoolean> STOPS = new java.util.concurrent.ConcurrentHashMap<>();
+
+        static void emit(Map<String, Object> m) {
+            String line = json(m);
+            synchronized (OUT) {
+                OUT.println(line);
+            }
+        }
+
+        static Map<String, Object> ev(String role, String ev) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("role", role);
+            m.put("ev", ev);
+            return m;
+        }
+
+        static void ack(String role, String ev, int partition, long offset, String value, int txn) {
+            Map<String, Object> m = ev(role, ev);
+            m.put("partition", partition);
+            m.put("offset", offset);
+            m.put("value", value);
+            if (txn > 0) {
+                m.put("txn", txn);
+            }
+            emit(m);
+        }
+
+        /** Prints an error: code is the exception's class, and its cause's after a slash. */
+        static void error(String role, Throwable e, boolean fatal) {
+            if (e instanceof java.util.concurrent.ExecutionException && e.getCause() != null) {
+                e = e.getCause();
+            }
+            String code = e.getClass().getSimpleName();
+            if (e.getCause() != null && e.getCause() != e) {
+                code += "/" + e.getCause().getClass().getSimpleName();
+            }
+            Map<String, Object> m = ev(role, "error");
+            m.put("code", code);
+            m.put("error", String.valueOf(e));
+            m.put("fatal", fatal);
+            emit(m);
+        }
+
+        static void run(String[] argv) throws Exception {
+            String bootstrap = null;
+            int partitions = 3;
+            double rate = 100;
+            List<Thread> roles = new ArrayList<>();
+            List<Runnable> starts = new ArrayList<>();
+            String produce = null, txn = null;
+            List<String[]> consumes = new ArrayList<>();
+            for (int i = 1; i < argv.length; i += 2) {
+                if (i + 1 >= argv.length) {
+                    usage("bad argument " + argv[i]);
+                }
+                String v = argv[i + 1];
+                switch (argv[i]) {
+                    case "--bootstrap" -> bootstrap = v;
+                    case "--partitions" -> partitions = Integer.parseInt(v);
+                    case "--rate" -> rate = Double.parseDouble(v);
+                    case "--produce" -> produce = v;
+                    case "--txn" -> txn = v;
+                    case "--consume" -> {
+                        String[] f = v.split(":");
+                        if (f.length != 5) {
+                            usage("--consume NAME:TOPIC:GROUP:PROTOCOL:ISOLATION, got " + v);
+                        }
+                        consumes.add(f);
+                    }
+                    default -> usage("bad argument " + argv[i]);
+                }
+            }
+            if (bootstrap == null) {
+                usage("missing --bootstrap");
+            }
+            final String b = bootstrap;
+            final int parts = partitions;
+            final double r = rate;
+            if (produce != null) {
+                final String topic = produce;
+                roles.add(role("produce", stop -> produceRole(b, topic, parts, r, stop)));
+            }
+            if (txn != null) {
+                String[] f = txn.split(":", 2);
+                roles.add(role("txn", stop -> txnRole(b, f[0], f[1], parts, stop)));
+            }
+            for (String[] f : consumes) {
+                roles.add(role(f[0], stop -> consumeRole(b, f[0], f[1], f[2], f[3], f[4], stop)));
+            }
+            Thread flusher = new Thread(() -> {
+                while (true) {
+                    synchronized (OUT) {
+                        OUT.flush();
+                    }
+                    try {
+                        Thread.sleep(50);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            });
+            flusher.setDaemon(true);
+            flusher.start();
+            Thread control = new Thread(() -> {
+                try (var in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                    for (String line; (line = in.readLine()) != null; ) {
+                        String[] w = line.trim().split("\\s+");
+                        if (w.length == 2 && w[0].equals("stop") && STOPS.containsKey(w[1])) {
+                            STOPS.get(w[1]).set(true);
+                        }
+                    }
+                } catch (java.io.IOException e) {
+                    // Treated as end of input.
+                }
+                STOPS.values().forEach(s -> s.set(true));
+            });
+            control.setDaemon(true);
+            control.start();
+            for (Thread t : roles) {
+                t.start();
+            }
+            for (Thread t : roles) {
+                t.join();
+            }
+            synchronized (OUT) {
+                OUT.flush();
+            }
+            // Client threads left behind (a producer's sender) must not hold the exit.
+            System.exit(0);
+        }
+
+        interface Body {
+            void run(java.util.concurrent.atomic.AtomicBoolean stop) throws Exception;
+        }
+
+        static Thread role(String name, Body body) {
+            var stop = new java.util.concurrent.atomic.AtomicBoolean();
+            STOPS.put(name, stop);
+            return new Thread(() -> {
+                try {
+                    body.run(stop);
+                } catch (Throwable e) {
+                    error(name, e, true);
+                }
+                emit(ev(name, "done"));
+            }, name);
+        }
+
+        /** An idempotent producer at the client's defaults, R records a second round robin over the partitions. */
+        static void produceRole(String bootstrap, String topic, int partitions, double rate,
+                java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
+            Properties p = new Properties();
+            p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+            p.put(ProducerConfig.ACKS_CONFIG, "all");
+            String run = randomToken();
+            long[] seq = new long[partitions];
+            var outstanding = new java.util.concurrent.atomic.AtomicInteger();
+            try (KafkaProducer<String, String> producer =
+                    new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+                long start = System.nanoTime();
+                for (long i = 0; !stop.get(); ) {
+                    long wait = start + (long) (i * 1e9 / rate) - System.nanoTime();
+                    if (wait > 0) {
+                        Thread.sleep(Math.min(50, wait / 1_000_000 + 1));
+                        continue;
+                    }
+                    int part = (int) (i++ % partitions);
+                    String v = String.format("p%d-%06d-%s", part, ++seq[part], run);
+                    outstanding.incrementAndGet();
+                    try {
+                        producer.send(new ProducerRecord<>(topic, part, null, v), (md, err) -> {
+                            if (err != null) {
+                                error("produce", err, false);
+                            } else {
+                                ack("produce", "ack", md.partition(), md.offset(), v, 0);
+                            }
+                            outstanding.decrementAndGet();
+                        });
+                    } catch (Exception e) {
+                        outstanding.decrementAndGet();
+                        error("produce", e, false);
+                    }
+                }
+                long deadline = System.nanoTime() + STEADY_GRACE.toNanos();
+                while (outstanding.get() > 0 && System.nanoTime() < deadline) {
+                    Thread.sleep(20);
+                }
+                if (outstanding.get() > 0) {
+                    error("produce", new IllegalStateException(outstanding.get()
+                            + " records unacknowledged " + STEADY_GRACE + " after the last send"), false);
+                }
+                producer.close(Duration.ofSeconds(1));
+            }
+        }
+
+        /**
+         * A transactional producer: transactions of TXN_RECORDS records, every
+         * TXN_ABORT_EVERY-th aborted on purpose. On an error it aborts and
+         * carries on with a new transaction; an error the abort cannot get
+         * past ends the role (fatal).
+         */
+        static void txnRole(String bootstrap, String topic, String txnId, int partitions,
+                java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
+            Properties p = new Properties();
+            p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+            p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+            p.put(ProducerConfig.ACKS_CONFIG, "all");
+            String run = randomToken();
+            long[] seq = new long[partitions];
+            try (KafkaProducer<String, String> producer =
+                    new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+                producer.initTransactions();
+                int k = 0;
+                for (int n = 1; !stop.get(); n++) {
+                    boolean abort = n % TXN_ABORT_EVERY == 0;
+                    List<Future<RecordMetadata>> fs = new ArrayList<>();
+                    List<String> vals = new ArrayList<>();
+                    try {
+                        producer.beginTransaction();
+                        for (int j = 0; j < TXN_RECORDS; j++) {
+                            int part = k++ % partitions;
+                            String v = String.format("p%d-%06d-t%d-%s", part, ++seq[part], n, run);
+                            vals.add(v);
+                            fs.add(producer.send(new ProducerRecord<>(topic, part, null, v)));
+                        }
+                        producer.flush();
+                        for (Future<RecordMetadata> f : fs) {
+                            f.get(60, TimeUnit.SECONDS);
+                        }
+                        acks(fs, vals, n);
+                        Map<String, Object> end = ev("txn", "end");
+                        end.put("txn", n);
+                        if (abort) {
+                            producer.abortTransaction();
+                            end.put("outcome", "aborted");
+                        } else {
+                            producer.commitTransaction();
+                            end.put("outcome", "committed");
+                        }
+                        emit(end);
+                    } catch (Exception e) {
+                        error("txn", e, false);
+                        acks(fs, vals, n);
+                        try {
+                            producer.abortTransaction();
+                        } catch (Exception e2) {
+                            error("txn", e2, true);
+                            return;
+                        }
+                        Map<String, Object> end = ev("txn", "end");
+                        end.put("txn", n);
+                        end.put("outcome", "aborted");
+                        end.put("after_error", true);
+                        emit(end);
+                    }
+                    Thread.sleep(TXN_PAUSE_MS);
+                }
+                producer.close(Duration.ofSeconds(5));
+            }
+        }
+
+        /** Prints an ack for each of fs that completed without error. */
+        static void acks(List<Future<RecordMetadata>> fs, List<String> vals, int txn) {
+            for (int i = 0; i < fs.size(); i++) {
+                Future<RecordMetadata> f = fs.get(i);
+                if (!f.isDone()) {
+                    continue;
+                }
+                try {
+                    RecordMetadata md = f.get();
+                    ack("txn", "ack", md.partition(), md.offset(), vals.get(i), txn);
+                } catch (Exception e) {
+                    // Failed: the transaction's error says why.
+                }
+            }
+        }
+
+        /** A consumer group member that commits its position after every poll that returned records. */
+        static void consumeRole(String bootstrap, String name, String topic, String group, String protocol,
+                String isolation, java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
+            Properties p = new Properties();
+            p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+            p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+            try (KafkaConsumer<String, String> consumer =
+                    new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+                consumer.subscribe(List.of(topic));
+                while (!stop.get()) {
+                    try {
+                        ConsumerRecords<String, String> recs = consumer.poll(Duration.ofMillis(200));
+                        for (ConsumerRecord<String, String> r : recs) {
+                            ack(name, "rec", r.partition(), r.offset(), r.value(), 0);
+                        }
+                        if (!recs.isEmpty()) {
+                            consumer.commitSync(Duration.ofSeconds(30));
+                        }
+                    } catch (org.apache.kafka.common.KafkaException e) {
+                        error(name, e, false);
+                    }
+                }
+                try {
+                    consumer.commitSync(Duration.ofSeconds(30));
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    error(name, e, false);
+                }
+            }
+        }
+    }
+
     // ---- output ----
 
     static String recordJson(int partition, long offset, String key, String value,
@@ -476,7 +815,7 @@ public final class Client {
 
     static void usage(String why) {
         System.err.println("Client: " + why);
-        System.err.println("usage: Client produce|consume|admin|produce-steady --bootstrap B [flags]");
+        System.err.println("usage: Client produce|consume|admin|produce-steady|stream --bootstrap B [flags]");
         System.exit(2);
     }
 

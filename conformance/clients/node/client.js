@@ -6,6 +6,8 @@
 //   produce --bootstrap B --topic T --count N [--compression none|gzip|snappy] [--transactional-id X]
 //   consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
 //   produce-steady --bootstrap B --topic T --count N --duration S
+//   stream --bootstrap B --partitions P --rate R [--produce T] [--txn T:ID]
+//          [--consume NAME:T:GROUP:PROTOCOL:ISOLATION]...
 //
 // Each prints one JSON line per record (see ../README.md); produce-steady
 // prints them for acknowledged records only, then a summary line. Diagnostics go to
@@ -281,12 +283,209 @@ async function consume (a) {
   return out
 }
 
+// ---- stream ----
+
+const TXN_RECORDS = 10 // records per transaction in stream's txn role
+const TXN_ABORT_EVERY = 4 // every 4th transaction is aborted on purpose
+const TXN_PAUSE_MS = 100 // pause between transactions
+
+function emit (m) {
+  process.stdout.write(JSON.stringify(m) + '\n')
+}
+
+// emitError prints an error; code is the Kafka error's type when kafkajs
+// has one (also of a retry wrapper's cause), else the error's name.
+function emitError (role, err, fatal) {
+  let code = err && err.name ? err.name : 'Error'
+  const inner = err && err.type ? err : err && err.cause && err.cause.type ? err.cause : null
+  if (inner) code += '/' + inner.type
+  emit({ role, ev: 'error', code, error: err && err.message ? err.message : String(err), fatal: Boolean(fatal) })
+}
+
+function streamKafka (a) {
+  return new Kafka({
+    clientId: 'ferry-conformance-kafkajs',
+    brokers: a.bootstrap.split(','),
+    logLevel: logLevel.ERROR,
+    logCreator: stderrLogger,
+  })
+}
+
+// produceRole is an idempotent producer at kafkajs's defaults, --rate
+// records a second round robin over the partitions: every few
+// milliseconds it sends what is due, one send per partition (at once), the
+// next round after they all settled (see produceSteady).
+async function produceRole (a, topic, stop) {
+  const role = 'produce'
+  const producer = streamKafka(a).producer({ idempotent: true })
+  await producer.connect()
+  const run = crypto.randomBytes(6).toString('hex')
+  const seq = new Array(a.partitions).fill(0)
+  const start = Date.now()
+  let i = 0
+  while (!stop.stopped) {
+    const due = Math.floor((Date.now() - start) * a.rate / 1000) + 1
+    if (due <= i) {
+      await sleep(5)
+      continue
+    }
+    const byPartition = new Map()
+    for (; i < due; i++) {
+      const p = i % a.partitions
+      seq[p]++
+      if (!byPartition.has(p)) byPartition.set(p, [])
+      byPartition.get(p).push(`p${p}-${String(seq[p]).padStart(6, '0')}-${run}`)
+    }
+    await Promise.all([...byPartition].map(async ([p, vals]) => {
+      try {
+        const res = await producer.send({ topic, acks: -1, messages: vals.map(value => ({ partition: p, value })) })
+        const ack = res.find(r => r.partition === p)
+        if (!ack) throw new Error(`send resolved without an ack for partition ${p}`)
+        vals.forEach((value, j) => emit({ role, ev: 'ack', partition: p, offset: Number(BigInt(ack.baseOffset) + BigInt(j)), value }))
+      } catch (err) {
+        emitError(role, err, false)
+      }
+    }))
+  }
+  await Promise.race([producer.disconnect(), sleep(2000)])
+}
+
+// txnRole is a transactional producer: transactions of TXN_RECORDS records,
+// every TXN_ABORT_EVERY-th aborted on purpose. On an error it aborts and
+// carries on with a new transaction; an error the abort cannot get past ends
+// the role (fatal).
+async function txnRole (a, spec, stop) {
+  const role = 'txn'
+  const [topic, transactionalId] = spec.split(/:(.*)/s)
+  const producer = streamKafka(a).producer({ idempotent: true, maxInFlightRequests: 1, transactionalId })
+  await producer.connect()
+  const run = crypto.randomBytes(6).toString('hex')
+  const seq = new Array(a.partitions).fill(0)
+  let k = 0
+  for (let n = 1; !stop.stopped; n++) {
+    const abort = n % TXN_ABORT_EVERY === 0
+    let txn
+    try {
+      txn = await producer.transaction()
+      const messages = []
+      for (let j = 0; j < TXN_RECORDS; j++) {
+        const p = k++ % a.partitions
+        seq[p]++
+        messages.push({ partition: p, value: `p${p}-${String(seq[p]).padStart(6, '0')}-t${n}-${run}` })
+      }
+      const res = await txn.send({ topic, acks: -1, messages })
+      const next = new Map()
+      for (const m of messages) {
+        const ack = res.find(r => r.partition === m.partition)
+        if (!ack) throw new Error(`send resolved without an ack for partition ${m.partition}`)
+        const j = next.get(m.partition) || 0n
+        next.set(m.partition, j + 1n)
+        emit({ role, ev: 'ack', partition: m.partition, offset: Number(BigInt(ack.baseOffset) + j), value: m.value, txn: n })
+      }
+      if (abort) await txn.abort()
+      else await txn.commit()
+      emit({ role, ev: 'end', txn: n, outcome: abort ? 'aborted' : 'committed' })
+    } catch (err) {
+      emitError(role, err, false)
+      try {
+        if (txn && txn.isActive()) await txn.abort()
+      } catch (err2) {
+        emitError(role, err2, true)
+        break
+      }
+      emit({ role, ev: 'end', txn: n, outcome: 'aborted', after_error: true })
+    }
+    await sleep(TXN_PAUSE_MS)
+  }
+  await Promise.race([producer.disconnect(), sleep(2000)])
+}
+
+// consumeRole is a consumer group member (classic protocol: kafkajs has no
+// other) that commits after every batch of records.
+async function consumeRole (a, spec, stop) {
+  const [role, topic, groupId, protocol, isolation] = spec.split(':')
+  if (protocol !== 'classic') throw new Error(`group protocol ${protocol} is not supported by this client`)
+  const consumer = streamKafka(a).consumer({ groupId, readUncommitted: isolation !== 'read_committed', maxWaitTimeInMs: 200 })
+  consumer.on(consumer.events.CRASH, ({ payload }) => emitError(role, payload.error, !payload.restart))
+  await consumer.connect()
+  await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  await consumer.run({
+    autoCommit: false,
+    eachBatch: async ({ batch }) => {
+      if (batch.messages.length === 0) return
+      for (const m of batch.messages) {
+        emit({ role, ev: 'rec', partition: batch.partition, offset: Number(m.offset), value: m.value == null ? null : m.value.toString() })
+      }
+      const next = BigInt(batch.messages[batch.messages.length - 1].offset) + 1n
+      try {
+        await consumer.commitOffsets([{ topic, partition: batch.partition, offset: String(next) }])
+      } catch (err) {
+        emitError(role, err, false)
+      }
+    },
+  })
+  await stop.promise
+  await Promise.race([consumer.disconnect(), sleep(5000)])
+}
+
+// stream runs the roles asked for at once until stopped: a stdin line
+// "stop ROLE" stops one, the end of stdin every one left. Each prints one
+// JSON line per event (see ../README.md).
+async function stream (argv) {
+  const a = { partitions: 3, rate: 100, consume: [] }
+  for (let i = 1; i < argv.length; i += 2) {
+    if (!argv[i].startsWith('--') || i + 1 >= argv.length) usage(`bad argument ${argv[i]}`)
+    const k = argv[i].slice(2)
+    if (k === 'consume') a.consume.push(argv[i + 1])
+    else a[k] = argv[i + 1]
+  }
+  if (!a.bootstrap) usage('missing --bootstrap')
+  a.partitions = Number(a.partitions)
+  a.rate = Number(a.rate)
+  const roles = []
+  if (a.produce) roles.push(['produce', produceRole, a.produce])
+  if (a.txn) roles.push(['txn', txnRole, a.txn])
+  for (const spec of a.consume) {
+    if (spec.split(':').length !== 5) usage(`--consume NAME:TOPIC:GROUP:PROTOCOL:ISOLATION, got ${spec}`)
+    roles.push([spec.split(':')[0], consumeRole, spec])
+  }
+  const stops = new Map()
+  for (const [name] of roles) {
+    const s = { stopped: false }
+    s.promise = new Promise(resolve => { s.resolve = resolve })
+    stops.set(name, s)
+  }
+  const stop = s => { s.stopped = true; s.resolve() }
+  const rl = require('readline').createInterface({ input: process.stdin })
+  rl.on('line', line => {
+    const w = line.trim().split(/\s+/)
+    if (w.length === 2 && w[0] === 'stop' && stops.has(w[1])) stop(stops.get(w[1]))
+  })
+  rl.on('close', () => { for (const s of stops.values()) stop(s) })
+  await Promise.all(roles.map(async ([name, f, spec]) => {
+    try {
+      await f(a, spec, stops.get(name))
+    } catch (err) {
+      emitError(name, err, true)
+    }
+    emit({ role: name, ev: 'done' })
+  }))
+  return []
+}
+
 function sleep (ms) {
   return new Promise(resolve => setTimeout(resolve, ms))
 }
 
 async function main () {
   const mode = process.argv[2]
+  if (mode === 'stream') {
+    // Runs until stopped: no watchdog, and its output is written as it comes.
+    await stream(process.argv.slice(2))
+    done = true
+    await new Promise(resolve => process.stdout.write('', resolve))
+    process.exit(0)
+  }
   const a = parseFlags(process.argv.slice(2))
   const watchdog = WATCHDOG_MS + (mode === 'produce-steady' ? Number(a.duration) * 1000 || 0 : 0)
   setTimeout(() => {

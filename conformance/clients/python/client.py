@@ -7,6 +7,8 @@ conformance/clients/install.sh creates:
     consume --bootstrap B --topic T --group G --count N [--isolation read_committed]
             [--group-protocol classic|consumer]
     produce-steady --bootstrap B --topic T --count N --duration S
+    stream --bootstrap B --partitions P --rate R [--produce T] [--txn T:ID]
+           [--consume NAME:T:GROUP:PROTOCOL:ISOLATION]...
 
 Each prints one JSON line per record (see ../README.md); produce-steady
 prints them for acknowledged records only, then a summary line. Diagnostics go to
@@ -15,8 +17,10 @@ stderr. Any failure exits non-zero.
 
 import argparse
 import json
+import os
 import secrets
 import sys
+import threading
 import time
 
 import confluent_kafka as ck
@@ -228,12 +232,271 @@ def consume(a):
     sys.stdout.write("".join(r + "\n" for r in out))
 
 
+# ---- stream ----
+
+TXN_RECORDS = 10  # records per transaction in stream's txn role
+TXN_ABORT_EVERY = 4  # every 4th transaction is aborted on purpose
+TXN_PAUSE_S = 0.1  # pause between transactions
+
+_out_lock = threading.Lock()
+
+
+def emit(m):
+    line = json.dumps(m, separators=(",", ":")) + "\n"
+    with _out_lock:
+        sys.stdout.write(line)
+
+
+def ev(role, kind, **kw):
+    m = {"role": role, "ev": kind}
+    m.update(kw)
+    return m
+
+
+def emit_error(role, err, fatal=False):
+    """Prints an error; code is librdkafka's error name when there is one."""
+    if isinstance(err, ck.KafkaException) and err.args and isinstance(err.args[0], ck.KafkaError):
+        err = err.args[0]
+    if isinstance(err, ck.KafkaError):
+        emit(ev(role, "error", code=err.name(), error=err.str(), fatal=fatal or err.fatal(),
+                retriable=err.retriable(), txn_requires_abort=err.txn_requires_abort()))
+    else:
+        emit(ev(role, "error", code=type(err).__name__, error=str(err), fatal=fatal))
+
+
+def log_role(role):
+    # librdkafka's error_cb reports client-level conditions (a broker down,
+    # a fatal idempotence error); only a fatal one is the application's.
+    def cb(err):
+        print(f"client.py: {role}: librdkafka error: {err}", file=sys.stderr)
+        if err.fatal():
+            emit_error(role, err, True)
+    return cb
+
+
+def produce_role(a, topic, stop):
+    """An idempotent producer at librdkafka's defaults, --rate records a
+    second round robin over the partitions."""
+    role = "produce"
+    p = ck.Producer({
+        "bootstrap.servers": a.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "error_cb": log_role(role),
+    })
+    run = secrets.token_hex(6)
+    seq = [0] * a.partitions
+
+    def cb(v):
+        def f(err, msg):
+            if err is not None:
+                emit_error(role, err)
+            else:
+                emit(ev(role, "ack", partition=msg.partition(), offset=msg.offset(), value=v))
+        return f
+
+    start = time.monotonic()
+    i = 0
+    while not stop.is_set():
+        wait = start + i / a.rate - time.monotonic()
+        if wait > 0:
+            p.poll(min(wait, 0.05))
+            continue
+        part = i % a.partitions
+        v = "p%d-%06d-%s" % (part, seq[part] + 1, run)
+        try:
+            p.produce(topic, value=v, partition=part, on_delivery=cb(v))
+        except BufferError:
+            p.poll(0.05)
+            continue
+        except ck.KafkaException as e:
+            emit_error(role, e)
+        seq[part] += 1
+        i += 1
+        p.poll(0)
+    left = p.flush(STEADY_GRACE_S)
+    if left:
+        emit(ev(role, "error", code="TIMEOUT", fatal=False,
+                error=f"{left} records unacknowledged {STEADY_GRACE_S:.0f} s after the last send"))
+        p.purge()
+
+
+def txn_role(a, spec, stop):
+    """A transactional producer: transactions of TXN_RECORDS records, every
+    TXN_ABORT_EVERY-th aborted on purpose. On an error it aborts and carries
+    on with a new transaction; a fatal error ends the role."""
+    role = "txn"
+    topic, txn_id = spec.split(":", 1)
+    p = ck.Producer({
+        "bootstrap.servers": a.bootstrap,
+        "transactional.id": txn_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "error_cb": log_role(role),
+    })
+    run = secrets.token_hex(6)
+    seq = [0] * a.partitions
+    p.init_transactions(60)
+    k = 0
+    n = 0
+
+    def retrying(f):
+        # A retriable error of a transactional call means: call it again.
+        for attempt in range(10):
+            try:
+                return f()
+            except ck.KafkaException as e:
+                err = e.args[0]
+                if not err.retriable() or attempt == 9:
+                    raise
+                emit(ev(role, "retry", code=err.name(), error=err.str()))
+                time.sleep(0.1)
+
+    while not stop.is_set():
+        n += 1
+        abort = n % TXN_ABORT_EVERY == 0
+        acked = []
+
+        def cb(v, txn=n, acked=acked):
+            def f(err, msg):
+                if err is None:
+                    acked.append(ev(role, "ack", partition=msg.partition(), offset=msg.offset(), value=v, txn=txn))
+            return f
+
+        try:
+            p.begin_transaction()
+            for _ in range(TXN_RECORDS):
+                part = k % a.partitions
+                k += 1
+                seq[part] += 1
+                v = "p%d-%06d-t%d-%s" % (part, seq[part], n, run)
+                p.produce(topic, value=v, partition=part, on_delivery=cb(v))
+            p.flush(60)
+            for m in acked:
+                emit(m)
+            acked.clear()
+            if abort:
+                retrying(lambda: p.abort_transaction(60))
+                emit(ev(role, "end", txn=n, outcome="aborted"))
+            else:
+                retrying(lambda: p.commit_transaction(60))
+                emit(ev(role, "end", txn=n, outcome="committed"))
+        except ck.KafkaException as e:
+            err = e.args[0]
+            emit_error(role, err)
+            for m in acked:
+                emit(m)
+            if err.fatal():
+                return
+            try:
+                retrying(lambda: p.abort_transaction(60))
+            except ck.KafkaException as e2:
+                emit_error(role, e2, True)
+                return
+            emit(ev(role, "end", txn=n, outcome="aborted", after_error=True))
+        time.sleep(TXN_PAUSE_S)
+    p.flush(10)
+
+
+def consume_role(a, spec, stop):
+    """A consumer group member that commits its position after every poll
+    that returned records."""
+    role, topic, group, protocol, isolation = spec.split(":")
+    conf = {
+        "bootstrap.servers": a.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "error_cb": log_role(role),
+    }
+    if protocol != "classic":
+        conf["group.protocol"] = protocol
+    c = ck.Consumer(conf)
+    c.subscribe([topic])
+
+    def commit():
+        try:
+            c.commit(asynchronous=False)
+        except ck.KafkaException as e:
+            if e.args[0].code() != ck.KafkaError._NO_OFFSET:
+                emit_error(role, e)
+
+    while not stop.is_set():
+        got = False
+        for msg in c.consume(num_messages=500, timeout=0.2):
+            if msg.error():
+                if msg.error().code() != ck.KafkaError._PARTITION_EOF:
+                    emit_error(role, msg.error())
+                continue
+            emit(ev(role, "rec", partition=msg.partition(), offset=msg.offset(),
+                    value=msg.value().decode() if msg.value() is not None else None))
+            got = True
+        if got:
+            commit()
+    commit()
+    c.close()
+
+
+def stream(a):
+    """Runs the roles asked for, each on its own thread, until stopped: a
+    stdin line "stop ROLE" stops one, the end of stdin every one left. Each
+    prints one JSON line per event (see ../README.md)."""
+    roles = []
+    if a.produce:
+        roles.append(("produce", produce_role, a.produce))
+    if a.txn:
+        roles.append(("txn", txn_role, a.txn))
+    for spec in a.consume or []:
+        if len(spec.split(":")) != 5:
+            sys.exit(f"--consume NAME:TOPIC:GROUP:PROTOCOL:ISOLATION, got {spec}")
+        roles.append((spec.split(":")[0], consume_role, spec))
+    stops = {name: threading.Event() for name, _, _ in roles}
+
+    def control():
+        for line in sys.stdin:
+            w = line.split()
+            if len(w) == 2 and w[0] == "stop" and w[1] in stops:
+                stops[w[1]].set()
+        for s in stops.values():
+            s.set()
+
+    def flusher():
+        while True:
+            time.sleep(0.05)
+            with _out_lock:
+                sys.stdout.flush()
+
+    def body(name, f, spec):
+        try:
+            f(a, spec, stops[name])
+        except Exception as e:  # noqa: BLE001 — whatever ends a role is reported
+            emit_error(name, e, True)
+        emit(ev(name, "done"))
+
+    threading.Thread(target=control, daemon=True).start()
+    threading.Thread(target=flusher, daemon=True).start()
+    threads = [threading.Thread(target=body, args=r) for r in roles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with _out_lock:
+        sys.stdout.flush()
+    os._exit(0)
+
+
 def main():
     ap = argparse.ArgumentParser(prog="client.py")
-    ap.add_argument("mode", choices=["produce", "consume", "produce-steady"])
+    ap.add_argument("mode", choices=["produce", "consume", "produce-steady", "stream"])
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--topic", required=True)
-    ap.add_argument("--count", type=int, required=True)
+    ap.add_argument("--topic")
+    ap.add_argument("--count", type=int)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--produce")
+    ap.add_argument("--txn")
+    ap.add_argument("--consume", action="append")
     ap.add_argument("--compression", default="none",
                     choices=["none", "gzip", "snappy", "lz4", "zstd"])
     ap.add_argument("--transactional-id")
@@ -243,6 +506,11 @@ def main():
                     choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
     a = ap.parse_args()
+    if a.mode == "stream":
+        stream(a)
+        return
+    if a.topic is None or a.count is None:
+        ap.error(f"{a.mode} needs --topic and --count")
     if a.mode == "produce":
         produce(a)
     elif a.mode == "produce-steady":

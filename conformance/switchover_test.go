@@ -1,0 +1,983 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// Planned switchovers under continuous traffic from the Java (classic and
+// KIP-848 consumer groups), librdkafka and kafkajs clients, on real Kafka,
+// through the ferry binary (franz-go is covered by
+// cmd/ferry/switchover_kafka_test.go). Each client program runs its stream
+// mode: an idempotent producer, a transactional producer, consumer groups on
+// the idempotent topic and a read_committed group on the transactional one,
+// all at once, while Ferry switches primary → standby → primary.
+
+const (
+	switchPartitions = 3
+	// switchRate is each idempotent producer's records per second.
+	switchRate = 100
+	// Progress each role must make in a window (before the first switch,
+	// between the switches, after the last) before the test goes on.
+	switchAcks    = 200 // idempotent producer acknowledgments
+	switchTxns    = 3   // transactions committed
+	switchRecords = 100 // records consumed
+	// switchLogLevel is Ferry's log level; FERRY_SWITCH_LOG overrides it
+	// (debug, when chasing a failure).
+	switchLogLevel = "info"
+)
+
+// streamEvent is one line of a client program's stream mode.
+type streamEvent struct {
+	Role       string `json:"role"`
+	Ev         string `json:"ev"`
+	Partition  int32  `json:"partition"`
+	Offset     int64  `json:"offset"`
+	Value      string `json:"value"`
+	Txn        int    `json:"txn"`
+	Outcome    string `json:"outcome"`
+	AfterError bool   `json:"after_error"`
+	Code       string `json:"code"`
+	Error      string `json:"error"`
+	Fatal      bool   `json:"fatal"`
+
+	window int // switches begun when the test read the line
+}
+
+// streamRole is what one role of a client program reported.
+type streamRole struct {
+	client, name string
+	kind         string // produce, txn, consume
+	topic, group string
+	readCommit   bool
+
+	acks   []streamEvent // produce, txn: acknowledged records
+	recs   []streamEvent // consume: records read, in order
+	errs   []streamEvent
+	ends   map[int]streamEvent // txn: outcome by transaction
+	done   bool
+	retrys int // txn: retriable errors the client retried by itself
+}
+
+func (r *streamRole) label() string { return r.client + "/" + r.name }
+
+// streamProc is a client program running its stream mode.
+type streamProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	window *atomic.Int32
+
+	mu     sync.Mutex
+	roles  map[string]*streamRole
+	order  []string
+	bad    []string // lines that were not events
+	stderr bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+func (p *streamProc) addRole(r *streamRole) {
+	r.client = p.name
+	r.ends = map[int]streamEvent{}
+	p.roles[r.name] = r
+	p.order = append(p.order, r.name)
+}
+
+func (p *streamProc) start(t *testing.T) {
+	t.Helper()
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", p.name, err)
+	}
+	p.exited = make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.line(sc.Bytes())
+		}
+		err := p.cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.exited)
+	}()
+}
+
+func (p *streamProc) line(b []byte) {
+	var e streamEvent
+	err := json.Unmarshal(b, &e)
+	e.window = int(p.window.Load())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.roles[e.Role]
+	if err != nil || r == nil {
+		p.bad = append(p.bad, string(b))
+		return
+	}
+	switch e.Ev {
+	case "ack":
+		r.acks = append(r.acks, e)
+	case "rec":
+		r.recs = append(r.recs, e)
+	case "end":
+		r.ends[e.Txn] = e
+	case "error":
+		r.errs = append(r.errs, e)
+	case "retry":
+		r.retrys++
+	case "done":
+		r.done = true
+	default:
+		p.bad = append(p.bad, string(b))
+	}
+}
+
+// stop asks the program to stop a role.
+func (p *streamProc) stop(t *testing.T, role string) {
+	t.Helper()
+	if _, err := fmt.Fprintf(p.stdin, "stop %s\n", role); err != nil {
+		t.Fatalf("%s: stop %s: %v", p.name, role, err)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.w.Len() < 1<<20 {
+		l.w.Write(b)
+	}
+	return len(b), nil
+}
+
+// ferryServe is the ferry binary running `serve`.
+type ferryServe struct {
+	cmd   *exec.Cmd
+	log   string // its log file
+	addr  string // Kafka bootstrap
+	admin string // admin API host:port
+}
+
+// buildFerry builds cmd/ferry once into dir.
+func buildFerry(dir string) (string, error) {
+	bin := filepath.Join(dir, "ferry")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/ferry: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+var (
+	adminListening = regexp.MustCompile(`"msg":"admin API listening".*"admin":"([^"]+)"`)
+	servingClients = regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`)
+)
+
+// startFerryServe runs `ferry serve` with a configuration of two clusters
+// and the mirror on, logging to a file, until the test ends; it returns
+// once Ferry serves clients.
+func startFerryServe(t *testing.T, bin string, primary, standby *kafkatest.Cluster) *ferryServe {
+	t.Helper()
+	dir := t.TempDir()
+	level := switchLogLevel
+	if l := os.Getenv("FERRY_SWITCH_LOG"); l != "" {
+		level = l
+	}
+	cfg := fmt.Sprintf(`cluster_id: ferry-switch-clients
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+log_level: %s
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "))
+	path := filepath.Join(dir, "ferry.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &ferryServe{log: filepath.Join(dir, "ferry.log")}
+	logf, err := os.Create(f.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cmd = exec.Command(bin, "serve", "--config", path)
+	f.cmd.Stdout, f.cmd.Stderr = logf, logf
+	f.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { f.cmd.Wait(); logf.Close(); close(exited) }()
+	t.Cleanup(func() {
+		f.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			f.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("ferry log (%s), its warnings and errors and its last lines:\n%s", f.log, f.logTail(200))
+		}
+	})
+	for deadline := time.Now().Add(90 * time.Second); f.addr == "" || f.admin == ""; time.Sleep(100 * time.Millisecond) {
+		b, _ := os.ReadFile(f.log)
+		if m := adminListening.FindSubmatch(b); m != nil {
+			f.admin = string(m[1])
+		}
+		if m := servingClients.FindSubmatch(b); m != nil {
+			f.addr = string(m[1])
+		}
+		select {
+		case <-exited:
+			t.Fatalf("ferry serve exited (%v):\n%s", f.cmd.ProcessState, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ferry serve not serving after 90 s:\n%s", b)
+		}
+	}
+	return f
+}
+
+// logTail is Ferry's warnings and errors (the last n), then its last n lines.
+func (f *ferryServe) logTail(n int) string {
+	b, _ := os.ReadFile(f.log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var warn []string
+	for _, l := range lines {
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			warn = append(warn, l)
+		}
+	}
+	return strings.Join(warn[max(0, len(warn)-n):], "\n") + "\n…\n" + strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// switchAnswer is POST /switchover's answer.
+type switchAnswer struct {
+	Generation uint32 `json:"generation"`
+	Active     string `json:"active"`
+	Phase      string `json:"phase"`
+	LastSwitch *struct {
+		Duration string `json:"duration"`
+		Outcome  string `json:"outcome"`
+	} `json:"last_switch"`
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// switchover asks for a planned switch to `to` and returns how long the
+// switch took by Ferry's account.
+func (f *ferryServe) switchover(t *testing.T, ctx context.Context, to string, gen uint32) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":"60s"}`, to)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("POST /switchover to %s: %v", to, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var a switchAnswer
+	if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /switchover to %s: %s %s (%v)", to, resp.Status, b, err)
+	}
+	if a.Generation != gen || a.Active != to || a.Phase != "serving" || a.LastSwitch == nil || a.LastSwitch.Outcome != "switched" {
+		t.Fatalf("switch to %s answered %s, want generation %d, %s active, serving, switched", to, b, gen, to)
+	}
+	return a.LastSwitch.Duration
+}
+
+// waitMirrorCaughtUp waits until the mirror reports every partition caught
+// up.
+func (f *ferryServe) waitMirrorCaughtUp(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		resp, err := http.Get("http://" + f.admin + "/status/mirror")
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var m struct {
+			Summary struct {
+				AllCaughtUp bool `json:"all_caught_up"`
+			} `json:"summary"`
+		}
+		if json.Unmarshal(b, &m) == nil && m.Summary.AllCaughtUp {
+			return
+		}
+		last = string(b)
+	}
+	t.Fatalf("mirror not caught up within %v: %s", timeout, head(last, 3000))
+}
+
+// startClusters starts two one-broker clusters at once.
+func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
+	t.Helper()
+	cs := make([]*kafkatest.Cluster, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { cs[i], errs[i] = kafkatest.New(kafkatest.Config{Brokers: 1, Name: name}) })
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if c == nil {
+			continue
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("kafkatest: cluster %s (%s) logs:\n%s", names[i], c.Dir(), c.LogTail(60))
+			}
+			c.Close()
+		})
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cs
+}
+
+// TestPlannedSwitchoverClients runs Java (classic and consumer group
+// protocols), librdkafka (both too) and kafkajs (classic) programs through
+// `ferry serve` while it switches primary → standby → primary, planned.
+// Per client:
+//   - the idempotent producer sees no error; every acknowledged record is
+//     on the cluster active at the end, once, at its acknowledged offset,
+//     and each partition holds its records in the order sent;
+//   - each consumer group sees every acknowledged record, and re-reads only
+//     records at or above the offsets its group had committed when a
+//     switch began (read on the cluster the switch left, where commits were
+//     held), and nothing before the first switch;
+//   - the transactional producer gets at most an abortable error per
+//     switch, aborts and commits transactions again after each switch; a
+//     read_committed group through Ferry, and read_committed readers on
+//     either cluster directly, see every committed record at its offset
+//     and none of an aborted transaction.
+func TestPlannedSwitchoverClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
+	}
+	cls := clients(t)
+	javaClasses(t)
+	begin := time.Now()
+	var bin string
+	var buildErr error
+	built := make(chan struct{})
+	binDir := t.TempDir()
+	go func() { defer close(built); bin, buildErr = buildFerry(binDir) }()
+	cs := startClusters(t, "switch-primary", "switch-standby")
+	primary, standby := cs[0], cs[1]
+	<-built
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	f := startFerryServe(t, bin, primary, standby)
+	t.Logf("clusters, ferry binary and Ferry up in %v", time.Since(begin).Round(time.Millisecond))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	sfx := randomSuffix()
+	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaFerry.Close()
+	adm := kadm.NewClient(viaFerry)
+
+	var window atomic.Int32
+	families := []struct {
+		name      string
+		protocols []string
+	}{
+		{"java", []string{"classic", "consumer"}},
+		{"librdkafka", []string{"classic", "consumer"}},
+		{"kafkajs", []string{"classic"}},
+	}
+	var procs []*streamProc
+	var topics []string
+	for _, fam := range families {
+		topic, txnTopic := fmt.Sprintf("sw-%s-%s", fam.name, sfx), fmt.Sprintf("sw-%s-txn-%s", fam.name, sfx)
+		for _, tp := range []string{topic, txnTopic} {
+			resp, err := adm.CreateTopic(ctx, switchPartitions, 1, nil, tp)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != nil {
+				t.Fatalf("creating %s through Ferry: %v", tp, err)
+			}
+			topics = append(topics, tp)
+		}
+		p := &streamProc{name: fam.name, window: &window, roles: map[string]*streamRole{}}
+		p.addRole(&streamRole{name: "produce", kind: "produce", topic: topic})
+		p.addRole(&streamRole{name: "txn", kind: "txn", topic: txnTopic})
+		args := []string{"stream", "--bootstrap", f.addr, "--partitions", strconv.Itoa(switchPartitions),
+			"--rate", strconv.Itoa(switchRate), "--produce", topic,
+			"--txn", txnTopic + ":sw-txn-" + fam.name + "-" + sfx}
+		for _, proto := range fam.protocols {
+			r := &streamRole{name: proto, kind: "consume", topic: topic, group: fmt.Sprintf("sw-%s-%s-%s", fam.name, proto, sfx)}
+			p.addRole(r)
+			args = append(args, "--consume", strings.Join([]string{r.name, r.topic, r.group, proto, "read_uncommitted"}, ":"))
+		}
+		rc := &streamRole{name: "read-committed", kind: "consume", topic: txnTopic, group: fmt.Sprintf("sw-%s-rc-%s", fam.name, sfx), readCommit: true}
+		p.addRole(rc)
+		args = append(args, "--consume", strings.Join([]string{rc.name, rc.topic, rc.group, "classic", "read_committed"}, ":"))
+		p.cmd = clientNamed(t, cls, fam.name).command(ctx, t, args...)
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		p.start(t)
+	}
+	defer func() {
+		for _, p := range procs {
+			p.stdin.Close()
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				p.mu.Lock()
+				t.Logf("%s stderr:\n%s\nunexpected lines: %q", p.name, tail(p.stderr.String(), 3000), p.bad[:min(5, len(p.bad))])
+				p.mu.Unlock()
+			}
+		}
+	}()
+
+	// progress waits until every role has made a window's progress since
+	// window w began.
+	progress := func(w int, what string) {
+		t.Helper()
+		start := time.Now()
+		// A role stuck after a switch fails the test, and the others are
+		// still checked to the end.
+		waitStreams(t, procs, time.Minute, w == 0, what, func(r *streamRole) string {
+			switch r.kind {
+			case "produce":
+				if n := countFrom(r.acks, w); n < switchAcks {
+					return fmt.Sprintf("%d acks", n)
+				}
+			case "txn":
+				n := 0
+				for _, e := range r.ends {
+					if e.window >= w && e.Outcome == "committed" {
+						n++
+					}
+				}
+				if n < switchTxns {
+					return fmt.Sprintf("%d transactions committed", n)
+				}
+			case "consume":
+				if n := countFrom(r.recs, w); n < switchRecords {
+					return fmt.Sprintf("%d records read", n)
+				}
+			}
+			return ""
+		})
+		t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
+	}
+	progress(0, "every role under way")
+
+	// committedAt[w][group] is what each group had committed when switch w
+	// began, read on the cluster it left.
+	committedAt := map[int]map[string]map[int32]int64{}
+	var durations []string
+	for i, sw := range []struct {
+		to   string
+		left *kafkatest.Cluster
+	}{{"standby", primary}, {"primary", standby}} {
+		w := i + 1
+		window.Store(int32(w))
+		start := time.Now()
+		d := f.switchover(t, ctx, sw.to, uint32(w))
+		durations = append(durations, d)
+		t.Logf("switched to %s: %s by Ferry's account, %v answered", sw.to, d, time.Since(start).Round(time.Millisecond))
+		committedAt[w] = map[string]map[int32]int64{}
+		left := admin(t, sw.left)
+		for _, p := range procs {
+			for _, r := range p.roles {
+				if r.kind != "consume" {
+					continue
+				}
+				offs, err := left.FetchOffsets(ctx, r.group)
+				if err == nil {
+					err = offs.Error()
+				}
+				if err != nil {
+					t.Fatalf("committed offsets of %s on the cluster left: %v", r.group, err)
+				}
+				committedAt[w][r.group] = map[int32]int64{}
+				for p, o := range offs[r.topic] {
+					committedAt[w][r.group][p] = o.At
+				}
+			}
+		}
+		progress(w, "every role under way after the switch to "+sw.to)
+	}
+
+	// Stop the producers, then the consumers once they have read what the
+	// producers had acknowledged.
+	for _, p := range procs {
+		p.stop(t, "produce")
+		p.stop(t, "txn")
+	}
+	waitStreams(t, procs, 90*time.Second, true, "producers done", func(r *streamRole) string {
+		if r.kind != "consume" && !r.done {
+			return "not done"
+		}
+		return ""
+	})
+	waitStreams(t, procs, 90*time.Second, true, "consumers caught up", func(r *streamRole) string {
+		if r.kind != "consume" {
+			return ""
+		}
+		missing := len(expected(procsRole(procs, r.client, r.readCommit))) - len(distinct(r.recs))
+		if missing > 0 {
+			return fmt.Sprintf("%d records still to read", missing)
+		}
+		return ""
+	})
+	for _, p := range procs {
+		p.stdin.Close()
+	}
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not exit within 60 s of the end of its input", p.name)
+		}
+		if p.err != nil {
+			t.Errorf("%s exited: %v", p.name, p.err)
+		}
+		if len(p.bad) > 0 {
+			t.Errorf("%s printed %d lines that are not events, e.g. %q", p.name, len(p.bad), p.bad[0])
+		}
+	}
+
+	// The cluster active at the end holds every acknowledged record; the
+	// standby, once the mirror caught up, the same.
+	f.waitMirrorCaughtUp(t, 90*time.Second)
+	onPrimary := readCommitted(t, ctx, primary, topics)
+	onStandby := readCommitted(t, ctx, standby, topics)
+
+	for _, p := range procs {
+		prod, txn := p.roles["produce"], p.roles["txn"]
+		checkStreamProduced(t, prod, onPrimary[prod.topic])
+		checkTxn(t, txn, "primary", onPrimary[txn.topic])
+		checkTxn(t, txn, "standby", onStandby[txn.topic])
+		for _, name := range p.order {
+			if r := p.roles[name]; r.kind == "consume" {
+				checkStreamConsumed(t, r, expected(procsRole(procs, p.name, r.readCommit)), committedAt, txn)
+			}
+		}
+	}
+	reportStreams(t, procs, durations)
+}
+
+// procsRole is the producing role of client whose records a consumer reads.
+func procsRole(procs []*streamProc, client string, txn bool) *streamRole {
+	for _, p := range procs {
+		if p.name == client {
+			if txn {
+				return p.roles["txn"]
+			}
+			return p.roles["produce"]
+		}
+	}
+	return nil
+}
+
+// waitStreams waits until pending is "" for every role, failing early when
+// a program exits or a role fails fatally. Not fatal, a role that does not
+// get there within timeout fails the test, which goes on.
+func waitStreams(t *testing.T, procs []*streamProc, timeout time.Duration, fatal bool, what string, pending func(*streamRole) string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var left []string
+		for _, p := range procs {
+			select {
+			case <-p.exited:
+				t.Fatalf("%s: %s exited (%v) early", what, p.name, p.err)
+			default:
+			}
+			p.mu.Lock()
+			for _, name := range p.order {
+				r := p.roles[name]
+				for _, e := range r.errs {
+					if e.Fatal {
+						p.mu.Unlock()
+						t.Fatalf("%s: %s failed: %s %s", what, r.label(), e.Code, e.Error)
+					}
+				}
+				if s := pending(r); s != "" {
+					left = append(left, r.label()+": "+s)
+				}
+			}
+			p.mu.Unlock()
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			report := t.Fatalf
+			if !fatal {
+				report = t.Errorf
+			}
+			var errs []string
+			for _, p := range procs {
+				p.mu.Lock()
+				for _, name := range p.order {
+					seen := map[string]int{}
+					for _, e := range p.roles[name].errs {
+						if seen[e.Code]++; seen[e.Code] == 1 {
+							errs = append(errs, fmt.Sprintf("%s/%s (window %d): %s %s", p.name, name, e.window, e.Code, head(e.Error, 300)))
+						}
+					}
+				}
+				p.mu.Unlock()
+			}
+			report("%s: not within %v: %s\nerrors so far: %s", what, timeout, strings.Join(left, "; "), strings.Join(errs[:min(20, len(errs))], "\n"))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func countFrom(es []streamEvent, w int) int {
+	n := 0
+	for _, e := range es {
+		if e.window >= w {
+			n++
+		}
+	}
+	return n
+}
+
+type partOff struct {
+	p int32
+	o int64
+}
+
+func distinct(es []streamEvent) map[partOff]string {
+	m := map[partOff]string{}
+	for _, e := range es {
+		m[partOff{e.Partition, e.Offset}] = e.Value
+	}
+	return m
+}
+
+// expected is what a consumer of r's topic must read: every acknowledged
+// record (of a committed transaction, for the transactional producer).
+// Called with r's process locked or stopped.
+func expected(r *streamRole) map[partOff]string {
+	m := map[partOff]string{}
+	for _, a := range r.acks {
+		if r.kind == "txn" && r.ends[a.Txn].Outcome != "committed" {
+			continue
+		}
+		m[partOff{a.Partition, a.Offset}] = a.Value
+	}
+	return m
+}
+
+// txnOf returns the transaction number a transactional record's value
+// carries (p<P>-<seq>-t<N>-<run>).
+func txnOf(v string) int {
+	f := strings.Split(v, "-")
+	if len(f) != 4 || !strings.HasPrefix(f[2], "t") {
+		return -1
+	}
+	n, err := strconv.Atoi(f[2][1:])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// seqOf returns the per-partition sequence number a record's value carries.
+func seqOf(v string) int {
+	f := strings.Split(v, "-")
+	if len(f) < 3 {
+		return -1
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// readCommitted reads topics directly from a cluster, read_committed, to
+// their end offsets, and returns each partition's records by offset, the
+// mirror's fillers left out.
+func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topics []string) map[string]map[partOff]string {
+	t.Helper()
+	ends, err := admin(t, c).ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if left[o.Topic] == nil {
+				left[o.Topic] = map[int32]int64{}
+			}
+			left[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string]map[partOff]string{}
+	for _, tp := range topics {
+		out[tp] = map[partOff]string{}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for len(left) > 0 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("reading %s read_committed: partitions short of their end offsets: %v", c.Bootstrap(), left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			// Fillers are the mirror's (one stands where the source has a
+			// transaction marker with no data of its transaction on the
+			// partition); Ferry hides them from its clients.
+			if !r.Attrs.IsControl() && !bytes.Equal(r.Key, protocol.FillerKey) {
+				out[r.Topic][partOff{r.Partition, r.Offset}] = string(r.Value)
+			}
+			if end, ok := left[r.Topic][r.Partition]; ok && r.Offset+1 >= end {
+				delete(left[r.Topic], r.Partition)
+				if len(left[r.Topic]) == 0 {
+					delete(left, r.Topic)
+				}
+			}
+		})
+	}
+	return out
+}
+
+// checkStreamProduced: no error; every acknowledged record on the cluster at its
+// offset, nothing else there, each partition in the order sent.
+func checkStreamProduced(t *testing.T, r *streamRole, on map[partOff]string) {
+	t.Helper()
+	for _, e := range r.errs {
+		t.Errorf("%s: error (window %d): %s %s", r.label(), e.window, e.Code, head(e.Error, 500))
+	}
+	acked := distinct(r.acks)
+	if len(acked) != len(r.acks) {
+		t.Errorf("%s: %d acknowledgments for %d offsets", r.label(), len(r.acks), len(acked))
+	}
+	bad := 0
+	for at, v := range acked {
+		if got, ok := on[at]; !ok || got != v {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: acknowledged %s at %d/%d; the cluster holds %q there", r.label(), v, at.p, at.o, got)
+			}
+		}
+	}
+	if len(on) != len(acked) {
+		t.Errorf("%s: %d records on the cluster, %d acknowledged", r.label(), len(on), len(acked))
+	}
+	checkOrder(t, r.label(), on)
+}
+
+// checkOrder: in each partition, the sequence numbers grow with the offsets.
+func checkOrder(t *testing.T, label string, on map[partOff]string) {
+	t.Helper()
+	ats := make([]partOff, 0, len(on))
+	for at := range on {
+		ats = append(ats, at)
+	}
+	sort.Slice(ats, func(i, j int) bool { return ats[i].p < ats[j].p || ats[i].p == ats[j].p && ats[i].o < ats[j].o })
+	last := map[int32]int{}
+	for _, at := range ats {
+		s := seqOf(on[at])
+		if s <= last[at.p] {
+			t.Errorf("%s: partition %d offset %d holds %q after sequence %d: order broken", label, at.p, at.o, on[at], last[at.p])
+			return
+		}
+		last[at.p] = s
+	}
+}
+
+// checkTxn: errors only abortable, each transaction ended; on the cluster
+// (read_committed) every committed record at its offset and nothing of an
+// aborted transaction.
+func checkTxn(t *testing.T, r *streamRole, cluster string, on map[partOff]string) {
+	t.Helper()
+	label := r.label() + " on " + cluster
+	if cluster == "primary" { // the role's own checks, once
+		failed := map[int]int{} // window → transactions aborted after an error
+		for _, e := range r.ends {
+			if e.AfterError {
+				failed[e.window]++
+			}
+		}
+		for _, e := range r.errs {
+			if e.Fatal {
+				t.Errorf("%s: fatal error: %s %s", r.label(), e.Code, head(e.Error, 500))
+			}
+		}
+		for w, n := range failed {
+			if w == 0 || n > 1 {
+				t.Errorf("%s: %d transactions failed in window %d (before the first switch is 0); want at most one per switch", r.label(), n, w)
+			}
+		}
+		for w := 1; w <= 2; w++ {
+			committed := 0
+			for _, e := range r.ends {
+				if e.window == w && e.Outcome == "committed" {
+					committed++
+				}
+			}
+			if committed == 0 {
+				t.Errorf("%s: no transaction committed after switch %d", r.label(), w)
+			}
+		}
+	}
+	want := expected(r)
+	bad := 0
+	for at, v := range want {
+		if got, ok := on[at]; !ok || got != v {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: committed %s at %d/%d; a read_committed reader finds %q there", label, v, at.p, at.o, got)
+			}
+		}
+	}
+	aborted := 0
+	for at, v := range on {
+		if r.ends[txnOf(v)].Outcome != "committed" {
+			if aborted++; aborted <= 3 {
+				t.Errorf("%s: a read_committed reader sees %q at %d/%d, of transaction %d (%s)", label, v, at.p, at.o, txnOf(v), r.ends[txnOf(v)].Outcome)
+			}
+		}
+	}
+	checkOrder(t, label, on)
+}
+
+// checkStreamConsumed: every expected record read, with its value; nothing of an
+// aborted transaction read; re-reads only at or above the offsets committed
+// when the switch began, none before the first switch.
+func checkStreamConsumed(t *testing.T, r *streamRole, want map[partOff]string, committedAt map[int]map[string]map[int32]int64, txn *streamRole) {
+	t.Helper()
+	seen := map[partOff]string{}
+	below := 0
+	for _, e := range r.recs {
+		at := partOff{e.Partition, e.Offset}
+		if r.readCommit && txn.ends[txnOf(e.Value)].Outcome != "committed" {
+			t.Errorf("%s: read %q at %d/%d, of transaction %d (%s)", r.label(), e.Value, at.p, at.o, txnOf(e.Value), txn.ends[txnOf(e.Value)].Outcome)
+		}
+		if prev, ok := seen[at]; ok {
+			if prev != e.Value {
+				t.Errorf("%s: read %q at %d/%d, %q before", r.label(), e.Value, at.p, at.o, prev)
+			}
+			if e.window == 0 || at.o < committedAt[e.window][r.group][at.p] {
+				if below++; below <= 3 {
+					t.Errorf("%s: re-read %d/%d in window %d; the group had committed %v when the switch began",
+						r.label(), at.p, at.o, e.window, committedAt[e.window][r.group])
+				}
+			}
+		}
+		seen[at] = e.Value
+	}
+	missing := 0
+	for at, v := range want {
+		if got, ok := seen[at]; !ok || got != v {
+			if missing++; missing <= 3 {
+				t.Errorf("%s: did not read %q at %d/%d (read %q)", r.label(), v, at.p, at.o, got)
+			}
+		}
+	}
+}
+
+// reportStreams logs per client what each role did.
+func reportStreams(t *testing.T, procs []*streamProc, durations []string) {
+	t.Logf("switch durations (Ferry's account): %s", strings.Join(durations, ", "))
+	for _, p := range procs {
+		for _, name := range p.order {
+			r := p.roles[name]
+			codes := map[string]int{}
+			for _, e := range r.errs {
+				codes[fmt.Sprintf("%s@w%d", e.Code, e.window)]++
+			}
+			var cs []string
+			for c, n := range codes {
+				cs = append(cs, fmt.Sprintf("%s×%d", c, n))
+			}
+			slices.Sort(cs)
+			switch r.kind {
+			case "produce":
+				t.Logf("%-26s acked %5d; errors: %v", r.label(), len(r.acks), cs)
+			case "txn":
+				committed, aborted, failed := 0, 0, 0
+				for _, e := range r.ends {
+					switch {
+					case e.AfterError:
+						failed++
+					case e.Outcome == "committed":
+						committed++
+					default:
+						aborted++
+					}
+				}
+				t.Logf("%-26s %d transactions committed, %d aborted on purpose, %d aborted after an error, %d retried calls; records acked %d; errors: %v",
+					r.label(), committed, aborted, failed, r.retrys, len(r.acks), cs)
+			case "consume":
+				rereads := len(r.recs) - len(distinct(r.recs))
+				t.Logf("%-26s read %5d records, %d re-read; errors: %v", r.label(), len(r.recs), rereads, cs)
+			}
+		}
+	}
+}

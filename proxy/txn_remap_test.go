@@ -1,0 +1,375 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// staleTxnClient speaks as kafkajs does after a switch: transactional ID
+// txnID, the producer ID and epoch of generation 1 it got at connect
+// (stalePID, epoch), EndTxn v1, AddPartitionsToTxn v3, and its own
+// per-partition sequences, which it never resets.
+type staleTxnClient struct {
+	t     *testing.T
+	s     *Server
+	conn  net.Conn
+	corr  int32
+	txnID string
+	epoch int16
+	seq   map[int32]int32
+}
+
+func (k *staleTxnClient) call(r kmsg.Request) kmsg.Response {
+	k.t.Helper()
+	k.corr++
+	return rawCall(k.t, k.conn, r, k.corr)
+}
+
+// addPartitions answers AddPartitionsToTxn for partitions of "t".
+func (k *staleTxnClient) addPartitions(parts ...int32) int16 {
+	k.t.Helper()
+	r := kmsg.NewPtrAddPartitionsToTxnRequest()
+	r.Version = 3
+	r.TransactionalID, r.ProducerID, r.ProducerEpoch = k.txnID, stalePID, k.epoch
+	r.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "t", Partitions: parts}}
+	for _, t := range k.call(r).(*kmsg.AddPartitionsToTxnResponse).Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return p.ErrorCode
+			}
+		}
+	}
+	return 0
+}
+
+// produce sends one record to each partition named in vals (one
+// request), each at the partition's next sequence, and returns each
+// partition's answer; the sequences advance on success only, as kafkajs
+// rolls them back on an error.
+func (k *staleTxnClient) produce(vals map[int32]string) map[int32]kmsg.ProduceResponseTopicPartition {
+	k.t.Helper()
+	p := kmsg.NewPtrProduceRequest()
+	p.Version = min(maxVersion(k.t, k.s, kmsg.Produce), 7) // kafkajs's
+	p.TransactionID = &k.txnID
+	p.Acks, p.TimeoutMillis = -1, 5000
+	pt := kmsg.ProduceRequestTopic{Topic: "t"}
+	for part, v := range vals {
+		pt.Partitions = append(pt.Partitions, kmsg.ProduceRequestTopicPartition{Partition: part, Records: valueBatch(stalePID, k.epoch, k.seq[part], true, v)})
+	}
+	p.Topics = []kmsg.ProduceRequestTopic{pt}
+	out := map[int32]kmsg.ProduceResponseTopicPartition{}
+	for _, t := range k.call(p).(*kmsg.ProduceResponse).Topics {
+		for _, rp := range t.Partitions {
+			out[rp.Partition] = rp
+			if rp.ErrorCode == 0 {
+				k.seq[rp.Partition]++
+			}
+		}
+	}
+	return out
+}
+
+func (k *staleTxnClient) endTxn(commit bool) int16 {
+	k.t.Helper()
+	r := kmsg.NewPtrEndTxnRequest()
+	r.Version = 1
+	r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Commit = k.txnID, stalePID, k.epoch, commit
+	return k.call(r).(*kmsg.EndTxnResponse).ErrorCode
+}
+
+// txnFixture: idFixture with the fake cluster itself.
+func txnFixture(t *testing.T) (*Server, string, *kfake.Cluster, *upstreamLog) {
+	t.Helper()
+	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
+	log := &upstreamLog{}
+	log.watch(kf)
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
+	return s, addr, kf, log
+}
+
+// readCommitted reads every committed value of "t" directly from the
+// cluster, per partition.
+func readCommitted(t *testing.T, kf *kfake.Cluster) map[int32][]string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kf.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lso := map[int32]int64{}
+	offs, err := kadm.NewClient(cl).ListEndOffsets(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs.Each(func(o kadm.ListedOffset) { lso[o.Partition] = o.Offset })
+	out := map[int32][]string{}
+	next := map[int32]int64{}
+	for {
+		done := true
+		for p, end := range lso {
+			done = done && next[p] >= end
+		}
+		if done {
+			return out
+		}
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading t: %v (read %v of ends %v)", err, next, lso)
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			for _, r := range p.Records {
+				out[r.Partition] = append(out[r.Partition], string(r.Value))
+			}
+			// Markers and aborted records are skipped: the high
+			// watermark says how far the fetch got.
+			next[p.Partition] = max(next[p.Partition], p.HighWatermark)
+			if len(p.Records) > 0 {
+				next[p.Partition] = max(next[p.Partition], p.Records[len(p.Records)-1].Offset+1)
+			}
+		})
+	}
+}
+
+// upstreamBatches lists what the cluster received in transactional
+// batches of "t" since the request count before: partition, producer ID,
+// epoch, base sequence.
+func upstreamBatches(up *upstreamLog, before int) []string {
+	var out []string
+	for _, r := range up.of(kmsg.Produce)[before:] {
+		for _, t := range r.(*kmsg.ProduceRequest).Topics {
+			for _, p := range t.Partitions {
+				protocol.WalkBatches(p.Records, func(b protocol.Batch) error {
+					out = append(out, fmt.Sprintf("p%d pid %d epoch %d seq %d", p.Partition, b.ProducerID(), b.ProducerEpoch(), b.BaseSequence()))
+					return nil
+				})
+			}
+		}
+	}
+	return out
+}
+
+// TestStaleTransactionalProducerCarriesOn: a transactional producer that
+// never learns a new producer ID (kafkajs) keeps the generation-1 ID under
+// generation 2. Its transactional ID held state on this cluster before (a
+// failback): its own producer ID there, with sequences on both
+// partitions. It gets one abortable error; then its transactions commit
+// and abort under the ID and epoch Ferry initialised, each partition's
+// sequences sent from 0 (the broker wants 0 from a new epoch), a retried
+// batch is not written twice, and a read_committed reader sees exactly the
+// committed records.
+func TestStaleTransactionalProducerCarriesOn(t *testing.T) {
+	s, addr, kf, up := txnFixture(t)
+	const txnID = "kjs"
+
+	// Before the switches: the transactional ID wrote on this cluster.
+	direct, err := kgo.NewClient(kgo.SeedBrokers(kf.ListenAddrs()...), kgo.TransactionalID(txnID), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := direct.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []int32{0, 0, 1} {
+		if err := direct.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf("before-%d", i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := direct.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	direct.Close()
+	beforeBatches := upstreamBatches(up, 0)
+	if len(beforeBatches) == 0 {
+		t.Fatal("the direct producer's batches were not seen")
+	}
+	var oldEpoch int16
+	for _, r := range up.of(kmsg.Produce) {
+		protocol.WalkBatches(r.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records, func(b protocol.Batch) error {
+			oldEpoch = b.ProducerEpoch()
+			return nil
+		})
+	}
+
+	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: txnID, epoch: 4, seq: map[int32]int32{0: 57, 1: 12}}
+	nInit, nAdd, nProduce, nEnd := len(up.of(kmsg.InitProducerID)), len(up.of(kmsg.AddPartitionsToTxn)), len(up.of(kmsg.Produce)), len(up.of(kmsg.EndTxn))
+
+	// The first transaction after the switch: refused, abortable.
+	if code := k.addPartitions(0, 1); code != kerr.UnknownProducerID.Code {
+		t.Fatalf("first AddPartitionsToTxn: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
+	}
+	if n := len(up.of(kmsg.AddPartitionsToTxn)) - nAdd; n != 0 {
+		t.Fatalf("%d AddPartitionsToTxn reached the cluster, want none", n)
+	}
+	// kafkajs aborts a transaction with no partition added without a
+	// request, and begins the next one.
+
+	// Transaction 1: committed.
+	if code := k.addPartitions(0, 1); code != 0 {
+		t.Fatalf("AddPartitionsToTxn after the error: %v", kerr.ErrorForCode(code))
+	}
+	inits := up.of(kmsg.InitProducerID)[nInit:]
+	if len(inits) != 1 {
+		t.Fatalf("%d InitProducerId reached the cluster, want 1", len(inits))
+	}
+	if r := inits[0].(*kmsg.InitProducerIDRequest); r.TransactionalID == nil || *r.TransactionalID != txnID || r.ProducerID != -1 {
+		t.Fatalf("the cluster got InitProducerId %+v, want a fresh init of %q", r, txnID)
+	}
+	adds := up.of(kmsg.AddPartitionsToTxn)[nAdd:]
+	if len(adds) != 1 {
+		t.Fatalf("%d AddPartitionsToTxn reached the cluster, want 1", len(adds))
+	}
+	physPID, physEpoch := adds[0].(*kmsg.AddPartitionsToTxnRequest).ProducerID, adds[0].(*kmsg.AddPartitionsToTxnRequest).ProducerEpoch
+	if physEpoch <= oldEpoch {
+		t.Fatalf("the mapping's epoch %d is not above the transactional ID's epoch before, %d", physEpoch, oldEpoch)
+	}
+	for part, v := range []string{"a1", "b1"} {
+		if p := k.produce(map[int32]string{int32(part): v})[int32(part)]; p.ErrorCode != 0 {
+			t.Fatalf("produce %s: %v", v, kerr.ErrorForCode(p.ErrorCode))
+		}
+	}
+	a2 := k.produce(map[int32]string{0: "a2"})[0]
+	if a2.ErrorCode != 0 {
+		t.Fatalf("produce a2: %v", kerr.ErrorForCode(a2.ErrorCode))
+	}
+	// A retry of a2 (the answer lost): the same sequence, the same record.
+	k.seq[0]--
+	if p := k.produce(map[int32]string{0: "a2"})[0]; p.ErrorCode != 0 || p.BaseOffset != a2.BaseOffset {
+		t.Fatalf("retried a2: %v at offset %d, want none at %d", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset, a2.BaseOffset)
+	}
+	if code := k.endTxn(true); code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+
+	// Transaction 2: aborted on purpose.
+	if code := k.addPartitions(0); code != 0 {
+		t.Fatalf("AddPartitionsToTxn: %v", kerr.ErrorForCode(code))
+	}
+	if p := k.produce(map[int32]string{0: "a3"})[0]; p.ErrorCode != 0 {
+		t.Fatalf("produce a3: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if code := k.endTxn(false); code != 0 {
+		t.Fatalf("abort: %v", kerr.ErrorForCode(code))
+	}
+
+	// Transaction 3: committed.
+	if code := k.addPartitions(0); code != 0 {
+		t.Fatalf("AddPartitionsToTxn: %v", kerr.ErrorForCode(code))
+	}
+	if p := k.produce(map[int32]string{0: "a4"})[0]; p.ErrorCode != 0 {
+		t.Fatalf("produce a4: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if code := k.endTxn(true); code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+
+	// What the cluster got: the mapping's ID and epoch throughout, and
+	// each partition's sequences from 0.
+	want := []string{}
+	for _, b := range [][2]int32{{0, 0}, {1, 0}, {0, 1}, {0, 1}, {0, 2}, {0, 3}} {
+		want = append(want, fmt.Sprintf("p%d pid %d epoch %d seq %d", b[0], physPID, physEpoch, b[1]))
+	}
+	if got := upstreamBatches(up, nProduce); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the cluster got batches\n%q\nwant\n%q", got, want)
+	}
+	ends := up.of(kmsg.EndTxn)[nEnd:]
+	if len(ends) != 3 {
+		t.Fatalf("%d EndTxn reached the cluster, want 3", len(ends))
+	}
+	for _, r := range ends {
+		if r := r.(*kmsg.EndTxnRequest); r.ProducerID != physPID || r.ProducerEpoch != physEpoch {
+			t.Fatalf("the cluster got EndTxn for %d/%d, want %d/%d", r.ProducerID, r.ProducerEpoch, physPID, physEpoch)
+		}
+	}
+
+	got := readCommitted(t, kf)
+	if fmt.Sprint(got[0]) != "[before-0 before-1 a1 a2 a4]" || fmt.Sprint(got[1]) != "[before-2 b1]" {
+		t.Fatalf("read_committed: partition 0 %q, 1 %q; want [before-0 before-1 a1 a2 a4] and [before-2 b1]", got[0], got[1])
+	}
+
+	// An older epoch of the same ID is fenced, never mapped.
+	nAdd = len(up.of(kmsg.AddPartitionsToTxn))
+	zombie := &staleTxnClient{t: t, s: s, conn: k.conn, corr: 1000, txnID: txnID, epoch: 3, seq: map[int32]int32{}}
+	if code := zombie.addPartitions(0); code != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("AddPartitionsToTxn with an older epoch: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code))
+	}
+	// A new producer of the transactional ID initialises it: the old one
+	// is fenced from then on.
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.Version = maxVersion(t, s, kmsg.InitProducerID)
+	init.TransactionalID = &k.txnID
+	init.TransactionTimeoutMillis = 30000
+	if resp := k.call(init).(*kmsg.InitProducerIDResponse); resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	if code := k.addPartitions(0); code != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("AddPartitionsToTxn after a new producer's init: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code))
+	}
+	if p := k.produce(map[int32]string{0: "late"})[0]; p.ErrorCode != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("produce after a new producer's init: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if n := len(up.of(kmsg.AddPartitionsToTxn)) - nAdd; n != 0 {
+		t.Fatalf("%d fenced AddPartitionsToTxn reached the cluster, want none", n)
+	}
+	if leaks := up.leaks(); len(leaks) > 0 {
+		t.Fatalf("identities of generation 1 reached the cluster: %v", leaks)
+	}
+}
+
+// TestStaleTransactionHeldAcrossSwitch: a transaction the client began
+// before the switch (its partition added then) cannot go on: its produce
+// is refused, and so is anything but an abort until it aborts; the abort
+// is answered by Ferry; the next transaction commits.
+func TestStaleTransactionHeldAcrossSwitch(t *testing.T) {
+	s, addr, kf, up := txnFixture(t)
+	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: "kjs-open", epoch: 4, seq: map[int32]int32{0: 5, 1: 9}}
+	nUp := func() int {
+		return len(up.of(kmsg.AddPartitionsToTxn)) + len(up.of(kmsg.Produce)) + len(up.of(kmsg.EndTxn))
+	}
+	before := nUp()
+	if p := k.produce(map[int32]string{0: "lost"})[0]; p.ErrorCode != kerr.UnknownProducerID.Code || p.LogStartOffset != -2 {
+		t.Fatalf("produce of the transaction held across: %v log start %d, want UNKNOWN_PRODUCER_ID, -2", kerr.ErrorForCode(p.ErrorCode), p.LogStartOffset)
+	}
+	// A client that carries on regardless.
+	if code := k.addPartitions(1); code != kerr.UnknownProducerID.Code {
+		t.Fatalf("AddPartitionsToTxn before the abort: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
+	}
+	if code := k.endTxn(true); code != kerr.UnknownProducerID.Code {
+		t.Fatalf("commit of the transaction held across: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
+	}
+	if code := k.endTxn(false); code != 0 {
+		t.Fatalf("abort: %v, want none", kerr.ErrorForCode(code))
+	}
+	if n := nUp() - before; n != 0 {
+		t.Fatalf("%d requests reached the cluster, want none", n)
+	}
+	if code := k.addPartitions(0); code != 0 {
+		t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))
+	}
+	if p := k.produce(map[int32]string{0: "kept"})[0]; p.ErrorCode != 0 {
+		t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if code := k.endTxn(true); code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[kept]" || len(got[1]) != 0 {
+		t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
+	}
+}

@@ -493,3 +493,55 @@ func TestOffsetForLeaderEpochUnderGeneration(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchWithEpochOfEndedGeneration: a consumer that has not refreshed its
+// metadata since a switch fetches with a leader epoch of the generation that
+// ended. At or below that generation's recorded end its position is good and
+// it reads on; beyond it (what a forced switch lost) it is fenced, so that
+// KIP-320 validation brings it back.
+func TestFetchWithEpochOfEndedGeneration(t *testing.T) {
+	kf := newKfake(t, 1)
+	st := routing.State{Generation: 1, Active: "a", Fences: []routing.Fence{{Generation: 0, Ends: map[string][]int64{"ended": {3}}}}}
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(st)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr)
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "ended"); err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("ended"))
+	for i := 0; i < 5; i++ {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md, err := kadm.NewClient(cl).Metadata(ctx, "ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(offset int64) kmsg.FetchResponseTopicPartition {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MaxBytes = 100, 1<<20
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = "ended", md.Topics["ended"].ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, 1<<20
+		rp.CurrentLeaderEpoch = routing.VirtualEpoch(0, 0)
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	for _, off := range []int64{0, 3} {
+		p := fetch(off)
+		if p.ErrorCode != 0 || len(p.RecordBatches) == 0 && off < 5 {
+			t.Fatalf("fetch at %d with a generation-0 epoch (generation 0 ended at 3): error %d, %d bytes; want records", off, p.ErrorCode, len(p.RecordBatches))
+		}
+	}
+	if p := fetch(4); p.ErrorCode != kerr.FencedLeaderEpoch.Code {
+		t.Fatalf("fetch at 4, beyond generation 0's end 3: error %d, want FENCED_LEADER_EPOCH", p.ErrorCode)
+	}
+}

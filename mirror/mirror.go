@@ -241,12 +241,17 @@ func (m *Mirror) Status() []PartitionStatus {
 // WaitCaughtUp waits until every mirrored partition of the given topics
 // (all, if none are given) has mirrored everything the source held when
 // WaitCaughtUp was called — the standby's end offset has reached the
-// source's last stable offset read at the start (the writers copy only
-// decided data, so a transaction open then does not keep it waiting) — and
-// returns nil; it returns
+// source's high watermark read at the start — and returns nil; it returns
 // an error as soon as one of them is halted, or ctx's error. Partitions
-// whose source topic was deleted are skipped. The switchover uses Drain,
-// which also waits for open transactions.
+// whose source topic was deleted are skipped.
+//
+// The writers copy only decided data. A partition held below that high
+// watermark by a transaction still open on the source (its last stable
+// offset, as the writer last fetched it, is below; the standby has
+// everything up to it) counts as caught up once openTxnGrace has passed:
+// not at once, since a transaction just committed leaves the last stable
+// offset behind until the coordinator's marker lands. The switchover uses
+// Drain, which also ends such transactions.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	if len(topics) == 0 {
 		seen := make(map[string]bool)
@@ -268,7 +273,7 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 		var td map[string]topicMeta
 		td, err = listTopics(ctx, m.src)
 		if err == nil {
-			ends, err = m.srcAdm.ListCommittedOffsets(ctx, topics...)
+			ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
 		}
 		if err == nil {
 			err = ends.Error()
@@ -293,8 +298,10 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 		}
 	}
 	delay := 10 * time.Millisecond
+	openAfter := time.Now().Add(openTxnGrace)
 	for {
 		all := true
+		heldOpen := time.Now().After(openAfter)
 		have := make(map[topicPartition]PartitionStatus)
 		for _, st := range m.Status() {
 			have[topicPartition{st.Topic, st.Partition}] = st
@@ -309,7 +316,10 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 					all = false
 				}
 			case st.State == StateStopped:
-			case st.Mirrored < o.Offset:
+			case st.Mirrored >= o.Offset:
+			case heldOpen && st.SourceStable >= 0 && st.SourceStable < o.Offset && st.Mirrored >= st.SourceStable:
+				// An open transaction holds the writer below the end.
+			default:
 				all = false
 			}
 		})

@@ -410,6 +410,13 @@ mirror: {sync_interval: 1s}
 	}
 	unmirrored := produce("unmirrored", 20)
 	end := unmirrored[len(unmirrored)-1] + 1
+	// Caught up, as far as the mirror can go with a transaction open.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = n.mirror.WaitCaughtUp(wctx, topic)
+	wcancel()
+	if err != nil {
+		t.Fatalf("WaitCaughtUp with a transaction open on the source: %v", err)
+	}
 
 	// A consumer through Ferry reads everything, the unmirrored range too.
 	var mu sync.Mutex

@@ -136,8 +136,17 @@ func (s *Server) Start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		s.log.Error("serving without a cluster that is unreachable: its API versions are not known, so a switch to it may fail clients that use versions it lacks; connecting in the background",
-			zap.String("cluster", name), zap.Error(err))
+		if saved := savedVersions(s.routes.Current()); saved != nil {
+			// What was advertised when the routing state was saved,
+			// every cluster reached then: the cluster that is down
+			// narrows the versions still.
+			sets = append(sets, saved)
+			s.log.Warn("serving without a cluster that is unreachable: advertising no more than the API versions saved with the routing state; connecting in the background",
+				zap.String("cluster", name), zap.Error(err))
+		} else {
+			s.log.Error("serving without a cluster that is unreachable: its API versions are not known, so a switch to it may fail clients that use versions it lacks; connecting in the background",
+				zap.String("cluster", name), zap.Error(err))
+		}
 		s.goTracked(func() {
 			if err := s.startCluster(s.ctx, u); err == nil {
 				s.checkLateVersions(u)
@@ -325,5 +334,34 @@ func (s *Server) Lanes() int { return s.lanes }
 
 // Versions returns the API versions Ferry advertises.
 func (s *Server) Versions() protocol.Versions { return s.versions }
+
+// SavedVersions is what Versions says, in the form the routing state saves
+// (routing.State.APIVersions), or nil while a configured cluster has not
+// been reached: a narrower set than every cluster's must not be saved as
+// theirs.
+func (s *Server) SavedVersions() map[int16][2]int16 {
+	for _, u := range s.ups {
+		if !u.started.Load() {
+			return nil
+		}
+	}
+	out := make(map[int16][2]int16, len(s.versions))
+	for k, r := range s.versions {
+		out[k] = [2]int16{r.Min, r.Max}
+	}
+	return out
+}
+
+// savedVersions is the API versions a routing state carries, or nil.
+func savedVersions(st routing.State) protocol.Versions {
+	if len(st.APIVersions) == 0 {
+		return nil
+	}
+	out := make(protocol.Versions, len(st.APIVersions))
+	for k, r := range st.APIVersions {
+		out[k] = protocol.VersionRange{Min: r[0], Max: r[1]}
+	}
+	return out
+}
 
 func (c *config) writeTimeout() time.Duration { return 60 * time.Second }

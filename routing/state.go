@@ -41,6 +41,13 @@ type State struct {
 	Phase Phase `json:"phase,omitempty"`
 	// Last is the most recent switch, finished or not.
 	Last *Switch `json:"last_switch,omitempty"`
+	// APIVersions are the API versions Ferry advertised when the state
+	// was saved (key → [min, max]): what every configured cluster
+	// supported then. A member that starts without reaching one of the
+	// clusters advertises no more than this, so that a cluster that is
+	// down (as after a forced failover from it) still narrows what
+	// clients may use.
+	APIVersions map[int16][2]int16 `json:"api_versions,omitempty"`
 	// Fences holds, for each generation that ended, every partition's
 	// end offset at the flip: what OffsetForLeaderEpoch answers for an
 	// epoch of that generation (KIP-320), so that a consumer positioned

@@ -121,6 +121,9 @@ type Switcher struct {
 	clusters []string
 	log      *zap.Logger
 	now      func() time.Time
+	// advertised, when set, gives the API versions saved with each new
+	// state (State.APIVersions).
+	advertised func() map[int16][2]int16
 
 	mu sync.Mutex // one switch at a time (TryLock)
 }
@@ -130,6 +133,11 @@ type Switcher struct {
 func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clusters []string, log *zap.Logger) *Switcher {
 	return &Switcher{table: table, members: members, mirror: mirror, store: store, clusters: clusters, log: log, now: time.Now}
 }
+
+// SaveVersions makes every state the switcher saves carry the API versions
+// f returns: what the member advertises, so that one restarted while a
+// cluster is down keeps to them.
+func (s *Switcher) SaveVersions(f func() map[int16][2]int16) { s.advertised = f }
 
 // Switch runs one switch and returns the state in force once it is done.
 // Repeating a switch that finished answers the same state.
@@ -288,7 +296,12 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
 	sw.Outcome = "switched"
 	s.finish(sw)
-	next := State{Generation: cur.Generation + 1, Active: sw.To, Phase: PhaseServing, Last: sw}
+	next := State{Generation: cur.Generation + 1, Active: sw.To, Phase: PhaseServing, Last: sw, APIVersions: cur.APIVersions}
+	if s.advertised != nil {
+		if v := s.advertised(); len(v) > 0 {
+			next.APIVersions = v
+		}
+	}
 	next.Fences = append(next.Fences, cur.Fences...)
 	if ends != nil {
 		next.Fences = append(next.Fences, Fence{Generation: cur.Generation, Ends: ends})

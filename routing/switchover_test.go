@@ -74,6 +74,7 @@ func newScript(st State) (*script, *Switcher) {
 func TestPlannedSwitchSteps(t *testing.T) {
 	sc, sw := newScript(State{Generation: 4, Active: "a"})
 	sc.pos = []Position{{Topic: "t", Partition: 1, Standby: 7, Source: 7}, {Topic: "t", Partition: 0, Standby: 3, Source: 3}}
+	sw.SaveVersions(func() map[int16][2]int16 { return map[int16][2]int16{0: {3, 11}} })
 	st, err := sw.Switch(context.Background(), Request{To: "b"})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestPlannedSwitchSteps(t *testing.T) {
 	if got := strings.Join(sc.calls, ", "); got != want {
 		t.Fatalf("steps:\n got %s\nwant %s", got, want)
 	}
-	if st.Generation != 5 || st.Active != "b" || st.Last.Outcome != "switched" || len(st.Last.Lost) != 0 {
+	if st.Generation != 5 || st.Active != "b" || st.Last.Outcome != "switched" || len(st.Last.Lost) != 0 || st.APIVersions[0] != [2]int16{3, 11} {
 		t.Fatalf("state %+v, last %+v", st, st.Last)
 	}
 	if end, ok := st.FenceEnd(4, "t", 0); !ok || end != 3 {

@@ -147,6 +147,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		return nil, err
 	}
 	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm, n.store, names, log.Named("switch"))
+	n.switcher.SaveVersions(n.proxy.SavedVersions)
 	n.admin, err = admin.New(
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{

@@ -44,6 +44,38 @@ func startNode(t *testing.T, yaml string) (*node, string) {
 	return n, n.ln.Addr().String()
 }
 
+// primaryAndStandby starts a primary and a standby (one broker each) and returns
+// them with the configuration of a member in front of them, mirror on.
+func primaryAndStandby(t *testing.T, clusterID string) (primary, standby *kafkatest.Cluster, yaml string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	primary = kafkatest.Start(t, 1, kafkatest.WithName("primary"))
+	standby = kafkatest.Start(t, 1, kafkatest.WithName("standby"))
+	return primary, standby, fmt.Sprintf(`
+cluster_id: %s
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+`, clusterID, primary.Bootstrap(), standby.Bootstrap())
+}
+
+// createTopicVia creates a topic through Ferry at addr.
+func createTopicVia(t *testing.T, ctx context.Context, addr, topic string, partitions int32) {
+	t.Helper()
+	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create %s through Ferry: %v", topic, err)
+	}
+}
+
 // traffic is an idempotent producer and a group consumer running through
 // Ferry: what was acknowledged where, and what was consumed.
 type traffic struct {
@@ -244,30 +276,12 @@ func committed(t *testing.T, addrs []string, group, topic string) map[int32]int6
 // re-reads only what it had consumed but not committed when a switch
 // began; the routing state moves to generation 1 then 2.
 func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real Kafka")
-	}
-	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
-	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
-	n, addr := startNode(t, fmt.Sprintf(`
-cluster_id: ferry-switch-test
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: primary, bootstrap: [%s]}
-  - {name: standby, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
-`, primary.Bootstrap(), standby.Bootstrap()))
+	primary, standby, yaml := primaryAndStandby(t, "ferry-switch-test")
+	n, addr := startNode(t, yaml)
 	const topic, parts, group = "switched", 3, "switch-group"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, parts, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(t, ctx, addr, topic, parts)
 	tr := startTraffic(t, addr, topic, parts, group)
 	tr.waitMore(500, time.Minute)
 
@@ -357,31 +371,12 @@ mirror: {sync_interval: 1s}
 // to the start), and reads the records produced after the switch at the
 // offsets they were acknowledged at.
 func TestForcedFailoverRealKafka(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real Kafka")
-	}
-	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
-	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
-	yaml := fmt.Sprintf(`
-cluster_id: ferry-forced-test
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: primary, bootstrap: [%s]}
-  - {name: standby, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
-`, primary.Bootstrap(), standby.Bootstrap())
+	primary, _, yaml := primaryAndStandby(t, "ferry-forced-test")
 	n, addr := startNode(t, yaml)
 	const topic = "forced"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, 1, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(t, ctx, addr, topic, 1)
 	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
 	produce := func(prefix string, count int) []int64 {
 		var offs []int64
@@ -412,7 +407,7 @@ mirror: {sync_interval: 1s}
 	end := unmirrored[len(unmirrored)-1] + 1
 	// Caught up, as far as the mirror can go with a transaction open.
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	err = n.mirror.WaitCaughtUp(wctx, topic)
+	err := n.mirror.WaitCaughtUp(wctx, topic)
 	wcancel()
 	if err != nil {
 		t.Fatalf("WaitCaughtUp with a transaction open on the source: %v", err)
@@ -532,30 +527,12 @@ mirror: {sync_interval: 1s}
 // and the producer never sees an error. With the standby back, the same
 // switch succeeds.
 func TestSwitchRolledBackWhenTheMirrorCannotDrain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real Kafka")
-	}
-	primary := kafkatest.Start(t, 1, kafkatest.WithName("primary"))
-	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"))
-	n, addr := startNode(t, fmt.Sprintf(`
-cluster_id: ferry-rollback-test
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: primary, bootstrap: [%s]}
-  - {name: standby, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
-`, primary.Bootstrap(), standby.Bootstrap()))
+	_, standby, yaml := primaryAndStandby(t, "ferry-rollback-test")
+	n, addr := startNode(t, yaml)
 	const topic, parts, group = "rollback", 2, "rollback-group"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).CreateTopic(ctx, parts, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(t, ctx, addr, topic, parts)
 	tr := startTraffic(t, addr, topic, parts, group)
 	tr.waitMore(300, time.Minute)
 
@@ -564,7 +541,7 @@ mirror: {sync_interval: 1s}
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = n.switchover(ctx, routing.Request{To: "standby", Timeout: 3 * time.Second})
+	_, err := n.switchover(ctx, routing.Request{To: "standby", Timeout: 3 * time.Second})
 	var se *routing.Error
 	if !errors.As(err, &se) || se.Reason != routing.ReasonDrainTimeout || len(se.Partitions) == 0 {
 		t.Fatalf("switch with the standby down: %v; want a drain timeout naming the lagging partitions", err)

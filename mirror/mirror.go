@@ -247,10 +247,10 @@ func (m *Mirror) Status() []PartitionStatus {
 //
 // The writers copy only decided data. A partition held below that high
 // watermark by a transaction still open on the source (its last stable
-// offset, as the writer last fetched it, is below; the standby has
-// everything up to it) counts as caught up once openTxnGrace has passed:
-// not at once, since a transaction just committed leaves the last stable
-// offset behind until the coordinator's marker lands. The switchover uses
+// offset, read now, is below; the standby has everything up to it) counts
+// as caught up once openTxnGrace has passed: not at once, since a
+// transaction just committed leaves the last stable offset behind until
+// the coordinator's marker lands. The switchover uses
 // Drain, which also ends such transactions.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	if len(topics) == 0 {
@@ -301,7 +301,15 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	openAfter := time.Now().Add(openTxnGrace)
 	for {
 		all := true
-		heldOpen := time.Now().After(openAfter)
+		// After the grace, the source's last stable offsets now: a
+		// partition whose transaction is still open counts as caught up
+		// at it.
+		var stable kadm.ListedOffsets
+		if time.Now().After(openAfter) {
+			if l, err := m.srcAdm.ListCommittedOffsets(ctx, topics...); err == nil && l.Error() == nil {
+				stable = l
+			}
+		}
 		have := make(map[topicPartition]PartitionStatus)
 		for _, st := range m.Status() {
 			have[topicPartition{st.Topic, st.Partition}] = st
@@ -317,10 +325,12 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 				}
 			case st.State == StateStopped:
 			case st.Mirrored >= o.Offset:
-			case heldOpen && st.SourceStable >= 0 && st.SourceStable < o.Offset && st.Mirrored >= st.SourceStable:
-				// An open transaction holds the writer below the end.
 			default:
-				all = false
+				// An open transaction may hold the writer below the end.
+				l, ok := stable.Lookup(o.Topic, o.Partition)
+				if !ok || l.Offset >= o.Offset || st.Mirrored < l.Offset {
+					all = false
+				}
 			}
 		})
 		for _, st := range have {

@@ -190,10 +190,11 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	if h := s.mirror.Halted(); len(h) > 0 {
 		return State{}, &Error{Reason: ReasonHalted, Msg: "mirror partitions are halted; fix them (or switch forced, losing what they lack)", Partitions: h}
 	}
+	// Hold installs the draining state on every member, this one's table
+	// included.
 	draining := cur
 	draining.Phase = PhaseDraining
 	draining.Last = sw
-	s.table.Update(draining)
 	rollback := func(why error) (State, error) {
 		back := cur
 		back.Phase = PhaseServing
@@ -258,9 +259,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	if err != nil {
 		// The mirror is stopped but nothing was written to the new
 		// cluster: start it again and release to the old one.
-		if ferr := s.mirror.Follow(cur); ferr != nil {
-			log.Error("restarting the mirror after a failed save", zap.Error(ferr))
-		}
+		s.follow(cur, log, "restarting the mirror after a failed save")
 		return rollback(&Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state: " + err.Error()})
 	}
 	return s.install(next, log)
@@ -276,11 +275,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 	err := s.save(ctx, next)
 	mark("save")
 	if err != nil {
-		if s.mirror != nil {
-			if ferr := s.mirror.Follow(cur); ferr != nil {
-				log.Error("restarting the mirror after a failed save", zap.Error(ferr))
-			}
-		}
+		s.follow(cur, log, "restarting the mirror after a failed save")
 		sw.Outcome = "failed: " + err.Error()
 		s.finish(sw)
 		back := cur
@@ -330,11 +325,7 @@ func (s *Switcher) install(next State, log *zap.Logger) (State, error) {
 	if err := s.members.Install(ictx, next); err != nil {
 		log.Error("installing the new routing state", zap.Error(err))
 	}
-	if s.mirror != nil {
-		if err := s.mirror.Follow(next); err != nil {
-			log.Error("starting the mirror from the new active cluster", zap.Error(err))
-		}
-	}
+	s.follow(next, log, "starting the mirror from the new active cluster")
 	return s.table.Current(), nil
 }
 
@@ -346,6 +337,17 @@ func (s *Switcher) stepper(sw *Switch) func(step string) {
 		now := s.now()
 		sw.Steps = append(sw.Steps, Step{Step: step, Took: now.Sub(last).Round(time.Microsecond).String()})
 		last = now
+	}
+}
+
+// follow starts the mirror the way st says, if there is one; a failure is
+// logged as what.
+func (s *Switcher) follow(st State, log *zap.Logger, what string) {
+	if s.mirror == nil {
+		return
+	}
+	if err := s.mirror.Follow(st); err != nil {
+		log.Error(what, zap.Error(err))
 	}
 }
 

@@ -172,13 +172,15 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
 		if isWrite(hdr.Key) {
-			if err := c.s.passHold(c.ctx, hdr.Key); err != nil {
+			st, err := c.s.passHold(c.ctx, hdr.Key)
+			if err != nil {
 				requestBufs.Put(buf)
 				return err
 			}
-			req.write = true
+			req.state, req.write = st, true
+		} else {
+			req.state = c.s.routes.Current()
 		}
-		req.state = c.s.routes.Current()
 		req.up = c.s.ups[req.state.Active]
 		r, err := c.s.dispatch(c, req)
 		if err != nil {

@@ -60,13 +60,16 @@ func holds(phase routing.Phase, key int16) bool {
 func isWrite(key int16) bool { return heldWrites[key] || key == int16(kmsg.EndTxn) }
 
 // passHold waits while the routing state holds requests of key, then
-// counts the request as a write in flight. It fails only when ctx ends.
-func (s *Server) passHold(ctx context.Context, key int16) error {
+// counts the request as a write in flight and returns the state it passed
+// under: the one the request is handled under. It fails only when ctx
+// ends.
+func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error) {
 	for {
 		s.writes.Add(1)
 		changed := s.routes.Changed()
-		if !holds(s.routes.Current().Phase, key) {
-			return nil
+		st := s.routes.Current()
+		if !holds(st.Phase, key) {
+			return st, nil
 		}
 		s.writes.Add(-1)
 		s.metrics.held.Inc()
@@ -75,7 +78,7 @@ func (s *Server) passHold(ctx context.Context, key int16) error {
 			s.metrics.held.Dec()
 		case <-ctx.Done():
 			s.metrics.held.Dec()
-			return ctx.Err()
+			return routing.State{}, ctx.Err()
 		}
 	}
 }

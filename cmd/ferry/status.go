@@ -51,18 +51,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{err}
 	}
 	endpoint := adminURL(f.admin) + "/status"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	resp, raw, err := callAdmin(ctx, "status", http.MethodGet, endpoint, nil, "", statusTimeout)
 	if err != nil {
-		return usageError{fmt.Errorf("--admin %q: %w", f.admin, err)}
-	}
-	resp, err := (&http.Client{Timeout: statusTimeout}).Do(req)
-	if err != nil {
-		return fmt.Errorf("status: cannot reach the admin API at %s: %w", endpoint, unwrapURLErr(err))
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("status: reading the answer from %s: %w", endpoint, err)
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status: %s answered %s: %s", endpoint, resp.Status, truncate(raw))

@@ -77,28 +77,14 @@ func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	body, _ := json.Marshal(admin.SwitchRequest{To: f.to, Mode: mode, Timeout: f.timeout.String()})
 	endpoint := adminURL(f.admin) + "/switchover"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-	if err != nil {
-		return usageError{fmt.Errorf("--admin %q: %w", f.admin, err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	// The member answers once the switch is done: at most the drain
 	// timeout plus what saving and installing may take.
-	client := &http.Client{Timeout: f.timeout + admin.SwitchMargin + 15*time.Second}
-	resp, err := client.Do(req)
+	resp, raw, err := callAdmin(ctx, "switchover", http.MethodPost, endpoint, body, token, f.timeout+admin.SwitchMargin+15*time.Second)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("switchover: interrupted; a switch the member had started continues there: see `ferry status`")
 		}
-		return fmt.Errorf("switchover: cannot reach the admin API at %s: %w", endpoint, unwrapURLErr(err))
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("switchover: reading the answer from %s: %w", endpoint, err)
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return refusal("switchover to "+f.to, resp, raw)
@@ -109,6 +95,36 @@ func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	printSwitch(stdout, st)
 	return nil
+}
+
+// callAdmin sends one request to a member's admin API (body, when not
+// nil, as JSON; the token, when not empty, as a bearer token) and returns
+// the answer and up to 1 MiB of its body. Its errors start with cmd.
+func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, token string, timeout time.Duration) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint, rd)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--admin: %w", err)}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: cannot reach the admin API at %s: %w", cmd, endpoint, unwrapURLErr(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: reading the answer from %s: %w", cmd, endpoint, err)
+	}
+	return resp, raw, nil
 }
 
 // printSwitch writes the routing state a switch answered, for a person.

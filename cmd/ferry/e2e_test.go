@@ -423,7 +423,8 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("the group after the switch read %d records (%v), want only offset 1", len(recs), fs.Errors())
 	}
 	code, out, errOut = runCLI(t, "status", "--admin", adminAddr)
-	if code != 0 || !strings.Contains(out, demoStandby) {
+	if code != 0 || !strings.Contains(out, "generation 1, active "+demoStandby+", serving") ||
+		!strings.Contains(out, "planned switch "+demoPrimary+" -> "+demoStandby) {
 		t.Fatalf("ferry status: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "switchover", "--admin", adminAddr, "--to", demoPrimary)

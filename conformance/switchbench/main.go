@@ -486,13 +486,13 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		})
 	}
 	time.Sleep(3 * time.Second) // groups joined, traffic flowing
-	round := func(mode string) (answer, firstAck, allGroups time.Duration, err error) {
+	planned := func() (answer, firstAck, allGroups time.Duration, err error) {
 		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
 			return 0, 0, 0, err
 		}
 		left := b.active
 		t0 := time.Now()
-		answer, err = b.switchTo(ctx, b.other(), mode)
+		answer, err = b.switchTo(ctx, b.other(), "planned")
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -516,13 +516,13 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 				return answer, a.Sub(t0), last.Sub(t0), nil
 			}
 			if time.Now().After(deadline) {
-				return 0, 0, 0, fmt.Errorf("%s switch to %s: no ack or group back within a minute of the call", mode, b.active)
+				return 0, 0, 0, fmt.Errorf("planned switch to %s: no ack or group back within a minute of the call", b.active)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	for r := range b.o.rounds {
-		answer, ack, grp, err := round("planned")
+		answer, ack, grp, err := planned()
 		if err != nil {
 			return err
 		}

@@ -375,24 +375,34 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 // member left is named in a LeaveGroup, as kafka-consumer-groups
 // --delete-members does.
 func (m *Mirror) evictMembers(ctx context.Context, group string, groupType string) error {
-	left := 0
+	n := 0
 	if groupType == "consumer" {
-		n, err := m.evictConsumerMembers(ctx, group)
+		k, err := m.evictConsumerMembers(ctx, group)
 		if err != nil {
 			return err
 		}
-		left += n
+		n += k
 	}
-	described, err := m.dstAdm.DescribeGroups(ctx, group)
+	k, err := m.evictClassicMembers(ctx, group)
 	if err != nil {
 		return err
 	}
+	if n += k; n > 0 {
+		m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", n))
+	}
+	return nil
+}
+
+// evictClassicMembers makes every classic-protocol member of a group on the
+// standby leave (LeaveGroup naming them), and returns how many did.
+func (m *Mirror) evictClassicMembers(ctx context.Context, group string) (int, error) {
+	described, err := m.dstAdm.DescribeGroups(ctx, group)
+	if err != nil {
+		return 0, err
+	}
 	d, ok := described[group]
 	if !ok || len(d.Members) == 0 {
-		if left > 0 {
-			m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", left))
-		}
-		return nil
+		return 0, nil
 	}
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group = group
@@ -406,18 +416,17 @@ func (m *Mirror) evictMembers(ctx context.Context, group string, groupType strin
 	}
 	resp, err := req.RequestWith(ctx, m.dst)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return err
+		return 0, err
 	}
 	for _, mem := range resp.Members {
 		if err := kerr.ErrorForCode(mem.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-			return fmt.Errorf("member %s: %w", mem.MemberID, err)
+			return 0, fmt.Errorf("member %s: %w", mem.MemberID, err)
 		}
 	}
-	m.log.Info("removed stale members from a group on the standby before copying its offsets", zap.String("group", group), zap.Int("members", left+len(d.Members)))
-	return nil
+	return len(d.Members), nil
 }
 
 const evictReason = "ferry switchover: member left from before an earlier switch"

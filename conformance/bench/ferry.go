@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -146,7 +147,7 @@ func buildFerry(ctx context.Context, dir string) (string, error) {
 // configuration file in dir, pinned to cpus (a taskset list) unless it is
 // "", and waits until its /readyz answers 200.
 func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*childProc, error) {
-	ports, err := freePorts(2)
+	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -258,20 +259,6 @@ func (f *childProc) waitReady(ctx context.Context, ready func() bool) error {
 		}
 	}
 	return nil
-}
-
-// freePorts returns n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // cpu returns the child's CPU time so far, user plus system, all threads.

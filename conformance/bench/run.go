@@ -69,7 +69,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		// The relay's ports are picked first: each broker advertises one
 		// on its RELAY listener.
 		var err error
-		if relayPorts, err = freePorts(cfg.Brokers); err != nil {
+		if relayPorts, err = benchutil.FreePorts(cfg.Brokers); err != nil {
 			return err
 		}
 		cfg.Listeners = []kafkatest.Listener{{Name: relayListener, Advertise: func(id int32) string {

@@ -167,7 +167,7 @@ func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %w\n%s", err, out)
 	}
-	ports, err := freePorts(2)
+	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -222,25 +222,6 @@ mirror: {sync_interval: 1s}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func (b *bench) client(opts ...kgo.Opt) (*kgo.Client, error) {

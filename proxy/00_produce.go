@@ -34,7 +34,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			return t.Topic, t.TopicID, t.Partitions
 		},
 		func(p *kmsg.ProduceRequestTopicPartition) int32 { return p.Partition },
-		func(ti int, _ string, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
+		func(ti int, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
 			if c.lane >= 0 && s.lanes > 1 && req.up.lane(leader, s.lanes) != c.lane {
 				// Sent to a lane that does not lead it (the client's
 				// metadata is older than the move): forwarding it

@@ -53,22 +53,7 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 			return t.Topic, t.TopicID, t.Partitions
 		},
 		func(p *kmsg.FetchRequestTopicPartition) int32 { return p.Partition },
-		func(_ int, topic string, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
-			if g := routing.EpochGeneration(p.CurrentLeaderEpoch); g < gen && p.CurrentLeaderEpoch >= 0 {
-				// A consumer that has not refreshed its metadata since
-				// a switch. Its position is known good if the
-				// generation it read under ended at or beyond it (every
-				// planned switch, and a forced one short of what it
-				// lost): it reads on, with no epoch for the broker to
-				// check, instead of pausing for a metadata refresh and
-				// a validation that would change nothing. Beyond that
-				// end it is fenced, and KIP-320 validation brings it
-				// back to it.
-				if end, ok := fenceEnd(req.state, g, topic, p.Partition); ok && p.FetchOffset <= end {
-					p.CurrentLeaderEpoch, p.LastFetchedEpoch = -1, -1
-					return 0
-				}
-			}
+		func(_ int, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
 			return physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch)
 		})
 	parts := sp.requests(func(ts []splitTopic[kmsg.FetchRequestTopicPartition]) kmsg.Request {

@@ -29,6 +29,7 @@ type config struct {
 	clusters           []Cluster
 	fleet              Fleet
 	routes             *routing.Table
+	lease              WriteLease
 	log                *zap.Logger
 	reg                prometheus.Registerer
 	maxRequestSize     int32
@@ -93,6 +94,19 @@ func WithFleet(f Fleet) Option { return func(c *config) { c.fleet = f } }
 // WithRoutingTable sets the routing state (default: generation 0, the first
 // cluster active).
 func WithRoutingTable(t *routing.Table) Option { return func(c *config) { c.routes = t } }
+
+// WriteLease is a fleet member's permission to write (routing.Lease).
+type WriteLease interface {
+	// Valid reports whether writes may be forwarded now.
+	Valid() bool
+	// Changed returns a channel closed at the next renewal.
+	Changed() <-chan struct{}
+}
+
+// WithWriteLease makes writes wait while the lease is not in force, as they
+// wait during a switch's hold (default: none, always in force: a member on
+// its own).
+func WithWriteLease(l WriteLease) Option { return func(c *config) { c.lease = l } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }

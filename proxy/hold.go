@@ -59,22 +59,30 @@ func holds(phase routing.Phase, key int16) bool {
 // isWrite reports whether requests of key are counted as writes.
 func isWrite(key int16) bool { return heldWrites[key] || key == int16(kmsg.EndTxn) }
 
-// passHold waits while the routing state holds requests of key, then
+// passHold waits while the routing state holds requests of key, or while
+// the member's write lease is not in force (a write of any kind), then
 // counts the request as a write in flight and returns the state it passed
 // under: the one the request is handled under. It fails only when ctx
 // ends.
 func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error) {
+	lease := s.cfg.lease
 	for {
 		s.writes.Add(1)
 		changed := s.routes.Changed()
+		var renewed <-chan struct{}
+		if lease != nil {
+			renewed = lease.Changed()
+		}
 		st := s.routes.Current()
-		if !holds(st.Phase, key) {
+		if !holds(st.Phase, key) && (lease == nil || lease.Valid()) {
 			return st, nil
 		}
 		s.writes.Add(-1)
 		s.metrics.held.Inc()
 		select {
 		case <-changed:
+			s.metrics.held.Dec()
+		case <-renewed:
 			s.metrics.held.Dec()
 		case <-ctx.Done():
 			s.metrics.held.Dec()

@@ -61,6 +61,10 @@ type Switch struct {
 	From     string    `json:"from"`
 	To       string    `json:"to"`
 	Started  time.Time `json:"started"`
+	// Deadline is when a planned switch gives up: it never flips later,
+	// so a draining state past it (and a margin for clocks) was left by
+	// a switch that died.
+	Deadline time.Time `json:"deadline,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 	// Duration is Finished - Started, in the form "1.234s".
 	Duration string `json:"duration,omitempty"`

@@ -314,6 +314,18 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 	return best.st, true, nil
 }
 
+// LoadFrom returns the state saved on one cluster, read within the store's
+// timeout (and ctx), and false when it holds none.
+func (s *KafkaStore) LoadFrom(ctx context.Context, cluster string) (State, bool, error) {
+	c := s.clusters[cluster]
+	if c == nil {
+		return State{}, false, fmt.Errorf("routing store: %q is not one of the clusters %v", cluster, s.names)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.read(cctx, c)
+}
+
 func finished(st State) time.Time {
 	if st.Last == nil {
 		return time.Time{}

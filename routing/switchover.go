@@ -124,6 +124,9 @@ type Switcher struct {
 	// advertised, when set, gives the API versions saved with each new
 	// state (State.APIVersions).
 	advertised func() map[int16][2]int16
+	// lease is the fleet's write lease (lease.go); 0 when the member is
+	// on its own and every member is reached by Members.
+	lease time.Duration
 
 	mu sync.Mutex // one switch at a time (TryLock)
 }
@@ -138,6 +141,12 @@ func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clus
 // f returns: what the member advertises, so that one restarted while a
 // cluster is down keeps to them.
 func (s *Switcher) SaveVersions(f func() map[int16][2]int16) { s.advertised = f }
+
+// SetWriteLease makes planned switches wait out the members' write leases
+// (lease.go): the draining state is saved to the active cluster before
+// anyone holds, and the flip comes a whole lease after, so that a member
+// the switch did not reach has stopped writing to the old cluster by then.
+func (s *Switcher) SetWriteLease(ttl time.Duration) { s.lease = ttl }
 
 // Switch runs one switch and returns the state in force once it is done.
 // Repeating a switch that finished answers the same state.
@@ -192,6 +201,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	}
 	// Hold installs the draining state on every member, this one's table
 	// included.
+	sw.Deadline = sw.Started.Add(timeout)
 	draining := cur
 	draining.Phase = PhaseDraining
 	draining.Last = sw
@@ -201,6 +211,10 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		sw.Outcome = "rolled back: " + why.Error()
 		s.finish(sw)
 		back.Last = sw
+		if s.lease > 0 {
+			// Leases renew only once the serving state is back.
+			s.saveUntilDone(back, log)
+		}
 		// A fresh context: the caller's may be what ended.
 		ictx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -209,9 +223,19 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		}
 		return State{}, why
 	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	dctx, cancel := context.WithDeadline(ctx, sw.Deadline)
 	defer cancel()
 	mark := s.stepper(sw)
+	var leaseEnds time.Time
+	if s.lease > 0 {
+		// From here on no member renews its write lease: every lease
+		// still in force ends within one more.
+		if err := s.save(dctx, draining); err != nil {
+			return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the draining state on the active cluster (nothing was held): " + err.Error()}
+		}
+		leaseEnds = s.now().Add(s.lease)
+		mark("save_draining")
+	}
 	if err := s.members.Hold(dctx, draining); err != nil {
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "writes already sent to the old cluster were not answered in time: " + err.Error()})
 	}
@@ -251,10 +275,20 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
 	}
 	mark("sync_groups")
+	if s.lease > 0 {
+		// A member the hold did not reach may write until its lease
+		// ends.
+		if err := sleepUntil(dctx, leaseEnds, s.now); err != nil {
+			return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "the switch's time ran out waiting for the members' write leases to end"})
+		}
+		mark("wait_write_leases")
+	}
 	ends, _ := positions(s.mirror.Stop())
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
-	err := s.save(ctx, next)
+	// Never flip past the deadline: a draining state left past it is
+	// taken for an abandoned switch (lease.go).
+	err := s.save(dctx, next)
 	mark("save")
 	if err != nil {
 		// The mirror is stopped but nothing was written to the new
@@ -305,6 +339,45 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 		next.Fences = next.Fences[len(next.Fences)-MaxFences:]
 	}
 	return next
+}
+
+// saveUntilDone saves st, trying again for up to a minute: with write
+// leases, no member writes until the clusters hold a serving state again.
+// Past that the draining state left behind is taken for an abandoned
+// switch's a minute after its deadline (lease.go).
+func (s *Switcher) saveUntilDone(st State, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		err := s.save(ctx, st)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			log.Error("the serving state could not be saved after a rollback; members write again once the abandoned switch's draining state expires", zap.Error(err))
+			return
+		}
+		log.Error("saving the serving state after a rollback; no member writes until it lands; retrying", zap.Int("attempt", attempt), zap.Error(err))
+		if sleepUntil(ctx, s.now().Add(time.Second), s.now) != nil {
+			return
+		}
+	}
+}
+
+// sleepUntil waits until t (by now) or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time, now func() time.Time) error {
+	d := t.Sub(now())
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 func (s *Switcher) save(ctx context.Context, st State) error {

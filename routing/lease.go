@@ -1,0 +1,192 @@
+package routing
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The write lease of a fleet member.
+//
+// A member of a fleet forwards writes (the requests the switch holds) only
+// while it holds a lease, and it renews the lease only by reading, from the
+// active cluster itself, a routing state that says its own generation is
+// still serving there. A planned switch writes a draining state to the
+// active cluster before it holds anyone, and flips only a whole lease later
+// (Switcher.SetWriteLease). So a member that the switch cannot reach — cut
+// off by a gossip partition, or a paused process that wakes up after the
+// flip — has stopped writing before the flip: its last renewal read the
+// serving state before the draining one was written, and it measured its
+// lease from before that read. The arbiter is the cluster the writes go to,
+// not the gossip: a member that cannot read the active cluster cannot write
+// to it either.
+//
+// Lease times are measured on the member's monotonic clock from the moment
+// the read was sent; the switch waits on its own. Only the rates of the
+// clocks have to agree, not their readings.
+
+// LeaseStore is what the lease reads: the state saved on one cluster.
+type LeaseStore interface {
+	// LoadFrom returns the state saved on the named cluster, and false
+	// when it holds none.
+	LoadFrom(ctx context.Context, cluster string) (State, bool, error)
+	// Load returns the highest generation saved on any cluster reached.
+	Load(ctx context.Context) (State, bool, error)
+}
+
+// abandonedAfter is how long past a switch's deadline a draining state is
+// taken for one whose switch died: the switch never flips after its
+// deadline (Switcher), so once it has passed, with room for clocks that
+// disagree, the draining state renews leases like a serving one.
+const abandonedAfter = time.Minute
+
+// Lease is a member's write lease. Run renews it; Valid says whether it is
+// in force.
+type Lease struct {
+	table *Table
+	store LeaseStore
+	ttl   time.Duration
+	log   *zap.Logger
+	now   func() time.Time
+
+	base     time.Time    // monotonic origin of deadline
+	deadline atomic.Int64 // nanoseconds after base; 0: never held
+
+	mu      sync.Mutex
+	changed chan struct{} // closed at the next renewal
+	lastErr string        // the last renewal failure logged, to log changes only
+}
+
+// NewLease returns the lease of a member routing by table, renewed from
+// store, each renewal good for ttl.
+func NewLease(table *Table, store LeaseStore, ttl time.Duration, log *zap.Logger) *Lease {
+	return &Lease{table: table, store: store, ttl: ttl, log: log, now: time.Now, base: time.Now(), changed: make(chan struct{})}
+}
+
+// TTL is how long one renewal holds.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Valid reports whether the lease is in force now.
+func (l *Lease) Valid() bool {
+	d := l.deadline.Load()
+	return d != 0 && l.now().Sub(l.base) < time.Duration(d)
+}
+
+// Changed returns a channel closed at the next renewal: what a write
+// waiting for a lapsed lease waits on.
+func (l *Lease) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// Run renews the lease every quarter of its time until ctx ends. It also
+// installs a newer generation that the clusters hold and this member
+// missed (a member that was cut off when the switch installed it).
+func (l *Lease) Run(ctx context.Context) {
+	t := time.NewTicker(l.ttl / 4)
+	defer t.Stop()
+	for {
+		l.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// renew reads the state on the active cluster once and extends the lease
+// when it still serves this member's generation.
+func (l *Lease) renew(ctx context.Context) {
+	cur := l.table.Current()
+	sent := l.now()
+	rctx, cancel := context.WithTimeout(ctx, l.ttl/2)
+	st, found, err := l.store.LoadFrom(rctx, cur.Active)
+	cancel()
+	switch {
+	case err != nil:
+		l.fail("the routing state could not be read from the active cluster", zap.String("cluster", cur.Active), zap.Error(err))
+		return
+	case !found:
+		// Nothing was ever saved: generation 0, never switched.
+		st = State{Generation: 0, Active: cur.Active, Phase: PhaseServing}
+	}
+	if st.Phase == "" {
+		st.Phase = PhaseServing
+	}
+	switch {
+	case st.Generation > cur.Generation:
+		// A switch this member missed. The other cluster is not read
+		// here: the switch saves to the new active cluster first and to
+		// the old one after, so the old one may not have it; Load reads
+		// every cluster.
+		l.adopt(ctx, st)
+		return
+	case st.Generation < cur.Generation || st.Active != cur.Active:
+		l.fail("the active cluster holds an older routing state than this member's; not renewing the write lease",
+			zap.Stringer("saved", st), zap.Stringer("routing", cur))
+		return
+	case st.Phase != PhaseServing && !l.abandoned(st):
+		l.fail("a switch is running; the write lease is not renewed", zap.Stringer("saved", st))
+		return
+	}
+	l.extend(sent)
+}
+
+// abandoned reports whether st is a switch's draining state left by a
+// switch that can no longer flip.
+func (l *Lease) abandoned(st State) bool {
+	return st.Last != nil && !st.Last.Deadline.IsZero() && l.now().After(st.Last.Deadline.Add(abandonedAfter))
+}
+
+// adopt installs a newer state read from the clusters. The highest of every
+// cluster's is taken, so a state the switch saved is never passed over for
+// an older one.
+func (l *Lease) adopt(ctx context.Context, seen State) {
+	rctx, cancel := context.WithTimeout(ctx, l.ttl)
+	st, found, err := l.store.Load(rctx)
+	cancel()
+	if err != nil || !found || st.Generation < seen.Generation {
+		st = seen
+	}
+	if l.table.Advance(st) {
+		l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", st))
+	}
+}
+
+// extend moves the deadline to ttl after sent, never backwards.
+func (l *Lease) extend(sent time.Time) {
+	d := int64(sent.Sub(l.base) + l.ttl)
+	for {
+		old := l.deadline.Load()
+		if d <= old {
+			return
+		}
+		if l.deadline.CompareAndSwap(old, d) {
+			break
+		}
+	}
+	l.mu.Lock()
+	if l.lastErr != "" {
+		l.log.Info("write lease renewed")
+		l.lastErr = ""
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// fail logs why a renewal did not happen, once per reason.
+func (l *Lease) fail(msg string, fields ...zap.Field) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastErr == msg {
+		return
+	}
+	l.lastErr = msg
+	l.log.Warn(msg, fields...)
+}

@@ -57,10 +57,10 @@ type State struct {
 
 // Switch describes one switch of the active cluster.
 type Switch struct {
-	Mode     Mode      `json:"mode"`
-	From     string    `json:"from"`
-	To       string    `json:"to"`
-	Started  time.Time `json:"started"`
+	Mode    Mode      `json:"mode"`
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Started time.Time `json:"started"`
 	// Deadline is when a planned switch gives up: it never flips later,
 	// so a draining state past it (and a margin for clocks) was left by
 	// a switch that died.

@@ -65,6 +65,11 @@ type config struct {
 	started  func() bool
 	check    ClusterCheck
 	mirror   func() MirrorInfo
+	// fleetMirror, members and readiness come from the fleet, when the
+	// member is in one.
+	fleetMirror func(ctx context.Context) MirrorStatus
+	members     func(ctx context.Context) []Member
+	readiness   func() error
 	log      *zap.Logger
 	now      func() time.Time
 	probeTTL time.Duration // how long a cluster check's result is reused
@@ -108,6 +113,15 @@ func WithClusterCheck(f ClusterCheck) Option { return func(c *config) { c.check 
 // for its next request (default 2 minutes, longer than common scrape
 // intervals, so a scraper keeps its connection).
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle = d } }
+
+// WithMembers sets how /status lists the fleet's members with their
+// state. Without it /status lists the brokers of WithFleet only.
+func WithMembers(f func(ctx context.Context) []Member) Option { return func(c *config) { c.members = f } }
+
+// WithReadiness adds a check to /readyz: a non-nil error makes the member
+// unready, with the error as the reason (the fleet not joined, no write
+// lease).
+func WithReadiness(f func() error) Option { return func(c *config) { c.readiness = f } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }
@@ -248,6 +262,11 @@ func (s *Server) Ready(ctx context.Context) error {
 	if !s.cfg.started() {
 		return fmt.Errorf("%w: proxy not started (waiting for the clusters)", ErrNotReady)
 	}
+	if s.cfg.readiness != nil {
+		if err := s.cfg.readiness(); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+	}
 	active := s.cfg.routes.Current().Active
 	for _, c := range s.cfg.clusters {
 		if c.Name == active {
@@ -280,6 +299,7 @@ type Status struct {
 	Routing       RoutingStatus   `json:"routing"`
 	Clusters      []ClusterStatus `json:"clusters"`
 	Fleet         []Broker        `json:"fleet"`
+	Members       []Member        `json:"members,omitempty"`
 	Mirror        MirrorStatus    `json:"mirror"`
 	Process       Process         `json:"process"`
 	StartedAt     time.Time       `json:"started_at"`
@@ -303,6 +323,27 @@ type Broker struct {
 	Rack   *string `json:"rack,omitempty"`
 }
 
+// Member is one member of the fleet as gossip knows it.
+type Member struct {
+	NodeID int32 `json:"node_id"`
+	// State is alive, suspect, dead or left.
+	State string `json:"state"`
+	Self  bool   `json:"self,omitempty"`
+	// Host and Ports are where clients reach it (its lanes).
+	Host  string  `json:"host"`
+	Ports []int32 `json:"ports"`
+	// Gossip and Admin are its gossip and admin addresses.
+	Gossip  string `json:"gossip"`
+	Admin   string `json:"admin,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Generation is the routing generation it serves.
+	Generation uint32 `json:"generation"`
+	// Connections and MirrorPartitions are its client connections and the
+	// mirrored partitions it writes, as it last answered (-1: it did not).
+	Connections      int `json:"connections"`
+	MirrorPartitions int `json:"mirror_partitions"`
+}
+
 // Status returns this member's view of itself, the routing state, the
 // clusters, the fleet and the mirror.
 func (s *Server) Status(ctx context.Context) Status {
@@ -313,7 +354,7 @@ func (s *Server) Status(ctx context.Context) Status {
 		Routing:       routingStatus(st),
 		Clusters:      []ClusterStatus{},
 		Fleet:         []Broker{},
-		Mirror:        s.Mirror(),
+		Mirror:        s.Mirror(ctx),
 		Process:       processStatus(),
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: s.cfg.now().Sub(s.started).Seconds(),
@@ -332,6 +373,9 @@ func (s *Server) Status(ctx context.Context) Status {
 	}
 	for _, b := range s.cfg.fleet.Brokers() {
 		out.Fleet = append(out.Fleet, Broker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+	}
+	if s.cfg.members != nil {
+		out.Members = s.cfg.members(ctx)
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"sort"
 	"strings"
 
 	"go.uber.org/zap"
@@ -27,6 +29,13 @@ type MirrorInfo struct {
 // WithMirror sets how /status learns the mirror's state. Without it, the
 // mirror section says the mirror is disabled.
 func WithMirror(f func() MirrorInfo) Option { return func(c *config) { c.mirror = f } }
+
+// WithFleetMirror sets how /status learns the mirror of the whole fleet
+// (MergeMirror of every member's LocalMirror). Without it /status shows
+// this member's own.
+func WithFleetMirror(f func(ctx context.Context) MirrorStatus) Option {
+	return func(c *config) { c.fleetMirror = f }
+}
 
 // MirrorStatus is the mirror section of /status, and /status/mirror.
 type MirrorStatus struct {
@@ -62,6 +71,8 @@ type MirrorSummary struct {
 type MirrorPartition struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
+	// Owner is the node ID of the member whose writer copies it.
+	Owner int32 `json:"owner"`
 	// State is starting, mirroring, caught_up, halted or stopped.
 	State string `json:"state"`
 	// MirroredOffset is the standby's end offset as acknowledged by the
@@ -85,19 +96,29 @@ type MirrorPartition struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Mirror returns the mirror section of /status.
-func (s *Server) Mirror() MirrorStatus {
+// Mirror returns the mirror section of /status: the fleet's, when the
+// member is in one (WithFleetMirror), else this member's own.
+func (s *Server) Mirror(ctx context.Context) MirrorStatus {
+	if s.cfg.fleetMirror != nil {
+		return s.cfg.fleetMirror(ctx)
+	}
+	return s.LocalMirror()
+}
+
+// LocalMirror returns the partitions whose writer runs on this member,
+// each with this member as its owner.
+func (s *Server) LocalMirror() MirrorStatus {
 	out := MirrorStatus{Partitions: []MirrorPartition{}}
 	if s.cfg.mirror == nil {
 		return out
 	}
 	info := s.cfg.mirror()
 	out.Enabled, out.Running, out.Source, out.Target = info.Enabled, info.Running, info.Source, info.Target
-	sum := &out.Summary
 	for _, p := range info.Partitions {
 		mp := MirrorPartition{
 			Topic:          p.Topic,
 			Partition:      p.Partition,
+			Owner:          s.cfg.node.ID,
 			State:          stateName(p.State),
 			MirroredOffset: p.Mirrored,
 			SourceEnd:      p.SourceEnd,
@@ -108,28 +129,62 @@ func (s *Server) Mirror() MirrorStatus {
 		if p.Err != nil {
 			mp.Error = p.Err.Error()
 		}
-		sum.Partitions++
-		switch p.State {
-		case mirror.StateStarting:
-			sum.Starting++
-		case mirror.StateMirroring:
-			sum.Mirroring++
-		case mirror.StateCaughtUp:
-			sum.CaughtUp++
-		case mirror.StateHalted:
-			sum.Halted++
+		if p.State == mirror.StateHalted {
 			mp.HaltReason = mirror.HaltReason(p.Err)
-		case mirror.StateStopped:
-			sum.Stopped++
-		}
-		if p.State != mirror.StateStopped {
-			sum.MaxLagRecords = max(sum.MaxLagRecords, mp.LagRecords)
-			sum.MaxLagSeconds = max(sum.MaxLagSeconds, mp.LagSeconds)
 		}
 		out.Partitions = append(out.Partitions, mp)
 	}
-	sum.AllCaughtUp = out.Running && sum.CaughtUp == sum.Partitions-sum.Stopped
+	out.Summary = summarize(out.Running, out.Partitions)
 	return out
+}
+
+// MergeMirror joins the members' own mirror sections (LocalMirror) into the
+// fleet's: every partition, with the member that writes it, sorted by
+// topic and partition. The fleet's mirror runs when any member's does.
+func MergeMirror(members ...MirrorStatus) MirrorStatus {
+	out := MirrorStatus{Partitions: []MirrorPartition{}}
+	for _, m := range members {
+		out.Enabled = out.Enabled || m.Enabled
+		if m.Running && !out.Running {
+			out.Running, out.Source, out.Target = true, m.Source, m.Target
+		}
+		out.Partitions = append(out.Partitions, m.Partitions...)
+	}
+	sort.Slice(out.Partitions, func(i, j int) bool {
+		a, b := out.Partitions[i], out.Partitions[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	out.Summary = summarize(out.Running, out.Partitions)
+	return out
+}
+
+// summarize counts partitions by state and finds the worst lag.
+func summarize(running bool, parts []MirrorPartition) MirrorSummary {
+	var sum MirrorSummary
+	for _, p := range parts {
+		sum.Partitions++
+		switch p.State {
+		case stateName(mirror.StateStarting):
+			sum.Starting++
+		case stateName(mirror.StateMirroring):
+			sum.Mirroring++
+		case stateName(mirror.StateCaughtUp):
+			sum.CaughtUp++
+		case stateName(mirror.StateHalted):
+			sum.Halted++
+		case stateName(mirror.StateStopped):
+			sum.Stopped++
+		}
+		if p.State != stateName(mirror.StateStopped) {
+			sum.MaxLagRecords = max(sum.MaxLagRecords, p.LagRecords)
+			sum.MaxLagSeconds = max(sum.MaxLagSeconds, p.LagSeconds)
+		}
+	}
+	sum.AllCaughtUp = running && sum.CaughtUp == sum.Partitions-sum.Stopped
+	return sum
 }
 
 // stateName is a partition state as /status spells it: "caught up" becomes
@@ -137,11 +192,11 @@ func (s *Server) Mirror() MirrorStatus {
 func stateName(s mirror.PartitionState) string { return strings.ReplaceAll(s.String(), " ", "_") }
 
 // HandleMirror answers Mirror as indented JSON.
-func (s *Server) HandleMirror(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) HandleMirror(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(s.Mirror()); err != nil {
+	if err := enc.Encode(s.Mirror(r.Context())); err != nil {
 		s.cfg.log.Debug("writing /status/mirror", zap.Error(err))
 	}
 }

@@ -49,7 +49,7 @@ func TestMirrorStatus(t *testing.T) {
 	f.started.Store(true)
 
 	// The method.
-	m := f.srv.Mirror()
+	m := f.srv.Mirror(context.Background())
 	want := MirrorSummary{Partitions: 5, Starting: 1, Mirroring: 1, CaughtUp: 1, Halted: 1, Stopped: 1,
 		MaxLagRecords: 30, MaxLagSeconds: 3} // the stopped partition's lag does not count
 	if !m.Enabled || !m.Running || m.Source != "primary" || m.Target != "standby" || m.Summary != want {
@@ -141,13 +141,13 @@ func TestMirrorStatus(t *testing.T) {
 		}
 	}
 	fm.set(MirrorInfo{Enabled: true, Running: true, Source: "primary", Target: "standby", Partitions: parts})
-	if s := f.srv.Mirror().Summary; !s.AllCaughtUp || s.CaughtUp != 4 || s.MaxLagRecords != 0 || s.MaxLagSeconds != 0 {
+	if s := f.srv.Mirror(context.Background()).Summary; !s.AllCaughtUp || s.CaughtUp != 4 || s.MaxLagRecords != 0 || s.MaxLagSeconds != 0 {
 		t.Fatalf("all caught up: %+v", s)
 	}
 
 	// Stopped for a switchover: not running, so not caught up.
 	fm.set(MirrorInfo{Enabled: true})
-	if m := f.srv.Mirror(); m.Running || m.Summary.AllCaughtUp || m.Partitions == nil {
+	if m := f.srv.Mirror(context.Background()); m.Running || m.Summary.AllCaughtUp || m.Partitions == nil {
 		t.Fatalf("stopped mirror: %+v", m)
 	}
 }

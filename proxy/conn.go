@@ -126,6 +126,7 @@ func (c *clientConn) serve() {
 	err := c.readLoop()
 	close(c.replies)
 	<-writerDone
+	c.releaseUpstreams(err) // after a drain; readLoop did it otherwise
 	c.close(err)
 	c.mem.close()
 }
@@ -138,7 +139,7 @@ func (c *clientConn) close(err error) {
 		switch {
 		case errors.Is(err, errClientClosed): // an answer was still awaited
 			c.log.Debug("client connection closed", zap.Error(err))
-		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle):
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle), errors.Is(err, ErrServerClosed):
 			c.log.Debug("client connection closed")
 		case refusalReason(err) != "":
 			// Logged, sampled, where it was refused.
@@ -150,7 +151,13 @@ func (c *clientConn) close(err error) {
 }
 
 func (c *clientConn) readLoop() (err error) {
-	defer func() { c.releaseUpstreams(err) }()
+	defer func() {
+		// Requests still upstream fail at once, their client being gone,
+		// unless the server drains: then the writer waits for them.
+		if !errors.Is(err, errDraining) {
+			c.releaseUpstreams(err)
+		}
+	}()
 	br := bufio.NewReaderSize(c.nc, 32<<10)
 	for {
 		if err := c.awaitRequest(br); err != nil {

@@ -54,7 +54,15 @@ var (
 func (c *clientConn) awaitRequest(br *bufio.Reader) error {
 	c.lastActive.Store(time.Now().UnixNano())
 	maxIdle := c.s.cfg.connectionsMaxIdle
+	if c.s.draining.Load() {
+		return errDraining
+	}
 	for br.Buffered() == 0 {
+		if c.s.draining.Load() {
+			// Shutdown: no new request is read; the reader's return
+			// lets the writer answer what was read, then closes.
+			return errDraining
+		}
 		deadline := time.Unix(0, c.lastActive.Load()).Add(maxIdle)
 		if c.inflight.Load() > 0 {
 			deadline = time.Now().Add(maxIdle)

@@ -35,6 +35,8 @@ type Server struct {
 
 	// writes counts client writes in flight (hold.go).
 	writes atomic.Int64
+	// draining is set by Shutdown: connections read no new request.
+	draining atomic.Bool
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -298,8 +300,53 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 	}
 }
 
+// Shutdown stops the server gracefully: it stops accepting, lets every
+// connection finish the requests it has read (their answers written), and
+// closes it; a request not yet read, or read only in part, gets no answer,
+// and its client sends it again through another member after a metadata
+// refresh. When ctx ends first, what remains is closed as by Close. Close
+// follows in any case.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.draining.Store(true)
+	for ln := range s.lns {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		// A reader blocked on an idle connection wakes to see draining.
+		// Again at each tick: a reader that had checked draining just
+		// before may have set a later deadline since.
+		for c := range s.conns {
+			c.nc.SetReadDeadline(time.Unix(1, 0))
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("shutdown: closing connections with answers still owed", zap.Int("connections", n))
+			return s.Close()
+		case <-t.C:
+		}
+	}
+	return s.Close()
+}
+
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("ferry: server closed")
+
+// errDraining ends a connection's reader during Shutdown.
+var errDraining = fmt.Errorf("%w: shutting down", ErrServerClosed)
 
 // Close stops the server; safe to call more than once. In order: stop
 // accepting, close every client connection (in-flight requests end with

@@ -109,11 +109,44 @@ type Config struct {
 	// RequestReadTimeout closes a client connection whose request started
 	// arriving but is not complete this much later. Default 30s.
 	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
+	// Fleet joins this member to other Ferry members by gossip, so that
+	// they serve as one virtual cluster. Without it the member is on its
+	// own.
+	Fleet *FleetConfig `yaml:"fleet"`
 	// Policy says which kinds of request clients may send through Ferry,
 	// which reaches the clusters under its own identity.
 	Policy PolicyConfig `yaml:"policy"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+}
+
+// FleetConfig is the fleet section: how this member finds and talks to the
+// other members.
+type FleetConfig struct {
+	// Bind is the gossip address (TCP and UDP). Default 0.0.0.0:7946.
+	Bind string `yaml:"bind"`
+	// Advertise is the gossip address the other members reach this one
+	// at, when it is not Bind's (NAT, a container). Default: Bind's, or
+	// the machine's private address when Bind is every interface.
+	Advertise string `yaml:"advertise"`
+	// Seeds are members to join: host:port entries, or a DNS name with a
+	// port that resolves to several addresses (a Kubernetes headless
+	// Service), resolved again at each attempt. Empty: this member starts
+	// the fleet and the others join it.
+	Seeds []string `yaml:"seeds"`
+	// KeyFile holds the gossip encryption key: base64 of 16, 24 or 32
+	// random bytes (`head -c 32 /dev/urandom | base64`). Every member needs
+	// the same key; without it gossip is in the clear and anyone reaching
+	// the port can join.
+	KeyFile string `yaml:"key_file"`
+	// WriteLease is how long a member may forward writes after it last
+	// read, from the active cluster, that its generation still serves
+	// there; a planned switch waits one lease before the flip, so that a
+	// member cut off from the fleet has stopped writing to the old cluster
+	// (docs/ARCHITECTURE.md). Default 1.5s.
+	WriteLease time.Duration `yaml:"write_lease"`
+	// key is the key read from KeyFile.
+	key []byte
 }
 
 // PolicyConfig changes the request policy's defaults (README.md lists the
@@ -184,6 +217,8 @@ const (
 	defaultRequestReadTimeout = 30 * time.Second
 	defaultMirrorSync         = 5 * time.Second
 	defaultMirrorInFlight     = 5
+	defaultFleetBind          = "0.0.0.0:7946"
+	defaultWriteLease         = 1500 * time.Millisecond
 )
 
 // applyDefaults fills every key left out. hostname is used for the
@@ -229,6 +264,14 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 		c.LogLevel = defaultLogLevel
 	}
 	c.Mirror.applyDefaults(len(c.Clusters))
+	if f := c.Fleet; f != nil {
+		if f.Bind == "" {
+			f.Bind = defaultFleetBind
+		}
+		if f.WriteLease == 0 {
+			f.WriteLease = defaultWriteLease
+		}
+	}
 	if c.AdvertisedHost == "" {
 		if host, _, err := net.SplitHostPort(c.Listen); err == nil {
 			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
@@ -332,6 +375,9 @@ func (c *Config) validate() error {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
+	if c.Fleet != nil {
+		errs = append(errs, c.Fleet.validate()...)
+	}
 	errs = append(errs, c.Policy.validate()...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)
@@ -367,6 +413,29 @@ func (c *Config) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n  %w", ErrInvalidConfig, joinLines(errs))
+}
+
+// validate checks the fleet section after defaults.
+func (f *FleetConfig) validate() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := checkAddr(f.Bind, true); err != nil {
+		bad("fleet.bind %q: %v", f.Bind, err)
+	}
+	if f.Advertise != "" {
+		if err := checkAddr(f.Advertise, false); err != nil {
+			bad("fleet.advertise %q: %v", f.Advertise, err)
+		}
+	}
+	for i, s := range f.Seeds {
+		if err := checkAddr(s, false); err != nil {
+			bad("fleet.seeds[%d] %q: %v", i, s, err)
+		}
+	}
+	if f.WriteLease < 200*time.Millisecond || f.WriteLease > time.Minute {
+		bad("fleet.write_lease %s: must be between 200ms and 1m", f.WriteLease)
+	}
+	return errs
 }
 
 // validate checks the mirror section after defaults. The settings are

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestShutdownAnswersWhatWasRead: a produce the member has read and sent
+// upstream when Shutdown starts is answered (the record is in the log and
+// the client hears so) before the connection closes; new connections are
+// refused meanwhile.
+func TestShutdownAnswersWhatWasRead(t *testing.T) {
+	kf := newKfake(t, 1)
+	s, addr := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(newClient(t, addr)).CreateTopic(ctx, 1, 1, nil, "drained"); err != nil {
+		t.Fatal(err)
+	}
+
+	upstream := make(chan struct{})
+	release := make(chan struct{})
+	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		select {
+		case upstream <- struct{}{}:
+			<-release
+		default:
+		}
+		return nil, nil, false
+	})
+
+	c := dialRaw(t, addr)
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 7
+	req.Acks = -1
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "drained"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = recordBatch(-1, -1, -1, false)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	writeReq(t, c, req, 42)
+	<-upstream // the produce is at the broker
+
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(ctx) }()
+	// Shutdown stops accepting before it waits for anyone.
+	waitUntil(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.draining.Load()
+	})
+	close(release)
+
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	b := readResp(t, c)
+	if err := resp.ReadFrom(b[4:]); err != nil { // after the correlation ID
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("produce answered with %v during shutdown", kerr.ErrorForCode(code))
+	}
+	expectClosed(t, c)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "drained")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("drained", 0); o.Offset != 1 {
+		t.Fatalf("end offset %d, want the one acknowledged record", o.Offset)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

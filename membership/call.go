@@ -125,8 +125,16 @@ func (f *Fleet) call(ctx context.Context, to int32, kind string, body []byte) ([
 	// the TCP timeout the send.
 	sent := make(chan error, 1)
 	go func() { sent <- f.ml.SendReliable(&node, req.encode()) }()
+	changed := f.Changed()
 	for {
 		select {
+		case <-changed:
+			// A member that dies or leaves will not answer: say so now
+			// rather than at the end of ctx.
+			if _, ok := f.member(to); !ok {
+				return nil, outcomeUnreachable, fmt.Errorf("member %d died or left during %s", to, kind)
+			}
+			changed = f.Changed()
 		case err := <-sent:
 			if err != nil {
 				return nil, outcomeUnreachable, fmt.Errorf("call %s to member %d at %s: %v", kind, to, node.Address(), err)
@@ -230,9 +238,12 @@ func (f *Fleet) serve(req message) {
 	}
 	resp := message{typ: msgResponse, id: req.id, from: f.id}
 	body, err := f.runHandler(ctx, req.from, req.kind, req.body)
+	if f.ctx.Err() != nil {
+		return // this member is leaving: its callers see it go
+	}
 	if err != nil {
 		resp.err = err.Error()
-		if ctx.Err() != nil && f.ctx.Err() == nil {
+		if ctx.Err() != nil {
 			// The caller's deadline ended the handler: to the caller that
 			// is a timeout, not a refusal.
 			resp.typ = msgExpired
@@ -245,7 +256,7 @@ func (f *Fleet) serve(req message) {
 		f.log.Warn("cannot answer a fleet call: the caller is not a live member", zap.Int32("from", req.from), zap.String("kind", req.kind))
 		return
 	}
-	if err := f.ml.SendReliable(&node, resp.encode()); err != nil && f.ctx.Err() == nil {
+	if err := f.ml.SendReliable(&node, resp.encode()); err != nil {
 		f.log.Warn("cannot answer a fleet call", zap.Int32("from", req.from), zap.String("kind", req.kind), zap.Error(err))
 	}
 }

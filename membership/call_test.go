@@ -133,31 +133,44 @@ func TestCallTimeouts(t *testing.T) {
 		return nil
 	})
 
-	// A member that went away: the call fails, within its context, and
-	// CallAll answers for everyone else.
-	c.kill()
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	// A member that dies during a call: the call ends when it is found
+	// dead, before its context.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), patience)
 	defer cancel2()
-	if _, err := a.Call(ctx2, 3, "echo", nil); err == nil {
-		t.Error("Call to a member that went away succeeded")
-	}
-	replies := a.CallAll(ctx2, "echo", nil)
-	for _, r := range replies {
-		if r.NodeID != 3 && r.Err != nil {
-			t.Errorf("CallAll: member %d: %v", r.NodeID, r.Err)
-		}
-	}
-	eventually(t, "member 3 dead", func() error {
-		if x, _ := a.stateOf(3); x.State != Dead {
-			return fmt.Errorf("members: %s", view(a.Members()))
+	hung := make(chan error, 1)
+	go func() {
+		_, err := a.Call(ctx2, 3, "hang", nil)
+		hung <- err
+	}()
+	eventually(t, "member 3 serving the call", func() error {
+		if len(c.sem) != 1 {
+			return fmt.Errorf("%d handlers running", len(c.sem))
 		}
 		return nil
 	})
+	c.kill()
+	select {
+	case err := <-hung:
+		if err == nil || !strings.Contains(err.Error(), "member 3 died or left") || ctx2.Err() != nil {
+			t.Errorf("call to a member that died: %v (context: %v)", err, ctx2.Err())
+		}
+	case <-ctx2.Done():
+		t.Fatal("the call to a dead member lasted until its context ended")
+	}
+	if x, _ := a.stateOf(3); x.State != Dead {
+		t.Errorf("member 3 is %s", x.State)
+	}
+
+	// Calls to a dead member fail at once; CallAll answers for the others.
 	if _, err := a.Call(callCtx(t), 3, "echo", nil); err == nil || !strings.Contains(err.Error(), "not a live member") {
 		t.Errorf("Call to a dead member: %v", err)
 	}
-	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("echo", outcomeUnreachable)); n == 0 {
-		t.Error("no unreachable call counted")
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("echo", outcomeUnreachable)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=echo,outcome=unreachable} = %v", n)
+	}
+	replies := a.CallAll(callCtx(t), "echo", nil)
+	if len(replies) != 2 || replies[0].Err != nil || replies[1].Err != nil {
+		t.Errorf("CallAll without member 3: %+v", replies)
 	}
 
 	// A call after Close.

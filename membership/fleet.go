@@ -181,11 +181,16 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		before := len(f.Alive())
 		n, tried, _, err := f.joinSeeds(ctx)
 		switch {
-		case n > 0:
+		case n > 0 && len(f.Alive()) > before:
 			f.log.Info("joined seeds that were not live members (a partition healed, or they came back)",
-				zap.Strings("seeds", tried), zap.Int("joined", n))
+				zap.Strings("seeds", tried), zap.Int("members", len(f.Alive())))
+		case n > 0:
+			// A seed address that is no member's gossip address (a
+			// load balancer, NAT): a push/pull with whoever is behind it.
+			f.log.Debug("joined seeds again", zap.Strings("seeds", tried))
 		case err != nil && ctx.Err() == nil:
 			f.log.Debug("seeds that are not live members are still unreachable", zap.Strings("seeds", tried), zap.Error(err))
 		}
@@ -313,11 +318,16 @@ func (f *Fleet) isSelf(host, port string) bool {
 	if ip.Equal(f.selfIP) || ip.Equal(f.bindIP) {
 		return true
 	}
-	if f.bindIP == nil || !f.bindIP.IsUnspecified() || p != f.ports[1] {
+	if f.bindIP == nil || p != f.ports[1] {
 		return false
 	}
-	if ip.IsLoopback() {
+	// "localhost" resolves to 127.0.0.1 and ::1: both are this member
+	// when it listens on a loopback address or all of them.
+	if ip.IsLoopback() && (f.bindIP.IsLoopback() || f.bindIP.IsUnspecified()) {
 		return true
+	}
+	if !f.bindIP.IsUnspecified() {
+		return false
 	}
 	ifAddrs, _ := net.InterfaceAddrs()
 	for _, a := range ifAddrs {
@@ -435,8 +445,8 @@ func (f *Fleet) watch() {
 	defer close(f.watched)
 	t := time.NewTicker(f.refresh)
 	defer t.Stop()
-	var last string
-	for {
+	last := "" // the first look sets it without a change to announce
+	for first := true; ; first = false {
 		ms := f.Members()
 		var sb strings.Builder
 		for _, m := range ms {
@@ -445,7 +455,9 @@ func (f *Fleet) watch() {
 		if sig := sb.String(); sig != last {
 			last = sig
 			f.metrics.setMembers(ms)
-			f.notifyChanged()
+			if !first {
+				f.notifyChanged()
+			}
 		}
 		select {
 		case <-f.done:

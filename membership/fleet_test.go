@@ -419,9 +419,12 @@ func TestRejoinHealsAfterDeadGossipEnds(t *testing.T) {
 	a2 := start(t, cfg, testMeta(1)) // same address, no seeds
 	a2.sees(1, 2)
 	b.sees(1, 2)
-	if !b.logged(zapcore.InfoLevel, "joined seeds that were not live members") {
-		t.Error("member 2 did not log its rejoin")
-	}
+	eventually(t, "member 2 logs its rejoin", func() error {
+		if !b.logged(zapcore.InfoLevel, "joined seeds that were not live members") {
+			return errors.New("no log")
+		}
+		return nil
+	})
 }
 
 func TestNewErrors(t *testing.T) {
@@ -462,5 +465,19 @@ func TestNewErrors(t *testing.T) {
 		} else if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want it to mention %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+func TestTwoFleetsOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for id := int32(1); id <= 2; id++ {
+		f, err := New(testConfig(), testMeta(id), nil, reg)
+		if err != nil {
+			t.Fatalf("New(%d) on a shared registry: %v", id, err)
+		}
+		t.Cleanup(func() { f.Close() })
+	}
+	if n, err := testutil.GatherAndCount(reg, "ferry_fleet_members"); err != nil || n != 4 {
+		t.Errorf("ferry_fleet_members series: %d, %v", n, err)
 	}
 }

@@ -117,6 +117,12 @@ func TestWrongOrMissingKeyRefused(t *testing.T) {
 		}
 		return nil
 	})
+	if _, reason := c.Ready(); !strings.Contains(reason, "decrypt") {
+		t.Errorf("member with the wrong key: %s", reason)
+	}
+	if _, reason := d.Ready(); !strings.Contains(reason, "encryption is not configured") {
+		t.Errorf("member without a key: %s", reason)
+	}
 	a.sees(1, 2)
 	b.sees(1, 2)
 	c.sees(3)

@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -287,4 +290,51 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Errorf("re-encoding %+v: %+v, %v", m, again, err)
 		}
 	})
+}
+
+// Gossip about a member (not a join) goes through NotifyAlive: news of a
+// second member 2 elsewhere, or of a node that is not a Ferry member, is
+// ignored; news of member 2 where it is, or of a new member, is not.
+func TestNotifyAliveRefusesDuplicates(t *testing.T) {
+	a := start(t, testConfig(), testMeta(1))
+	b := start(t, testConfig(a.selfAddr), testMeta(2))
+	a.sees(1, 2)
+	metaOf := func(m Meta) []byte {
+		js, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	host, ps, _ := net.SplitHostPort(b.selfAddr)
+	port, _ := strconv.Atoi(ps)
+	node := func(name string, port int, meta []byte) *memberlist.Node {
+		return &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(port), Meta: meta}
+	}
+	d := delegate{a.Fleet}
+	if err := d.NotifyAlive(node("2", port, metaOf(testMeta(2)))); err != nil {
+		t.Errorf("member 2 where it is: %v", err)
+	}
+	if err := d.NotifyAlive(node("2", port+1, metaOf(testMeta(2)))); err == nil || !strings.Contains(err.Error(), "node ID 2 is held by the live member at "+b.selfAddr) {
+		t.Errorf("a second member 2: %v", err)
+	}
+	if err := d.NotifyAlive(node("7", port+1, metaOf(testMeta(7)))); err != nil {
+		t.Errorf("a new member: %v", err)
+	}
+	if err := d.NotifyAlive(node("7", port+1, metaOf(testMeta(8)))); err == nil {
+		t.Error("a node whose metadata names another node ID was let in")
+	}
+	if err := d.NotifyAlive(node("serf-agent", port+1, []byte("role=web"))); err == nil {
+		t.Error("a node that is not a Ferry member was let in")
+	}
+	b.kill()
+	eventually(t, "member 2 dead", func() error {
+		if x, _ := a.stateOf(2); x.State != Dead {
+			return fmt.Errorf("members: %s", view(a.Members()))
+		}
+		return nil
+	})
+	if err := d.NotifyAlive(node("2", port+1, metaOf(testMeta(2)))); err != nil {
+		t.Errorf("member 2 back at a new address once the old is dead: %v", err)
+	}
 }

@@ -1,0 +1,371 @@
+package membership
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Handler answers a call of one kind from member from (this member's own
+// ID for a call to itself). An error it returns reaches the caller as a
+// *RemoteError. Handlers run concurrently and must honour ctx, which ends
+// with the caller's deadline or when the fleet closes.
+type Handler func(ctx context.Context, from int32, body []byte) ([]byte, error)
+
+// Reply is one member's answer to CallAll.
+type Reply struct {
+	NodeID int32
+	Body   []byte
+	Err    error
+}
+
+// RemoteError is a call's refusal by the member called: its handler
+// returned an error, or it has no handler for the kind.
+type RemoteError struct {
+	NodeID  int32
+	Kind    string
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("member %d refused %s: %s", e.NodeID, e.Kind, e.Message)
+}
+
+const maxKindLen = 255
+
+// Handle sets the handler of calls of a kind. Set them before Run, so that
+// a member never refuses a call for want of its handler.
+func (f *Fleet) Handle(kind string, h Handler) {
+	if kind == "" || len(kind) > maxKindLen {
+		panic(fmt.Sprintf("membership: call kind %q must be 1 to %d bytes", kind, maxKindLen))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handlers[kind] = h
+}
+
+func (f *Fleet) handler(kind string) Handler {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.handlers[kind]
+}
+
+// Call sends body to member to's handler of kind and returns its answer.
+// It goes over memberlist's reliable (TCP) messages, encrypted with the
+// gossip key; a call to this member runs the handler directly. A member
+// that does not answer ends the call when ctx ends: give ctx a deadline.
+func (f *Fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
+	start := time.Now()
+	resp, outcome, err := f.call(ctx, to, kind, body)
+	f.metrics.calls.WithLabelValues(kind, outcome).Inc()
+	if outcome == outcomeOK || outcome == outcomeRefused {
+		f.metrics.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	}
+	return resp, err
+}
+
+// CallAll calls every Alive member (this one included) in parallel and
+// returns their replies sorted by node ID.
+func (f *Fleet) CallAll(ctx context.Context, kind string, body []byte) []Reply {
+	ms := f.Alive()
+	out := make([]Reply, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() {
+			b, err := f.Call(ctx, m.NodeID, kind, body)
+			out[i] = Reply{NodeID: m.NodeID, Body: b, Err: err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+type pendingCall struct {
+	to int32
+	ch chan message
+}
+
+func (f *Fleet) call(ctx context.Context, to int32, kind string, body []byte) ([]byte, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, outcomeTimeout, fmt.Errorf("call %s to member %d: %w", kind, to, err)
+	}
+	if to == f.id {
+		return f.callSelf(ctx, kind, body)
+	}
+	select {
+	case <-f.done:
+		return nil, outcomeUnreachable, fmt.Errorf("call %s to member %d: this member left the fleet", kind, to)
+	default:
+	}
+	node, ok := f.member(to)
+	if !ok {
+		return nil, outcomeUnreachable, fmt.Errorf("call %s to member %d: not a live member of the fleet", kind, to)
+	}
+	id := f.nextID.Add(1)
+	ch := make(chan message, 1)
+	f.pendMu.Lock()
+	f.pending[id] = pendingCall{to: to, ch: ch}
+	f.pendMu.Unlock()
+	defer func() {
+		f.pendMu.Lock()
+		delete(f.pending, id)
+		f.pendMu.Unlock()
+	}()
+	req := message{typ: msgRequest, id: id, from: f.id, kind: kind, body: body}
+	if dl, ok := ctx.Deadline(); ok {
+		req.timeout = max(time.Until(dl).Milliseconds(), 1)
+	}
+	// SendReliable dials and writes without a context; ctx ends the wait,
+	// the TCP timeout the send.
+	sent := make(chan error, 1)
+	go func() { sent <- f.ml.SendReliable(&node, req.encode()) }()
+	changed := f.Changed()
+	for {
+		select {
+		case <-changed:
+			// A member that dies or leaves will not answer: say so now
+			// rather than at the end of ctx.
+			if _, ok := f.member(to); !ok {
+				return nil, outcomeUnreachable, fmt.Errorf("member %d died or left during %s", to, kind)
+			}
+			changed = f.Changed()
+		case err := <-sent:
+			if err != nil {
+				return nil, outcomeUnreachable, fmt.Errorf("call %s to member %d at %s: %v", kind, to, node.Address(), err)
+			}
+			sent = nil
+		case resp := <-ch:
+			if resp.typ == msgExpired {
+				return nil, outcomeTimeout, fmt.Errorf("member %d did not answer %s in time: %w (%s)", to, kind, context.DeadlineExceeded, resp.err)
+			}
+			if resp.err != "" {
+				return nil, outcomeRefused, &RemoteError{NodeID: to, Kind: kind, Message: resp.err}
+			}
+			return resp.body, outcomeOK, nil
+		case <-ctx.Done():
+			return nil, outcomeTimeout, fmt.Errorf("member %d did not answer %s: %w", to, kind, ctx.Err())
+		case <-f.done:
+			return nil, outcomeUnreachable, fmt.Errorf("call %s to member %d: this member left the fleet", kind, to)
+		}
+	}
+}
+
+func (f *Fleet) callSelf(ctx context.Context, kind string, body []byte) ([]byte, string, error) {
+	resp, err := f.runHandler(ctx, f.id, kind, body)
+	if err != nil {
+		return nil, outcomeRefused, &RemoteError{NodeID: f.id, Kind: kind, Message: err.Error()}
+	}
+	return resp, outcomeOK, nil
+}
+
+func (f *Fleet) runHandler(ctx context.Context, from int32, kind string, body []byte) (resp []byte, err error) {
+	h := f.handler(kind)
+	if h == nil {
+		return nil, fmt.Errorf("no handler for %q", kind)
+	}
+	defer func() {
+		// A peer's message must not take the process down.
+		if r := recover(); r != nil {
+			f.log.Error("fleet call handler panicked", zap.String("kind", kind), zap.Int32("from", from),
+				zap.Any("panic", r), zap.Stack("stack"))
+			resp, err = nil, fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	resp, err = h(ctx, from, body)
+	if err != nil && err.Error() == "" {
+		err = errors.New("error")
+	}
+	return resp, err
+}
+
+// onMessage is memberlist's NotifyMsg: it must not block memberlist, so a
+// request is served on its own goroutine, and at most maxHandlers at once.
+func (f *Fleet) onMessage(b []byte) {
+	if !f.up.Load() {
+		return
+	}
+	m, err := decodeMessage(b)
+	if err != nil {
+		f.log.Debug("dropped an unreadable fleet message", zap.Error(err))
+		return
+	}
+	switch m.typ {
+	case msgResponse, msgExpired:
+		f.pendMu.Lock()
+		p, ok := f.pending[m.id]
+		f.pendMu.Unlock()
+		if ok && p.to == m.from {
+			select {
+			case p.ch <- m:
+			default:
+			}
+		}
+	case msgRequest:
+		select {
+		case f.sem <- struct{}{}:
+		default:
+			f.log.Warn("too many fleet calls in progress: dropped one", zap.Int32("from", m.from), zap.String("kind", m.kind))
+			return
+		}
+		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			<-f.sem
+			return
+		}
+		f.serving.Add(1)
+		f.mu.Unlock()
+		go f.serve(m)
+	}
+}
+
+func (f *Fleet) serve(req message) {
+	defer func() {
+		<-f.sem
+		f.serving.Done()
+	}()
+	ctx := f.ctx
+	if req.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeout)*time.Millisecond)
+		defer cancel()
+	}
+	resp := message{typ: msgResponse, id: req.id, from: f.id}
+	body, err := f.runHandler(ctx, req.from, req.kind, req.body)
+	if f.ctx.Err() != nil {
+		return // this member is leaving: its callers see it go
+	}
+	if err != nil {
+		resp.err = err.Error()
+		if ctx.Err() != nil {
+			// The caller's deadline ended the handler: to the caller that
+			// is a timeout, not a refusal.
+			resp.typ = msgExpired
+		}
+	} else {
+		resp.body = body
+	}
+	node, ok := f.member(req.from)
+	if !ok {
+		f.log.Warn("cannot answer a fleet call: the caller is not a live member", zap.Int32("from", req.from), zap.String("kind", req.kind))
+		return
+	}
+	if err := f.ml.SendReliable(&node, resp.encode()); err != nil {
+		f.log.Warn("cannot answer a fleet call", zap.Int32("from", req.from), zap.String("kind", req.kind), zap.Error(err))
+	}
+}
+
+func randomID() uint64 {
+	// Request IDs start at random, so that a response to a call made
+	// before a restart does not match one made after.
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) >> 1
+}
+
+// message is a request or its response, carried as a memberlist user
+// message: version, type, ID, sender, kind, timeout (ms, 0 for none),
+// error, then the body to the end.
+type message struct {
+	typ     byte
+	id      uint64
+	from    int32
+	kind    string
+	timeout int64
+	err     string
+	body    []byte
+}
+
+const (
+	wireVersion = 1
+	msgRequest  = 1
+	msgResponse = 2
+	msgExpired  = 3 // a response: the caller's deadline ended the handler
+)
+
+func (m *message) encode() []byte {
+	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+2*binary.MaxVarintLen32+len(m.kind)+len(m.err)+len(m.body))
+	b = append(b, wireVersion, m.typ)
+	b = binary.AppendUvarint(b, m.id)
+	b = binary.AppendVarint(b, int64(m.from))
+	b = binary.AppendUvarint(b, uint64(len(m.kind)))
+	b = append(b, m.kind...)
+	b = binary.AppendVarint(b, m.timeout)
+	b = binary.AppendUvarint(b, uint64(len(m.err)))
+	b = append(b, m.err...)
+	return append(b, m.body...)
+}
+
+var errShort = errors.New("truncated")
+
+func decodeMessage(b []byte) (message, error) {
+	var m message
+	if len(b) < 2 {
+		return m, errShort
+	}
+	if b[0] != wireVersion {
+		return m, fmt.Errorf("unknown version %d", b[0])
+	}
+	m.typ = b[1]
+	if m.typ != msgRequest && m.typ != msgResponse && m.typ != msgExpired {
+		return m, fmt.Errorf("unknown type %d", m.typ)
+	}
+	b = b[2:]
+	uv := func() (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, errShort
+		}
+		b = b[n:]
+		return v, nil
+	}
+	sv := func() (int64, error) {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			return 0, errShort
+		}
+		b = b[n:]
+		return v, nil
+	}
+	str := func(limit uint64) (string, error) {
+		n, err := uv()
+		if err != nil {
+			return "", err
+		}
+		if n > limit || n > uint64(len(b)) {
+			return "", fmt.Errorf("string of %d bytes", n)
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, nil
+	}
+	var err error
+	var from int64
+	if m.id, err = uv(); err != nil {
+		return m, err
+	}
+	if from, err = sv(); err != nil {
+		return m, err
+	}
+	if from < 0 || from > 1<<31-1 {
+		return m, fmt.Errorf("sender %d", from)
+	}
+	m.from = int32(from)
+	if m.kind, err = str(maxKindLen); err != nil {
+		return m, err
+	}
+	if m.timeout, err = sv(); err != nil {
+		return m, err
+	}
+	if m.err, err = str(uint64(len(b))); err != nil {
+		return m, err
+	}
+	m.body = append([]byte(nil), b...)
+	return m, nil
+}

@@ -1,0 +1,183 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// handlers installs the test kinds: echo answers "<member> got <body>
+// from <caller>", fail refuses, hang answers only when its context ends.
+func handlers(m *member) {
+	m.Handle("echo", func(ctx context.Context, from int32, body []byte) ([]byte, error) {
+		return fmt.Appendf(nil, "%d got %s from %d", m.id, body, from), nil
+	})
+	m.Handle("fail", func(ctx context.Context, from int32, body []byte) ([]byte, error) {
+		return nil, fmt.Errorf("member %d says no", m.id)
+	})
+	m.Handle("hang", func(ctx context.Context, from int32, body []byte) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	m.Handle("panic", func(ctx context.Context, from int32, body []byte) ([]byte, error) {
+		panic("boom")
+	})
+}
+
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	a, b, c := threeMembers(t)
+	for _, m := range []*member{a, b, c} {
+		handlers(m)
+	}
+	ctx := callCtx(t)
+
+	got, err := a.Call(ctx, 2, "echo", []byte("hold"))
+	if err != nil || string(got) != "2 got hold from 1" {
+		t.Errorf("Call(2, echo) = %q, %v", got, err)
+	}
+	got, err = a.Call(ctx, 1, "echo", []byte("self"))
+	if err != nil || string(got) != "1 got self from 1" {
+		t.Errorf("Call(self, echo) = %q, %v", got, err)
+	}
+	big := bytes.Repeat([]byte("x"), 200_000) // well past a UDP packet
+	got, err = b.Call(ctx, 3, "echo", big)
+	if err != nil || !bytes.HasSuffix(got, []byte("x from 2")) || len(got) != len(big)+len("3 got  from 2") {
+		t.Errorf("Call(3, echo, 200 kB) = %d bytes, %v", len(got), err)
+	}
+
+	_, err = a.Call(ctx, 3, "fail", nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.NodeID != 3 || re.Kind != "fail" || re.Message != "member 3 says no" {
+		t.Errorf("Call(3, fail) error = %v", err)
+	} else if !strings.Contains(err.Error(), "member 3") {
+		t.Errorf("error does not name the member: %v", err)
+	}
+	if _, err := a.Call(ctx, 2, "nosuch", nil); !errors.As(err, &re) || !strings.Contains(re.Message, "no handler") {
+		t.Errorf("Call(2, nosuch) error = %v", err)
+	}
+	if _, err := a.Call(ctx, 2, "panic", nil); !errors.As(err, &re) || !strings.Contains(re.Message, "panicked") {
+		t.Errorf("Call(2, panic) error = %v", err)
+	}
+	if _, err := a.Call(ctx, 2, "echo", nil); err != nil {
+		t.Errorf("member 2 no longer answers after a handler panicked: %v", err)
+	}
+	if _, err := a.Call(ctx, 9, "echo", nil); err == nil || !strings.Contains(err.Error(), "not a live member") {
+		t.Errorf("Call(9) error = %v", err)
+	}
+
+	replies := a.CallAll(ctx, "echo", []byte("all"))
+	if len(replies) != 3 {
+		t.Fatalf("CallAll: %d replies", len(replies))
+	}
+	for i, r := range replies {
+		want := fmt.Sprintf("%d got all from 1", i+1)
+		if r.NodeID != int32(i+1) || r.Err != nil || string(r.Body) != want {
+			t.Errorf("CallAll reply %d = {%d %q %v}, want %q", i, r.NodeID, r.Body, r.Err, want)
+		}
+	}
+	replies = c.CallAll(ctx, "fail", nil)
+	for _, r := range replies {
+		if !errors.As(r.Err, &re) || re.NodeID != r.NodeID {
+			t.Errorf("CallAll(fail) reply from %d: %v", r.NodeID, r.Err)
+		}
+	}
+
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("echo", outcomeOK)); n != 6 {
+		t.Errorf("ferry_fleet_calls_total{kind=echo,outcome=ok} = %v, want 6", n)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("fail", outcomeRefused)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=fail,outcome=refused} = %v, want 1", n)
+	}
+	if n := testutil.CollectAndCount(a.metrics.duration); n == 0 {
+		t.Error("no call latency observed")
+	}
+}
+
+func TestCallTimeouts(t *testing.T) {
+	a, b, c := threeMembers(t)
+	for _, m := range []*member{a, b, c} {
+		handlers(m)
+	}
+
+	// A member that does not answer: the call ends with its context, and
+	// the handler's context ends with the caller's deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := a.Call(ctx, 2, "hang", nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "member 2") {
+		t.Errorf("Call(2, hang) error = %v", err)
+	}
+	if d := time.Since(began); d > patience/2 {
+		t.Errorf("Call(2, hang) took %v", d)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("hang", outcomeTimeout)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=hang,outcome=timeout} = %v", n)
+	}
+	eventually(t, "member 2's handler ends with the caller's deadline", func() error {
+		if len(b.sem) != 0 {
+			return fmt.Errorf("%d handlers running", len(b.sem))
+		}
+		return nil
+	})
+
+	// A member that dies during a call: the call ends when it is found
+	// dead, before its context.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), patience)
+	defer cancel2()
+	hung := make(chan error, 1)
+	go func() {
+		_, err := a.Call(ctx2, 3, "hang", nil)
+		hung <- err
+	}()
+	eventually(t, "member 3 serving the call", func() error {
+		if len(c.sem) != 1 {
+			return fmt.Errorf("%d handlers running", len(c.sem))
+		}
+		return nil
+	})
+	c.kill()
+	select {
+	case err := <-hung:
+		if err == nil || !strings.Contains(err.Error(), "member 3 died or left") || ctx2.Err() != nil {
+			t.Errorf("call to a member that died: %v (context: %v)", err, ctx2.Err())
+		}
+	case <-ctx2.Done():
+		t.Fatal("the call to a dead member lasted until its context ended")
+	}
+	if x, _ := a.stateOf(3); x.State != Dead {
+		t.Errorf("member 3 is %s", x.State)
+	}
+
+	// Calls to a dead member fail at once; CallAll answers for the others.
+	if _, err := a.Call(callCtx(t), 3, "echo", nil); err == nil || !strings.Contains(err.Error(), "not a live member") {
+		t.Errorf("Call to a dead member: %v", err)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("echo", outcomeUnreachable)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=echo,outcome=unreachable} = %v", n)
+	}
+	replies := a.CallAll(callCtx(t), "echo", nil)
+	if len(replies) != 2 || replies[0].Err != nil || replies[1].Err != nil {
+		t.Errorf("CallAll without member 3: %+v", replies)
+	}
+
+	// A call after Close.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Call(callCtx(t), 1, "echo", nil); err == nil {
+		t.Error("Call after Close succeeded")
+	}
+}

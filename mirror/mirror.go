@@ -239,11 +239,15 @@ func (m *Mirror) Status() []PartitionStatus {
 }
 
 // WaitCaughtUp waits until every mirrored partition of the given topics
-// (all, if none are given) has mirrored everything the source held when
-// WaitCaughtUp was called — the standby's end offset has reached the
-// source's high watermark read at the start — and returns nil; it returns
-// an error as soon as one of them is halted, or ctx's error. Partitions
-// whose source topic was deleted are skipped.
+// (all selected source topics, if none are given) has mirrored everything
+// the source held when WaitCaughtUp was called — the standby's end offset
+// has reached the source's high watermark read at the start — and returns
+// nil; it returns an error as soon as one of them is halted here, or ctx's
+// error. Partitions whose source topic was deleted are skipped.
+//
+// Both ends are read from the clusters, so every partition is judged,
+// whether or not its writer runs in this Mirror. A halt is seen only in
+// this Mirror's writers (Status).
 //
 // The writers copy only decided data. A partition held below that high
 // watermark by a transaction still open on the source (its last stable
@@ -253,25 +257,23 @@ func (m *Mirror) Status() []PartitionStatus {
 // the coordinator's marker lands. The switchover uses
 // Drain, which also ends such transactions.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
-	if len(topics) == 0 {
-		seen := make(map[string]bool)
-		for _, st := range m.Status() {
-			if !seen[st.Topic] {
-				seen[st.Topic] = true
-				topics = append(topics, st.Topic)
-			}
-		}
-	}
-	if len(topics) == 0 {
-		return nil
-	}
+	selected := len(topics) == 0
 	var ends kadm.ListedOffsets
 	for {
-		var err error
 		// Every partition in the source's metadata must have an end
 		// (a client's cached metadata may lag a partition increase).
-		var td map[string]topicMeta
-		td, err = listTopics(ctx, m.src)
+		td, err := listTopics(ctx, m.src)
+		if err == nil && selected {
+			topics = topics[:0]
+			for name, t := range td {
+				if m.cfg.mirrorTopic(name, t.internal) {
+					topics = append(topics, name)
+				}
+			}
+		}
+		if err == nil && len(topics) == 0 {
+			return nil
+		}
 		if err == nil {
 			ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
 		}
@@ -300,44 +302,40 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	delay := 10 * time.Millisecond
 	openAfter := time.Now().Add(openTxnGrace)
 	for {
-		all := true
+		if err := m.localHalt(func(tp topicPartition) bool { return ends[tp.topic] != nil }); err != nil {
+			return err
+		}
+		// The source's topics now, to skip deleted ones (nil: unknown,
+		// skip none).
+		now, _ := listTopics(ctx, m.src)
+		dst, err := m.dstAdm.ListEndOffsets(ctx, topics...)
+		all := err == nil
 		// After the grace, the source's last stable offsets now: a
 		// partition whose transaction is still open counts as caught up
 		// at it.
 		var stable kadm.ListedOffsets
-		if time.Now().After(openAfter) {
+		if all && time.Now().After(openAfter) {
 			if l, err := m.srcAdm.ListCommittedOffsets(ctx, topics...); err == nil && l.Error() == nil {
 				stable = l
 			}
 		}
-		have := make(map[topicPartition]PartitionStatus)
-		for _, st := range m.Status() {
-			have[topicPartition{st.Topic, st.Partition}] = st
-		}
 		ends.Each(func(o kadm.ListedOffset) {
-			st, ok := have[topicPartition{o.Topic, o.Partition}]
+			if _, ok := now[o.Topic]; now != nil && !ok {
+				return // deleted on the source
+			}
+			d, ok := dst.Lookup(o.Topic, o.Partition)
 			switch {
-			case !ok:
-				all = false // no writer yet
-			case st.State == StateHalted:
-				if err := st.Err; err != nil {
-					all = false
-				}
-			case st.State == StateStopped:
-			case st.Mirrored >= o.Offset:
+			case !ok || d.Err != nil:
+				all = false // not on the standby yet
+			case d.Offset >= o.Offset:
 			default:
 				// An open transaction may hold the writer below the end.
 				l, ok := stable.Lookup(o.Topic, o.Partition)
-				if !ok || l.Offset >= o.Offset || st.Mirrored < l.Offset {
+				if !ok || l.Offset >= o.Offset || d.Offset < l.Offset {
 					all = false
 				}
 			}
 		})
-		for _, st := range have {
-			if st.State == StateHalted && (len(topics) == 0 || ends[st.Topic] != nil) {
-				return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
-			}
-		}
 		if all {
 			return nil
 		}
@@ -348,6 +346,17 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 		}
 		delay = min(2*delay, 100*time.Millisecond)
 	}
+}
+
+// localHalt returns an error naming the first partition selected by in
+// whose writer halted in this Mirror.
+func (m *Mirror) localHalt(in func(topicPartition) bool) error {
+	for _, st := range m.Status() {
+		if st.State == StateHalted && in(topicPartition{st.Topic, st.Partition}) {
+			return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
+		}
+	}
+	return nil
 }
 
 // leaderAddr returns the address of the partition's leader in cl's

@@ -28,8 +28,9 @@ import (
 //     standby topic: its writers halt with ErrSourceTruncated until the
 //     operator deletes the standby topic.
 //  3. Consumer group offsets: copied 1:1 (offsets are equal) for groups
-//     with no active members on the standby, clamped to what each writer
-//     has mirrored, with leader epoch -1 (epochs differ between clusters).
+//     with no active members on the standby, clamped to the standby's end
+//     offset (what is mirrored), with leader epoch -1 (epochs differ
+//     between clusters).
 //  4. ACLs: every source ACL is created on the standby (additive: an ACL
 //     deleted on the source is not deleted on the standby).
 
@@ -291,17 +292,6 @@ func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string
 	return nil
 }
 
-// mirrored returns how far the writer of a partition has mirrored, or -1.
-func (m *Mirror) mirrored(topic string, partition int32) int64 {
-	m.mu.Lock()
-	h := m.writers[topicPartition{topic, partition}]
-	m.mu.Unlock()
-	if h == nil {
-		return -1
-	}
-	return h.w.Status().Mirrored
-}
-
 // syncGroups copies committed offsets of the selected groups. A group with
 // members on the standby is left alone (someone consumes there and owns
 // its offsets) unless evict is set: then its members are removed first.
@@ -318,6 +308,7 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		return fmt.Errorf("listing standby groups: %w", err)
 	}
 	var errs []error
+	ends := standbyEnds{m: m}
 	for _, g := range srcGroups.Sorted() {
 		if !m.cfg.mirrorGroup(g.Group) || g.GroupType == "share" {
 			continue
@@ -342,7 +333,10 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 				if o.Err != nil || o.At < 0 {
 					continue
 				}
-				end := m.mirrored(t, p)
+				end, err := ends.get(ctx, t, p)
+				if err != nil {
+					errs = append(errs, err)
+				}
 				if end < 0 {
 					continue // not mirrored (yet)
 				}
@@ -465,6 +459,44 @@ func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, e
 		}
 	}
 	return n, nil
+}
+
+// standbyEnds reads the standby's end offsets of mirrored topics, each
+// topic once. Group offsets are clamped to them rather than to what the
+// writers of this Mirror have mirrored, so that they do not depend on
+// which process runs a partition's writer.
+type standbyEnds struct {
+	m    *Mirror
+	ends map[string]map[int32]int64
+}
+
+// get returns the standby's end offset of the partition, or -1 if it is not
+// mirrored (not a selected topic, or not on the standby yet). An error
+// reading it is returned once per topic.
+func (s *standbyEnds) get(ctx context.Context, topic string, partition int32) (int64, error) {
+	if s.ends == nil {
+		s.ends = make(map[string]map[int32]int64)
+	}
+	pe, ok := s.ends[topic]
+	if !ok {
+		pe = make(map[int32]int64)
+		s.ends[topic] = pe
+		if s.m.cfg.mirrorTopic(topic, false) {
+			l, err := s.m.dstAdm.ListEndOffsets(ctx, topic)
+			if err != nil {
+				return -1, fmt.Errorf("standby end offsets of %s: %w", topic, err)
+			}
+			l.Each(func(o kadm.ListedOffset) {
+				if o.Err == nil {
+					pe[o.Partition] = o.Offset
+				}
+			})
+		}
+	}
+	if e, ok := pe[partition]; ok {
+		return e, nil
+	}
+	return -1, nil
 }
 
 func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {

@@ -42,10 +42,12 @@ const openTxnGrace = time.Second
 // transactional IDs: their producers are gone or held, and a half
 // transaction must not be left for read_committed readers on either side.
 // On ctx's end Drain returns a *LagError naming what still lags; a
-// partition halted in this Mirror fails it at once.
+// partition halted in this member fails it at once.
 //
 // Both ends are read from the clusters, so Drain judges every mirrored
-// partition, whether or not its writer runs in this Mirror.
+// partition, whichever member's writer mirrors it (WithOwnership): the
+// switchover calls it on one member. A partition halted on another member
+// is not seen here; it lags, and ends Drain with a *LagError naming it.
 func (m *Mirror) Drain(ctx context.Context) error {
 	grace := openTxnGrace
 	if dl, ok := ctx.Deadline(); ok {
@@ -166,9 +168,10 @@ func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]source
 	return m.dstAdm.ListEndOffsets(ctx, topics...)
 }
 
-// lagging names the partitions whose standby (dst, read from the cluster)
-// is behind the source's end, and says whether any has an open
-// transaction. A partition halted in this Mirror is an error.
+// lagging names the partitions whose standby (dst, read from the cluster:
+// every partition, whichever member writes it) is behind the source's end,
+// and says whether any has an open transaction. A partition halted in this
+// member is an error.
 func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets) (lag []string, open bool, err error) {
 	if err := m.localHalt(func(tp topicPartition) bool { _, ok := ends[tp]; return ok }); err != nil {
 		return nil, false, err
@@ -271,8 +274,9 @@ func (m *Mirror) fence(ctx context.Context, id string) error {
 // SyncGroups copies every mirrored group's committed offsets to the
 // standby now, as the sync loop does every interval; the switchover calls
 // it with offset commits held. Groups with members on the standby have
-// them removed first (see syncGroups). Offsets are clamped to the
-// standby's end offsets, read from the cluster.
+// them removed first (see syncGroups). It runs on any member, whether or
+// not it syncs (Ownership.Syncs): offsets are clamped to the standby's end
+// offsets, read from the cluster.
 func (m *Mirror) SyncGroups(ctx context.Context) error {
 	if !m.cfg.syncGroups {
 		return nil

@@ -22,9 +22,10 @@ import (
 // cluster at the same offsets: one writer per partition (writer.go) and a
 // metadata sync loop (sync.go) that creates topics and partitions, copies
 // configs, consumer group offsets and ACLs, and starts writers for new
-// partitions.
+// partitions. With WithOwnership, several Mirrors (one per member) share
+// the partitions (ownership.go).
 //
-// Lock order: Mirror.mu, then writer.mu.
+// Lock order: Mirror.assignMu, then Mirror.mu, then writer.mu.
 type Mirror struct {
 	cfg     config
 	log     *zap.Logger
@@ -33,9 +34,13 @@ type Mirror struct {
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
 
+	assignMu sync.Mutex // one assign at a time (ownership.go)
+
 	mu       sync.Mutex
-	writers  map[topicPartition]*writerHandle
-	topicIDs map[string][16]byte // source topic IDs of mirrored topics
+	writers  map[topicPartition]*writerHandle // the writers of this member
+	topicIDs map[string][16]byte              // source topic IDs of mirrored topics
+	parts    map[string]int32                 // mirrored topics ready on the standby, and their partitions
+	owned    map[topicPartition]bool          // ownership of parts as last applied (assign)
 	closed   bool
 	running  bool
 	cancel   context.CancelFunc // of Run's context
@@ -53,6 +58,7 @@ type topicPartition struct {
 type writerHandle struct {
 	w      *writer
 	cancel context.CancelFunc
+	done   chan struct{} // closed when the writer's goroutine returns
 }
 
 // New returns a Mirror; Run starts it.
@@ -90,6 +96,8 @@ func New(opts ...Option) (*Mirror, error) {
 		dstAdm:   kadm.NewClient(dst),
 		writers:  make(map[topicPartition]*writerHandle),
 		topicIDs: make(map[string][16]byte),
+		parts:    make(map[string]int32),
+		owned:    make(map[topicPartition]bool),
 		done:     make(chan struct{}),
 	}, nil
 }
@@ -113,6 +121,9 @@ func (m *Mirror) Run(ctx context.Context) error {
 	defer cancel()
 
 	m.log.Info("mirror starting", zap.Strings("source", m.cfg.source), zap.Strings("target", m.cfg.target))
+	if m.cfg.ownership != nil {
+		m.goRun(func() { m.watchOwnership(ctx) })
+	}
 	t := time.NewTicker(m.cfg.syncInterval)
 	defer t.Stop()
 	for {
@@ -176,7 +187,8 @@ func (m *Mirror) stopWriters() {
 	m.mu.Unlock()
 }
 
-// startWriter starts the writer of a partition if it has none.
+// startWriter starts the writer of a partition if it has none. Only
+// assign calls it.
 func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32) {
 	key := topicPartition{topic, partition}
 	m.mu.Lock()
@@ -186,9 +198,16 @@ func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32)
 	}
 	w := newWriter(m, topic, partition)
 	wctx, cancel := context.WithCancel(ctx)
-	m.writers[key] = &writerHandle{w: w, cancel: cancel}
+	h := &writerHandle{w: w, cancel: cancel, done: make(chan struct{})}
+	m.writers[key] = h
 	m.mu.Unlock()
-	m.goRun(func() { w.run(wctx) })
+	if !m.goRun(func() {
+		defer close(h.done)
+		w.run(wctx)
+	}) {
+		cancel()
+		close(h.done)
+	}
 }
 
 // stopTopic stops the writers of a topic deleted on the source and marks
@@ -217,7 +236,11 @@ func (m *Mirror) stopTopic(topic string, why error) {
 	}
 }
 
-// Status returns every partition's status, ordered by topic and partition.
+// Status returns the status of every partition whose writer runs in this
+// Mirror, ordered by topic and partition. With WithOwnership these are the
+// partitions this member owns (a lost partition's writer leaves the list
+// once it has stopped; a gained one's joins it in StateStarting): the
+// fleet's status is the union of its members' lists.
 func (m *Mirror) Status() []PartitionStatus {
 	m.mu.Lock()
 	ws := make([]*writer, 0, len(m.writers))
@@ -246,8 +269,9 @@ func (m *Mirror) Status() []PartitionStatus {
 // error. Partitions whose source topic was deleted are skipped.
 //
 // Both ends are read from the clusters, so every partition is judged,
-// whether or not its writer runs in this Mirror. A halt is seen only in
-// this Mirror's writers (Status).
+// whichever member's writer mirrors it (WithOwnership). A halt is seen only
+// in this member's writers (Status): a partition halted on another member
+// keeps WaitCaughtUp waiting until ctx ends.
 //
 // The writers copy only decided data. A partition held below that high
 // watermark by a transaction still open on the source (its last stable
@@ -349,7 +373,7 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 }
 
 // localHalt returns an error naming the first partition selected by in
-// whose writer halted in this Mirror.
+// whose writer halted in this member.
 func (m *Mirror) localHalt(in func(topicPartition) bool) error {
 	for _, st := range m.Status() {
 		if st.State == StateHalted && in(topicPartition{st.Topic, st.Partition}) {

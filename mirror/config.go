@@ -30,6 +30,7 @@ type config struct {
 	idPrefix     string
 	lease        time.Duration // see fence.go
 	recompress   bool          // see reframe.go
+	ownership    Ownership     // nil: every partition, and the sync loop
 
 	errs []error // from options, reported by validate
 

@@ -40,6 +40,11 @@ func startChild(t *testing.T, topics string, env ...string) *exec.Cmd {
 // closed, alternating idempotent batches of several records and single
 // records from a non-idempotent producer.
 func backgroundProducer(t *testing.T, topic string, partitions int32, stop <-chan struct{}) *sync.WaitGroup {
+	return pacedProducer(t, topic, partitions, stop, 0)
+}
+
+// pacedProducer is backgroundProducer with a pause after each produce.
+func pacedProducer(t *testing.T, topic string, partitions int32, stop <-chan struct{}, pause time.Duration) *sync.WaitGroup {
 	a, _ := clusters(t)
 	idem := newClient(t, a, manualPartitioner(), kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	plain := newClient(t, a, manualPartitioner(), kgo.DisableIdempotentWrite())
@@ -65,6 +70,7 @@ func backgroundProducer(t *testing.T, topic string, partitions int32, stop <-cha
 				// Errors while a broker restarts are retried by kgo; a
 				// record that finally fails is simply not in either log.
 				_ = cl.ProduceSync(ctx, rs...)
+				time.Sleep(pause)
 			}
 		})
 	}
@@ -74,6 +80,12 @@ func backgroundProducer(t *testing.T, topic string, partitions int32, stop <-cha
 // txnProducer runs source transactions on partition 0 of topic until stop
 // is closed: two or three batches each, committed and aborted in turn.
 func txnProducer(t *testing.T, topic string, stop <-chan struct{}) *sync.WaitGroup {
+	return pacedTxnProducer(t, topic, stop, 5*time.Millisecond)
+}
+
+// pacedTxnProducer is txnProducer with the given pause between
+// transactions.
+func pacedTxnProducer(t *testing.T, topic string, stop <-chan struct{}, pause time.Duration) *sync.WaitGroup {
 	a, _ := clusters(t)
 	cl := newClient(t, a, kgo.TransactionalID("bg-"+topic), manualPartitioner(), kgo.ProducerLinger(0))
 	var wg sync.WaitGroup
@@ -95,7 +107,7 @@ func txnProducer(t *testing.T, topic string, stop <-chan struct{}) *sync.WaitGro
 			if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(i%3 != 2)); err != nil {
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(pause)
 		}
 	})
 	return &wg

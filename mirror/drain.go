@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -40,8 +41,13 @@ const openTxnGrace = time.Second
 // that is shorter) are aborted on the source by fencing their
 // transactional IDs: their producers are gone or held, and a half
 // transaction must not be left for read_committed readers on either side.
-// On ctx's end Drain returns a *LagError naming what still lags; a halted
-// partition fails it at once.
+// On ctx's end Drain returns a *LagError naming what still lags; a
+// partition halted in this member fails it at once.
+//
+// Both ends are read from the clusters, so Drain judges every mirrored
+// partition, whichever member's writer mirrors it (WithOwnership): the
+// switchover calls it on one member. A partition halted on another member
+// is not seen here; it lags, and ends Drain with a *LagError naming it.
 func (m *Mirror) Drain(ctx context.Context) error {
 	grace := openTxnGrace
 	if dl, ok := ctx.Deadline(); ok {
@@ -53,9 +59,13 @@ func (m *Mirror) Drain(ctx context.Context) error {
 	var lag []string
 	for {
 		ends, err := m.sourceEnds(ctx)
+		var dst kadm.ListedOffsets
+		if err == nil {
+			dst, err = m.standbyEnds(ctx, ends)
+		}
 		if err == nil {
 			var open bool
-			lag, open, err = m.lagging(ends)
+			lag, open, err = m.lagging(ends, dst)
 			if err != nil {
 				return err
 			}
@@ -140,23 +150,39 @@ func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, 
 	return out, nil
 }
 
-// lagging names the partitions whose standby is behind the source's end,
-// and says whether any has an open transaction. A halted partition is an
-// error.
-func (m *Mirror) lagging(ends map[topicPartition]sourceEnd) (lag []string, open bool, err error) {
-	have := make(map[topicPartition]PartitionStatus)
-	for _, st := range m.Status() {
-		have[topicPartition{st.Topic, st.Partition}] = st
+// standbyEnds reads the standby's end offsets of the partitions in ends.
+// A partition missing from the answer, or with an error, is not on the
+// standby (yet).
+func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (kadm.ListedOffsets, error) {
+	seen := make(map[string]bool)
+	var topics []string
+	for tp := range ends {
+		if !seen[tp.topic] {
+			seen[tp.topic] = true
+			topics = append(topics, tp.topic)
+		}
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	return m.dstAdm.ListEndOffsets(ctx, topics...)
+}
+
+// lagging names the partitions whose standby (dst, read from the cluster:
+// every partition, whichever member writes it) is behind the source's end,
+// and says whether any has an open transaction. A partition halted in this
+// member is an error.
+func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets) (lag []string, open bool, err error) {
+	if err := m.localHalt(func(tp topicPartition) bool { _, ok := ends[tp]; return ok }); err != nil {
+		return nil, false, err
 	}
 	for tp, e := range ends {
-		st, ok := have[tp]
+		d, ok := dst.Lookup(tp.topic, tp.partition)
 		switch {
-		case ok && st.State == StateHalted:
-			return nil, false, fmt.Errorf("mirror: %s[%d] halted: %w", tp.topic, tp.partition, st.Err)
-		case !ok:
-			lag = append(lag, fmt.Sprintf("%s[%d]: no writer yet (source end %d)", tp.topic, tp.partition, e.hwm))
-		case st.Mirrored < e.hwm:
-			lag = append(lag, fmt.Sprintf("%s[%d]: standby %d of %d", tp.topic, tp.partition, st.Mirrored, e.hwm))
+		case !ok || d.Err != nil:
+			lag = append(lag, fmt.Sprintf("%s[%d]: not on the standby yet (source end %d)", tp.topic, tp.partition, e.hwm))
+		case d.Offset < e.hwm:
+			lag = append(lag, fmt.Sprintf("%s[%d]: standby %d of %d", tp.topic, tp.partition, d.Offset, e.hwm))
 		}
 		if e.lso < e.hwm {
 			open = true
@@ -248,7 +274,9 @@ func (m *Mirror) fence(ctx context.Context, id string) error {
 // SyncGroups copies every mirrored group's committed offsets to the
 // standby now, as the sync loop does every interval; the switchover calls
 // it with offset commits held. Groups with members on the standby have
-// them removed first (see syncGroups).
+// them removed first (see syncGroups). It runs on any member, whether or
+// not it syncs (Ownership.Syncs): offsets are clamped to the standby's end
+// offsets, read from the cluster.
 func (m *Mirror) SyncGroups(ctx context.Context) error {
 	if !m.cfg.syncGroups {
 		return nil

@@ -23,6 +23,8 @@ type metrics struct {
 	reframed     prometheus.Counter
 	recompressed prometheus.Counter
 	syncErrors   *prometheus.CounterVec
+	owned        prometheus.Gauge
+	handovers    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,10 +58,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Compressed source batches with holes inside them (log cleaner) split into runs of consecutive records, each compressed again with the batch's codec."}),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_sync_errors_total",
 			Help: "Metadata sync steps that failed, by step."}, []string{"step"}),
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_partitions_owned",
+			Help: "Mirrored partitions this member owns (writes), whether or not their writer is running."}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_handovers_total",
+			Help: "Partitions whose ownership this member gained or lost (direction), after it first learnt of them."}, []string{"direction"}),
 	}
+	// Both directions exist from the start, so that a rate shows 0.
+	m.handovers.WithLabelValues("gained")
+	m.handovers.WithLabelValues("lost")
 	if reg != nil {
 		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.halted, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors, m.owned, m.handovers)
 	}
 	return m
 }

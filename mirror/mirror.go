@@ -22,9 +22,10 @@ import (
 // cluster at the same offsets: one writer per partition (writer.go) and a
 // metadata sync loop (sync.go) that creates topics and partitions, copies
 // configs, consumer group offsets and ACLs, and starts writers for new
-// partitions.
+// partitions. With WithOwnership, several Mirrors (one per member) share
+// the partitions (ownership.go).
 //
-// Lock order: Mirror.mu, then writer.mu.
+// Lock order: Mirror.assignMu, then Mirror.mu, then writer.mu.
 type Mirror struct {
 	cfg     config
 	log     *zap.Logger
@@ -33,9 +34,13 @@ type Mirror struct {
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
 
+	assignMu sync.Mutex // one assign at a time (ownership.go)
+
 	mu       sync.Mutex
-	writers  map[topicPartition]*writerHandle
-	topicIDs map[string][16]byte // source topic IDs of mirrored topics
+	writers  map[topicPartition]*writerHandle // the writers of this member
+	topicIDs map[string][16]byte              // source topic IDs of mirrored topics
+	parts    map[string]int32                 // mirrored topics ready on the standby, and their partitions
+	owned    map[topicPartition]bool          // ownership of parts as last applied (assign)
 	closed   bool
 	running  bool
 	cancel   context.CancelFunc // of Run's context
@@ -53,6 +58,7 @@ type topicPartition struct {
 type writerHandle struct {
 	w      *writer
 	cancel context.CancelFunc
+	done   chan struct{} // closed when the writer's goroutine returns
 }
 
 // New returns a Mirror; Run starts it.
@@ -90,6 +96,8 @@ func New(opts ...Option) (*Mirror, error) {
 		dstAdm:   kadm.NewClient(dst),
 		writers:  make(map[topicPartition]*writerHandle),
 		topicIDs: make(map[string][16]byte),
+		parts:    make(map[string]int32),
+		owned:    make(map[topicPartition]bool),
 		done:     make(chan struct{}),
 	}, nil
 }
@@ -113,6 +121,9 @@ func (m *Mirror) Run(ctx context.Context) error {
 	defer cancel()
 
 	m.log.Info("mirror starting", zap.Strings("source", m.cfg.source), zap.Strings("target", m.cfg.target))
+	if m.cfg.ownership != nil {
+		m.goRun(func() { m.watchOwnership(ctx) })
+	}
 	t := time.NewTicker(m.cfg.syncInterval)
 	defer t.Stop()
 	for {
@@ -176,7 +187,8 @@ func (m *Mirror) stopWriters() {
 	m.mu.Unlock()
 }
 
-// startWriter starts the writer of a partition if it has none.
+// startWriter starts the writer of a partition if it has none. Only
+// assign calls it.
 func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32) {
 	key := topicPartition{topic, partition}
 	m.mu.Lock()
@@ -186,9 +198,16 @@ func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32)
 	}
 	w := newWriter(m, topic, partition)
 	wctx, cancel := context.WithCancel(ctx)
-	m.writers[key] = &writerHandle{w: w, cancel: cancel}
+	h := &writerHandle{w: w, cancel: cancel, done: make(chan struct{})}
+	m.writers[key] = h
 	m.mu.Unlock()
-	m.goRun(func() { w.run(wctx) })
+	if !m.goRun(func() {
+		defer close(h.done)
+		w.run(wctx)
+	}) {
+		cancel()
+		close(h.done)
+	}
 }
 
 // stopTopic stops the writers of a topic deleted on the source and marks
@@ -217,7 +236,11 @@ func (m *Mirror) stopTopic(topic string, why error) {
 	}
 }
 
-// Status returns every partition's status, ordered by topic and partition.
+// Status returns the status of every partition whose writer runs in this
+// Mirror, ordered by topic and partition. With WithOwnership these are the
+// partitions this member owns (a lost partition's writer leaves the list
+// once it has stopped; a gained one's joins it in StateStarting): the
+// fleet's status is the union of its members' lists.
 func (m *Mirror) Status() []PartitionStatus {
 	m.mu.Lock()
 	ws := make([]*writer, 0, len(m.writers))
@@ -239,11 +262,16 @@ func (m *Mirror) Status() []PartitionStatus {
 }
 
 // WaitCaughtUp waits until every mirrored partition of the given topics
-// (all, if none are given) has mirrored everything the source held when
-// WaitCaughtUp was called — the standby's end offset has reached the
-// source's high watermark read at the start — and returns nil; it returns
-// an error as soon as one of them is halted, or ctx's error. Partitions
-// whose source topic was deleted are skipped.
+// (all selected source topics, if none are given) has mirrored everything
+// the source held when WaitCaughtUp was called — the standby's end offset
+// has reached the source's high watermark read at the start — and returns
+// nil; it returns an error as soon as one of them is halted here, or ctx's
+// error. Partitions whose source topic was deleted are skipped.
+//
+// Both ends are read from the clusters, so every partition is judged,
+// whichever member's writer mirrors it (WithOwnership). A halt is seen only
+// in this member's writers (Status): a partition halted on another member
+// keeps WaitCaughtUp waiting until ctx ends.
 //
 // The writers copy only decided data. A partition held below that high
 // watermark by a transaction still open on the source (its last stable
@@ -253,25 +281,23 @@ func (m *Mirror) Status() []PartitionStatus {
 // the coordinator's marker lands. The switchover uses
 // Drain, which also ends such transactions.
 func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
-	if len(topics) == 0 {
-		seen := make(map[string]bool)
-		for _, st := range m.Status() {
-			if !seen[st.Topic] {
-				seen[st.Topic] = true
-				topics = append(topics, st.Topic)
-			}
-		}
-	}
-	if len(topics) == 0 {
-		return nil
-	}
+	selected := len(topics) == 0
 	var ends kadm.ListedOffsets
 	for {
-		var err error
 		// Every partition in the source's metadata must have an end
 		// (a client's cached metadata may lag a partition increase).
-		var td map[string]topicMeta
-		td, err = listTopics(ctx, m.src)
+		td, err := listTopics(ctx, m.src)
+		if err == nil && selected {
+			topics = topics[:0]
+			for name, t := range td {
+				if m.cfg.mirrorTopic(name, t.internal) {
+					topics = append(topics, name)
+				}
+			}
+		}
+		if err == nil && len(topics) == 0 {
+			return nil
+		}
 		if err == nil {
 			ends, err = m.srcAdm.ListEndOffsets(ctx, topics...)
 		}
@@ -300,44 +326,40 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 	delay := 10 * time.Millisecond
 	openAfter := time.Now().Add(openTxnGrace)
 	for {
-		all := true
+		if err := m.localHalt(func(tp topicPartition) bool { return ends[tp.topic] != nil }); err != nil {
+			return err
+		}
+		// The source's topics now, to skip deleted ones (nil: unknown,
+		// skip none).
+		now, _ := listTopics(ctx, m.src)
+		dst, err := m.dstAdm.ListEndOffsets(ctx, topics...)
+		all := err == nil
 		// After the grace, the source's last stable offsets now: a
 		// partition whose transaction is still open counts as caught up
 		// at it.
 		var stable kadm.ListedOffsets
-		if time.Now().After(openAfter) {
+		if all && time.Now().After(openAfter) {
 			if l, err := m.srcAdm.ListCommittedOffsets(ctx, topics...); err == nil && l.Error() == nil {
 				stable = l
 			}
 		}
-		have := make(map[topicPartition]PartitionStatus)
-		for _, st := range m.Status() {
-			have[topicPartition{st.Topic, st.Partition}] = st
-		}
 		ends.Each(func(o kadm.ListedOffset) {
-			st, ok := have[topicPartition{o.Topic, o.Partition}]
+			if _, ok := now[o.Topic]; now != nil && !ok {
+				return // deleted on the source
+			}
+			d, ok := dst.Lookup(o.Topic, o.Partition)
 			switch {
-			case !ok:
-				all = false // no writer yet
-			case st.State == StateHalted:
-				if err := st.Err; err != nil {
-					all = false
-				}
-			case st.State == StateStopped:
-			case st.Mirrored >= o.Offset:
+			case !ok || d.Err != nil:
+				all = false // not on the standby yet
+			case d.Offset >= o.Offset:
 			default:
 				// An open transaction may hold the writer below the end.
 				l, ok := stable.Lookup(o.Topic, o.Partition)
-				if !ok || l.Offset >= o.Offset || st.Mirrored < l.Offset {
+				if !ok || l.Offset >= o.Offset || d.Offset < l.Offset {
 					all = false
 				}
 			}
 		})
-		for _, st := range have {
-			if st.State == StateHalted && (len(topics) == 0 || ends[st.Topic] != nil) {
-				return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
-			}
-		}
 		if all {
 			return nil
 		}
@@ -348,6 +370,17 @@ func (m *Mirror) WaitCaughtUp(ctx context.Context, topics ...string) error {
 		}
 		delay = min(2*delay, 100*time.Millisecond)
 	}
+}
+
+// localHalt returns an error naming the first partition selected by in
+// whose writer halted in this member.
+func (m *Mirror) localHalt(in func(topicPartition) bool) error {
+	for _, st := range m.Status() {
+		if st.State == StateHalted && in(topicPartition{st.Topic, st.Partition}) {
+			return fmt.Errorf("mirror: %s[%d] halted: %w", st.Topic, st.Partition, st.Err)
+		}
+	}
+	return nil
 }
 
 // leaderAddr returns the address of the partition's leader in cl's

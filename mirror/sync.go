@@ -19,7 +19,10 @@ import (
 //  1. Topics: every selected source topic exists on the standby with the
 //     same partition count (partitions are added, never removed: Kafka
 //     cannot), its carried configs equal the source's, and the configs the
-//     mirror needs are forced (standbyConfigs). New partitions get a writer.
+//     mirror needs are forced (standbyConfigs). New partitions get a writer
+//     on the member that owns them (assign). Only the syncing member
+//     (Ownership.Syncs) writes any of this; the others read which topics
+//     are ready.
 //  2. A topic deleted on the source: its writers stop (state "stopped");
 //     the standby topic and its data are kept — deleting data on the
 //     standby is left to an operator, so that a mistaken delete on the
@@ -28,8 +31,9 @@ import (
 //     standby topic: its writers halt with ErrSourceTruncated until the
 //     operator deletes the standby topic.
 //  3. Consumer group offsets: copied 1:1 (offsets are equal) for groups
-//     with no active members on the standby, clamped to what each writer
-//     has mirrored, with leader epoch -1 (epochs differ between clusters).
+//     with no active members on the standby, clamped to the standby's end
+//     offset (what is mirrored, whichever member writes the partition), with
+//     leader epoch -1 (epochs differ between clusters).
 //  4. ACLs: every source ACL is created on the standby (additive: an ACL
 //     deleted on the source is not deleted on the standby).
 
@@ -78,19 +82,22 @@ func carried(key string) bool {
 }
 
 // syncOnce runs one round of the sync loop; each step logs and counts its
-// own errors and does not stop the others.
+// own errors and does not stop the others. A member that does not sync
+// (Ownership.Syncs) only reads the topics, to run the writers of the
+// partitions it owns; it writes nothing on the standby but through them.
 func (m *Mirror) syncOnce(ctx context.Context) {
-	if err := m.syncTopics(ctx); err != nil && ctx.Err() == nil {
+	syncs := m.syncs()
+	if err := m.syncTopics(ctx, syncs); err != nil && ctx.Err() == nil {
 		m.metrics.syncErrors.WithLabelValues("topics").Inc()
 		m.log.Warn("mirror topic sync failed", zap.Error(err))
 	}
-	if m.cfg.syncGroups {
+	if syncs && m.cfg.syncGroups {
 		if err := m.syncGroups(ctx, false); err != nil && ctx.Err() == nil {
 			m.metrics.syncErrors.WithLabelValues("groups").Inc()
 			m.log.Warn("mirror group offset sync failed", zap.Error(err))
 		}
 	}
-	if m.cfg.syncACLs {
+	if syncs && m.cfg.syncACLs {
 		if err := m.syncACLs(ctx); err != nil && ctx.Err() == nil {
 			m.metrics.syncErrors.WithLabelValues("acls").Inc()
 			m.log.Warn("mirror ACL sync failed", zap.Error(err))
@@ -98,7 +105,12 @@ func (m *Mirror) syncOnce(ctx context.Context) {
 	}
 }
 
-func (m *Mirror) syncTopics(ctx context.Context) error {
+// syncTopics learns the mirrored topics, stops the writers of topics
+// deleted or recreated on the source, and has the partitions that are
+// ready on the standby assigned (assign). Ready: prepared by this member
+// when it syncs (prepareTopics), else found prepared by the member that
+// does (preparedTopics).
+func (m *Mirror) syncTopics(ctx context.Context, syncs bool) error {
 	srcTopics, err := listTopics(ctx, m.src)
 	if err != nil {
 		return fmt.Errorf("listing source topics: %w", err)
@@ -129,6 +141,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			m.stopTopic(t, errTopicGone)
 			m.mu.Lock()
 			delete(m.topicIDs, t)
+			delete(m.parts, t)
 			m.mu.Unlock()
 		case d.id != id && d.id != [16]byte{}:
 			m.log.Error("source topic recreated under the same name: not mirrored into the existing standby topic", zap.String("topic", t))
@@ -136,13 +149,33 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 				Detail: "the source topic was deleted and recreated; delete the standby topic to mirror the new one"})
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
 
+	var ready map[string]int32
+	if syncs {
+		ready, err = m.prepareTopics(ctx, names, srcTopics, dstTopics)
+	} else {
+		ready, err = m.preparedTopics(ctx, names, srcTopics, dstTopics)
+	}
+	m.mu.Lock()
+	for t, n := range ready {
+		m.topicIDs[t] = srcTopics[t].id
+		m.parts[t] = max(m.parts[t], n)
+	}
+	m.mu.Unlock()
+	m.assign(ctx)
+	return err
+}
+
+// prepareTopics creates the standby topics that are missing, adds
+// partitions, and copies configs; it returns the topics it could prepare
+// and how many partitions each has on both clusters.
+func (m *Mirror) prepareTopics(ctx context.Context, names []string, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
 	cfgs, err := m.srcAdm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
-		return fmt.Errorf("describing source topic configs: %w", err)
+		return nil, fmt.Errorf("describing source topic configs: %w", err)
 	}
 	var dstNames []string
 	for _, n := range names {
@@ -153,9 +186,10 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 	var dstCfgs kadm.ResourceConfigs
 	if len(dstNames) > 0 {
 		if dstCfgs, err = m.dstAdm.DescribeTopicConfigs(ctx, dstNames...); err != nil {
-			return fmt.Errorf("describing standby topic configs: %w", err)
+			return nil, fmt.Errorf("describing standby topic configs: %w", err)
 		}
 	}
+	ready := make(map[string]int32)
 	var errs []error
 	for _, rc := range cfgs {
 		if rc.Err != nil {
@@ -163,8 +197,7 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 			continue
 		}
 		want := wantConfigs(rc.Configs)
-		src := srcTopics[rc.Name]
-		nparts := src.partitions
+		nparts := srcTopics[rc.Name].partitions
 		dst, exists := dstTopics[rc.Name]
 		if !exists {
 			create := make(map[string]*string, len(want))
@@ -196,14 +229,55 @@ func (m *Mirror) syncTopics(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		m.mu.Lock()
-		m.topicIDs[rc.Name] = src.id
-		m.mu.Unlock()
-		for p := range nparts {
-			m.startWriter(ctx, rc.Name, p)
+		ready[rc.Name] = nparts
+	}
+	return ready, errors.Join(errs...)
+}
+
+// preparedTopics returns, for a member that does not sync, the topics the
+// syncing member has prepared on the standby — the topic exists and has the
+// configs the writers need (standbyConfigs) — and how many partitions each
+// has on both clusters. A writer started earlier would retry until the
+// partition exists; one started before compression.type=producer is set
+// would have the standby recompress its batches.
+func (m *Mirror) preparedTopics(ctx context.Context, names []string, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
+	var dstNames []string
+	for _, n := range names {
+		if d, ok := dstTopics[n]; ok && d.partitions > 0 {
+			dstNames = append(dstNames, n)
 		}
 	}
-	return errors.Join(errs...)
+	if len(dstNames) == 0 {
+		return nil, nil
+	}
+	dstCfgs, err := m.dstAdm.DescribeTopicConfigs(ctx, dstNames...)
+	if err != nil {
+		return nil, fmt.Errorf("describing standby topic configs: %w", err)
+	}
+	ready := make(map[string]int32)
+	var errs []error
+	for _, rc := range dstCfgs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
+			continue
+		}
+		have := make(map[string]string)
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				have[c.Key] = *c.Value
+			}
+		}
+		prepared := true
+		for k, v := range standbyConfigs {
+			if have[k] != v {
+				prepared = false
+			}
+		}
+		if prepared {
+			ready[rc.Name] = min(srcTopics[rc.Name].partitions, dstTopics[rc.Name].partitions)
+		}
+	}
+	return ready, errors.Join(errs...)
 }
 
 // topicMeta is what the sync loop needs of a topic's metadata.
@@ -291,17 +365,6 @@ func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string
 	return nil
 }
 
-// mirrored returns how far the writer of a partition has mirrored, or -1.
-func (m *Mirror) mirrored(topic string, partition int32) int64 {
-	m.mu.Lock()
-	h := m.writers[topicPartition{topic, partition}]
-	m.mu.Unlock()
-	if h == nil {
-		return -1
-	}
-	return h.w.Status().Mirrored
-}
-
 // syncGroups copies committed offsets of the selected groups. A group with
 // members on the standby is left alone (someone consumes there and owns
 // its offsets) unless evict is set: then its members are removed first.
@@ -318,6 +381,7 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		return fmt.Errorf("listing standby groups: %w", err)
 	}
 	var errs []error
+	ends := standbyEnds{m: m}
 	for _, g := range srcGroups.Sorted() {
 		if !m.cfg.mirrorGroup(g.Group) || g.GroupType == "share" {
 			continue
@@ -342,7 +406,10 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 				if o.Err != nil || o.At < 0 {
 					continue
 				}
-				end := m.mirrored(t, p)
+				end, err := ends.get(ctx, t, p)
+				if err != nil {
+					errs = append(errs, err)
+				}
 				if end < 0 {
 					continue // not mirrored (yet)
 				}
@@ -465,6 +532,44 @@ func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, e
 		}
 	}
 	return n, nil
+}
+
+// standbyEnds reads the standby's end offsets of mirrored topics, each
+// topic once. Group offsets are clamped to them, not to what this member's
+// writers have mirrored: with WithOwnership the other members' writers
+// mirror the rest of the partitions.
+type standbyEnds struct {
+	m    *Mirror
+	ends map[string]map[int32]int64
+}
+
+// get returns the standby's end offset of the partition, or -1 if it is not
+// mirrored (not a selected topic, or not on the standby yet). An error
+// reading it is returned once per topic.
+func (s *standbyEnds) get(ctx context.Context, topic string, partition int32) (int64, error) {
+	if s.ends == nil {
+		s.ends = make(map[string]map[int32]int64)
+	}
+	pe, ok := s.ends[topic]
+	if !ok {
+		pe = make(map[int32]int64)
+		s.ends[topic] = pe
+		if s.m.cfg.mirrorTopic(topic, false) {
+			l, err := s.m.dstAdm.ListEndOffsets(ctx, topic)
+			if err != nil {
+				return -1, fmt.Errorf("standby end offsets of %s: %w", topic, err)
+			}
+			l.Each(func(o kadm.ListedOffset) {
+				if o.Err == nil {
+					pe[o.Partition] = o.Offset
+				}
+			})
+		}
+	}
+	if e, ok := pe[partition]; ok {
+		return e, nil
+	}
+	return -1, nil
 }
 
 func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {

@@ -247,6 +247,21 @@ func (w *writer) run(ctx context.Context) {
 			return
 		}
 		var halt *HaltError
+		if errors.Is(err, ErrFenced) && w.m.cfg.ownership != nil {
+			// Another member believes it owns the partition too: the
+			// ownership is moving, and the two views have not met yet.
+			// The fence kept the standby whole; this is no halt. Lost
+			// here too, assign cancels ctx; still owned after two
+			// leases (the other member's time to learn it is not the
+			// owner), take the partition back.
+			w.log.Warn("mirror partition writer fenced by another member's writer, retrying while this member owns it",
+				zap.Error(err), zap.Duration("backoff", 2*w.m.cfg.lease))
+			w.setState(StateStarting, err)
+			if sleep(ctx, 2*w.m.cfg.lease) != nil {
+				return
+			}
+			continue
+		}
 		if errors.As(err, &halt) {
 			w.log.Error("mirror partition halted", zap.Error(err))
 			w.m.metrics.halt(w.topic, w.partition, err)

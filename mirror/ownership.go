@@ -1,0 +1,143 @@
+package mirror
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+)
+
+// Ownership says which partitions this member writes; nil = all (one member).
+type Ownership interface {
+	Owns(topic string, partition int32) bool
+	// Syncs reports whether this member runs the metadata sync loop (topics, partitions, configs, ACLs, group offsets): exactly one member should.
+	Syncs() bool
+	Changed() <-chan struct{} // closed at the next change of ownership (each call returns the current channel)
+}
+
+// WithOwnership spreads the partition writers over several members: the
+// Mirror runs writers only for the partitions o says it owns, stops the
+// ones it loses as soon as o's Changed channel closes, and starts the ones
+// it gains. The metadata sync loop's writing steps (creating topics and
+// partitions, configs, group offsets, ACLs) run only while o.Syncs(); a
+// member that does not sync still reads the topics, and starts writers for
+// the partitions it owns once the syncing member has prepared them on the
+// standby. Without it (or with nil) the Mirror owns every partition and
+// syncs.
+//
+// Two members that both believe they own a partition for a moment (their
+// views of the ownership converge at different times) cannot both append:
+// the later writer fences the earlier one (fence.go). With an Ownership a
+// fenced writer is not halted: it waits two leases, by when the other
+// member has normally learnt that it does not own the partition, and takes
+// the partition back if it still owns it.
+func WithOwnership(o Ownership) Option { return func(c *config) { c.ownership = o } }
+
+// owns reports whether this member writes the partition.
+func (m *Mirror) owns(topic string, partition int32) bool {
+	o := m.cfg.ownership
+	return o == nil || o.Owns(topic, partition)
+}
+
+// syncs reports whether this member runs the metadata sync loop's writing
+// steps.
+func (m *Mirror) syncs() bool {
+	o := m.cfg.ownership
+	return o == nil || o.Syncs()
+}
+
+// watchOwnership applies every change of ownership at once, whatever the
+// sync loop is doing, until ctx ends.
+func (m *Mirror) watchOwnership(ctx context.Context) {
+	o := m.cfg.ownership
+	for {
+		// The channel is taken before the ownership is read, so that a
+		// change in between is not missed.
+		ch := o.Changed()
+		m.assign(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// assign makes the writers follow the ownership: every known partition
+// (m.parts) this member owns has a writer, and the writers of partitions it
+// no longer owns are stopped — their context cancelled, which closes their
+// connections — and forgotten once their goroutine has returned, so that
+// Status lists exactly the writers running here. One assign runs at a
+// time.
+func (m *Mirror) assign(ctx context.Context) {
+	m.assignMu.Lock()
+	defer m.assignMu.Unlock()
+
+	m.mu.Lock()
+	parts := make(map[string]int32, len(m.parts))
+	for t, n := range m.parts {
+		parts[t] = n
+	}
+	m.mu.Unlock()
+
+	// Owns is the caller's code: not called under m.mu.
+	owned := make(map[topicPartition]bool)
+	for t, n := range parts {
+		for p := range n {
+			owned[topicPartition{t, p}] = m.owns(t, p)
+		}
+	}
+
+	var gained, lost, count int
+	var stop []topicPartition
+	var stopping []*writerHandle
+	m.mu.Lock()
+	for tp, own := range owned {
+		if own {
+			count++
+		}
+		if prev, known := m.owned[tp]; known && prev != own {
+			if own {
+				gained++
+			} else {
+				lost++
+			}
+			m.log.Debug("mirror partition ownership changed", zap.String("topic", tp.topic),
+				zap.Int32("partition", tp.partition), zap.Bool("owned", own))
+		}
+		m.owned[tp] = own
+		if h := m.writers[tp]; h != nil && !own {
+			h.cancel()
+			stop = append(stop, tp)
+			stopping = append(stopping, h)
+		}
+	}
+	for tp := range m.owned {
+		if _, ok := owned[tp]; !ok {
+			delete(m.owned, tp) // a topic no longer mirrored
+		}
+	}
+	m.mu.Unlock()
+
+	// Wait for the lost writers to return, then forget them.
+	for i, h := range stopping {
+		<-h.done
+		m.mu.Lock()
+		if m.writers[stop[i]] == h {
+			delete(m.writers, stop[i])
+		}
+		m.mu.Unlock()
+		m.metrics.forget(stop[i].topic, stop[i].partition)
+	}
+
+	for tp, own := range owned {
+		if own {
+			m.startWriter(ctx, tp.topic, tp.partition)
+		}
+	}
+	m.metrics.owned.Set(float64(count))
+	if gained+lost > 0 {
+		m.metrics.handovers.WithLabelValues("gained").Add(float64(gained))
+		m.metrics.handovers.WithLabelValues("lost").Add(float64(lost))
+		m.log.Info("mirror partition ownership changed", zap.Int("gained", gained), zap.Int("lost", lost), zap.Int("owned", count))
+	}
+}

@@ -131,7 +131,7 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fl
 	if err != nil {
 		cancel()
 		if strings.Contains(err.Error(), "address already in use") {
-			return nil, fmt.Errorf("membership: gossip address %s is already in use (another Ferry member on this host? give each its own gossip port)", cfg.Bind)
+			return nil, fmt.Errorf("%w: gossip address %s is already in use (another Ferry member on this host? give each its own gossip port)", ErrBind, cfg.Bind)
 		}
 		return nil, fmt.Errorf("membership: gossip on %s: %v", cfg.Bind, err)
 	}
@@ -468,14 +468,35 @@ func (f *Fleet) watch() {
 	}
 }
 
+// ErrBind is wrapped by New's error when the gossip address is taken.
+var ErrBind = errors.New("membership: gossip address in use")
+
 // SetGeneration sets the routing generation this member serves and
 // gossips it.
 func (f *Fleet) SetGeneration(g uint32) {
+	f.update(func(m *Meta) { m.Generation = g })
+}
+
+// SetPorts sets the client ports this member advertises (its lanes, once
+// they are bound) and gossips them. Ports that would make the metadata too
+// large are refused.
+func (f *Fleet) SetPorts(ports []int32) error {
+	next := f.Local().Meta
+	next.Ports = append([]int32(nil), ports...)
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("membership: %v", err)
+	}
+	f.update(func(m *Meta) { m.Ports = next.Ports })
+	return nil
+}
+
+// update changes the local metadata and gossips it.
+func (f *Fleet) update(change func(*Meta)) {
 	f.updMu.Lock()
 	defer f.updMu.Unlock()
 	f.mu.Lock()
-	f.meta.Generation = g
-	f.metaJSON, _ = json.Marshal(f.meta) // Validate checked its size for any generation
+	change(&f.meta)
+	f.metaJSON, _ = json.Marshal(f.meta) // Validate checked its size
 	closed := f.closed
 	f.mu.Unlock()
 	if closed {

@@ -31,6 +31,8 @@ type config struct {
 	lease        time.Duration // see fence.go
 	recompress   bool          // see reframe.go
 	ownership    Ownership     // nil: every partition, and the sync loop
+	// gate, when set, is asked before every append (WithWriteGate).
+	gate func() bool
 
 	errs []error // from options, reported by validate
 

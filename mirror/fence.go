@@ -73,10 +73,32 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 	return w.checkLease(ctx)
 }
 
+// waitGate waits while the member's write gate (WithWriteGate) is shut.
+func (w *writer) waitGate(ctx context.Context) error {
+	gate := w.m.cfg.gate
+	if gate == nil || gate() {
+		return nil
+	}
+	w.log.Info("mirror partition writer waiting: this member may not write now")
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !gate() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // checkLease confirms ownership if the last confirmation is older than a
 // quarter lease. Call it before sending anything that appends to the
 // standby partition.
 func (w *writer) checkLease(ctx context.Context) error {
+	if err := w.waitGate(ctx); err != nil {
+		return err
+	}
 	if !w.lastPing.IsZero() && time.Since(w.lastPing) < w.m.cfg.lease/4 {
 		return nil
 	}

@@ -32,6 +32,13 @@ type Ownership interface {
 // the partition back if it still owns it.
 func WithOwnership(o Ownership) Option { return func(c *config) { c.ownership = o } }
 
+// WithWriteGate makes every writer wait, before each append to the
+// standby, while gate reports false. A fleet member shuts it while it
+// cannot be sure that the generation it mirrors for is still in force (a
+// process that was paused through a switch, cmd/ferry): its writers must
+// not append to the cluster that has since become active.
+func WithWriteGate(gate func() bool) Option { return func(c *config) { c.gate = gate } }
+
 // owns reports whether this member writes the partition.
 func (m *Mirror) owns(topic string, partition int32) bool {
 	o := m.cfg.ownership

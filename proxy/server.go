@@ -374,6 +374,13 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Connections is how many client connections are open.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Lanes is how many virtual brokers each member presents, known after
 // Start: the caller serves that many listeners and advertises their ports
 // in the fleet (Broker.LanePorts).

@@ -83,18 +83,22 @@ func (l *Lease) Changed() <-chan struct{} {
 	return l.changed
 }
 
-// Run renews the lease every quarter of its time until ctx ends. It also
-// installs a newer generation that the clusters hold and this member
+// Run renews the lease every quarter of its time until ctx ends, and at
+// once when the routing state changes (a switch just installed a new
+// generation: writes wait for the lease from the new active cluster). It
+// also installs a newer generation that the clusters hold and this member
 // missed (a member that was cut off when the switch installed it).
 func (l *Lease) Run(ctx context.Context) {
 	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
 	for {
+		changed := l.table.Changed()
 		l.renew(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-changed:
 		}
 	}
 }

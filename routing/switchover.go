@@ -165,6 +165,10 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	}
 	defer s.mu.Unlock()
 	cur := s.table.Current()
+	if cur.Phase != PhaseServing {
+		// Another member's switch holds this one.
+		return State{}, &Error{Reason: ReasonRunning, Msg: fmt.Sprintf("a switch is already running (%s)", cur)}
+	}
 	if cur.Active == req.To {
 		if l := cur.Last; l != nil && l.To == req.To && l.Mode == req.Mode && l.Outcome == "switched" {
 			return cur, nil // a repeat of the call that got us here

@@ -78,7 +78,13 @@ func TestExampleConfig(t *testing.T) {
 		ConnectionsMaxIdle:         10 * time.Minute,
 		RequestReadTimeout:         30 * time.Second,
 		Policy:                     PolicyConfig{Allow: []string{}, Deny: []string{"records_delete"}},
-		LogLevel:                   "info",
+		Fleet: &FleetConfig{
+			Bind:       "0.0.0.0:7946",
+			Seeds:      []string{"ferry-0.example.internal:7946", "ferry-1.example.internal:7946", "ferry-2.example.internal:7946"},
+			KeyFile:    "/etc/ferry/gossip.key",
+			WriteLease: 1500 * time.Millisecond,
+		},
+		LogLevel: "info",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)
@@ -152,6 +158,9 @@ func TestConfigErrors(t *testing.T) {
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
+		{"bad fleet", minimal + "fleet:\n  bind: gossip\n  advertise: \":7946\"\n  seeds: [\"ferry-1\"]\n  write_lease: 10ms\n", []string{
+			`fleet.bind "gossip": not host:port`, `fleet.advertise ":7946": the host is missing`, `fleet.seeds[0] "ferry-1": not host:port`, "fleet.write_lease 10ms: must be between 200ms and 1m"}},
+		{"unknown fleet key", minimal + "fleet:\n  seed: [a:1]\n", []string{`line 8: unknown key "seed"`}},
 		{"short idle", minimal + "connections_max_idle: 500ms\n", []string{"connections_max_idle 500ms: must be at least 1s"}},
 		{"negative idle", minimal + "connections_max_idle: -10m\n", []string{"connections_max_idle -10m0s: must be at least 1s"}},
 		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 7", "into a duration (e.g. 30s)"}},

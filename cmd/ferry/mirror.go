@@ -44,7 +44,10 @@ type runningMirror struct {
 	done           chan struct{} // closed when Run returned
 }
 
-func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer) *mirrorRunner {
+// newMirrorRunner returns the member's mirror runner; own says which
+// partitions this member writes and gate when it may append (both nil: a
+// member on its own writes every partition, always).
+func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, own mirror.Ownership, gate func() bool) *mirrorRunner {
 	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}}
 	for _, c := range cfg.Clusters {
 		r.clusters[c.Name] = c.Bootstrap
@@ -58,6 +61,12 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer) *m
 		mirror.SyncGroups(*mc.SyncGroups),
 		mirror.SyncACLs(*mc.SyncACLs),
 		mirror.RecompressCompacted(*mc.RecompressCompacted),
+	}
+	if own != nil {
+		r.opts = append(r.opts, mirror.WithOwnership(own))
+	}
+	if gate != nil {
+		r.opts = append(r.opts, mirror.WithWriteGate(gate))
 	}
 	return r
 }

@@ -131,7 +131,7 @@ mirror: {sync_interval: 1s}
 	}
 
 	reg := prometheus.NewRegistry()
-	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg)
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg, nil, nil)
 	t.Cleanup(r.Close)
 	if info := r.Info(); !info.Enabled || info.Running {
 		t.Fatalf("before Follow: %+v", info)

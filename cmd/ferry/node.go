@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -37,7 +38,10 @@ type node struct {
 	log    *zap.Logger
 	reg    *prometheus.Registry
 	routes *routing.Table
-	fleet  *proxy.StaticFleet
+	// solo is the fleet of a member on its own (no fleet section); fleet
+	// is the gossip fleet otherwise. Exactly one is set.
+	solo   *proxy.StaticFleet
+	fleet  *fleet
 	proxy  *proxy.Server
 	mirror *mirrorRunner // nil when the mirror is disabled
 	// switcher runs switches of the active cluster (POST /switchover).
@@ -101,7 +105,16 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 
 	n.reg = newRegistry()
 	n.routes = routing.NewTable(routing.State{Generation: 0, Active: cfg.Active})
-	n.fleet = proxy.NewStaticFleet(proxy.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
+	var brokers proxy.Fleet
+	if cfg.Fleet == nil {
+		n.solo = proxy.NewStaticFleet(proxy.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
+		brokers = n.solo
+	} else {
+		// The fleet's calls are answered by the proxy, the mirror and the
+		// admin API built below; it joins nobody until start.
+		n.fleet = &fleet{}
+		brokers = n.fleet
+	}
 	clusters := make([]proxy.Cluster, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		// With two clusters each is the mirror's target in some
@@ -109,10 +122,22 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		// either may hold fillers once a switch happened.
 		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1}
 	}
-	n.proxy, err = proxy.New(
+	bootstraps := make(map[string][]string, len(cfg.Clusters))
+	for _, c := range cfg.Clusters {
+		bootstraps[c.Name] = c.Bootstrap
+	}
+	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, routing.StoreLogger(log.Named("routing"))); err != nil {
+		return nil, err
+	}
+	if n.fleet != nil {
+		if err = n.fleet.init(n, cfg, port, n.reg); err != nil {
+			return nil, err
+		}
+	}
+	proxyOpts := []proxy.Option{
 		proxy.WithClusterID(cfg.ClusterID),
 		proxy.WithClusters(clusters...),
-		proxy.WithFleet(n.fleet),
+		proxy.WithFleet(brokers),
 		proxy.WithRoutingTable(n.routes),
 		proxy.WithLogger(log.Named("proxy")),
 		proxy.WithRegisterer(n.reg),
@@ -126,29 +151,37 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
 		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
 		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
-	)
-	if err != nil {
+	}
+	if n.fleet != nil {
+		proxyOpts = append(proxyOpts, proxy.WithWriteLease(n.fleet.lease))
+	}
+	if n.proxy, err = proxy.New(proxyOpts...); err != nil {
 		return nil, err
 	}
 	var sm routing.Mirror
 	if cfg.Mirror.enabled() {
-		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg)
+		var own mirror.Ownership
+		var gate func() bool
+		if n.fleet != nil {
+			own, gate = n.fleet, n.fleet.mayMirror
+		}
+		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, own, gate)
 		sm = switchMirror{n.mirror}
+		if n.fleet != nil {
+			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}
+		}
 	}
 	names := make([]string, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		names[i] = c.Name
 	}
-	bootstraps := make(map[string][]string, len(cfg.Clusters))
-	for _, c := range cfg.Clusters {
-		bootstraps[c.Name] = c.Bootstrap
+	var members routing.Members = routing.Local{Table: n.routes, Settled: n.proxy.Settled}
+	if n.fleet != nil {
+		members = fleetMembers{n.fleet}
 	}
-	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, routing.StoreLogger(log.Named("routing"))); err != nil {
-		return nil, err
-	}
-	n.switcher = routing.NewSwitcher(n.routes, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm, n.store, names, log.Named("switch"))
+	n.switcher = routing.NewSwitcher(n.routes, members, sm, n.store, names, log.Named("switch"))
 	n.switcher.SaveVersions(n.proxy.SavedVersions)
-	n.admin, err = admin.New(
+	adminOpts := []admin.Option{
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{
 			ID:         cfg.NodeID,
@@ -159,7 +192,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		}),
 		admin.WithRoutes(n.routes),
 		admin.WithClusters(clusters...),
-		admin.WithFleet(n.fleet),
+		admin.WithFleet(brokers),
 		admin.WithGatherer(n.reg),
 		admin.WithRegisterer(n.reg),
 		admin.WithSwitch(n.switchover),
@@ -167,8 +200,15 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithStarted(n.started.Load),
 		admin.WithMirror(n.mirrorInfo),
 		admin.WithLogger(log.Named("admin")),
-	)
-	if err != nil {
+	}
+	if n.fleet != nil {
+		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)
+		adminOpts = append(adminOpts,
+			admin.WithMembers(n.fleet.members),
+			admin.WithReadiness(n.fleet.ready),
+			admin.WithFleetMirror(n.fleet.mirrorStatus))
+	}
+	if n.admin, err = admin.New(adminOpts...); err != nil {
 		return nil, err
 	}
 	n.goServe("admin", func() error { return n.admin.Serve(n.adminLn) })
@@ -220,6 +260,9 @@ func (n *node) start(ctx context.Context) error {
 	n.mu.Unlock()
 	if err := n.listenLanes(); err != nil {
 		return err
+	}
+	if n.fleet != nil {
+		n.fleet.run()
 	}
 	n.started.Store(true)
 	n.wg.Add(1)
@@ -312,9 +355,13 @@ func (n *node) listenLanes() error {
 		}
 		ports = append(ports, adv)
 	}
-	b := n.fleet.Brokers()[0]
+	if n.fleet != nil {
+		n.fleet.setPorts(ports)
+		return nil
+	}
+	b := n.solo.Brokers()[0]
 	b.LanePorts = ports
-	n.fleet.Set([]proxy.Broker{b})
+	n.solo.Set([]proxy.Broker{b})
 	return nil
 }
 
@@ -360,13 +407,33 @@ func (n *node) wait(ctx context.Context) error {
 	}
 }
 
-// Close stops the member; safe to call more than once. In order: the mirror
+// shutdown stops the member gracefully (SIGTERM): it leaves the fleet, so
+// that the other members stop naming it to clients; stops accepting and
+// answers every request its connections have read (within ctx); then
+// closes as Close does.
+func (n *node) shutdown(ctx context.Context) {
+	if n.fleet != nil && n.fleet.m != nil {
+		n.fleet.close()
+	}
+	if n.started.Load() {
+		if err := n.proxy.Shutdown(ctx); err != nil {
+			n.log.Warn("shutdown", zap.Error(err))
+		}
+	}
+	n.Close()
+}
+
+// Close stops the member; safe to call more than once. In order: the fleet
+// (left), the mirror
 // (its writers stop between appends; the standby's end offset is the
 // position, so nothing is lost), the proxy (stop accepting, close client
 // connections, close upstream clients), the Kafka listener if the proxy
 // never served it, the admin API, then wait for the serve loops.
 func (n *node) Close() {
 	n.closeOnce.Do(func() {
+		if n.fleet != nil && n.fleet.m != nil {
+			n.fleet.close()
+		}
 		if n.mirror != nil {
 			n.mirror.Close()
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -98,6 +99,10 @@ func serveConfig(f *serveFlags) (*Config, error) {
 	return cfg, nil
 }
 
+// shutdownTimeout bounds a graceful stop: requests already read are
+// answered within it (a long-poll fetch waits at most its MaxWait).
+const shutdownTimeout = 15 * time.Second
+
 // serveCmd runs Ferry against the configured clusters until ctx ends
 // (SIGINT or SIGTERM). An unreachable cluster is logged and retried, not
 // fatal.
@@ -135,7 +140,9 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	err = n.wait(ctx)
 	log.Info("shutting down", zap.Bool("signal", ctx.Err() != nil))
-	n.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	n.shutdown(sctx)
+	cancel()
 	log.Info("stopped")
 	return err
 }

@@ -99,10 +99,10 @@ type traffic struct {
 func startTraffic(t *testing.T, addr, topic string, parts int32, group string) *traffic {
 	tr := &traffic{t: t, topic: topic, parts: parts, stopped: make(chan struct{}), prodStop: make(chan struct{}), prodDone: make(chan struct{}),
 		acked: map[int32]map[int64]string{}, seen: map[int32]map[int64]string{}}
-	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic),
+	prod := newClient(t, kgo.SeedBrokers(strings.Split(addr, ",")...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.RecordDeliveryTimeout(2*time.Minute))
-	cons := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
+	cons := newClient(t, kgo.SeedBrokers(strings.Split(addr, ",")...), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	tr.wg.Add(1)
 	go func() {
@@ -311,56 +311,8 @@ func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
 	tr.waitConsumed(time.Minute)
 	tr.stop()
 
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if len(tr.failed) > 0 {
-		t.Fatalf("%d produces failed, e.g. %v", len(tr.failed), tr.failed[0])
-	}
-	// On the active cluster, read directly: every acknowledged record at
-	// its offset, and nothing else.
-	total := 0
-	for p := int32(0); p < parts; p++ {
-		total += len(tr.acked[p])
-	}
-	if ends := endOffsets(t, primary.Addrs(), topic); ends[0]+ends[1]+ends[2] != int64(total) {
-		t.Fatalf("primary's end offsets %v: %d acknowledged", ends, total)
-	}
-	onPrimary := map[int32]map[int64]string{}
-	cl := newClient(t, kgo.SeedBrokers(primary.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	for read := 0; read < total; {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %d of %d", read, total)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if onPrimary[r.Partition] == nil {
-				onPrimary[r.Partition] = map[int64]string{}
-			}
-			onPrimary[r.Partition][r.Offset] = string(r.Value)
-			read++
-		})
-	}
-	for p := int32(0); p < parts; p++ {
-		last := 0
-		for o := int64(0); o < int64(len(onPrimary[p])); o++ {
-			v, ok := onPrimary[p][o]
-			if !ok {
-				t.Fatalf("partition %d: no record at offset %d", p, o)
-			}
-			if a := tr.acked[p][o]; a != v {
-				t.Fatalf("partition %d offset %d: %q on primary, %q acknowledged there", p, o, v, a)
-			}
-			seq, _ := strconv.Atoi(v[len(v)-6:])
-			if seq <= last {
-				t.Fatalf("partition %d offset %d: %q after sequence %d: order broken", p, o, v, last)
-			}
-			last = seq
-			if s := tr.seen[p][o]; s != v {
-				t.Fatalf("partition %d offset %d: consumer saw %q, want %q", p, o, s, v)
-			}
-		}
-	}
-	t.Logf("%d records acknowledged and consumed across two switches; %d re-read", total, len(tr.reread))
+	total := tr.verifyOn(ctx, primary.Addrs())
+	t.Logf("%d records acknowledged and consumed across two switches; %d re-read", total, tr.rereads())
 }
 
 // TestForcedFailoverRealKafka: the mirror is held back by a transaction left
@@ -575,4 +527,70 @@ func TestSwitchRolledBackWhenTheMirrorCannotDrain(t *testing.T) {
 			t.Fatalf("partition %d: %d acknowledged, standby's end %d", p, len(tr.acked[p]), ends[p])
 		}
 	}
+}
+
+// verifyOn stops nothing; it asserts, reading the cluster at addrs
+// directly, that no produce failed and that the cluster holds every
+// acknowledged record at its acknowledged offset, once, in order, and
+// nothing else, and that the consumer saw each; it returns how many.
+func (tr *traffic) verifyOn(ctx context.Context, addrs []string) int {
+	tr.t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.failed) > 0 {
+		tr.t.Fatalf("%d produces failed, e.g. %v", len(tr.failed), tr.failed[0])
+	}
+	// On the active cluster, read directly: every acknowledged record at
+	// its offset, and nothing else.
+	total := 0
+	for p := int32(0); p < tr.parts; p++ {
+		total += len(tr.acked[p])
+	}
+	if ends := endOffsets(tr.t, addrs, tr.topic); sumEnds(ends) != int64(total) {
+		tr.t.Fatalf("the cluster's end offsets %v: %d acknowledged", ends, total)
+	}
+	onCluster := map[int32]map[int64]string{}
+	cl := newClient(tr.t, kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(tr.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for read := 0; read < total; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			tr.t.Fatalf("read %d of %d", read, total)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if onCluster[r.Partition] == nil {
+				onCluster[r.Partition] = map[int64]string{}
+			}
+			onCluster[r.Partition][r.Offset] = string(r.Value)
+			read++
+		})
+	}
+	for p := int32(0); p < tr.parts; p++ {
+		last := 0
+		for o := int64(0); o < int64(len(onCluster[p])); o++ {
+			v, ok := onCluster[p][o]
+			if !ok {
+				tr.t.Fatalf("partition %d: no record at offset %d", p, o)
+			}
+			if a := tr.acked[p][o]; a != v {
+				tr.t.Fatalf("partition %d offset %d: %q on the cluster, %q acknowledged there", p, o, v, a)
+			}
+			seq, _ := strconv.Atoi(v[len(v)-6:])
+			if seq <= last {
+				tr.t.Fatalf("partition %d offset %d: %q after sequence %d: order broken", p, o, v, last)
+			}
+			last = seq
+			if s := tr.seen[p][o]; s != v {
+				tr.t.Fatalf("partition %d offset %d: consumer saw %q, want %q", p, o, s, v)
+			}
+		}
+	}
+	return total
+}
+
+func sumEnds(ends map[int32]int64) int64 {
+	var n int64
+	for _, e := range ends {
+		n += e
+	}
+	return n
 }

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/membership"
+	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// fleet is this member's part in a fleet (the fleet section): the members
+// gossip knows (membership), the brokers clients see (proxy.Fleet), the
+// switch's steps carried to every live member (routing.Members and
+// routing.Mirror over membership's acknowledged calls), the write lease
+// (routing.Lease), and the mirror's partitions spread over the members
+// (mirror.Ownership).
+//
+// Why calls over memberlist rather than HTTP between admin addresses: they
+// travel on the gossip transport, encrypted and authenticated by the
+// fleet's key, so the switch needs no second credential and no member
+// exposes an internal endpoint on its admin API; and each call is a
+// request with an answer, which is the barrier a switch needs ("every live
+// member holds"). Gossip itself (memberlist's broadcasts) has no
+// acknowledgement.
+type fleet struct {
+	n     *node
+	m     *membership.Fleet
+	lease *routing.Lease
+	log   *zap.Logger
+
+	brokers atomic.Pointer[[]proxy.Broker] // the alive members, as brokers
+	ports   atomic.Pointer[[]int32]        // this member's advertised lane ports
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Fleet calls between members.
+const (
+	callHold         = "routing.hold"
+	callInstall      = "routing.install"
+	callMirrorStop   = "mirror.stop"
+	callMirrorFollow = "mirror.follow"
+	callMirrorStatus = "mirror.status"
+	callInfo         = "member.info"
+)
+
+// memberInfo is what a member answers about its load (callInfo).
+type memberInfo struct {
+	Connections      int `json:"connections"`
+	MirrorPartitions int `json:"mirror_partitions"`
+}
+
+// init builds the member's side of the fleet; it joins nobody until run.
+func (f *fleet) init(n *node, cfg *Config, port int, reg prometheus.Registerer) error {
+	fc := cfg.Fleet
+	var key []byte
+	if fc.KeyFile != "" {
+		var err error
+		if key, err = membership.LoadKey(fc.KeyFile); err != nil {
+			return usageError{fmt.Errorf("fleet.key_file: %w", err)}
+		}
+	}
+	log := n.log.Named("fleet")
+	f.n, f.log = n, log
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	ports := []int32{int32(port)}
+	f.ports.Store(&ports)
+	m, err := membership.New(membership.Config{
+		Bind:      fc.Bind,
+		Advertise: fc.Advertise,
+		Seeds:     fc.Seeds,
+		Key:       key,
+	}, membership.Meta{
+		NodeID:     cfg.NodeID,
+		Host:       cfg.AdvertisedHost,
+		Ports:      ports,
+		Admin:      n.adminLn.Addr().String(),
+		Version:    version(),
+		Generation: n.routes.Current().Generation,
+	}, log, reg)
+	if err != nil {
+		if errors.Is(err, membership.ErrBind) {
+			return usageError{fmt.Errorf("fleet.bind %s: %w", fc.Bind, err)}
+		}
+		return err
+	}
+	f.m = m
+	f.lease = routing.NewLease(n.routes, n.store, fc.WriteLease, n.log.Named("lease"))
+	f.refreshBrokers()
+	return nil
+}
+
+// run answers the other members' calls, joins the fleet, and keeps the
+// brokers, the generation gossiped and the mirror's direction up to date,
+// until close.
+func (f *fleet) run() {
+	f.handle()
+	f.wg.Go(func() {
+		if err := f.m.Run(f.ctx); err != nil && f.ctx.Err() == nil {
+			f.log.Error("gossip stopped", zap.Error(err))
+		}
+	})
+	f.wg.Go(func() { f.lease.Run(f.ctx) })
+	f.wg.Go(f.watchMembers)
+	f.wg.Go(f.followRoutes)
+}
+
+// followRoutes gossips the generation this member serves, and points its
+// mirror the way each new generation says: a member that learns a switch
+// late (from the clusters, lease.go) starts its writers the new way too.
+func (f *fleet) followRoutes() {
+	var last routing.State
+	for {
+		ch := f.n.routes.Changed()
+		st := f.n.routes.Current()
+		if st.Generation != last.Generation {
+			f.m.SetGeneration(st.Generation)
+		}
+		if f.n.mirror != nil && st.Phase == routing.PhaseServing && (st.Generation != last.Generation || st.Active != last.Active) {
+			if err := f.n.mirror.Follow(st); err != nil {
+				f.log.Error("pointing the mirror the way the routing state says", zap.Stringer("routing", st), zap.Error(err))
+			}
+		}
+		last = st
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// watchMembers rebuilds the broker list at every membership change.
+func (f *fleet) watchMembers() {
+	for {
+		ch := f.m.Changed()
+		f.refreshBrokers()
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// refreshBrokers lists the alive members as the brokers clients see. This
+// member is always among them: it serves whatever gossip says of it.
+func (f *fleet) refreshBrokers() {
+	self := f.n.cfg.NodeID
+	var out []proxy.Broker
+	hasSelf := false
+	for _, m := range f.m.Alive() {
+		if len(m.Ports) == 0 {
+			continue
+		}
+		hasSelf = hasSelf || m.NodeID == self
+		out = append(out, proxy.Broker{NodeID: m.NodeID, Host: m.Host, Port: m.Ports[0], LanePorts: m.Ports})
+	}
+	if !hasSelf {
+		ports := *f.ports.Load()
+		out = append(out, proxy.Broker{NodeID: self, Host: f.n.cfg.AdvertisedHost, Port: ports[0], LanePorts: ports})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	f.brokers.Store(&out)
+}
+
+// Brokers implements proxy.Fleet.
+func (f *fleet) Brokers() []proxy.Broker { return *f.brokers.Load() }
+
+// Owner implements proxy.Fleet.
+func (f *fleet) Owner(key string) int32 { return proxy.Rendezvous(f.Brokers(), key) }
+
+// setPorts advertises this member's lane ports, once the lanes are bound.
+func (f *fleet) setPorts(ports []int32) {
+	ps := append([]int32(nil), ports...)
+	f.ports.Store(&ps)
+	if err := f.m.SetPorts(ps); err != nil {
+		f.log.Error("the lane ports do not fit in the gossiped metadata; the others see lane 0 only", zap.Error(err))
+	}
+	f.refreshBrokers()
+}
+
+// Owns implements mirror.Ownership: the partition's writer runs on the
+// member that rendezvous hashing of the partition picks among the alive
+// members.
+func (f *fleet) Owns(topic string, partition int32) bool {
+	return f.Owner("mirror\x00"+topic+"\x00"+strconv.Itoa(int(partition))) == f.n.cfg.NodeID
+}
+
+// Syncs implements mirror.Ownership: one member runs the metadata sync.
+func (f *fleet) Syncs() bool { return f.Owner("mirror\x00sync") == f.n.cfg.NodeID }
+
+// mayMirror is the mirror's write gate: open while the write lease holds,
+// or while a switch this member knows of runs (it drains the mirror,
+// and leases are not renewed then). A member that was cut off through a
+// switch finds its lease lapsed and its phase serving: its writers, which
+// copy towards what is now the active cluster, wait until it has learnt
+// the new generation and turned its mirror around.
+func (f *fleet) mayMirror() bool {
+	return f.n.routes.Current().Phase != routing.PhaseServing || f.lease.Valid()
+}
+
+// Changed implements mirror.Ownership.
+func (f *fleet) Changed() <-chan struct{} { return f.m.Changed() }
+
+// handle answers the other members' calls.
+func (f *fleet) handle() {
+	n := f.n
+	local := routing.Local{Table: n.routes, Settled: n.proxy.Settled}
+	f.m.Handle(callHold, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
+		st, err := decodeState(body)
+		if err != nil {
+			return nil, err
+		}
+		return nil, local.Hold(ctx, st)
+	})
+	f.m.Handle(callInstall, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
+		st, err := decodeState(body)
+		if err != nil {
+			return nil, err
+		}
+		return nil, local.Install(ctx, st)
+	})
+	f.m.Handle(callMirrorStop, func(context.Context, int32, []byte) ([]byte, error) {
+		if n.mirror == nil {
+			return json.Marshal([]routing.Position{})
+		}
+		return json.Marshal(switchMirror{n.mirror}.Stop())
+	})
+	f.m.Handle(callMirrorFollow, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
+		st, err := decodeState(body)
+		if err != nil || n.mirror == nil {
+			return nil, err
+		}
+		return nil, n.mirror.Follow(st)
+	})
+	f.m.Handle(callMirrorStatus, func(context.Context, int32, []byte) ([]byte, error) {
+		return json.Marshal(n.admin.LocalMirror())
+	})
+	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {
+		info := memberInfo{Connections: n.proxy.Connections()}
+		if n.mirror != nil {
+			info.MirrorPartitions = len(n.mirror.Info().Partitions)
+		}
+		return json.Marshal(info)
+	})
+}
+
+func decodeState(body []byte) (routing.State, error) {
+	var st routing.State
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("decoding a routing state: %w", err)
+	}
+	return st, nil
+}
+
+// callLive calls every alive member and waits for each to answer, or to
+// stop being alive (gossip finds it suspect, dead or gone): a member that
+// cannot answer is not waited for. Its answers are keyed by node ID; the
+// members that did not answer are listed apart.
+func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
+	members := f.m.Alive()
+	answers, failed = map[int32][]byte{}, map[int32]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Go(func() {
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				// Give up on the member once gossip no longer has
+				// it alive.
+				for {
+					ch := f.m.Changed()
+					if !f.alive(m.NodeID) {
+						cancel()
+						return
+					}
+					select {
+					case <-cctx.Done():
+						return
+					case <-ch:
+					}
+				}
+			}()
+			out, err := f.m.Call(cctx, m.NodeID, kind, body)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				answers[m.NodeID] = out
+			case cctx.Err() != nil && ctx.Err() == nil:
+				unreached = append(unreached, m.NodeID)
+			default:
+				failed[m.NodeID] = err
+			}
+		})
+	}
+	wg.Wait()
+	sort.Slice(unreached, func(i, j int) bool { return unreached[i] < unreached[j] })
+	if len(unreached) > 0 {
+		f.log.Warn("members did not answer and are no longer alive; not waiting for them",
+			zap.String("call", kind), zap.Int32s("members", unreached))
+	}
+	return answers, failed, unreached
+}
+
+func (f *fleet) alive(id int32) bool {
+	for _, m := range f.m.Alive() {
+		if m.NodeID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// callErr is the first failure among failed, naming the member.
+func callErr(failed map[int32]error) error {
+	ids := make([]int32, 0, len(failed))
+	for id := range failed {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return fmt.Errorf("member %d: %w", ids[0], failed[ids[0]])
+}
+
+// fleetMembers is routing.Members over the fleet: each step on every alive
+// member. A member that cannot be reached is not waited for: the write
+// lease has it stop writing before the flip (routing/lease.go).
+type fleetMembers struct{ f *fleet }
+
+var _ routing.Members = fleetMembers{}
+
+func (fm fleetMembers) Hold(ctx context.Context, st routing.State) error {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	_, failed, _ := fm.f.callLive(ctx, callHold, body)
+	return callErr(failed)
+}
+
+func (fm fleetMembers) Install(ctx context.Context, st routing.State) error {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	// This member first: its table is what the switch answers with.
+	fm.f.n.routes.Update(st)
+	_, failed, _ := fm.f.callLive(ctx, callInstall, body)
+	return callErr(failed)
+}
+
+// fleetMirror is routing.Mirror over the fleet: the drain and the group
+// sync read the clusters, so this member does them; stopping and starting
+// reach the writers on every member.
+type fleetMirror struct {
+	f     *fleet
+	local switchMirror
+}
+
+var _ routing.Mirror = fleetMirror{}
+
+func (fm fleetMirror) Halted() []string {
+	var out []string
+	for _, p := range fm.f.mirrorStatus(context.Background()).Partitions {
+		if p.State == "halted" {
+			out = append(out, fmt.Sprintf("%s[%d]: %s (member %d)", p.Topic, p.Partition, p.Error, p.Owner))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (fm fleetMirror) Drain(ctx context.Context) error { return fm.local.Drain(ctx) }
+
+func (fm fleetMirror) SyncGroups(ctx context.Context) error { return fm.local.SyncGroups(ctx) }
+
+func (fm fleetMirror) Stop() []routing.Position {
+	ctx, cancel := context.WithTimeout(fm.f.ctx, 30*time.Second)
+	defer cancel()
+	answers, failed, _ := fm.f.callLive(ctx, callMirrorStop, nil)
+	for id, err := range failed {
+		fm.f.log.Error("a member's mirror did not stop", zap.Int32("member", id), zap.Error(err))
+	}
+	var out []routing.Position
+	for _, b := range answers {
+		var ps []routing.Position
+		if err := json.Unmarshal(b, &ps); err == nil {
+			out = append(out, ps...)
+		}
+	}
+	return out
+}
+
+func (fm fleetMirror) Follow(st routing.State) error {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(fm.f.ctx, 30*time.Second)
+	defer cancel()
+	_, failed, _ := fm.f.callLive(ctx, callMirrorFollow, body)
+	return callErr(failed)
+}
+
+// mirrorStatus is the fleet's mirror: every alive member's partitions.
+func (f *fleet) mirrorStatus(ctx context.Context) admin.MirrorStatus {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	answers, failed, _ := f.callLive(ctx, callMirrorStatus, nil)
+	for id, err := range failed {
+		f.log.Debug("a member's mirror status", zap.Int32("member", id), zap.Error(err))
+	}
+	parts := make([]admin.MirrorStatus, 0, len(answers))
+	for _, b := range answers {
+		var ms admin.MirrorStatus
+		if err := json.Unmarshal(b, &ms); err == nil {
+			parts = append(parts, ms)
+		}
+	}
+	return admin.MergeMirror(parts...)
+}
+
+// members lists every member gossip knows, with what each answered of its
+// load.
+func (f *fleet) members(ctx context.Context) []admin.Member {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	answers, _, _ := f.callLive(ctx, callInfo, nil)
+	var out []admin.Member
+	for _, m := range f.m.Members() {
+		am := admin.Member{
+			NodeID: m.NodeID, State: m.State.String(), Self: m.Self,
+			Host: m.Host, Ports: m.Ports, Gossip: m.Addr, Admin: m.Admin,
+			Version: m.Version, Generation: m.Generation,
+			Connections: -1, MirrorPartitions: -1,
+		}
+		var info memberInfo
+		if b, ok := answers[m.NodeID]; ok && json.Unmarshal(b, &info) == nil {
+			am.Connections, am.MirrorPartitions = info.Connections, info.MirrorPartitions
+		}
+		out = append(out, am)
+	}
+	return out
+}
+
+// ready is the fleet's part of /readyz: joined. (The write lease is not
+// part of it: every member lacks it while a switch holds writes, and a
+// fleet unready all at once would be taken out of its Service.)
+func (f *fleet) ready() error {
+	if ok, why := f.m.Ready(); !ok {
+		return fmt.Errorf("fleet: %s", why)
+	}
+	return nil
+}
+
+// close leaves the fleet (the others stop naming this member to clients)
+// and stops the background work; safe to call more than once.
+func (f *fleet) close() {
+	f.cancel()
+	f.m.Close()
+	f.wg.Wait()
+}

@@ -1,0 +1,532 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+// fleetMember is one `ferry serve` process of a test fleet, with the
+// addresses it keeps across restarts.
+type fleetMember struct {
+	id                    int32
+	kafka, admin, gossip  string
+	config                string
+	p                     *proc
+}
+
+// testFleet is three members in front of a primary and a standby.
+type testFleet struct {
+	primary, standby *kafkatest.Cluster
+	members          []*fleetMember
+	key              string // key file path
+}
+
+// freeAddr is a loopback host:port free for TCP and UDP when asked.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return addr
+		}
+	}
+	t.Fatal("no port free for TCP and UDP")
+	return ""
+}
+
+func writeKey(t *testing.T, b byte) string {
+	t.Helper()
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = b + byte(i)
+	}
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startTestFleet starts a primary and a standby (one broker each) and n
+// members seeded with each other, and waits until every member sees all.
+func startTestFleet(t *testing.T, n int) *testFleet {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	f := &testFleet{
+		primary: kafkatest.Start(t, 1, kafkatest.WithName("primary")),
+		standby: kafkatest.Start(t, 1, kafkatest.WithName("standby")),
+		key:     writeKey(t, 1),
+	}
+	for i := range n {
+		f.members = append(f.members, &fleetMember{id: int32(i), kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)})
+	}
+	var seeds []string
+	for _, m := range f.members {
+		seeds = append(seeds, m.gossip)
+	}
+	for _, m := range f.members {
+		m.config = writeConfig(t, f.configFor(m.id, m.kafka, m.admin, m.gossip, seeds, f.key))
+		m.start(t)
+	}
+	f.waitAlive(t, f.ids()...)
+	return f
+}
+
+func (f *testFleet) configFor(id int32, kafka, adminAddr, gossip string, seeds []string, key string) string {
+	return fmt.Sprintf(`
+cluster_id: ferry-fleet-test
+node_id: %d
+listen: %s
+admin_listen: %s
+lanes: 1
+clusters:
+  - {name: primary, bootstrap: [%s]}
+  - {name: standby, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+fleet:
+  bind: %s
+  seeds: [%s]
+  key_file: %s
+`, id, kafka, adminAddr, f.primary.Bootstrap(), f.standby.Bootstrap(), gossip, strings.Join(seeds, ", "), key)
+}
+
+func (f *testFleet) ids() []int32 {
+	var ids []int32
+	for _, m := range f.members {
+		ids = append(ids, m.id)
+	}
+	return ids
+}
+
+// bootstrap lists every member's Kafka address.
+func (f *testFleet) bootstrap() string {
+	var addrs []string
+	for _, m := range f.members {
+		addrs = append(addrs, m.kafka)
+	}
+	return strings.Join(addrs, ",")
+}
+
+var servingLine = regexp.MustCompile(`"msg":"serving Kafka clients"`)
+
+func (m *fleetMember) start(t *testing.T) {
+	t.Helper()
+	m.p = startFerry(t, "serve", "--config", m.config)
+	m.p.waitFor(t, servingLine, 2*time.Minute)
+}
+
+// status reads the member's /status, or fails.
+func (m *fleetMember) status(t *testing.T) (admin.Status, error) {
+	t.Helper()
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + m.admin + "/status")
+	if err != nil {
+		return admin.Status{}, err
+	}
+	defer resp.Body.Close()
+	var st admin.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
+}
+
+// aliveIDs are the members a status lists alive.
+func aliveIDs(st admin.Status) []int32 {
+	var ids []int32
+	for _, m := range st.Members {
+		if m.State == "alive" {
+			ids = append(ids, m.NodeID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// waitAlive waits until every running member lists exactly ids alive.
+func (f *testFleet) waitAlive(t *testing.T, ids ...int32) {
+	t.Helper()
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ok := true
+		var last string
+		for _, m := range f.members {
+			if !slices.Contains(want, m.id) {
+				continue
+			}
+			st, err := m.status(t)
+			if got := aliveIDs(st); err != nil || !slices.Equal(got, want) {
+				ok, last = false, fmt.Sprintf("member %d: alive %v (%v)", m.id, got, err)
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members did not agree on %v alive: %s", want, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metadataBrokers is the broker list a client gets through addr.
+func metadataBrokers(t *testing.T, ctx context.Context, addr string) []string {
+	t.Helper()
+	md, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr))).BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatalf("metadata through %s: %v", addr, err)
+	}
+	var out []string
+	for _, b := range md.Brokers {
+		out = append(out, fmt.Sprintf("%d@%s:%d", b.NodeID, b.Host, b.Port))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestFleetRealKafka runs three `ferry serve` processes as one fleet in
+// front of real Kafka, and takes them through what an operator does to a
+// fleet, in order: serve one cluster through any member, refuse bad gossip,
+// lose a member to kill -9 under traffic, restart every member in turn
+// under traffic, switch over while a member is paused, and restart the
+// whole fleet after the switch.
+func TestFleetRealKafka(t *testing.T) {
+	f := startTestFleet(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const topic, parts = "fleet", 6
+
+	t.Run("one cluster through every member", func(t *testing.T) {
+		want := metadataBrokers(t, ctx, f.members[0].kafka)
+		if len(want) != 3 {
+			t.Fatalf("metadata through member 0 names %v, want the three members", want)
+		}
+		for _, m := range f.members[1:] {
+			if got := metadataBrokers(t, ctx, m.kafka); !slices.Equal(got, want) {
+				t.Fatalf("metadata through member %d names %v, through member 0 %v", m.id, got, want)
+			}
+		}
+		createTopicVia(t, ctx, f.members[0].kafka, topic, parts)
+		// Produce through member 1 alone as bootstrap, consume through
+		// member 2 alone.
+		prod := newClient(t, kgo.SeedBrokers(f.members[1].kafka), kgo.DefaultProduceTopic(topic))
+		for i := range 60 {
+			if err := prod.ProduceSync(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+				t.Fatalf("produce through member 1: %v", err)
+			}
+		}
+		cons := newClient(t, kgo.SeedBrokers(f.members[2].kafka), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		got := map[string]bool{}
+		for len(got) < 60 {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("consumed %d of 60 through member 2", len(got))
+			}
+			fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = true })
+		}
+		// The mirror's writers are spread: every partition has an owner
+		// and more than one member owns some, in every member's view.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			st, err := f.members[2].status(t)
+			owners := map[int32]bool{}
+			n := 0
+			for _, p := range st.Mirror.Partitions {
+				if p.Topic == topic {
+					owners[p.Owner] = true
+					n++
+				}
+			}
+			if err == nil && n == parts && len(owners) > 1 && st.Mirror.Summary.AllCaughtUp {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mirror of %s in member 2's /status: %d partitions, owners %v, caught up %v (%v)", topic, n, owners, st.Mirror.Summary.AllCaughtUp, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("bad gossip refused", func(t *testing.T) {
+		target := f.members[0].gossip
+		// Garbage on the gossip port, TCP and UDP.
+		if c, err := net.Dial("tcp", target); err == nil {
+			c.Write([]byte("GET / HTTP/1.0\r\n\r\n\x00\x01\x02garbage"))
+			c.Close()
+		}
+		if c, err := net.Dial("udp", target); err == nil {
+			for range 10 {
+				c.Write([]byte("\x01\x02\x03 not memberlist"))
+			}
+			c.Close()
+		}
+		// A process with another key, and one with a node ID in use.
+		seeds := []string{target}
+		wrongKey := &fleetMember{id: 7, kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)}
+		wrongKey.config = writeConfig(t, f.configFor(7, wrongKey.kafka, wrongKey.admin, wrongKey.gossip, seeds, writeKey(t, 9)))
+		dup := &fleetMember{id: 1, kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)}
+		dup.config = writeConfig(t, f.configFor(1, dup.kafka, dup.admin, dup.gossip, seeds, f.key))
+		for _, m := range []*fleetMember{wrongKey, dup} {
+			m.p = startFerry(t, "serve", "--config", m.config)
+		}
+		dup.p.waitFor(t, regexp.MustCompile(`(?i)node.?id 1 .*(in use|held|duplicate)|duplicate.*node`), time.Minute)
+		// Neither joined: the fleet still lists its three, and each
+		// intruder's /readyz says why it is not ready.
+		f.waitAlive(t, 0, 1, 2)
+		for _, m := range []*fleetMember{wrongKey, dup} {
+			deadline := time.Now().Add(time.Minute)
+			for {
+				code, body := httpGet(t, "http://"+m.admin+"/readyz")
+				if code == http.StatusServiceUnavailable && strings.Contains(body, "fleet") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("member %d refused by the fleet: /readyz %d %q", m.id, code, body)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			m.p.cmd.Process.Kill()
+			<-m.p.done
+		}
+		for _, m := range f.members {
+			st, err := m.status(t)
+			if err != nil || !slices.Equal(aliveIDs(st), []int32{0, 1, 2}) {
+				t.Fatalf("member %d after the intruders: alive %v (%v)", m.id, aliveIDs(st), err)
+			}
+		}
+	})
+
+	t.Run("kill -9 under traffic", func(t *testing.T) {
+		tr := startTraffic(t, f.bootstrap(), topic, parts, "fleet-kill")
+		tr.waitMore(300, time.Minute)
+		victim := f.members[1]
+		victim.p.cmd.Process.Kill()
+		<-victim.p.done
+		killed := time.Now()
+		f.waitAlive(t, 0, 2)
+		tr.waitMore(500, 2*time.Minute)
+		t.Logf("after kill -9 of member 1: 500 more acknowledged and consumed within %v", time.Since(killed))
+		// The dead member's mirror partitions resume on the others.
+		waitMirrorOwners(t, f.members[0], topic, parts, []int32{0, 2})
+		victim.start(t)
+		f.waitAlive(t, 0, 1, 2)
+		tr.stopProducing()
+		tr.waitConsumed(time.Minute)
+		tr.stop()
+		total := tr.verifyOn(ctx, f.primary.Addrs())
+		waitMirrored(t, f, topic)
+		t.Logf("%d records acknowledged, all on the primary at their offsets and on the standby at the same", total)
+	})
+
+	t.Run("rolling restart under traffic", func(t *testing.T) {
+		tr := startTraffic(t, f.bootstrap(), topic, parts, "fleet-rolling")
+		tr.waitMore(300, time.Minute)
+		for _, m := range f.members {
+			m.p.stop(t, time.Minute)
+			others := slices.DeleteFunc(f.ids(), func(id int32) bool { return id == m.id })
+			f.waitAlive(t, others...)
+			tr.waitMore(200, 2*time.Minute)
+			m.start(t)
+			f.waitAlive(t, f.ids()...)
+			tr.waitMore(200, 2*time.Minute)
+		}
+		tr.stopProducing()
+		tr.waitConsumed(time.Minute)
+		tr.stop()
+		total := tr.verifyOn(ctx, f.primary.Addrs())
+		t.Logf("%d records acknowledged across a rolling restart of three members", total)
+	})
+
+	t.Run("switch while a member is paused", func(t *testing.T) {
+		// A producer that reaches the cluster through the paused member
+		// only: its requests wait there across the switch.
+		paused := f.members[2]
+		tr := startTraffic(t, f.bootstrap(), topic, parts, "fleet-paused")
+		tr.waitMore(300, time.Minute)
+		if err := paused.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// Gossip finds it gone; the switch runs without it.
+		f.waitAlive(t, 0, 1)
+		out, err := ferryCmd(t, "switchover", "--admin", f.members[0].admin, "--to", "standby").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ferry switchover: %v\n%s", err, out)
+		}
+		t.Logf("switchover with member 2 paused:\n%s", out)
+		time.Sleep(2 * time.Second) // the paused member's lease has long ended
+		if err := paused.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		f.waitAlive(t, 0, 1, 2)
+		for _, m := range f.members {
+			waitGeneration(t, m, 1, "standby")
+		}
+		tr.waitMore(500, 2*time.Minute)
+		tr.stopProducing()
+		tr.waitConsumed(time.Minute)
+		tr.stop()
+		// Every record is on the standby at its offset, and the primary
+		// (now mirrored to) holds the same: nothing reached the primary
+		// after the flip but the mirror.
+		tr.verifyOn(ctx, f.standby.Addrs())
+		waitMirrored(t, f, topic)
+		if h := haltedPartitions(t, f.members[0]); len(h) > 0 {
+			t.Fatalf("mirror partitions halted after the switch: %v", h)
+		}
+	})
+
+	t.Run("full restart after the switch", func(t *testing.T) {
+		for _, m := range f.members {
+			m.p.stop(t, time.Minute)
+		}
+		for _, m := range f.members {
+			m.start(t)
+		}
+		f.waitAlive(t, f.ids()...)
+		for _, m := range f.members {
+			waitGeneration(t, m, 1, "standby")
+		}
+		before := endOffsets(t, f.standby.Addrs(), topic)
+		prod := newClient(t, kgo.SeedBrokers(strings.Split(f.bootstrap(), ",")...), kgo.DefaultProduceTopic(topic))
+		for i := range 30 {
+			if err := prod.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "after-restart-%d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := endOffsets(t, f.standby.Addrs(), topic); sumEnds(after)-sumEnds(before) != 30 {
+			t.Fatalf("the standby's end offsets went from %v to %v for 30 records produced after the restart", before, after)
+		}
+	})
+}
+
+// waitMirrorOwners waits until m's /status shows every partition of topic
+// owned by one of owners.
+func waitMirrorOwners(t *testing.T, m *fleetMember, topic string, parts int, owners []int32) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := m.status(t)
+		n := 0
+		for _, p := range st.Mirror.Partitions {
+			if p.Topic == topic && slices.Contains(owners, p.Owner) {
+				n++
+			}
+		}
+		if err == nil && n == parts {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d partitions of %s owned by %v in member %d's /status (%v)", n, parts, topic, owners, m.id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitMirrored waits until the mirror target's end offsets equal the
+// source's for topic, and its records are the same at every offset.
+func waitMirrored(t *testing.T, f *testFleet, topic string) {
+	t.Helper()
+	st, err := f.members[0].status(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := f.primary, f.standby
+	if st.Routing.Active == "standby" {
+		src, dst = f.standby, f.primary
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		a, b := endOffsets(t, src.Addrs(), topic), endOffsets(t, dst.Addrs(), topic)
+		if fmt.Sprint(a) == fmt.Sprint(b) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mirror target ends %v, source %v", b, a)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if a, b := readAll(t, src.Addrs(), topic), readAll(t, dst.Addrs(), topic); !slices.Equal(a, b) {
+		t.Fatalf("the mirror target differs from the source (%d and %d records)", len(b), len(a))
+	}
+}
+
+// readAll reads every record of topic on a cluster, read_uncommitted, as
+// "partition/offset=value" sorted.
+func readAll(t *testing.T, addrs []string, topic string) []string {
+	t.Helper()
+	ends := endOffsets(t, addrs, topic)
+	want := sumEnds(ends)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := newClient(t, kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var out []string
+	for int64(len(out)) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s", len(out), want, topic)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, fmt.Sprintf("%d/%d=%s", r.Partition, r.Offset, r.Value)) })
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitGeneration waits until m serves generation gen with active active.
+func waitGeneration(t *testing.T, m *fleetMember, gen uint32, active string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := m.status(t)
+		if err == nil && st.Routing.Generation == gen && st.Routing.Active == active {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %d serves generation %d on %q, want %d on %q (%v)", m.id, st.Routing.Generation, st.Routing.Active, gen, active, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// haltedPartitions lists the mirror partitions m's /status shows halted.
+func haltedPartitions(t *testing.T, m *fleetMember) []string {
+	t.Helper()
+	st, err := m.status(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range st.Mirror.Partitions {
+		if p.State == "halted" {
+			out = append(out, fmt.Sprintf("%s[%d]: %s", p.Topic, p.Partition, p.Error))
+		}
+	}
+	return out
+}

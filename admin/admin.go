@@ -70,10 +70,10 @@ type config struct {
 	fleetMirror func(ctx context.Context) MirrorStatus
 	members     func(ctx context.Context) []Member
 	readiness   func() error
-	log      *zap.Logger
-	now      func() time.Time
-	probeTTL time.Duration // how long a cluster check's result is reused
-	idle     time.Duration // keep-alive connections idle this long are closed
+	log         *zap.Logger
+	now         func() time.Time
+	probeTTL    time.Duration // how long a cluster check's result is reused
+	idle        time.Duration // keep-alive connections idle this long are closed
 
 	switchFn   SwitchFunc
 	token      string
@@ -116,7 +116,9 @@ func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle =
 
 // WithMembers sets how /status lists the fleet's members with their
 // state. Without it /status lists the brokers of WithFleet only.
-func WithMembers(f func(ctx context.Context) []Member) Option { return func(c *config) { c.members = f } }
+func WithMembers(f func(ctx context.Context) []Member) Option {
+	return func(c *config) { c.members = f }
+}
 
 // WithReadiness adds a check to /readyz: a non-nil error makes the member
 // unready, with the error as the reason (the fleet not joined, no write

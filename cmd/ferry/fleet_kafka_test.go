@@ -26,10 +26,10 @@ import (
 // fleetMember is one `ferry serve` process of a test fleet, with the
 // addresses it keeps across restarts.
 type fleetMember struct {
-	id                    int32
-	kafka, admin, gossip  string
-	config                string
-	p                     *proc
+	id                   int32
+	kafka, admin, gossip string
+	config               string
+	p                    *proc
 }
 
 // testFleet is three members in front of a primary and a standby.

@@ -189,10 +189,21 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 
 // ferryServe is the ferry binary running `serve`.
 type ferryServe struct {
-	cmd   *exec.Cmd
-	log   string // its log file
-	addr  string // Kafka bootstrap
-	admin string // admin API host:port
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string // its log file
+	addr   string // Kafka bootstrap
+	admin  string // admin API host:port
+	seat   *fleetSeat
+}
+
+// fleetSeat is a member's place in a fleet: its node ID and gossip
+// address, every member's gossip address (the seeds) and the gossip key.
+type fleetSeat struct {
+	nodeID  int32
+	gossip  string
+	seeds   []string
+	keyFile string
 }
 
 // buildFerry builds cmd/ferry once into dir.
@@ -215,6 +226,13 @@ var (
 // once Ferry serves clients.
 func startFerryServe(t *testing.T, bin string, primary, standby *kafkatest.Cluster) *ferryServe {
 	t.Helper()
+	return startFerryMember(t, bin, primary, standby, nil)
+}
+
+// startFerryMember is startFerryServe for one member of a fleet when seat
+// is not nil: the configuration gets its node ID and a fleet section.
+func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) *ferryServe {
+	t.Helper()
 	dir := t.TempDir()
 	level := switchLogLevel
 	if l := os.Getenv("FERRY_SWITCH_LOG"); l != "" {
@@ -229,11 +247,15 @@ clusters:
   - {name: standby, bootstrap: [%s]}
 mirror: {sync_interval: 1s}
 `, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "))
+	if seat != nil {
+		cfg += fmt.Sprintf("node_id: %d\nfleet: {bind: %q, seeds: [%s], key_file: %q}\n",
+			seat.nodeID, seat.gossip, strings.Join(seat.seeds, ", "), seat.keyFile)
+	}
 	path := filepath.Join(dir, "ferry.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := &ferryServe{log: filepath.Join(dir, "ferry.log")}
+	f := &ferryServe{log: filepath.Join(dir, "ferry.log"), seat: seat, exited: make(chan struct{})}
 	logf, err := os.Create(f.log)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +266,7 @@ mirror: {sync_interval: 1s}
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
+	exited := f.exited
 	go func() { f.cmd.Wait(); logf.Close(); close(exited) }()
 	t.Cleanup(func() {
 		f.cmd.Process.Signal(syscall.SIGTERM)
@@ -255,7 +277,7 @@ mirror: {sync_interval: 1s}
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("ferry log (%s), its warnings and errors and its last lines:\n%s", f.log, f.logTail(200))
+			t.Logf("%s log (%s), its warnings and errors and its last lines:\n%s", f.name(), f.log, f.logTail(200))
 		}
 	})
 	for deadline := time.Now().Add(90 * time.Second); f.addr == "" || f.admin == ""; time.Sleep(100 * time.Millisecond) {
@@ -276,6 +298,13 @@ mirror: {sync_interval: 1s}
 		}
 	}
 	return f
+}
+
+func (f *ferryServe) name() string {
+	if f.seat == nil {
+		return "ferry"
+	}
+	return fmt.Sprintf("ferry member %d", f.seat.nodeID)
 }
 
 // logTail is Ferry's warnings and errors (the last n), then its last n lines.
@@ -944,7 +973,9 @@ func checkStreamConsumed(t *testing.T, r *streamRole, want map[partOff]string, c
 
 // reportStreams logs per client what each role did.
 func reportStreams(t *testing.T, procs []*streamProc, durations []string) {
-	t.Logf("switch durations (Ferry's account): %s", strings.Join(durations, ", "))
+	if durations != nil {
+		t.Logf("switch durations (Ferry's account): %s", strings.Join(durations, ", "))
+	}
 	for _, p := range procs {
 		for _, name := range p.order {
 			r := p.roles[name]

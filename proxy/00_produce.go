@@ -65,7 +65,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	// frame), and topic IDs are patched where they lie.
 	if len(parts) == 1 && len(local) == 0 && (!byID || physicalTopicIDs(req, in, sp.physIDs)) {
 		for b := range parts {
-			p, err := c.sendRaw(req.up, b, req.frame.B, expect)
+			p, err := c.sendRaw(req, b, req.frame.B, expect)
 			if err != nil || !expect {
 				return nil, err
 			}

@@ -281,8 +281,20 @@ func (c *clientConn) drain() {
 	}
 }
 
-// sendRaw forwards frame as it is (correlation ID aside) to a broker.
-func (c *clientConn) sendRaw(u *upstream, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+// errLeaseLapsed fails a write whose member's write lease lapsed after the
+// write passed the hold (hold.go) and before it was sent: between the two
+// the member may have looked up metadata or opened a connection, or been
+// paused, and a switch may have flipped meanwhile. The client gets its
+// API's retriable error and sends the write again, through the hold.
+var errLeaseLapsed = errors.New("the member's write lease lapsed before the write was sent")
+
+// sendRaw forwards frame as it is (correlation ID aside) to a broker. A
+// write (req.write) is sent only while the member's write lease holds.
+func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+	u := req.up
+	if req.write && c.s.cfg.lease != nil && !c.s.cfg.lease.Valid() {
+		return nil, errLeaseLapsed
+	}
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
 	uc, err := c.upConn(u, broker)

@@ -322,7 +322,7 @@ func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Re
 		defer encodedBufs.Put(buf)
 		frame = buf.B
 	}
-	p, err := c.sendRaw(req.up, broker, frame, true)
+	p, err := c.sendRaw(req, broker, frame, true)
 	if err != nil {
 		return nil, err
 	}

@@ -62,15 +62,31 @@ func (f *StaticFleet) Owner(key string) int32 { return Rendezvous(f.Brokers(), k
 
 // Rendezvous picks the member with the highest hash of (key, member): when a
 // member leaves, only the keys it held move.
+//
+// The FNV-1a hash of key and node ID is mixed (murmur3's 64-bit finalizer)
+// before the comparison: node IDs differ in their last bytes only, and raw
+// FNV hashes of inputs that differ at the end lie close together, so a few
+// low bits of the key's hash decided the winner and some members got twice
+// the keys of others.
 func Rendezvous(brokers []Broker, key string) int32 {
 	best, bestID := uint64(0), int32(-1)
 	for _, b := range brokers {
 		h := fnv.New64a()
 		h.Write([]byte(key))
 		h.Write([]byte{byte(b.NodeID >> 24), byte(b.NodeID >> 16), byte(b.NodeID >> 8), byte(b.NodeID)})
-		if s := h.Sum64(); bestID < 0 || s > best {
+		if s := mix64(h.Sum64()); bestID < 0 || s > best {
 			best, bestID = s, b.NodeID
 		}
 	}
 	return bestID
+}
+
+// mix64 is murmur3's fmix64: every input bit affects every output bit.
+func mix64(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
 }

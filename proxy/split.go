@@ -41,7 +41,7 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 			}
 			c.upsMu.Unlock()
 		} else {
-			sc.p, sc.err = c.sendRaw(req.up, b, buf.B, expectResponse)
+			sc.p, sc.err = c.sendRaw(req, b, buf.B, expectResponse)
 		}
 		encodedBufs.Put(buf)
 		if sc.err != nil {

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // switchLease is a write lease a test turns on and off.
@@ -90,5 +93,58 @@ func TestWritesWaitForTheWriteLease(t *testing.T) {
 	}
 	if o, _ := ends.Lookup("leased", 0); o.Offset != 2 {
 		t.Fatalf("end offset %d after the renewal, want 2", o.Offset)
+	}
+}
+
+// lapsingLease is valid for its first n checks, then lapsed.
+type lapsingLease struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *lapsingLease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n--
+	return l.n >= 0
+}
+
+func (l *lapsingLease) Changed() <-chan struct{} { return make(chan struct{}) }
+
+// TestWriteNotSentAfterTheLeaseLapsed: a produce that passed the hold with
+// the lease in force, whose lease lapsed before it was sent upstream, is
+// not sent: it is answered with the retriable NOT_LEADER_OR_FOLLOWER and
+// the partition holds nothing.
+func TestWriteNotSentAfterTheLeaseLapsed(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "lapsed"))
+	_, addr := startFerry(t, kf.ListenAddrs(), WithWriteLease(&lapsingLease{n: 1}))
+	c := dialRaw(t, addr)
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 7
+	req.Acks = -1
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "lapsed"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = recordBatch(-1, -1, -1, false)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	writeReq(t, c, req, 7)
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	if err := resp.ReadFrom(readResp(t, c)[4:]); err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("produce answered with %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "lapsed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("lapsed", 0); o.Offset != 0 {
+		t.Fatalf("end offset %d: the write was sent after the lease lapsed", o.Offset)
 	}
 }

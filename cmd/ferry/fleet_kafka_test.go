@@ -270,6 +270,22 @@ func TestFleetRealKafka(t *testing.T) {
 				}
 			}
 			if err == nil && n == parts && len(owners) > 1 && st.Mirror.Summary.AllCaughtUp {
+				// Each member as /status lists it: its addresses, and
+				// its share of the mirror and of the clients.
+				mirrored := 0
+				for _, m := range st.Members {
+					fm := f.members[m.NodeID]
+					if m.Gossip != fm.gossip || len(m.Ports) != 1 || fmt.Sprintf("%s:%d", m.Host, m.Ports[0]) != fm.kafka || m.Admin != fm.admin {
+						t.Fatalf("member %d in /status: %+v; configured gossip %s, kafka %s, admin %s", m.NodeID, m, fm.gossip, fm.kafka, fm.admin)
+					}
+					if m.Connections < 0 || m.MirrorPartitions < 0 {
+						t.Fatalf("member %d did not say its connections or mirror partitions: %+v", m.NodeID, m)
+					}
+					mirrored += m.MirrorPartitions
+				}
+				if mirrored != parts {
+					t.Fatalf("the members' mirror partitions add up to %d, want %d: %+v", mirrored, parts, st.Members)
+				}
 				break
 			}
 			if time.Now().After(deadline) {

@@ -168,6 +168,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.lanes = min(max(s.lanes, 1), laneStride)
 	s.goTracked(s.refreshLoop)
 	s.goTracked(s.leaseLoop)
+	s.goTracked(s.warmLoop)
 	return nil
 }
 

@@ -183,20 +183,36 @@ func (tr *traffic) stopProducing() {
 	<-tr.prodDone
 }
 
-// waitConsumed waits until the consumer has seen every acknowledged record.
+// waitConsumed waits until the consumer has seen every acknowledged record
+// (at its offset: a count could be made up by records written twice).
 func (tr *traffic) waitConsumed(timeout time.Duration) {
 	tr.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		a, s := tr.counts()
-		if s >= a {
+		missing := tr.unseen()
+		if missing == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			tr.t.Fatalf("the consumer saw %d of %d acknowledged records", s, a)
+			a, s := tr.counts()
+			tr.t.Fatalf("the consumer saw %d records, %d acknowledged; not %s", s, a, missing)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// unseen names an acknowledged record the consumer has not seen, or is "".
+func (tr *traffic) unseen() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for p, offs := range tr.acked {
+		for o := range offs {
+			if _, ok := tr.seen[p][o]; !ok {
+				return fmt.Sprintf("%d/%d", p, o)
+			}
+		}
+	}
+	return ""
 }
 
 func (tr *traffic) counts() (acked, seen int) {

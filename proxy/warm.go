@@ -1,0 +1,71 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// Warming the cluster a switch goes to. When a switch starts (the phase
+// leaves serving), the cluster it switches to gets a metadata refresh and
+// has the coordinators of every group and transactional ID the old cluster
+// has served looked up, in batches, while the writes are still held: at
+// the flip every connection's first request finds them cached instead of
+// asking the new cluster, each on its own reader, all at once.
+
+// warmBatch is how many keys one FindCoordinator asks for (v4 takes many).
+const warmBatch = 100
+
+// warmLoop warms the target of every switch that starts, until the server
+// closes.
+func (s *Server) warmLoop() {
+	var warmed *routing.Switch
+	for {
+		changed := s.routes.Changed()
+		st := s.routes.Current()
+		if st.Phase != routing.PhaseServing && st.Last != nil && st.Last != warmed && st.Last.To != st.Active {
+			warmed = st.Last
+			if from, to := s.ups[st.Active], s.ups[st.Last.To]; from != nil && to != nil && to.started.Load() {
+				s.warm(from, to)
+			}
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// warm refreshes to's metadata and looks up on to the coordinators from
+// has cached.
+func (s *Server) warm(from, to *upstream) {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := to.refresh(ctx, true); err != nil {
+		s.log.Info("warming the switch's target: metadata refresh failed", zap.String("cluster", to.name), zap.Error(err))
+	}
+	byType := map[int8][]string{}
+	from.coordMu.Lock()
+	for k := range from.coords {
+		byType[k.typ] = append(byType[k.typ], k.key)
+	}
+	from.coordMu.Unlock()
+	n := 0
+	for typ, keys := range byType {
+		for len(keys) > 0 {
+			batch := keys[:min(warmBatch, len(keys))]
+			keys = keys[len(batch):]
+			if _, err := to.findCoordinators(ctx, typ, batch); err != nil {
+				s.log.Info("warming the switch's target: coordinator lookup failed", zap.String("cluster", to.name), zap.Error(err))
+				break
+			}
+			n += len(batch)
+		}
+	}
+	s.log.Info("warmed the switch's target", zap.String("cluster", to.name), zap.Int("coordinators", n), zap.Duration("took", time.Since(start)))
+}

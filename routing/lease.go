@@ -157,6 +157,9 @@ func (l *Lease) adopt(ctx context.Context, seen State) {
 	if err != nil || !found || st.Generation < seen.Generation {
 		st = seen
 	}
+	if l.table.Current().IsVoided(st.Generation) {
+		return
+	}
 	if l.table.Advance(st) {
 		l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", st))
 	}

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,15 @@ type State struct {
 	// epoch of that generation (KIP-320), so that a consumer positioned
 	// beyond what the new cluster holds is brought back, not reset.
 	Fences []Fence `json:"fences,omitempty"`
+	// Voided are generations a switch tried to save and then rolled back
+	// from, the save unconfirmed: one may still have landed on a cluster,
+	// so a state of a voided generation is never taken (KafkaStore.Load),
+	// and later switches number past them.
+	Voided []uint32 `json:"voided,omitempty"`
 }
+
+// IsVoided reports whether s voids generation gen.
+func (s State) IsVoided(gen uint32) bool { return slices.Contains(s.Voided, gen) }
 
 // Switch describes one switch of the active cluster.
 type Switch struct {

@@ -277,6 +277,16 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 	var best *result
 	var errs []error
 	read := 0
+	// A generation any state read voids was rolled back from: its state,
+	// should a late write have left one on a cluster, is passed over.
+	voided := func(gen uint32) bool {
+		for _, r := range results {
+			if r.err == nil && r.found && r.st.IsVoided(gen) {
+				return true
+			}
+		}
+		return false
+	}
 	for i := range results {
 		r := &results[i]
 		if r.err != nil {
@@ -286,6 +296,10 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 		}
 		read++
 		if !r.found {
+			continue
+		}
+		if voided(r.st.Generation) {
+			s.log.Warn("passing over a routing state whose generation a rollback voided", zap.String("cluster", r.name), zap.Stringer("routing", r.st))
 			continue
 		}
 		switch {

@@ -313,6 +313,16 @@ func TestKafkaStoreHighestGeneration(t *testing.T) {
 			t.Errorf("generation %d on both clusters, differing: %d errors logged, want 1: %v", gen, n, logs.All())
 		}
 	}
+
+	// A save of generation 10 to b that landed after its switch had
+	// rolled back, voiding 10 on a: the state of 10 is passed over and
+	// a's is taken, though older.
+	late := fullState(10, "b", "a")
+	mustSave(t, onlyB, late)
+	back := fullState(9, "a", "b")
+	back.Voided = []uint32{10}
+	mustSave(t, onlyA, back)
+	mustLoad(t, newTestStore(t, "vc1", topic, both), &back)
 }
 
 // TestKafkaStoreUndecodable: records of this virtual cluster that do not

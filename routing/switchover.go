@@ -209,14 +209,16 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	draining := cur
 	draining.Phase = PhaseDraining
 	draining.Last = sw
+	voided := false // a generation was voided: the clusters must learn it
 	rollback := func(why error) (State, error) {
 		back := cur
 		back.Phase = PhaseServing
 		sw.Outcome = "rolled back: " + why.Error()
 		s.finish(sw)
 		back.Last = sw
-		if s.lease > 0 {
-			// Leases renew only once the serving state is back.
+		if s.lease > 0 || voided {
+			// Leases renew only once the serving state is back; a
+			// voided generation must reach the clusters.
 			s.saveUntilDone(back, log)
 		}
 		// A fresh context: the caller's may be what ended.
@@ -295,9 +297,15 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	err := s.save(dctx, next)
 	mark("save")
 	if err != nil {
-		// The mirror is stopped but nothing was written to the new
-		// cluster: start it again and release to the old one.
+		// The mirror is stopped and the new cluster did not confirm the
+		// state: start the mirror again and release to the old cluster.
+		// A write that was not answered may still land (Kafka cannot
+		// say), so the generation is voided: the old cluster's state
+		// names it, no member ever takes it from any cluster, and the
+		// next switch skips it.
 		s.follow(cur, log, "restarting the mirror after a failed save")
+		cur.Voided = voidGeneration(cur.Voided, next.Generation)
+		voided = true
 		return rollback(&Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state: " + err.Error()})
 	}
 	return s.install(next, log)
@@ -318,6 +326,10 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 		s.finish(sw)
 		back := cur
 		back.Last = sw
+		// Not saved: the old cluster, which a forced switch leaves, is
+		// likely gone. Should the new cluster take the generation
+		// after all, a restarted member routes there, as was asked.
+		back.Voided = voidGeneration(back.Voided, next.Generation)
 		s.table.Update(back)
 		return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state on " + sw.To + ": " + err.Error()}
 	}
@@ -329,7 +341,11 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
 	sw.Outcome = "switched"
 	s.finish(sw)
-	next := State{Generation: cur.Generation + 1, Active: sw.To, Phase: PhaseServing, Last: sw, APIVersions: cur.APIVersions}
+	gen := cur.Generation
+	for _, v := range cur.Voided {
+		gen = max(gen, v)
+	}
+	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, APIVersions: cur.APIVersions, Voided: cur.Voided}
 	if s.advertised != nil {
 		if v := s.advertised(); len(v) > 0 {
 			next.APIVersions = v
@@ -343,6 +359,18 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 		next.Fences = next.Fences[len(next.Fences)-MaxFences:]
 	}
 	return next
+}
+
+// maxVoided is how many voided generations a state remembers.
+const maxVoided = 8
+
+// voidGeneration adds gen to voided, keeping the last maxVoided.
+func voidGeneration(voided []uint32, gen uint32) []uint32 {
+	out := append(slices.Clone(voided), gen)
+	if len(out) > maxVoided {
+		out = out[len(out)-maxVoided:]
+	}
+	return out
 }
 
 // saveUntilDone saves st, trying again for up to a minute: with write

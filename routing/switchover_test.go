@@ -16,6 +16,8 @@ type script struct {
 	calls    []string
 	drainErr error
 	saveErr  error
+	// saveErrGen, when set, limits saveErr to that generation.
+	saveErrGen uint32
 	halted   []string
 	pos      []Position
 	table    *Table
@@ -57,6 +59,9 @@ func (s *script) Follow(st State) error {
 
 func (s *script) Save(_ context.Context, st State) error {
 	s.calls = append(s.calls, fmt.Sprintf("save %d", st.Generation))
+	if s.saveErrGen != 0 && st.Generation != s.saveErrGen {
+		return nil
+	}
 	return s.saveErr
 }
 
@@ -115,14 +120,24 @@ func TestPlannedSwitchRollsBack(t *testing.T) {
 		t.Fatalf("after the rollback: %+v", st)
 	}
 
+	// A save to the new cluster that fails may still land there: its
+	// generation is voided, saved on the old cluster, and skipped.
 	sc, sw = newScript(State{Generation: 1, Active: "a"})
-	sc.saveErr = errors.New("unreachable")
+	sc.saveErr, sc.saveErrGen = errors.New("unreachable"), 2
 	_, err = sw.Switch(context.Background(), Request{To: "b"})
 	if !errors.As(err, &e) || e.Reason != ReasonSaveFailed {
 		t.Fatalf("save failure: %v", err)
 	}
-	if got := strings.Join(sc.calls, ", "); !strings.Contains(got, "save 2, follow a, install 1 a serving") {
+	if got := strings.Join(sc.calls, ", "); !strings.Contains(got, "save 2, follow a, save 1, install 1 a serving") {
 		t.Fatalf("after a failed save: %s", got)
+	}
+	if st := sc.table.Current(); st.Generation != 1 || !st.IsVoided(2) {
+		t.Fatalf("after a failed save: %+v", st)
+	}
+	sc.saveErr = nil
+	st, err := sw.Switch(context.Background(), Request{To: "b"})
+	if err != nil || st.Generation != 3 || st.Active != "b" || !st.IsVoided(2) {
+		t.Fatalf("the switch after a voided generation: %+v, %v", st, err)
 	}
 }
 

@@ -18,9 +18,9 @@ type script struct {
 	saveErr  error
 	// saveErrGen, when set, limits saveErr to that generation.
 	saveErrGen uint32
-	halted   []string
-	pos      []Position
-	table    *Table
+	halted     []string
+	pos        []Position
+	table      *Table
 }
 
 func (s *script) Hold(_ context.Context, st State) error {

@@ -2,12 +2,10 @@ package conformance
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	adminapi "github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -47,33 +46,19 @@ const (
 // binds both).
 func freeGossipAddr(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr
-		}
+	addr, err := benchutil.FreeGossipAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no loopback port free for TCP and UDP")
-	return ""
+	return addr
 }
 
 // startFerryFleet runs n `ferry serve` members seeded with each other and
 // sharing a gossip key, and returns once every member lists all n alive.
 func startFerryFleet(t *testing.T, bin string, primary, standby *kafkatest.Cluster, n int) []*ferryServe {
 	t.Helper()
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = byte(i*7 + 3)
-	}
-	keyFile := filepath.Join(t.TempDir(), "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+	keyFile, err := benchutil.WriteGossipKey(t.TempDir(), 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	seats := make([]*fleetSeat, n)
@@ -531,22 +516,7 @@ func TestFleetMemberKillClients(t *testing.T) {
 		}
 		return ""
 	})
-	for _, p := range procs {
-		p.stdin.Close()
-	}
-	for _, p := range procs {
-		select {
-		case <-p.exited:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("%s did not exit within 60 s of the end of its input", p.name)
-		}
-		if p.err != nil {
-			t.Errorf("%s exited: %v", p.name, p.err)
-		}
-		if len(p.bad) > 0 {
-			t.Errorf("%s printed %d lines that are not events, e.g. %q", p.name, len(p.bad), p.bad[0])
-		}
-	}
+	stopStreams(t, procs)
 
 	onPrimary := readCommitted(t, ctx, primary, topics)
 	for _, p := range procs {

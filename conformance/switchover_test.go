@@ -609,22 +609,7 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 		}
 		return ""
 	})
-	for _, p := range procs {
-		p.stdin.Close()
-	}
-	for _, p := range procs {
-		select {
-		case <-p.exited:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("%s did not exit within 60 s of the end of its input", p.name)
-		}
-		if p.err != nil {
-			t.Errorf("%s exited: %v", p.name, p.err)
-		}
-		if len(p.bad) > 0 {
-			t.Errorf("%s printed %d lines that are not events, e.g. %q", p.name, len(p.bad), p.bad[0])
-		}
-	}
+	stopStreams(t, procs)
 
 	// The cluster active at the end holds every acknowledged record; the
 	// standby, once the mirror caught up, the same.
@@ -647,6 +632,28 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 }
 
 // procsRole is the producing role of client whose records a consumer reads.
+// stopStreams ends the client programs' input and requires each to exit
+// cleanly, having printed nothing but events.
+func stopStreams(t *testing.T, procs []*streamProc) {
+	t.Helper()
+	for _, p := range procs {
+		p.stdin.Close()
+	}
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not exit within 60 s of the end of its input", p.name)
+		}
+		if p.err != nil {
+			t.Errorf("%s exited: %v", p.name, p.err)
+		}
+		if len(p.bad) > 0 {
+			t.Errorf("%s printed %d lines that are not events, e.g. %q", p.name, len(p.bad), p.bad[0])
+		}
+	}
+}
+
 func procsRole(procs []*streamProc, client string, txn bool) *streamRole {
 	for _, p := range procs {
 		if p.name == client {

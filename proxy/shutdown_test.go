@@ -36,17 +36,7 @@ func TestShutdownAnswersWhatWasRead(t *testing.T) {
 	})
 
 	c := dialRaw(t, addr)
-	req := kmsg.NewPtrProduceRequest()
-	req.Version = 7
-	req.Acks = -1
-	req.TimeoutMillis = 10000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "drained"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = recordBatch(-1, -1, -1, false)
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	writeReq(t, c, req, 42)
+	writeReq(t, c, oneRecordProduce("drained"), 42)
 	<-upstream // the produce is at the broker
 
 	done := make(chan error, 1)
@@ -79,6 +69,22 @@ func TestShutdownAnswersWhatWasRead(t *testing.T) {
 	if o, _ := ends.Lookup("drained", 0); o.Offset != 1 {
 		t.Fatalf("end offset %d, want the one acknowledged record", o.Offset)
 	}
+}
+
+// oneRecordProduce is a Produce v7 (acks=all) of one plain record to
+// partition 0 of topic.
+func oneRecordProduce(topic string) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 7
+	req.Acks = -1
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = recordBatch(-1, -1, -1, false)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
 }
 
 func waitUntil(t *testing.T, cond func() bool) {

@@ -119,17 +119,7 @@ func TestWriteNotSentAfterTheLeaseLapsed(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "lapsed"))
 	_, addr := startFerry(t, kf.ListenAddrs(), WithWriteLease(&lapsingLease{n: 1}))
 	c := dialRaw(t, addr)
-	req := kmsg.NewPtrProduceRequest()
-	req.Version = 7
-	req.Acks = -1
-	req.TimeoutMillis = 10000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "lapsed"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = recordBatch(-1, -1, -1, false)
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	writeReq(t, c, req, 7)
+	writeReq(t, c, oneRecordProduce("lapsed"), 7)
 	resp := kmsg.NewPtrProduceResponse()
 	resp.Version = 7
 	if err := resp.ReadFrom(readResp(t, c)[4:]); err != nil {

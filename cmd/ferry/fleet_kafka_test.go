@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -41,34 +39,20 @@ type testFleet struct {
 	key              string // key file path
 }
 
-// freeAddr is a loopback host:port free for TCP and UDP when asked.
+// freeAddr is a loopback host:port free for TCP and UDP.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr
-		}
+	addr, err := benchutil.FreeGossipAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no port free for TCP and UDP")
-	return ""
+	return addr
 }
 
-func writeKey(t *testing.T, b byte) string {
+func writeKey(t *testing.T, seed byte) string {
 	t.Helper()
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = b + byte(i)
-	}
-	path := filepath.Join(t.TempDir(), "gossip.key")
-	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+	path, err := benchutil.WriteGossipKey(t.TempDir(), seed)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path

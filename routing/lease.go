@@ -137,6 +137,21 @@ func (l *Lease) renew(ctx context.Context) {
 	case st.Phase != PhaseServing && !l.abandoned(st):
 		l.fail("a switch is running; the write lease is not renewed", zap.Stringer("saved", st))
 		return
+	case st.Phase != PhaseServing:
+		// The switch that saved this died, or was cut off, past its
+		// deadline. It may have saved the next generation on the other
+		// cluster before it went: take that if so; else the switch never
+		// flipped, and this generation serves again.
+		if l.adopt(ctx, st) {
+			return
+		}
+		if cur.Phase != PhaseServing {
+			back := cur
+			back.Phase = PhaseServing
+			if l.table.Update(back) {
+				l.log.Warn("the switch that held writes was abandoned past its deadline; serving again", zap.Stringer("routing", back))
+			}
+		}
 	}
 	l.extend(sent)
 }
@@ -147,22 +162,26 @@ func (l *Lease) abandoned(st State) bool {
 	return st.Last != nil && !st.Last.Deadline.IsZero() && l.now().After(st.Last.Deadline.Add(abandonedAfter))
 }
 
-// adopt installs a newer state read from the clusters. The highest of every
-// cluster's is taken, so a state the switch saved is never passed over for
-// an older one.
-func (l *Lease) adopt(ctx context.Context, seen State) {
+// adopt installs the newest state the clusters hold if it is newer than
+// this member's (at least seen, which was read from one of them), and
+// reports whether it did. The highest of every cluster's is taken, so a
+// state the switch saved is never passed over for an older one.
+func (l *Lease) adopt(ctx context.Context, seen State) bool {
 	rctx, cancel := context.WithTimeout(ctx, l.ttl)
 	st, found, err := l.store.Load(rctx)
 	cancel()
 	if err != nil || !found || st.Generation < seen.Generation {
 		st = seen
 	}
-	if l.table.Current().IsVoided(st.Generation) {
-		return
+	cur := l.table.Current()
+	if st.Generation <= cur.Generation || cur.IsVoided(st.Generation) {
+		return false
 	}
 	if l.table.Advance(st) {
 		l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", st))
+		return true
 	}
+	return false
 }
 
 // extend moves the deadline to ttl after sent, never backwards.

@@ -289,3 +289,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestLeaseAbandonedSwitch: a member left holding writes by a switch that
+// died takes the next generation if the switch saved it on the other
+// cluster before it went, and otherwise serves its own generation again
+// once the switch's deadline is a minute past.
+func TestLeaseAbandonedSwitch(t *testing.T) {
+	for _, flipped := range []bool{false, true} {
+		store := newMemStore()
+		holding := State{Generation: 3, Active: "a", Phase: PhaseDraining, Last: &Switch{From: "a", To: "b"}}
+		l, table, clock := newTestLease(t, holding, store)
+		holding.Last.Deadline = clock.now()
+		store.set("a", holding)
+		if flipped {
+			store.set("b", State{Generation: 4, Active: "b"})
+		}
+		l.renew(context.Background())
+		if l.Valid() || table.Current().Phase != PhaseDraining {
+			t.Fatalf("flipped %v: before the deadline, lease %v, routing %s", flipped, l.Valid(), table.Current())
+		}
+		clock.add(abandonedAfter + time.Second)
+		l.renew(context.Background())
+		st := table.Current()
+		switch {
+		case flipped && (st.Generation != 4 || st.Active != "b"):
+			t.Fatalf("the switch saved generation 4 on b; the member routes by %s", st)
+		case !flipped && (st.Generation != 3 || st.Active != "a" || st.Phase != PhaseServing || !l.Valid()):
+			t.Fatalf("the switch never flipped; the member routes by %s, lease %v", st, l.Valid())
+		}
+	}
+}

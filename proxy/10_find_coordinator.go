@@ -2,11 +2,13 @@ package proxy
 
 // FindCoordinator (key 10), v0-v6. v0-3 carry one key, v4+ a batch.
 //
-// Ferry asks the active cluster (so errors such as COORDINATOR_NOT_AVAILABLE
-// reach the client as a broker would give them, and the real coordinator is
-// cached for the requests that follow) and answers with the Ferry member
-// that hashes from the key. That member forwards the group's or
-// transaction's requests to the real coordinator.
+// Ferry looks the real coordinator up on the active cluster unless it has
+// it cached (errors such as COORDINATOR_NOT_AVAILABLE reach the client as a
+// broker would give them; connections asking for one key at once share one
+// lookup) and answers with the Ferry member that hashes from the key. That
+// member forwards the group's or transaction's requests to the real
+// coordinator; a NOT_COORDINATOR from it drops the cached entry, so the
+// client's next FindCoordinator asks the cluster again.
 
 import (
 	"context"
@@ -22,7 +24,7 @@ func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Reque
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
-	found, err := req.up.findCoordinators(ctx, in.CoordinatorType, keys)
+	found, err := req.up.coordinators(ctx, in.CoordinatorType, keys)
 	if err != nil {
 		return nil, err
 	}

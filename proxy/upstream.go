@@ -37,6 +37,9 @@ type upstream struct {
 
 	coordMu sync.Mutex
 	coords  map[coordKey]int32
+	// lookups in flight, by key: every connection that misses the cache
+	// for one key waits for one FindCoordinator (coordinator).
+	lookups map[coordKey]*lookup
 
 	poolMu sync.Mutex
 	pools  map[int32]*brokerPool
@@ -101,6 +104,7 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		cfg:       cfg,
 		log:       cfg.log.With(zap.String("cluster", cl.Name)),
 		coords:    make(map[coordKey]int32),
+		lookups:   make(map[coordKey]*lookup),
 		pools:     make(map[int32]*brokerPool),
 		lanes:     make(map[int32]int),
 	}
@@ -401,25 +405,101 @@ var errNoBrokers = errors.New("no live brokers known")
 // Ferry's retriable answer, not a timed-out connection.
 const lookupTimeout = 5 * time.Second
 
+// lookup is one FindCoordinator in flight, shared by every caller that
+// missed the cache for one of its keys meanwhile.
+type lookup struct {
+	done chan struct{}
+	res  map[string]kmsg.FindCoordinatorResponseCoordinator // by key, once done
+	err  error
+}
+
 // coordinator returns the physical coordinator of a group (typ 0) or
 // transactional ID (typ 1), asking the cluster when it is not cached.
 func (u *upstream) coordinator(ctx context.Context, typ int8, key string) (int32, error) {
-	k := coordKey{typ, key}
-	u.coordMu.Lock()
-	id, ok := u.coords[k]
-	u.coordMu.Unlock()
-	if ok {
-		return id, nil
-	}
-	res, err := u.findCoordinators(ctx, typ, []string{key})
+	res, err := u.coordinators(ctx, typ, []string{key})
 	if err != nil {
 		return -1, err
 	}
-	r := res[0]
-	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+	if err := kerr.ErrorForCode(res[0].ErrorCode); err != nil {
 		return -1, err
 	}
-	return r.NodeID, nil
+	return res[0].NodeID, nil
+}
+
+// coordinators returns the physical coordinator of each key: cached, or
+// from the cluster.
+//
+// The lookup runs on the asking connection's reader, which waits for it as
+// a broker makes a connection's next request wait for the one it serves.
+// Connections that miss the same key at once (every member of a group when
+// its coordinator moved, every client right after a switch) share one
+// FindCoordinator: the cluster is asked once per key, not once per
+// connection. A waiter whose ctx ends leaves; the lookup goes on for the
+// others, bounded by lookupTimeout.
+func (u *upstream) coordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
+	out := make([]kmsg.FindCoordinatorResponseCoordinator, len(keys))
+	waits := make([]*lookup, len(keys))
+	var mine *lookup
+	var missing []string
+	u.coordMu.Lock()
+	for i, key := range keys {
+		k := coordKey{typ, key}
+		if id, ok := u.coords[k]; ok {
+			out[i] = kmsg.FindCoordinatorResponseCoordinator{Key: key, NodeID: id}
+			continue
+		}
+		l, ok := u.lookups[k]
+		if !ok {
+			if mine == nil {
+				mine = &lookup{done: make(chan struct{})}
+			}
+			l = mine
+			u.lookups[k] = l
+			missing = append(missing, key)
+		}
+		waits[i] = l
+	}
+	u.coordMu.Unlock()
+	if mine != nil && (u.spawn == nil || !u.spawn(func() { u.lookUp(typ, missing, mine) })) {
+		u.lookUp(typ, missing, mine) // not tracked (closing, or a bare upstream): here
+	}
+	for i, l := range waits {
+		if l == nil {
+			continue
+		}
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if l.err != nil {
+			return nil, l.err
+		}
+		out[i] = l.res[keys[i]]
+	}
+	return out, nil
+}
+
+// lookUp asks the cluster for the coordinators of keys on behalf of every
+// waiter of l.
+func (u *upstream) lookUp(typ int8, keys []string, l *lookup) {
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	res, err := u.findCoordinators(ctx, typ, keys)
+	l.err = err
+	l.res = make(map[string]kmsg.FindCoordinatorResponseCoordinator, len(res))
+	for i, r := range res {
+		r.Key = keys[i]
+		l.res[keys[i]] = r
+	}
+	u.coordMu.Lock()
+	for _, key := range keys {
+		if k := (coordKey{typ, key}); u.lookups[k] == l {
+			delete(u.lookups, k)
+		}
+	}
+	u.coordMu.Unlock()
+	close(l.done)
 }
 
 // findCoordinators asks the cluster for the coordinators of keys and caches

@@ -145,8 +145,6 @@ type FleetConfig struct {
 	// member cut off from the fleet has stopped writing to the old cluster
 	// (docs/ARCHITECTURE.md). Default 1.5s.
 	WriteLease time.Duration `yaml:"write_lease"`
-	// key is the key read from KeyFile.
-	key []byte
 }
 
 // PolicyConfig changes the request policy's defaults (README.md lists the

@@ -221,12 +221,22 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 	gen := req.state.Generation
 	version := req.hdr.Version
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
-		buf, err := sc.p.wait(ctx)
+		buf, err := s.waitFetchPart(ctx, req, sc.p)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 				return nil, nil, err
 			}
-			return s.fetchDecoded(c, req, in, names, sc, nil)
+			if s.generationEnded(req) {
+				// Parked on the cluster a switch left (or dropped
+				// there, streamed): answered empty now.
+				if sc.p.stream {
+					sc.dropStreamed()
+				} else {
+					sc.p.abandon()
+				}
+				return s.fetchDecoded(c, req, in, names, sc, nil, false)
+			}
+			return s.fetchDecoded(c, req, in, names, sc, nil, true)
 		}
 		hs := protocol.ResponseHeaderSize(req.hdr.Key, version)
 		body := buf.B[hs:]
@@ -234,7 +244,7 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 		// broker sent it.
 		code, endpoints, err := protocol.WalkFetchResponse(body, version, nil, nil)
 		if err != nil || code != 0 || endpoints {
-			return s.fetchDecoded(c, req, in, names, sc, buf)
+			return s.fetchDecoded(c, req, in, names, sc, buf, true)
 		}
 		rw := s.batchRewrite(req.up, gen)
 		var name string
@@ -251,8 +261,9 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 }
 
 // fetchDecoded answers a single-broker fetch through the decoding path,
-// from the answer in buf (nil: the broker could not be asked).
-func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, buf *bytebufferpool.ByteBuffer) ([]byte, func(), error) {
+// from the answer in buf (nil: the broker could not be asked, or, when not
+// answered, was not waited for: every partition is answered empty).
+func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest, names []string, sc *subCall, buf *bytebufferpool.ByteBuffer, answered bool) ([]byte, func(), error) {
 	g := &gathered{resps: make([]kmsg.Response, 1)}
 	if buf != nil {
 		g.bufs = append(g.bufs, buf)
@@ -264,7 +275,7 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 			g.resps[0] = resp
 		}
 	}
-	out := s.mergeFetch(c, req, in, names, nil, []*subCall{sc}, g, []bool{true})
+	out := s.mergeFetch(c, req, in, names, nil, []*subCall{sc}, g, []bool{answered})
 	enc, release := encodeResponse(req, out)
 	g.release()
 	return enc, release, nil
@@ -417,8 +428,49 @@ func (c *clientConn) fetchPlaceholder(x tp, fetchOffset int64) kmsg.FetchRespons
 	return r
 }
 
+// errGenerationEnded: a fetch still waited upstream when a switch ended the
+// routing generation it was sent under.
+var errGenerationEnded = errors.New("the fetch's routing generation ended while it waited upstream")
+
+// generationEnded reports whether a switch has ended the generation req was
+// sent under.
+func (s *Server) generationEnded(req *request) bool {
+	return s.routes.Current().Generation != req.state.Generation
+}
+
+// waitFetchPart waits for a fetch part's answer, as pending.wait does, but
+// gives up with errGenerationEnded when a switch ends the generation the
+// fetch was sent under. No record will come to a long poll parked on the
+// cluster a switch left, and a consumer kept there for its MaxWait (5 s by
+// franz-go's default) rejoins its group and reads from the new cluster that
+// much later; answered empty at the flip, it fetches again at once, meets
+// the new generation's epochs and refreshes its metadata. An answer
+// already in is taken.
+func (s *Server) waitFetchPart(ctx context.Context, req *request, p *pending) (*bytebufferpool.ByteBuffer, error) {
+	p.want()
+	for {
+		changed := s.routes.Changed()
+		select {
+		case <-p.done:
+			return p.buf, p.err
+		default:
+		}
+		if s.generationEnded(req) {
+			return nil, errGenerationEnded
+		}
+		select {
+		case <-p.done:
+			return p.buf, p.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
 // gatherFetch waits until some part of a split fetch brings records or
-// errors, or every part has answered, then takes every answer already in.
+// errors, or every part has answered, or a switch ends the generation the
+// fetch was sent under (waitFetchPart), then takes every answer already in.
 // finished says which parts answered.
 func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*subCall) (*gathered, []bool, error) {
 	g := &gathered{resps: make([]kmsg.Response, len(calls))}
@@ -460,10 +512,16 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 			sc.p.want() // the writer waits for every part
 		}
 	}
-	cases := make([]reflect.SelectCase, 0, len(calls)+1)
+	cases := make([]reflect.SelectCase, 0, len(calls)+2)
 	idx := make([]int, 0, len(calls))
 	for waiting > 0 && !ready {
-		cases = append(cases[:0], reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		changed := c.s.routes.Changed()
+		if c.s.generationEnded(req) {
+			break
+		}
+		cases = append(cases[:0],
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
 		idx = idx[:0]
 		for i, sc := range calls {
 			if !finished[i] {
@@ -471,12 +529,14 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 				idx = append(idx, i)
 			}
 		}
-		chosen, _, _ := reflect.Select(cases)
-		if chosen == 0 {
+		switch chosen, _, _ := reflect.Select(cases); chosen {
+		case 0:
 			g.release()
 			return nil, nil, ctx.Err()
+		case 1: // the routing state changed: looked at above
+		default:
+			take(idx[chosen-2])
 		}
-		take(idx[chosen-1])
 	}
 	// Take whatever else is already in, without waiting; the rest is
 	// answered as empty and its late answer dropped.

@@ -37,12 +37,12 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // whether it did; otherwise the answer was read whole and the caller goes
 // on with the reply's finish.
 func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys fetchTopics, bw *bufio.Writer) (int64, bool, error) {
-	if _, err := sc.p.wait(ctx); err != nil {
+	if _, err := s.waitFetchPart(ctx, req, sc.p); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 			sc.dropStreamed() // its answer may wait to be streamed
 			return 0, true, err
 		}
-		return 0, false, nil
+		return 0, false, nil // the reply's finish answers (fetchWhole)
 	}
 	st := sc.p.st
 	if st == nil {

@@ -222,6 +222,11 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 	version := req.hdr.Version
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
 		buf, err := s.waitFetchPart(ctx, req, sc.p)
+		if err == nil && buf == nil {
+			// An answer left on its connection to be streamed, which
+			// fetchStream passed over: its generation had ended.
+			err = errGenerationEnded
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errClientClosed) {
 				return nil, nil, err

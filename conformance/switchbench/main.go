@@ -112,6 +112,7 @@ type bench struct {
 	planned      map[string][]time.Duration
 	forced       []time.Duration
 	forcedAnswer []time.Duration
+	lastSteps    string // the last switch's steps, as it answered them
 }
 
 func run(ctx context.Context, o options) error {
@@ -275,7 +276,8 @@ func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
 	}
 }
 
-// switchTo asks for a switch and returns how long the answer took.
+// switchTo asks for a switch and returns how long the answer took. The
+// switch's own steps, as it reports them, are kept in b.lastSteps.
 func (b *bench) switchTo(ctx context.Context, to, mode string) (time.Duration, error) {
 	body, _ := json.Marshal(map[string]string{"to": to, "mode": mode, "timeout": "60s"})
 	start := time.Now()
@@ -291,6 +293,22 @@ func (b *bench) switchTo(ctx context.Context, to, mode string) (time.Duration, e
 		return 0, fmt.Errorf("switch to %s (%s): %d %s", to, mode, resp.StatusCode, out)
 	}
 	b.active = to
+	var st struct {
+		LastSwitch struct {
+			Steps []struct {
+				Step string `json:"step"`
+				Took string `json:"took"`
+			} `json:"steps"`
+		} `json:"last_switch"`
+	}
+	b.lastSteps = ""
+	if json.Unmarshal(out, &st) == nil {
+		var steps []string
+		for _, s := range st.LastSwitch.Steps {
+			steps = append(steps, s.Step+" "+s.Took)
+		}
+		b.lastSteps = strings.Join(steps, ", ")
+	}
 	return took, nil
 }
 
@@ -510,7 +528,7 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		b.planned["answer"] = append(b.planned["answer"], answer)
 		b.planned["ack"] = append(b.planned["ack"], ack)
 		b.planned["groups"] = append(b.planned["groups"], grp)
-		step("planned %d → %s: answer %v, first ack %v, every group consuming %v", r+1, b.active, answer, ack, grp)
+		step("planned %d → %s: answer %v, first ack %v, every group consuming %v (steps: %s)", r+1, b.active, answer, ack, grp, b.lastSteps)
 		time.Sleep(2 * time.Second)
 	}
 	// Forced: the producer pauses until the mirror has everything (so the

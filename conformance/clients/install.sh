@@ -9,6 +9,9 @@
 #   PyPI:    confluent-kafka (python/requirements.txt) in a venv at
 #            $FERRY_CACHE/clients/py-venv, else <repo>/.cache/clients/py-venv
 #   npm:     kafkajs and kafkajs-snappy, `npm ci` into node/node_modules
+#   Debian:  prometheus, for promtool (deploy/deploy_test.go checks and unit
+#            tests deploy/prometheus/ferry-alerts.yml with it); its server is
+#            not started
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,6 +36,28 @@ if ((${#apt_pkgs[@]})); then
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${apt_pkgs[@]}"
 fi
 
+# --- promtool (Debian's prometheus package) -----------------------------------
+# Installing the package must not start a Prometheus server: when no
+# policy-rc.d says so already (Docker images have one), one denying every
+# service start is in place for the install only.
+if ! command -v promtool >/dev/null 2>&1; then
+	sudo=()
+	[[ $(id -u) == 0 ]] || sudo=(sudo)
+	say "apt-get install prometheus (for promtool; the server is not started)"
+	policy=/usr/sbin/policy-rc.d
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# ferry install.sh: no service starts while installing prometheus\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+		"${sudo[@]}" chmod 755 "$policy"
+		trap '"${sudo[@]}" rm -f "$policy"' EXIT
+	fi
+	((${#apt_pkgs[@]})) || "${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends prometheus
+	if [[ $(trap -p EXIT) ]]; then
+		"${sudo[@]}" rm -f "$policy"
+		trap - EXIT
+	fi
+fi
+
 # --- PyPI confluent-kafka in a venv ---------------------------------------------
 # The stamp holds the requirements the venv was built from; a change rebuilds it.
 want=$(cat "$here/python/requirements.txt")
@@ -53,4 +78,4 @@ if [[ "$(cat "$here/node/node_modules/.ferry-lock" 2>/dev/null)" != "$lock" ]]; 
 	printf '%s' "$lock" >"$here/node/node_modules/.ferry-lock"
 fi
 
-say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json")"
+say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json"), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)"

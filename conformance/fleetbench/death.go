@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// sent is one produced record: when it was produced, its partition, and
+// when its acknowledgement (or failure) came.
+type sent struct {
+	at, acked time.Time
+	partition int32
+	err       error
+}
+
+// producer is one franz-go client producing a keyed record every interval
+// through the fleet.
+type producer struct {
+	cl *kgo.Client
+	mu sync.Mutex
+	rs []*sent
+}
+
+func (p *producer) snapshot() []sent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]sent, len(p.rs))
+	for i, r := range p.rs {
+		out[i] = *r
+	}
+	return out
+}
+
+// deathRound is one kill -9 of a member under the producers.
+type deathRound struct {
+	victim    int32
+	led       int           // partitions the victim led, in the producers' view at the kill (union)
+	recovered time.Duration // kill → every producer acknowledged again (the slowest producer)
+	each      []time.Duration
+	gone      time.Duration // kill → both survivors' gossip no longer lists the victim alive
+	errs      int           // records that failed (none expected: delivery is retried)
+	worst     time.Duration // the longest any record waited for its ack, of those sent around the kill
+}
+
+// variant is a set of client settings the death rounds run with.
+type variant struct {
+	name string
+	opts []kgo.Opt
+	desc string
+}
+
+func (b *bench) variants() []variant {
+	lowered := b.o.maxAge
+	minAge := min(5*time.Second, lowered)
+	return []variant{
+		{name: "default", desc: "franz-go defaults: metadata max age 5m, min age 5s"},
+		{name: "lowered", opts: []kgo.Opt{kgo.MetadataMaxAge(lowered), kgo.MetadataMinAge(minAge)},
+			desc: fmt.Sprintf("kgo.MetadataMaxAge(%v), kgo.MetadataMinAge(%v) (franz-go refuses a max age below the min age, 5s by default)", lowered, minAge)},
+	}
+}
+
+func (b *bench) startProducers(ctx context.Context, topic string, opts []kgo.Opt) ([]*producer, func(), error) {
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var ps []*producer
+	stop := func() {
+		cancel()
+		wg.Wait()
+		for _, p := range ps {
+			fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			p.cl.Flush(fctx)
+			fcancel()
+			p.cl.Close()
+		}
+	}
+	for i := range b.o.producers {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.fleet.bootstrap()...), kgo.DefaultProduceTopic(topic)}, opts...)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		p := &producer{cl: cl}
+		ps = append(ps, p)
+		wg.Go(func() {
+			tick := time.NewTicker(b.o.interval)
+			defer tick.Stop()
+			for seq := 0; ; seq++ {
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+				s := &sent{at: time.Now(), partition: -1}
+				p.mu.Lock()
+				p.rs = append(p.rs, s)
+				p.mu.Unlock()
+				rec := &kgo.Record{Key: fmt.Appendf(nil, "p%d-k%d", i, seq%257), Value: fmt.Appendf(nil, "fleetbench producer %d record %d", i, seq)}
+				// The record's context is not pctx: records outstanding
+				// when the round ends are flushed, not cancelled.
+				cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+					now := time.Now()
+					p.mu.Lock()
+					s.acked, s.partition, s.err = now, r.Partition, err
+					p.mu.Unlock()
+				})
+			}
+		})
+	}
+	return ps, stop, nil
+}
+
+// laneStride is proxy's: a member's virtual brokers (its lanes) are
+// node_id × 1000 + lane.
+const laneStride = 1000
+
+// leaders is the victim's partitions of topic in producer p's metadata.
+func leaders(p *producer, topic string, partitions int, victim int32) []int32 {
+	var out []int32
+	for part := range int32(partitions) {
+		if l, _, err := p.cl.PartitionLeader(topic, part); err == nil && l >= 0 && l/laneStride == victim {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// measureDeath runs the death rounds of variant v: fresh producers, warm,
+// then kill -9 of one member (in turn), until every producer is
+// acknowledged again; then the member is restarted and the fleet waited
+// for.
+func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error {
+	for r := range b.o.rounds {
+		victim := b.fleet.members[r%len(b.fleet.members)]
+		ps, stop, err := b.startProducers(ctx, topic, v.opts)
+		if err != nil {
+			return err
+		}
+		dr, err := b.deathRound(ctx, ps, topic, victim)
+		stop()
+		if err != nil {
+			return fmt.Errorf("%s round %d: %w", v.name, r+1, err)
+		}
+		for _, p := range ps {
+			for _, s := range p.snapshot() {
+				if s.err != nil {
+					dr.errs++
+				}
+			}
+		}
+		b.deaths[v.name] = append(b.deaths[v.name], dr)
+		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every producer acknowledged again %v after the kill (each: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
+			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.gone), ms2(dr.worst), dr.errs)
+		if err := b.fleet.start(victim, b.fleet.allSeeds()); err != nil {
+			return err
+		}
+		if err := b.fleet.waitAlive(ctx, 0, 1, 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) deathRound(ctx context.Context, ps []*producer, topic string, victim *member) (deathRound, error) {
+	dr := deathRound{victim: victim.id}
+	// Warm: every producer has had records acknowledged on every
+	// partition, and none has a record waiting longer than a second.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		ok := true
+		for _, p := range ps {
+			parts := map[int32]bool{}
+			for _, s := range p.snapshot() {
+				if s.err != nil {
+					return dr, fmt.Errorf("a record failed before the kill: %w", s.err)
+				}
+				if s.acked.IsZero() && time.Since(s.at) > time.Second {
+					ok = false
+				}
+				if !s.acked.IsZero() {
+					parts[s.partition] = true
+				}
+			}
+			ok = ok && len(parts) == b.o.partitions
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return dr, errors.New("the producers were not all acknowledged on every partition within a minute")
+		}
+	}
+	time.Sleep(2 * time.Second)
+	// Which partitions the victim leads in each producer's view.
+	led := make([][]int32, len(ps))
+	union := map[int32]bool{}
+	for i, p := range ps {
+		led[i] = leaders(p, topic, b.o.partitions, victim.id)
+		if len(led[i]) == 0 {
+			var all []string
+			for part := range int32(b.o.partitions) {
+				l, _, err := p.cl.PartitionLeader(topic, part)
+				all = append(all, fmt.Sprintf("%d:%d(%v)", part, l, err))
+			}
+			return dr, fmt.Errorf("member %d leads no partition of %s in producer %d's metadata: %v", victim.id, topic, i, all)
+		}
+		for _, part := range led[i] {
+			union[part] = true
+		}
+	}
+	dr.led = len(union)
+
+	// The survivors' gossip, watched from their /metrics.
+	var survivors []*member
+	for _, m := range b.fleet.members {
+		if m != victim {
+			survivors = append(survivors, m)
+		}
+	}
+	goneCh := make(chan time.Time, 1)
+	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
+	defer gcancel()
+	go func() {
+		for gctx.Err() == nil {
+			n := 0
+			for _, m := range survivors {
+				if v, err := b.fleet.metric(gctx, m, `ferry_fleet_members{state="alive"}`); err == nil && int(v) == len(survivors) {
+					n++
+				}
+			}
+			if n == len(survivors) {
+				goneCh <- time.Now()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	killed := victim.kill()
+	deadline = killed.Add(2 * time.Minute)
+	for {
+		time.Sleep(10 * time.Millisecond)
+		done := true
+		dr.each = dr.each[:0]
+		for i, p := range ps {
+			rec, ok := recoveredAt(p.snapshot(), killed, led[i])
+			done = done && ok
+			dr.each = append(dr.each, rec.Sub(killed))
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return dr, fmt.Errorf("the producers were not all acknowledged again within 2 minutes of the kill of member %d", victim.id)
+		}
+	}
+	dr.recovered = slices.Max(dr.each)
+	// The longest wait of a record produced from 1 s before the kill to
+	// the recovery.
+	end := killed.Add(dr.recovered)
+	for _, p := range ps {
+		for _, s := range p.snapshot() {
+			if s.at.After(killed.Add(-time.Second)) && !s.at.After(end) && !s.acked.IsZero() {
+				dr.worst = max(dr.worst, s.acked.Sub(s.at))
+			}
+		}
+	}
+	select {
+	case at := <-goneCh:
+		dr.gone = at.Sub(killed)
+	case <-gctx.Done():
+		dr.gone = -1
+	}
+	return dr, nil
+}
+
+// recoveredAt is when a producer was acknowledged again after the kill:
+// every record it had produced before the kill acknowledged (those the
+// victim had in flight included), and a record it produced after the kill
+// to a partition the victim led acknowledged. ok is false until both.
+func recoveredAt(rs []sent, killed time.Time, led []int32) (time.Time, bool) {
+	var before, after time.Time
+	for _, s := range rs {
+		if s.at.Before(killed) {
+			if s.acked.IsZero() {
+				return time.Time{}, false
+			}
+			if s.acked.After(before) {
+				before = s.acked
+			}
+			continue
+		}
+		if !s.acked.IsZero() && s.err == nil && slices.Contains(led, s.partition) && (after.IsZero() || s.acked.Before(after)) {
+			after = s.acked
+		}
+	}
+	if after.IsZero() {
+		return time.Time{}, false
+	}
+	if before.After(after) {
+		return before, true
+	}
+	return after, true
+}
+
+func durs(ds []time.Duration) string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, ms2(d))
+	}
+	return fmt.Sprint(out)
+}
+
+// createTopic creates topic through member m (on the active cluster).
+func (b *bench) createTopic(ctx context.Context, m *member, topic string, partitions int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(m.kafka))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	return err
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+// The floors of issue 9 §6.
+const (
+	deathFloor = 10 * time.Second // every producer acknowledged again, default client settings
+	genFloor   = time.Second      // the new generation on every member after the flip
+)
+
+func dur(xs []time.Duration) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	m, lo, hi := median(xs)
+	return fmt.Sprintf("%s (%s – %s)", ms2(m), ms2(lo), ms2(hi))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**NOT met**"
+}
+
+func (b *bench) report() error {
+	m := b.machine
+	var sb strings.Builder
+	ml := memberlist.DefaultLANConfig()
+	fmt.Fprintf(&sb, "# Fleet benchmark\n\n")
+	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s at the start, Go %s, Kafka %s (two 1-broker KRaft clusters, primary and standby, on this machine), %s, franz-go clients; the run took %v.\n\n",
+		benchutil.Command("./conformance/fleetbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version(),
+		time.Now().Format("2006-01-02"), time.Since(b.started).Round(time.Second))
+	fmt.Fprintf(&sb, "Three `ferry serve` members (`fleet` section: gossip on loopback, a key file, seeded with each other; one lane each; the mirror on, `mirror.sync_interval: 1s`) in front of both clusters. "+
+		"Settings that shape the numbers, all defaults: `fleet.write_lease` 1.5s; memberlist's LAN profile (Ferry sets no timing): probe interval %v, probe timeout %v, suspicion multiplier %d (suspect → dead after %d × probe interval × max(1, log10(members)), shortened by other members' confirmations), gossip interval %v, push-pull %v. "+
+		"Every process (two brokers, three members, the load and the pollers) shares the machine's %d cores.\n\n",
+		ml.ProbeInterval, ml.ProbeTimeout, ml.SuspicionMult, ml.SuspicionMult, ml.GossipInterval, ml.PushPullInterval, m.CPUs)
+
+	// Summary.
+	var deathDef, deathLow, goneDef, goneLow []time.Duration
+	for _, d := range b.deaths["default"] {
+		deathDef = append(deathDef, d.recovered)
+		goneDef = append(goneDef, d.gone)
+	}
+	for _, d := range b.deaths["lowered"] {
+		deathLow = append(deathLow, d.recovered)
+		goneLow = append(goneLow, d.gone)
+	}
+	var answer, serving, servingAfter, gossiped, gossipedAfter, polls []time.Duration
+	for _, s := range b.switches {
+		answer = append(answer, s.answer)
+		serving = append(serving, s.serving)
+		servingAfter = append(servingAfter, s.serving-s.answer)
+		gossiped = append(gossiped, s.gossiped)
+		gossipedAfter = append(gossipedAfter, s.gossiped-s.answer)
+		polls = append(polls, s.polls...)
+	}
+	var mb1, mb3 []float64
+	for _, r := range b.mirror[1] {
+		mb1 = append(mb1, r.mbps())
+	}
+	for _, r := range b.mirror[3] {
+		mb3 = append(mb3, r.mbps())
+	}
+	dm, _, dmax := median(deathDef)
+	sa, _, samax := median(servingAfter)
+	m1, m1lo, m1hi := median(mb1)
+	m3, m3lo, m3hi := median(mb3)
+	pm, _, _ := median(polls)
+	variants := b.variants()
+
+	fmt.Fprintf(&sb, "Medians of %d, with the lowest and highest in brackets.\n\n", b.o.rounds)
+	fmt.Fprintf(&sb, "| measure | result | floor | |\n|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| kill -9 of a member → every producer acknowledged again, clients at their defaults (metadata max age 5m) | %s | ≤ 10 s | %s |\n", dur(deathDef), verdict(dm <= deathFloor))
+	fmt.Fprintf(&sb, "| the same, metadata max age lowered to %v | %s | | |\n", b.o.maxAge, dur(deathLow))
+	fmt.Fprintf(&sb, "| kill -9 → both survivors' gossip no longer lists the member alive (default / lowered rounds) | %s / %s | | |\n", dur(goneDef), dur(goneLow))
+	fmt.Fprintf(&sb, "| planned switch: call → answer | %s | | |\n", dur(answer))
+	fmt.Fprintf(&sb, "| planned switch: answer (the flip) → every member serving the new generation (`/status` `routing.generation`) | %s | ≤ 1 s | %s |\n", dur(servingAfter), verdict(sa <= genFloor))
+	fmt.Fprintf(&sb, "| planned switch: call → every member serving the new generation | %s | | |\n", dur(serving))
+	fmt.Fprintf(&sb, "| planned switch: answer → every member's `/status` listing every member at the new generation (gossip) | %s | | |\n", dur(gossipedAfter))
+	fmt.Fprintf(&sb, "| planned switch: call → the same | %s | | |\n", dur(gossiped))
+	fmt.Fprintf(&sb, "| mirror, one member, MB/s | %.1f (%.1f – %.1f) | | |\n", m1, m1lo, m1hi)
+	fmt.Fprintf(&sb, "| mirror, three members, MB/s | %.1f (%.1f – %.1f) | | |\n", m3, m3lo, m3hi)
+	fmt.Fprintf(&sb, "| three / one | %.2f× | | |\n", m3/m1)
+	fmt.Fprintf(&sb, "\n")
+	if dmax > deathFloor {
+		fmt.Fprintf(&sb, "At default client settings the slowest round took %s, over the 10 s floor (the median is what the floor is judged on).\n\n", ms2(dmax))
+	}
+	if samax > genFloor {
+		fmt.Fprintf(&sb, "The slowest switch took %s from its answer to the new generation on every member, over the 1 s floor.\n\n", ms2(samax))
+	}
+
+	// Member deaths.
+	fmt.Fprintf(&sb, "## Member death\n\n")
+	fmt.Fprintf(&sb, "%d franz-go producers, each its own client with all three members as bootstrap, idempotent, acks=all, one keyed record (~40 bytes, 257 keys per producer) every %v, asynchronously, into a topic of %d partitions (RF 1) on the active cluster through the fleet; the mirror copies it to the other cluster meanwhile. "+
+		"Each round starts fresh producers, waits until every producer has been acknowledged on every partition and none has a record outstanding for over a second, then 2 s more, notes which partitions the victim leads in each producer's metadata, and kills member r mod 3 with SIGKILL. "+
+		"**A producer is acknowledged again** when every record it produced before the kill has been acknowledged (those the victim held included) and a record it produced after the kill to a partition the victim led has been acknowledged: from then on what it sends through the dead member's share of the partitions is answered again, which is when an application would stop seeing stalled sends. The round's figure is the slowest producer's. "+
+		"Then the member is restarted and every member must list three alive before the next round. Client settings: %s; then %s.\n\n",
+		b.o.producers, b.o.interval, b.o.partitions, variants[0].desc, variants[1].desc)
+	fmt.Fprintf(&sb, "| client settings | round | member killed | partitions it led | every producer acknowledged again | each producer | survivors' gossip dropped it | longest wait of a record sent around the kill | records failed |\n|---|--:|--:|--:|--:|---|--:|--:|--:|\n")
+	for _, v := range variants {
+		for i, d := range b.deaths[v.name] {
+			gone := ms2(d.gone)
+			if d.gone < 0 {
+				gone = "not within a minute"
+			}
+			fmt.Fprintf(&sb, "| %s | %d | %d | %d | %s | %s | %s | %s | %d |\n", v.name, i+1, d.victim, d.led, ms2(d.recovered), strings.Join(strings.Fields(strings.Trim(durs(d.each), "[]")), ", "), gone, ms2(d.worst), d.errs)
+		}
+	}
+	fmt.Fprintf(&sb, "\n")
+
+	// Switches.
+	fmt.Fprintf(&sb, "## The new generation across the fleet\n\n")
+	fmt.Fprintf(&sb, "%d planned switches, alternating the direction, each asked of member r mod 3 (`POST /switchover`, `{\"mode\": \"planned\"}`) with the mirror caught up and no client traffic. "+
+		"Every member's `/status` is polled back to back (2 ms between an answer and the next request; a `/status` answered in %s, median, so that is the resolution); a member counts from the first answer that shows it. "+
+		"\"Serving\" is the member's own `routing.generation`; \"gossip\" is its `members` list showing every member alive at the new generation. "+
+		"A negative time after the answer means every member already served the new generation when the switch answered (the switch installs it on every member it reaches before answering).\n\n",
+		len(b.switches), ms2(pm))
+	fmt.Fprintf(&sb, "| round | to | asked of | call → answer | call → every member serving | answer → every member serving | call → every member's gossip | answer → every member's gossip |\n|--:|---|--:|--:|--:|--:|--:|--:|\n")
+	for i, s := range b.switches {
+		fmt.Fprintf(&sb, "| %d | %s | %d | %s | %s | %s | %s | %s |\n", i+1, s.to, s.via, ms2(s.answer), ms2(s.serving), ms2(s.serving-s.answer), ms2(s.gossiped), ms2(s.gossiped-s.answer))
+	}
+	fmt.Fprintf(&sb, "\n")
+
+	// Mirror.
+	fmt.Fprintf(&sb, "## The mirror with one member and with three\n\n")
+	fmt.Fprintf(&sb, "Each round writes %s of 1 KiB records (franz-go, round-robin over %d partitions, defaults otherwise) straight into a fresh topic on the primary while no member runs, creates the same topic on the standby (so that the copy does not wait for a new topic's leaders), then starts one member alone or all three together (seeded with each other) and polls the standby's high watermarks every 20 ms. "+
+		"**MB/s** is record value bytes (10^6) over the copy: from the last poll that saw none of the records on the standby to the first that saw all of them. \"Start → all\" adds the members' start-up (process start, joining, the first write lease, the writers' first fetch). "+
+		"With three members the partitions' writers are spread over them by rendezvous hashing; \"handed over\" counts partitions whose writer moved from one member to another during the round (e.g. taken by a member that was alone for a moment, then given up as the others joined). "+
+		"All five processes share %d cores, so three members cannot be expected to beat one here: the figure shows what spreading the writers costs or gains on one machine, not what three machines would do. One round is one copy; %d rounds each, alternating.\n\n",
+		humanBytes(b.o.mirrorBytes), b.o.mirrorPartitions, m.CPUs, b.o.mirrorRounds)
+	fmt.Fprintf(&sb, "| round | members | MB/s | copy | start → first records on the standby | start → all | partitions per member at the end | handed over |\n|--:|--:|--:|--:|--:|--:|---|--:|\n")
+	for r := range b.o.mirrorRounds {
+		for _, n := range []int{1, 3} {
+			if r >= len(b.mirror[n]) {
+				continue
+			}
+			res := b.mirror[n][r]
+			fmt.Fprintf(&sb, "| %d | %d | %.1f | %s | %s | %s | %v | %.0f |\n", r+1, n, res.mbps(), ms2(res.window), ms2(res.startup), ms2(res.total), owners(res.owners), res.handovers)
+		}
+	}
+	fmt.Print(sb.String())
+	if b.o.out != "" {
+		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
+	}
+	return nil
+}
+
+func owners(o map[int32]int) string {
+	var parts []string
+	for id := int32(0); id < 3; id++ {
+		if n, ok := o[id]; ok {
+			parts = append(parts, fmt.Sprintf("member %d: %d", id, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -40,14 +40,15 @@ type fleet struct {
 	primary, standby *kafkatest.Cluster
 	members          []*member
 	http             *http.Client
+	logLevel         string
 }
 
-func newFleet(dir, bin string, primary, standby *kafkatest.Cluster, n int) (*fleet, error) {
+func newFleet(dir, bin string, primary, standby *kafkatest.Cluster, n int, logLevel string) (*fleet, error) {
 	key, err := benchutil.WriteGossipKey(dir, 1)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{bin: bin, dir: dir, key: key, primary: primary, standby: standby, http: &http.Client{Timeout: 10 * time.Second}}
+	f := &fleet{bin: bin, dir: dir, key: key, primary: primary, standby: standby, http: &http.Client{Timeout: 10 * time.Second}, logLevel: logLevel}
 	for i := range n {
 		var addrs [3]string
 		for j := range addrs {
@@ -73,6 +74,7 @@ func (f *fleet) config(m *member, seeds []string) (string, error) {
 node_id: %d
 listen: %s
 admin_listen: %s
+log_level: %s
 clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
@@ -81,7 +83,7 @@ fleet:
   bind: %s
   seeds: [%s]
   key_file: %s
-`, m.id, m.kafka, m.admin, f.primary.Bootstrap(), f.standby.Bootstrap(), m.gossip, strings.Join(seeds, ", "), f.key)
+`, m.id, m.kafka, m.admin, f.logLevel, f.primary.Bootstrap(), f.standby.Bootstrap(), m.gossip, strings.Join(seeds, ", "), f.key)
 	path := filepath.Join(f.dir, fmt.Sprintf("member-%d.yaml", m.id))
 	return path, os.WriteFile(path, []byte(cfg), 0o644)
 }

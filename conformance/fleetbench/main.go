@@ -35,7 +35,9 @@
 //     lowered to -max-age.
 //
 // Medians of the rounds with min and max are printed with the issue's
-// floors; -out writes them as markdown.
+// floors; -out writes them as markdown. -phases runs a part only (e.g.
+// -phases gossip); -log-level debug makes the members log memberlist's
+// traffic.
 //
 //	go run ./conformance/fleetbench -out docs/FLEET-BENCHMARKS.md
 package main
@@ -67,6 +69,8 @@ type options struct {
 	mirrorBytes      int64
 	mirrorPartitions int
 	mirrorRounds     int
+	logLevel         string
+	phases           string
 	out              string
 }
 
@@ -79,9 +83,11 @@ func main() {
 	fs.IntVar(&o.partitions, "partitions", 12, "partitions of the topic produced to during the member deaths")
 	fs.DurationVar(&o.interval, "interval", 10*time.Millisecond, "each producer produces one record this often")
 	fs.DurationVar(&o.maxAge, "max-age", 2*time.Second, "the lowered metadata max age of the second set of member deaths")
-	fs.StringVar(&mb, "mirror-bytes", "512MiB", "record value bytes the mirror copies in each mirror round (KiB, MiB, GiB)")
+	fs.StringVar(&mb, "mirror-bytes", "1GiB", "record value bytes the mirror copies in each mirror round (KiB, MiB, GiB)")
 	fs.IntVar(&o.mirrorPartitions, "mirror-partitions", 8, "partitions of each mirror round's topic")
 	fs.IntVar(&o.mirrorRounds, "mirror-rounds", 3, "mirror copies with one member and with three (alternating)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "the members' log_level (their logs go to $TMPDIR/fleetbench-member-N.log)")
+	fs.StringVar(&o.phases, "phases", "mirror,gossip,death", "the parts to run, comma-separated (the report shows only what ran)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.Parse(os.Args[1:])
 	n, err := parseBytes(mb)
@@ -163,7 +169,7 @@ func run(ctx context.Context, o options) error {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
 	}
-	if b.fleet, err = newFleet(dir, bin, b.primary, b.standby, 3); err != nil {
+	if b.fleet, err = newFleet(dir, bin, b.primary, b.standby, 3, o.logLevel); err != nil {
 		return err
 	}
 	defer b.fleet.stopAll()
@@ -176,7 +182,18 @@ func run(ctx context.Context, o options) error {
 	}(), ", "))
 
 	all := []int32{0, 1, 2}
+	phase := func(name string) bool { return slices.Contains(strings.Split(o.phases, ","), name) }
+	if !phase("mirror") {
+		for _, m := range b.fleet.members {
+			if err := b.fleet.start(m, b.fleet.allSeeds()); err != nil {
+				return err
+			}
+		}
+	}
 	for r := range o.mirrorRounds {
+		if !phase("mirror") {
+			break
+		}
 		for _, ids := range [][]int32{{0}, all} {
 			res, err := b.measureMirror(ctx, ids, r)
 			if err != nil {
@@ -192,8 +209,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	if err := b.measureGossip(ctx); err != nil {
-		return fmt.Errorf("gossip: %w", err)
+	if phase("gossip") {
+		if err := b.measureGossip(ctx); err != nil {
+			return fmt.Errorf("gossip: %w", err)
+		}
+	}
+	if !phase("death") {
+		b.fleet.stopAll()
+		return b.report()
 	}
 
 	const topic = "fleetbench-death"

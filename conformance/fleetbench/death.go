@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +24,11 @@ type sent struct {
 // producer is one franz-go client producing a keyed record every interval
 // through the fleet.
 type producer struct {
-	cl *kgo.Client
-	mu sync.Mutex
-	rs []*sent
+	name      string
+	cl        *kgo.Client // franz-go; nil for the Java producer
+	mu        sync.Mutex
+	rs        []*sent
+	leaderMap map[int32]int32 // the Java producer's metadata, as it last printed it
 }
 
 func (p *producer) snapshot() []sent {
@@ -40,53 +43,69 @@ func (p *producer) snapshot() []sent {
 
 // deathRound is one kill -9 of a member under the producers.
 type deathRound struct {
-	victim    int32
-	led       int           // partitions the victim led, in the producers' view at the kill (union)
-	recovered time.Duration // kill → every producer acknowledged again (the slowest producer)
-	each      []time.Duration
-	gone      time.Duration // kill → both survivors' gossip no longer lists the victim alive
-	errs      int           // records that failed (none expected: delivery is retried)
-	worst     time.Duration // the longest any record waited for its ack, of those sent around the kill
+	victim        int32
+	led           int             // partitions the victim led, in the producers' view at the kill (union)
+	recovered     time.Duration   // kill → every franz-go producer acknowledged again (the slowest)
+	each          []time.Duration // each franz-go producer
+	java          time.Duration   // the Java producer (-1: none ran)
+	views         string          // partitions each member led, in each producer's metadata at the kill
+	distinctViews string          // the same, once per distinct view
+	gone          time.Duration   // kill → both survivors' gossip no longer lists the victim alive
+	errs          int             // records that failed (none expected: delivery is retried)
+	worst         time.Duration   // the longest any record waited for its ack, of those sent around the kill
 }
 
 // variant is a set of client settings the death rounds run with.
 type variant struct {
-	name string
-	opts []kgo.Opt
-	desc string
+	name     string
+	opts     []kgo.Opt
+	desc     string
+	java     []string // the Java producer's settings
+	javaDesc string
 }
 
 func (b *bench) variants() []variant {
 	lowered := b.o.maxAge
 	minAge := min(5*time.Second, lowered)
 	return []variant{
-		{name: "default", desc: "franz-go defaults: metadata max age 5m, min age 5s"},
+		{name: "default", desc: "franz-go defaults: metadata max age 5m, min age 5s",
+			javaDesc: "kafka-clients defaults (metadata.max.age.ms 300000)"},
 		{name: "lowered", opts: []kgo.Opt{kgo.MetadataMaxAge(lowered), kgo.MetadataMinAge(minAge)},
-			desc: fmt.Sprintf("kgo.MetadataMaxAge(%v), kgo.MetadataMinAge(%v) (franz-go refuses a max age below the min age, 5s by default)", lowered, minAge)},
+			desc:     fmt.Sprintf("kgo.MetadataMaxAge(%v), kgo.MetadataMinAge(%v) (franz-go refuses a max age below the min age, 5s by default)", lowered, minAge),
+			java:     []string{fmt.Sprintf("metadata.max.age.ms=%d", lowered.Milliseconds())},
+			javaDesc: fmt.Sprintf("metadata.max.age.ms=%d, defaults otherwise", lowered.Milliseconds())},
 	}
 }
 
-func (b *bench) startProducers(ctx context.Context, topic string, opts []kgo.Opt) ([]*producer, func(), error) {
+func (b *bench) startProducers(ctx context.Context, topic string, v variant) ([]*producer, func(), error) {
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var ps []*producer
+	var stopJava func()
 	stop := func() {
 		cancel()
 		wg.Wait()
 		for _, p := range ps {
+			if p.cl == nil {
+				continue
+			}
 			fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 			p.cl.Flush(fctx)
 			fcancel()
 			p.cl.Close()
 		}
+		if stopJava != nil {
+			stopJava()
+		}
 	}
+	opts := v.opts
 	for i := range b.o.producers {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.fleet.bootstrap()...), kgo.DefaultProduceTopic(topic)}, opts...)...)
 		if err != nil {
 			stop()
 			return nil, nil, err
 		}
-		p := &producer{cl: cl}
+		p := &producer{name: fmt.Sprintf("franz-go %d", i), cl: cl}
 		ps = append(ps, p)
 		wg.Go(func() {
 			tick := time.NewTicker(b.o.interval)
@@ -113,6 +132,14 @@ func (b *bench) startProducers(ctx context.Context, topic string, opts []kgo.Opt
 			}
 		})
 	}
+	if b.javaCP != "" {
+		p, st, err := b.startJava(ctx, topic, v.java)
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("the Java producer: %w", err)
+		}
+		ps, stopJava = append(ps, p), st
+	}
 	return ps, stop, nil
 }
 
@@ -124,11 +151,23 @@ const laneStride = 1000
 func leaders(p *producer, topic string, partitions int, victim int32) []int32 {
 	var out []int32
 	for part := range int32(partitions) {
-		if l, _, err := p.cl.PartitionLeader(topic, part); err == nil && l >= 0 && l/laneStride == victim {
+		if l, ok := p.leader(topic, part); ok && l >= 0 && l/laneStride == victim {
 			out = append(out, part)
 		}
 	}
 	return out
+}
+
+// leader is partition part's leader in p's metadata.
+func (p *producer) leader(topic string, part int32) (int32, bool) {
+	if p.cl != nil {
+		l, _, err := p.cl.PartitionLeader(topic, part)
+		return l, err == nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.leaderMap[part]
+	return l, ok
 }
 
 // measureDeath runs the death rounds of variant v: fresh producers, warm,
@@ -138,7 +177,7 @@ func leaders(p *producer, topic string, partitions int, victim int32) []int32 {
 func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error {
 	for r := range b.o.rounds {
 		victim := b.fleet.members[r%len(b.fleet.members)]
-		ps, stop, err := b.startProducers(ctx, topic, v.opts)
+		ps, stop, err := b.startProducers(ctx, topic, v)
 		if err != nil {
 			return err
 		}
@@ -155,8 +194,9 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 			}
 		}
 		b.deaths[v.name] = append(b.deaths[v.name], dr)
-		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every producer acknowledged again %v after the kill (each: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
-			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.gone), ms2(dr.worst), dr.errs)
+		step("death (%s) %d: leaders by member at the kill: %s", v.name, r+1, dr.views)
+		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
+			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.java), ms2(dr.gone), ms2(dr.worst), dr.errs)
 		if err := b.fleet.start(victim, b.fleet.allSeeds()); err != nil {
 			return err
 		}
@@ -206,16 +246,37 @@ func (b *bench) deathRound(ctx context.Context, ps []*producer, topic string, vi
 		if len(led[i]) == 0 {
 			var all []string
 			for part := range int32(b.o.partitions) {
-				l, _, err := p.cl.PartitionLeader(topic, part)
-				all = append(all, fmt.Sprintf("%d:%d(%v)", part, l, err))
+				l, ok := p.leader(topic, part)
+				all = append(all, fmt.Sprintf("%d:%d(%v)", part, l, ok))
 			}
-			return dr, fmt.Errorf("member %d leads no partition of %s in producer %d's metadata: %v", victim.id, topic, i, all)
+			return dr, fmt.Errorf("member %d leads no partition of %s in %s's metadata: %v", victim.id, topic, p.name, all)
 		}
 		for _, part := range led[i] {
 			union[part] = true
 		}
 	}
 	dr.led = len(union)
+	// Each producer's leaders by member, as it saw them at the kill.
+	var views, distinct []string
+	for _, p := range ps {
+		count := map[int32]int{}
+		for part := range int32(b.o.partitions) {
+			if l, ok := p.leader(topic, part); ok {
+				count[l/laneStride]++
+			}
+		}
+		var v []string
+		for id := range int32(len(b.fleet.members)) {
+			v = append(v, fmt.Sprintf("%d:%d", id, count[id]))
+		}
+		view := strings.Join(v, " ")
+		views = append(views, fmt.Sprintf("%s %s", p.name, view))
+		if !slices.Contains(distinct, view) {
+			distinct = append(distinct, view)
+		}
+	}
+	dr.views = strings.Join(views, "; ")
+	dr.distinctViews = strings.Join(distinct, "; ")
 
 	// The survivors' gossip, watched from their /metrics.
 	var survivors []*member
@@ -249,16 +310,21 @@ func (b *bench) deathRound(ctx context.Context, ps []*producer, topic string, vi
 		time.Sleep(10 * time.Millisecond)
 		done := true
 		dr.each = dr.each[:0]
+		dr.java = -1
 		for i, p := range ps {
 			rec, ok := recoveredAt(p.snapshot(), killed, led[i])
 			done = done && ok
-			dr.each = append(dr.each, rec.Sub(killed))
+			if p.cl == nil {
+				dr.java = rec.Sub(killed)
+			} else {
+				dr.each = append(dr.each, rec.Sub(killed))
+			}
 		}
 		if done {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return dr, fmt.Errorf("the producers were not all acknowledged again within 2 minutes of the kill of member %d", victim.id)
+			return dr, fmt.Errorf("the producers were not all acknowledged again within 2 minutes of the kill of member %d (franz-go: %v, Java: %v)", victim.id, durs(dr.each), ms2(dr.java))
 		}
 	}
 	dr.recovered = slices.Max(dr.each)

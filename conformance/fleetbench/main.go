@@ -32,7 +32,10 @@
 //     next round, which starts fresh producers (a client at default settings
 //     would not learn of the restarted member for 5 minutes). -rounds at the
 //     client's defaults (metadata max age 5m), then -rounds with the max age
-//     lowered to -max-age.
+//     lowered to -max-age. With -java (the default) a Java kafka-clients
+//     producer (FleetProducer.java, compiled with javac against the Kafka
+//     jars) runs alongside at its defaults (then metadata.max.age.ms
+//     lowered likewise) and is reported apart.
 //
 // Medians of the rounds with min and max are printed with the issue's
 // floors; -out writes them as markdown. -phases runs a part only (e.g.
@@ -71,6 +74,7 @@ type options struct {
 	mirrorRounds     int
 	logLevel         string
 	phases           string
+	java             bool
 	out              string
 }
 
@@ -87,6 +91,7 @@ func main() {
 	fs.IntVar(&o.mirrorPartitions, "mirror-partitions", 8, "partitions of each mirror round's topic")
 	fs.IntVar(&o.mirrorRounds, "mirror-rounds", 3, "mirror copies with one member and with three (alternating)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the members' log_level (their logs go to $TMPDIR/fleetbench-member-N.log)")
+	fs.BoolVar(&o.java, "java", true, "also run a Java kafka-clients producer (javac and java needed) during the member deaths")
 	fs.StringVar(&o.phases, "phases", "mirror,gossip,death", "the parts to run, comma-separated (the report shows only what ran)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.Parse(os.Args[1:])
@@ -128,6 +133,7 @@ type bench struct {
 	deaths           map[string][]deathRound // variant → rounds
 	started          time.Time
 	machine          benchutil.Machine
+	javaCP           string // class path of FleetProducer; "" without -java
 }
 
 func run(ctx context.Context, o options) error {
@@ -168,6 +174,12 @@ func run(ctx context.Context, o options) error {
 	bin := filepath.Join(dir, "ferry")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	if o.java && strings.Contains(o.phases, "death") {
+		step("compiling the Java producer")
+		if b.javaCP, err = compileJava(dir); err != nil {
+			return fmt.Errorf("%w (run with -java=false to leave the Java producer out)", err)
+		}
 	}
 	if b.fleet, err = newFleet(dir, bin, b.primary, b.standby, 3, o.logLevel); err != nil {
 		return err

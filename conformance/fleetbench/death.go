@@ -50,6 +50,9 @@ type deathRound struct {
 	java          time.Duration   // the Java producer (-1: none ran)
 	views         string          // partitions each member led, in each producer's metadata at the kill
 	distinctViews string          // the same, once per distinct view
+	aliveAfter    time.Duration   // the victim's restart → every member's /status lists three alive
+	metadataAfter time.Duration   // the victim's restart → Metadata through every member names all three
+	lagging       string          // whose Metadata lacked whom in between
 	gone          time.Duration   // kill → both survivors' gossip no longer lists the victim alive
 	errs          int             // records that failed (none expected: delivery is retried)
 	worst         time.Duration   // the longest any record waited for its ack, of those sent around the kill
@@ -195,16 +198,84 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 		}
 		b.deaths[v.name] = append(b.deaths[v.name], dr)
 		step("death (%s) %d: leaders by member at the kill: %s", v.name, r+1, dr.views)
-		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
+		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v, -1ms: none); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
 			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.java), ms2(dr.gone), ms2(dr.worst), dr.errs)
+		restarted := time.Now()
 		if err := b.fleet.start(victim, b.fleet.allSeeds()); err != nil {
 			return err
 		}
 		if err := b.fleet.waitAlive(ctx, 0, 1, 2); err != nil {
 			return err
 		}
+		alive := time.Now()
+		lagging, err := b.waitMetadata(ctx)
+		if err != nil {
+			return err
+		}
+		rs := &b.deaths[v.name][len(b.deaths[v.name])-1]
+		rs.aliveAfter, rs.metadataAfter, rs.lagging = alive.Sub(restarted), time.Since(restarted), lagging
+		if lagging != "" {
+			step("death (%s) %d: after the restart every member's /status listed three alive %v after the start, but %s; every member's Metadata named all three %v after the start",
+				v.name, r+1, ms2(rs.aliveAfter), lagging, ms2(rs.metadataAfter))
+		}
 	}
 	return nil
+}
+
+// waitMetadata waits until a Metadata request through each member names
+// every member's broker, and says which members' answers lacked whom
+// before ("" if none did).
+func (b *bench) waitMetadata(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	var lagging []string
+	for {
+		ok := true
+		for _, m := range b.fleet.members {
+			ids, err := metadataMembers(ctx, m)
+			if err == nil && len(ids) == len(b.fleet.members) {
+				continue
+			}
+			ok = false
+			what := fmt.Sprintf("member %d's Metadata named members %v", m.id, ids)
+			if err != nil {
+				what = fmt.Sprintf("member %d's Metadata failed: %v", m.id, err)
+			}
+			if !slices.Contains(lagging, what) {
+				lagging = append(lagging, what)
+			}
+		}
+		if ok {
+			return strings.Join(lagging, "; "), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("Metadata through the members did not name all three within 2 minutes: %s", strings.Join(lagging, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metadataMembers is the members whose brokers a Metadata request through
+// m names.
+func metadataMembers(ctx context.Context, m *member) ([]int32, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(m.kafka))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).BrokerMetadata(mctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int32
+	for _, br := range md.Brokers {
+		if id := br.NodeID / laneStride; !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 func (b *bench) deathRound(ctx context.Context, ps []*producer, topic string, victim *member) (deathRound, error) {

@@ -149,8 +149,8 @@ func (b *bench) report() error {
 			fmt.Fprintf(&sb, "A Java producer (Apache kafka-clients %s, `conformance/fleetbench/FleetProducer.java`: its own JVM, all three members as bootstrap, one keyed record every %v, `send` with a callback) runs alongside in every round and is measured the same way, reported apart: %s; then %s (acks=all and idempotence are kafka-clients' defaults).\n\n",
 				kafkatest.Version(), b.o.interval, variants[0].javaDesc, variants[1].javaDesc)
 		}
-		fmt.Fprintf(&sb, "\"Leaders at the kill\" is how many partitions each member led in the producers' metadata (one entry per distinct view).\n\n")
-		fmt.Fprintf(&sb, "| client settings | round | member killed | partitions it led | leaders at the kill | every franz-go producer acknowledged again | each franz-go producer | Java producer | survivors' gossip dropped it | longest wait of a record sent around the kill | records failed |\n|---|--:|--:|--:|---|--:|---|--:|--:|--:|--:|\n")
+		fmt.Fprintf(&sb, "\"Leaders at the kill\" is how many partitions each member led in the producers' metadata (one entry per distinct view). \"Restart\" is, after the victim was started again, when every member's `/status` listed three alive and when a Metadata request through every member named all three (the next round waits for both): a survivor that had the dead member only suspect sees it come back with no memberlist event, so its broker list follows at its next half-probe-interval check.\n\n")
+		fmt.Fprintf(&sb, "| client settings | round | member killed | partitions it led | leaders at the kill | every franz-go producer acknowledged again | each franz-go producer | Java producer | survivors' gossip dropped it | longest wait of a record sent around the kill | records failed | restart: `/status` / Metadata |\n|---|--:|--:|--:|---|--:|---|--:|--:|--:|--:|--:|\n")
 		for _, v := range variants {
 			for i, d := range b.deaths[v.name] {
 				gone := ms2(d.gone)
@@ -161,7 +161,7 @@ func (b *bench) report() error {
 				if d.java >= 0 {
 					java = ms2(d.java)
 				}
-				fmt.Fprintf(&sb, "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d |\n", v.name, i+1, d.victim, d.led, d.distinctViews, ms2(d.recovered), strings.Join(strings.Fields(strings.Trim(durs(d.each), "[]")), ", "), java, gone, ms2(d.worst), d.errs)
+				fmt.Fprintf(&sb, "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d | %s / %s |\n", v.name, i+1, d.victim, d.led, d.distinctViews, ms2(d.recovered), strings.Join(strings.Fields(strings.Trim(durs(d.each), "[]")), ", "), java, gone, ms2(d.worst), d.errs, ms2(d.aliveAfter), ms2(d.metadataAfter))
 			}
 		}
 		fmt.Fprintf(&sb, "\n")

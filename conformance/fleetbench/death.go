@@ -198,7 +198,7 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 		}
 		b.deaths[v.name] = append(b.deaths[v.name], dr)
 		step("death (%s) %d: leaders by member at the kill: %s", v.name, r+1, dr.views)
-		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v, -1ms: none); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
+		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
 			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.java), ms2(dr.gone), ms2(dr.worst), dr.errs)
 		restarted := time.Now()
 		if err := b.fleet.start(victim, b.fleet.allSeeds()); err != nil {

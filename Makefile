@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover lint demo
+.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-fleet lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
+	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
 	@echo "make lint        go vet, gofmt, staticcheck"
 
 build:
@@ -58,6 +59,9 @@ bench-mirror:
 
 bench-switchover:
 	$(GO) run ./conformance/switchbench $(SWITCHBENCHFLAGS)
+
+bench-fleet:
+	$(GO) run ./conformance/fleetbench $(FLEETBENCHFLAGS)
 
 lint:
 	$(GO) vet ./...

@@ -338,8 +338,12 @@ type Member struct {
 	Gossip  string `json:"gossip"`
 	Admin   string `json:"admin,omitempty"`
 	Version string `json:"version,omitempty"`
-	// Generation is the routing generation it serves.
+	// Generation is the routing generation it serves, as it answered
+	// (as its gossip says when it did not answer).
 	Generation uint32 `json:"generation"`
+	// GossipGeneration is the generation its gossiped metadata carries:
+	// the same, or behind while gossip catches up.
+	GossipGeneration uint32 `json:"gossip_generation"`
 	// Connections and MirrorPartitions are its client connections and the
 	// mirrored partitions it writes, as it last answered (-1: it did not).
 	Connections      int `json:"connections"`

@@ -58,10 +58,15 @@ const (
 	callInfo         = "member.info"
 )
 
-// memberInfo is what a member answers about its load (callInfo).
+// memberInfo is what a member answers about its load (callInfo), and the
+// generation it serves: fresher than the one its gossiped metadata carries,
+// which memberlist v0.7.0 can leave a push-pull interval (30 s) behind
+// (its broadcast queue drops a queued update under a key collision:
+// hashicorp/memberlist#263). Nil from a member that does not say.
 type memberInfo struct {
-	Connections      int `json:"connections"`
-	MirrorPartitions int `json:"mirror_partitions"`
+	Connections      int     `json:"connections"`
+	MirrorPartitions int     `json:"mirror_partitions"`
+	Generation       *uint32 `json:"generation,omitempty"`
 }
 
 // init builds the member's side of the fleet; it joins nobody until run.
@@ -252,7 +257,8 @@ func (f *fleet) handle() {
 		return json.Marshal(n.admin.LocalMirror())
 	})
 	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {
-		info := memberInfo{Connections: n.proxy.Connections()}
+		gen := n.routes.Current().Generation
+		info := memberInfo{Connections: n.proxy.Connections(), Generation: &gen}
 		if n.mirror != nil {
 			info.MirrorPartitions = len(n.mirror.Info().Partitions)
 		}
@@ -450,12 +456,15 @@ func (f *fleet) members(ctx context.Context) []admin.Member {
 		am := admin.Member{
 			NodeID: m.NodeID, State: m.State.String(), Self: m.Self,
 			Host: m.Host, Ports: m.Ports, Gossip: m.Addr, Admin: m.Admin,
-			Version: m.Version, Generation: m.Generation,
+			Version: m.Version, Generation: m.Generation, GossipGeneration: m.Generation,
 			Connections: -1, MirrorPartitions: -1,
 		}
 		var info memberInfo
 		if b, ok := answers[m.NodeID]; ok && json.Unmarshal(b, &info) == nil {
 			am.Connections, am.MirrorPartitions = info.Connections, info.MirrorPartitions
+			if info.Generation != nil {
+				am.Generation = *info.Generation
+			}
 		}
 		out = append(out, am)
 	}

@@ -407,6 +407,28 @@ func TestFleetRealKafka(t *testing.T) {
 		for _, m := range f.members {
 			waitGeneration(t, m, 1, "standby")
 		}
+		// Each member's /status lists every member at the generation it
+		// answers serving: not gossip's view, which memberlist can leave
+		// a push-pull (30 s) behind.
+		for _, m := range f.members {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				st, err := m.status(t)
+				behind := []int32{}
+				for _, mm := range st.Members {
+					if mm.Generation != 1 {
+						behind = append(behind, mm.NodeID)
+					}
+				}
+				if err == nil && len(st.Members) == 3 && len(behind) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("member %d's /status lists members %v below generation 1 (%d listed, %v): %+v", m.id, behind, len(st.Members), err, st.Members)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
 		tr.waitMore(500, 2*time.Minute)
 		tr.stopProducing()
 		tr.waitConsumed(time.Minute)

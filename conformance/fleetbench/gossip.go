@@ -53,7 +53,7 @@ func (b *bench) pollGeneration(ctx context.Context, m *member, gen uint32, membe
 		}
 		n := 0
 		for _, mm := range st.Members {
-			if mm.State == "alive" && mm.Generation >= gen {
+			if mm.State == "alive" && mm.GossipGeneration >= gen { // gossip's own view
 				n++
 				if _, ok := s.each[mm.NodeID]; !ok {
 					s.each[mm.NodeID] = at

@@ -109,7 +109,7 @@ func (b *bench) report() error {
 	fmt.Fprintf(&sb, "| planned switch: call → answer | %s | | |\n", dur(answer))
 	fmt.Fprintf(&sb, "| planned switch: answer (the flip) → every member serving the new generation (`/status` `routing.generation`) | %s | ≤ 1 s | %s |\n", dur(servingAfter), verdictRounds(servingAfter, genFloor))
 	fmt.Fprintf(&sb, "| planned switch: call → every member serving the new generation | %s | | |\n", dur(serving))
-	fmt.Fprintf(&sb, "| planned switch: answer → every member's `/status` listing every member at the new generation (gossip) | %s | ≤ 1 s | %s |\n", dur(gossipedAfter), verdictRounds(gossipedAfter, genFloor))
+	fmt.Fprintf(&sb, "| planned switch: answer → every member's `/status` listing every member at the new generation by gossip (`members[].gossip_generation`) | %s | ≤ 1 s | %s |\n", dur(gossipedAfter), verdictRounds(gossipedAfter, genFloor))
 	fmt.Fprintf(&sb, "| planned switch: call → the same | %s | | |\n", dur(gossiped))
 	fmt.Fprintf(&sb, "| mirror, one member, MB/s | %.1f (%.1f – %.1f) | | |\n", m1, m1lo, m1hi)
 	fmt.Fprintf(&sb, "| mirror, three members, MB/s | %.1f (%.1f – %.1f) | | |\n", m3, m3lo, m3hi)
@@ -123,9 +123,9 @@ func (b *bench) report() error {
 		}
 	}
 	if len(b.switches) > 0 {
-		fmt.Fprintf(&sb, "**The gossiped generation can be much later than the routing.** In %d of %d switches of this run some member's `/status` listed another member at the old generation for more than 1 s after the answer (the slowest: %s). "+
+		fmt.Fprintf(&sb, "**The gossiped generation can be much later than the routing.** In %d of %d switches of this run some member's gossip (`/status` `members[].gossip_generation`) still had another member at the old generation more than 1 s after the answer (the slowest: %s). "+
 			"When it happens, the member's gossiped metadata (memberlist's alive message carrying its new generation) never goes out, and the next push-pull (every %v, with one member at a time) carries it: hashicorp/memberlist %s's TransmitLimitedQueue drops a queued broadcast when a member's update invalidates its previous alive message and that was the only one queued (the queue's id counter is reset while the new message keeps its id, and the next broadcast of the same length, which every member's metadata has, takes the same key in the B-tree and replaces it; open upstream: hashicorp/memberlist#263, #322). "+
-			"Whether it strikes depends on the order of broadcasts within a gossip interval, so runs differ. Routing does not depend on it — the switch installs the generation on every member by acknowledged calls before it answers, which is the \"serving\" figure — but the `members[].generation` that `/status` shows, and any other metadata a member gossips, can be up to a push-pull interval late.\n\n",
+			"Whether it strikes depends on the order of broadcasts within a gossip interval, so runs differ. Routing does not depend on it — the switch installs the generation on every member by acknowledged calls before it answers, which is the \"serving\" figure — and `/status`'s `members[].generation` is what each member answers of itself; the generation in its gossiped metadata (`members[].gossip_generation`), and any other metadata a member gossips, can be up to a push-pull interval late.\n\n",
 			slowGossip, len(b.switches), ms2(slices.Max(gossipedAfter)), ml.PushPullInterval, memberlistVersion())
 	}
 
@@ -173,7 +173,7 @@ func (b *bench) report() error {
 		fmt.Fprintf(&sb, "## The new generation across the fleet\n\n")
 		fmt.Fprintf(&sb, "%d planned switches, alternating the direction, each asked of member r mod 3 (`POST /switchover`, `{\"mode\": \"planned\"}`) with the mirror caught up and no client traffic. "+
 			"Every member's `/status` is polled back to back (2 ms between an answer and the next request; a `/status` answered in %s, median, so that is the resolution); a member counts from the first answer that shows it. "+
-			"\"Serving\" is the member's own `routing.generation`; \"gossip\" is its `members` list showing every member alive at the new generation. "+
+			"\"Serving\" is the member's own `routing.generation`; \"gossip\" is its `members` list showing every member alive with the new generation in its gossiped metadata (`gossip_generation`). "+
 			"A negative time after the answer means every member already served the new generation when the switch answered (the switch installs it on every member it reaches before answering).\n\n",
 			len(b.switches), ms2(pm))
 		fmt.Fprintf(&sb, "| round | to | asked of | call → answer | call → every member serving | answer → every member serving | call → every member's gossip | answer → every member's gossip |\n|--:|---|--:|--:|--:|--:|--:|--:|\n")

@@ -31,9 +31,13 @@ const errCodeSlots = 160
 const unknownKeySlot = kmsg.MaxKey + 1
 
 type connStats struct {
+	// The reader goroutine adds these; the writer the rest, past a cache
+	// line of padding so that the two do not contend for one.
 	bytesIn  atomic.Uint64
-	bytesOut atomic.Uint64
 	requests [kmsg.MaxKey + 2]atomic.Uint64
+	_        [64]byte
+
+	bytesOut atomic.Uint64
 	// errors counts responses with a non-zero error code, and requests
 	// refused by closing the connection; codes counts the former by
 	// code.

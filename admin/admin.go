@@ -10,6 +10,7 @@
 //	GET  /readyz          200 once the proxy has started and the active cluster is reachable, else 503
 //	GET  /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
 //	GET  /status/mirror   JSON: the mirror section of /status alone
+//	GET  /connections     JSON: client connections, open and recently closed (WithConnections)
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
 //
 // Endpoints that read are open; those that change something need
@@ -75,6 +76,7 @@ type config struct {
 	probeTTL    time.Duration // how long a cluster check's result is reused
 	idle        time.Duration // keep-alive connections idle this long are closed
 
+	connz      ConnzFunc
 	switchFn   SwitchFunc
 	token      string
 	registerer prometheus.Registerer
@@ -197,6 +199,9 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
+	if cfg.connz != nil {
+		s.mux.HandleFunc("GET /connections", s.HandleConnections)
+	}
 	if cfg.switchFn != nil {
 		s.HandleMutating(http.MethodPost, "/switchover", http.HandlerFunc(s.HandleSwitchover))
 	}

@@ -56,6 +56,10 @@ type config struct {
 	// Memory budgets (budget.go).
 	connBufferBudget    int64
 	processBufferBudget int64
+	// connStats turns on the per-connection counters (connstats.go);
+	// clientMetricsLimit bounds the per-client series (clientmetrics.go).
+	connStats          bool
+	clientMetricsLimit int
 }
 
 func defaultConfig() config {
@@ -75,6 +79,8 @@ func defaultConfig() config {
 		connectionsMaxIdle:  defaultConnectionsMaxIdle,
 		requestReadTimeout:  defaultRequestReadTimeout,
 		refusalLogEvery:     10 * time.Second,
+		connStats:           true,
+		clientMetricsLimit:  DefaultClientMetricsLimit,
 	}
 }
 
@@ -180,6 +186,18 @@ func WithRequestPolicy(allow, deny []string) Option {
 	return func(c *config) { c.policyAllow, c.policyDeny = allow, deny }
 }
 
+// WithConnectionStats sets whether each client connection counts its bytes,
+// requests by API, error codes and latencies for Connz and the per-client
+// metrics (default true). Off, Connz still lists the connections, with
+// those counts at zero, and the per-client metrics have no series.
+func WithConnectionStats(on bool) Option { return func(c *config) { c.connStats = on } }
+
+// WithClientMetricsLimit sets how many distinct (client_id, software) pairs
+// get per-client metric series of their own (default
+// DefaultClientMetricsLimit); the rest are counted as "other". Servers
+// sharing a registry share the series, and the first one's limit.
+func WithClientMetricsLimit(n int) Option { return func(c *config) { c.clientMetricsLimit = n } }
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -207,6 +225,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: buffer budget %d is below the budget per connection %d", ErrConfig, c.processBufferBudget, c.connBufferBudget)
 	case c.idleConnsPerBroker < 0:
 		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
+	case c.clientMetricsLimit < 0:
+		return fmt.Errorf("%w: client metrics limit %d is negative", ErrConfig, c.clientMetricsLimit)
 	}
 	p, err := newPolicy(c.policyAllow, c.policyDeny)
 	if err != nil {

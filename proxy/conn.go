@@ -57,7 +57,23 @@ type clientConn struct {
 	// lane is the virtual broker this connection reached (-1: any).
 	lane int
 
+	// What Connz reports (connz.go). stats is nil when connection stats
+	// are off. identified and lastUp are the reader goroutine's own;
+	// identity and cluster are what it last stored for others to read.
+	id          uint64
+	remote      string
+	connectedAt time.Time
+	stats       *connStats
+	identified  bool
+	identity    atomic.Pointer[connIdentity]
+	lastUp      *upstream
+	cluster     atomic.Pointer[upstream]
+
 	closeOnce sync.Once
+	// Set once by close, read by retire after the connection is done.
+	closeReason string
+	closeErr    error
+	closedAt    time.Time
 
 	// inflight counts requests read and not yet answered; lastActive is
 	// when the connection was last busy (UnixNano). See awaitRequest.
@@ -80,6 +96,9 @@ type request struct {
 	up    *upstream     // the active cluster of that state
 	start time.Time
 	write bool // counted in Server.writes until answered (hold.go)
+	// stats, when set, counts the error codes of the answer Ferry encodes
+	// (encodeResponse).
+	stats *connStats
 }
 
 // reply is the answer to one request, produced when the writer asks for it.
@@ -98,18 +117,27 @@ type reply struct {
 
 func (s *Server) newClientConn(nc net.Conn) *clientConn {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &clientConn{
-		s:          s,
-		nc:         nc,
-		log:        s.log.With(zap.String("client", nc.RemoteAddr().String())),
-		ctx:        ctx,
-		end:        cancel,
-		replies:    make(chan *reply, maxPipelined),
-		mem:        s.mem.conn(),
-		ups:        make(map[upKey]*upConn),
-		fetchUps:   make(map[upKey][]*upConn),
-		watermarks: make(map[tp]watermarks),
+	remote := nc.RemoteAddr().String()
+	c := &clientConn{
+		s:           s,
+		nc:          nc,
+		log:         s.log.With(zap.String("client", remote)),
+		ctx:         ctx,
+		end:         cancel,
+		replies:     make(chan *reply, maxPipelined),
+		mem:         s.mem.conn(),
+		ups:         make(map[upKey]*upConn),
+		fetchUps:    make(map[upKey][]*upConn),
+		watermarks:  make(map[tp]watermarks),
+		id:          s.connIDs.Add(1),
+		remote:      remote,
+		connectedAt: time.Now(),
 	}
+	c.lastActive.Store(c.connectedAt.UnixNano())
+	if s.cfg.connStats {
+		c.stats = new(connStats)
+	}
+	return c
 }
 
 // serve runs the connection until either side fails; the first error wins
@@ -133,7 +161,11 @@ func (c *clientConn) serve() {
 
 func (c *clientConn) close(err error) {
 	c.closeOnce.Do(func() {
-		c.s.connMetrics.closes(closeReason(err)).Inc()
+		c.closeReason, c.closedAt = closeReason(err), time.Now()
+		if err != nil && !errors.Is(err, io.EOF) {
+			c.closeErr = err
+		}
+		c.s.connMetrics.closes(c.closeReason).Inc()
 		c.end()
 		c.nc.Close()
 		switch {
@@ -177,7 +209,10 @@ func (c *clientConn) readLoop() (err error) {
 			requestBufs.Put(buf)
 			return c.refuseFrame("closing connection: bad request header", err)
 		}
-		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now()}
+		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now(), stats: c.stats}
+		if c.stats != nil {
+			c.stats.request(hdr.Key, len(buf.B)+4)
+		}
 		if isWrite(hdr.Key) {
 			st, err := c.s.passHold(c.ctx, hdr.Key)
 			if err != nil {
@@ -189,8 +224,18 @@ func (c *clientConn) readLoop() (err error) {
 			req.state = c.s.routes.Current()
 		}
 		req.up = c.s.ups[req.state.Active]
+		if req.up != c.lastUp {
+			c.lastUp = req.up
+			c.cluster.Store(req.up)
+		}
 		r, err := c.s.dispatch(c, req)
+		if !c.identified {
+			c.identify(req)
+		}
 		if err != nil {
+			if c.stats != nil {
+				c.stats.errors.Add(1) // refused: the connection closes
+			}
 			c.s.writeDone(req)
 			requestBufs.Put(buf)
 			c.s.metrics.observe(hdr.Key, req.start, err)
@@ -218,6 +263,9 @@ func (c *clientConn) writeLoop() {
 	for r := range c.replies {
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
 		n, err := c.write(r, bw)
+		if c.stats != nil && n > 0 {
+			c.stats.answer(n, time.Since(r.req.start))
+		}
 		c.s.writeDone(r.req)
 		c.replied()
 		requestBufs.Put(r.req.frame)

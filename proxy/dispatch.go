@@ -283,6 +283,9 @@ func futureReply(req *request, build func(ctx context.Context) (kmsg.Response, f
 
 func encodeResponse(req *request, resp kmsg.Response) ([]byte, func()) {
 	resp.SetVersion(req.hdr.Version)
+	if req.stats != nil {
+		req.stats.countResponse(resp)
+	}
 	buf := encodedBufs.Get()
 	buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
 	buf.B = resp.AppendTo(buf.B)

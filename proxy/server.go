@@ -26,7 +26,12 @@ type Server struct {
 	mem     *memBudget
 	// connMetrics count accept errors and closes by reason.
 	connMetrics *connMetrics
-	acceptLog   acceptLog
+	// clientMetrics count by client_id and software; connIDs numbers the
+	// connections; closedConns keeps the latest closed (connz.go).
+	clientMetrics *clientMetrics
+	connIDs       atomic.Uint64
+	closedConns   closedRing
+	acceptLog     acceptLog
 	// refusalLogs samples the log lines about refused requests and
 	// frames.
 	refusalLogs *logSampler
@@ -94,6 +99,9 @@ func New(opts ...Option) (*Server, error) {
 	s.metrics = m
 	s.mem = newMemBudget(&s.cfg, m)
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
+		return nil, err
+	}
+	if s.clientMetrics, err = newClientMetrics(cfg.reg, cfg.clientMetricsLimit); err != nil {
 		return nil, err
 	}
 	for _, cl := range cfg.clusters {
@@ -297,6 +305,7 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
+			s.retire(c)
 		}()
 	}
 }

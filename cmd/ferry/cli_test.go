@@ -32,6 +32,10 @@ type cliAdmin struct {
 	mu    sync.Mutex
 	calls []routing.Request
 	do    func(req routing.Request) (routing.State, error)
+	// connz answers GET /connections; connzAsked records what it was
+	// asked.
+	connz      *proxy.Connz
+	connzAsked []proxy.ConnzOptions
 }
 
 func newCLIAdmin(t *testing.T) *cliAdmin {
@@ -76,6 +80,12 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 			return do(req)
 		}),
 		admin.WithToken(testAdminToken),
+		admin.WithConnections(func(o proxy.ConnzOptions) (*proxy.Connz, error) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.connzAsked = append(a.connzAsked, o)
+			return a.connz, nil
+		}),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +212,7 @@ func TestCLISwitchoverUnauthorized(t *testing.T) {
 
 func TestCLIUnreachable(t *testing.T) {
 	dead := deadAddr(t)
-	for _, cmd := range [][]string{{"switchover", "--to", "standby"}, {"status"}, {"status", "--json"}} {
+	for _, cmd := range [][]string{{"switchover", "--to", "standby"}, {"status"}, {"status", "--json"}, {"connections"}, {"connections", "--json"}, {"connections", "--watch"}} {
 		code, out, errs := runCLI(t, append(cmd, "--admin", dead)...)
 		if code != 1 || out != "" || !strings.Contains(errs, "cannot reach the admin API at http://"+dead) || !strings.Contains(errs, "connection refused") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", cmd, code, out, errs)
@@ -223,6 +233,8 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"switchover", "--to", "b", "--token-file", "/nonexistent/token"}, "--token-file: open /nonexistent/token"},
 		{[]string{"status", "extra"}, "unexpected arguments"},
 		{[]string{"status", "--jsn"}, "flag provided but not defined"},
+		{[]string{"connections", "extra"}, "unexpected arguments"},
+		{[]string{"connections", "--limit", "many"}, "invalid value"},
 	} {
 		code, out, errs := runCLI(t, tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errs, tc.want) {

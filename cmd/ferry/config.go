@@ -109,6 +109,15 @@ type Config struct {
 	// RequestReadTimeout closes a client connection whose request started
 	// arriving but is not complete this much later. Default 30s.
 	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
+	// ConnectionStats: each client connection counts its bytes, requests
+	// by API, error codes and recent latencies, for GET /connections and
+	// the ferry_clients_* metrics. Default true.
+	ConnectionStats *bool `yaml:"connection_stats"`
+	// ClientMetricsLimit is how many distinct (client_id, software) pairs
+	// get ferry_clients_* series of their own; later pairs count as
+	// "other", so a fleet of clients cannot grow the label set without
+	// bound. Default 100.
+	ClientMetricsLimit *int `yaml:"client_metrics_limit"`
 	// Fleet joins this member to other Ferry members by gossip, so that
 	// they serve as one virtual cluster. Without it the member is on its
 	// own.
@@ -236,6 +245,12 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.SpliceFetches == nil {
 		c.SpliceFetches = ptr(true)
+	}
+	if c.ConnectionStats == nil {
+		c.ConnectionStats = ptr(true)
+	}
+	if c.ClientMetricsLimit == nil {
+		c.ClientMetricsLimit = ptr(proxy.DefaultClientMetricsLimit)
 	}
 	if c.BufferBudget == 0 {
 		c.BufferBudget = proxy.DefaultProcessBufferBudget
@@ -382,6 +397,9 @@ func (c *Config) validate() error {
 	}
 	if c.UpstreamMaxConnsPerBroker < 1 {
 		bad("upstream_max_connections_per_broker %d: must be 1 or more", c.UpstreamMaxConnsPerBroker)
+	}
+	if c.ClientMetricsLimit != nil && *c.ClientMetricsLimit < 0 {
+		bad("client_metrics_limit %d: must be 0 or more", *c.ClientMetricsLimit)
 	}
 	if c.UpstreamIdleConnsPerBroker != nil && *c.UpstreamIdleConnsPerBroker < 0 {
 		bad("upstream_idle_connections_per_broker %d: must be 0 or more", *c.UpstreamIdleConnsPerBroker)

@@ -77,6 +77,8 @@ func TestExampleConfig(t *testing.T) {
 		SpliceFetches:              ptr(true),
 		ConnectionsMaxIdle:         10 * time.Minute,
 		RequestReadTimeout:         30 * time.Second,
+		ConnectionStats:            ptr(true),
+		ClientMetricsLimit:         ptr(100),
 		Policy:                     PolicyConfig{Allow: []string{}, Deny: []string{"records_delete"}},
 		Fleet: &FleetConfig{
 			Bind:       "0.0.0.0:7946",
@@ -100,7 +102,8 @@ func TestConfigDefaults(t *testing.T) {
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
 		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches ||
 		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 ||
-		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second {
+		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second ||
+		!*c.ConnectionStats || *c.ClientMetricsLimit != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
@@ -157,6 +160,7 @@ func TestConfigErrors(t *testing.T) {
 		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 7", "into a number"}},
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
+		{"negative client metrics limit", minimal + "client_metrics_limit: -1\n", []string{"client_metrics_limit -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},
 		{"bad fleet", minimal + "fleet:\n  bind: gossip\n  advertise: \":7946\"\n  seeds: [\"ferry-1\"]\n  write_lease: 10ms\n", []string{
 			`fleet.bind "gossip": not host:port`, `fleet.advertise ":7946": the host is missing`, `fleet.seeds[0] "ferry-1": not host:port`, "fleet.write_lease 10ms: must be between 200ms and 1m"}},

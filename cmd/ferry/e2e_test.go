@@ -427,6 +427,15 @@ func TestDemo(t *testing.T) {
 		!strings.Contains(out, "planned switch "+demoPrimary+" -> "+demoStandby) {
 		t.Fatalf("ferry status: exit %d\n%s%s", code, out, errOut)
 	}
+	// ferry connections lists the clients connected now: the producer's
+	// latest requests went to the standby. /metrics counts them by client.
+	code, out, errOut = runCLI(t, "connections", "--admin", adminAddr, "--client-id", "kgo", "--sort", "requests")
+	if code != 0 || !strings.Contains(out, " "+demoStandby+" ") || !strings.Contains(out, " kgo/") {
+		t.Fatalf("ferry connections: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, body := httpGet(t, "http://"+adminAddr+"/metrics"); code != 200 || !strings.Contains(body, `ferry_clients_requests_total{client_id="kgo",software="kgo"}`) {
+		t.Fatalf("/metrics = %d, no ferry_clients_requests_total for kgo:\n%.2000s", code, body)
+	}
 	code, out, errOut = runCLI(t, "switchover", "--admin", adminAddr, "--to", demoPrimary)
 	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "generation 2 active "+demoPrimary) {
 		t.Fatalf("ferry switchover --to %s (back): exit %d\n%s%s", demoPrimary, code, out, errOut)

@@ -5,6 +5,7 @@
 //	ferry demo                  run in front of two in-process clusters
 //	ferry switchover --to NAME  switch a running member's active cluster (its admin API)
 //	ferry status                print a running member's status (its admin API)
+//	ferry connections           list a running member's client connections, like top
 //	ferry version               print the version
 package main
 
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = switchoverCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = statusCmd(ctx, args[1:], stdout, stderr)
+	case "connections":
+		err = connectionsCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ferry", version())
 	case "help", "-h", "-help", "--help":

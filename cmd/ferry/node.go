@@ -147,6 +147,8 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
 		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithConnectionStats(*cfg.ConnectionStats),
+		proxy.WithClientMetricsLimit(*cfg.ClientMetricsLimit),
 		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),
 		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
 		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
@@ -199,6 +201,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithToken(cfg.adminToken),
 		admin.WithStarted(n.started.Load),
 		admin.WithMirror(n.mirrorInfo),
+		admin.WithConnections(n.proxy.Connz),
 		admin.WithLogger(log.Named("admin")),
 	}
 	if n.fleet != nil {

@@ -8,6 +8,8 @@ Commands:
   switchover --to NAME  make NAME the active cluster of a running member
                         (--admin HOST:PORT, --forced, --timeout D, --token-file F)
   status                print a running member's status (--admin HOST:PORT, --json)
+  connections           list a running member's client connections, like top
+                        (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json)
   version               print the version
 
 Run 'ferry <command> -h' for a command's flags.

@@ -1,0 +1,122 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/proxy"
+)
+
+// startProxy runs a Ferry in front of an in-process cluster and returns it
+// and its address.
+func startProxy(t *testing.T) (*proxy.Server, string) {
+	t.Helper()
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	p, err := proxy.New(
+		proxy.WithClusterID("vc"),
+		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: kf.ListenAddrs()}),
+		proxy.WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
+		proxy.WithLogger(zaptest.NewLogger(t)),
+		proxy.WithRegisterer(prometheus.NewRegistry()),
+		proxy.WithLanes(1),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go p.ServeLane(ln, 0)
+	return p, ln.Addr().String()
+}
+
+// GET /connections lists the clients connected through the proxy, as
+// Connections returns them, with the query's filters and sort.
+func TestConnections(t *testing.T) {
+	p, addr := startProxy(t)
+	f := newFixture(t, WithConnections(p.Connz))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("http-client"), kgo.SoftwareNameAndVersion("admin-test", "0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	code, body := f.get(t, "/connections?client_id=http-client&sort=bytes_out&limit=10")
+	if code != http.StatusOK {
+		t.Fatalf("GET /connections: %d %s", code, body)
+	}
+	var cz proxy.Connz
+	if err := json.Unmarshal([]byte(body), &cz); err != nil {
+		t.Fatal(err)
+	}
+	if cz.State != "open" || cz.Sort != "bytes_out" || cz.Limit != 10 || cz.Matched == 0 || len(cz.Connections) != cz.Matched {
+		t.Fatalf("GET /connections: %s", body)
+	}
+	c := cz.Connections[0]
+	if c.ClientID != "http-client" || c.SoftwareName != "admin-test" || c.SoftwareVersion != "0.1" || c.Cluster != "primary" || c.Requests["ApiVersions"] == 0 || c.BytesOut == 0 {
+		t.Fatalf("connection %s", body)
+	}
+	for _, w := range []string{`"client_id": "http-client"`, `"bytes_in": `, `"requests": {`, `"latency_p99_ms": `, `"in_flight": `, `"lane": 0`} {
+		if !strings.Contains(body, w) {
+			t.Errorf("/connections does not say %s:\n%s", w, body)
+		}
+	}
+	direct, err := f.srv.Connections(proxy.ConnzOptions{ClientID: "http-client"})
+	if err != nil || direct.Matched != cz.Matched {
+		t.Fatalf("Connections: %+v, %v; HTTP matched %d", direct, err, cz.Matched)
+	}
+
+	cl.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body = f.get(t, "/connections?state=closed&client_id=http-client")
+		if strings.Contains(body, `"close_reason": "client_closed"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed connection not reported: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	for _, q := range []string{"sort=size", "limit=many", "offset=-1", "state=later"} {
+		if code, body := f.get(t, "/connections?"+q); code != http.StatusBadRequest {
+			t.Errorf("GET /connections?%s: %d %s, want 400", q, code, body)
+		}
+	}
+}
+
+func TestConnectionsNotConfigured(t *testing.T) {
+	f := newFixture(t)
+	if code, _ := f.get(t, "/connections"); code != http.StatusNotFound {
+		t.Fatalf("GET /connections without WithConnections: %d, want 404", code)
+	}
+}

@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultClientMetricsLimit is how many distinct (client_id, software)
+// pairs get series of their own by default.
+const DefaultClientMetricsLimit = 100
+
+// clientOther labels the pairs beyond the limit.
+const clientOther = "other"
+
+// maxClientLabel bounds a client_id or software label value, in bytes.
+const maxClientLabel = 128
+
+// clientMetrics exposes bytes, requests and errors by client_id and
+// software (name). Nothing is counted on the request path for it: it sums,
+// at each scrape, the counters of the open connections (connStats) and the
+// totals folded in from the closed ones. The first limit pairs seen get
+// series of their own, for the process's life (counters must not vanish);
+// every later pair is counted as client_id="other", software="other", so a
+// fleet of clients cannot grow the label set without bound.
+type clientMetrics struct {
+	limit                         int
+	bytesIn, bytesOut, reqs, errs *prometheus.Desc
+
+	mu     sync.Mutex
+	series map[clientKey]*clientTotals // totals of the closed connections
+	named  int                         // series other than other
+	live   map[*clientConn]*clientTotals
+}
+
+type clientKey struct{ clientID, software string }
+
+type clientTotals struct {
+	key                           clientKey
+	bytesIn, bytesOut, reqs, errs uint64
+}
+
+func newClientMetrics(reg prometheus.Registerer, limit int) (*clientMetrics, error) {
+	labels := []string{"client_id", "software"}
+	const more = " Series exist for the first client_metrics_limit distinct (client_id, software) pairs; later ones count as client_id=\"other\", software=\"other\"."
+	m := &clientMetrics{
+		limit:    max(limit, 0),
+		bytesIn:  prometheus.NewDesc("ferry_clients_received_bytes_total", "Bytes of requests read from clients, by client.id and client software name (ApiVersions v3+)."+more, labels, nil),
+		bytesOut: prometheus.NewDesc("ferry_clients_sent_bytes_total", "Bytes of responses written to clients, by client.id and client software name."+more, labels, nil),
+		reqs:     prometheus.NewDesc("ferry_clients_requests_total", "Requests read from clients, by client.id and client software name."+more, labels, nil),
+		errs: prometheus.NewDesc("ferry_clients_errors_total", "Responses Ferry encoded with a non-zero error code (built by Ferry, or decoded to be rewritten; bytes passed through are not decoded to count) plus requests refused by closing the connection, by client.id and client software name."+more,
+			labels, nil),
+		series: map[clientKey]*clientTotals{},
+		live:   map[*clientConn]*clientTotals{},
+	}
+	if reg != nil {
+		if err := reg.Register(m); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			// Several servers on one registry count together.
+			existing, ok := are.ExistingCollector.(*clientMetrics)
+			if !ok {
+				return nil, err
+			}
+			return existing, nil
+		}
+	}
+	return m, nil
+}
+
+// bind counts c, once identified, under its pair's series.
+func (m *clientMetrics) bind(c *clientConn, id *connIdentity) {
+	key := clientKey{clientLabel(id.clientID), clientLabel(id.softwareName)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.series[key]
+	if t == nil {
+		if m.named >= m.limit {
+			key = clientKey{clientOther, clientOther}
+			t = m.series[key]
+		}
+		if t == nil {
+			t = &clientTotals{key: key}
+			m.series[key] = t
+			if key.clientID != clientOther || key.software != clientOther {
+				m.named++
+			}
+		}
+	}
+	m.live[c] = t
+}
+
+// retire folds a closed connection's final counts into its series.
+func (m *clientMetrics) retire(c *clientConn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.live[c]
+	if t == nil {
+		return // never identified
+	}
+	delete(m.live, c)
+	t.add(c.stats)
+}
+
+func (t *clientTotals) add(st *connStats) {
+	t.bytesIn += st.bytesIn.Load()
+	t.bytesOut += st.bytesOut.Load()
+	for i := range st.requests {
+		t.reqs += st.requests[i].Load()
+	}
+	t.errs += st.errors.Load()
+}
+
+// clientLabel makes a label value of what a client sent: valid UTF-8, at
+// most maxClientLabel bytes.
+func clientLabel(s string) string {
+	if len(s) > maxClientLabel {
+		s = s[:maxClientLabel]
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func (m *clientMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.bytesIn, m.bytesOut, m.reqs, m.errs} {
+		ch <- d
+	}
+}
+
+func (m *clientMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	sums := make(map[clientKey]clientTotals, len(m.series))
+	for k, t := range m.series {
+		sums[k] = *t
+	}
+	for c, t := range m.live {
+		s := sums[t.key]
+		s.add(c.stats)
+		sums[t.key] = s
+	}
+	m.mu.Unlock()
+	for k, t := range sums {
+		for _, v := range []struct {
+			d *prometheus.Desc
+			n uint64
+		}{{m.bytesIn, t.bytesIn}, {m.bytesOut, t.bytesOut}, {m.reqs, t.reqs}, {m.errs, t.errs}} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), k.clientID, k.software)
+		}
+	}
+}

@@ -5,6 +5,7 @@
 // (Status, Ready) and a thin handler encodes it (HandleStatus, HandleReadyz),
 // so the data can be used and tested without HTTP.
 //
+//	GET  /                the status page (HTML, embedded: ui/), which reads /status and /connections
 //	GET  /metrics         Prometheus exposition of the registry passed in
 //	GET  /healthz         200 while the process serves HTTP at all
 //	GET  /readyz          200 once the proxy has started and the active cluster is reachable, else 503
@@ -199,6 +200,7 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
+	s.handleUI()
 	if cfg.connz != nil {
 		s.mux.HandleFunc("GET /connections", s.HandleConnections)
 	}

@@ -12,6 +12,7 @@
 #   Debian:  prometheus, for promtool (deploy/deploy_test.go checks and unit
 #            tests deploy/prometheus/ferry-alerts.yml with it); its server is
 #            not started
+#   Debian:  chromium, headless, for admin/ui_test.go (the status page)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +57,17 @@ if ! command -v promtool >/dev/null 2>&1; then
 		"${sudo[@]}" rm -f "$policy"
 		trap - EXIT
 	fi
+fi
+
+# --- chromium (Debian's, for the status page's test) ---------------------------
+# admin/ui_test.go loads the admin status page in headless Chromium; with
+# CI=true it fails when chromium is missing.
+if ! command -v chromium >/dev/null 2>&1; then
+	sudo=()
+	[[ $(id -u) == 0 ]] || sudo=(sudo)
+	say "apt-get install chromium (headless, for admin/ui_test.go)"
+	"${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium
 fi
 
 # --- PyPI confluent-kafka in a venv ---------------------------------------------

@@ -24,7 +24,10 @@ import (
 // Config is the file `ferry serve --config FILE` reads (YAML). Every key is
 // listed in README.md; docs/ferry.example.yaml is a complete example. A key
 // Ferry does not know is an error, so a typo never silently falls back to a
-// default.
+// default. Every key can also be set by the environment, FERRY_<KEY>
+// (env.go), derived from the yaml tags: a new key needs nothing more. A
+// key SIGHUP can change while the member runs is listed in reloadable
+// (reload.go); every other is read once, at start.
 type Config struct {
 	// ClusterID is the virtual cluster's ID, the one clients see. It must
 	// stay the same across restarts and switchovers. Required.

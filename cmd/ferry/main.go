@@ -20,10 +20,30 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go stopOnSignals(sigs, cancel, os.Stderr, os.Exit)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs)
+	cancel()
 	os.Exit(code)
+}
+
+// exitForced is the exit status after a second SIGINT or SIGTERM cut a
+// graceful stop short: 1, failed while running, since requests in flight
+// may have gone unanswered.
+const exitForced = 1
+
+// stopOnSignals cancels the command at the first signal (SIGINT or
+// SIGTERM: stop gracefully, draining), and exits at once at the second,
+// for an operator who will not wait for the drain.
+func stopOnSignals(sigs <-chan os.Signal, cancel context.CancelFunc, stderr io.Writer, exit func(int)) {
+	<-sigs
+	cancel()
+	s := <-sigs
+	fmt.Fprintf(stderr, "ferry: second signal (%v) while stopping: exiting now, without waiting for requests in flight\n", s)
+	exit(exitForced)
 }
 
 // run executes one command and returns the process exit code: 0 done,
@@ -36,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		err = serveCmd(ctx, args[1:], stderr)
+		err = serveCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "switchover":

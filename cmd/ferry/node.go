@@ -466,12 +466,20 @@ func (n *node) Close() {
 
 // newLogger builds the production JSON logger at level, on stderr.
 func newLogger(level string) (*zap.Logger, error) {
+	log, _, err := newLeveledLogger(level)
+	return log, err
+}
+
+// newLeveledLogger is newLogger, with the level it can be changed by
+// (SIGHUP reloads log_level).
+func newLeveledLogger(level string) (*zap.Logger, zap.AtomicLevel, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, err
+		return nil, zap.AtomicLevel{}, err
 	}
 	zc := zap.NewProductionConfig()
 	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.Sampling = nil
-	return zc.Build()
+	log, err := zc.Build()
+	return log, zc.Level, err
 }

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,6 +24,8 @@ type serveFlags struct {
 	admin    string
 	logLevel string
 	mirror   optionalBool
+	// printConfig prints the configuration in force and exits.
+	printConfig bool
 }
 
 // optionalBool is a boolean flag that remembers whether it was set, so an
@@ -54,8 +59,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.admin, "admin", "", "admin API `host:port` (overrides admin_listen)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (overrides log_level)")
 	fs.Var(&f.mirror, "mirror", "run the mirror: --mirror or --mirror=false (overrides mirror.enabled)")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration in force (file, FERRY_* environment, flags, defaults) as YAML, and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL] [--mirror=BOOL]")
+		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL] [--mirror=BOOL] [--print-config]")
+		fmt.Fprintln(stderr, "Every key of the file can be set by FERRY_<KEY> (README.md); flags win over the environment, the environment over the file.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -70,11 +77,19 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	return &f, nil
 }
 
-// serveConfig loads the file, applies the flags over it, then the
-// defaults, and validates the result.
+// serveConfig loads the file, applies the FERRY_* environment over it, the
+// flags over that, then the defaults, and validates the result.
 func serveConfig(f *serveFlags) (*Config, error) {
+	return serveConfigEnv(f, os.Environ())
+}
+
+// serveConfigEnv is serveConfig with the environment environ (KEY=VALUE).
+func serveConfigEnv(f *serveFlags, environ []string) (*Config, error) {
 	cfg, err := loadConfig(f.config)
 	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := cfg.applyEnv(environ); err != nil {
 		return nil, usageError{err}
 	}
 	if f.listen != "" {
@@ -90,13 +105,25 @@ func serveConfig(f *serveFlags) (*Config, error) {
 		cfg.Mirror.Enabled = f.mirror.v
 	}
 	cfg.applyDefaults(os.Hostname)
-	if err := cfg.resolveAdminToken(os.Getenv, os.ReadFile); err != nil {
+	if err := cfg.resolveAdminToken(envLookup(environ), os.ReadFile); err != nil {
 		return nil, usageError{fmt.Errorf("%s: %w", f.config, err)}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, usageError{fmt.Errorf("%s: %w", f.config, err)}
 	}
 	return cfg, nil
+}
+
+// envLookup is os.Getenv over environ.
+func envLookup(environ []string) func(string) string {
+	return func(key string) string {
+		for i := len(environ) - 1; i >= 0; i-- {
+			if k, v, ok := strings.Cut(environ[i], "="); ok && k == key {
+				return v
+			}
+		}
+		return ""
+	}
 }
 
 // shutdownTimeout bounds a graceful stop: requests already read are
@@ -106,7 +133,7 @@ const shutdownTimeout = 15 * time.Second
 // serveCmd runs Ferry against the configured clusters until ctx ends
 // (SIGINT or SIGTERM). An unreachable cluster is logged and retried, not
 // fatal.
-func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseServeFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -117,11 +144,31 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(cfg.LogLevel)
+	if f.printConfig {
+		return printConfig(stdout, cfg)
+	}
+	log, level, err := newLeveledLogger(cfg.LogLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // stderr cannot always sync
+	// SIGHUP reloads the configuration from here on.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rl := newReloader(f, cfg, level, log)
+	hupCtx, hupDone := context.WithCancel(ctx)
+	defer hupDone()
+	go func() {
+		for {
+			select {
+			case <-hupCtx.Done():
+				return
+			case <-hup:
+				rl.reload(os.Environ())
+			}
+		}
+	}()
 	log.Info("starting ferry", zap.String("version", version()), zap.String("config", f.config),
 		zap.String("cluster_id", cfg.ClusterID), zap.Int32("node_id", cfg.NodeID))
 	raiseFDLimit(log)

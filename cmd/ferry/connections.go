@@ -49,11 +49,8 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 		fmt.Fprintln(stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "connections", args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("connections: unexpected arguments %q", fs.Args())}
 	}
 	return &f, nil
 }

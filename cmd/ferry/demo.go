@@ -43,11 +43,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, error) {
 		fmt.Fprintln(stderr, "Usage: ferry demo [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "demo", args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("demo: unexpected arguments %q", fs.Args())}
 	}
 	return &f, nil
 }

@@ -65,11 +65,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 		fmt.Fprintln(stderr, "Every key of the file can be set by FERRY_<KEY> (README.md); flags win over the environment, the environment over the file.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "serve", args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("serve: unexpected arguments %q", fs.Args())}
 	}
 	if f.config == "" {
 		return nil, usageError{errors.New("serve: --config FILE is required")}

@@ -32,11 +32,8 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 		fmt.Fprintln(stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "status", args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("status: unexpected arguments %q", fs.Args())}
 	}
 	return &f, nil
 }

@@ -18,6 +18,18 @@ import (
 	"github.com/ferry-gw/ferry/routing"
 )
 
+// parseArgs parses a command's flags; the commands take no other
+// arguments. Errors are fs.Parse's (flag.ErrHelp for -h) or a usageError.
+func parseArgs(fs *flag.FlagSet, name string, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())}
+	}
+	return nil
+}
+
 // defaultAdminAddr is where the CLI finds a member's admin API when
 // --admin is not given: the member on this machine.
 const defaultAdminAddr = "127.0.0.1:9644"
@@ -43,12 +55,10 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 		fmt.Fprintln(stderr, "Usage: ferry switchover --to NAME [--admin HOST:PORT] [--forced] [--timeout D] [--token-file F]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "switchover", args); err != nil {
 		return nil, err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return nil, usageError{fmt.Errorf("switchover: unexpected arguments %q", fs.Args())}
 	case f.to == "":
 		return nil, usageError{errors.New("switchover: --to NAME is required: the cluster to make active")}
 	case f.timeout <= 0 || f.timeout > admin.MaxSwitchTimeout:

@@ -12,68 +12,24 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
 //go:embed FleetProducer.java
 var fleetProducerJava []byte
 
-// javaTB adapts kafkatest.JavaCmd and Classpath, written for tests, to
-// this program (as conformance/mirrorbench does): Fatalf panics with a
-// javaFatal that the callers recover into an error; cleanup runs what
-// Cleanup registered.
-type javaTB struct {
-	testing.TB // nil: any other method panics
-	name       string
-
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-type javaFatal struct{ err error }
-
-func (t *javaTB) Helper()      {}
-func (t *javaTB) Name() string { return t.name }
-func (t *javaTB) Fatalf(format string, args ...any) {
-	panic(javaFatal{fmt.Errorf(format, args...)})
-}
-func (t *javaTB) Logf(format string, args ...any) { step(t.name+": "+format, args...) }
-func (t *javaTB) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-func (t *javaTB) cleanup() {
-	t.mu.Lock()
-	fs := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
-
-func recoverJava(err *error) {
-	if r := recover(); r != nil {
-		f, ok := r.(javaFatal)
-		if !ok {
-			panic(r)
-		}
-		*err = f.err
-	}
-}
+// recoverJava turns a benchutil.JavaTB's Fatalf into *err.
+func recoverJava(err *error) { benchutil.RecoverJava(recover(), err) }
 
 // compileJava compiles FleetProducer.java into dir/java and returns the
 // class path that runs it.
 func compileJava(dir string) (cp string, err error) {
 	defer recoverJava(&err)
-	tb := &javaTB{name: "javac"}
-	defer tb.cleanup()
+	tb := benchutil.NewJavaTB("javac", step)
+	defer tb.Close()
 	kcp := kafkatest.Classpath(tb)
 	src := filepath.Join(dir, "FleetProducer.java")
 	out := filepath.Join(dir, "java")
@@ -102,29 +58,29 @@ type javaLine struct {
 // flushes and exits) and waits.
 func (b *bench) startJava(ctx context.Context, topic string, settings []string) (_ *producer, _ func(), err error) {
 	defer recoverJava(&err)
-	tb := &javaTB{name: "java producer"}
+	tb := benchutil.NewJavaTB("java producer", step)
 	args := append([]string{"-cp", b.javaCP, "FleetProducer", strings.Join(b.fleet.bootstrap(), ","), topic,
 		strconv.FormatInt(b.o.interval.Milliseconds(), 10), "java"}, settings...)
 	cmd := kafkatest.JavaCmd(ctx, tb, "-Xmx256m", args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, err
 	}
 	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "fleetbench-java.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, err
 	}
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, err
 	}
 	p := &producer{name: "java", leaderMap: map[int32]int32{}}
@@ -175,7 +131,7 @@ func (b *bench) startJava(ctx context.Context, topic string, settings []string) 
 			<-done
 		}
 		logf.Close()
-		tb.cleanup()
+		tb.Close()
 	}
 	return p, stop, nil
 }

@@ -19,11 +19,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -39,44 +38,6 @@ var jvmPerfArgs = []string{"-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 // mm2HeapArgs is connect-mirror-maker.sh's heap (KAFKA_HEAP_OPTS).
 var mm2HeapArgs = []string{"-Xms256m", "-Xmx2g"}
 
-// javaTB adapts kafkatest.JavaCmd, written for tests, to this program: the
-// only testing.TB methods JavaCmd and the jar resolution call are Helper,
-// Fatalf, Logf, Name and Cleanup. Fatalf panics with a javaFatal that
-// javaCmd recovers into an error; cleanup runs what Cleanup registered (it
-// SIGKILLs the JVM's process group).
-type javaTB struct {
-	testing.TB // nil: any other method panics
-	name       string
-
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-type javaFatal struct{ err error }
-
-func (t *javaTB) Helper()      {}
-func (t *javaTB) Name() string { return t.name }
-func (t *javaTB) Fatalf(format string, args ...any) {
-	panic(javaFatal{fmt.Errorf(format, args...)})
-}
-func (t *javaTB) Logf(format string, args ...any) { step(t.name+": "+format, args...) }
-func (t *javaTB) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-// cleanup runs the registered cleanups, last first. Safe to call twice.
-func (t *javaTB) cleanup() {
-	t.mu.Lock()
-	fs := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
-
 // javaCmd is kafkatest.JavaCmd with errors instead of test failures. The
 // caller must call tb.cleanup once the JVM is no longer needed.
 //
@@ -84,16 +45,12 @@ func (t *javaTB) cleanup() {
 // args...`; the java launcher reads options up to the first non-option, and
 // a later -cp or -Xmx replaces an earlier one, so JVM flags and a class path
 // of our own go first in args, followed by the real main class.
-func javaCmd(ctx context.Context, name, mainClass string, args ...string) (cmd *exec.Cmd, tb *javaTB, err error) {
-	tb = &javaTB{name: name}
+func javaCmd(ctx context.Context, name, mainClass string, args ...string) (cmd *exec.Cmd, tb *benchutil.JavaTB, err error) {
+	tb = benchutil.NewJavaTB(name, step)
 	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(javaFatal)
-			if !ok {
-				panic(r)
-			}
-			tb.cleanup()
-			cmd, tb, err = nil, nil, f.err
+		if benchutil.RecoverJava(recover(), &err) {
+			tb.Close()
+			cmd, tb = nil, nil
 		}
 	}()
 	cmd = kafkatest.JavaCmd(ctx, tb, mainClass, args...)
@@ -276,7 +233,7 @@ func mm2LogErrors(logFile string) error {
 
 // startMM2 writes mm2.properties into dir and starts MirrorMaker 2 with its
 // log in dir.
-func startMM2(ctx context.Context, dir, jars string, c mm2Config) (*proc, *javaTB, error) {
+func startMM2(ctx context.Context, dir, jars string, c mm2Config) (*proc, *benchutil.JavaTB, error) {
 	propsFile := filepath.Join(dir, "mm2-"+c.sourceAlias+".properties")
 	if err := os.WriteFile(propsFile, []byte(c.properties()), 0o644); err != nil {
 		return nil, nil, err
@@ -290,14 +247,14 @@ func startMM2(ctx context.Context, dir, jars string, c mm2Config) (*proc, *javaT
 	logFile := filepath.Join(dir, "mm2-"+c.sourceAlias+".log")
 	f, err := os.Create(logFile)
 	if err != nil {
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, err
 	}
 	defer f.Close()
 	cmd.Stdout, cmd.Stderr = f, f
 	p, err := startProc(cmd)
 	if err != nil {
-		tb.cleanup()
+		tb.Close()
 		return nil, nil, fmt.Errorf("starting MirrorMaker 2: %w", err)
 	}
 	return p, tb, nil
@@ -334,7 +291,7 @@ func producerPerf(ctx context.Context, bootstrap, topic, payloadFile, codec stri
 	if err != nil {
 		return ceilingResult{}, err
 	}
-	defer tb.cleanup()
+	defer tb.Close()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	p, err := startProc(cmd)

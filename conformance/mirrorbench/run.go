@@ -240,7 +240,7 @@ func (e *benchEnv) runVariant(ctx context.Context, v *variant) error {
 		logFile := filepath.Join(e.dir, "mm2-"+mc.sourceAlias+".log")
 		v.mm2, err = e.measureCopy(ctx, "MM2", p, v.topic, idx.ends, func() error { return mm2LogErrors(logFile) })
 		p.stop(syscall.SIGTERM, 15*time.Second)
-		tb.cleanup()
+		tb.Close()
 		if err != nil {
 			log, _ := os.ReadFile(logFile)
 			return fmt.Errorf("%w\nMirrorMaker 2 log (tail):\n%s", err, tail(string(log), 40))

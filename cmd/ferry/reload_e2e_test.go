@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -106,7 +108,32 @@ clusters:
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go cl.PollFetches(ctx)
-	time.Sleep(2 * time.Second) // metadata, offsets, then the fetch that waits
+	// Until the member holds a fetch in flight: the long poll the drain
+	// will wait for.
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var cz struct {
+			Connections []struct {
+				InFlight int            `json:"in_flight"`
+				Requests map[string]int `json:"requests"`
+			} `json:"connections"`
+		}
+		resp, err := http.Get("http://" + adminAddr + "/connections")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&cz)
+			resp.Body.Close()
+		}
+		parked := false
+		for _, c := range cz.Connections {
+			parked = parked || (c.InFlight > 0 && c.Requests["Fetch"] > 0)
+		}
+		if parked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fetch in flight at the member after 60 s (%v): %+v", err, cz)
+		}
+	}
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -96,20 +94,9 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint string, stdout io.Writer) error {
-	resp, raw, err := callAdmin(ctx, "connections", http.MethodGet, endpoint, nil, "", connectionsTimeout)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("connections: %s answered %s: %s", endpoint, resp.Status, truncate(raw))
-	}
-	if f.json {
-		_, err := stdout.Write(raw)
-		return err
-	}
 	var cz proxy.Connz
-	if err := json.Unmarshal(raw, &cz); err != nil {
-		return fmt.Errorf("connections: %s answered %q: %w", endpoint, truncate(raw), err)
+	if printed, err := getAdmin(ctx, "connections", endpoint, connectionsTimeout, f.json, stdout, &cz); err != nil || printed {
+		return err
 	}
 	if f.watch {
 		fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home and clear, as top redraws

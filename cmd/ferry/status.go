@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/ferry-gw/ferry/admin"
@@ -47,21 +45,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else if err != nil {
 		return usageError{err}
 	}
-	endpoint := adminURL(f.admin) + "/status"
-	resp, raw, err := callAdmin(ctx, "status", http.MethodGet, endpoint, nil, "", statusTimeout)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status: %s answered %s: %s", endpoint, resp.Status, truncate(raw))
-	}
-	if f.json {
-		_, err := stdout.Write(raw)
-		return err
-	}
 	var st admin.Status
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return fmt.Errorf("status: %s answered %q: %w", endpoint, truncate(raw), err)
+	if printed, err := getAdmin(ctx, "status", adminURL(f.admin)+"/status", statusTimeout, f.json, stdout, &st); err != nil || printed {
+		return err
 	}
 	printStatus(stdout, &st)
 	return nil

@@ -137,6 +137,27 @@ func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, t
 	return resp, raw, nil
 }
 
+// getAdmin GETs a read-only admin endpoint for command cmd. With asJSON the
+// answer goes to stdout as the member gave it and printed is true;
+// otherwise it is decoded into v.
+func getAdmin(ctx context.Context, cmd, endpoint string, timeout time.Duration, asJSON bool, stdout io.Writer, v any) (printed bool, err error) {
+	resp, raw, err := callAdmin(ctx, cmd, http.MethodGet, endpoint, nil, "", timeout)
+	if err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s answered %s: %s", cmd, endpoint, resp.Status, truncate(raw))
+	}
+	if asJSON {
+		_, err := stdout.Write(raw)
+		return true, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("%s: %s answered %q: %w", cmd, endpoint, truncate(raw), err)
+	}
+	return false, nil
+}
+
 // printSwitch writes the routing state a switch answered, for a person.
 func printSwitch(w io.Writer, st admin.RoutingStatus) {
 	l := st.LastSwitch

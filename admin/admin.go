@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -355,6 +356,18 @@ type Member struct {
 	// mirrored partitions it writes, as it last answered (-1: it did not).
 	Connections      int `json:"connections"`
 	MirrorPartitions int `json:"mirror_partitions"`
+}
+
+// Alive returns the node IDs of the members s lists alive, in order.
+func (s Status) Alive() []int32 {
+	var ids []int32
+	for _, m := range s.Members {
+		if m.State == "alive" {
+			ids = append(ids, m.NodeID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Status returns this member's view of itself, the routing state, the

@@ -144,18 +144,6 @@ func (m *fleetMember) status(t *testing.T) (admin.Status, error) {
 	return st, err
 }
 
-// aliveIDs are the members a status lists alive.
-func aliveIDs(st admin.Status) []int32 {
-	var ids []int32
-	for _, m := range st.Members {
-		if m.State == "alive" {
-			ids = append(ids, m.NodeID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // waitAlive waits until every running member lists exactly ids alive.
 func (f *testFleet) waitAlive(t *testing.T, ids ...int32) {
 	t.Helper()
@@ -170,7 +158,7 @@ func (f *testFleet) waitAlive(t *testing.T, ids ...int32) {
 				continue
 			}
 			st, err := m.status(t)
-			if got := aliveIDs(st); err != nil || !slices.Equal(got, want) {
+			if got := st.Alive(); err != nil || !slices.Equal(got, want) {
 				ok, last = false, fmt.Sprintf("member %d: alive %v (%v)", m.id, got, err)
 				break
 			}
@@ -324,8 +312,8 @@ func TestFleetRealKafka(t *testing.T) {
 		}
 		for _, m := range f.members {
 			st, err := m.status(t)
-			if err != nil || !slices.Equal(aliveIDs(st), []int32{0, 1, 2}) {
-				t.Fatalf("member %d after the intruders: alive %v (%v)", m.id, aliveIDs(st), err)
+			if err != nil || !slices.Equal(st.Alive(), []int32{0, 1, 2}) {
+				t.Fatalf("member %d after the intruders: alive %v (%v)", m.id, st.Alive(), err)
 			}
 		}
 	}) {

@@ -239,17 +239,6 @@ func (f *fleet) metric(ctx context.Context, m *member, name string) (float64, er
 	return sum, sc.Err()
 }
 
-func aliveIDs(st admin.Status) []int32 {
-	var ids []int32
-	for _, m := range st.Members {
-		if m.State == "alive" {
-			ids = append(ids, m.NodeID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // waitAlive waits until each of the members ids is ready and lists
 // exactly ids alive.
 func (f *fleet) waitAlive(ctx context.Context, ids ...int32) error {
@@ -269,7 +258,7 @@ func (f *fleet) waitAlive(ctx context.Context, ids ...int32) error {
 				break
 			}
 			st, err := f.status(ctx, m)
-			if got := aliveIDs(st); err != nil || !slices.Equal(got, want) {
+			if got := st.Alive(); err != nil || !slices.Equal(got, want) {
 				ok, last = false, fmt.Sprintf("member %d: alive %v (%v)", id, got, err)
 				break
 			}

@@ -293,9 +293,8 @@ func createTopic(ctx context.Context, bootstrap string, partitions int) error {
 	return nil
 }
 
-func step(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
+// step logs one line of progress.
+var step = benchutil.Step
 
 func cpuNote(r runResult) string {
 	if r.cpu == 0 {

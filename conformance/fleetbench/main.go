@@ -54,7 +54,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +94,7 @@ func main() {
 	fs.StringVar(&o.phases, "phases", "mirror,gossip,death", "the parts to run, comma-separated (the report shows only what ran)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.Parse(os.Args[1:])
-	n, err := parseBytes(mb)
+	n, err := benchutil.ParseBytes(mb)
 	if err != nil || n < 1024 {
 		fmt.Fprintln(os.Stderr, "fleetbench: -mirror-bytes:", mb, err)
 		os.Exit(2)
@@ -108,20 +107,8 @@ func main() {
 	benchutil.Run("fleetbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
 }
 
-func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
-		if strings.HasSuffix(s, suffix) {
-			s, mult = strings.TrimSuffix(s, suffix), m
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n * mult, err
-}
-
-func step(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
+// step logs one line of progress.
+var step = benchutil.Step
 
 // bench is one run: the clusters, the fleet, and what it measured.
 type bench struct {

@@ -49,7 +49,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -89,7 +88,7 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	var err error
-	if o.bytes, err = parseBytes(bytes); err != nil {
+	if o.bytes, err = benchutil.ParseBytes(bytes); err != nil {
 		return o, fmt.Errorf("-bytes: %w", err)
 	}
 	for _, c := range strings.Split(codecs, ",") {
@@ -108,25 +107,6 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-timeout must be positive")
 	}
 	return o, nil
-}
-
-// parseBytes reads a byte count with an optional binary suffix.
-func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = v, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return 0, err
-	}
-	return int64(n * float64(mult)), nil
 }
 
 func main() {

@@ -420,6 +420,5 @@ func revision() string {
 	return rev
 }
 
-func step(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
+// step logs one line of progress.
+var step = benchutil.Step

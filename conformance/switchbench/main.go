@@ -78,7 +78,7 @@ func main() {
 	fs.StringVar(&cb, "consume-bytes", "256MiB", "record value bytes read in each consume round (KiB, MiB, GiB)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.Parse(os.Args[1:])
-	n, err := parseBytes(cb)
+	n, err := benchutil.ParseBytes(cb)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "switchbench: -consume-bytes:", err)
 		os.Exit(2)
@@ -87,20 +87,8 @@ func main() {
 	benchutil.Run("switchbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
 }
 
-func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
-		if strings.HasSuffix(s, suffix) {
-			s, mult = strings.TrimSuffix(s, suffix), m
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n * mult, err
-}
-
-func step(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
+// step logs one line of progress.
+var step = benchutil.Step
 
 // bench is one run: the clusters, Ferry, and what it measured.
 type bench struct {

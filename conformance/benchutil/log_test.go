@@ -1,0 +1,16 @@
+package benchutil
+
+import "testing"
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"1GiB": 1 << 30, "256MiB": 256 << 20, "1.5GiB": 3 << 29, "64KiB": 64 << 10, "1000": 1000} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "GiB", "1XiB", "one"} {
+		if _, err := ParseBytes(bad); err == nil {
+			t.Errorf("ParseBytes(%q): no error", bad)
+		}
+	}
+}

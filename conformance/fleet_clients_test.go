@@ -101,18 +101,6 @@ func (f *ferryServe) kill(t *testing.T) {
 	<-f.exited
 }
 
-// aliveIn is the node IDs a status lists alive, sorted.
-func aliveIn(st adminapi.Status) []int32 {
-	var ids []int32
-	for _, m := range st.Members {
-		if m.State == "alive" {
-			ids = append(ids, m.NodeID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // waitAlive waits until every member of ms but dead lists exactly those
 // members alive.
 func waitAlive(t *testing.T, ms []*ferryServe, dead *ferryServe, timeout time.Duration) {
@@ -131,7 +119,7 @@ func waitAlive(t *testing.T, ms []*ferryServe, dead *ferryServe, timeout time.Du
 				continue
 			}
 			st, err := m.status()
-			if got := aliveIn(st); err != nil || !slices.Equal(got, want) {
+			if got := st.Alive(); err != nil || !slices.Equal(got, want) {
 				ok, last = false, fmt.Sprintf("%s lists %v alive (%v)", m.name(), got, err)
 				break
 			}
@@ -400,7 +388,7 @@ func TestFleetMemberKillClients(t *testing.T) {
 		}
 		for time.Since(killed) < 2*fleetRecovery {
 			st, err := survivor.status()
-			if err == nil && slices.Equal(aliveIn(st), want) {
+			if err == nil && slices.Equal(st.Alive(), want) {
 				gone <- time.Since(killed)
 				return
 			}

@@ -111,13 +111,14 @@ func (ca *CA) Issue(o LeafOptions) (*Leaf, error) {
 	if err != nil {
 		return nil, err
 	}
-	kder, err := x509.MarshalECPrivateKey(key)
+	// PKCS #8: what Kafka's PEM key stores read, and Go's tls as well.
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return nil, err
 	}
 	return &Leaf{
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
 		Cert:    cert,
 	}, nil
 }

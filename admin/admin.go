@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -323,6 +324,12 @@ type ClusterStatus struct {
 	Active    bool     `json:"active"`
 	Reachable bool     `json:"reachable"`
 	Error     string   `json:"error,omitempty"`
+	// Security is how Ferry connects to it: PLAINTEXT, SSL, SASL_SSL
+	// SCRAM-SHA-512 as <user>... Never a secret.
+	Security string `json:"security"`
+	// AuthFailed says the cluster refused Ferry's credentials (or they
+	// could not be read): Error says which and where.
+	AuthFailed bool `json:"auth_failed,omitempty"`
 }
 
 // Broker is one member of the virtual cluster as clients see it.
@@ -391,9 +398,9 @@ func (s *Server) Status(ctx context.Context) Status {
 		out.Ready = true
 	}
 	for _, c := range s.cfg.clusters {
-		cs := ClusterStatus{Name: c.Name, Bootstrap: c.Bootstrap, Active: c.Name == st.Active, Reachable: true}
+		cs := ClusterStatus{Name: c.Name, Bootstrap: c.Bootstrap, Active: c.Name == st.Active, Reachable: true, Security: c.Security.Describe()}
 		if err := s.checkCluster(ctx, c); err != nil {
-			cs.Reachable, cs.Error = false, err.Error()
+			cs.Reachable, cs.Error, cs.AuthFailed = false, err.Error(), clusterauth.AuthFailed(err)
 		}
 		out.Clusters = append(out.Clusters, cs)
 	}
@@ -432,10 +439,15 @@ func (s *Server) checkCluster(ctx context.Context, c proxy.Cluster) error {
 	return err
 }
 
-// DialCheck returns a ClusterCheck that succeeds when a TCP connection to
-// any of the cluster's bootstrap servers opens within timeout.
+// DialCheck returns a ClusterCheck that succeeds when a connection to any
+// of the cluster's bootstrap servers opens within timeout: TCP, and with
+// TLS or SASL configured the handshake and authentication too, so that
+// refused credentials show.
 func DialCheck(timeout time.Duration) ClusterCheck {
 	return func(ctx context.Context, c proxy.Cluster) error {
+		if c.Security.Enabled() {
+			return c.Security.Check(ctx, max(timeout, 5*time.Second), c.Bootstrap)
+		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var d net.Dialer

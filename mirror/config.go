@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 // Option configures a Mirror.
@@ -16,6 +18,8 @@ type Option func(*config)
 
 type config struct {
 	source, target []string // bootstrap addresses
+	// srcSec and dstSec are the clusters' TLS and SASL (nil: plaintext).
+	srcSec, dstSec *clusterauth.Security
 
 	topicInclude, topicExclude []*regexp.Regexp
 	groupInclude, groupExclude []*regexp.Regexp
@@ -67,6 +71,13 @@ func Source(addrs ...string) Option {
 func Target(addrs ...string) Option {
 	return func(c *config) { c.target = splitAddrs(addrs) }
 }
+
+// SourceSecurity sets how the mirror connects to the source cluster (TLS,
+// SASL), for its franz-go client and its writers' raw connections alike.
+func SourceSecurity(s *clusterauth.Security) Option { return func(c *config) { c.srcSec = s } }
+
+// TargetSecurity sets how the mirror connects to the target cluster.
+func TargetSecurity(s *clusterauth.Security) Option { return func(c *config) { c.dstSec = s } }
 
 func splitAddrs(addrs []string) []string {
 	var out []string

@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 // conn is a pipelined connection to one broker, owned by one partition
@@ -23,8 +25,14 @@ import (
 // assigns offsets in that order). conn writes requests in the order Send is
 // called and matches responses FIFO.
 type conn struct {
-	nc  net.Conn
-	fmt *kmsg.RequestFormatter
+	nc   net.Conn
+	fmt  *kmsg.RequestFormatter
+	addr string
+	sec  *clusterauth.Security
+	// renewAt is when the SASL session (KIP-368) nears its end (zero:
+	// never): the writer then replaces the connection at its next quiet
+	// moment (renew) instead of re-authenticating it in place.
+	renewAt time.Time
 
 	mu      sync.Mutex // guards writes, corr, pending and err
 	corr    int32
@@ -50,20 +58,41 @@ var errConnClosed = errors.New("mirror: broker connection closed")
 // maxResponseSize caps one response frame.
 const maxResponseSize = 256 << 20
 
-func dialConn(ctx context.Context, addr string) (*conn, error) {
+// dialConn connects to a broker: TCP, then TLS and SASL as sec says.
+func dialConn(ctx context.Context, addr string, sec *clusterauth.Security) (*conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, sess, err := sec.Dial(ctx, &d, addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &conn{
-		nc:   nc,
-		fmt:  kmsg.NewRequestFormatter(kmsg.FormatterClientID("ferry-mirror")),
-		bw:   bufio.NewWriterSize(nc, 64<<10),
-		done: make(chan struct{}),
+		nc:      nc,
+		fmt:     kmsg.NewRequestFormatter(kmsg.FormatterClientID("ferry-mirror")),
+		addr:    addr,
+		sec:     sec,
+		renewAt: sess.RenewAt(),
+		bw:      bufio.NewWriterSize(nc, 64<<10),
+		done:    make(chan struct{}),
 	}
 	go c.readLoop()
 	return c, nil
+}
+
+// renewing reports whether the connection's session nears its end.
+func (c *conn) renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
+
+// renew returns c, or a new connection to the same broker in its place
+// when c's session nears its end; c must have nothing in flight.
+func (c *conn) renew(ctx context.Context) (*conn, error) {
+	if !c.renewing() {
+		return c, nil
+	}
+	n, err := dialConn(ctx, c.addr, c.sec)
+	if err != nil {
+		return c, err
+	}
+	c.Close()
+	return n, nil
 }
 
 // Send writes req and returns without waiting for the response.

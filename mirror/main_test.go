@@ -133,7 +133,7 @@ func rawBatches(t *testing.T, c *kafkatest.Cluster, topic string, partition int3
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cn, err := dialConn(ctx, c.Addrs()[0]) // 1-node clusters: the leader
+	cn, err := dialConn(ctx, c.Addrs()[0], nil) // 1-node clusters: the leader
 	if err != nil {
 		t.Fatal(err)
 	}

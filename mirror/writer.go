@@ -316,11 +316,11 @@ func (w *writer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("standby leader: %w", err)
 	}
-	if w.src, err = dialConn(ctx, srcAddr); err != nil {
-		return err
+	if w.src, err = dialConn(ctx, srcAddr, w.m.cfg.srcSec); err != nil {
+		return fmt.Errorf("source leader: %w", err)
 	}
-	if w.dst, err = dialConn(ctx, dstAddr); err != nil {
-		return err
+	if w.dst, err = dialConn(ctx, dstAddr, w.m.cfg.dstSec); err != nil {
+		return fmt.Errorf("standby leader: %w", err)
 	}
 
 	// Ownership (see fence.go): the partition's own transactional ID,
@@ -575,6 +575,11 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// Nothing is in flight here (drain): a connection whose SASL
+		// session nears its end is replaced now.
+		if err := w.renewConns(ctx); err != nil {
+			return err
+		}
 		// Fetch from the source's log start if that is inside the batch
 		// the standby needs next: the broker returns that batch whole.
 		p, err := w.fetch(ctx, w.src, max(w.next, w.srcStart), 1, cfg.fetchMaxWait, cfg.fetchBytes)
@@ -608,6 +613,23 @@ func (w *writer) copyLoop(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// renewConns replaces a connection whose SASL session (KIP-368) nears its
+// end with a new one to the same leader; nothing may be in flight. The
+// producers' state is the writer's, not the connections'.
+func (w *writer) renewConns(ctx context.Context) error {
+	if len(w.inflight) > 0 {
+		return nil
+	}
+	var err error
+	if w.src, err = w.src.renew(ctx); err != nil {
+		return fmt.Errorf("source leader: renewing the connection: %w", err)
+	}
+	if w.dst, err = w.dst.renew(ctx); err != nil {
+		return fmt.Errorf("standby leader: renewing the connection: %w", err)
+	}
+	return nil
 }
 
 // outOfRange handles a fetch below the source's log start (fill up to it)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -22,6 +23,10 @@ type Cluster struct {
 	// checked for, batch header by batch header, and which clients never
 	// see. A cluster no mirror ever wrote into needs no check.
 	MirrorTarget bool
+	// Security is how Ferry connects to the cluster: TLS and SASL, for
+	// its franz-go client and its pooled raw connections alike. nil:
+	// plaintext, no authentication.
+	Security *clusterauth.Security
 }
 
 type config struct {

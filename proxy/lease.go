@@ -24,12 +24,25 @@ import (
 func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 	k := upKey{u.name, broker}
 	if uc := c.ups[k]; uc != nil {
-		if uc.alive() {
+		switch {
+		case uc.alive() && !uc.renewing():
 			return uc, nil
+		case uc.alive() && !uc.quiet() && !uc.expired():
+			// The session ends soon: the connection is replaced once
+			// nothing is in flight on it, so that nothing overtakes.
+			return uc, nil
+		case uc.alive() && !uc.quiet():
+			// Busy up to its session's end: what is in flight is
+			// answered on it, new requests go on another.
+			uc.pool.retire(uc)
+			delete(c.ups, k)
+		default:
+			if !uc.alive() {
+				u.forgetCoordinatorsOn(broker)
+			}
+			uc.pool.put(uc)
+			delete(c.ups, k)
 		}
-		uc.pool.put(uc)
-		delete(c.ups, k)
-		u.forgetCoordinatorsOn(broker)
 	}
 	uc, err := c.lease(u, broker)
 	if err != nil {
@@ -59,16 +72,21 @@ func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
 	k := upKey{u.name, broker}
 	ucs := c.fetchUps[k][:0]
 	for _, uc := range c.fetchUps[k] {
-		if uc.alive() {
+		switch {
+		case uc.alive() && uc.renewing() && uc.quiet():
+			uc.pool.put(uc) // its session ends soon (upConn)
+		case uc.alive() && uc.expired():
+			uc.pool.retire(uc)
+		case uc.alive():
 			ucs = append(ucs, uc)
-		} else {
+		default:
 			uc.pool.put(uc)
 		}
 	}
 	c.fetchUps[k] = ucs
 	var best *upConn
 	for _, uc := range ucs {
-		if uc.quiet() {
+		if uc.quiet() && !uc.renewing() {
 			return uc, nil
 		}
 		if best == nil || len(uc.inflight) < len(best.inflight) {

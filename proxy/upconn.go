@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 // errUpstreamClosed fails requests in flight on an upstream connection that
@@ -40,6 +41,7 @@ type brokerPool struct {
 	mu       sync.Mutex
 	idle     []idleConn // oldest first
 	open     int
+	retiring []*upConn // past their session's deadline with requests in flight: closed once quiet (retire)
 	closed   bool
 	freed    chan struct{} // closed and replaced when a connection is given back
 	failedAt time.Time     // last dial failure, for backoff
@@ -83,11 +85,12 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 		for len(p.idle) > 0 {
 			c := p.idle[len(p.idle)-1].c
 			p.idle = p.idle[:len(p.idle)-1]
-			if c.alive() {
+			if c.alive() && !c.renewing() {
 				p.mu.Unlock()
 				c.mem.Store(mem)
 				return c, nil
 			}
+			c.close(errUpstreamClosed)
 			p.open--
 		}
 		switch {
@@ -127,10 +130,13 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 // bound before it is answered with a retriable error.
 const poolWait = 2 * time.Second
 
-// dial opens a connection counted in p.open already.
+// dial opens a connection counted in p.open already: TCP, then TLS and
+// SASL when the cluster has them (clusterauth). A connection that
+// authenticated for a limited session (KIP-368) is replaced before the
+// session ends (upConn.renewing).
 func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 	d := net.Dialer{Timeout: p.u.cfg.dialTimeout, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	nc, sess, err := p.u.sec.Dial(ctx, &d, p.addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -138,13 +144,34 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 		p.failedAt = time.Now()
 		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
 		p.wake()
+		if clusterauth.AuthFailed(err) {
+			// Each failure is logged: the backoff bounds how often.
+			p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.Error(err))
+		}
 		return nil, &unreachableError{p.broker, p.addr, err}
 	}
 	p.failedAt, p.backoff = time.Time{}, 0
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	return newUpConn(p, nc), nil
+	c := newUpConn(p, nc)
+	c.renewAt, c.deadline = sess.RenewAt(), sess.Deadline()
+	return c, nil
+}
+
+// retire takes a leased connection past its session's deadline out of use
+// while requests are still in flight on it: it is closed once they are
+// answered (reapIdle), and the lessee leases another.
+func (p *brokerPool) retire(c *upConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.wake()
+	if c.quiet() || !c.alive() || p.closed {
+		p.open--
+		c.close(errUpstreamClosed)
+		return
+	}
+	p.retiring = append(p.retiring, c)
 }
 
 // wake tells waiters a connection may be had; p.mu is held.
@@ -163,7 +190,7 @@ func (p *brokerPool) release(c *upConn, why error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.wake()
-	if !p.closed && c.alive() && c.quiet() {
+	if !p.closed && c.alive() && c.quiet() && !c.renewing() {
 		p.idle = append(p.idle, idleConn{c, time.Now()})
 		return
 	}
@@ -185,6 +212,28 @@ func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
 		p.open -= n
 		p.idle = append(p.idle[:0], p.idle[n:]...)
 	}
+	// Sessions about to expire: idle ones are closed, retired ones once
+	// their requests are answered.
+	keep := p.idle[:0]
+	for _, ic := range p.idle {
+		if ic.c.renewing() {
+			ic.c.close(errUpstreamClosed)
+			p.open--
+			continue
+		}
+		keep = append(keep, ic)
+	}
+	p.idle = keep
+	still := p.retiring[:0]
+	for _, c := range p.retiring {
+		if c.quiet() || !c.alive() {
+			c.close(errUpstreamClosed)
+			p.open--
+			continue
+		}
+		still = append(still, c)
+	}
+	p.retiring = still
 	return p.open - len(p.idle), len(p.idle)
 }
 
@@ -196,6 +245,10 @@ func (p *brokerPool) close() {
 		ic.c.close(errUpstreamClosed)
 	}
 	p.idle = nil
+	for _, c := range p.retiring {
+		c.close(errUpstreamClosed)
+	}
+	p.retiring = nil
 	p.wake()
 }
 
@@ -213,9 +266,15 @@ type upConn struct {
 	streaming atomic.Bool             // a response is being streamed by its waiter
 	answering atomic.Bool             // the reader holds an answer's request, perhaps waiting for budget
 	mem       atomic.Pointer[connMem] // the lessee's budget, for the answers read
-	dead      chan struct{}
-	errOnce   sync.Once
-	err       error
+	// renewAt and deadline (zero: never) come from the SASL session's
+	// lifetime (KIP-368): from renewAt the connection is not leased again
+	// and is closed once quiet, rather than re-authenticated in place;
+	// after deadline its lessee sends nothing more on it (the broker
+	// would close it at the first request past the session's end).
+	renewAt, deadline time.Time
+	dead              chan struct{}
+	errOnce           sync.Once
+	err               error
 }
 
 // pending is one request awaiting its response.
@@ -272,6 +331,13 @@ func newUpConn(p *brokerPool, nc net.Conn) *upConn {
 	go c.readLoop()
 	return c
 }
+
+// renewing reports whether the connection's session is near its end: it
+// takes no new lease, and no new request once quiet.
+func (c *upConn) renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
+
+// expired reports whether no request may be sent on it any more.
+func (c *upConn) expired() bool { return !c.deadline.IsZero() && time.Now().After(c.deadline) }
 
 func (c *upConn) alive() bool {
 	select {

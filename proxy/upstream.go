@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -30,6 +31,7 @@ type upstream struct {
 	cfg       *config
 	log       *zap.Logger
 	cl        *kgo.Client
+	sec       *clusterauth.Security // nil: plaintext
 
 	meta      atomic.Pointer[metaSnapshot]
 	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
@@ -107,14 +109,15 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		lookups:   make(map[coordKey]*lookup),
 		pools:     make(map[int32]*brokerPool),
 		lanes:     make(map[int32]int),
+		sec:       cl.Security,
 	}
-	kcl, err := kgo.NewClient(
+	kcl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(cl.Bootstrap...),
 		kgo.ClientID("ferry-control"),
 		kgo.DialTimeout(cfg.dialTimeout),
-		kgo.RetryTimeout(15*time.Second),
-		kgo.MetadataMinAge(250*time.Millisecond),
-	)
+		kgo.RetryTimeout(15 * time.Second),
+		kgo.MetadataMinAge(250 * time.Millisecond),
+	}, cl.Security.KgoOpts()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
 	}

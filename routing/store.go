@@ -49,6 +49,8 @@ type storeConfig struct {
 	log     *zap.Logger
 	topic   string
 	timeout time.Duration
+	// clusterOpts are more client options, by cluster (StoreClusterOpts).
+	clusterOpts map[string][]kgo.Opt
 }
 
 // StoreLogger sets the logger (default: none).
@@ -57,6 +59,17 @@ func StoreLogger(l *zap.Logger) StoreOption { return func(c *storeConfig) { c.lo
 // StoreTopic sets the state topic's name (default DefaultStoreTopic). It must
 // start with "__": the mirror never copies such topics.
 func StoreTopic(name string) StoreOption { return func(c *storeConfig) { c.topic = name } }
+
+// StoreClusterOpts adds franz-go options for the clients of the named
+// cluster: its TLS and SASL (clusterauth.Security.KgoOpts).
+func StoreClusterOpts(name string, opts ...kgo.Opt) StoreOption {
+	return func(c *storeConfig) {
+		if c.clusterOpts == nil {
+			c.clusterOpts = map[string][]kgo.Opt{}
+		}
+		c.clusterOpts[name] = append(c.clusterOpts[name], opts...)
+	}
+}
 
 // StoreTimeout sets how long one cluster is tried (default
 // DefaultStoreTimeout).
@@ -134,6 +147,7 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 			kgo.ClientID("ferry-routing"),
 			kgo.MetadataMinAge(250 * time.Millisecond),
 		}
+		opts = append(opts, cfg.clusterOpts[name]...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			s.Close()

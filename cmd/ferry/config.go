@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -175,6 +176,36 @@ type ClusterConfig struct {
 	Name string `yaml:"name"`
 	// Bootstrap lists host:port of some of its brokers.
 	Bootstrap []string `yaml:"bootstrap"`
+	// TLS encrypts Ferry's connections to the cluster (its proxy, mirror
+	// and routing store alike): ca_file, cert_file, key_file,
+	// server_name, min_version. Default: plaintext.
+	TLS *clusterauth.TLS `yaml:"tls,omitempty"`
+	// SASL authenticates Ferry to the cluster: mechanism (PLAIN,
+	// SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER), username, and the
+	// secret from a file or the environment (password_file,
+	// password_env, token_file, token_env, token_endpoint with
+	// client_id and client_secret_file or client_secret_env). A password
+	// written in the file is refused. Default: none.
+	SASL *clusterauth.SASL `yaml:"sasl,omitempty"`
+}
+
+// security builds the clusters' TLS and SASL, by name, reading every file
+// named once so that an unreadable one fails at start.
+func (c *Config) security() (map[string]*clusterauth.Security, error) {
+	out := make(map[string]*clusterauth.Security, len(c.Clusters))
+	var errs []error
+	for _, cl := range c.Clusters {
+		sec, err := clusterauth.New(cl.Name, cl.TLS, cl.SASL)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[cl.Name] = sec
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w:\n  %w", ErrInvalidConfig, joinLines(errs))
+	}
+	return out, nil
 }
 
 // MirrorConfig is the mirror's section: what is copied from the active
@@ -386,6 +417,7 @@ func (c *Config) validate() error {
 				bad("clusters[%d].bootstrap[%d] %q: %v", i, j, addr, err)
 			}
 		}
+		errs = append(errs, clusterauth.Validate(fmt.Sprintf("clusters[%d] (%s)", i, cl.Name), cl.TLS, cl.SASL)...)
 	}
 	if len(c.Clusters) > 0 && !seen[c.Active] {
 		bad("active %q: not one of the configured clusters", c.Active)
@@ -655,6 +687,13 @@ func yamlError(err error) string {
 	}
 	msgs := make([]string, len(te.Errors))
 	for i, m := range te.Errors {
+		if sm := unknownField.FindStringSubmatch(m); sm != nil {
+			if use, ok := clusterauth.SecretKeys[sm[1]]; ok && strings.Contains(sm[0], "clusterauth.") {
+				msgs[i] = fmt.Sprintf("%s: a secret is never written in the configuration file: put it in a file or an environment variable and name it with %s",
+					unknownField.ReplaceAllString(m, `key "$1"`), use)
+				continue
+			}
+		}
 		m = unknownField.ReplaceAllString(m, `unknown key "$1"`)
 		m = typeName.ReplaceAllStringFunc(m, func(s string) string {
 			switch {

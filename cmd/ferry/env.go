@@ -60,7 +60,9 @@ func envKeys() []envKey {
 				for j := range ft.Elem().NumField() {
 					ef := ft.Elem().Field(j)
 					if n := yamlName(ef); n != "" && n != "name" {
-						keys = append(keys, envKey{Path: p + ".<name>." + n, Var: e + "_<NAME>_" + strings.ToUpper(n), Type: ef.Type})
+						for _, l := range leafKeys(ef.Type, n) {
+							keys = append(keys, envKey{Path: p + ".<name>." + l.Path, Var: e + "_<NAME>_" + l.Var, Type: l.Type})
+						}
 					}
 				}
 			default:
@@ -73,6 +75,26 @@ func envKeys() []envKey {
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
+
+// leafKeys are the keys under a key of type t named name: itself, or the
+// keys of its section (clusters[].tls.ca_file), Var without a prefix.
+func leafKeys(t reflect.Type, name string) []envKey {
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == durationType {
+		return []envKey{{Path: name, Var: strings.ToUpper(name), Type: t}}
+	}
+	var out []envKey
+	for i := range t.NumField() {
+		if n := yamlName(t.Field(i)); n != "" {
+			for _, l := range leafKeys(t.Field(i).Type, n) {
+				out = append(out, envKey{Path: name + "." + l.Path, Var: strings.ToUpper(name) + "_" + l.Var, Type: l.Type})
+			}
+		}
+	}
+	return out
+}
 
 // yamlName is a struct field's key, "" for a field that has none.
 func yamlName(f reflect.StructField) string {
@@ -197,7 +219,9 @@ func (a *envApplier) named(v reflect.Value, path, env string) bool {
 				continue
 			}
 			ev := prefix + n + "_" + strings.ToUpper(key)
-			used[ev] = true
+			for _, l := range leafKeys(t.Field(j).Type, key) {
+				used[prefix+n+"_"+l.Var] = true
+			}
 			if a.field(e.Field(j), fmt.Sprintf("%s[%d].%s", path, idx[0], key), ev) {
 				set = true
 			}

@@ -23,8 +23,12 @@ cluster_id: vc
 clusters:
   - name: primary
     bootstrap: ["k1:9092"]
+    tls: {server_name: kafka}
+    sasl: {mechanism: PLAIN, username: u, password_env: P}
   - name: standby-eu.2
     bootstrap: ["k2:9092"]
+    tls: {server_name: kafka}
+    sasl: {mechanism: PLAIN, username: u, password_env: P}
 fleet: {}
 `
 
@@ -97,10 +101,17 @@ func TestEnvEveryKeyHasVariable(t *testing.T) {
 		case []any:
 			if len(v) > 0 {
 				if m, ok := v[0].(map[string]any); ok {
-					for k := range m {
-						if k != "name" {
-							leaves = append(leaves, path+".<name>."+k)
+					for k, sub := range m {
+						if k == "name" {
+							continue
 						}
+						if sm, ok := sub.(map[string]any); ok { // a section of the entry (tls, sasl)
+							for sk := range sm {
+								leaves = append(leaves, path+".<name>."+k+"."+sk)
+							}
+							continue
+						}
+						leaves = append(leaves, path+".<name>."+k)
 					}
 					return
 				}

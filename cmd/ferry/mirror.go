@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/mirror"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -27,8 +28,9 @@ import (
 type mirrorRunner struct {
 	log      *zap.Logger
 	reg      prometheus.Registerer
-	clusters map[string][]string // name → bootstrap
-	opts     []mirror.Option     // from the mirror section of the config
+	clusters map[string][]string              // name → bootstrap
+	opts     []mirror.Option                  // from the mirror section of the config
+	security map[string]*clusterauth.Security // by cluster name; nil entries: plaintext
 
 	mu     sync.Mutex // serialises Start, Stop and Close; guards closed
 	closed bool
@@ -121,6 +123,8 @@ func (r *mirrorRunner) Start(source, target string) error {
 	m, err := mirror.New(append([]mirror.Option{
 		mirror.Source(src...),
 		mirror.Target(dst...),
+		mirror.SourceSecurity(r.security[source]),
+		mirror.TargetSecurity(r.security[target]),
 		mirror.Logger(log),
 		mirror.Registerer(tr),
 	}, r.opts...)...)

@@ -115,18 +115,29 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		n.fleet = &fleet{}
 		brokers = n.fleet
 	}
+	// TLS and SASL towards each cluster: one Security per cluster, for
+	// the proxy, the mirror and the routing store alike.
+	secs, err := cfg.security()
+	if err != nil {
+		return nil, usageError{err}
+	}
 	clusters := make([]proxy.Cluster, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		// With two clusters each is the mirror's target in some
 		// generation (the mirror may run on another member), so
 		// either may hold fillers once a switch happened.
-		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1}
+		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1, Security: secs[c.Name]}
+		if secs[c.Name].Enabled() {
+			log.Info("cluster security", zap.String("cluster", c.Name), zap.String("security", secs[c.Name].Describe()))
+		}
 	}
 	bootstraps := make(map[string][]string, len(cfg.Clusters))
+	storeOpts := []routing.StoreOption{routing.StoreLogger(log.Named("routing"))}
 	for _, c := range cfg.Clusters {
 		bootstraps[c.Name] = c.Bootstrap
+		storeOpts = append(storeOpts, routing.StoreClusterOpts(c.Name, secs[c.Name].KgoOpts()...))
 	}
-	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, routing.StoreLogger(log.Named("routing"))); err != nil {
+	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, storeOpts...); err != nil {
 		return nil, err
 	}
 	if n.fleet != nil {
@@ -168,6 +179,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			own, gate = n.fleet, n.fleet.mayMirror
 		}
 		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, own, gate)
+		n.mirror.security = secs
 		sm = switchMirror{n.mirror}
 		if n.fleet != nil {
 			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}

@@ -28,19 +28,19 @@ type TLS struct {
 	Enabled bool `yaml:"enabled"`
 	// CAFile is a PEM bundle of the CAs the brokers' certificates are
 	// checked against. Default: the system's.
-	CAFile string `yaml:"ca_file,omitempty"`
+	CAFile string `yaml:"ca_file"`
 	// CertFile and KeyFile are Ferry's client certificate and key (PEM),
 	// for brokers that require one (mutual TLS). Both or neither.
-	CertFile string `yaml:"cert_file,omitempty"`
-	KeyFile  string `yaml:"key_file,omitempty"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 	// ServerName is the name the brokers' certificates must hold.
 	// Default: the host of the address dialled.
-	ServerName string `yaml:"server_name,omitempty"`
+	ServerName string `yaml:"server_name"`
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
 	// "1.3".
-	MinVersion string `yaml:"min_version,omitempty"`
+	MinVersion string `yaml:"min_version"`
 	// InsecureSkipVerify accepts any certificate. For tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify,omitempty"`
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // SASL is a cluster's SASL settings (clusters[].sasl in Ferry's YAML).
@@ -48,37 +48,39 @@ type SASL struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.
 	Mechanism string `yaml:"mechanism"`
 	// Username is the user of PLAIN and SCRAM.
-	Username string `yaml:"username,omitempty"`
-	// Password is refused: a password is never written in the
-	// configuration. It exists so that the error can say what to do.
-	Password string `yaml:"password,omitempty"`
+	Username string `yaml:"username"`
 	// PasswordFile names a file holding the password (PLAIN, SCRAM);
 	// whitespace around it is ignored.
-	PasswordFile string `yaml:"password_file,omitempty"`
+	PasswordFile string `yaml:"password_file"`
 	// PasswordEnv names an environment variable holding the password.
-	PasswordEnv string `yaml:"password_env,omitempty"`
+	PasswordEnv string `yaml:"password_env"`
 	// TokenFile names a file holding an OAUTHBEARER token, read at each
 	// authentication (something else keeps it fresh).
-	TokenFile string `yaml:"token_file,omitempty"`
+	TokenFile string `yaml:"token_file"`
 	// TokenEnv names an environment variable holding the token.
-	TokenEnv string `yaml:"token_env,omitempty"`
+	TokenEnv string `yaml:"token_env"`
 	// TokenEndpoint is an OAuth 2 token endpoint (https) Ferry asks for a
 	// token with the client-credentials grant, as ClientID with the
 	// secret from ClientSecretFile or ClientSecretEnv, for Scope.
-	TokenEndpoint    string `yaml:"token_endpoint,omitempty"`
-	ClientID         string `yaml:"client_id,omitempty"`
-	ClientSecretFile string `yaml:"client_secret_file,omitempty"`
-	ClientSecretEnv  string `yaml:"client_secret_env,omitempty"`
-	Scope            string `yaml:"scope,omitempty"`
+	TokenEndpoint    string `yaml:"token_endpoint"`
+	ClientID         string `yaml:"client_id"`
+	ClientSecretFile string `yaml:"client_secret_file"`
+	ClientSecretEnv  string `yaml:"client_secret_env"`
+	Scope            string `yaml:"scope"`
 	// TokenEndpointInsecure allows an http:// token endpoint. For tests.
-	TokenEndpointInsecure bool `yaml:"token_endpoint_insecure,omitempty"`
+	TokenEndpointInsecure bool `yaml:"token_endpoint_insecure"`
 }
 
 // Mechanisms are the SASL mechanisms Ferry speaks towards clusters.
 var Mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}
 
-// ErrSecretInConfig is a password or secret written in the configuration.
-var ErrSecretInConfig = errors.New("secrets are not accepted in the configuration")
+// SecretKeys are keys a user may write a secret in by mistake; the
+// configuration has none of them (SecretHint says what to use instead).
+var SecretKeys = map[string]string{
+	"password":      "password_file or password_env",
+	"token":         "token_file or token_env",
+	"client_secret": "client_secret_file or client_secret_env",
+}
 
 // Validate checks the settings without reading a file; key is the YAML
 // path of the cluster's entry (clusters[0] (a)), for the messages. New
@@ -100,14 +102,11 @@ func Validate(key string, t *TLS, s *SASL) []error {
 	mech := strings.ToUpper(s.Mechanism)
 	switch mech {
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-		if s.Password != "" {
-			bad("sasl.password: %v; put the password in a file and name it with sasl.password_file, or in an environment variable named by sasl.password_env", ErrSecretInConfig)
-		}
 		if s.Username == "" {
 			bad("sasl.username is required for %s", mech)
 		}
 		switch {
-		case s.PasswordFile == "" && s.PasswordEnv == "" && s.Password == "":
+		case s.PasswordFile == "" && s.PasswordEnv == "":
 			bad("sasl: %s needs the password: sasl.password_file or sasl.password_env", mech)
 		case s.PasswordFile != "" && s.PasswordEnv != "":
 			bad("sasl: password_file and password_env both set; use one")
@@ -118,7 +117,7 @@ func Validate(key string, t *TLS, s *SASL) []error {
 			}
 		}
 	case "OAUTHBEARER":
-		if s.Password != "" || s.PasswordFile != "" || s.PasswordEnv != "" {
+		if s.PasswordFile != "" || s.PasswordEnv != "" {
 			bad("sasl: OAUTHBEARER takes no password: a token (token_file, token_env) or a token endpoint (token_endpoint, client_id, client_secret_file or client_secret_env)")
 		}
 		n := 0

@@ -86,12 +86,15 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 				return err
 			}
 			// *net.TCPConn to *net.TCPConn through an io.LimitedReader
-			// is spliced by the net package.
+			// is spliced by the net package. From a TLS upstream
+			// (clusterauth) the bytes are decrypted, so copied.
 			m, err := io.Copy(c.nc, &io.LimitedReader{R: up, N: n})
 			under.N -= m
 			// Counted as it moves, not when the answer ends: the client
 			// may have every byte before the writer gets that far.
-			s.metrics.splicedBytes.Add(float64(m))
+			if isTCP(up) {
+				s.metrics.splicedBytes.Add(float64(m))
+			}
 			if err == nil && m < n {
 				err = io.ErrUnexpectedEOF
 			}

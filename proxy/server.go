@@ -188,7 +188,12 @@ func (s *Server) startCluster(ctx context.Context, u *upstream) error {
 			u.started.Store(true)
 			return nil
 		}
-		s.log.Warn("cluster unreachable; retrying", zap.String("cluster", u.name), zap.Error(err))
+		if authFailed(err) {
+			s.log.Error("authentication to the cluster failed; retrying", zap.String("cluster", u.name),
+				zap.String("security", u.sec.Describe()), zap.Error(err))
+		} else {
+			s.log.Warn("cluster unreachable; retrying", zap.String("cluster", u.name), zap.Error(err))
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster %q unreachable: %w", u.name, err)

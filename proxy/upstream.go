@@ -142,6 +142,13 @@ func (u *upstream) start(ctx context.Context) error {
 	return err
 }
 
+// authFailed reports whether err is the cluster refusing Ferry's
+// credentials: from franz-go (its own SASL), or from a raw connection's
+// (clusterauth).
+func authFailed(err error) bool {
+	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) || clusterauth.AuthFailed(err)
+}
+
 func (u *upstream) close() {
 	u.cl.Close()
 	u.poolMu.Lock()

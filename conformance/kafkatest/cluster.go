@@ -67,15 +67,22 @@ type Config struct {
 }
 
 // Listener is an extra client listener (Config.Listeners), PLAINTEXT like
-// the default one.
+// the default one unless Protocol says otherwise.
 type Listener struct {
 	// Name is the listener's name in server.properties, e.g. "RELAY".
 	Name string
 	// Advertise returns the host:port that metadata answered on this
 	// listener names for a node: something a test puts between clients
 	// and the brokers gives its own address there, so that clients reach
-	// every broker through it.
+	// every broker through it. nil: the listener's own address.
 	Advertise func(nodeID int32) string
+	// Protocol is its security protocol: PLAINTEXT (default), SSL,
+	// SASL_PLAINTEXT or SASL_SSL (see WithSecureListener).
+	Protocol string
+	// Config are properties of this listener only, written as
+	// listener.name.<name>.<key> (lower-case name), e.g.
+	// "ssl.keystore.type": "PEM".
+	Config map[string]string
 }
 
 // Option adjusts the Config built by Start.
@@ -340,8 +347,16 @@ func (c *Cluster) properties(n *node) string {
 	protocols := "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
 	for i, l := range c.cfg.Listeners {
 		listeners += fmt.Sprintf(",%s://127.0.0.1:%d", l.Name, n.extra[i])
-		advertised += fmt.Sprintf(",%s://%s", l.Name, l.Advertise(n.id))
-		protocols += "," + l.Name + ":PLAINTEXT"
+		adv := net.JoinHostPort("127.0.0.1", strconv.Itoa(n.extra[i]))
+		if l.Advertise != nil {
+			adv = l.Advertise(n.id)
+		}
+		advertised += fmt.Sprintf(",%s://%s", l.Name, adv)
+		proto := l.Protocol
+		if proto == "" {
+			proto = "PLAINTEXT"
+		}
+		protocols += "," + l.Name + ":" + proto
 	}
 	props := map[string]string{
 		"process.roles":                  "broker,controller",
@@ -368,6 +383,11 @@ func (c *Cluster) properties(n *node) string {
 		"group.initial.rebalance.delay.ms":                 "0",
 		"group.coordinator.rebalance.protocols":            "classic,consumer",
 		"log.cleaner.dedupe.buffer.size":                   "16777216",
+	}
+	for _, l := range c.cfg.Listeners {
+		for k, v := range l.Config {
+			props["listener.name."+strings.ToLower(l.Name)+"."+k] = v
+		}
 	}
 	for k, v := range c.cfg.BrokerConfig {
 		props[k] = v

@@ -1,0 +1,324 @@
+package main
+
+// Ferry in front of real Apache Kafka clusters reached over SASL_SSL
+// (skipped under -short): certificates made here with Go's crypto
+// packages, SCRAM users created through the admin API.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// reauthAfter is the brokers' connections.max.reauth.ms in these tests:
+// traffic runs across several sessions.
+const reauthAfter = 10 * time.Second
+
+// pki is a CA and a directory holding what a test writes.
+type pki struct {
+	ca  *testpki.CA
+	dir string
+	// caFile is the CA certificate, what Ferry trusts.
+	caFile string
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	ca, err := testpki.NewCA("ferry-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pki{ca: ca, dir: t.TempDir()}
+	if p.caFile, err = ca.WriteFile(p.dir, "ca"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// secret writes a secret file and returns its path.
+func (p *pki) secret(t *testing.T, name, value string) string {
+	t.Helper()
+	f := filepath.Join(p.dir, name)
+	if err := os.WriteFile(f, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// scramCluster starts a 1-node cluster with a SASL_SSL listener (SCRAM-SHA-512,
+// sessions of reauthAfter) and the SCRAM user ferry with password pw.
+func scramCluster(t *testing.T, name string, p *pki, pw string) *kafkatest.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	c := kafkatest.Start(t, 1, kafkatest.WithName(name), kafkatest.WithSecureListener(kafkatest.Secure{
+		CA: p.ca, Mechanisms: []string{"SCRAM-SHA-512"}, ReauthAfter: reauthAfter,
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.AddSCRAMUser(ctx, "SCRAM-SHA-512", "ferry", pw); err != nil {
+		t.Fatalf("creating the SCRAM user on %s: %v", name, err)
+	}
+	return c
+}
+
+// observed is a logger at info that tests read back, and a test logger
+// at warn.
+func observed(t *testing.T) (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zap.InfoLevel)
+	return zap.New(zapcore.NewTee(core, zapcoreTest(t))), logs
+}
+
+func zapcoreTest(t *testing.T) zapcore.Core {
+	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	return zapcore.NewCore(enc, zapcore.AddSync(testWriter{t}), zap.WarnLevel)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// startNodeLogged is startNode with the given logger.
+func startNodeLogged(t *testing.T, yaml string, log *zap.Logger) (*node, string) {
+	t.Helper()
+	cfg, err := configFrom(yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := newNode(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := n.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n, n.ln.Addr().String()
+}
+
+// noKilledConnections fails if a log line says an upstream connection or a
+// mirror session was lost: with sessions that expire, that is a broker
+// closing a connection used past its session's end.
+func noKilledConnections(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	for _, e := range logs.All() {
+		switch e.Message {
+		case "upstream connection closed", "mirror partition session ended, retrying", "upstream authentication failed":
+			t.Errorf("%s: %v", e.Message, e.ContextMap())
+		}
+	}
+}
+
+// TestUpstreamSCRAMRealKafka: Ferry (plaintext towards clients) in front of
+// a cluster reached over SASL_SSL with SCRAM-SHA-512, whose sessions last
+// 10 s. An idempotent producer and a consumer group run through Ferry for
+// over 2.5 sessions: nothing fails, every acknowledged record is consumed
+// at its offset and is on the cluster there, and no connection is lost
+// (Ferry replaces its pooled connections before their sessions end; a
+// broker closes one used past it). /status says how the cluster is reached.
+func TestUpstreamSCRAMRealKafka(t *testing.T) {
+	p := newPKI(t)
+	c := scramCluster(t, "scram", p, "ferry-pw-1")
+	log, logs := observed(t)
+	n, addr := startNodeLogged(t, fmt.Sprintf(`
+cluster_id: ferry-scram-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: secure
+    bootstrap: [%s]
+    tls: {ca_file: %s, min_version: "1.2"}
+    sasl: {mechanism: SCRAM-SHA-512, username: ferry, password_file: %s}
+`, strings.Join(c.ListenerAddrs("SECURE"), ","), p.caFile, p.secret(t, "pw", "ferry-pw-1")), log)
+
+	const topic, parts, group = "secured", 3, "secured-group"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, parts)
+	start := time.Now()
+	tr := startTraffic(t, addr, topic, parts, group)
+	tr.waitMore(300, time.Minute)
+	for time.Since(start) < 2*reauthAfter+5*time.Second {
+		tr.waitMore(100, time.Minute)
+	}
+	tr.stopProducing()
+	tr.waitConsumed(time.Minute)
+	tr.stop()
+	total := tr.verifyOn(ctx, c.Addrs())
+	t.Logf("%d records through Ferry over SASL_SSL in %v (sessions of %v)", total, time.Since(start).Round(time.Second), reauthAfter)
+	noKilledConnections(t, logs)
+
+	st := n.admin.Status(ctx)
+	if len(st.Clusters) != 1 || st.Clusters[0].Security != "SASL_SSL SCRAM-SHA-512 as ferry" || !st.Clusters[0].Reachable {
+		t.Fatalf("/status clusters: %+v", st.Clusters)
+	}
+}
+
+// TestUpstreamWrongPasswordRealKafka: `ferry serve` with a wrong SCRAM
+// password for its only cluster keeps running and retrying; the log and
+// /status say that authentication failed for the cluster, and never show
+// the password; a client gets an error in bounded time rather than a hang.
+// With the password file put right, Ferry connects and serves, without a
+// restart.
+func TestUpstreamWrongPasswordRealKafka(t *testing.T) {
+	p := newPKI(t)
+	c := scramCluster(t, "wrongpw", p, "the-right-one")
+	const wrong = "not-the-pw-5521"
+	pwFile := p.secret(t, "pw", wrong)
+	kafkaAddr := deadAddr(t)
+	path := writeConfig(t, fmt.Sprintf(`
+cluster_id: ferry-wrongpw-test
+listen: %s
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: secure
+    bootstrap: [%s]
+    tls: {ca_file: %s}
+    sasl: {mechanism: SCRAM-SHA-512, username: ferry, password_file: %s}
+`, kafkaAddr, c.ListenerAddr("SECURE", 1), p.caFile, pwFile))
+	proc := startFerry(t, "serve", "--config", path)
+	adminAddr := proc.waitFor(t, adminLog, 30*time.Second)[1]
+	line := proc.waitFor(t, regexp.MustCompile(`"msg":"authentication to the cluster failed; retrying".*"cluster":"secure".*$`), 60*time.Second)[0]
+	if !strings.Contains(line, "SASL_AUTHENTICATION_FAILED") || !strings.Contains(line, `"security":"SASL_SSL SCRAM-SHA-512 as ferry"`) {
+		t.Fatalf("the log does not say authentication failed, as whom: %s", line)
+	}
+
+	var st admin.Status
+	_, body := httpGet(t, "http://"+adminAddr+"/status")
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	if len(st.Clusters) != 1 || !st.Clusters[0].AuthFailed || st.Clusters[0].Reachable ||
+		!strings.Contains(st.Clusters[0].Error, "cluster secure") || !strings.Contains(st.Clusters[0].Error, "SASL authentication SCRAM-SHA-512 as ferry failed") ||
+		st.Clusters[0].Security != "SASL_SSL SCRAM-SHA-512 as ferry" {
+		t.Fatalf("/status clusters: %+v", st.Clusters)
+	}
+	t.Logf("/status: %s", st.Clusters[0].Error)
+
+	// A client is refused at once (the Kafka port is closed until Ferry
+	// can serve) and gives up within its own timeout.
+	cl := newClient(t, kgo.SeedBrokers(kafkaAddr), kgo.DefaultProduceTopic("t"))
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	startP := time.Now()
+	err := cl.ProduceSync(pctx, &kgo.Record{Value: []byte("v")}).FirstErr()
+	pcancel()
+	if err == nil || time.Since(startP) > 10*time.Second {
+		t.Fatalf("produce while Ferry cannot authenticate: %v after %v", err, time.Since(startP))
+	}
+	select {
+	case <-proc.done:
+		t.Fatalf("ferry exited (%v)", proc.err)
+	default:
+	}
+
+	// Put right: read at the next attempt.
+	os.WriteFile(pwFile, []byte("the-right-one\n"), 0o600)
+	proc.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients"`), 60*time.Second)
+	for _, secret := range []string{wrong, "the-right-one"} {
+		if strings.Contains(proc.output(), secret) {
+			t.Fatalf("the log shows a password")
+		}
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/status"); strings.Contains(body, wrong) || strings.Contains(body, "the-right-one") {
+		t.Fatalf("/status shows a password: %s", body)
+	}
+	proc.stop(t, 15*time.Second)
+}
+
+// TestMirrorSASLSSLRealKafka: the mirror between two clusters reached over
+// SASL_SSL, the primary with SCRAM-SHA-512, the standby with PLAIN and a
+// client certificate it requires (mutual TLS), both with 10 s sessions.
+// An idempotent producer and a consumer group run through Ferry while it
+// switches (planned) to the standby: nothing fails, every acknowledged
+// record is on the standby at the offset it was acknowledged at, the
+// group's offsets were there at the switch (nothing committed is read
+// again), and no connection of the proxy or the mirror is lost.
+func TestMirrorSASLSSLRealKafka(t *testing.T) {
+	p := newPKI(t)
+	clientCA, err := testpki.NewCA("ferry-client-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := clientCA.Issue(testpki.LeafOptions{CommonName: "ferry", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.WriteFiles(p.dir, "ferry-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := scramCluster(t, "primary", p, "primary-pw")
+	standby := kafkatest.Start(t, 1, kafkatest.WithName("standby"), kafkatest.WithSecureListener(kafkatest.Secure{
+		CA: p.ca, ClientCA: clientCA, Mechanisms: []string{"PLAIN"}, PlainUsers: map[string]string{"ferry": "standby-pw"}, ReauthAfter: reauthAfter,
+	}))
+	t.Setenv("FERRY_TEST_STANDBY_PW", "standby-pw")
+	log, logs := observed(t)
+	n, addr := startNodeLogged(t, fmt.Sprintf(`
+cluster_id: ferry-mirror-sasl-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: primary
+    bootstrap: [%s]
+    tls: {ca_file: %[3]s}
+    sasl: {mechanism: SCRAM-SHA-512, username: ferry, password_file: %[4]s}
+  - name: standby
+    bootstrap: [%[2]s]
+    tls: {ca_file: %[3]s, cert_file: %[5]s, key_file: %[6]s}
+    sasl: {mechanism: PLAIN, username: ferry, password_env: FERRY_TEST_STANDBY_PW}
+mirror: {sync_interval: 1s}
+`, primary.ListenerAddr("SECURE", 1), standby.ListenerAddr("SECURE", 1), p.caFile, p.secret(t, "primary-pw", "primary-pw"), certFile, keyFile), log)
+
+	const topic, parts, group = "mirrored", 3, "mirrored-group"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, parts)
+	start := time.Now()
+	tr := startTraffic(t, addr, topic, parts, group)
+	for time.Since(start) < reauthAfter+5*time.Second {
+		tr.waitMore(100, time.Minute)
+	}
+	since := tr.rereads()
+	st, err := n.switchover(ctx, routing.Request{To: "standby", Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("switch to the standby: %v", err)
+	}
+	if st.Generation != 1 || st.Active != "standby" || st.Last == nil || st.Last.Outcome != "switched" {
+		t.Fatalf("state after the switch: %+v", st)
+	}
+	atSwitch := committed(t, primary.Addrs(), group, topic)
+	for end := time.Now().Add(reauthAfter + 2*time.Second); time.Now().Before(end); {
+		tr.waitMore(100, time.Minute)
+	}
+	if bad := tr.rereadBelow(since, atSwitch); len(bad) > 0 {
+		t.Fatalf("re-read records below the offsets committed at the switch (%v): %v", atSwitch, bad)
+	}
+	tr.stopProducing()
+	tr.waitConsumed(time.Minute)
+	tr.stop()
+	total := tr.verifyOn(ctx, standby.Addrs())
+	t.Logf("%d records across a switch between SASL_SSL clusters in %v; %d re-read", total, time.Since(start).Round(time.Second), tr.rereads())
+	noKilledConnections(t, logs)
+}

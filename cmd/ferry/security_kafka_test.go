@@ -6,12 +6,16 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +27,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -321,4 +326,86 @@ mirror: {sync_interval: 1s}
 	total := tr.verifyOn(ctx, standby.Addrs())
 	t.Logf("%d records across a switch between SASL_SSL clusters in %v; %d re-read", total, time.Since(start).Round(time.Second), tr.rereads())
 	noKilledConnections(t, logs)
+}
+
+// unsecuredJWT is a token Kafka's default OAUTHBEARER validator accepts
+// (alg none: for tests), for subject sub, valid an hour.
+func unsecuredJWT(sub string) string {
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	return enc.EncodeToString([]byte(`{"alg":"none"}`)) + "." +
+		enc.EncodeToString([]byte(fmt.Sprintf(`{"sub":%q,"iat":%d,"exp":%d}`, sub, now, now+3600))) + "."
+}
+
+// TestOAuthBearerRealKafka: Ferry reaches a SASL_SSL cluster with
+// OAUTHBEARER, its token from an OAuth 2 token endpoint (client
+// credentials, the secret from a file): records produced and consumed
+// through Ferry are at their offsets, and the endpoint was asked with the
+// client's credentials. A token from a file works too.
+func TestOAuthBearerRealKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	p := newPKI(t)
+	c := kafkatest.Start(t, 1, kafkatest.WithName("oauth"), kafkatest.WithSecureListener(kafkatest.Secure{
+		CA: p.ca, Mechanisms: []string{"OAUTHBEARER"},
+	}))
+	var asked atomic.Int64
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, secret, ok := r.BasicAuth()
+		if !ok || id != "ferry" || secret != "client-secret-42" || r.FormValue("grant_type") != "client_credentials" || r.FormValue("scope") != "kafka" {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":"invalid_client"}`)
+			return
+		}
+		asked.Add(1)
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"bearer","expires_in":3600}`, unsecuredJWT("ferry"))
+	}))
+	defer idp.Close()
+	_, addr := startNode(t, fmt.Sprintf(`
+cluster_id: ferry-oauth-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: oauth
+    bootstrap: [%s]
+    tls: {ca_file: %s}
+    sasl: {mechanism: OAUTHBEARER, token_endpoint: %q, token_endpoint_insecure: true, client_id: ferry, client_secret_file: %s, scope: kafka}
+`, c.ListenerAddr("SECURE", 1), p.caFile, idp.URL, p.secret(t, "client-secret", "client-secret-42")))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, "tokens", 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("tokens"))
+	var rs []*kgo.Record
+	for i := range 100 {
+		rs = append(rs, &kgo.Record{Value: []byte(fmt.Sprint(i))})
+	}
+	if err := prod.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce through Ferry: %v", err)
+	}
+	cons := newClient(t, kgo.SeedBrokers(addr), kgo.ConsumeTopics("tokens"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for got := 0; got < 100; {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of 100", got)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != int64(got) || string(r.Value) != fmt.Sprint(got) {
+				t.Fatalf("record %d: offset %d value %s", got, r.Offset, r.Value)
+			}
+			got++
+		})
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the token endpoint was never asked")
+	}
+
+	sec, err := clusterauth.New("oauth", &clusterauth.TLS{CAFile: p.caFile}, &clusterauth.SASL{Mechanism: "OAUTHBEARER", TokenFile: p.secret(t, "token", unsecuredJWT("ferry"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sec.Check(ctx, 10*time.Second, c.ListenerAddrs("SECURE")); err != nil {
+		t.Fatalf("token from a file: %v", err)
+	}
 }

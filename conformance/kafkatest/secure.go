@@ -75,7 +75,7 @@ func WithSecureListener(s Secure) Option {
 					slices.Sort(users)
 					l.Config[key] = "org.apache.kafka.common.security.plain.PlainLoginModule required " + strings.Join(users, " ") + ";"
 				case "OAUTHBEARER":
-					l.Config[key] = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+					l.Config[key] = `org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";`
 				}
 			}
 		}

@@ -161,3 +161,10 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("missing CA file: %v", err)
 	}
 }
+
+func writeFile(t *testing.T, f, v string) {
+	t.Helper()
+	if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

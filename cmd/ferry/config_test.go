@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 func fixedHostname() (string, error) { return "ferry-host", nil }
@@ -53,7 +55,9 @@ func TestExampleConfig(t *testing.T) {
 		AdminListen:    "0.0.0.0:9644",
 		AdminTokenFile: "/etc/ferry/admin-token",
 		Clusters: []ClusterConfig{
-			{Name: "primary", Bootstrap: []string{"kafka-a-1:9092", "kafka-a-2:9092", "kafka-a-3:9092"}},
+			{Name: "primary", Bootstrap: []string{"kafka-a-1:9093", "kafka-a-2:9093", "kafka-a-3:9093"},
+				TLS:  &clusterauth.TLS{Enabled: true, CAFile: "/etc/ferry/tls/kafka-a-ca.crt", MinVersion: "1.2"},
+				SASL: &clusterauth.SASL{Mechanism: "SCRAM-SHA-512", Username: "ferry", PasswordFile: "/run/secrets/kafka-a-password"}},
 			{Name: "standby", Bootstrap: []string{"kafka-b-1:9092", "kafka-b-2:9092", "kafka-b-3:9092"}},
 		},
 		Active: "primary",

@@ -191,5 +191,3 @@ func (s secret) read() (string, error) {
 	}
 	return v, nil
 }
-
-func (s secret) set() bool { return s.file != "" || s.env != "" }

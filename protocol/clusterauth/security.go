@@ -145,10 +145,11 @@ func (sec *Security) KgoOpts() []kgo.Opt {
 	var opts []kgo.Opt
 	if sec.tls != nil {
 		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			if _, ok := ctx.Deadline(); !ok {
-				d.Timeout = 10 * time.Second
-			}
+			// franz-go's DialTimeout does not bound a custom dialer:
+			// the TCP connect and the TLS handshake get 10 s together.
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			d := net.Dialer{KeepAlive: 30 * time.Second}
 			nc, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err

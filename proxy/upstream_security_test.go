@@ -209,3 +209,52 @@ func TestUpstreamWrongPassword(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestUpstreamSessionsEndUnderPipelining: a producer that keeps requests
+// in flight all the time, on sessions of 1.5 s. Its upstream connections
+// are still replaced (the broker accepts new ones), no produce fails, and
+// the records are in the order produced, each once: nothing overtook what
+// was in flight on a connection being replaced.
+func TestUpstreamSessionsEndUnderPipelining(t *testing.T) {
+	c, sec, _, accepted := secureKfake(t, 1500*time.Millisecond)
+	_, addr := startFerry(t, c.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1000))
+	before := accepted.Load()
+	var failed atomic.Value
+	n := 0
+	for start := time.Now(); time.Since(start) < 4*time.Second; n++ {
+		if n%50 == 0 {
+			time.Sleep(time.Millisecond) // busy all the time, not flat out
+		}
+		prod.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprint(n))}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.Store(err)
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatalf("a produce failed: %v", err)
+	}
+	if got := accepted.Load() - before; got < 2 {
+		t.Fatalf("%d connections accepted in 4 s of 1.5 s sessions under pipelining", got)
+	}
+	cons := newClient(t, addr, kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for got := 0; got < n; {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d", got, n)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) != fmt.Sprint(got) || r.Offset != int64(got) {
+				t.Fatalf("offset %d holds %s, want record %d there", r.Offset, r.Value, got)
+			}
+			got++
+		})
+	}
+	t.Logf("%d records pipelined across sessions of 1.5 s; %d connections accepted", n, accepted.Load()-before)
+}

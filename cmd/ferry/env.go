@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 // Environment overrides. Every key of the configuration file has a
@@ -235,6 +237,12 @@ func (a *envApplier) named(v reflect.Value, path, env string) bool {
 	}
 	slices.Sort(unknown)
 	for _, k := range unknown {
+		if i := strings.LastIndex(k, "_SASL_"); i > 0 {
+			if use, ok := clusterauth.SecretKeys[strings.ToLower(k[i+len("_SASL_"):])]; ok {
+				a.bad("%s: a secret is not a configuration key: put it in a file or another environment variable and name it with sasl.%s", k, use)
+				continue
+			}
+		}
 		names := make([]string, 0, v.Len())
 		for i := range v.Len() {
 			names = append(names, entryName(v.Index(i)))

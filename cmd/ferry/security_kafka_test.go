@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -186,7 +187,9 @@ clusters:
 // /status say that authentication failed for the cluster, and never show
 // the password; a client gets an error in bounded time rather than a hang.
 // With the password file put right, Ferry connects and serves, without a
-// restart.
+// restart. When the broker then changes the password, clients get
+// retriable Kafka errors once the sessions end, and the log and /status
+// say why.
 func TestUpstreamWrongPasswordRealKafka(t *testing.T) {
 	p := newPKI(t)
 	c := scramCluster(t, "wrongpw", p, "the-right-one")
@@ -241,13 +244,47 @@ clusters:
 	// Put right: read at the next attempt.
 	os.WriteFile(pwFile, []byte("the-right-one\n"), 0o600)
 	proc.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients"`), 60*time.Second)
-	for _, secret := range []string{wrong, "the-right-one"} {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, kafkaAddr, "t", 1)
+	prod := newClient(t, kgo.SeedBrokers(kafkaAddr), kgo.DefaultProduceTopic("t"), kgo.RecordRetries(0))
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce once the password is right: %v", err)
+	}
+
+	// While serving, the broker changes the password: once the sessions
+	// end (10 s), new connections are refused. A client's produce gets a
+	// retriable Kafka error in bounded time; the log and /status say so.
+	if err := c.AddSCRAMUser(ctx, "SCRAM-SHA-512", "ferry", "rotated-on-the-broker"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(reauthAfter + time.Second)
+	startP = time.Now()
+	err = prod.ProduceSync(ctx, &kgo.Record{Value: []byte("refused")}).FirstErr()
+	if err == nil || !kerr.IsRetriable(err) || time.Since(startP) > 30*time.Second {
+		t.Fatalf("produce after the broker changed the password: %v after %v, want a retriable Kafka error", err, time.Since(startP))
+	}
+	t.Logf("client: %v after %v", err, time.Since(startP).Round(time.Millisecond))
+	proc.waitFor(t, regexp.MustCompile(`"msg":"upstream authentication failed".*"cluster":"secure"`), 30*time.Second)
+	eventually(t, 10*time.Second, "/status says the cluster refused the credentials", func() error {
+		_, body := httpGet(t, "http://"+adminAddr+"/status")
+		if !strings.Contains(body, `"auth_failed": true`) {
+			return fmt.Errorf("%s", body)
+		}
+		return nil
+	})
+	select {
+	case <-proc.done:
+		t.Fatalf("ferry exited (%v)", proc.err)
+	default:
+	}
+	for _, secret := range []string{wrong, "the-right-one", "rotated-on-the-broker"} {
 		if strings.Contains(proc.output(), secret) {
 			t.Fatalf("the log shows a password")
 		}
-	}
-	if _, body := httpGet(t, "http://"+adminAddr+"/status"); strings.Contains(body, wrong) || strings.Contains(body, "the-right-one") {
-		t.Fatalf("/status shows a password: %s", body)
+		if _, body := httpGet(t, "http://"+adminAddr+"/status"); strings.Contains(body, secret) {
+			t.Fatalf("/status shows a password: %s", body)
+		}
 	}
 	proc.stop(t, 15*time.Second)
 }

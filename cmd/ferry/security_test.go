@@ -108,3 +108,17 @@ clusters:
 		t.Errorf("cluster b: %q", d)
 	}
 }
+
+// TestSecretFromEnvironmentRefused: FERRY_CLUSTERS_<NAME>_SASL_PASSWORD
+// is not a key; the error says how to give the password instead.
+func TestSecretFromEnvironmentRefused(t *testing.T) {
+	c, err := parseConfig(strings.NewReader(minimal + "    sasl: {mechanism: PLAIN, username: u, password_env: PW}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.applyEnv([]string{"FERRY_CLUSTERS_A_SASL_PASSWORD=hunter2"})
+	if err == nil || !strings.Contains(err.Error(), "FERRY_CLUSTERS_A_SASL_PASSWORD: a secret is not a configuration key") ||
+		!strings.Contains(err.Error(), "sasl.password_file or password_env") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("%v", err)
+	}
+}

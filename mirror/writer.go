@@ -884,6 +884,20 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 			return err
 		}
 	}
+	if w.dst.renewing() {
+		// Its SASL session nears its end in the middle of a long
+		// fetch's batches: what is in flight is answered on it, the
+		// rest goes on a new connection.
+		for len(w.inflight) > 0 {
+			if err := w.waitOldest(ctx); err != nil {
+				return err
+			}
+		}
+		var err error
+		if w.dst, err = w.dst.renew(ctx); err != nil {
+			return fmt.Errorf("standby leader: renewing the connection: %w", err)
+		}
+	}
 	if w.fillSlot != nil && kind != "filler" {
 		return w.halt(ErrDiverged, b.BaseOffset(),
 			"a filler transaction an earlier writer left open ends at %d, but the source has data at %d", w.next-1, b.BaseOffset())

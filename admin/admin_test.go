@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,7 +150,8 @@ func TestStatus(t *testing.T) {
 
 	// The method.
 	st := f.srv.Status(context.Background())
-	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready || st.Routing != (RoutingStatus{Active: "primary", Phase: routing.PhaseServing}) {
+	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready ||
+		!reflect.DeepEqual(st.Routing, RoutingStatus{Active: "primary", Phase: routing.PhaseServing, History: []routing.Switch{}}) {
 		t.Fatalf("status %+v", st)
 	}
 

@@ -426,7 +426,7 @@ mirror: {sync_interval: 1s}
 
 	// A batch job leaves a transaction open on partition 0: the mirror
 	// copies decided records only, so that partition's lag grows (§1,
-	// "Why the lag grows").
+	// "What the lag means, and why it grows").
 	job := newClient(t, kgo.SeedBrokers(g.kafka), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.TransactionalID("nightly-job"), kgo.TransactionTimeout(5*time.Minute))
 	if err := job.BeginTransaction(); err != nil {
@@ -444,7 +444,7 @@ mirror: {sync_interval: 1s}
 		return fmt.Errorf("mirror %+v", g.statusJSON(t).Mirror.Partitions)
 	})
 
-	// §2 The active cluster dies. `ferry status` says it is unreachable
+	// §4.1 The active cluster dies. `ferry status` says it is unreachable
 	// and the member not ready; producers' records wait, retried.
 	if err := east.Kill(east.NodeIDs()[0]); err != nil {
 		t.Fatal(err)
@@ -458,7 +458,7 @@ mirror: {sync_interval: 1s}
 	}
 	tr.mu.Unlock()
 
-	// §3 Before forcing, read what would be lost: each partition's
+	// §4.2 Before forcing, read what would be lost: each partition's
 	// lag_records in `ferry status --json` (the summary line gives the
 	// largest).
 	var lagRead int64
@@ -474,14 +474,14 @@ mirror: {sync_interval: 1s}
 		t.Fatalf("partition 0's lag read after the death is %d, want the open transaction's backlog", lagBy[0])
 	}
 
-	// §4 The forced switchover: the answer lists what west never received.
+	// §4.3 The forced switchover: the answer lists what west never received.
 	code, out, errOut := g.switchover(t, "--to", "west", "--forced")
 	if code != 0 || !strings.Contains(out, "Switched from east to west (forced) in ") || !strings.Contains(out, "generation  1") ||
 		!strings.Contains(out, "lost        offsets east acknowledged and west never received, in ") || !strings.Contains(out, topic+"[0]  offsets ") {
 		t.Fatalf("ferry switchover --to west --forced: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Logf("ferry switchover --to west --forced:\n%s", out)
-	// The same ranges stay in `ferry status` until the next switch.
+	// §4.5 The same ranges stay in `ferry status` until the next switch.
 	last := g.statusJSON(t).Routing.LastSwitch
 	if last == nil || last.Mode != routing.Forced || last.Outcome != "switched" || len(last.Lost) == 0 {
 		t.Fatalf("last switch in ferry status --json: %+v", last)
@@ -496,7 +496,7 @@ mirror: {sync_interval: 1s}
 		t.Fatalf("the forced switch lists %d offsets lost (%v), more than the %d the lag showed before it", listed, last.Lost, lagRead)
 	}
 
-	// §5 After the forced switch: clients carry on on west without an
+	// §4.4 After the forced switch: clients carry on on west without an
 	// error (the records held while east was dead go to west).
 	tr.waitMore(300, 2*time.Minute)
 	g.waitStatus(t, time.Minute, "routing    generation 1, active west, serving", "ready      yes")
@@ -505,7 +505,7 @@ mirror: {sync_interval: 1s}
 	// partition's end on west at the flip (/status/routing). The listed
 	// ranges start at the fence; what east acknowledged after the
 	// mirror's last fetch from it lies beyond them, unlisted, and is found
-	// once east is back (§6).
+	// once east is back (§5.3).
 	code, body := httpGet(t, "http://"+g.admin+"/status/routing")
 	var rst routing.State
 	if err := json.Unmarshal([]byte(body), &rst); code != 200 || err != nil || len(rst.Fences) == 0 || rst.Fences[len(rst.Fences)-1].Generation != 0 {
@@ -549,7 +549,7 @@ mirror: {sync_interval: 1s}
 		t.Fatalf("%d acknowledged records lost inside the listed ranges, which hold %d offsets", nLost-beyond, listed)
 	}
 
-	// §6 The old primary returns. The mirror now runs west -> east and
+	// §5.1 The old primary returns. The mirror now runs west -> east and
 	// halts the partitions east holds records of that west never had;
 	// `ferry status` names them.
 	if err := east.Restart(east.NodeIDs()[0]); err != nil {
@@ -560,8 +560,8 @@ mirror: {sync_interval: 1s}
 	if code, body := httpGet(t, "http://"+g.admin+"/metrics"); code != 200 || !regexp.MustCompile(`ferry_mirror_partition_halted\{partition="0",reason="[a-z_]+",topic="payments"\} 1`).MatchString(body) {
 		t.Fatalf("/metrics = %d without ferry_mirror_partition_halted for %s[0]", code, topic)
 	}
-	// The records lost are on east, at their offsets: the operator can
-	// read them there (and replay them) before repairing.
+	// §5.3 The records lost are on east, at their offsets: the operator
+	// can read them there (and replay them) before repairing.
 	for p, offs := range lost {
 		onEast := readThrough(t, east.Addrs(), topic, p, slices.Max(slices.Collect(maps.Keys(offs))))
 		for o, v := range offs {
@@ -571,14 +571,14 @@ mirror: {sync_interval: 1s}
 		}
 	}
 
-	// §7 A failback is refused while partitions are halted, naming them.
+	// §5.2 A failback is refused while partitions are halted, naming them.
 	code, out, errOut = g.switchover(t, "--to", "east")
 	if code != 1 || !strings.Contains(errOut, "switchover to east refused (409 mirror_halted)") || !strings.Contains(errOut, "\n  "+topic+"[0]: ") {
 		t.Fatalf("ferry switchover --to east with %s[0] halted: exit %d\n%s%s", topic, code, out, errOut)
 	}
 	t.Logf("failback refused:\n%s", errOut)
 
-	// §8 Repair: stop Ferry, delete the diverged topic on east directly,
+	// §5.4 Repair: stop Ferry, delete the diverged topic on east directly,
 	// start Ferry again; the mirror recreates the topic on east and copies
 	// it from west.
 	g.p.stop(t, 30*time.Second)
@@ -601,7 +601,7 @@ mirror: {sync_interval: 1s}
 	t.Logf("ferry status, repaired:\n%s", out)
 	tr.waitMore(300, 2*time.Minute)
 
-	// §9 Fail back, planned: nothing acknowledged is lost.
+	// §5.5 Fail back, planned: nothing acknowledged is lost.
 	code, out, errOut = g.switchover(t, "--to", "east")
 	if code != 0 || !strings.Contains(out, "Switched from west to east (planned) in ") || !strings.Contains(out, "generation  2") {
 		t.Fatalf("ferry switchover --to east (failback): exit %d\n%s%s", code, out, errOut)
@@ -611,7 +611,7 @@ mirror: {sync_interval: 1s}
 	tr.waitMore(300, 2*time.Minute)
 	tr.stopProducing()
 
-	// §10 Checks: no produce failed; east holds every acknowledged record
+	// §5.5 and §6, checks: no produce failed; east holds every acknowledged record
 	// at its offset but those lost in the forced switch; the consumer
 	// group read them all.
 	tr.mu.Lock()

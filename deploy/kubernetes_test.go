@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -72,8 +74,9 @@ type (
 			RunAsUser    int  `yaml:"runAsUser"`
 			RunAsGroup   int  `yaml:"runAsGroup"`
 		} `yaml:"securityContext"`
-		Containers []container `yaml:"containers"`
-		Volumes    []struct {
+		TerminationGracePeriodSeconds int         `yaml:"terminationGracePeriodSeconds"`
+		Containers                    []container `yaml:"containers"`
+		Volumes                       []struct {
 			Name      string `yaml:"name"`
 			ConfigMap *struct {
 				Name string `yaml:"name"`
@@ -336,6 +339,13 @@ func TestKubernetesBase(t *testing.T) {
 		if !slices.Contains(slices.Collect(maps.Values(ports)), ports["kafka"]+i) {
 			t.Errorf("lane %d's port %d is not a container port", i, ports["kafka"]+i)
 		}
+	}
+	// The kubelet kills a pod the grace period after SIGTERM: Ferry's drain
+	// (the lame-duck period, then the answers it still owes) must end first.
+	lameDuck, _ := time.ParseDuration(fmt.Sprint(lookup(cfg, "lame_duck_duration")))
+	shutdown, _ := time.ParseDuration(fmt.Sprint(lookup(cfg, "shutdown_timeout")))
+	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; lameDuck+shutdown == 0 || lameDuck+shutdown >= grace {
+		t.Errorf("terminationGracePeriodSeconds %s, lame_duck_duration %s + shutdown_timeout %s: the drain must end within the grace period", grace, lameDuck, shutdown)
 	}
 	for _, key := range []string{"admin_token_file", "fleet.key_file"} {
 		p, _ := lookup(cfg, key).(string)

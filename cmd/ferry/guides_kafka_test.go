@@ -437,11 +437,25 @@ mirror: {sync_interval: 1s}
 	if err := job.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("job-open")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// The lag now shows ordinary backlog too (the source's ends are listed
+	// every second), so the open transaction's is told by the mirror
+	// standing still at the last stable offset while the lag grows.
+	var stuckAt int64 = -1
 	eventually(t, time.Minute, "partition 0's lag to grow behind the open transaction", func() error {
 		for _, p := range g.statusJSON(t).Mirror.Partitions {
-			if p.Topic == topic && p.Partition == 0 && p.LagRecords >= 50 {
-				return nil
+			if p.Topic != topic || p.Partition != 0 {
+				continue
 			}
+			if p.MirroredOffset != p.SourceStable || p.LagRecords < 50 {
+				stuckAt = -1
+				return fmt.Errorf("partition 0: %+v", p)
+			}
+			if stuckAt != p.MirroredOffset {
+				stuckAt = p.MirroredOffset
+				time.Sleep(time.Second)
+				return fmt.Errorf("partition 0 at %d, waiting to see it stay there", stuckAt)
+			}
+			return nil
 		}
 		return fmt.Errorf("mirror %+v", g.statusJSON(t).Mirror.Partitions)
 	})
@@ -473,7 +487,7 @@ mirror: {sync_interval: 1s}
 	}
 	t.Logf("lag read before forcing: %d offsets (%v)", lagRead, lagBy)
 	if lagBy[0] < 50 {
-		t.Fatalf("partition 0's lag read after the death is %d, want the open transaction's backlog", lagBy[0])
+		t.Fatalf("partition 0's lag read after the death is %d, want the open transaction's backlog; mirror %+v", lagBy[0], g.statusJSON(t).Mirror.Partitions)
 	}
 
 	// §4.3 The forced switchover: the answer lists what west never received.

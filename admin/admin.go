@@ -14,6 +14,7 @@
 //	GET  /status/routing  JSON: the routing state in full, with the fences of ended generations
 //	GET  /connections     JSON: client connections, open and recently closed (WithConnections)
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
+//	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
 //
 // Endpoints that read are open; those that change something need
 // "Authorization: Bearer <token>" when a token is configured.
@@ -82,6 +83,7 @@ type config struct {
 
 	connz      ConnzFunc
 	switchFn   SwitchFunc
+	restartFn  MirrorRestartFunc
 	token      string
 	registerer prometheus.Registerer
 }
@@ -210,6 +212,9 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if cfg.switchFn != nil {
 		s.HandleMutating(http.MethodPost, "/switchover", http.HandlerFunc(s.HandleSwitchover))
+	}
+	if cfg.restartFn != nil {
+		s.HandleMutating(http.MethodPost, "/mirror/restart", http.HandlerFunc(s.HandleMirrorRestart))
 	}
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)

@@ -389,7 +389,9 @@ mirror:
 // through Ferry, the active cluster killed, a forced switchover to the
 // standby after reading the mirror lag, clients carrying on there, the old
 // cluster back, its diverged topic refused for failback and repaired as the
-// runbook says, and a planned switch back.
+// runbook says (Ferry running: the topic deleted on the old cluster, the
+// halted partitions restarted with `ferry mirror restart --halted`), and a
+// planned switch back.
 func TestRunbookDisasterRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Kafka")
@@ -435,11 +437,25 @@ mirror: {sync_interval: 1s}
 	if err := job.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("job-open")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// The lag now shows ordinary backlog too (the source's ends are listed
+	// every second), so the open transaction's is told by the mirror
+	// standing still at the last stable offset while the lag grows.
+	var stuckAt int64 = -1
 	eventually(t, time.Minute, "partition 0's lag to grow behind the open transaction", func() error {
 		for _, p := range g.statusJSON(t).Mirror.Partitions {
-			if p.Topic == topic && p.Partition == 0 && p.LagRecords >= 50 {
-				return nil
+			if p.Topic != topic || p.Partition != 0 {
+				continue
 			}
+			if p.MirroredOffset != p.SourceStable || p.LagRecords < 50 {
+				stuckAt = -1
+				return fmt.Errorf("partition 0: %+v", p)
+			}
+			if stuckAt != p.MirroredOffset {
+				stuckAt = p.MirroredOffset
+				time.Sleep(time.Second)
+				return fmt.Errorf("partition 0 at %d, waiting to see it stay there", stuckAt)
+			}
+			return nil
 		}
 		return fmt.Errorf("mirror %+v", g.statusJSON(t).Mirror.Partitions)
 	})
@@ -471,7 +487,7 @@ mirror: {sync_interval: 1s}
 	}
 	t.Logf("lag read before forcing: %d offsets (%v)", lagRead, lagBy)
 	if lagBy[0] < 50 {
-		t.Fatalf("partition 0's lag read after the death is %d, want the open transaction's backlog", lagBy[0])
+		t.Fatalf("partition 0's lag read after the death is %d, want the open transaction's backlog; mirror %+v", lagBy[0], g.statusJSON(t).Mirror.Partitions)
 	}
 
 	// §4.3 The forced switchover: the answer lists what west never received.
@@ -578,10 +594,11 @@ mirror: {sync_interval: 1s}
 	}
 	t.Logf("failback refused:\n%s", errOut)
 
-	// §5.4 Repair: stop Ferry, delete the diverged topic on east directly,
-	// start Ferry again; the mirror recreates the topic on east and copies
-	// it from west.
-	g.p.stop(t, 30*time.Second)
+	// §5.4 Repair, Ferry running: delete the diverged topic on east
+	// directly (the halted writers append nothing meanwhile); the mirror's
+	// sync loop creates it again on east; `ferry mirror restart --halted`
+	// starts a new writer for each halted partition, which copies it from
+	// west at the same offsets. Clients go on throughout.
 	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(east.Addrs()...))).DeleteTopic(ctx, topic)
 	if err == nil {
 		err = resp.Err
@@ -589,16 +606,33 @@ mirror: {sync_interval: 1s}
 	if err != nil {
 		t.Fatalf("delete %s on east: %v", topic, err)
 	}
-	eventually(t, time.Minute, topic+" gone from east", func() error {
-		if slices.Contains(topicNames(t, ctx, east.Addrs()), topic) {
-			return fmt.Errorf("still listed")
+	repairStart := time.Now()
+	eastAdm := kadm.NewClient(newClient(t, kgo.SeedBrokers(east.Addrs()...)))
+	eventually(t, time.Minute, topic+" created again on east by the mirror", func() error {
+		ends, err := eastAdm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil || len(ends[topic]) != parts {
+			return fmt.Errorf("east's ends %v: %v", ends, err)
+		}
+		if o, _ := ends.Lookup(topic, 0); o.Offset != 0 {
+			return fmt.Errorf("%s[0] on east ends at %d, not a new empty topic", topic, o.Offset)
 		}
 		return nil
 	})
-	g.start(t)
+	// Still halted: nothing restarts on its own.
+	if out := g.status(t); !strings.Contains(out, "halted "+topic+"[0]: ") {
+		t.Fatalf("ferry status after the topic was recreated, before the restart:\n%s", out)
+	}
+	code, out, errOut = runCLI(t, "mirror", "restart", "--admin", g.admin, "--halted")
+	if code != 0 || !strings.Contains(out, "Restarted ") || !strings.Contains(out, "  "+topic+"[0]  member ") {
+		t.Fatalf("ferry mirror restart --halted: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("ferry mirror restart --halted:\n%s", out)
 	out = g.waitStatus(t, 2*time.Minute, "routing    generation 1, active west, serving",
 		"mirror     running west -> east: 3 partitions, 3 caught up, 0 halted, max lag 0 offsets")
-	t.Logf("ferry status, repaired:\n%s", out)
+	t.Logf("ferry status, repaired in %s without stopping Ferry:\n%s", time.Since(repairStart).Round(time.Millisecond), out)
 	tr.waitMore(300, 2*time.Minute)
 
 	// §5.5 Fail back, planned: nothing acknowledged is lost.

@@ -220,6 +220,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithConnections(n.proxy.Connz),
 		admin.WithLogger(log.Named("admin")),
 	}
+	if n.mirror != nil {
+		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart))
+	}
 	if n.fleet != nil {
 		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)
 		adminOpts = append(adminOpts,

@@ -209,8 +209,12 @@ func TestFillersHiddenInEveryPath(t *testing.T) {
 				t.Fatalf("%.0f fillers hidden, want 4 or more", hidden)
 			}
 			streamed := testutil.ToFloat64(s.metrics.streamed)
-			// Streamed only where one broker answers a whole fetch.
-			if want := tc.splice && tc.lanes == 0; want != (streamed > 0) {
+			// Streamed only where one broker answers a whole fetch. With
+			// one lane the consumer's first fetch names both partitions
+			// and is split and merged; a later one may name only the
+			// partition whose records it has used up, go to one broker
+			// and be streamed, so only the other cases are asserted.
+			if want := tc.splice && tc.lanes == 0; tc.lanes == 0 && want != (streamed > 0) {
 				t.Fatalf("%.0f answers streamed", streamed)
 			}
 			// The reader stepped over the trailing fillers (the first

@@ -28,8 +28,9 @@ type ConnInfo struct {
 	ClientID        string `json:"client_id"`
 	SoftwareName    string `json:"software_name,omitempty"`
 	SoftwareVersion string `json:"software_version,omitempty"`
-	// Principal is the authenticated identity; Ferry's listeners do not
-	// authenticate yet, so it is always empty and omitted.
+	// Principal is the authenticated identity, Kafka's way: "User:<name>"
+	// after SASL, "User:<subject DN>" from a verified client certificate;
+	// empty (omitted) on a listener without authentication and before it.
 	Principal   string     `json:"principal,omitempty"`
 	ConnectedAt time.Time  `json:"connected_at"`
 	ClosedAt    *time.Time `json:"closed_at,omitempty"`
@@ -243,6 +244,7 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 	if u := c.cluster.Load(); u != nil {
 		ci.Cluster = u.name
 	}
+	ci.Principal = c.principalName()
 	if ci.InFlight == 0 {
 		ci.IdleSeconds = max(now.Sub(time.Unix(0, c.lastActive.Load())).Seconds(), 0)
 	}

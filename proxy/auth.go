@@ -167,7 +167,9 @@ type authenticator struct {
 	secret []byte // keys the fake salts of unknown users
 }
 
-func (c *ClientSASL) check(tlsOn bool) error {
+// Validate checks the settings (not the files), for a listener with TLS
+// or without; the errors name the keys of Ferry's configuration file.
+func (c *ClientSASL) Validate(tlsOn bool) error {
 	if len(c.Mechanisms) == 0 {
 		return errors.New("sasl.mechanisms: name at least one of " + strings.Join(Mechanisms(), ", "))
 	}
@@ -199,7 +201,7 @@ func (c *ClientSASL) check(tlsOn bool) error {
 }
 
 func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticator, error) {
-	if err := cfg.check(tlsOn); err != nil {
+	if err := cfg.Validate(tlsOn); err != nil {
 		return nil, err
 	}
 	if cfg.FailedBurst == 0 {

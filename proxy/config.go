@@ -243,12 +243,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: client metrics limit %d is negative", ErrConfig, c.clientMetricsLimit)
 	}
 	if c.clientTLS != nil {
-		if err := c.clientTLS.check(); err != nil {
+		if err := c.clientTLS.Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
 	if c.clientSASL != nil {
-		if err := c.clientSASL.check(c.clientTLS != nil); err != nil {
+		if err := c.clientSASL.Validate(c.clientTLS != nil); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}

@@ -63,7 +63,9 @@ const handshakeTimeout = 10 * time.Second
 // errTLSHandshake closes a connection whose TLS handshake failed.
 var errTLSHandshake = errors.New("TLS handshake failed")
 
-func (t *ClientTLS) check() error {
+// Validate checks the settings (not the files); the errors name the keys
+// of Ferry's configuration file.
+func (t *ClientTLS) Validate() error {
 	switch {
 	case t.CertFile == "" || t.KeyFile == "":
 		return errors.New("tls: cert_file and key_file are required")
@@ -110,7 +112,7 @@ type fileStamp struct {
 }
 
 func newTLSServer(opts ClientTLS, log *zap.Logger) (*tlsServer, error) {
-	if err := opts.check(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	t := &tlsServer{opts: opts, log: log}

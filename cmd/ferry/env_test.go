@@ -26,6 +26,8 @@ clusters:
   - name: standby-eu.2
     bootstrap: ["k2:9092"]
 fleet: {}
+tls: {cert_file: c.crt, key_file: c.key}
+sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: u.yaml}
 `
 
 // envSample is a value of a key's type that differs from its zero value.

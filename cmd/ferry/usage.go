@@ -10,6 +10,8 @@ Commands:
   status                print a running member's status (--admin HOST:PORT, --json)
   connections           list a running member's client connections, like top
                         (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json)
+  users add|list|delete manage the SASL/SCRAM credential store
+                        (--store FILE, --user NAME; the password on stdin)
   version               print the version
 
 Run 'ferry <command> -h' for a command's flags.

@@ -13,11 +13,13 @@ package proxy
 // advertised; sent anyway, it closes the connection with a logged reason
 // (dispatch.go).
 //
-// With SASL on, only v1 is advertised: the mechanism's tokens then travel
-// in SaslAuthenticate requests (36_sasl_authenticate.go), which every
-// client of the last years uses when the broker advertises it (Java,
-// librdkafka, franz-go, kafkajs); v0's raw tokens, outside Kafka's
-// framing, are not read. A mechanism Ferry does not offer is answered
+// With SASL on, the mechanism's tokens travel in SaslAuthenticate requests
+// (36_sasl_authenticate.go), which every client of the last years uses
+// with handshake v1 when the broker advertises SaslAuthenticate (Java,
+// librdkafka, franz-go, kafkajs). v0 stays advertised, because librdkafka
+// up to 2.0 checks that the range starts at 0 before it authenticates at
+// all; but v0's raw tokens, outside Kafka's framing, are not read: a v0
+// handshake is answered UNSUPPORTED_VERSION and the connection closed. A mechanism Ferry does not offer is answered
 // UNSUPPORTED_SASL_MECHANISM with the offered list, and the connection
 // stays open for a handshake with another mechanism: a Kafka broker
 // closes it, but franz-go, configured with several mechanisms, retries
@@ -43,12 +45,10 @@ var saslHandshakeVersions = protocol.VersionRange{Min: 0, Max: 1}
 // withSASL adds SaslHandshake, and with SASL on SaslAuthenticate, to what
 // Ferry advertises.
 func (s *Server) withSASL(vs protocol.Versions) protocol.Versions {
-	if s.auth == nil {
-		vs[int16(kmsg.SASLHandshake)] = saslHandshakeVersions
-		return vs
+	vs[int16(kmsg.SASLHandshake)] = saslHandshakeVersions
+	if s.auth != nil {
+		vs[int16(kmsg.SASLAuthenticate)] = saslAuthenticateVersions
 	}
-	vs[int16(kmsg.SASLHandshake)] = protocol.VersionRange{Min: 1, Max: 1}
-	vs[int16(kmsg.SASLAuthenticate)] = saslAuthenticateVersions
 	return vs
 }
 
@@ -65,6 +65,12 @@ func handleSASLHandshake(s *Server, c *clientConn, req *request, kr kmsg.Request
 	}
 	resp.SupportedMechanisms = s.auth.cfg.Mechanisms
 	switch {
+	case req.hdr.Version == 0:
+		s.authMetrics.failed("", "illegal_state")
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		c.logRefusal(zapcore.InfoLevel, "auth_failed", "SaslHandshake v0 (raw SASL tokens) is not supported; closing the connection: use a client that sends SaslAuthenticate (Kafka 1.0 and later)",
+			zap.String("mechanism", in.Mechanism))
+		c.auth.closeAfter = fmt.Errorf("%w: SaslHandshake v0 (raw SASL tokens) is not supported", errAuthFailed)
 	case c.auth.done || c.auth.mechanism != "":
 		s.authMetrics.failed(c.auth.mechanism, "illegal_state")
 		resp.ErrorCode = kerr.IllegalSaslState.Code

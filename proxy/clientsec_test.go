@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"os"
@@ -240,6 +242,22 @@ func TestClientSASLMechanisms(t *testing.T) {
 	if authFailures(s, "none", "unsupported_mechanism") == 0 {
 		t.Error("unsupported mechanism not counted")
 	}
+	// The connection stays open for another mechanism.
+	c.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismPlain}, &hs)
+	if hs.ErrorCode != 0 {
+		t.Errorf("PLAIN handshake after GSSAPI: code %d", hs.ErrorCode)
+	}
+	// A v0 handshake (raw tokens to follow) is answered
+	// UNSUPPORTED_VERSION and closed.
+	c = rawConn(t, addr, e.clientTLS())
+	var hs0 kmsg.SASLHandshakeResponse
+	c.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 0, Mechanism: MechanismPlain}, &hs0)
+	if hs0.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Errorf("v0 handshake: code %d, want UNSUPPORTED_VERSION", hs0.ErrorCode)
+	}
+	if _, err := c.read(); err == nil {
+		t.Error("v0 handshake: the connection stayed open")
+	}
 }
 
 // TestClientSASLRequestBeforeAuth: a Produce or Metadata before
@@ -264,8 +282,8 @@ func TestClientSASLRequestBeforeAuth(t *testing.T) {
 	for _, k := range av.ApiKeys {
 		adv[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
 	}
-	if adv[int16(kmsg.SASLAuthenticate)] != [2]int16{0, 2} || adv[int16(kmsg.SASLHandshake)] != [2]int16{1, 1} {
-		t.Errorf("advertised SaslHandshake %v, SaslAuthenticate %v; want [1 1] and [0 2]", adv[int16(kmsg.SASLHandshake)], adv[int16(kmsg.SASLAuthenticate)])
+	if adv[int16(kmsg.SASLAuthenticate)] != [2]int16{0, 2} || adv[int16(kmsg.SASLHandshake)] != [2]int16{0, 1} {
+		t.Errorf("advertised SaslHandshake %v, SaslAuthenticate %v; want [0 1] and [0 2]", adv[int16(kmsg.SASLHandshake)], adv[int16(kmsg.SASLAuthenticate)])
 	}
 	for _, req := range []kmsg.Request{
 		&kmsg.ProduceRequest{Version: 9, Acks: -1, TimeoutMillis: 1000, Topics: []kmsg.ProduceRequestTopic{{Topic: "x", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0}}}}},
@@ -565,4 +583,97 @@ func (c *rawClient) roundTrip(t *testing.T, req kmsg.Request, resp kmsg.Response
 	if err := resp.ReadFrom(b[hs:]); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSCRAMServerExchange drives the server side by hand with the client
+// side computed here (RFC 5802): a good proof gets the server signature
+// that proves the server knows the key; tampering with the nonce, the
+// proof or the channel binding fails; librdkafka 2.0.2's doubled nonce is
+// accepted.
+func TestSCRAMServerExchange(t *testing.T) {
+	const mech = MechanismSCRAMSHA256
+	cred, err := NewSCRAMCredential(mech, "pencil", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(u string) (SCRAMCredential, bool) { return cred, u == "user" }
+	fake := func(string) []byte { return []byte("fake-salt") }
+	h := scramHash(mech)
+	salted, _ := pbkdf2Key(h, "pencil", cred.Salt, cred.Iterations)
+	clientKey := hmacSum(h, salted, []byte("Client Key"))
+	serverKey := hmacSum(h, salted, []byte("Server Key"))
+	run := func(cnonce string, final func(serverFirst, nonce string) string) ([]byte, error) {
+		s := newSCRAMServer(mech, lookup, fake)
+		sf, done, err := s.next([]byte("n,,n=user,r=" + cnonce))
+		if err != nil || done {
+			t.Fatalf("client-first: %v %v", done, err)
+		}
+		nonce := strings.TrimPrefix(strings.Split(string(sf), ",")[0], "r=")
+		if !strings.HasPrefix(nonce, cnonce) || len(nonce) <= len(cnonce) {
+			t.Fatalf("server nonce %q does not extend %q", nonce, cnonce)
+		}
+		out, done, err := s.next([]byte(final(string(sf), nonce)))
+		if err == nil && !done {
+			t.Fatal("not done after client-final")
+		}
+		return out, err
+	}
+	prove := func(bare, sf, withoutProof string) string {
+		authMsg := bare + "," + sf + "," + withoutProof
+		stored := sha256.Sum256(clientKey)
+		sig := hmacSum(h, stored[:], []byte(authMsg))
+		proof := make([]byte, len(sig))
+		for i := range sig {
+			proof[i] = clientKey[i] ^ sig[i]
+		}
+		return withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof)
+	}
+	good := func(sf, nonce string) string {
+		return prove("n=user,r=abc", sf, "c=biws,r="+nonce)
+	}
+	out, err := run("abc", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), "v=") {
+		t.Fatalf("server-final %q", out)
+	}
+	// The server signature checks out against ServerKey.
+	var sfSeen, nonceSeen string
+	out, _ = run("abc", func(sf, nonce string) string { sfSeen, nonceSeen = sf, nonce; return good(sf, nonce) })
+	want := hmacSum(h, serverKey, []byte("n=user,r=abc,"+sfSeen+",c=biws,r="+nonceSeen))
+	if string(out) != "v="+base64.StdEncoding.EncodeToString(want) {
+		t.Errorf("server signature %q, want v=%s", out, base64.StdEncoding.EncodeToString(want))
+	}
+	if _, err := run("abc", func(sf, nonce string) string { return prove("n=user,r=abc", sf, "c=biws,r=abc"+nonce) }); err != nil {
+		t.Errorf("doubled client nonce (librdkafka 2.0.2): %v", err)
+	}
+	for name, final := range map[string]func(sf, nonce string) string{
+		"other nonce": func(sf, nonce string) string { return prove("n=user,r=abc", sf, "c=biws,r=abcXYZ") },
+		"bad proof": func(sf, nonce string) string {
+			return "c=biws,r=" + nonce + ",p=" + base64.StdEncoding.EncodeToString(make([]byte, 32))
+		},
+		"channel bound": func(sf, nonce string) string { return prove("n=user,r=abc", sf, "c=cD10bHMtdW5pcXVlLCw=,r="+nonce) },
+		"no proof":      func(sf, nonce string) string { return "c=biws,r=" + nonce },
+	} {
+		if _, err := run("abc", final); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// An unknown user is answered a salt all the same, and fails at the
+	// proof.
+	s := newSCRAMServer(mech, lookup, fake)
+	sf, _, err := s.next([]byte("n,,n=nobody,r=abc"))
+	if err != nil || !strings.Contains(string(sf), ",s="+base64.StdEncoding.EncodeToString([]byte("fake-salt"))+",") {
+		t.Errorf("unknown user's server-first %q, %v", sf, err)
+	}
+	for _, bad := range []string{"p=tls-unique,,n=user,r=abc", "n,,m=x,n=user,r=abc", "n,,n=us=er,r=abc", "n,a=other,n=user,r=abc", "x"} {
+		if _, _, err := newSCRAMServer(mech, lookup, fake).next([]byte(bad)); err == nil {
+			t.Errorf("client-first %q accepted", bad)
+		}
+	}
+}
+
+func pbkdf2Key(h func() hash.Hash, pw string, salt []byte, iter int) ([]byte, error) {
+	return pbkdf2.Key(h, pw, salt, iter, h().Size())
 }

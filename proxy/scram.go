@@ -231,7 +231,13 @@ func (s *scramServer) clientFinal(msg string) ([]byte, bool, error) {
 	if err != nil || !(string(cbind) == "n,," || string(cbind) == "y,," || strings.HasPrefix(string(cbind), "n,a=") || strings.HasPrefix(string(cbind), "y,a=")) {
 		return malformed("bad channel binding")
 	}
-	if attrs[1][2:] != s.nonce {
+	// The nonce must end with the combined one, where Kafka (4.4's
+	// ScramSaslServer) wants it equal: librdkafka 2.0.2 (Debian 12's)
+	// sends its own nonce again in front of it, and its SCRAM could not
+	// authenticate otherwise. The server's random part must be there
+	// either way, so the exchange stays fresh, and the proof signs the
+	// message as sent.
+	if !strings.HasSuffix(attrs[1][2:], s.nonce) {
 		return malformed("the nonce is not the server's")
 	}
 	proof, err := base64.StdEncoding.DecodeString(proofB64)

@@ -17,6 +17,8 @@ import (
 	"hash"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -676,4 +678,89 @@ func TestSCRAMServerExchange(t *testing.T) {
 
 func pbkdf2Key(h func() hash.Hash, pw string, salt []byte, iter int) ([]byte, error) {
 	return pbkdf2.Key(h, pw, salt, iter, h().Size())
+}
+
+// TestFailLimiterRefills: a bucket empties after burst failures and
+// allows one more per interval/burst; an address never failing is never
+// limited; the table stays bounded.
+func TestFailLimiterRefills(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newFailLimiter(3, time.Minute)
+	l.now = func() time.Time { return now }
+	for range 3 {
+		if lim, _ := l.limited("a"); lim {
+			t.Fatal("limited before the burst")
+		}
+		l.failed("a")
+	}
+	lim, retry := l.limited("a")
+	if !lim || retry <= 0 || retry > 20*time.Second {
+		t.Fatalf("after the burst: limited %v, retry %v (want ≤ 20s)", lim, retry)
+	}
+	if lim, _ := l.limited("b"); lim {
+		t.Error("another address limited")
+	}
+	now = now.Add(20 * time.Second)
+	if lim, _ := l.limited("a"); lim {
+		t.Error("still limited after one refill interval")
+	}
+	for i := range failLimiterMax + 10 {
+		l.failed(fmt.Sprint("x", i))
+	}
+	if n := len(l.buckets); n > failLimiterMax {
+		t.Errorf("%d buckets, want at most %d", n, failLimiterMax)
+	}
+}
+
+// TestOAuthJWKSURL: keys fetched from a URL; a token naming a key the set
+// lacks makes Ferry fetch the set again (a rotation), at most every
+// jwksMinRefetch.
+func TestOAuthJWKSURL(t *testing.T) {
+	k1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	k2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	jwk := func(kid string, k *ecdsa.PrivateKey) string {
+		return fmt.Sprintf(`{"kty":"EC","crv":"P-256","kid":%q,"x":%q,"y":%q}`, kid,
+			base64.RawURLEncoding.EncodeToString(k.X.FillBytes(make([]byte, 32))), base64.RawURLEncoding.EncodeToString(k.Y.FillBytes(make([]byte, 32))))
+	}
+	var body atomic.Value
+	body.Store(`{"keys":[` + jwk("k1", k1) + `]}`)
+	var fetches atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		io.WriteString(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	v, err := newOAuthValidator(context.Background(), OAuthConfig{JWKSURL: srv.URL}, func(err error) { t.Log(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	v.now = func() time.Time { return now }
+	sign := func(kid string, k *ecdsa.PrivateKey) string {
+		h, _ := json.Marshal(map[string]string{"alg": "ES256", "kid": kid})
+		c, _ := json.Marshal(map[string]any{"sub": "svc", "exp": now.Unix() + 60})
+		in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
+		d := sha256.Sum256([]byte(in))
+		r, s, _ := ecdsa.Sign(rand.Reader, k, d[:])
+		return in + "." + base64.RawURLEncoding.EncodeToString(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
+	}
+	if p, f := v.validate(sign("k1", k1)); f != nil || p != "svc" {
+		t.Fatalf("k1: %q %v", p, f)
+	}
+	body.Store(`{"keys":[` + jwk("k1", k1) + `,` + jwk("k2", k2) + `]}`)
+	if _, f := v.validate(sign("k2", k2)); f == nil {
+		t.Fatal("k2 accepted before the set could be fetched again")
+	}
+	now = now.Add(jwksMinRefetch)
+	if p, f := v.validate(sign("k2", k2)); f != nil || p != "svc" {
+		t.Fatalf("k2 after the rotation: %q %v", p, f)
+	}
+	if n := fetches.Load(); n != 2 {
+		t.Errorf("%d fetches, want 2", n)
+	}
+	good := strings.SplitN(sign("k1", k1), ".", 2)
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"k1"}`)) + "." + strings.Split(good[1], ".")[0] + "."
+	if _, f := v.validate(none); f == nil {
+		t.Error("alg none accepted")
+	}
 }

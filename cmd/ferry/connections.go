@@ -118,7 +118,7 @@ func printConnections(w io.Writer, cz *proxy.Connz) {
 	}
 	closed := cz.State != "open"
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "ID\tREMOTE\tLANE\tCLUSTER\tCLIENT ID\tSOFTWARE\tAGE\tIDLE\tIN\tOUT\tREQS\tERRS\tINFL\tP50\tP99"
+	head := "ID\tREMOTE\tLANE\tCLUSTER\tCLIENT ID\tSOFTWARE\tPRINCIPAL\tAGE\tIDLE\tIN\tOUT\tREQS\tERRS\tINFL\tP50\tP99"
 	if closed {
 		head += "\tCLOSED"
 	}
@@ -136,8 +136,8 @@ func printConnections(w io.Writer, cz *proxy.Connz) {
 		if c.Lane >= 0 {
 			lane = strconv.Itoa(c.Lane)
 		}
-		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s",
-			c.ID, c.Remote, lane, dash(c.Cluster), dash(c.ClientID), dash(software),
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s",
+			c.ID, c.Remote, lane, dash(c.Cluster), dash(c.ClientID), dash(software), dash(c.Principal),
 			age(end.Sub(c.ConnectedAt)), age(time.Duration(c.IdleSeconds*float64(time.Second))),
 			humanBytes(c.BytesIn), humanBytes(c.BytesOut), c.RequestsTotal, c.ErrorsTotal, c.InFlight,
 			latency(c.LatencyP50Ms, c.LatencySamples), latency(c.LatencyP99Ms, c.LatencySamples))

@@ -112,13 +112,14 @@ func parseJWKS(b []byte) (*jwks, error) {
 			default:
 				return nil, fmt.Errorf("keys[%d] (kid %q): unsupported curve %q", i, k.Kid, k.Crv)
 			}
-			x, err1 := b64Int(k.X)
-			y, err2 := b64Int(k.Y)
-			if err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("keys[%d] (kid %q): bad EC key", i, k.Kid)
+			size := (curve.Params().BitSize + 7) / 8
+			x, err1 := b64Bytes(k.X)
+			y, err2 := b64Bytes(k.Y)
+			if err1 != nil || err2 != nil || len(x) != size || len(y) != size {
+				return nil, fmt.Errorf("keys[%d] (kid %q): bad EC key: want %d-byte coordinates", i, k.Kid, size)
 			}
-			ek := &ecdsa.PublicKey{Curve: curve, X: x, Y: y}
-			if _, err := ek.ECDH(); err != nil { // checks the point is on the curve
+			ek, err := ecdsa.ParseUncompressedPublicKey(curve, append(append([]byte{4}, x...), y...)) // checks the point is on the curve
+			if err != nil {
 				return nil, fmt.Errorf("keys[%d] (kid %q): bad EC key: %w", i, k.Kid, err)
 			}
 			pub = ek
@@ -134,11 +135,19 @@ func parseJWKS(b []byte) (*jwks, error) {
 }
 
 func b64Int(s string) (*big.Int, error) {
-	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
-	if err != nil || len(b) == 0 {
-		return nil, errors.New("bad base64url integer")
+	b, err := b64Bytes(s)
+	if err != nil {
+		return nil, err
 	}
 	return new(big.Int).SetBytes(b), nil
+}
+
+func b64Bytes(s string) ([]byte, error) {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+	if err != nil || len(b) == 0 {
+		return nil, errors.New("bad base64url value")
+	}
+	return b, nil
 }
 
 // jwtClaims are the claims Ferry reads; the principal claim is read from

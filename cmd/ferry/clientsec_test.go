@@ -2,12 +2,23 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -126,4 +137,74 @@ func TestUsersCommand(t *testing.T) {
 	if _, err := run("", "delete", "--store", store, "--user", "bob"); err == nil {
 		t.Error("deleting a missing user succeeded")
 	}
+}
+
+// TestServeClientSecurity: `ferry users add` makes a user, `ferry serve`
+// with tls and sasl serves it over TLS and SCRAM-SHA-512 (and nobody with
+// a wrong password), /connections shows the principal, /metrics counts
+// the authentications; a credentials_file that does not exist stops the
+// start with an error naming it.
+func TestServeClientSecurity(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("serve-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.LeafOptions{CommonName: "ferry", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.WriteFiles(dir, "ferry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "users.yaml")
+	add := ferryCmd(t, "users", "add", "--store", store, "--user", "svc")
+	add.Stdin = strings.NewReader("svc-password\n")
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ferry users add: %v\n%s", err, out)
+	}
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	config := fmt.Sprintf(`
+cluster_id: ferry-sec-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters: [{name: main, bootstrap: [%s]}]
+tls: {cert_file: %s, key_file: %s}
+sasl: {mechanisms: [SCRAM-SHA-512, PLAIN], credentials_file: %s}
+`, strings.Join(kf.ListenAddrs(), ", "), certFile, keyFile, store)
+
+	bad := ferryCmd(t, "serve", "--config", writeConfig(t, strings.Replace(config, store, filepath.Join(dir, "missing.yaml"), 1)))
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "credentials_file") {
+		t.Fatalf("a missing credentials_file: %v\n%s", err, out)
+	}
+
+	p := startFerry(t, "serve", "--config", writeConfig(t, config))
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
+	addr := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)[1]
+	tlsCfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wrong := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "nope"}.AsSha512Mechanism()))
+	if err := wrong.Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		t.Fatalf("wrong password: %v", err)
+	}
+	cl := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "svc-password"}.AsSha512Mechanism()))
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/connections"); !strings.Contains(body, `"principal": "User:svc"`) {
+		t.Errorf("/connections shows no principal User:svc:\n%s", body)
+	}
+	_, metrics := httpGet(t, "http://"+adminAddr+"/metrics")
+	for _, want := range []string{`ferry_client_auth_successes_total{mechanism="SCRAM-SHA-512"}`, `ferry_client_auth_failures_total{mechanism="SCRAM-SHA-512",reason="bad_password"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	p.stop(t, 15*time.Second)
 }

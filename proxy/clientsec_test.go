@@ -184,6 +184,12 @@ func TestClientTLSSCRAMProduceConsume(t *testing.T) {
 			t.Errorf("connection %d from %s: principal %q, want User:alice", c.ID, c.Remote, c.Principal)
 		}
 	}
+	if cz, _ := s.Connz(ConnzOptions{Principal: "alice"}); cz.Matched == 0 || cz.Matched != cz.Open {
+		t.Errorf("principal filter alice: %d of %d open", cz.Matched, cz.Open)
+	}
+	if cz, _ := s.Connz(ConnzOptions{Principal: "bob"}); cz.Matched != 0 {
+		t.Errorf("principal filter bob: %d matched", cz.Matched)
+	}
 	if ok := testutil.ToFloat64(s.authMetrics.successes.WithLabelValues(MechanismSCRAMSHA512)); ok == 0 {
 		t.Error("no SCRAM-SHA-512 success counted")
 	}

@@ -75,9 +75,10 @@ type ConnzOptions struct {
 	// Offset skips that many matching connections; Limit returns at most
 	// that many (default 100, at most 1000).
 	Offset, Limit int
-	// ClientID, Software and Remote keep the connections whose client.id,
-	// "software_name/software_version" or remote address contain them.
-	ClientID, Software, Remote string
+	// ClientID, Software, Remote and Principal keep the connections whose
+	// client.id, "software_name/software_version", remote address or
+	// principal contain them.
+	ClientID, Software, Remote, Principal string
 }
 
 // Connz is what Connz returns.
@@ -206,6 +207,7 @@ func (s *Server) Connz(o ConnzOptions) (*Connz, error) {
 func (ci *ConnInfo) matches(o *ConnzOptions) bool {
 	return strings.Contains(ci.ClientID, o.ClientID) &&
 		strings.Contains(ci.Remote, o.Remote) &&
+		strings.Contains(ci.Principal, o.Principal) &&
 		strings.Contains(ci.SoftwareName+"/"+ci.SoftwareVersion, o.Software)
 }
 

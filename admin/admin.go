@@ -11,8 +11,10 @@
 //	GET  /readyz          200 once the proxy has started and the active cluster is reachable, else 503
 //	GET  /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
 //	GET  /status/mirror   JSON: the mirror section of /status alone
+//	GET  /status/routing  JSON: the routing state in full, with the fences of ended generations
 //	GET  /connections     JSON: client connections, open and recently closed (WithConnections)
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
+//	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
 //
 // Endpoints that read are open; those that change something need
 // "Authorization: Bearer <token>" when a token is configured.
@@ -80,6 +82,7 @@ type config struct {
 
 	connz      ConnzFunc
 	switchFn   SwitchFunc
+	restartFn  MirrorRestartFunc
 	token      string
 	registerer prometheus.Registerer
 }
@@ -201,12 +204,16 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.HandleReadyz)
 	s.mux.HandleFunc("GET /status", s.HandleStatus)
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
+	s.mux.HandleFunc("GET /status/routing", s.HandleRouting)
 	s.handleUI()
 	if cfg.connz != nil {
 		s.mux.HandleFunc("GET /connections", s.HandleConnections)
 	}
 	if cfg.switchFn != nil {
 		s.HandleMutating(http.MethodPost, "/switchover", http.HandlerFunc(s.HandleSwitchover))
+	}
+	if cfg.restartFn != nil {
+		s.HandleMutating(http.MethodPost, "/mirror/restart", http.HandlerFunc(s.HandleMirrorRestart))
 	}
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)
@@ -414,6 +421,21 @@ func (s *Server) HandleStatus(w http.ResponseWriter, r *http.Request) {
 	if err := enc.Encode(s.Status(r.Context())); err != nil {
 		s.cfg.log.Debug("writing /status", zap.Error(err))
 	}
+}
+
+// HandleRouting answers the routing state in force as indented JSON, in
+// full: besides what /status shows, the fences (each partition's end offset
+// on the cluster that took over, for every generation that ended, the last
+// MaxFences of them) and the voided generations. After a forced switch the
+// last fence is where the old cluster's copy of each partition stops being
+// the new one's: what the old cluster holds beyond it, once it is back, is
+// what the switch lost, including what its last_switch.lost could not see.
+func (s *Server) HandleRouting(w http.ResponseWriter, _ *http.Request) {
+	st := s.cfg.routes.Current()
+	if st.Phase == "" {
+		st.Phase = routing.PhaseServing
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // checkCluster runs the cluster check, reusing a recent result.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,7 +151,8 @@ func TestStatus(t *testing.T) {
 
 	// The method.
 	st := f.srv.Status(context.Background())
-	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready || st.Routing != (RoutingStatus{Active: "primary", Phase: routing.PhaseServing}) {
+	if st.Version != "v1.2.3" || st.Node.ID != 7 || st.Node.ClusterID != "vc" || !st.Ready ||
+		!reflect.DeepEqual(st.Routing, RoutingStatus{Active: "primary", Phase: routing.PhaseServing, History: []routing.Switch{}}) {
 		t.Fatalf("status %+v", st)
 	}
 
@@ -204,6 +207,28 @@ func TestStatus(t *testing.T) {
 	f.routes.Advance(routing.State{Generation: 1, Active: "standby"})
 	if st := f.srv.Status(context.Background()); st.Routing.Generation != 1 || st.Routing.Active != "standby" || st.Ready || !strings.Contains(st.NotReady, "standby") {
 		t.Fatalf("after switch: %+v", st)
+	}
+}
+
+// TestRouting: /status/routing answers the whole routing state, the fences
+// of ended generations included, which /status leaves out.
+func TestRouting(t *testing.T) {
+	f := newFixture(t)
+	lost := []routing.LostRange{{Topic: "orders", Partition: 1, From: 40, To: 45}}
+	f.routes.Advance(routing.State{Generation: 1, Active: "standby",
+		Last:   &routing.Switch{Mode: routing.Forced, From: "primary", To: "standby", Outcome: "switched", Lost: lost},
+		Fences: []routing.Fence{{Generation: 0, Ends: map[string][]int64{"orders": {12, 40, 7}}}}})
+	code, body := f.get(t, "/status/routing")
+	var got routing.State
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("/status/routing = %d %v: %s", code, err, body)
+	}
+	if got.Generation != 1 || got.Active != "standby" || got.Phase != routing.PhaseServing || got.Last == nil || fmt.Sprint(got.Last.Lost) != fmt.Sprint(lost) ||
+		len(got.Fences) != 1 || got.Fences[0].Generation != 0 || fmt.Sprint(got.Fences[0].Ends) != "map[orders:[12 40 7]]" {
+		t.Fatalf("/status/routing: %s", body)
+	}
+	if _, body := f.get(t, "/status"); strings.Contains(body, "fences") {
+		t.Fatalf("/status carries the fences: %s", body)
 	}
 }
 

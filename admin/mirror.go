@@ -79,8 +79,10 @@ type MirrorPartition struct {
 	// standby: every source offset below it is on the standby at the same
 	// offset (-1 until the writer knows it).
 	MirroredOffset int64 `json:"mirrored_offset"`
-	// SourceEnd and SourceStable are the source's high watermark and last
-	// stable offset at the writer's last fetch (-1 until known).
+	// SourceEnd is the source's high watermark: the larger of the one
+	// the writer's last fetch returned and the one the mirror lists every
+	// second. SourceStable is the last stable offset at the writer's last
+	// fetch. -1 until known.
 	SourceEnd    int64 `json:"source_end"`
 	SourceStable int64 `json:"source_stable"`
 	// LagRecords is SourceEnd - MirroredOffset (offsets, transaction

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,10 @@ type RoutingStatus struct {
 	// LastSwitch is the most recent switch, finished or not; null before
 	// the first.
 	LastSwitch *routing.Switch `json:"last_switch"`
+	// History is the switches before it, newest first (at most
+	// routing.MaxHistory), kept in the routing state: every member, and a
+	// restarted one, shows the same.
+	History []routing.Switch `json:"history"`
 }
 
 func routingStatus(st routing.State) RoutingStatus {
@@ -67,7 +72,12 @@ func routingStatus(st routing.State) RoutingStatus {
 	if phase == "" {
 		phase = routing.PhaseServing
 	}
-	return RoutingStatus{Generation: st.Generation, Active: st.Active, Phase: phase, LastSwitch: st.Last}
+	history := slices.Clone(st.History)
+	slices.Reverse(history)
+	if history == nil {
+		history = []routing.Switch{}
+	}
+	return RoutingStatus{Generation: st.Generation, Active: st.Active, Phase: phase, LastSwitch: st.Last, History: history}
 }
 
 // SwitchRequest is the body of POST /switchover.

@@ -109,7 +109,10 @@ func TestUIChromium(t *testing.T) {
 	f.routes.Advance(routing.State{Generation: 2, Active: "primary", Last: &routing.Switch{
 		Mode: routing.Planned, From: "standby", To: "primary", Started: started, Finished: started.Add(1234 * time.Millisecond),
 		Duration: "1.234s", Outcome: "switched", Steps: []routing.Step{{Step: "hold", Took: "2ms"}, {Step: "drain", Took: "1.1s"}, {Step: "save", Took: "40ms"}},
-	}})
+	}, History: []routing.Switch{{
+		Mode: routing.Forced, From: "primary", To: "standby", Started: started.Add(-time.Hour), Finished: started.Add(-time.Hour + 80*time.Millisecond),
+		Duration: "80ms", Outcome: "switched", LostRanges: 3,
+	}}})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -137,6 +140,8 @@ func TestUIChromium(t *testing.T) {
 		`&lt;b&gt;orders-svc&lt;/b&gt;`, // the client ID as text
 		`standby → primary`,
 		`switched`,
+		`primary → standby`, // the history before the last switch
+		`3 ranges`,
 		`suspect`,
 		`unreachable`,
 	} {

@@ -112,13 +112,23 @@ func createTopic(t *testing.T, adm *kadm.Client, prefix string) string {
 	if _, err := adm.CreateTopic(ctx, partitions, replication, nil, topic); err != nil {
 		t.Fatalf("creating topic %s: %v", topic, err)
 	}
+	waitTopicReady(ctx, t, adm, topic, partitions)
+	return topic
+}
+
+// waitTopicReady waits until every partition of a topic just created
+// answers ListOffsets: CreateTopics is answered once the controller has
+// the topic, possibly before the brokers do, and a client that asks for
+// its metadata then is told UNKNOWN_TOPIC_OR_PARTITION.
+func waitTopicReady(ctx context.Context, t *testing.T, adm *kadm.Client, topic string, partitions int) {
+	t.Helper()
 	for {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = ends.Error()
 		}
 		if err == nil && len(ends[topic]) == partitions {
-			return topic
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("topic %s not ready: %v", topic, err)

@@ -481,6 +481,7 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 			if err != nil {
 				t.Fatalf("creating %s through Ferry: %v", tp, err)
 			}
+			waitTopicReady(ctx, t, adm, tp, switchPartitions)
 			topics = append(topics, tp)
 		}
 		p := &streamProc{name: fam.name, window: &window, roles: map[string]*streamRole{}}

@@ -444,20 +444,10 @@ func TestRulesShape(t *testing.T) {
 	}
 }
 
-// promtool returns promtool's path, failing the test in CI when it is
-// missing (conformance/clients/install.sh installs it) and skipping it
-// elsewhere.
+// promtool returns promtool's path (tool: CI fails without it).
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("promtool is not installed (CI=true): run conformance/clients/install.sh, or apt-get install prometheus: %v", err)
-	}
-	t.Skipf("promtool is not installed; apt-get install --no-install-recommends prometheus (conformance/clients/install.sh does) to check %s", rulesFile)
-	return ""
+	return tool(t, "promtool", "apt-get install --no-install-recommends prometheus")
 }
 
 // TestPromtoolCheckRules: the rules file is valid (promtool check rules).

@@ -31,6 +31,7 @@ type config struct {
 	lease        time.Duration // see fence.go
 	recompress   bool          // see reframe.go
 	ownership    Ownership     // nil: every partition, and the sync loop
+	endsInterval time.Duration // see ends.go
 	// gate, when set, is asked before every append (WithWriteGate).
 	gate func() bool
 
@@ -52,6 +53,7 @@ func defaultConfig() config {
 		idPrefix:     "ferry-mirror",
 		lease:        2 * time.Second,
 		recompress:   true,
+		endsInterval: defaultEndsInterval,
 		logger:       zap.NewNop(),
 	}
 }
@@ -164,6 +166,9 @@ func (c *config) validate() error {
 	}
 	if len(c.target) == 0 {
 		errs = append(errs, errors.New("no target bootstrap addresses (Target)"))
+	}
+	if c.endsInterval <= 0 {
+		errs = append(errs, fmt.Errorf("ends interval %v is not positive", c.endsInterval))
 	}
 	if c.syncInterval <= 0 {
 		errs = append(errs, fmt.Errorf("sync interval %v is not positive", c.syncInterval))

@@ -6,7 +6,8 @@ import (
 )
 
 // Reasons a partition writer halts. A halted partition stays halted until
-// the mirror is restarted (after an operator looked at it): each of these
+// the mirror is restarted or Mirror.Restart gives it a new writer (after an
+// operator looked at it): each of these
 // means that continuing could make the standby differ from the source.
 var (
 	// ErrOffsetMismatch means the standby assigned a batch another offset

@@ -44,6 +44,7 @@ type Mirror struct {
 	closed   bool
 	running  bool
 	cancel   context.CancelFunc // of Run's context
+	runCtx   context.Context    // Run's context, for the writers Restart starts
 	wg       sync.WaitGroup     // every goroutine started by goRun
 
 	closeOnce sync.Once
@@ -117,6 +118,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 	m.running = true
 	ctx, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
+	m.runCtx = ctx
 	m.mu.Unlock()
 	defer cancel()
 
@@ -124,6 +126,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 	if m.cfg.ownership != nil {
 		m.goRun(func() { m.watchOwnership(ctx) })
 	}
+	m.goRun(func() { m.refreshEnds(ctx) })
 	t := time.NewTicker(m.cfg.syncInterval)
 	defer t.Stop()
 	for {
@@ -231,6 +234,7 @@ func (m *Mirror) stopTopic(topic string, why error) {
 			continue
 		}
 		h.w.setState(StateStopped, why)
+		h.w.retire()
 		m.metrics.forget(k.topic, k.partition)
 		delete(m.writers, k)
 	}

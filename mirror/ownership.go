@@ -133,6 +133,7 @@ func (m *Mirror) assign(ctx context.Context) {
 			delete(m.writers, stop[i])
 		}
 		m.mu.Unlock()
+		h.w.retire()
 		m.metrics.forget(stop[i].topic, stop[i].partition)
 	}
 

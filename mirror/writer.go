@@ -100,8 +100,11 @@ type PartitionStatus struct {
 	// Mirrored is the standby's end offset acknowledged to the writer:
 	// every offset below it is on the standby at its source offset.
 	Mirrored int64
-	// SourceEnd is the source's high watermark at the last fetch, and
-	// SourceStable its last stable offset.
+	// SourceEnd is the source's high watermark: the larger of the one
+	// the writer's last fetch returned and the one the Mirror last listed
+	// (every EndsInterval, ends.go), so it misses at most what the source
+	// acknowledged in the last interval. SourceStable is the last stable
+	// offset at the last fetch.
 	SourceEnd, SourceStable int64
 	// LagRecords is SourceEnd - Mirrored (offsets, markers included).
 	LagRecords int64
@@ -120,9 +123,12 @@ type writer struct {
 	log       *zap.Logger
 	labels    []string
 
-	mu     sync.Mutex // guards status
-	status PartitionStatus
-	caught time.Time // last time caught up
+	mu         sync.Mutex // guards status and the four below
+	status     PartitionStatus
+	caught     time.Time // last time caught up
+	fetchedEnd int64     // the source's high watermark at the last fetch (-1: none yet)
+	listedEnd  int64     // the source's end offset last listed (ends.go; -1: none yet)
+	retired    bool      // replaced (Restart) or forgotten: touches nothing any more
 
 	// Per session (see session).
 	src, dst *conn
@@ -169,13 +175,15 @@ type pendingProduce struct {
 
 func newWriter(m *Mirror, topic string, partition int32) *writer {
 	w := &writer{
-		m:         m,
-		topic:     topic,
-		partition: partition,
-		log:       m.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
-		labels:    []string{topic, strconv.Itoa(int(partition))},
-		caught:    time.Now(),
-		epoch:     -1,
+		m:          m,
+		topic:      topic,
+		partition:  partition,
+		log:        m.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
+		labels:     []string{topic, strconv.Itoa(int(partition))},
+		caught:     time.Now(),
+		epoch:      -1,
+		fetchedEnd: -1,
+		listedEnd:  -1,
 	}
 	w.status = PartitionStatus{Topic: topic, Partition: partition, State: StateStarting, Mirrored: -1, SourceEnd: -1, SourceStable: -1}
 	m.metrics.state.WithLabelValues(w.labels...).Set(float64(StateStarting))
@@ -205,30 +213,54 @@ func (w *writer) setState(s PartitionState, err error) {
 func (w *writer) progress(srcEnd, srcStable int64) {
 	w.mu.Lock()
 	if srcEnd >= 0 {
-		w.status.SourceEnd, w.status.SourceStable = srcEnd, srcStable
+		w.fetchedEnd, w.status.SourceStable = srcEnd, srcStable
 	}
 	w.status.Mirrored = w.acked
-	lag := max(w.status.SourceEnd-w.acked, 0)
-	w.status.LagRecords = lag
-	if w.status.State != StateHalted && w.status.State != StateStopped {
-		if lag == 0 && w.status.SourceEnd >= 0 {
-			w.status.State = StateCaughtUp
-			w.status.Err = nil
+	w.advanceLocked()
+	w.mu.Unlock()
+}
+
+// advanceLocked recomputes the source end and the lag, moves the state
+// between mirroring and caught up (a writer starting, halted or stopped
+// keeps its state), and sets the metrics. w.mu is held.
+func (w *writer) advanceLocked() {
+	w.updateLocked()
+	st := &w.status
+	if st.State != StateHalted && st.State != StateStopped {
+		if st.LagRecords == 0 && st.SourceEnd >= 0 {
+			st.State = StateCaughtUp
+			st.Err = nil
 			w.caught = time.Now()
 		} else {
-			w.status.State = StateMirroring
+			st.State = StateMirroring
 		}
 	}
-	state := w.status.State
+	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(st.State))
+	w.m.metrics.mirrored.WithLabelValues(w.labels...).Set(float64(st.Mirrored))
+}
+
+// updateLocked sets SourceEnd to the larger of the high watermark of the
+// last fetch and the end last listed (ends.go), the lag from it, and the
+// lag metrics; a caught-up partition whose listed end is ahead is
+// mirroring again. w.mu is held.
+func (w *writer) updateLocked() {
+	st := &w.status
+	st.SourceEnd = max(w.fetchedEnd, w.listedEnd)
+	if st.Mirrored < 0 {
+		return // not started yet: no lag to tell
+	}
+	lag := max(st.SourceEnd-st.Mirrored, 0)
+	st.LagRecords = lag
+	if lag > 0 && st.State == StateCaughtUp {
+		st.State = StateMirroring
+		w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(st.State))
+	}
 	lagTime := time.Duration(0)
 	if lag > 0 {
 		lagTime = time.Since(w.caught)
 	}
-	w.mu.Unlock()
-	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(state))
 	w.m.metrics.lagRecords.WithLabelValues(w.labels...).Set(float64(lag))
 	w.m.metrics.lagSeconds.WithLabelValues(w.labels...).Set(lagTime.Seconds())
-	w.m.metrics.mirrored.WithLabelValues(w.labels...).Set(float64(w.acked))
 }
 
 // run mirrors the partition until ctx ends or the writer halts. Transient

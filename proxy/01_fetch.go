@@ -438,9 +438,11 @@ func (c *clientConn) fetchPlaceholder(x tp, fetchOffset int64) kmsg.FetchRespons
 var errGenerationEnded = errors.New("the fetch's routing generation ended while it waited upstream")
 
 // generationEnded reports whether a switch has ended the generation req was
-// sent under.
+// sent under, or Shutdown has begun: either way a fetch parked upstream is
+// answered empty now rather than at its MaxWait (the client fetches again,
+// from the new cluster or through another member).
 func (s *Server) generationEnded(req *request) bool {
-	return s.routes.Current().Generation != req.state.Generation
+	return s.routes.Current().Generation != req.state.Generation || s.draining.Load()
 }
 
 // waitFetchPart waits for a fetch part's answer, as pending.wait does, but
@@ -469,6 +471,7 @@ func (s *Server) waitFetchPart(ctx context.Context, req *request, p *pending) (*
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-changed:
+		case <-s.drainc:
 		}
 	}
 }
@@ -526,7 +529,8 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		}
 		cases = append(cases[:0],
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.s.drainc)})
 		idx = idx[:0]
 		for i, sc := range calls {
 			if !finished[i] {
@@ -538,9 +542,9 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		case 0:
 			g.release()
 			return nil, nil, ctx.Err()
-		case 1: // the routing state changed: looked at above
+		case 1, 2: // the routing state changed, or Shutdown began: looked at above
 		default:
-			take(idx[chosen-2])
+			take(idx[chosen-3])
 		}
 	}
 	// Take whatever else is already in, without waiting; the rest is

@@ -51,7 +51,7 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	up := st.uc.nc
 	// The broker's bytes wait on the client as much as on the broker: the
 	// same bound as for writing any answer to the client.
-	up.SetReadDeadline(time.Now().Add(s.cfg.writeTimeout()))
+	up.SetReadDeadline(time.Now().Add(s.settings.Load().WriteTimeout))
 	under := &io.LimitedReader{R: up, N: st.size}
 	src := streamReaders.Get().(*bufio.Reader)
 	src.Reset(under)

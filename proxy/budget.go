@@ -277,7 +277,7 @@ func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) erro
 		return err
 	}
 	if waited {
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.requestReadTimeout))
+		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
 	}
 	return protocol.ReadFrameBody(r, n, buf)
 }

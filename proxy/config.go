@@ -45,7 +45,17 @@ type config struct {
 	spliceFetches       bool
 	standbyWait         time.Duration
 	connectionsMaxIdle  time.Duration
-	requestReadTimeout  time.Duration
+	// lameDuck spreads Shutdown's closing of idle connections, their turns
+	// at most lameDuckMaxGap apart.
+	lameDuck, lameDuckMaxGap time.Duration
+	requestReadTimeout       time.Duration
+	writeTimeout             time.Duration
+	// Client connection limits (limits.go); 0: none.
+	maxConnections, maxConnectionsPerIP int
+	perIPOverrides                      map[string]int
+	// settings is what validate built of the fields above, the Server's
+	// Settings at start.
+	settings Settings
 	// policyAllow and policyDeny change the request policy's defaults;
 	// validate builds policy from them.
 	policyAllow, policyDeny []string
@@ -82,6 +92,8 @@ func defaultConfig() config {
 		standbyWait:         30 * time.Second,
 		connectionsMaxIdle:  defaultConnectionsMaxIdle,
 		requestReadTimeout:  defaultRequestReadTimeout,
+		writeTimeout:        defaultWriteTimeout,
+		lameDuckMaxGap:      defaultLameDuckMaxGap,
 		refusalLogEvery:     10 * time.Second,
 		connStats:           true,
 		clientMetricsLimit:  DefaultClientMetricsLimit,
@@ -182,6 +194,28 @@ func WithRequestReadTimeout(d time.Duration) Option {
 	return func(c *config) { c.requestReadTimeout = d }
 }
 
+// WithLameDuck sets the period over which Shutdown spreads the closing of
+// idle client connections (default 0: all at once). Their turns are at
+// most 10ms apart: only from 100 connections a second of the period is
+// used.
+func WithLameDuck(d time.Duration) Option { return func(c *config) { c.lameDuck = d } }
+
+// WithDialTimeout bounds connecting to a broker (default 10s).
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithWriteTimeout closes a client connection that has not taken an
+// answer this long after Ferry began writing it (default 60s).
+func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writeTimeout = d } }
+
+// WithConnectionLimits bounds the client connections the Server accepts:
+// in all (Kafka's max.connections), from one source IP
+// (max.connections.per.ip), and from some IPs their own limit
+// (max.connections.per.ip.overrides); 0 is no limit, the default. A
+// connection over a limit is closed as soon as it is accepted.
+func WithConnectionLimits(max, perIP int, overrides map[string]int) Option {
+	return func(c *config) { c.maxConnections, c.maxConnectionsPerIP, c.perIPOverrides = max, perIP, overrides }
+}
+
 // WithRequestPolicy changes which classes of request clients may send
 // through Ferry (policy.go): allow adds classes to those allowed by
 // default, deny takes classes out. An unknown class name, or one named in
@@ -227,10 +261,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)
 	case c.lanes < 0 || c.lanes >= laneStride:
 		return fmt.Errorf("%w: lanes must be between 1 and %d (0: automatic)", ErrConfig, laneStride-1)
-	case c.connectionsMaxIdle <= 0:
-		return fmt.Errorf("%w: connections max idle %s must be positive", ErrConfig, c.connectionsMaxIdle)
-	case c.requestReadTimeout <= 0:
-		return fmt.Errorf("%w: request read timeout %s must be positive", ErrConfig, c.requestReadTimeout)
+	case c.dialTimeout <= 0:
+		return fmt.Errorf("%w: dial timeout %s must be positive", ErrConfig, c.dialTimeout)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
 	case c.connBufferBudget < MinBufferBudget:
@@ -241,6 +273,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: idle connections per broker must not be negative", ErrConfig)
 	case c.clientMetricsLimit < 0:
 		return fmt.Errorf("%w: client metrics limit %d is negative", ErrConfig, c.clientMetricsLimit)
+	}
+	c.settings = Settings{
+		ConnectionsMaxIdle: c.connectionsMaxIdle, RequestReadTimeout: c.requestReadTimeout, WriteTimeout: c.writeTimeout,
+		MaxConnections: c.maxConnections, MaxConnectionsPerIP: c.maxConnectionsPerIP, PerIPOverrides: c.perIPOverrides,
+		LameDuck: c.lameDuck,
+	}
+	if err := c.settings.validate(); err != nil {
+		return err
 	}
 	if c.clientTLS != nil {
 		if err := c.clientTLS.Validate(); err != nil {

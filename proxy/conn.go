@@ -85,6 +85,9 @@ type clientConn struct {
 	// when the connection was last busy (UnixNano). See awaitRequest.
 	inflight   atomic.Int64
 	lastActive atomic.Int64
+	// drainAt is when Shutdown closes the connection if it is still idle
+	// (Unix nanoseconds; lame duck, server.go).
+	drainAt atomic.Int64
 }
 
 type upKey struct {
@@ -281,7 +284,7 @@ func (c *clientConn) readLoop() (err error) {
 func (c *clientConn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, 32<<10)
 	for r := range c.replies {
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.writeTimeout()))
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.settings.Load().WriteTimeout))
 		n, err := c.write(r, bw)
 		if c.stats != nil && n > 0 {
 			c.stats.answer(n, time.Since(r.req.start))

@@ -10,8 +10,9 @@ import (
 // Children are resolved once for every known reason, so each series exists
 // from the start (at 0) and counting does no label lookups.
 type connMetrics struct {
-	accept map[string]prometheus.Counter
-	closed map[string]prometheus.Counter
+	accept  map[string]prometheus.Counter
+	closed  map[string]prometheus.Counter
+	refused map[string]prometheus.Counter
 }
 
 func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
@@ -39,7 +40,14 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 			}
 		}
 	}
-	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}}
+	refused, err := newRefusedCounter(reg)
+	if err != nil {
+		return nil, err
+	}
+	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}}
+	for _, r := range []string{refuseMaxConnections, refusePerIP} {
+		m.refused[r] = refused.WithLabelValues(r)
+	}
 	for _, r := range acceptReasons() {
 		m.accept[r] = accept.WithLabelValues(r)
 	}

@@ -17,12 +17,15 @@ import (
 // when a switch flips to the other one is answered at the flip, empty and
 // without error, instead of after its MaxWait on a cluster where no record
 // will come; the consumer's next fetch then goes to the new cluster. Both
-// for a fetch to one broker and for one split over two.
+// for a fetch to one broker and for one split over two. The same when the
+// member's Shutdown begins: the fetch is answered then, not at its MaxWait,
+// and the client's next fetch goes to another member.
 func TestParkedFetchAnsweredAtTheFlip(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		brokers int
-	}{{"one broker", 1}, {"split over two brokers", 2}} {
+		name     string
+		brokers  int
+		shutdown bool // Shutdown begins instead of a flip
+	}{{"one broker", 1, false}, {"split over two brokers", 2, false}, {"shutdown, one broker", 1, true}, {"shutdown, split", 2, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const topic = "parked"
 			parts := int32(tc.brokers)
@@ -47,7 +50,7 @@ func TestParkedFetchAnsweredAtTheFlip(t *testing.T) {
 				return nil, nil, false
 			})
 			table := routing.NewTable(routing.State{Active: "a"})
-			_, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
+			s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
 				WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -88,7 +91,11 @@ func TestParkedFetchAnsweredAtTheFlip(t *testing.T) {
 				}
 			}
 			flip := time.Now()
-			table.Update(routing.State{Generation: 1, Active: "b", Last: &routing.Switch{From: "a", To: "b"}})
+			if tc.shutdown {
+				go s.Shutdown(ctx)
+			} else {
+				table.Update(routing.State{Generation: 1, Active: "b", Last: &routing.Switch{From: "a", To: "b"}})
+			}
 
 			var got answer
 			select {

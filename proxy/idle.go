@@ -35,6 +35,13 @@ const (
 	// given up on that request and will reconnect and retry, so nothing
 	// it waits for is lost by closing.
 	defaultRequestReadTimeout = 30 * time.Second
+	// Twice a client's request timeout: a client that has not taken an
+	// answer in that long has given up on it.
+	defaultWriteTimeout = 60 * time.Second
+	// Shutdown closes idle connections at least this often (100 a
+	// second): fewer reconnecting clients than that are no herd to
+	// spread.
+	defaultLameDuckMaxGap = 10 * time.Millisecond
 )
 
 var (
@@ -53,15 +60,11 @@ var (
 // busy meanwhile.
 func (c *clientConn) awaitRequest(br *bufio.Reader) error {
 	c.lastActive.Store(time.Now().UnixNano())
-	maxIdle := c.s.cfg.connectionsMaxIdle
-	if c.s.draining.Load() {
-		return errDraining
-	}
+	st := c.s.settings.Load()
+	maxIdle := st.ConnectionsMaxIdle
 	for br.Buffered() == 0 {
 		if c.s.draining.Load() {
-			// Shutdown: no new request is read; the reader's return
-			// lets the writer answer what was read, then closes.
-			return errDraining
+			return c.awaitDrain(br)
 		}
 		deadline := time.Unix(0, c.lastActive.Load()).Add(maxIdle)
 		if c.inflight.Load() > 0 {
@@ -79,8 +82,30 @@ func (c *clientConn) awaitRequest(br *bufio.Reader) error {
 			return fmt.Errorf("%w (%s)", errIdle, maxIdle)
 		}
 	}
-	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.requestReadTimeout))
+	if c.s.draining.Load() {
+		return errDraining
+	}
+	c.nc.SetReadDeadline(time.Now().Add(st.RequestReadTimeout))
 	return nil
+}
+
+// awaitDrain is awaitRequest during Shutdown: no new request is read, and
+// the reader's return lets the writer answer what was read, then close.
+// It returns at the connection's turn in the lame-duck period (drainAt),
+// or as soon as the client sends a request: the client reconnects to
+// another member then anyway, and turns spread over the period keep the
+// idle clients from all reconnecting at once.
+func (c *clientConn) awaitDrain(br *bufio.Reader) error {
+	for {
+		at := time.Unix(0, c.drainAt.Load())
+		if br.Buffered() > 0 || !time.Now().Before(at) {
+			return errDraining
+		}
+		c.nc.SetReadDeadline(at)
+		if _, err := br.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // replied records that one reply has been written to the client.
@@ -92,7 +117,7 @@ func (c *clientConn) replied() {
 // readErr names a request that did not arrive in time.
 func (c *clientConn) readErr(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w (%s): %w", errRequestReadTimeout, c.s.cfg.requestReadTimeout, err)
+		return fmt.Errorf("%w (%s): %w", errRequestReadTimeout, c.s.settings.Load().RequestReadTimeout, err)
 	}
 	return err
 }

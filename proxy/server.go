@@ -45,8 +45,13 @@ type Server struct {
 
 	// writes counts client writes in flight (hold.go).
 	writes atomic.Int64
-	// draining is set by Shutdown: connections read no new request.
-	draining atomic.Bool
+	// draining is set by Shutdown: connections read no new request. drainc
+	// is closed then, to wake fetches parked upstream.
+	draining  atomic.Bool
+	drainc    chan struct{}
+	drainOnce sync.Once
+	// settings are the limits and timeouts in force (limits.go).
+	settings atomic.Pointer[Settings]
 
 	// lanes is how many virtual brokers each member presents.
 	lanes int
@@ -68,11 +73,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	lns    map[net.Listener]struct{}
-	conns  map[*clientConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	lns   map[net.Listener]struct{}
+	conns map[*clientConn]struct{}
+	// connsByIP counts the open connections by source IP (limits.go).
+	connsByIP map[string]int
+	closed    bool
+	wg        sync.WaitGroup
 }
 
 // New builds a server. Start must succeed before it serves.
@@ -93,9 +100,13 @@ func New(opts ...Option) (*Server, error) {
 		lns:    make(map[net.Listener]struct{}),
 		conns:  make(map[*clientConn]struct{}),
 
+		connsByIP: make(map[string]int),
+		drainc:    make(chan struct{}),
+
 		refusalLogs: newLogSampler(cfg.refusalLogEvery),
 		policy:      cfg.policy,
 	}
+	s.settings.Store(&s.cfg.settings)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	m, err := newMetrics(cfg.reg)
 	if err != nil {
@@ -296,14 +307,20 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
-		c := s.newClientConn(nc)
-		c.lane = lane
+		ip := remoteIP(nc)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrServerClosed
 		}
+		if reason := s.admitConn(ip); reason != "" {
+			s.mu.Unlock()
+			s.refuseConn(nc, ip, reason)
+			continue
+		}
+		c := s.newClientConn(nc)
+		c.lane = lane
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -312,39 +329,61 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
+			s.releaseConn(ip)
 			s.mu.Unlock()
 			s.retire(c)
 		}()
 	}
 }
 
-// Shutdown stops the server gracefully: it stops accepting, lets every
-// connection finish the requests it has read (their answers written), and
-// closes it; a request not yet read, or read only in part, gets no answer,
-// and its client sends it again through another member after a metadata
-// refresh. When ctx ends first, what remains is closed as by Close. Close
-// follows in any case.
+// Shutdown stops the server gracefully, like nats-server's lame-duck mode:
+// it stops accepting, and reads no new request. Each connection finishes
+// the requests it has read (their answers written) and closes; one idle
+// meanwhile is closed at its turn, the turns spread evenly over the
+// lame-duck period (WithLameDuck), so that its clients do not all
+// reconnect to the other members at the same moment. A request not yet
+// read, or read only in part, gets no answer, and its client sends it again
+// through another member after a metadata refresh. When ctx ends first,
+// what remains is closed as by Close. Close follows in any case.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
+	start, period := time.Now(), s.settings.Load().LameDuck
+	i, n := 0, len(s.conns)
+	// A few connections have no herd to spread: turns at most
+	// lameDuckMaxGap apart, the period used only from as many
+	// connections as fill it at that pace.
+	period = min(period, time.Duration(n)*s.cfg.lameDuckMaxGap)
+	for c := range s.conns { // map order: the turns in no particular order
+		c.drainAt.Store(start.Add(period * time.Duration(i) / time.Duration(n)).UnixNano())
+		i++
+	}
 	s.draining.Store(true)
+	s.drainOnce.Do(func() { close(s.drainc) })
 	for ln := range s.lns {
 		ln.Close()
 	}
 	s.mu.Unlock()
+	if n > 0 {
+		s.log.Info("shutdown: closing client connections as they finish, idle ones spread over the lame-duck period",
+			zap.Int("connections", n), zap.Duration("lame_duck", period))
+	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		s.mu.Lock()
 		n := len(s.conns)
-		// A reader blocked on an idle connection wakes to see draining.
-		// Again at each tick: a reader that had checked draining just
-		// before may have set a later deadline since.
+		// A reader blocked on an idle connection wakes at its turn. Again
+		// at each tick: a reader that had checked draining just before
+		// may have set a later deadline since.
+		now := time.Now().UnixNano()
 		for c := range s.conns {
-			c.nc.SetReadDeadline(time.Unix(1, 0))
+			if c.drainAt.Load() <= now {
+				c.nc.SetReadDeadline(time.Unix(1, 0))
+			}
 		}
 		s.mu.Unlock()
 		if n == 0 {
@@ -435,5 +474,3 @@ func savedVersions(st routing.State) protocol.Versions {
 	}
 	return out
 }
-
-func (c *config) writeTimeout() time.Duration { return 60 * time.Second }

@@ -42,6 +42,9 @@ type State struct {
 	Phase Phase `json:"phase,omitempty"`
 	// Last is the most recent switch, finished or not.
 	Last *Switch `json:"last_switch,omitempty"`
+	// History holds the switches before Last, oldest first, at most
+	// MaxHistory of them; their lost ranges are counted, not listed.
+	History []Switch `json:"history,omitempty"`
 	// APIVersions are the API versions Ferry advertised when the state
 	// was saved (key → [min, max]): what every configured cluster
 	// supported then. A member that starts without reaching one of the
@@ -82,6 +85,8 @@ type Switch struct {
 	// Lost is, for a forced switch, what the old cluster acknowledged and
 	// the new one never received.
 	Lost []LostRange `json:"lost,omitempty"`
+	// LostRanges is, in State.History, how many ranges Lost held.
+	LostRanges int `json:"lost_ranges,omitempty"`
 	// Steps is how long each step took, in order (the install and the
 	// release of held writes come after the last).
 	Steps []Step `json:"steps,omitempty"`
@@ -107,6 +112,24 @@ type LostRange struct {
 type Fence struct {
 	Generation uint32             `json:"generation"`
 	Ends       map[string][]int64 `json:"ends"` // topic → end offset by partition (-1: unknown)
+}
+
+// MaxHistory is how many switches before the last a state remembers.
+const MaxHistory = 16
+
+// pushHistory is history with last added (its lost ranges only counted),
+// the oldest dropped beyond MaxHistory.
+func pushHistory(history []Switch, last *Switch) []Switch {
+	if last == nil {
+		return history
+	}
+	h := *last
+	h.LostRanges, h.Lost = len(h.Lost), nil
+	out := append(slices.Clone(history), h)
+	if len(out) > MaxHistory {
+		out = out[len(out)-MaxHistory:]
+	}
+	return out
 }
 
 // MaxFences is how many ended generations a state remembers the ends of.

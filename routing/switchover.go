@@ -179,6 +179,9 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		req.Timeout = DefaultSwitchTimeout
 	}
 	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: s.now().UTC()}
+	// Every state this switch installs, whatever its outcome, has sw as
+	// Last and the switch before it in the history.
+	cur.History = pushHistory(cur.History, cur.Last)
 	log := s.log.With(zap.String("from", sw.From), zap.String("to", sw.To), zap.String("mode", string(sw.Mode)), zap.Uint32("generation", cur.Generation))
 	log.Info("switch starting")
 	var next State
@@ -345,7 +348,7 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 	for _, v := range cur.Voided {
 		gen = max(gen, v)
 	}
-	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, APIVersions: cur.APIVersions, Voided: cur.Voided}
+	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History, APIVersions: cur.APIVersions, Voided: cur.Voided}
 	if s.advertised != nil {
 		if v := s.advertised(); len(v) > 0 {
 			next.APIVersions = v

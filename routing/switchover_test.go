@@ -192,3 +192,50 @@ func TestFencesKeepTheLatest(t *testing.T) {
 		t.Fatalf("fences of generations %v at generation %d", st.Fences, st.Generation)
 	}
 }
+
+// TestHistoryKeepsEarlierSwitches: each switch moves the one before it
+// into the history, rolled back ones included, lost ranges counted; the
+// history keeps the latest MaxHistory.
+func TestHistoryKeepsEarlierSwitches(t *testing.T) {
+	sc, sw := newScript(State{Generation: 0, Active: "a"})
+	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 2, Source: 3}}
+	if _, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced}); err != nil {
+		t.Fatal(err)
+	}
+	if st := sc.table.Current(); len(st.History) != 0 {
+		t.Fatalf("history %+v after the first switch", st.History)
+	}
+	sc.drainErr = errors.New("drain failed")
+	if _, err := sw.Switch(context.Background(), Request{To: "a", Mode: Planned}); err == nil {
+		t.Fatal("a switch whose drain failed succeeded")
+	}
+	sc.drainErr = nil
+	st, err := sw.Switch(context.Background(), Request{To: "a", Mode: Planned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.History) != 2 {
+		t.Fatalf("history %+v, want the forced switch and the rolled-back one", st.History)
+	}
+	forced, back := st.History[0], st.History[1]
+	if forced.Mode != Forced || forced.To != "b" || forced.Outcome != "switched" || forced.LostRanges != 2 || forced.Lost != nil {
+		t.Errorf("first in history %+v: want the forced switch to b, its 2 lost ranges counted, not listed", forced)
+	}
+	if back.Mode != Planned || !strings.HasPrefix(back.Outcome, "rolled back") {
+		t.Errorf("second in history %+v: want the rolled-back planned switch", back)
+	}
+	if st.Last.To != "a" || st.Last.Outcome != "switched" {
+		t.Errorf("last %+v", st.Last)
+	}
+
+	to := []string{"b", "a"}
+	for i := range MaxHistory + 2 {
+		if _, err := sw.Switch(context.Background(), Request{To: to[i%2], Mode: Forced}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = sc.table.Current()
+	if len(st.History) != MaxHistory || st.History[MaxHistory-1].Finished.After(st.Last.Started) {
+		t.Fatalf("%d in history (last %+v), want the %d before the last switch", len(st.History), st.History[len(st.History)-1], MaxHistory)
+	}
+}

@@ -6,10 +6,6 @@ const REFRESH_MS = 2000;
 // Lag below both of these is "small" on the mirror grid.
 const SMALL_LAG_RECORDS = 1000;
 const SMALL_LAG_SECONDS = 10;
-// Switches seen by this page, newest first, keyed by their start time:
-// /status has only the last one.
-const MAX_SWITCHES = 20;
-const switches = [];
 
 // el builds an element: attrs are set as properties (className, title, …),
 // children are nodes or strings (added as text nodes).
@@ -86,25 +82,21 @@ function renderClusters(st) {
     td(c.reachable ? "reachable" : "unreachable", c.reachable ? "ok" : "bad"), td(c.error))), "no clusters");
 }
 
+// renderSwitches lists the last switch and the history before it, newest
+// first; both come from the routing state every member shares.
 function renderSwitches(st) {
   const last = st.routing.last_switch;
-  if (last) {
-    const i = switches.findIndex(s => s.started === last.started);
-    if (i >= 0) {
-      switches[i] = last; // a switch in progress finishes
-    } else {
-      switches.unshift(last);
-      switches.length = Math.min(switches.length, MAX_SWITCHES);
-    }
-  }
+  const switches = (last ? [last] : []).concat(st.routing.history || []);
   fillRows("switches", switches.map(s => {
     const outcome = s.outcome || "in progress";
     const steps = (s.steps || []).map(x => x.step + " " + x.took).join(", ");
-    const lost = (s.lost || []).map(l => l.topic + "[" + l.partition + "] " + l.from + "–" + l.to).join(", ");
+    // The history counts lost ranges; the last switch lists them.
+    const lost = s.lost_ranges ? s.lost_ranges + " ranges" :
+      (s.lost || []).map(l => l.topic + "[" + l.partition + "] " + l.from + "–" + l.to).join(", ");
     return el("tr", {}, td(time(s.started)), td(s.mode), td(s.from + " → " + s.to),
       td(outcome, outcome === "switched" ? "ok" : (s.outcome ? "bad" : "warn")), td(s.duration), td(steps),
       td(lost, lost ? "bad" : ""));
-  }), "no switch since this member started");
+  }), "no switch yet");
 }
 
 function renderMembers(st) {

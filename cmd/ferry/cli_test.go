@@ -48,7 +48,12 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 		if req.Mode == routing.Forced {
 			sw.Lost = []routing.LostRange{{Topic: "audit", Partition: 2, From: 7, To: 10}, {Topic: "orders", Partition: 0, From: 100, To: 120}}
 		}
-		next := routing.State{Generation: cur.Generation + 1, Active: req.To, Last: sw}
+		next := routing.State{Generation: cur.Generation + 1, Active: req.To, Last: sw, History: cur.History}
+		if l := cur.Last; l != nil { // as routing's Switcher keeps it
+			h := *l
+			h.LostRanges, h.Lost = len(h.Lost), nil
+			next.History = append(next.History, h)
+		}
 		a.routes.Advance(next)
 		return a.routes.Current(), nil
 	}
@@ -297,5 +302,19 @@ func TestCLIStatus(t *testing.T) {
 	}
 	if st.Routing.Generation != 1 || st.Routing.Phase != "serving" || len(st.Routing.Last) < 10 || st.Mirror.Summary.Halted != 1 {
 		t.Fatalf("--json: %s", out)
+	}
+
+	// A switch back: the forced one is listed before it, its loss counted.
+	if code, _, errs := runCLI(t, "switchover", "--admin", a.addr(), "--to", "primary"); code != 0 {
+		t.Fatalf("switchover back: %d %s", code, errs)
+	}
+	_, out, _ = runCLI(t, "status", "--admin", a.addr())
+	for _, w := range []string{
+		"last       planned switch standby -> primary at 2025-01-02T03:04:05Z, took 1.234s: switched\n",
+		"earlier    forced switch primary -> standby at 2025-01-02T03:04:05Z, took 1.234s: switched, lost 2 ranges\n",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("status after the switch back does not say %q:\n%s", w, out)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"regexp"
@@ -118,6 +119,32 @@ type Config struct {
 	// RequestReadTimeout closes a client connection whose request started
 	// arriving but is not complete this much later. Default 30s.
 	RequestReadTimeout time.Duration `yaml:"request_read_timeout"`
+	// ClientWriteTimeout closes a client connection that has not taken an
+	// answer this long after Ferry began writing it. Default 60s.
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
+	// MaxConnections bounds the client connections this member accepts,
+	// every lane together, like Kafka's max.connections; a connection over
+	// it is closed as soon as it is accepted. Default 0: no limit.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the client connections from one source
+	// address, like Kafka's max.connections.per.ip. Default 0: no limit.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
+	// MaxConnectionsPerIPOverrides gives some source addresses (IPs) a
+	// limit of their own, like Kafka's max.connections.per.ip.overrides
+	// (0: none). In the environment: 10.0.0.5=1000,10.0.0.6=0.
+	MaxConnectionsPerIPOverrides map[string]int `yaml:"max_connections_per_ip_overrides"`
+	// LameDuckDuration: on SIGTERM the member leaves the fleet, stops
+	// accepting, and closes its client connections as they finish, the
+	// idle ones spread over this period so that their clients do not all
+	// reconnect to the other members at once. Default 5s.
+	LameDuckDuration *time.Duration `yaml:"lame_duck_duration"`
+	// ShutdownTimeout bounds the rest of a graceful stop after the
+	// lame-duck period: requests already read are answered within it (a
+	// long-poll fetch waits at most its MaxWait), then everything is
+	// closed. Default 15s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// UpstreamDialTimeout bounds connecting to a broker. Default 10s.
+	UpstreamDialTimeout time.Duration `yaml:"upstream_dial_timeout"`
 	// ConnectionStats: each client connection counts its bytes, requests
 	// by API, error codes and recent latencies, for GET /connections and
 	// the ferry_clients_* metrics. Default true.
@@ -349,6 +376,10 @@ const (
 	// The proxy's defaults; see proxy/idle.go for why these values.
 	defaultConnectionsMaxIdle = 10 * time.Minute
 	defaultRequestReadTimeout = 30 * time.Second
+	defaultClientWriteTimeout = 60 * time.Second
+	defaultLameDuck           = 5 * time.Second
+	defaultShutdownTimeout    = 15 * time.Second
+	defaultDialTimeout        = 10 * time.Second
 	defaultMirrorSync         = 5 * time.Second
 	defaultMirrorInFlight     = 5
 	defaultFleetBind          = "0.0.0.0:7946"
@@ -399,6 +430,18 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.RequestReadTimeout == 0 {
 		c.RequestReadTimeout = defaultRequestReadTimeout
+	}
+	if c.ClientWriteTimeout == 0 {
+		c.ClientWriteTimeout = defaultClientWriteTimeout
+	}
+	if c.LameDuckDuration == nil {
+		c.LameDuckDuration = ptr(defaultLameDuck)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if c.UpstreamDialTimeout == 0 {
+		c.UpstreamDialTimeout = defaultDialTimeout
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
@@ -550,6 +593,29 @@ func (c *Config) validate() error {
 	}
 	if c.RequestReadTimeout < time.Second {
 		bad("request_read_timeout %s: must be at least 1s (clients give a request 30s by default)", c.RequestReadTimeout)
+	}
+	if c.ClientWriteTimeout < time.Second {
+		bad("client_write_timeout %s: must be at least 1s", c.ClientWriteTimeout)
+	}
+	if c.MaxConnections < 0 {
+		bad("max_connections %d: must be 0 (no limit) or more", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerIP < 0 {
+		bad("max_connections_per_ip %d: must be 0 (no limit) or more", c.MaxConnectionsPerIP)
+	}
+	for _, ip := range slices.Sorted(maps.Keys(c.MaxConnectionsPerIPOverrides)) {
+		if n := c.MaxConnectionsPerIPOverrides[ip]; net.ParseIP(ip) == nil || n < 0 {
+			bad("max_connections_per_ip_overrides %s: %d: want an IP address and a limit of 0 (none) or more", ip, n)
+		}
+	}
+	if d := *c.LameDuckDuration; d < 0 || d > 10*time.Minute {
+		bad("lame_duck_duration %s: must be between 0 and 10m", d)
+	}
+	if c.ShutdownTimeout < time.Second {
+		bad("shutdown_timeout %s: must be at least 1s", c.ShutdownTimeout)
+	}
+	if c.UpstreamDialTimeout < 100*time.Millisecond {
+		bad("upstream_dial_timeout %s: must be at least 100ms", c.UpstreamDialTimeout)
 	}
 	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil || !validLevels[c.LogLevel] {
 		bad("log_level %q: must be debug, info, warn or error", c.LogLevel)

@@ -16,7 +16,8 @@ import (
 // of Config, so a new key gets its variable without anything written here.
 //
 // Values: a duration in Go syntax (30s, 1m30s), a boolean true or false, a
-// number in decimal, a list comma-separated (FERRY_FLEET_SEEDS=a:7946,b:7946).
+// number in decimal, a list comma-separated (FERRY_FLEET_SEEDS=a:7946,b:7946),
+// a map as KEY=NUMBER pairs comma-separated.
 // An empty variable counts as unset. A list of sections with a name
 // (clusters) cannot be created from the environment, but a key of an entry
 // the file has can be set: FERRY_CLUSTERS_<NAME>_<KEY>, NAME being the
@@ -279,6 +280,20 @@ func setValue(v reflect.Value, s string) error {
 			}
 		}
 		v.Set(reflect.ValueOf(items).Convert(t))
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Int:
+		m := reflect.MakeMap(t)
+		for _, it := range strings.Split(s, ",") {
+			if it = strings.TrimSpace(it); it == "" {
+				continue
+			}
+			k, n, ok := strings.Cut(it, "=")
+			v, err := strconv.Atoi(strings.TrimSpace(n))
+			if !ok || err != nil {
+				return fmt.Errorf("want KEY=NUMBER pairs, comma-separated (10.0.0.5=1000,10.0.0.6=0)")
+			}
+			m.SetMapIndex(reflect.ValueOf(strings.TrimSpace(k)), reflect.ValueOf(v))
+		}
+		v.Set(m)
 	default:
 		// A key of a new kind: envKeys' test catches it before a user does.
 		return fmt.Errorf("a %s key cannot be set from the environment", t)

@@ -47,6 +47,8 @@ func envSample(t *testing.T, typ reflect.Type) string {
 		return "7"
 	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.String:
 		return "a:1, b:2"
+	case typ.Kind() == reflect.Map:
+		return "10.0.0.5=7, 10.0.0.6=0"
 	}
 	t.Fatalf("no sample for a %s key", typ)
 	return ""
@@ -93,6 +95,9 @@ func TestEnvEveryKeyHasVariable(t *testing.T) {
 	flatten = func(path string, v any) {
 		switch v := v.(type) {
 		case map[string]any:
+			if len(v) == 0 { // a key that is a map, empty by default
+				leaves = append(leaves, path)
+			}
 			for k, sub := range v {
 				flatten(joinPath(path, k), sub)
 			}

@@ -55,7 +55,10 @@ const (
 	callMirrorStop   = "mirror.stop"
 	callMirrorFollow = "mirror.follow"
 	callMirrorStatus = "mirror.status"
-	callInfo         = "member.info"
+	// callMirrorRestart: each member restarts the halted writers it runs
+	// (POST /mirror/restart on any member reaches every one).
+	callMirrorRestart = "mirror.restart"
+	callInfo          = "member.info"
 )
 
 // memberInfo is what a member answers about its load (callInfo), and the
@@ -255,6 +258,17 @@ func (f *fleet) handle() {
 	})
 	f.m.Handle(callMirrorStatus, func(context.Context, int32, []byte) ([]byte, error) {
 		return json.Marshal(n.admin.LocalMirror())
+	})
+	f.m.Handle(callMirrorRestart, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
+		var req admin.MirrorRestartRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, fmt.Errorf("decoding a mirror restart: %w", err)
+		}
+		res := admin.MirrorRestartResult{Restarted: []admin.RestartedPartition{}, Refused: []admin.RefusedPartition{}}
+		if n.mirror != nil {
+			res = n.mirror.Restart(req, n.cfg.NodeID)
+		}
+		return json.Marshal(res)
 	})
 	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {
 		gen := n.routes.Current().Generation

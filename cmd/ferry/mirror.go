@@ -54,6 +54,7 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, ow
 	}
 	mc := cfg.Mirror
 	r.opts = []mirror.Option{
+		// The filters first: SetFilters replaces them.
 		mirror.Topics(mc.Topics.Include, mc.Topics.Exclude),
 		mirror.Groups(mc.Groups.Include, mc.Groups.Exclude),
 		mirror.SyncInterval(mc.SyncInterval),
@@ -109,6 +110,12 @@ func (r *mirrorRunner) Start(source, target string) error {
 		}
 		r.stopLocked()
 	}
+	return r.startLocked(source, target)
+}
+
+// startLocked starts a mirror from source to target; r.mu is held and none
+// runs.
+func (r *mirrorRunner) startLocked(source, target string) error {
 	src, ok1 := r.clusters[source]
 	dst, ok2 := r.clusters[target]
 	if !ok1 || !ok2 || source == target {
@@ -139,6 +146,28 @@ func (r *mirrorRunner) Start(source, target string) error {
 	r.cur.Store(c)
 	log.Info("mirror started")
 	return nil
+}
+
+// SetFilters changes the topics mirrored and the groups whose offsets are
+// copied (a configuration reload). A running mirror is restarted in the
+// same direction to take them: its writers stop between appends and the
+// new one resumes each partition at the standby's end offset, so nothing
+// is copied twice or skipped. A topic taken out of the selection keeps
+// what was copied of it.
+func (r *mirrorRunner) SetFilters(topics, groups Selection) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return mirror.ErrClosed
+	}
+	r.opts[0] = mirror.Topics(topics.Include, topics.Exclude)
+	r.opts[1] = mirror.Groups(groups.Include, groups.Exclude)
+	c := r.cur.Load()
+	if c == nil {
+		return nil
+	}
+	r.stopLocked()
+	return r.startLocked(c.source, c.target)
 }
 
 // Stop stops the mirror, if one runs, and waits until it has; its metrics

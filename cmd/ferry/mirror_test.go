@@ -214,6 +214,83 @@ mirror: {sync_interval: 1s}
 	}
 }
 
+// TestMirrorRunnerSetFilters: new filters (a reload) restart the running
+// mirror in the same direction; a topic the new filter selects is copied
+// at its source offsets, one it leaves out stops being copied and keeps
+// what it had.
+func TestMirrorRunnerSetFilters(t *testing.T) {
+	a, b := kfakeCluster(t), kfakeCluster(t)
+	cfg, err := configFrom(fmt.Sprintf(`
+cluster_id: vc
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: a, bootstrap: [%s]}
+  - {name: b, bootstrap: [%s]}
+mirror: {sync_interval: 1s, topics: {include: ["orders"]}}
+`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(a.ListenAddrs()...)))
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "payments"); err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, a.ListenAddrs(), "orders", 0, "o0", "o1")
+	produceTo(t, a.ListenAddrs(), "payments", 0, "p0", "p1", "p2")
+
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), prometheus.NewRegistry(), nil, nil)
+	t.Cleanup(r.Close)
+	if err := r.Follow(routing.State{Generation: 0, Active: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readPartition(t, b.ListenAddrs(), "orders", 0, 2); fmt.Sprint(got) != "[0=o0 1=o1]" {
+		t.Fatalf("b holds orders %v", got)
+	}
+	bAdm := kadm.NewClient(newClient(t, kgo.SeedBrokers(b.ListenAddrs()...)))
+	if td, err := bAdm.ListTopics(ctx); err != nil || td.Has("payments") {
+		t.Fatalf("payments on b before it is selected (%v)", err)
+	}
+
+	// payments in, orders out.
+	if err := r.SetFilters(Selection{Include: []string{"payments"}}, Selection{}); err != nil {
+		t.Fatal(err)
+	}
+	if info := r.Info(); !info.Running || info.Source != "a" || info.Target != "b" {
+		t.Fatalf("after SetFilters: %+v", info)
+	}
+	if err := r.WaitCaughtUp(ctx, "payments"); err != nil {
+		t.Fatalf("payments: %v (status %+v)", err, r.Info().Partitions)
+	}
+	if got := readPartition(t, b.ListenAddrs(), "payments", 0, 3); fmt.Sprint(got) != "[0=p0 1=p1 2=p2]" {
+		t.Fatalf("b holds payments %v", got)
+	}
+	produceTo(t, a.ListenAddrs(), "orders", 0, "o2")
+	produceTo(t, a.ListenAddrs(), "payments", 0, "p3")
+	if got := readPartition(t, b.ListenAddrs(), "payments", 0, 4); fmt.Sprint(got) != "[0=p0 1=p1 2=p2 3=p3]" {
+		t.Fatalf("b holds payments %v", got)
+	}
+	for _, p := range r.Info().Partitions {
+		if p.Topic == "orders" {
+			t.Errorf("orders still mirrored after the filter left it out: %+v", p)
+		}
+	}
+	ends, err := bAdm.ListEndOffsets(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("orders", 0); o.Offset != 2 {
+		t.Errorf("orders on b ends at %d, want 2: what was copied is kept, o2 is not copied", o.Offset)
+	}
+}
+
 // TestREADMEListsMirrorMetrics: every metric the mirror registers is in
 // the README's metrics table.
 func TestREADMEListsMirrorMetrics(t *testing.T) {

@@ -152,6 +152,10 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),
 		proxy.WithConnectionsMaxIdle(cfg.ConnectionsMaxIdle),
 		proxy.WithRequestReadTimeout(cfg.RequestReadTimeout),
+		proxy.WithWriteTimeout(cfg.ClientWriteTimeout),
+		proxy.WithConnectionLimits(cfg.MaxConnections, cfg.MaxConnectionsPerIP, cfg.MaxConnectionsPerIPOverrides),
+		proxy.WithLameDuck(*cfg.LameDuckDuration),
+		proxy.WithDialTimeout(cfg.UpstreamDialTimeout),
 		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
 	}
 	if n.fleet != nil {
@@ -209,6 +213,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithMirror(n.mirrorInfo),
 		admin.WithConnections(n.proxy.Connz),
 		admin.WithLogger(log.Named("admin")),
+	}
+	if n.mirror != nil {
+		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart))
 	}
 	if n.fleet != nil {
 		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)
@@ -430,6 +437,21 @@ func (n *node) shutdown(ctx context.Context) {
 		}
 	}
 	n.Close()
+}
+
+// setProxySettings applies reloaded client connection settings.
+func (n *node) setProxySettings(st proxy.Settings) error { return n.proxy.SetSettings(st) }
+
+// setMirrorFilters applies reloaded mirror filters, unless a switchover is
+// in progress (false).
+func (n *node) setMirrorFilters(topics, groups Selection) (bool, error) {
+	if n.routes.Current().Phase != routing.PhaseServing {
+		return false, nil
+	}
+	if n.mirror == nil {
+		return true, nil
+	}
+	return true, n.mirror.SetFilters(topics, groups)
 }
 
 // Close stops the member; safe to call more than once. In order: the fleet

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestServeReloadSIGHUP: `ferry serve` at log level info; the file is
@@ -71,6 +73,34 @@ log_level: %s
 	}
 	p.waitFor(t, regexp.MustCompile(`"level":"error".*"msg":"configuration not reloaded.*unknown key \\"log_levl\\"`), 10*time.Second)
 	roundTrip(t, listen, "after-reload")
+
+	// A connection limit, applied by SIGHUP: with one connection from
+	// 127.0.0.5 open (Linux routes 127/8 to lo), the next from it is
+	// closed unanswered. (The clients above hold 127.0.0.1's.)
+	if err := os.WriteFile(path, []byte(conf("debug", 2)+"max_connections_per_ip_overrides: {127.0.0.5: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, regexp.MustCompile(`"msg":"configuration reloaded".*"applied":\["max_connections_per_ip_overrides"\]`), 10*time.Second)
+	from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 5)}, Timeout: 5 * time.Second}
+	first := newClient(t, kgo.SeedBrokers(listen), kgo.Dialer(from.DialContext))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Ping(ctx); err != nil {
+		t.Fatalf("the first connection under max_connections_per_ip 1: %v", err)
+	}
+	c, err := from.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a second connection from the address: read %d bytes, %v; want it closed", n, err)
+	}
+	p.waitFor(t, regexp.MustCompile(`"msg":"refused a client connection: connection limit reached".*"reason":"max_connections_per_ip"`), 10*time.Second)
 	p.stop(t, 15*time.Second)
 }
 
@@ -84,14 +114,20 @@ func dialClose(t *testing.T, addr string) {
 }
 
 // TestServeSecondSIGTERMExits: SIGTERM starts the drain, which waits for a
-// consumer's long-poll fetch (MaxWait 30 s); a second SIGTERM ends the
-// process at once, with status 1.
+// produce the broker holds (a long-poll fetch would be answered at once);
+// a second SIGTERM ends the process at once, with status 1.
 func TestServeSecondSIGTERMExits(t *testing.T) {
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "quiet"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kf.Close)
+	release := make(chan struct{})
+	defer close(release)
+	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		<-release
+		return nil, nil, false
+	})
 	path := writeConfig(t, fmt.Sprintf(`
 cluster_id: vc
 listen: 127.0.0.1:0
@@ -104,12 +140,12 @@ clusters:
 	p := startFerry(t, "serve", "--config", path)
 	listen := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"listen":"([^"]+)"`), 60*time.Second)[1]
 
-	cl := newClient(t, kgo.SeedBrokers(listen), kgo.ConsumeTopics("quiet"), kgo.FetchMaxWait(30*time.Second))
+	cl := newClient(t, kgo.SeedBrokers(listen), kgo.DefaultProduceTopic("quiet"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go cl.PollFetches(ctx)
-	// Until the member holds a fetch in flight: the long poll the drain
-	// will wait for.
+	cl.Produce(ctx, &kgo.Record{Value: []byte("held")}, nil)
+	// Until the member holds the produce in flight: what the drain will
+	// wait for.
 	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var cz struct {
@@ -125,13 +161,13 @@ clusters:
 		}
 		parked := false
 		for _, c := range cz.Connections {
-			parked = parked || (c.InFlight > 0 && c.Requests["Fetch"] > 0)
+			parked = parked || (c.InFlight > 0 && c.Requests["Produce"] > 0)
 		}
 		if parked {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no fetch in flight at the member after 60 s (%v): %+v", err, cz)
+			t.Fatalf("no produce in flight at the member after 60 s (%v): %+v", err, cz)
 		}
 	}
 
@@ -141,7 +177,7 @@ clusters:
 	p.waitFor(t, regexp.MustCompile(`"msg":"shutting down"`), 5*time.Second)
 	select {
 	case <-p.done:
-		t.Fatalf("ferry exited (%v) before the long poll was answered: nothing to cut short", p.err)
+		t.Fatalf("ferry exited (%v) before the produce was answered: nothing to cut short", p.err)
 	case <-time.After(time.Second):
 	}
 	second := time.Now()

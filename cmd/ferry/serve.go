@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -123,10 +122,6 @@ func envLookup(environ []string) func(string) string {
 	}
 }
 
-// shutdownTimeout bounds a graceful stop: requests already read are
-// answered within it (a long-poll fetch waits at most its MaxWait).
-const shutdownTimeout = 15 * time.Second
-
 // serveCmd runs Ferry against the configured clusters until ctx ends
 // (SIGINT or SIGTERM). An unreachable cluster is logged and retried, not
 // fatal.
@@ -175,6 +170,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer n.Close()
+	rl.attach(n)
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			log.Info("stopped before the clusters could be reached", zap.Error(err))
@@ -184,7 +180,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	err = n.wait(ctx)
 	log.Info("shutting down", zap.Bool("signal", ctx.Err() != nil))
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	lameDuck, timeout := rl.shutdownTimeouts()
+	sctx, cancel := context.WithTimeout(context.Background(), lameDuck+timeout)
 	n.shutdown(sctx)
 	cancel()
 	log.Info("stopped")

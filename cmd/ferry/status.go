@@ -54,6 +54,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // printStatus writes the summary of a member's status, one topic a line.
+// statusHistoryLines is how many earlier switches `ferry status` prints.
+const statusHistoryLines = 5
+
 func printStatus(w io.Writer, st *admin.Status) {
 	line := func(key, format string, args ...any) {
 		fmt.Fprintf(w, "%-10s %s\n", key, fmt.Sprintf(format, args...))
@@ -84,6 +87,21 @@ func printStatus(w io.Writer, st *admin.Status) {
 		}
 	} else {
 		line("last", "no switch yet")
+	}
+	// The switches before it, newest first: a few, the rest in --json.
+	for i, h := range r.History[:min(len(r.History), statusHistoryLines)] {
+		key := ""
+		if i == 0 {
+			key = "earlier"
+		}
+		lost := ""
+		if h.LostRanges > 0 {
+			lost = fmt.Sprintf(", lost %d ranges", h.LostRanges)
+		}
+		line(key, "%s switch %s -> %s at %s, took %s: %s%s", h.Mode, h.From, h.To, h.Started.Format(time.RFC3339), h.Duration, h.Outcome, lost)
+	}
+	if n := len(r.History) - statusHistoryLines; n > 0 {
+		line("", "and %d more (--json)", n)
 	}
 	for i, c := range st.Clusters {
 		key := ""

@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
@@ -61,10 +66,54 @@ func (m switchMirror) Stop() []routing.Position {
 	}
 	m.r.Stop()
 	sts := c.m.Status()
+	ends := m.r.endOffsets(c.target, sts)
 	out := make([]routing.Position, 0, len(sts))
 	for _, st := range sts {
-		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: st.Mirrored, Source: st.SourceEnd})
+		standby := st.Mirrored
+		if e, ok := ends[st.Topic][st.Partition]; ok {
+			standby = max(standby, e)
+		}
+		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: standby, Source: st.SourceEnd})
 	}
+	return out
+}
+
+// endOffsets lists the end offsets of the partitions in sts on cluster
+// (the standby a stopped mirror wrote to), by topic and partition; on
+// error, what it could, logged. A writer stopped with appends in flight
+// may have had them written without reading the answers, so its mirrored
+// offset can be below the standby's end: the end is what the new
+// generation's fence must hold, and where the lost ranges start.
+func (r *mirrorRunner) endOffsets(cluster string, sts []mirror.PartitionStatus) map[string]map[int32]int64 {
+	out := map[string]map[int32]int64{}
+	var topics []string
+	for _, st := range sts {
+		if out[st.Topic] == nil {
+			out[st.Topic] = map[int32]int64{}
+			topics = append(topics, st.Topic)
+		}
+	}
+	if len(topics) == 0 {
+		return out
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.clusters[cluster]...), kgo.ClientID("ferry-switch"))
+	if err != nil {
+		r.log.Error("listing the standby's end offsets at the switch", zap.String("cluster", cluster), zap.Error(err))
+		return out
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		r.log.Error("listing the standby's end offsets at the switch: the mirror's own positions are used", zap.String("cluster", cluster), zap.Error(err))
+		return out
+	}
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			out[o.Topic][o.Partition] = o.Offset
+		}
+	})
 	return out
 }
 

@@ -10,6 +10,9 @@ Commands:
   status                print a running member's status (--admin HOST:PORT, --json)
   connections           list a running member's client connections, like top
                         (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json)
+  mirror restart        restart halted mirror partitions of a running member
+                        (--admin HOST:PORT, --halted | --topic T [--partition N],
+                        --json, --token-file F)
   users add|list|delete manage the SASL/SCRAM credential store
                         (--store FILE, --user NAME; the password on stdin)
   version               print the version

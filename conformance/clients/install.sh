@@ -13,6 +13,10 @@
 #            tests deploy/prometheus/ferry-alerts.yml with it); its server is
 #            not started
 #   Debian:  chromium, headless, for admin/ui_test.go (the status page)
+#   Debian:  buildah, for deploy/container_test.go (builds the Dockerfile,
+#            chroot isolation: no container engine or registry needed)
+#   PyPI:    kubernetes-validate (deploy/kubernetes/requirements.txt) in a venv
+#            at $FERRY_CACHE/deploy/k8s-venv, for deploy/kubernetes_test.go
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,6 +74,31 @@ if ! command -v chromium >/dev/null 2>&1; then
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium
 fi
 
+# --- buildah (Debian's, for the container image's test) -------------------------
+# deploy/container_test.go builds the Dockerfile with it; with CI=true it
+# fails when buildah is missing.
+if ! command -v buildah >/dev/null 2>&1; then
+	sudo=()
+	[[ $(id -u) == 0 ]] || sudo=(sudo)
+	say "apt-get install buildah (for deploy/container_test.go)"
+	"${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends buildah
+fi
+
+# --- PyPI kubernetes-validate in a venv ------------------------------------------
+# The Kubernetes JSON schemas ship inside the package, so validating the
+# rendered manifests needs no network. The stamp works as for the clients' venv.
+k8s_venv=$cache/deploy/k8s-venv
+k8s_req=$root/deploy/kubernetes/requirements.txt
+k8s_want=$(cat "$k8s_req")
+if [[ ! -x $k8s_venv/bin/kubernetes-validate || "$(cat "$k8s_venv/.ferry-requirements" 2>/dev/null)" != "$k8s_want" ]]; then
+	say "creating $k8s_venv"
+	mkdir -p "$(dirname "$k8s_venv")"
+	/usr/bin/python3 -m venv --clear "$k8s_venv"
+	"$k8s_venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$k8s_req"
+	printf '%s' "$k8s_want" >"$k8s_venv/.ferry-requirements"
+fi
+
 # --- PyPI confluent-kafka in a venv ---------------------------------------------
 # The stamp holds the requirements the venv was built from; a change rebuilds it.
 want=$(cat "$here/python/requirements.txt")
@@ -90,4 +119,4 @@ if [[ "$(cat "$here/node/node_modules/.ferry-lock" 2>/dev/null)" != "$lock" ]]; 
 	printf '%s' "$lock" >"$here/node/node_modules/.ferry-lock"
 fi
 
-say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json"), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)"
+say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json"), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), $(buildah --version), kubernetes-validate $("$k8s_venv/bin/kubernetes-validate" --version 2>&1 | tail -1)"

@@ -1,0 +1,263 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/mirror"
+)
+
+// MirrorRestartFunc restarts halted mirror partitions: this member's, or in
+// a fleet every member's (cmd/ferry forwards the request to every live
+// member, each restarting the writers it runs, and merges the answers with
+// MergeRestart).
+type MirrorRestartFunc func(ctx context.Context, req MirrorRestartRequest) (MirrorRestartResult, error)
+
+// WithMirrorRestart enables POST /mirror/restart, which runs f. Without it
+// the endpoint does not exist (404). It needs the token, as POST
+// /switchover does.
+func WithMirrorRestart(f MirrorRestartFunc) Option { return func(c *config) { c.restartFn = f } }
+
+// ErrMirrorNotRunning is what a MirrorRestartFunc returns when no mirror
+// runs (it is stopped for a switchover, or has not started): 409
+// mirror_not_running.
+var ErrMirrorNotRunning = errors.New("the mirror is not running")
+
+// ReasonMirrorNotRunning is the refusal of POST /mirror/restart while no
+// mirror runs.
+const ReasonMirrorNotRunning = "mirror_not_running"
+
+// maxRestartBody bounds a restart request's body.
+const maxRestartBody = 1 << 20
+
+// MirrorRestartRequest is the body of POST /mirror/restart: exactly one of
+// Partitions (those partitions), Topic (every halted partition of the
+// topic) or Halted (every halted partition).
+type MirrorRestartRequest struct {
+	Partitions []TopicPartition `json:"partitions,omitempty"`
+	Topic      string           `json:"topic,omitempty"`
+	Halted     bool             `json:"halted,omitempty"`
+}
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+}
+
+// MirrorRestartResult answers POST /mirror/restart: the partitions whose
+// halted writer was replaced by a new one, and those refused. A restarted
+// partition runs the writer's start-up checks again: if the cause of its
+// halt is still there it halts again, with the same reason (see /status).
+type MirrorRestartResult struct {
+	Restarted []RestartedPartition `json:"restarted"`
+	Refused   []RefusedPartition   `json:"refused"`
+}
+
+// RestartedPartition is a partition whose writer was restarted.
+type RestartedPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Member is the node ID of the member whose writer was restarted.
+	Member int32 `json:"member"`
+	// HaltReason and Error are the halt the old writer was in.
+	HaltReason string `json:"halt_reason"`
+	Error      string `json:"error,omitempty"`
+}
+
+// RefusedPartition is a partition named in the request that was not
+// restarted, and why.
+type RefusedPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Member is the node ID of the member that answered; for not_halted,
+	// the member whose writer runs it.
+	Member int32 `json:"member"`
+	// Reason is not_halted, not_owned (another member writes it; in a
+	// fleet's merged answer: no member that answered writes it),
+	// unknown (not a mirrored partition) or mirror_not_running.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// State is the partition's state, for not_halted.
+	State string `json:"state,omitempty"`
+}
+
+// Reasons a partition is refused by POST /mirror/restart.
+const (
+	RestartNotHalted  = "not_halted"
+	RestartNotOwned   = "not_owned"
+	RestartUnknown    = "unknown"
+	RestartNotRunning = ReasonMirrorNotRunning
+)
+
+// ParseMirrorRestart reads a restart body strictly: JSON, one object, no
+// unknown fields, exactly one selection.
+func ParseMirrorRestart(r io.Reader) (MirrorRestartRequest, error) {
+	var req MirrorRestartRequest
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	const want = `want {"partitions": [{"topic": "t", "partition": 0}]}, {"topic": "t"} or {"halted": true}`
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, io.EOF):
+			return req, fmt.Errorf("the body is empty; %s", want)
+		case errors.As(err, &mbe):
+			return req, fmt.Errorf("the body is larger than %d bytes", mbe.Limit)
+		}
+		return req, fmt.Errorf("the body is not a restart request (%v); %s", err, want)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, errors.New("the body holds more than one JSON value")
+	}
+	n := 0
+	if len(req.Partitions) > 0 {
+		n++
+	}
+	if req.Topic != "" {
+		n++
+	}
+	if req.Halted {
+		n++
+	}
+	if n != 1 {
+		return req, fmt.Errorf("name exactly one selection; %s", want)
+	}
+	for _, p := range req.Partitions {
+		if p.Topic == "" || p.Partition < 0 {
+			return req, fmt.Errorf("partition %+v: a topic and a partition of 0 or more are needed", p)
+		}
+	}
+	return req, nil
+}
+
+// HandleMirrorRestart runs POST /mirror/restart: 200 with what was
+// restarted and what refused, 400 for a body that is not a request, 409
+// when no mirror runs.
+func (s *Server) HandleMirrorRestart(w http.ResponseWriter, r *http.Request) {
+	req, err := ParseMirrorRestart(http.MaxBytesReader(w, r.Body, maxRestartBody))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "bad_request", Message: err.Error()})
+		return
+	}
+	// Like the switchover, not cancelled by a client going away midway.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer cancel()
+	log := s.cfg.log.With(zap.Any("request", req), zap.String("remote", r.RemoteAddr))
+	res, err := s.cfg.restartFn(ctx, req)
+	if errors.Is(err, ErrMirrorNotRunning) {
+		writeJSON(w, http.StatusConflict, ErrorBody{Error: ReasonMirrorNotRunning, Message: err.Error()})
+		return
+	}
+	if err != nil {
+		log.Warn("mirror restart failed", zap.Error(err))
+		writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ReasonInternal, Message: err.Error()})
+		return
+	}
+	log.Info("mirror partitions restarted", zap.Int("restarted", len(res.Restarted)), zap.Int("refused", len(res.Refused)))
+	writeJSON(w, http.StatusOK, res)
+}
+
+// RestartLocal runs req against one member's mirror: statuses are its
+// writers' (mirror.Mirror.Status), restart its mirror.Mirror.Restart, node
+// its node ID. Halted and Topic select among its own halted writers;
+// Partitions are each restarted or refused.
+func RestartLocal(req MirrorRestartRequest, node int32, statuses []mirror.PartitionStatus,
+	restart func(topic string, partition int32) (mirror.PartitionStatus, error)) MirrorRestartResult {
+	var names []TopicPartition
+	if len(req.Partitions) > 0 {
+		names = req.Partitions
+	} else {
+		for _, st := range statuses {
+			if st.State == mirror.StateHalted && (req.Halted || st.Topic == req.Topic) {
+				names = append(names, TopicPartition{st.Topic, st.Partition})
+			}
+		}
+	}
+	res := MirrorRestartResult{Restarted: []RestartedPartition{}, Refused: []RefusedPartition{}}
+	for _, tp := range names {
+		was, err := restart(tp.Topic, tp.Partition)
+		if err == nil {
+			rp := RestartedPartition{Topic: tp.Topic, Partition: tp.Partition, Member: node, HaltReason: mirror.HaltReason(was.Err)}
+			if was.Err != nil {
+				rp.Error = was.Err.Error()
+			}
+			res.Restarted = append(res.Restarted, rp)
+			continue
+		}
+		ref := RefusedPartition{Topic: tp.Topic, Partition: tp.Partition, Member: node, Message: err.Error()}
+		switch {
+		case errors.Is(err, mirror.ErrNotHalted):
+			ref.Reason, ref.State = RestartNotHalted, stateName(was.State)
+			ref.Message = fmt.Sprintf("%s[%d] is %s, not halted", tp.Topic, tp.Partition, stateName(was.State))
+		case errors.Is(err, mirror.ErrNotOwned):
+			ref.Reason = RestartNotOwned
+			ref.Message = fmt.Sprintf("%s[%d] is written by another member", tp.Topic, tp.Partition)
+		case errors.Is(err, mirror.ErrNotRunning), errors.Is(err, mirror.ErrClosed):
+			ref.Reason = RestartNotRunning
+		default:
+			ref.Reason = RestartUnknown
+			ref.Message = fmt.Sprintf("%s[%d] is not a mirrored partition", tp.Topic, tp.Partition)
+		}
+		res.Refused = append(res.Refused, ref)
+	}
+	return res
+}
+
+// restartRank orders a partition's answers from several members: the
+// member that restarted it, else the one whose writer runs it, else one
+// whose mirror is stopped, else one that does not write it.
+var restartRank = map[string]int{RestartNotHalted: 1, RestartNotRunning: 2, RestartNotOwned: 3, RestartUnknown: 4}
+
+// MergeRestart joins the answers of every member to one request into the
+// fleet's: every partition restarted anywhere, and for each partition named
+// and restarted nowhere the most telling refusal (see restartRank).
+// Sorted by topic and partition.
+func MergeRestart(answers ...MirrorRestartResult) MirrorRestartResult {
+	out := MirrorRestartResult{Restarted: []RestartedPartition{}, Refused: []RefusedPartition{}}
+	restarted := map[TopicPartition]bool{}
+	refused := map[TopicPartition]RefusedPartition{}
+	for _, a := range answers {
+		for _, r := range a.Restarted {
+			out.Restarted = append(out.Restarted, r)
+			restarted[TopicPartition{r.Topic, r.Partition}] = true
+		}
+		for _, r := range a.Refused {
+			k := TopicPartition{r.Topic, r.Partition}
+			if have, ok := refused[k]; !ok || restartRank[r.Reason] < restartRank[have.Reason] {
+				refused[k] = r
+			}
+		}
+	}
+	for k, r := range refused {
+		if restarted[k] {
+			continue
+		}
+		if r.Reason == RestartNotOwned && len(answers) > 1 {
+			r.Message = fmt.Sprintf("%s[%d]: no member that answered writes it (is its owner down?)", r.Topic, r.Partition)
+		}
+		out.Refused = append(out.Refused, r)
+	}
+	sort.Slice(out.Restarted, func(i, j int) bool {
+		return lessTP(out.Restarted[i].Topic, out.Restarted[i].Partition, out.Restarted[j].Topic, out.Restarted[j].Partition)
+	})
+	sort.Slice(out.Refused, func(i, j int) bool {
+		return lessTP(out.Refused[i].Topic, out.Refused[i].Partition, out.Refused[j].Topic, out.Refused[j].Partition)
+	})
+	return out
+}
+
+func lessTP(t1 string, p1 int32, t2 string, p2 int32) bool {
+	if t1 != t2 {
+		return t1 < t2
+	}
+	return p1 < p2
+}

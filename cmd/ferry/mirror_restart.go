@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/mirror"
+)
+
+// Restart runs a POST /mirror/restart request against this member's
+// running mirror (see admin.RestartLocal). node is this member's node ID.
+// With no mirror running, explicitly named partitions are refused as
+// mirror_not_running and a selection finds nothing.
+func (r *mirrorRunner) Restart(req admin.MirrorRestartRequest, node int32) admin.MirrorRestartResult {
+	c := r.cur.Load()
+	if c == nil {
+		return admin.RestartLocal(req, node, nil, func(string, int32) (mirror.PartitionStatus, error) {
+			return mirror.PartitionStatus{}, mirror.ErrNotRunning
+		})
+	}
+	return admin.RestartLocal(req, node, c.m.Status(), c.m.Restart)
+}
+
+// mirrorRestart is POST /mirror/restart. On its own, the member restarts
+// its writers. In a fleet the request goes to every live member (this one
+// included) over the fleet's calls, each restarts the halted writers it
+// runs (a member runs only the writers of the partitions it owns), and the
+// answers are merged: a partition is restarted by whichever member writes
+// it, so the operator may ask any member.
+func (n *node) mirrorRestart(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
+	if n.fleet != nil {
+		return n.fleet.restartMirror(ctx, req)
+	}
+	if n.mirror.cur.Load() == nil {
+		return admin.MirrorRestartResult{}, admin.ErrMirrorNotRunning
+	}
+	return n.mirror.Restart(req, n.cfg.NodeID), nil
+}
+
+// restartMirror forwards a restart to every live member and merges their
+// answers.
+func (f *fleet) restartMirror(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return admin.MirrorRestartResult{}, err
+	}
+	answers, failed, unreached := f.callLive(ctx, callMirrorRestart, body)
+	for id, err := range failed {
+		f.log.Warn("a member did not answer the mirror restart", zap.Int32("member", id), zap.Error(err))
+	}
+	if len(answers) == 0 {
+		if err := callErr(failed); err != nil {
+			return admin.MirrorRestartResult{}, err
+		}
+		return admin.MirrorRestartResult{}, fmt.Errorf("no member answered (unreached: %v)", unreached)
+	}
+	var rs []admin.MirrorRestartResult
+	for id, b := range answers {
+		var r admin.MirrorRestartResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			f.log.Warn("a member's mirror restart answer", zap.Int32("member", id), zap.Error(err))
+			continue
+		}
+		rs = append(rs, r)
+	}
+	return admin.MergeRestart(rs...), nil
+}
+
+type mirrorRestartFlags struct {
+	admin     string
+	topic     string
+	partition int
+	halted    bool
+	json      bool
+	tokenFile string
+}
+
+func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFlags, error) {
+	f := mirrorRestartFlags{partition: -1}
+	fs := flag.NewFlagSet("ferry mirror restart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL); in a fleet any member")
+	fs.StringVar(&f.topic, "topic", "", "restart the halted partitions of this `topic` (with --partition: that one partition)")
+	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to restart")
+	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
+	fs.BoolVar(&f.json, "json", false, "print the answer as the member gives it (JSON)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
+		fs.PrintDefaults()
+	}
+	if err := parseArgs(fs, "mirror restart", args); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.halted && f.topic != "":
+		return nil, usageError{errors.New("mirror restart: --halted and --topic exclude each other")}
+	case !f.halted && f.topic == "":
+		return nil, usageError{errors.New("mirror restart: say what to restart: --halted, or --topic T [--partition N]")}
+	case f.partition >= 0 && f.topic == "":
+		return nil, usageError{errors.New("mirror restart: --partition needs --topic")}
+	case f.partition < -1:
+		return nil, usageError{fmt.Errorf("mirror restart: --partition %d: must be 0 or more", f.partition)}
+	}
+	return &f, nil
+}
+
+// mirrorCmd runs `ferry mirror SUBCOMMAND`.
+func mirrorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "restart" {
+		return usageError{errors.New("mirror: want a subcommand: restart")}
+	}
+	return mirrorRestartCmd(ctx, args[1:], stdout, stderr)
+}
+
+// mirrorRestartCmd asks a member's admin API to restart halted mirror
+// partitions and prints what was restarted and what refused. It exits 1 when
+// anything was refused.
+func mirrorRestartCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseMirrorRestartFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return usageError{err}
+	}
+	token, err := cliToken(f.tokenFile)
+	if err != nil {
+		return usageError{err}
+	}
+	var req admin.MirrorRestartRequest
+	switch {
+	case f.halted:
+		req.Halted = true
+	case f.partition >= 0:
+		req.Partitions = []admin.TopicPartition{{Topic: f.topic, Partition: int32(f.partition)}}
+	default:
+		req.Topic = f.topic
+	}
+	body, _ := json.Marshal(req)
+	endpoint := adminURL(f.admin) + "/mirror/restart"
+	resp, raw, err := callAdmin(ctx, "mirror restart", http.MethodPost, endpoint, body, token, 45*time.Second)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return refusal("mirror restart", resp, raw)
+	}
+	var res admin.MirrorRestartResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("mirror restart: %s answered 200 with %q: %w", endpoint, truncate(raw), err)
+	}
+	if f.json {
+		if _, err := stdout.Write(raw); err != nil {
+			return err
+		}
+	} else {
+		printRestart(stdout, req, res)
+	}
+	if len(res.Refused) > 0 {
+		return fmt.Errorf("mirror restart: %d partitions refused", len(res.Refused))
+	}
+	return nil
+}
+
+func printRestart(w io.Writer, req admin.MirrorRestartRequest, res admin.MirrorRestartResult) {
+	if len(res.Restarted) == 0 && len(res.Refused) == 0 {
+		if req.Topic != "" {
+			fmt.Fprintf(w, "No halted partition of %s to restart.\n", req.Topic)
+		} else {
+			fmt.Fprintln(w, "No halted partition to restart.")
+		}
+		return
+	}
+	if len(res.Restarted) > 0 {
+		fmt.Fprintf(w, "Restarted %d partitions: each has a new writer, which checks the standby again and halts again if the cause is still there (see ferry status).\n", len(res.Restarted))
+		for _, p := range res.Restarted {
+			fmt.Fprintf(w, "  %s[%d]  member %d, was %s: %s\n", p.Topic, p.Partition, p.Member, p.HaltReason, p.Error)
+		}
+	}
+	if len(res.Refused) > 0 {
+		fmt.Fprintf(w, "Refused %d partitions:\n", len(res.Refused))
+		for _, p := range res.Refused {
+			fmt.Fprintf(w, "  %s[%d]  %s: %s\n", p.Topic, p.Partition, p.Reason, p.Message)
+		}
+	}
+}

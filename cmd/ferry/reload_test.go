@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/proxy"
+)
+
+// fakeTarget records what a reload applied.
+type fakeTarget struct {
+	settings   []proxy.Settings
+	filters    [][2]Selection
+	switching  bool
+	refuseWith error
+}
+
+func (f *fakeTarget) setProxySettings(st proxy.Settings) error {
+	if f.refuseWith != nil {
+		return f.refuseWith
+	}
+	f.settings = append(f.settings, st)
+	return nil
+}
+
+func (f *fakeTarget) setMirrorFilters(topics, groups Selection) (bool, error) {
+	if f.switching {
+		return false, nil
+	}
+	f.filters = append(f.filters, [2]Selection{topics, groups})
+	return true, nil
+}
+
+// TestReloadLimitsAndFilters: a reload hands the connection limits and
+// timeouts to the proxy and the filters to the mirror; filters changed
+// during a switchover are not applied and are tried again at the next
+// reload; the lame-duck and shutdown timeouts in force follow the file.
+func TestReloadLimitsAndFilters(t *testing.T) {
+	path := writeConfig(t, minimal)
+	f := &serveFlags{config: path}
+	cfg, err := serveConfigEnv(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
+	tg := &fakeTarget{switching: true}
+	r.attach(tg)
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(minimal + `
+max_connections: 500
+max_connections_per_ip: 20
+max_connections_per_ip_overrides: {"10.1.2.3": 200}
+connections_max_idle: 2m
+client_write_timeout: 20s
+lame_duck_duration: 30s
+shutdown_timeout: 5s
+mirror:
+  topics: {include: ["orders.*"]}
+`)
+	applied, restart := r.reload(nil)
+	want := []string{"client_write_timeout", "connections_max_idle", "lame_duck_duration", "max_connections",
+		"max_connections_per_ip", "max_connections_per_ip_overrides", "shutdown_timeout"}
+	if !slices.Equal(applied, want) || len(restart) != 0 {
+		t.Fatalf("applied %v, restart %v; want applied %v", applied, restart, want)
+	}
+	if len(tg.settings) != 1 {
+		t.Fatalf("proxy settings set %d times", len(tg.settings))
+	}
+	st := tg.settings[0]
+	if st.MaxConnections != 500 || st.MaxConnectionsPerIP != 20 || st.PerIPOverrides["10.1.2.3"] != 200 ||
+		st.ConnectionsMaxIdle != 2*time.Minute || st.WriteTimeout != 20*time.Second || st.LameDuck != 30*time.Second ||
+		st.RequestReadTimeout != defaultRequestReadTimeout {
+		t.Errorf("proxy settings %+v", st)
+	}
+	if ld, to := r.shutdownTimeouts(); ld != 30*time.Second || to != 5*time.Second {
+		t.Errorf("shutdown timeouts %s, %s", ld, to)
+	}
+	if len(tg.filters) != 0 {
+		t.Errorf("mirror filters set during a switchover: %v", tg.filters)
+	}
+	if e := logs.FilterMessageSnippet("not applied now").All(); len(e) != 1 ||
+		!slices.Equal(e[0].ContextMap()["not_applied"].([]any), []any{"mirror.topics.include"}) {
+		t.Fatalf("not-applied lines: %+v", e)
+	}
+
+	// The switch is over: the same file applies the filters, and only them.
+	tg.switching = false
+	applied, _ = r.reload(nil)
+	if !slices.Equal(applied, []string{"mirror.topics.include"}) || len(tg.filters) != 1 ||
+		!slices.Equal(tg.filters[0][0].Include, []string{"orders.*"}) || len(tg.settings) != 1 {
+		t.Fatalf("applied %v, filters %v, settings set %d times", applied, tg.filters, len(tg.settings))
+	}
+
+	// The proxy refusing its settings leaves them pending, in force as before.
+	tg.refuseWith = errors.New("refused")
+	write(minimal + "max_connections: 7\nmirror:\n  topics: {include: [\"orders.*\"]}\n")
+	if applied, _ = r.reload(nil); slices.Contains(applied, "max_connections") {
+		t.Fatalf("applied %v although the proxy refused", applied)
+	}
+	if r.inForce.MaxConnections != 500 {
+		t.Errorf("max_connections in force %d after a refused reload, want 500", r.inForce.MaxConnections)
+	}
+
+	// A bad override is a configuration error: nothing changes.
+	tg.refuseWith = nil
+	write(minimal + "max_connections_per_ip_overrides: {\"db.example\": 5}\n")
+	if applied, _ := r.reload(nil); applied != nil {
+		t.Fatalf("a bad override applied %v", applied)
+	}
+	if e := logs.FilterMessageSnippet("configuration not reloaded").Len(); e != 1 {
+		t.Fatalf("%d not-reloaded lines", e)
+	}
+}

@@ -1,0 +1,82 @@
+package mirror
+
+import (
+	"errors"
+
+	"go.uber.org/zap"
+)
+
+// Why Restart refused a partition.
+var (
+	// ErrNotHalted: the partition's writer runs (starting, mirroring,
+	// caught up) or stopped with its source topic; only a halted one is
+	// restarted.
+	ErrNotHalted = errors.New("mirror: partition not halted")
+	// ErrNotOwned: the partition is mirrored, but another member writes it
+	// (WithOwnership); ask that member.
+	ErrNotOwned = errors.New("mirror: partition written by another member")
+	// ErrUnknownPartition: no such partition is mirrored (not selected,
+	// not on the standby yet, or no such topic or partition).
+	ErrUnknownPartition = errors.New("mirror: no such mirrored partition")
+	// ErrNotRunning: the mirror is not running (not started yet, or
+	// closed).
+	ErrNotRunning = errors.New("mirror: not running")
+)
+
+// Restart replaces the halted writer of a partition with a new one, as a
+// restart of the process would: the new writer takes ownership (fence.go),
+// reads the standby's end offset, runs every start-up check (the leader
+// epoch, the tail check, open transactions) and copies from there. If what
+// halted the old writer is still there, the new one halts again, with the
+// same reason. It returns the status the halted writer had.
+//
+// A halted writer appends nothing (its goroutine has returned), so the
+// standby partition may be repaired while it is halted: a standby topic
+// deleted and created again (by the sync loop, or an operator) is copied
+// from its new end, 0, at the source's offsets.
+//
+// Errors: ErrNotHalted, ErrNotOwned, ErrUnknownPartition, ErrNotRunning.
+func (m *Mirror) Restart(topic string, partition int32) (PartitionStatus, error) {
+	// One assign at a time: the writer is replaced as a whole.
+	m.assignMu.Lock()
+	defer m.assignMu.Unlock()
+	key := topicPartition{topic, partition}
+	m.mu.Lock()
+	ctx := m.runCtx
+	if m.closed || ctx == nil || ctx.Err() != nil {
+		m.mu.Unlock()
+		return PartitionStatus{}, ErrNotRunning
+	}
+	h := m.writers[key]
+	n, known := m.parts[topic]
+	m.mu.Unlock()
+	if h == nil {
+		// Owns is the caller's code: not called under m.mu.
+		if known && partition >= 0 && partition < n && !m.owns(topic, partition) {
+			return PartitionStatus{}, ErrNotOwned
+		}
+		return PartitionStatus{}, ErrUnknownPartition
+	}
+	st := h.w.Status()
+	if st.State != StateHalted {
+		return st, ErrNotHalted
+	}
+	if !m.owns(topic, partition) {
+		return st, ErrNotOwned // assign forgets it shortly
+	}
+	// The halted writer's goroutine has returned or is returning (a halt
+	// by the sync loop cancels it): wait, then forget it.
+	h.cancel()
+	<-h.done
+	m.mu.Lock()
+	if m.writers[key] == h {
+		delete(m.writers, key)
+	}
+	m.mu.Unlock()
+	h.w.retire()
+	m.metrics.forget(topic, partition)
+	m.log.Info("mirror partition writer restarted by request", zap.String("topic", topic), zap.Int32("partition", partition),
+		zap.String("halt_reason", haltReason(st.Err)), zap.Error(st.Err))
+	m.startWriter(ctx, topic, partition)
+	return st, nil
+}

@@ -1,0 +1,280 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// In-process clusters (kfake) for the tests that need no real broker.
+
+func fakeCluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func fakeClient(t *testing.T, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// runFakeMirror runs a Mirror from a to b until the test ends (or the
+// returned stop is called).
+func runFakeMirror(t *testing.T, a, b *kfake.Cluster, reg prometheus.Registerer, opts ...Option) (*Mirror, func()) {
+	t.Helper()
+	base := []Option{Source(a.ListenAddrs()...), Target(b.ListenAddrs()...), SyncInterval(200 * time.Millisecond),
+		FetchMaxWait(100 * time.Millisecond), Logger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))), Registerer(reg)}
+	m, err := New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(context.Background())
+	}()
+	stop := func() {
+		m.Close()
+		<-done
+	}
+	t.Cleanup(stop)
+	return m, stop
+}
+
+func produceFake(t *testing.T, cl *kgo.Client, topic string, partition int32, values ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, v := range values {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("produce %s to %s[%d]: %v", v, topic, partition, err)
+		}
+	}
+}
+
+// fakeRecords reads a partition of c from its start up to its end, as
+// "offset=value" (read_committed: fillers and aborted records aside, so
+// the real records at their offsets).
+func fakeRecords(t *testing.T, c *kfake.Cluster, topic string, partition int32) []string {
+	t.Helper()
+	end := fakeEnd(t, c, topic, partition)
+	cl := fakeClient(t, c, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []string
+	for next := int64(0); next < end; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s[%d]: read up to %d of %d: %v", topic, partition, next, end, out)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !bytesHasFillerKey(r.Key) {
+				out = append(out, fmt.Sprintf("%d=%s", r.Offset, r.Value))
+			}
+			next = r.Offset + 1
+		})
+		if next < end && fs.NumRecords() == 0 {
+			// Only markers and aborted records left.
+			if e := fakeEnd(t, c, topic, partition); e == end {
+				lso := fakeStable(t, c, topic, partition)
+				if lso >= end {
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+func bytesHasFillerKey(k []byte) bool { return string(k) == "\x00ferry.filler" }
+
+// fakeEnd is a partition's end offset on c, -1 when the partition is not
+// there (yet).
+func fakeEnd(t *testing.T, c *kfake.Cluster, topic string, partition int32) int64 {
+	t.Helper()
+	ends, err := kadm.NewClient(fakeClient(t, c)).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := ends.Lookup(topic, partition)
+	if !ok || o.Err != nil {
+		return -1
+	}
+	return o.Offset
+}
+
+func fakeStable(t *testing.T, c *kfake.Cluster, topic string, partition int32) int64 {
+	t.Helper()
+	ends, err := kadm.NewClient(fakeClient(t, c)).ListCommittedOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := ends.Lookup(topic, partition)
+	return o.Offset
+}
+
+func partitionStatus(m *Mirror, topic string, partition int32) (PartitionStatus, bool) {
+	for _, st := range m.Status() {
+		if st.Topic == topic && st.Partition == partition {
+			return st, true
+		}
+	}
+	return PartitionStatus{}, false
+}
+
+// TestRestartHalted: a partition halted by a diverged standby stays halted
+// and appends nothing; Restart replaces its writer with a new one, which
+// runs the start-up checks again and halts again with the same reason while
+// the cause is there; once the standby topic is deleted (and recreated by
+// the sync loop) a restart copies the partition from offset 0 at the
+// source's offsets. Partitions that are not halted, not known, or written
+// by another member are refused with the matching error.
+func TestRestartHalted(t *testing.T) {
+	a, b := fakeCluster(t), fakeCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const topic = "restart"
+	acl, bcl := fakeClient(t, a), fakeClient(t, b)
+	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	var first []string
+	for i := range 10 {
+		first = append(first, fmt.Sprintf("a%d", i))
+	}
+	produceFake(t, acl, topic, 0, first...)
+	// Partition 1 is another member's: this member never writes it.
+	own := newSwitchboard(func(_ string, p int32) int { return int(p) }, 0).member(0)
+	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil), WithOwnership(own))
+	eventually2(t, 30*time.Second, "partition 0 mirrored", func() error {
+		if e := fakeEnd(t, b, topic, 0); e != 10 {
+			return fmt.Errorf("standby end %d", e)
+		}
+		return nil
+	})
+	stop()
+
+	// Something writes to the standby directly: it and the source now
+	// differ at offset 10.
+	produceFake(t, bcl, topic, 0, "intruder")
+	produceFake(t, acl, topic, 0, "a10")
+	reg := prometheus.NewRegistry()
+	m, _ := runFakeMirror(t, a, b, reg, Topics([]string{topic}, nil), WithOwnership(own))
+	halted := func(what string) PartitionStatus {
+		t.Helper()
+		var st PartitionStatus
+		eventually2(t, 30*time.Second, what, func() error {
+			var ok bool
+			if st, ok = partitionStatus(m, topic, 0); !ok || st.State != StateHalted {
+				return fmt.Errorf("status %+v", st)
+			}
+			return nil
+		})
+		if !errors.Is(st.Err, ErrDiverged) {
+			t.Fatalf("%s: halted with %v, want ErrDiverged", what, st.Err)
+		}
+		return st
+	}
+	halted("halted on the diverged tail")
+
+	// While halted, nothing is appended however much the source gets.
+	produceFake(t, acl, topic, 0, "a11", "a12", "a13")
+	time.Sleep(time.Second)
+	if e := fakeEnd(t, b, topic, 0); e != 11 {
+		t.Fatalf("the standby moved to %d while the partition was halted, want 11", e)
+	}
+
+	// Refusals.
+	if _, err := m.Restart(topic, 1); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("Restart of another member's partition: %v, want ErrNotOwned", err)
+	}
+	if _, err := m.Restart(topic, 7); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("Restart of a partition that does not exist: %v, want ErrUnknownPartition", err)
+	}
+	if _, err := m.Restart("nope", 0); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("Restart of a topic not mirrored: %v, want ErrUnknownPartition", err)
+	}
+
+	// A restart with the cause still there: a new writer, the same halt.
+	was, err := m.Restart(topic, 0)
+	if err != nil || !errors.Is(was.Err, ErrDiverged) {
+		t.Fatalf("Restart: %v (was %+v)", err, was)
+	}
+	if st, _ := partitionStatus(m, topic, 0); st.State == StateHalted {
+		t.Fatalf("just after Restart the partition still shows the old halt: %+v", st)
+	}
+	halted("halted again after the restart")
+	if n := metricValue(t, reg, "ferry_mirror_halts_total", "reason", "diverged"); n != 2 {
+		t.Fatalf("ferry_mirror_halts_total{reason=diverged} = %v, want 2 (the first halt and the one after the restart)", n)
+	}
+	if n := metricValue(t, reg, "ferry_mirror_partition_halted", "topic", topic, "partition", "0", "reason", "diverged"); n != 1 {
+		t.Fatalf("ferry_mirror_partition_halted = %v, want 1", n)
+	}
+	if e := fakeEnd(t, b, topic, 0); e != 11 {
+		t.Fatalf("the restarted writer appended: standby end %d, want 11", e)
+	}
+
+	// The repair: the standby topic deleted while halted; the sync loop
+	// creates it again, empty.
+	if _, err := kadm.NewClient(bcl).DeleteTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	eventually2(t, 30*time.Second, "the standby topic created again by the sync loop", func() error {
+		td, err := kadm.NewClient(fakeClient(t, b)).ListTopics(ctx, topic)
+		if err != nil || !td.Has(topic) || td[topic].Err != nil || len(td[topic].Partitions) != 2 {
+			return fmt.Errorf("topics %v %v", td, err)
+		}
+		return nil
+	})
+	if st, _ := partitionStatus(m, topic, 0); st.State != StateHalted {
+		t.Fatalf("the partition left its halt without a restart: %+v", st)
+	}
+	if e := fakeEnd(t, b, topic, 0); e != 0 {
+		t.Fatalf("the recreated standby topic has end %d before the restart, want 0", e)
+	}
+	if _, err := m.Restart(topic, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{}
+	for i := range 14 {
+		want = append(want, fmt.Sprintf("%d=a%d", i, i))
+	}
+	eventually2(t, 30*time.Second, "the restarted writer copying from 0", func() error {
+		st, _ := partitionStatus(m, topic, 0)
+		if st.State != StateCaughtUp || st.Mirrored != 14 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	if got := fakeRecords(t, b, topic, 0); !slices.Equal(got, want) {
+		t.Fatalf("the standby holds %v, want the source's %v", got, want)
+	}
+	if n := metricValue(t, reg, "ferry_mirror_partition_halted", "topic", topic, "partition", "0"); n != 0 {
+		t.Fatalf("ferry_mirror_partition_halted still %v after the repair", n)
+	}
+	// Running: not halted, refused.
+	if _, err := m.Restart(topic, 0); !errors.Is(err, ErrNotHalted) {
+		t.Fatalf("Restart of a running partition: %v, want ErrNotHalted", err)
+	}
+}

@@ -30,10 +30,10 @@ func (s *Server) Connections(o proxy.ConnzOptions) (*proxy.Connz, error) {
 
 // HandleConnections answers Connections as indented JSON. The query
 // selects: state (open, closed, all), sort, offset, limit, and the filters
-// client_id, software and remote (substrings). A bad value answers 400.
+// client_id, software, remote and principal (substrings). A bad value answers 400.
 func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o := proxy.ConnzOptions{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote")}
+	o := proxy.ConnzOptions{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote"), Principal: q.Get("principal")}
 	var err error
 	for _, p := range []struct {
 		name string

@@ -75,6 +75,10 @@ type config struct {
 	// clientMetricsLimit bounds the per-client series (clientmetrics.go).
 	connStats          bool
 	clientMetricsLimit int
+	// clientTLS and clientSASL secure the Kafka listeners (tls.go,
+	// auth.go); nil: plaintext, no authentication.
+	clientTLS  *ClientTLS
+	clientSASL *ClientSASL
 }
 
 func defaultConfig() config {
@@ -237,6 +241,16 @@ func WithConnectionStats(on bool) Option { return func(c *config) { c.connStats 
 // sharing a registry share the series, and the first one's limit.
 func WithClientMetricsLimit(n int) Option { return func(c *config) { c.clientMetricsLimit = n } }
 
+// WithClientTLS serves TLS on the Kafka listeners (tls.go): every client
+// connection is TLS, optionally with verified client certificates, whose
+// subject becomes the principal.
+func WithClientTLS(t ClientTLS) Option { return func(c *config) { c.clientTLS = &t } }
+
+// WithClientSASL requires SASL authentication on the Kafka listeners
+// (auth.go): before it succeeds, a connection is answered ApiVersions,
+// SaslHandshake and SaslAuthenticate only.
+func WithClientSASL(s ClientSASL) Option { return func(c *config) { c.clientSASL = &s } }
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -272,6 +286,16 @@ func (c *config) validate() error {
 	}
 	if err := c.settings.validate(); err != nil {
 		return err
+	}
+	if c.clientTLS != nil {
+		if err := c.clientTLS.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if c.clientSASL != nil {
+		if err := c.clientSASL.Validate(c.clientTLS != nil); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	p, err := newPolicy(c.policyAllow, c.policyDeny)
 	if err != nil {

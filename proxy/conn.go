@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,6 +70,11 @@ type clientConn struct {
 	lastUp      *upstream
 	cluster     atomic.Pointer[upstream]
 
+	// auth is the SASL state (the reader goroutine's); principal who the
+	// connection authenticated as, for others to read (auth.go).
+	auth      connAuth
+	principal atomic.Pointer[string]
+
 	closeOnce sync.Once
 	// Set once by close, read by retire after the connection is done.
 	closeReason string
@@ -121,6 +127,9 @@ type reply struct {
 func (s *Server) newClientConn(nc net.Conn) *clientConn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	remote := nc.RemoteAddr().String()
+	if s.tls != nil {
+		nc = tls.Server(nc, s.tls.base) // the handshake runs in serve
+	}
 	c := &clientConn{
 		s:           s,
 		nc:          nc,
@@ -149,6 +158,11 @@ func (c *clientConn) serve() {
 	c.s.metrics.connsOpen.Inc()
 	c.s.metrics.connsTotal.Inc()
 	defer c.s.metrics.connsOpen.Dec()
+	if err := c.handshake(); err != nil {
+		c.close(err)
+		c.mem.close()
+		return
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -171,16 +185,17 @@ func (c *clientConn) close(err error) {
 		c.s.connMetrics.closes(c.closeReason).Inc()
 		c.end()
 		c.nc.Close()
+		log := c.logger()
 		switch {
 		case errors.Is(err, errClientClosed): // an answer was still awaited
-			c.log.Debug("client connection closed", zap.Error(err))
+			log.Debug("client connection closed", zap.Error(err))
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle), errors.Is(err, ErrServerClosed):
-			c.log.Debug("client connection closed")
-		case refusalReason(err) != "":
+			log.Debug("client connection closed")
+		case refusalReason(err) != "", errors.Is(err, errTLSHandshake), errors.Is(err, errAuthFailed), errors.Is(err, errAuthRateLimited):
 			// Logged, sampled, where it was refused.
-			c.log.Debug("client connection closed", zap.Error(err))
+			log.Debug("client connection closed", zap.Error(err))
 		default:
-			c.log.Info("client connection closed", zap.Error(err))
+			log.Info("client connection closed", zap.Error(err))
 		}
 	})
 }
@@ -257,6 +272,11 @@ func (c *clientConn) readLoop() (err error) {
 		case <-c.ctx.Done():
 			c.s.writeDone(req)
 			return c.ctx.Err()
+		}
+		if err := c.auth.closeAfter; err != nil {
+			// Authentication failed: the answer saying so is written,
+			// then the connection closes (auth.go).
+			return err
 		}
 	}
 }

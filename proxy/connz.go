@@ -28,8 +28,9 @@ type ConnInfo struct {
 	ClientID        string `json:"client_id"`
 	SoftwareName    string `json:"software_name,omitempty"`
 	SoftwareVersion string `json:"software_version,omitempty"`
-	// Principal is the authenticated identity; Ferry's listeners do not
-	// authenticate yet, so it is always empty and omitted.
+	// Principal is the authenticated identity, Kafka's way: "User:<name>"
+	// after SASL, "User:<subject DN>" from a verified client certificate;
+	// empty (omitted) on a listener without authentication and before it.
 	Principal   string     `json:"principal,omitempty"`
 	ConnectedAt time.Time  `json:"connected_at"`
 	ClosedAt    *time.Time `json:"closed_at,omitempty"`
@@ -74,9 +75,10 @@ type ConnzOptions struct {
 	// Offset skips that many matching connections; Limit returns at most
 	// that many (default 100, at most 1000).
 	Offset, Limit int
-	// ClientID, Software and Remote keep the connections whose client.id,
-	// "software_name/software_version" or remote address contain them.
-	ClientID, Software, Remote string
+	// ClientID, Software, Remote and Principal keep the connections whose
+	// client.id, "software_name/software_version", remote address or
+	// principal contain them.
+	ClientID, Software, Remote, Principal string
 }
 
 // Connz is what Connz returns.
@@ -205,6 +207,7 @@ func (s *Server) Connz(o ConnzOptions) (*Connz, error) {
 func (ci *ConnInfo) matches(o *ConnzOptions) bool {
 	return strings.Contains(ci.ClientID, o.ClientID) &&
 		strings.Contains(ci.Remote, o.Remote) &&
+		strings.Contains(ci.Principal, o.Principal) &&
 		strings.Contains(ci.SoftwareName+"/"+ci.SoftwareVersion, o.Software)
 }
 
@@ -243,6 +246,7 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 	if u := c.cluster.Load(); u != nil {
 		ci.Cluster = u.name
 	}
+	ci.Principal = c.principalName()
 	if ci.InFlight == 0 {
 		ci.IdleSeconds = max(now.Sub(time.Unix(0, c.lastActive.Load())).Seconds(), 0)
 	}

@@ -122,6 +122,7 @@ func init() {
 		int16(kmsg.ListGroups):                 handleListGroups,
 		int16(kmsg.ListTransactions):           handleListTransactions,
 		int16(kmsg.SASLHandshake):              handleSASLHandshake,
+		int16(kmsg.SASLAuthenticate):           handleSASLAuthenticate,
 		int16(kmsg.CreateTopics):               handleCreateTopics,
 		int16(kmsg.CreatePartitions):           handleCreatePartitions,
 		int16(kmsg.AlterPartitionAssignments):  handleAlterPartitionReassignments,
@@ -137,7 +138,12 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		s.metrics.refused(h.Key, reasonUnsupportedVersion)
 		return apiVersionsUnsupported(s, req), nil
 	}
-	if h.Key == int16(kmsg.SASLAuthenticate) {
+	if !s.authenticated(c) {
+		if err := s.gateUnauthenticated(c, req); err != nil {
+			return nil, err
+		}
+	}
+	if h.Key == int16(kmsg.SASLAuthenticate) && s.auth == nil {
 		// Only after a successful SaslHandshake, which Ferry never
 		// gives (17_sasl_handshake.go).
 		return nil, s.refuse(h.Key, reasonSASL, errors.New("SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL"))

@@ -124,7 +124,8 @@ func (c *clientConn) readErr(err error) error {
 
 // closeReasons lists the reason labels of ferry_client_connections_closed_total.
 func closeReasons() []string {
-	return []string{"client_closed", "idle", "request_read_timeout", "write_timeout", "bad_frame", "refused", "shutdown", "other"}
+	return []string{"client_closed", "idle", "request_read_timeout", "write_timeout", "bad_frame", "refused", "shutdown", "other",
+		"tls_handshake", "auth_failed", "auth_rate_limited", "unauthenticated_request"}
 }
 
 // closeReason classifies why a client connection closed.
@@ -136,6 +137,14 @@ func closeReason(err error) string {
 		return "request_read_timeout"
 	case errors.Is(err, ErrServerClosed), errors.Is(err, context.Canceled):
 		return "shutdown"
+	case errors.Is(err, errTLSHandshake):
+		return "tls_handshake"
+	case errors.Is(err, errAuthRateLimited):
+		return "auth_rate_limited"
+	case errors.Is(err, errAuthFailed):
+		return "auth_failed"
+	case errors.Is(err, errUnauthenticatedRequest):
+		return "unauthenticated_request"
 	case errors.Is(err, protocol.ErrFrameTooLarge), errors.Is(err, protocol.ErrMalformedFrame), errors.Is(err, protocol.ErrMalformedHeader):
 		return "bad_frame"
 	case refusalReason(err) != "":

@@ -65,7 +65,7 @@ func (c *clientConn) logRefusal(lvl zapcore.Level, reason, msg string, fields ..
 	if suppressed > 0 {
 		fields = append(fields, zap.Int("suppressed", suppressed))
 	}
-	if ce := c.log.Check(lvl, msg); ce != nil {
+	if ce := c.logger().Check(lvl, msg); ce != nil {
 		ce.Write(fields...)
 	}
 }

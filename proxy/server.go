@@ -37,6 +37,11 @@ type Server struct {
 	refusalLogs *logSampler
 	// policy says which classes of request clients may send.
 	policy policy
+	// tls and auth secure the listeners, when configured (tls.go,
+	// auth.go); authMetrics count authentications.
+	tls         *tlsServer
+	auth        *authenticator
+	authMetrics *authMetrics
 
 	// writes counts client writes in flight (hold.go).
 	writes atomic.Int64
@@ -115,6 +120,9 @@ func New(opts ...Option) (*Server, error) {
 	if s.clientMetrics, err = newClientMetrics(cfg.reg, cfg.clientMetricsLimit); err != nil {
 		return nil, err
 	}
+	if err := s.initClientSecurity(); err != nil {
+		return nil, err
+	}
 	for _, cl := range cfg.clusters {
 		u, err := newUpstream(&s.cfg, cl)
 		if err != nil {
@@ -175,7 +183,7 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 		})
 	}
-	s.versions = withSASLHandshake(protocol.Intersect(sets...))
+	s.versions = s.withSASL(protocol.Intersect(sets...))
 	s.lanes = s.cfg.lanes
 	if s.lanes == 0 {
 		// As many lanes as the largest cluster has brokers: each

@@ -45,6 +45,12 @@ type Config struct {
 	// AdvertisedPort is the port clients are told to connect to. Default:
 	// the port Listen is bound to.
 	AdvertisedPort int `yaml:"advertised_port"`
+	// TLS serves TLS on the Kafka listener (every lane). Without it the
+	// listener is plaintext.
+	TLS *ListenerTLSConfig `yaml:"tls"`
+	// SASL requires clients of the Kafka listener to authenticate
+	// (docs/SECURITY.md, "Towards clients"). Without it they do not.
+	SASL *ListenerSASLConfig `yaml:"sasl"`
 	// AdminListen is the address of the admin HTTP API (/metrics, /healthz,
 	// /readyz, /status, POST /switchover). Default 0.0.0.0:9644.
 	AdminListen string `yaml:"admin_listen"`
@@ -158,6 +164,124 @@ type Config struct {
 	Policy PolicyConfig `yaml:"policy"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+}
+
+// ListenerTLSConfig is the Kafka listener's TLS. The files are read again
+// when they change, so a renewed certificate needs no restart.
+type ListenerTLSConfig struct {
+	// CertFile and KeyFile are the listener's certificate (chain) and
+	// private key, PEM. Required.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile is the CA bundle (PEM) client certificates are verified
+	// against; required with client_auth request or require.
+	ClientCAFile string `yaml:"client_ca_file"`
+	// ClientAuth is none, request (a certificate is verified when the
+	// client presents one) or require. A verified certificate's subject
+	// is the connection's principal, "User:CN=...,O=...". Default none.
+	ClientAuth string `yaml:"client_auth"`
+	// MinVersion is the oldest TLS version accepted, "1.2" or "1.3".
+	// Default "1.2".
+	MinVersion string `yaml:"min_version"`
+}
+
+// ListenerSASLConfig is the Kafka listener's SASL authentication.
+type ListenerSASLConfig struct {
+	// Mechanisms offered: SCRAM-SHA-512, SCRAM-SHA-256, PLAIN,
+	// OAUTHBEARER. Required.
+	Mechanisms []string `yaml:"mechanisms"`
+	// CredentialsFile is the user store of SCRAM and PLAIN, written by
+	// `ferry users add`; it holds salted keys, never passwords, and is
+	// read again when it changes.
+	CredentialsFile string `yaml:"credentials_file"`
+	// AllowPlainWithoutTLS offers PLAIN on a listener without tls, which
+	// sends passwords in the clear. Default false: a configuration error.
+	AllowPlainWithoutTLS bool `yaml:"allow_plain_without_tls"`
+	// OAuth validates OAUTHBEARER tokens (JWTs).
+	OAuth OAuthSection `yaml:"oauth"`
+	// FailedLoginBurst failed authentications are allowed from one
+	// source address, then FailedLoginBurst per FailedLoginInterval; an
+	// address beyond that is refused until its allowance refills.
+	// Defaults 10 and 1m.
+	FailedLoginBurst    int           `yaml:"failed_login_burst"`
+	FailedLoginInterval time.Duration `yaml:"failed_login_interval"`
+	// FailedLoginDelay delays the answer to a failed authentication, as
+	// Kafka's connection.failed.authentication.delay.ms. Default 100ms.
+	FailedLoginDelay time.Duration `yaml:"failed_login_delay"`
+}
+
+// OAuthSection configures SASL/OAUTHBEARER.
+type OAuthSection struct {
+	// JWKSFile or JWKSURL (one) holds the keys tokens are signed with.
+	JWKSFile string `yaml:"jwks_file"`
+	JWKSURL  string `yaml:"jwks_url"`
+	// Issuer and Audience, when set, must match the token's iss and aud.
+	Issuer   string `yaml:"issuer"`
+	Audience string `yaml:"audience"`
+	// PrincipalClaim is the claim naming the principal. Default sub.
+	PrincipalClaim string `yaml:"principal_claim"`
+}
+
+// proxyTLS is the proxy's form of the tls section.
+func (t *ListenerTLSConfig) proxyTLS() proxy.ClientTLS {
+	return proxy.ClientTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
+}
+
+// proxySASL is the proxy's form of the sasl section.
+func (s *ListenerSASLConfig) proxySASL() proxy.ClientSASL {
+	return proxy.ClientSASL{
+		Mechanisms: s.Mechanisms, CredentialsFile: s.CredentialsFile, AllowPlainWithoutTLS: s.AllowPlainWithoutTLS,
+		OAuth: proxy.OAuthConfig{JWKSFile: s.OAuth.JWKSFile, JWKSURL: s.OAuth.JWKSURL, Issuer: s.OAuth.Issuer,
+			Audience: s.OAuth.Audience, PrincipalClaim: s.OAuth.PrincipalClaim},
+		FailedBurst: s.FailedLoginBurst, FailedInterval: s.FailedLoginInterval, FailedDelay: s.FailedLoginDelay,
+	}
+}
+
+func (c *Config) applyListenerDefaults() {
+	if t := c.TLS; t != nil {
+		if t.ClientAuth == "" {
+			t.ClientAuth = proxy.ClientAuthNone
+		}
+		if t.MinVersion == "" {
+			t.MinVersion = "1.2"
+		}
+	}
+	if s := c.SASL; s != nil {
+		if s.FailedLoginBurst == 0 {
+			s.FailedLoginBurst = proxy.DefaultFailedAuthBurst
+		}
+		if s.FailedLoginInterval == 0 {
+			s.FailedLoginInterval = proxy.DefaultFailedAuthInterval
+		}
+		if s.FailedLoginDelay == 0 {
+			s.FailedLoginDelay = proxy.DefaultFailedAuthDelay
+		}
+		if slices.Contains(s.Mechanisms, proxy.MechanismOAuthBearer) && s.OAuth.PrincipalClaim == "" {
+			s.OAuth.PrincipalClaim = "sub"
+		}
+	}
+}
+
+// validateListener checks the tls and sasl sections; the files are read
+// when the member starts.
+func (c *Config) validateListener() []error {
+	var errs []error
+	if c.TLS != nil {
+		pt := c.TLS.proxyTLS()
+		if err := pt.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.SASL != nil {
+		ps := c.SASL.proxySASL()
+		if err := ps.Validate(c.TLS != nil); err != nil {
+			errs = append(errs, err)
+		}
+		if c.SASL.FailedLoginInterval < time.Second && c.SASL.FailedLoginInterval != 0 {
+			errs = append(errs, fmt.Errorf("sasl.failed_login_interval %s: must be at least 1s", c.SASL.FailedLoginInterval))
+		}
+	}
+	return errs
 }
 
 // FleetConfig is the fleet section: how this member finds and talks to the
@@ -353,6 +477,7 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
 	}
+	c.applyListenerDefaults()
 	c.Mirror.applyDefaults(len(c.Clusters))
 	if f := c.Fleet; f != nil {
 		if f.Bind == "" {
@@ -465,6 +590,7 @@ func (c *Config) validate() error {
 	if len(c.Clusters) > 0 && !seen[c.Active] {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
+	errs = append(errs, c.validateListener()...)
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
 	if c.Fleet != nil {
 		errs = append(errs, c.Fleet.validate()...)

@@ -27,6 +27,7 @@ type connectionsFlags struct {
 	sort, state                string
 	limit                      int
 	clientID, software, remote string
+	principal                  string
 	watch, json                bool
 }
 
@@ -41,6 +42,7 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	fs.StringVar(&f.clientID, "client-id", "", "only connections whose client.id contains `TEXT`")
 	fs.StringVar(&f.software, "software", "", "only connections whose software name/version contains `TEXT`")
 	fs.StringVar(&f.remote, "remote", "", "only connections whose remote address contains `TEXT`")
+	fs.StringVar(&f.principal, "principal", "", "only connections whose principal (User:NAME) contains `TEXT`")
 	fs.BoolVar(&f.watch, "watch", false, "redraw every 2 s until interrupted")
 	fs.BoolVar(&f.json, "json", false, "print /connections as the member answers it (JSON)")
 	fs.Usage = func() {
@@ -63,7 +65,7 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{err}
 	}
 	q := url.Values{}
-	for k, v := range map[string]string{"sort": f.sort, "state": f.state, "client_id": f.clientID, "software": f.software, "remote": f.remote} {
+	for k, v := range map[string]string{"sort": f.sort, "state": f.state, "client_id": f.clientID, "software": f.software, "remote": f.remote, "principal": f.principal} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -118,7 +120,7 @@ func printConnections(w io.Writer, cz *proxy.Connz) {
 	}
 	closed := cz.State != "open"
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "ID\tREMOTE\tLANE\tCLUSTER\tCLIENT ID\tSOFTWARE\tAGE\tIDLE\tIN\tOUT\tREQS\tERRS\tINFL\tP50\tP99"
+	head := "ID\tREMOTE\tLANE\tCLUSTER\tCLIENT ID\tSOFTWARE\tPRINCIPAL\tAGE\tIDLE\tIN\tOUT\tREQS\tERRS\tINFL\tP50\tP99"
 	if closed {
 		head += "\tCLOSED"
 	}
@@ -136,8 +138,8 @@ func printConnections(w io.Writer, cz *proxy.Connz) {
 		if c.Lane >= 0 {
 			lane = strconv.Itoa(c.Lane)
 		}
-		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s",
-			c.ID, c.Remote, lane, dash(c.Cluster), dash(c.ClientID), dash(software),
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s",
+			c.ID, c.Remote, lane, dash(c.Cluster), dash(c.ClientID), dash(software), dash(c.Principal),
 			age(end.Sub(c.ConnectedAt)), age(time.Duration(c.IdleSeconds*float64(time.Second))),
 			humanBytes(c.BytesIn), humanBytes(c.BytesOut), c.RequestsTotal, c.ErrorsTotal, c.InFlight,
 			latency(c.LatencyP50Ms, c.LatencySamples), latency(c.LatencyP99Ms, c.LatencySamples))

@@ -15,7 +15,7 @@ func testConnz() *proxy.Connz {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	closed := now.Add(-30 * time.Second)
 	return &proxy.Connz{Now: now, State: "all", Sort: "bytes_out", Open: 1, Matched: 2, Limit: 10, Connections: []proxy.ConnInfo{
-		{ID: 7, Remote: "10.0.0.7:51234", Lane: 1, Cluster: "primary", ClientID: "orders-svc", SoftwareName: "kgo", SoftwareVersion: "v1.22.3",
+		{ID: 7, Remote: "10.0.0.7:51234", Lane: 1, Cluster: "primary", ClientID: "orders-svc", SoftwareName: "kgo", SoftwareVersion: "v1.22.3", Principal: "User:orders",
 			ConnectedAt: now.Add(-90 * time.Second), IdleSeconds: 0, InFlight: 2, BytesIn: 2048, BytesOut: 5 << 20,
 			Requests: map[string]uint64{"Produce": 40, "Metadata": 2}, RequestsTotal: 42, ErrorsTotal: 1, Errors: map[string]uint64{"NOT_LEADER_OR_FOLLOWER": 1},
 			LatencyP50Ms: 0.5, LatencyP99Ms: 12.25, LatencySamples: 42},
@@ -38,9 +38,9 @@ func TestCLIConnections(t *testing.T) {
 		t.Errorf("summary line %q", lines[0])
 	}
 	for _, w := range [][]string{
-		{"ID", "REMOTE", "LANE", "CLUSTER", "CLIENT ID", "SOFTWARE", "AGE", "IDLE", "IN", "OUT", "REQS", "ERRS", "INFL", "P50", "P99", "CLOSED"},
-		{"7", "10.0.0.7:51234", "1", "primary", "orders-svc", "kgo/v1.22.3", "1m30s", "0s", "2.0KiB", "5.0MiB", "42", "1", "2", "500µs", "12.2ms", "-"},
-		{"3", "10.0.0.3:40000", "0", "-", "-", "-", "59m30s", "10m0s", "100B", "200B", "2", "0", "0", "-", "-", "idle 30s ago"},
+		{"ID", "REMOTE", "LANE", "CLUSTER", "CLIENT ID", "SOFTWARE", "PRINCIPAL", "AGE", "IDLE", "IN", "OUT", "REQS", "ERRS", "INFL", "P50", "P99", "CLOSED"},
+		{"7", "10.0.0.7:51234", "1", "primary", "orders-svc", "kgo/v1.22.3", "User:orders", "1m30s", "0s", "2.0KiB", "5.0MiB", "42", "1", "2", "500µs", "12.2ms", "-"},
+		{"3", "10.0.0.3:40000", "0", "-", "-", "-", "-", "59m30s", "10m0s", "100B", "200B", "2", "0", "0", "-", "-", "idle 30s ago"},
 	} {
 		if !containsRow(out, w) {
 			t.Errorf("table has no row %q:\n%s", w, out)

@@ -30,6 +30,8 @@ clusters:
     tls: {server_name: kafka}
     sasl: {mechanism: PLAIN, username: u, password_env: P}
 fleet: {}
+tls: {cert_file: c.crt, key_file: c.key}
+sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: u.yaml}
 `
 
 // envSample is a value of a key's type that differs from its zero value.

@@ -7,6 +7,7 @@
 //	ferry status                print a running member's status (its admin API)
 //	ferry connections           list a running member's client connections, like top
 //	ferry mirror restart        restart halted mirror partitions (its admin API)
+//	ferry users add|list|delete manage the SASL credential store
 //	ferry version               print the version
 package main
 
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = connectionsCmd(ctx, args[1:], stdout, stderr)
 	case "mirror":
 		err = mirrorCmd(ctx, args[1:], stdout, stderr)
+	case "users":
+		err = usersCmd(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ferry", version())
 	case "help", "-h", "-help", "--help":

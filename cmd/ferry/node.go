@@ -172,6 +172,12 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	if n.fleet != nil {
 		proxyOpts = append(proxyOpts, proxy.WithWriteLease(n.fleet.lease))
 	}
+	if cfg.TLS != nil {
+		proxyOpts = append(proxyOpts, proxy.WithClientTLS(cfg.TLS.proxyTLS()))
+	}
+	if cfg.SASL != nil {
+		proxyOpts = append(proxyOpts, proxy.WithClientSASL(cfg.SASL.proxySASL()))
+	}
 	if n.proxy, err = proxy.New(proxyOpts...); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ Commands:
   mirror restart        restart halted mirror partitions of a running member
                         (--admin HOST:PORT, --halted | --topic T [--partition N],
                         --json, --token-file F)
+  users add|list|delete manage the SASL/SCRAM credential store
+                        (--store FILE, --user NAME; the password on stdin)
   version               print the version
 
 Run 'ferry <command> -h' for a command's flags.

@@ -82,6 +82,33 @@ public final class Client {
         }
     }
 
+    // ---- security ----
+
+    // security adds the client-side security settings the tests pass in
+    // the environment (clients/README.md, "Security"): nothing when
+    // CONFORMANCE_SECURITY_PROTOCOL is unset.
+    static void security(Properties p) {
+        String proto = System.getenv("CONFORMANCE_SECURITY_PROTOCOL");
+        if (proto == null || proto.isEmpty()) {
+            return;
+        }
+        p.put("security.protocol", proto);
+        String ca = System.getenv("CONFORMANCE_SSL_CA_FILE");
+        if (ca != null && !ca.isEmpty()) {
+            p.put("ssl.truststore.type", "PEM");
+            p.put("ssl.truststore.location", ca);
+        }
+        String mech = System.getenv("CONFORMANCE_SASL_MECHANISM");
+        if (mech != null && !mech.isEmpty()) {
+            p.put("sasl.mechanism", mech);
+            String module = mech.startsWith("SCRAM-")
+                ? "org.apache.kafka.common.security.scram.ScramLoginModule"
+                : "org.apache.kafka.common.security.plain.PlainLoginModule";
+            p.put("sasl.jaas.config", module + " required username=\"" + System.getenv("CONFORMANCE_SASL_USERNAME")
+                + "\" password=\"" + System.getenv("CONFORMANCE_SASL_PASSWORD") + "\";");
+        }
+    }
+
     // ---- produce ----
 
     static void produce(Map<String, String> a) throws Exception {
@@ -90,6 +117,7 @@ public final class Client {
         String txnId = a.get("transactional-id");
 
         Properties p = new Properties();
+        security(p);
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         p.put(ProducerConfig.ACKS_CONFIG, "all");
@@ -174,6 +202,7 @@ public final class Client {
         long durationNanos = (long) (Double.parseDouble(need(a, "duration")) * 1e9);
 
         Properties p = new Properties();
+        security(p);
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         p.put(ProducerConfig.ACKS_CONFIG, "all");
@@ -253,6 +282,7 @@ public final class Client {
         String protocol = a.getOrDefault("group-protocol", "classic");
 
         Properties p = new Properties();
+        security(p);
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
         p.put(ConsumerConfig.GROUP_ID_CONFIG, need(a, "group"));
         p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
@@ -310,6 +340,7 @@ public final class Client {
         String topic = a.getOrDefault("topic", "admin-" + randomToken());
         short rf = Short.parseShort(a.getOrDefault("replication-factor", "3"));
         Properties p = new Properties();
+        security(p);
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
         Map<String, Object> seen = new LinkedHashMap<>();
@@ -553,6 +584,7 @@ public final class Client {
         static void produceRole(String bootstrap, String topic, int partitions, double rate,
                 java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
             Properties p = new Properties();
+            security(p);
             p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
             p.put(ProducerConfig.ACKS_CONFIG, "all");
@@ -606,6 +638,7 @@ public final class Client {
         static void txnRole(String bootstrap, String topic, String txnId, int partitions,
                 java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
             Properties p = new Properties();
+            security(p);
             p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
             p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
@@ -684,6 +717,7 @@ public final class Client {
         static void consumeRole(String bootstrap, String name, String topic, String group, String protocol,
                 String isolation, java.util.concurrent.atomic.AtomicBoolean stop) throws Exception {
             Properties p = new Properties();
+            security(p);
             p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);

@@ -65,10 +65,33 @@ function recordJSON (partition, offset, key, value, headers, timestamp, aborted)
   return JSON.stringify(r)
 }
 
+// security is the client-side security the tests pass in the environment
+// (clients/README.md, "Security"): nothing when
+// CONFORMANCE_SECURITY_PROTOCOL is unset.
+function security () {
+  const proto = process.env.CONFORMANCE_SECURITY_PROTOCOL || ''
+  if (!proto) return {}
+  const out = {}
+  if (proto === 'SSL' || proto === 'SASL_SSL') {
+    out.ssl = process.env.CONFORMANCE_SSL_CA_FILE
+      ? { ca: [require('fs').readFileSync(process.env.CONFORMANCE_SSL_CA_FILE, 'utf8')] }
+      : true
+  }
+  if (proto.startsWith('SASL_')) {
+    out.sasl = {
+      mechanism: (process.env.CONFORMANCE_SASL_MECHANISM || '').toLowerCase(),
+      username: process.env.CONFORMANCE_SASL_USERNAME,
+      password: process.env.CONFORMANCE_SASL_PASSWORD,
+    }
+  }
+  return out
+}
+
 function newKafka (a) {
   return new Kafka({
     clientId: 'ferry-conformance-kafkajs',
     brokers: a.bootstrap.split(','),
+    ...security(),
     logLevel: logLevel.ERROR,
     logCreator: stderrLogger,
     // Short backoffs: a transaction right after the previous commit meets
@@ -170,6 +193,7 @@ async function produceSteady (a) {
   const kafka = new Kafka({
     clientId: 'ferry-conformance-kafkajs',
     brokers: a.bootstrap.split(','),
+    ...security(),
     logLevel: logLevel.ERROR,
     logCreator: stderrLogger,
   })
@@ -329,6 +353,7 @@ function streamKafka (a) {
   return new Kafka({
     clientId: 'ferry-conformance-kafkajs',
     brokers: a.bootstrap.split(','),
+    ...security(),
     logLevel: logLevel.ERROR,
     logCreator: stderrLogger,
   })

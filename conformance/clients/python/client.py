@@ -45,6 +45,23 @@ def record_json(partition, offset, key, value, headers, timestamp, aborted=False
     return json.dumps(m, separators=(",", ":"))
 
 
+def security():
+    """The client-side security settings the tests pass in the environment
+    (clients/README.md, "Security"): none when CONFORMANCE_SECURITY_PROTOCOL
+    is unset."""
+    proto = os.environ.get("CONFORMANCE_SECURITY_PROTOCOL", "")
+    if not proto:
+        return {}
+    conf = {"security.protocol": proto}
+    if os.environ.get("CONFORMANCE_SSL_CA_FILE"):
+        conf["ssl.ca.location"] = os.environ["CONFORMANCE_SSL_CA_FILE"]
+    if os.environ.get("CONFORMANCE_SASL_MECHANISM"):
+        conf["sasl.mechanism"] = os.environ["CONFORMANCE_SASL_MECHANISM"]
+        conf["sasl.username"] = os.environ["CONFORMANCE_SASL_USERNAME"]
+        conf["sasl.password"] = os.environ["CONFORMANCE_SASL_PASSWORD"]
+    return conf
+
+
 def log_errors(err):
     print(f"client.py: librdkafka error: {err}", file=sys.stderr)
 
@@ -62,7 +79,7 @@ def produce(a):
     }
     if a.transactional_id:
         conf["transactional.id"] = a.transactional_id
-    p = ck.Producer(conf)
+    p = ck.Producer(**security(), **conf)
     run = secrets.token_hex(6)
     base = int(time.time() * 1000) - a.count  # explicit, distinct, in the past
     results = [None] * a.count
@@ -117,7 +134,7 @@ def produce_steady(a):
     timeout, as an application would have it. A failed record is counted,
     never fatal. Prints a line per acknowledged record, then
     {"acked":a,"failed":f,"first_error":"..."}."""
-    p = ck.Producer({
+    p = ck.Producer(**security(), **{
         "bootstrap.servers": a.bootstrap,
         "enable.idempotence": True,
         "acks": "all",
@@ -186,7 +203,7 @@ def consume(a):
     if a.group_protocol != "classic":
         # Only set when needed: librdkafka before 2.4 has no such property.
         conf["group.protocol"] = a.group_protocol
-    c = ck.Consumer(conf)
+    c = ck.Consumer(**security(), **conf)
     c.subscribe([a.topic])
     out = []
     deadline = time.monotonic() + CONSUME_TIMEOUT_S
@@ -278,7 +295,7 @@ def produce_role(a, topic, stop):
     """An idempotent producer at librdkafka's defaults, --rate records a
     second round robin over the partitions."""
     role = "produce"
-    p = ck.Producer({
+    p = ck.Producer(**security(), **{
         "bootstrap.servers": a.bootstrap,
         "enable.idempotence": True,
         "acks": "all",
@@ -327,7 +344,7 @@ def txn_role(a, spec, stop):
     on with a new transaction; a fatal error ends the role."""
     role = "txn"
     topic, txn_id = spec.split(":", 1)
-    p = ck.Producer({
+    p = ck.Producer(**security(), **{
         "bootstrap.servers": a.bootstrap,
         "transactional.id": txn_id,
         "enable.idempotence": True,
@@ -412,7 +429,7 @@ def consume_role(a, spec, stop):
     }
     if protocol != "classic":
         conf["group.protocol"] = protocol
-    c = ck.Consumer(conf)
+    c = ck.Consumer(**security(), **conf)
     c.subscribe([topic])
 
     def commit():

@@ -1,0 +1,411 @@
+package proxy
+
+// Client authentication: SASL on the Kafka listeners (PLAIN, SCRAM-SHA-256,
+// SCRAM-SHA-512, OAUTHBEARER), as a Kafka broker's SASL listener does it
+// (KIP-43, KIP-152). A connection starts unauthenticated; until a
+// SaslHandshake (v1) and the SaslAuthenticate rounds of its mechanism
+// succeed, only ApiVersions, SaslHandshake and SaslAuthenticate are
+// answered. Any other request closes the connection (close reason
+// unauthenticated_request), as Kafka's SaslServerAuthenticator does: the
+// request reaches no cluster. A failed authentication is answered
+// SASL_AUTHENTICATION_FAILED with a message saying why, after
+// failedAuthDelay (Kafka's connection.failed.authentication.delay.ms),
+// then the connection closes (auth_failed). Wrong password and unknown
+// user get the same message, so the answer does not tell which users
+// exist; the log and ferry_client_auth_failures_total{mechanism,reason}
+// tell them apart.
+//
+// Failed authentications are limited per source address by a token
+// bucket (failLimiter): FailedBurst failures, then one per
+// FailedInterval/FailedBurst. An address out of tokens has every
+// authentication refused, correct or not, until the bucket refills; its
+// other connections, and every other address, are unaffected.
+//
+// The principal is "User:<name>" (Kafka's form): the SCRAM or PLAIN user,
+// or the token's principal claim. It is shown in GET /connections and in
+// the connection's log lines.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// ClientSASL configures SASL on the Kafka listeners.
+type ClientSASL struct {
+	// Mechanisms offered, in the order a client is told them.
+	Mechanisms []string
+	// CredentialsFile is the credential store (credentials.go), for
+	// SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN.
+	CredentialsFile string
+	// OAuth configures OAUTHBEARER.
+	OAuth OAuthConfig
+	// AllowPlainWithoutTLS offers PLAIN on a listener without TLS, where
+	// passwords cross the network in the clear.
+	AllowPlainWithoutTLS bool
+	// FailedBurst failed authentications are allowed per source address,
+	// then FailedBurst per FailedInterval (defaults 10 and 1m).
+	FailedBurst    int
+	FailedInterval time.Duration
+	// FailedDelay delays the answer to a failed authentication (default
+	// 100ms, as Kafka's connection.failed.authentication.delay.ms).
+	FailedDelay time.Duration
+}
+
+// Defaults of ClientSASL.
+const (
+	DefaultFailedAuthBurst    = 10
+	DefaultFailedAuthInterval = time.Minute
+	DefaultFailedAuthDelay    = 100 * time.Millisecond
+)
+
+// Mechanisms lists the SASL mechanisms Ferry can offer.
+func Mechanisms() []string {
+	return []string{MechanismSCRAMSHA512, MechanismSCRAMSHA256, MechanismPlain, MechanismOAuthBearer}
+}
+
+// Errors that close a connection during authentication; closeReason
+// (idle.go) names them.
+var (
+	errUnauthenticatedRequest = errors.New("request before SASL authentication")
+	errAuthFailed             = errors.New("SASL authentication failed")
+	errAuthRateLimited        = errors.New("too many failed authentications from this address")
+)
+
+// reasonUnauthenticated is the refusal reason of a request before
+// authentication.
+const reasonUnauthenticated = "unauthenticated"
+
+// authFailure is why an authentication failed: reason is the metric's
+// label, msg what the client is told, user the name it claimed (logged).
+type authFailure struct {
+	reason string
+	msg    string
+	user   string
+	err    error
+}
+
+func (f *authFailure) Error() string { return f.msg }
+func (f *authFailure) Unwrap() error { return f.err }
+
+// authFailureReasons are the reason labels of
+// ferry_client_auth_failures_total, each series made at 0.
+var authFailureReasons = map[string][]string{
+	MechanismSCRAMSHA512: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
+	MechanismSCRAMSHA256: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
+	MechanismPlain:       {"bad_password", "unknown_user", "malformed", "authzid", "rate_limited"},
+	MechanismOAuthBearer: {"invalid_token", "invalid_signature", "expired_token", "malformed", "rate_limited"},
+	"none":               {"unsupported_mechanism", "unauthenticated_request", "illegal_state"},
+	"TLS":                {"not_tls", "bad_certificate", "no_certificate", "client_refused", "timeout", "handshake"},
+}
+
+// authMetrics count authentications.
+type authMetrics struct {
+	failures  *prometheus.CounterVec
+	successes *prometheus.CounterVec
+}
+
+func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
+	m := &authMetrics{
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_auth_failures_total",
+			Help: "Failed client authentications (SASL, and TLS handshakes), by mechanism and reason."}, []string{"mechanism", "reason"}),
+		successes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_auth_successes_total",
+			Help: "Successful client authentications, by mechanism (TLS: a verified client certificate)."}, []string{"mechanism"}),
+	}
+	if reg != nil {
+		for _, c := range []**prometheus.CounterVec{&m.failures, &m.successes} {
+			if err := reg.Register(*c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+				existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+				if !ok {
+					return nil, err
+				}
+				*c = existing
+			}
+		}
+	}
+	for mech, reasons := range authFailureReasons {
+		for _, r := range reasons {
+			m.failures.WithLabelValues(mech, r)
+		}
+		if mech != "none" {
+			m.successes.WithLabelValues(mech)
+		}
+	}
+	return m, nil
+}
+
+func (m *authMetrics) failed(mechanism, reason string) {
+	if mechanism == "" {
+		mechanism = "none"
+	}
+	m.failures.WithLabelValues(mechanism, reason).Inc()
+}
+
+// authenticator serves SASL for a server's listeners.
+type authenticator struct {
+	cfg    ClientSASL
+	store  *credentialStore
+	oauth  *oauthValidator
+	limit  *failLimiter
+	secret []byte // keys the fake salts of unknown users
+}
+
+// Validate checks the settings (not the files), for a listener with TLS
+// or without; the errors name the keys of Ferry's configuration file.
+func (c *ClientSASL) Validate(tlsOn bool) error {
+	if len(c.Mechanisms) == 0 {
+		return errors.New("sasl.mechanisms: name at least one of " + strings.Join(Mechanisms(), ", "))
+	}
+	seen := map[string]bool{}
+	needStore := false
+	for i, m := range c.Mechanisms {
+		switch {
+		case !slices.Contains(Mechanisms(), m):
+			return fmt.Errorf("sasl.mechanisms[%d] %q: not a mechanism Ferry offers (%s)", i, m, strings.Join(Mechanisms(), ", "))
+		case seen[m]:
+			return fmt.Errorf("sasl.mechanisms[%d] %q: named twice", i, m)
+		case m == MechanismPlain && !tlsOn && !c.AllowPlainWithoutTLS:
+			return errors.New("sasl.mechanisms: PLAIN without tls sends passwords in the clear; configure tls, or set sasl.allow_plain_without_tls: true")
+		}
+		seen[m] = true
+		needStore = needStore || m != MechanismOAuthBearer
+	}
+	switch {
+	case needStore && c.CredentialsFile == "":
+		return errors.New("sasl.credentials_file is required for SCRAM and PLAIN (create it with `ferry users add`)")
+	case seen[MechanismOAuthBearer] && c.OAuth.JWKSFile == "" && c.OAuth.JWKSURL == "":
+		return errors.New("sasl.oauth: OAUTHBEARER needs jwks_file or jwks_url")
+	case !seen[MechanismOAuthBearer] && (c.OAuth.JWKSFile != "" || c.OAuth.JWKSURL != ""):
+		return errors.New("sasl.oauth is set but OAUTHBEARER is not in sasl.mechanisms")
+	case c.FailedBurst < 0 || c.FailedInterval < 0 || c.FailedDelay < 0:
+		return errors.New("sasl: failed_burst, failed_interval and failed_delay must not be negative")
+	}
+	return nil
+}
+
+func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticator, error) {
+	if err := cfg.Validate(tlsOn); err != nil {
+		return nil, err
+	}
+	if cfg.FailedBurst == 0 {
+		cfg.FailedBurst = DefaultFailedAuthBurst
+	}
+	if cfg.FailedInterval == 0 {
+		cfg.FailedInterval = DefaultFailedAuthInterval
+	}
+	if cfg.FailedDelay == 0 {
+		cfg.FailedDelay = DefaultFailedAuthDelay
+	}
+	a := &authenticator{cfg: cfg, limit: newFailLimiter(cfg.FailedBurst, cfg.FailedInterval), secret: make([]byte, 32)}
+	rand.Read(a.secret)
+	warn := func(err error) { log.Warn("SASL configuration file", zap.Error(err)) }
+	if cfg.CredentialsFile != "" {
+		st, err := newCredentialStore(cfg.CredentialsFile, warn)
+		if err != nil {
+			return nil, fmt.Errorf("sasl.%w", err)
+		}
+		a.store = st
+		if st.count() == 0 {
+			log.Warn("the SASL credential store has no users yet: add them with `ferry users add`", zap.String("credentials_file", cfg.CredentialsFile))
+		}
+	}
+	if slices.Contains(cfg.Mechanisms, MechanismOAuthBearer) {
+		v, err := newOAuthValidator(context.Background(), cfg.OAuth, warn)
+		if err != nil {
+			return nil, fmt.Errorf("sasl.%w", err)
+		}
+		a.oauth = v
+	}
+	return a, nil
+}
+
+func (a *authenticator) offers(mech string) bool { return slices.Contains(a.cfg.Mechanisms, mech) }
+
+// fakeSalt is the salt an unknown user is answered with: the same for a
+// name every time, so probing twice shows nothing.
+func (a *authenticator) fakeSalt(user string) []byte {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte(user))
+	return m.Sum(nil)
+}
+
+// connAuth is a connection's SASL state, the reader goroutine's own.
+type connAuth struct {
+	mechanism string // chosen by the handshake
+	scram     *scramServer
+	done      bool
+	// closeAfter, set with an answer, closes the connection once it is
+	// written.
+	closeAfter error
+}
+
+// authenticated reports whether c may send requests beyond the SASL ones.
+func (s *Server) authenticated(c *clientConn) bool { return s.auth == nil || c.auth.done }
+
+// gateUnauthenticated refuses every request but ApiVersions, SaslHandshake
+// and SaslAuthenticate before authentication.
+func (s *Server) gateUnauthenticated(c *clientConn, req *request) error {
+	switch req.hdr.Key {
+	case int16(kmsg.ApiVersions), int16(kmsg.SASLHandshake), int16(kmsg.SASLAuthenticate):
+		return nil
+	}
+	s.authMetrics.failed(c.auth.mechanism, "unauthenticated_request")
+	return s.refuse(req.hdr.Key, reasonUnauthenticated, fmt.Errorf("%w: %s (key %d): the listener requires SASL authentication first; configure the client with security.protocol SASL_SSL or SASL_PLAINTEXT and a mechanism (%s)",
+		errUnauthenticatedRequest, kmsg.NameForKey(req.hdr.Key), req.hdr.Key, strings.Join(s.auth.cfg.Mechanisms, ", ")))
+}
+
+// setPrincipal records who the connection authenticated as.
+func (c *clientConn) setPrincipal(p string) {
+	c.principal.Store(&p)
+}
+
+// principalName is the connection's principal, "" before authentication.
+func (c *clientConn) principalName() string {
+	if p := c.principal.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// logger is the connection's logger with its principal, once known.
+func (c *clientConn) logger() *zap.Logger {
+	if p := c.principalName(); p != "" {
+		return c.log.With(zap.String("principal", p))
+	}
+	return c.log
+}
+
+// authFailed counts and logs a failed authentication and marks the
+// connection to close once the answer is written.
+func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
+	s.authMetrics.failed(mech, f.reason)
+	if f.reason != "rate_limited" {
+		s.auth.limit.failed(c.remoteIP())
+	}
+	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", f.reason), zap.String("error", f.msg)}
+	if f.user != "" {
+		fields = append(fields, zap.String("user", f.user))
+	}
+	c.logRefusal(zapcore.InfoLevel, "auth_failed", "client authentication failed; closing the connection", fields...)
+	err := errAuthFailed
+	if f.reason == "rate_limited" {
+		err = errAuthRateLimited
+	}
+	c.auth.closeAfter = fmt.Errorf("%w (%s, %s): %s", err, mech, f.reason, f.msg)
+}
+
+// authSucceeded records the principal.
+func (s *Server) authSucceeded(c *clientConn, mech, principal string) {
+	c.auth.done, c.auth.scram = true, nil
+	c.setPrincipal(principal)
+	s.authMetrics.successes.WithLabelValues(mech).Inc()
+	c.logger().Debug("client authenticated", zap.String("mechanism", mech))
+}
+
+// remoteIP is the client's address without its port.
+func (c *clientConn) remoteIP() string {
+	if h, _, err := net.SplitHostPort(c.remote); err == nil {
+		return h
+	}
+	return c.remote
+}
+
+// failLimiter is a token bucket of failed authentications per source
+// address.
+type failLimiter struct {
+	burst    float64
+	interval time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*failBucket
+}
+
+type failBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// failLimiterMax bounds the addresses tracked: beyond it, buckets that
+// have refilled are forgotten, or else the fullest.
+const failLimiterMax = 100_000
+
+func newFailLimiter(burst int, interval time.Duration) *failLimiter {
+	return &failLimiter{burst: float64(burst), interval: interval, now: time.Now, buckets: map[string]*failBucket{}}
+}
+
+// refill brings b up to now; l.mu is held.
+func (l *failLimiter) refill(b *failBucket, now time.Time) {
+	b.tokens = min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.interval)*l.burst)
+	b.at = now
+}
+
+// limited reports whether ip is out of failures, and when one more is
+// allowed.
+func (l *failLimiter) limited(ip string) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[ip]
+	if b == nil {
+		return false, 0
+	}
+	now := l.now()
+	l.refill(b, now)
+	if b.tokens >= 1 {
+		return false, 0
+	}
+	return true, time.Duration((1 - b.tokens) / l.burst * float64(l.interval))
+}
+
+// failed takes a token from ip's bucket.
+func (l *failLimiter) failed(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	b := l.buckets[ip]
+	if b == nil {
+		if len(l.buckets) >= failLimiterMax {
+			l.prune(now)
+		}
+		b = &failBucket{tokens: l.burst, at: now}
+		l.buckets[ip] = b
+	}
+	l.refill(b, now)
+	b.tokens = max(b.tokens-1, 0)
+}
+
+// prune forgets the buckets that are full again, and the fullest if none
+// is; l.mu is held.
+func (l *failLimiter) prune(now time.Time) {
+	fullest, most := "", -1.0
+	for ip, b := range l.buckets {
+		l.refill(b, now)
+		if b.tokens >= l.burst {
+			delete(l.buckets, ip)
+			continue
+		}
+		if b.tokens > most {
+			fullest, most = ip, b.tokens
+		}
+	}
+	if len(l.buckets) >= failLimiterMax {
+		delete(l.buckets, fullest)
+	}
+}

@@ -23,7 +23,9 @@ func TestShutdownAnswersWhatWasRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	upstream := make(chan struct{})
+	// Buffered: the produce may reach the broker before the test waits
+	// for it, and must still be held.
+	upstream := make(chan struct{}, 1)
 	release := make(chan struct{})
 	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		kf.KeepControl()

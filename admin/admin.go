@@ -26,6 +26,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,9 @@ type config struct {
 	restartFn  MirrorRestartFunc
 	token      string
 	registerer prometheus.Registerer
+	// tls, when set, serves the API over TLS; with client certificates
+	// verified (its ClientAuth), a verified one stands for the token.
+	tls *tls.Config
 }
 
 // Option configures a Server.
@@ -248,6 +252,9 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // Serve answers admin requests on ln until Close; it returns nil after
 // Close.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.tls != nil {
+		ln = tls.NewListener(ln, s.cfg.tls)
+	}
 	err := s.srv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

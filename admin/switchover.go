@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ func WithSwitch(f SwitchFunc) Option { return func(c *config) { c.switchFn = f }
 // change something (POST /switchover). Empty: they are open, which the
 // caller allows only on a loopback address.
 func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithTLS serves the API over TLS with cfg. When cfg verifies client
+// certificates, a request that presents a verified one may change things
+// without the token: the certificate is the credential (mutual TLS).
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
 
 // WithRegisterer registers the routing and switchover metrics
 // (ferry_routing_generation, ferry_switchover_*) there. Without it they are
@@ -136,7 +142,7 @@ func (s *Server) HandleMutating(method, path string, h http.Handler) {
 // carries the token; otherwise 401, and h never runs.
 func (s *Server) authorize(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.token != "" && !s.hasToken(r) {
+		if s.cfg.token != "" && !s.hasToken(r) && !hasVerifiedCert(r) {
 			s.cfg.log.Warn("admin request without a valid token refused",
 				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
@@ -145,6 +151,12 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// hasVerifiedCert reports whether the request came over TLS with a client
+// certificate the server verified against its client CAs.
+func hasVerifiedCert(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
 }
 
 // hasToken compares the bearer token in constant time. Both sides are

@@ -214,6 +214,17 @@ func (t *tlsServer) current() *tls.Config {
 	return t.cur
 }
 
+// ServerTLSConfig is a tls.Config for another of the member's listeners
+// (the admin API) with the same settings and the same reload on change as
+// the Kafka listeners'.
+func ServerTLSConfig(opts ClientTLS, log *zap.Logger) (*tls.Config, error) {
+	t, err := newTLSServer(opts, log)
+	if err != nil {
+		return nil, err
+	}
+	return t.base, nil
+}
+
 // handshake runs the TLS handshake of a client connection and returns the
 // principal its verified certificate names ("" without one).
 func (t *tlsServer) handshake(ctx context.Context, tc *tls.Conn) (string, error) {

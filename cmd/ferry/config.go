@@ -64,6 +64,12 @@ type Config struct {
 	// with no token: anyone who reaches it can switch the active cluster.
 	// Without it that is a configuration error. Default false.
 	AdminOpen bool `yaml:"admin_open"`
+	// AdminTLS serves the admin API over TLS, with the keys of tls (the
+	// files read again when they change). With client_auth require, only
+	// clients presenting a certificate the client CA verifies are served,
+	// and such a certificate stands for the admin token on the endpoints
+	// that change something (with request, a verified one does).
+	AdminTLS *ListenerTLSConfig `yaml:"admin_tls"`
 	// adminToken is the token in force (resolveAdminToken).
 	adminToken string
 	// Clusters are the physical Kafka clusters behind Ferry: one, or two
@@ -238,7 +244,10 @@ func (s *ListenerSASLConfig) proxySASL() proxy.ClientSASL {
 }
 
 func (c *Config) applyListenerDefaults() {
-	if t := c.TLS; t != nil {
+	for _, t := range []*ListenerTLSConfig{c.TLS, c.AdminTLS} {
+		if t == nil {
+			continue
+		}
 		if t.ClientAuth == "" {
 			t.ClientAuth = proxy.ClientAuthNone
 		}
@@ -270,6 +279,13 @@ func (c *Config) validateListener() []error {
 		pt := c.TLS.proxyTLS()
 		if err := pt.Validate(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if c.AdminTLS != nil {
+		pt := c.AdminTLS.proxyTLS()
+		if err := pt.Validate(); err != nil {
+			// The proxy names the keys of tls; these are admin_tls's.
+			errs = append(errs, errors.New("admin_"+err.Error()))
 		}
 	}
 	if c.SASL != nil {
@@ -548,9 +564,10 @@ func (c *Config) validate() error {
 	}
 	if err := checkAddr(c.AdminListen, true); err != nil {
 		bad("admin_listen %q: %v", c.AdminListen, err)
-	} else if !c.AdminOpen && c.adminToken == "" && c.AdminTokenFile == "" && !isLoopback(c.AdminListen) {
+	} else if !c.AdminOpen && c.adminToken == "" && c.AdminTokenFile == "" && !isLoopback(c.AdminListen) &&
+		(c.AdminTLS == nil || c.AdminTLS.ClientAuth != proxy.ClientAuthRequire) {
 		bad("admin_listen %q: other machines can reach the admin API and no admin token is set, so anyone reaching it could switch the active cluster; "+
-			"set admin_token_file (or the FERRY_ADMIN_TOKEN environment variable), bind admin_listen to 127.0.0.1, or set admin_open: true to accept an open admin API", c.AdminListen)
+			"set admin_token_file (or the FERRY_ADMIN_TOKEN environment variable), require client certificates (admin_tls.client_auth: require), bind admin_listen to 127.0.0.1, or set admin_open: true to accept an open admin API", c.AdminListen)
 	}
 	if c.AdvertisedHost == "" {
 		bad("advertised_host is required: the host clients connect to")

@@ -23,7 +23,7 @@ const connectionsTimeout = 10 * time.Second
 var watchEvery = 2 * time.Second
 
 type connectionsFlags struct {
-	admin                      string
+	adminConn
 	sort, state                string
 	limit                      int
 	clientID, software, remote string
@@ -35,7 +35,7 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	var f connectionsFlags
 	fs := flag.NewFlagSet("ferry connections", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL)")
+	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.StringVar(&f.sort, "sort", "", "order by `FIELD`: "+strings.Join(proxy.ConnzSorts(), ", ")+" (default id; counters largest first)")
 	fs.IntVar(&f.limit, "limit", 0, "show at most `N` connections (default 100, at most 1000)")
 	fs.StringVar(&f.state, "state", "", "open (default), closed (the last 5 minutes') or all")
@@ -73,7 +73,7 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if f.limit != 0 {
 		q.Set("limit", strconv.Itoa(f.limit))
 	}
-	endpoint := adminURL(f.admin) + "/connections"
+	endpoint := f.url("/connections")
 	if len(q) > 0 {
 		endpoint += "?" + q.Encode()
 	}
@@ -97,7 +97,11 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 
 func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint string, stdout io.Writer) error {
 	var cz proxy.Connz
-	if printed, err := getAdmin(ctx, "connections", endpoint, connectionsTimeout, f.json, stdout, &cz); err != nil || printed {
+	hc, err := f.client(connectionsTimeout)
+	if err != nil {
+		return err
+	}
+	if printed, err := getAdmin(ctx, "connections", endpoint, hc, f.json, stdout, &cz); err != nil || printed {
 		return err
 	}
 	if f.watch {

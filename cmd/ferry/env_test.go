@@ -31,6 +31,7 @@ clusters:
     sasl: {mechanism: PLAIN, username: u, password_env: P}
 fleet: {}
 tls: {cert_file: c.crt, key_file: c.key}
+admin_tls: {cert_file: a.crt, key_file: a.key}
 sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: u.yaml}
 `
 

@@ -76,7 +76,7 @@ func (f *fleet) restartMirror(ctx context.Context, req admin.MirrorRestartReques
 }
 
 type mirrorRestartFlags struct {
-	admin     string
+	adminConn
 	topic     string
 	partition int
 	halted    bool
@@ -88,7 +88,7 @@ func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFla
 	f := mirrorRestartFlags{partition: -1}
 	fs := flag.NewFlagSet("ferry mirror restart", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL); in a fleet any member")
+	f.register(fs, "the member's admin API, `host:port` (or a URL); in a fleet any member")
 	fs.StringVar(&f.topic, "topic", "", "restart the halted partitions of this `topic` (with --partition: that one partition)")
 	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to restart")
 	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
@@ -146,8 +146,12 @@ func mirrorRestartCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		req.Topic = f.topic
 	}
 	body, _ := json.Marshal(req)
-	endpoint := adminURL(f.admin) + "/mirror/restart"
-	resp, raw, err := callAdmin(ctx, "mirror restart", http.MethodPost, endpoint, body, token, 45*time.Second)
+	endpoint := f.url("/mirror/restart")
+	hc, err := f.client(45 * time.Second)
+	if err != nil {
+		return err
+	}
+	resp, raw, err := callAdmin(ctx, "mirror restart", http.MethodPost, endpoint, body, token, hc)
 	if err != nil {
 		return err
 	}

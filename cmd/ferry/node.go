@@ -236,11 +236,20 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			admin.WithReadiness(n.fleet.ready),
 			admin.WithFleetMirror(n.fleet.mirrorStatus))
 	}
+	scheme := "http"
+	if t := cfg.AdminTLS; t != nil {
+		tc, err := proxy.ServerTLSConfig(t.proxyTLS(), log.Named("admin"))
+		if err != nil {
+			return nil, fmt.Errorf("admin_%w", err)
+		}
+		adminOpts = append(adminOpts, admin.WithTLS(tc))
+		scheme = "https"
+	}
 	if n.admin, err = admin.New(adminOpts...); err != nil {
 		return nil, err
 	}
 	n.goServe("admin", func() error { return n.admin.Serve(n.adminLn) })
-	log.Info("admin API listening", zap.String("admin", n.adminLn.Addr().String()))
+	log.Info("admin API listening", zap.String("admin", n.adminLn.Addr().String()), zap.String("scheme", scheme))
 	return n, nil
 }
 

@@ -16,7 +16,7 @@ import (
 const statusTimeout = 15 * time.Second
 
 type statusFlags struct {
-	admin string
+	adminConn
 	json  bool
 }
 
@@ -24,7 +24,7 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 	var f statusFlags
 	fs := flag.NewFlagSet("ferry status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL)")
+	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.BoolVar(&f.json, "json", false, "print /status as the member answers it (JSON)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
@@ -46,7 +46,11 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{err}
 	}
 	var st admin.Status
-	if printed, err := getAdmin(ctx, "status", adminURL(f.admin)+"/status", statusTimeout, f.json, stdout, &st); err != nil || printed {
+	hc, err := f.client(statusTimeout)
+	if err != nil {
+		return err
+	}
+	if printed, err := getAdmin(ctx, "status", f.url("/status"), hc, f.json, stdout, &st); err != nil || printed {
 		return err
 	}
 	printStatus(stdout, &st)

@@ -35,7 +35,7 @@ func parseArgs(fs *flag.FlagSet, name string, args []string) error {
 const defaultAdminAddr = "127.0.0.1:9644"
 
 type switchoverFlags struct {
-	admin     string
+	adminConn
 	to        string
 	forced    bool
 	timeout   time.Duration
@@ -46,7 +46,7 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 	var f switchoverFlags
 	fs := flag.NewFlagSet("ferry switchover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.admin, "admin", defaultAdminAddr, "the member's admin API, `host:port` (or a URL)")
+	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.StringVar(&f.to, "to", "", "the cluster to make active (required)")
 	fs.BoolVar(&f.forced, "forced", false, "switch at once without draining the mirror, the old cluster being unreachable; what the mirror had not copied is lost and listed")
 	fs.DurationVar(&f.timeout, "timeout", routing.DefaultSwitchTimeout, "how long a planned switch may hold writes while the mirror drains; past it the switch rolls back")
@@ -86,10 +86,14 @@ func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		mode = routing.Forced
 	}
 	body, _ := json.Marshal(admin.SwitchRequest{To: f.to, Mode: mode, Timeout: f.timeout.String()})
-	endpoint := adminURL(f.admin) + "/switchover"
+	endpoint := f.url("/switchover")
 	// The member answers once the switch is done: at most the drain
 	// timeout plus what saving and installing may take.
-	resp, raw, err := callAdmin(ctx, "switchover", http.MethodPost, endpoint, body, token, f.timeout+admin.SwitchMargin+15*time.Second)
+	hc, err := f.client(f.timeout + admin.SwitchMargin + 15*time.Second)
+	if err != nil {
+		return err
+	}
+	resp, raw, err := callAdmin(ctx, "switchover", http.MethodPost, endpoint, body, token, hc)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("switchover: interrupted; a switch the member had started continues there: see `ferry status`")
@@ -110,7 +114,7 @@ func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 // callAdmin sends one request to a member's admin API (body, when not
 // nil, as JSON; the token, when not empty, as a bearer token) and returns
 // the answer and up to 1 MiB of its body. Its errors start with cmd.
-func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, token string, timeout time.Duration) (*http.Response, []byte, error) {
+func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, token string, hc *http.Client) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -125,7 +129,7 @@ func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, t
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: cannot reach the admin API at %s: %w", cmd, endpoint, unwrapURLErr(err))
 	}
@@ -140,8 +144,8 @@ func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, t
 // getAdmin GETs a read-only admin endpoint for command cmd. With asJSON the
 // answer goes to stdout as the member gave it and printed is true;
 // otherwise it is decoded into v.
-func getAdmin(ctx context.Context, cmd, endpoint string, timeout time.Duration, asJSON bool, stdout io.Writer, v any) (printed bool, err error) {
-	resp, raw, err := callAdmin(ctx, cmd, http.MethodGet, endpoint, nil, "", timeout)
+func getAdmin(ctx context.Context, cmd, endpoint string, hc *http.Client, asJSON bool, stdout io.Writer, v any) (printed bool, err error) {
+	resp, raw, err := callAdmin(ctx, cmd, http.MethodGet, endpoint, nil, "", hc)
 	if err != nil {
 		return false, err
 	}

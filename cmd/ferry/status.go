@@ -17,7 +17,7 @@ const statusTimeout = 15 * time.Second
 
 type statusFlags struct {
 	adminConn
-	json  bool
+	json bool
 }
 
 func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {

@@ -92,7 +92,15 @@ func TestParkedFetchAnsweredAtTheFlip(t *testing.T) {
 			}
 			flip := time.Now()
 			if tc.shutdown {
-				go s.Shutdown(ctx)
+				// Waited for before the test ends: it logs to t.
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer scancel()
+					s.Shutdown(sctx)
+				}()
+				t.Cleanup(func() { <-done })
 			} else {
 				table.Update(routing.State{Generation: 1, Active: "b", Last: &routing.Switch{From: "a", To: "b"}})
 			}

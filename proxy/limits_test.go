@@ -196,7 +196,8 @@ func TestLameDuckRequestClosesAtOnce(t *testing.T) {
 		c.SetDeadline(time.Now().Add(30 * time.Second))
 		cs = append(cs, c)
 	}
-	go s.Shutdown(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
 	waitUntil(t, func() bool { return s.draining.Load() })
 	// With two connections in a one-hour period, one has its turn in 30
 	// minutes: whichever it is, a request closes it now.
@@ -210,4 +211,7 @@ func TestLameDuckRequestClosesAtOnce(t *testing.T) {
 		}
 	}
 	waitUntil(t, func() bool { return s.Connections() == 0 })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

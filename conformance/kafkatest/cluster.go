@@ -383,6 +383,10 @@ func (c *Cluster) properties(n *node) string {
 		"group.initial.rebalance.delay.ms":                 "0",
 		"group.coordinator.rebalance.protocols":            "classic,consumer",
 		"log.cleaner.dedupe.buffer.size":                   "16777216",
+		// Tests write records with fixed timestamps years in the past
+		// (to compare them exactly); time-based retention would delete
+		// them at the next retention check, whenever that falls.
+		"log.retention.ms": "-1",
 	}
 	for _, l := range c.cfg.Listeners {
 		for k, v := range l.Config {

@@ -15,18 +15,39 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
-// secureTarget starts Ferry in front of c with TLS and SASL/SCRAM-SHA-512
-// towards the clients (plaintext to the cluster), one user alice. It
+// secureTarget starts Ferry in front of the shared cluster with TLS and
+// SASL/SCRAM-SHA-512 on both sides: towards the clients, one user alice;
+// towards the cluster, its SASL_SSL listener as the SCRAM user ferry. It
 // returns Ferry, the environment that makes the client programs use the
 // same security (clients/README.md, "Security"), and the client TLS
 // configuration trusting Ferry's CA.
-func secureTarget(t *testing.T, bootstrap string) (*ferrytest.Ferry, []string, *tls.Config) {
+func secureTarget(t *testing.T, c *kafkatest.Cluster) (*ferrytest.Ferry, []string, *tls.Config) {
 	t.Helper()
 	dir := t.TempDir()
+	upCA, err := shared.ca.WriteFile(dir, "kafka-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(dir, "ferry-password")
+	if err := os.WriteFile(pwFile, []byte("ferry-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.AddSCRAMUser(ctx, "SCRAM-SHA-512", "ferry", "ferry-secret"); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := clusterauth.New("primary", &clusterauth.TLS{Enabled: true, CAFile: upCA},
+		&clusterauth.SASL{Mechanism: "SCRAM-SHA-512", Username: "ferry", PasswordFile: pwFile})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ca, err := testpki.NewCA("ferry-conformance-ca")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +76,8 @@ func secureTarget(t *testing.T, bootstrap string) (*ferrytest.Ferry, []string, *
 	if err := creds.Save(store); err != nil {
 		t.Fatal(err)
 	}
-	f := ferrytest.Start(t, bootstrap,
+	f := ferrytest.Start(t, c.Bootstrap(),
+		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: c.ListenerAddrs(sharedSecure), Security: sec}),
 		proxy.WithClientTLS(proxy.ClientTLS{CertFile: certFile, KeyFile: keyFile}),
 		proxy.WithClientSASL(proxy.ClientSASL{Mechanisms: []string{proxy.MechanismSCRAMSHA512, proxy.MechanismSCRAMSHA256}, CredentialsFile: store}))
 	env := []string{
@@ -83,7 +105,8 @@ func withEnv(cl *client, env []string) *client {
 }
 
 // TestClientSecurity runs each client family through Ferry with TLS and
-// SASL/SCRAM-SHA-512 on the client side: Java, librdkafka (PyPI's and
+// SASL/SCRAM-SHA-512 on the client side, and Ferry to the cluster over
+// SASL_SSL (SCRAM-SHA-512) too: Java, librdkafka (PyPI's and
 // Debian's 2.0.2), kafkajs and franz-go each produce (idempotent), consume
 // the records back in a consumer group, and write transactions, half
 // aborted, that a read_committed group reader sees only the committed half
@@ -93,7 +116,7 @@ func withEnv(cl *client, env []string) *client {
 func TestClientSecurity(t *testing.T) {
 	c := sharedCluster(t)
 	adm := admin(t, c)
-	f, env, tlsCfg := secureTarget(t, c.Bootstrap())
+	f, env, tlsCfg := secureTarget(t, c)
 	const count = 50
 	t.Run("franz-go", func(t *testing.T) {
 		t.Parallel()

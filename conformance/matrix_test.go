@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/conformance/testpki"
 )
 
 // The client conformance matrix: real non-Go clients (Java kafka-clients,
@@ -58,7 +59,13 @@ var shared struct {
 	once    sync.Once
 	cluster *kafkatest.Cluster
 	err     error
+	// ca signs the certificate of the cluster's SASL_SSL listener
+	// (SCRAM-SHA-512), named sharedSecure, beside its PLAINTEXT one.
+	ca *testpki.CA
 }
+
+// sharedSecure is the shared cluster's SASL_SSL listener.
+const sharedSecure = "SECURE"
 
 // sharedCluster returns the one 3-broker cluster of this test binary,
 // starting it on first use; kafkatest.Main closes it when the tests end.
@@ -69,7 +76,12 @@ func sharedCluster(t *testing.T) *kafkatest.Cluster {
 	}
 	shared.once.Do(func() {
 		start := time.Now()
-		shared.cluster, shared.err = kafkatest.New(kafkatest.Config{Brokers: brokers, Name: "conformance"})
+		if shared.ca, shared.err = testpki.NewCA("conformance-kafka-ca"); shared.err != nil {
+			return
+		}
+		cfg := kafkatest.Config{Brokers: brokers, Name: "conformance"}
+		kafkatest.WithSecureListener(kafkatest.Secure{Name: sharedSecure, CA: shared.ca, Mechanisms: []string{"SCRAM-SHA-512"}})(&cfg)
+		shared.cluster, shared.err = kafkatest.New(cfg)
 		t.Logf("started %d-broker cluster in %v", brokers, time.Since(start).Round(time.Millisecond))
 	})
 	if shared.err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -68,5 +70,24 @@ func TestPrincipalMappingConfig(t *testing.T) {
 	_, err = newNode(cfg, zap.NewNop())
 	if err == nil || !strings.Contains(err.Error(), "clusters[0] (a) principals[0] (User:alice): sasl: reading the password: open /nonexistent/alice") {
 		t.Errorf("unreadable password file: %v", err)
+	}
+}
+
+// TestSwitchoverPrintsPrincipals: `ferry switchover` prints each principal
+// of a principals_unauthenticated refusal on its own line, and
+// --force-unauthenticated goes with --forced only.
+func TestSwitchoverPrintsPrincipals(t *testing.T) {
+	raw := []byte(`{"error":"principals_unauthenticated","message":"1 mapped client principal(s) cannot authenticate on b","principals":["User:bob: SASL authentication failed"]}`)
+	err := refusal("switchover", &http.Response{StatusCode: 409, Status: "409 Conflict"}, raw)
+	want := "switchover refused (409 principals_unauthenticated): 1 mapped client principal(s) cannot authenticate on b\n  User:bob: SASL authentication failed"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	if _, err := parseSwitchoverFlags([]string{"--to", "b", "--force-unauthenticated"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--force-unauthenticated goes with --forced") {
+		t.Errorf("--force-unauthenticated without --forced: %v", err)
+	}
+	f, err := parseSwitchoverFlags([]string{"--to", "b", "--forced", "--force-unauthenticated"}, io.Discard)
+	if err != nil || !f.forceUnauthenticated {
+		t.Errorf("--forced --force-unauthenticated: %+v %v", f, err)
 	}
 }

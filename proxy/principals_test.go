@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
@@ -131,4 +133,49 @@ func TestPrincipalMapping(t *testing.T) {
 		t.Fatalf("check on a cluster without bob-app: %v %v, want User:bob's authentication failed", fails, err)
 	}
 	t.Logf("check took %v: %s", time.Since(start), fails[0])
+}
+
+// TestPrincipalMappingClientCertificate: on a TLS listener without SASL,
+// the certificate's principal is the one mapped: User:CN=alice writes to
+// a-only as alice-app (and is refused topic other, which Ferry's identity
+// may write); with unmapped principals refused, a client without a
+// certificate is closed after the handshake, counted as unmapped.
+func TestPrincipalMappingClientCertificate(t *testing.T) {
+	kf := aclKfake(t)
+	e := newSecEnv(t)
+	sec, mapped := principalSecurity(t, "a")
+	mapped = map[string]*clusterauth.Security{"User:CN=alice": mapped["User:alice"]}
+	tc := e.tls()
+	tc.ClientCAFile, tc.ClientAuth = e.caFile, ClientAuthRequest
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
+		WithClientTLS(tc), WithRefuseUnmapped(true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaf, err := e.ca.Issue(testpki.LeafOptions{CommonName: "alice", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce := func(topic string, tcfg *tls.Config) error {
+		cl := newClient(t, addr, kgo.DialTLSConfig(tcfg), kgo.DisableIdempotentWrite(), kgo.RecordRetries(1), kgo.RequestRetries(1))
+		return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("v")}).FirstErr()
+	}
+	if err := produce("a-only", e.clientTLS(cert)); err != nil {
+		t.Errorf("User:CN=alice to a-only: %v", err)
+	}
+	if err := produce("other", e.clientTLS(cert)); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("User:CN=alice to other: %v, want TOPIC_AUTHORIZATION_FAILED (alice-app may not write it)", err)
+	}
+	if err := produce("a-only", e.clientTLS()); err == nil {
+		t.Error("a client without a certificate produced with unmapped principals refused")
+	}
+	if n := authFailures(s, "TLS", "unmapped_principal"); n == 0 {
+		t.Error("the refusal of the client without a certificate is not counted")
+	}
+	if n := closes(s, "auth_failed"); n == 0 {
+		t.Error("no connection closed as auth_failed")
+	}
 }

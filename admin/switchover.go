@@ -95,6 +95,10 @@ type SwitchRequest struct {
 	// Timeout bounds a planned switch's drain, as a Go duration ("30s");
 	// default routing.DefaultSwitchTimeout, at most MaxSwitchTimeout.
 	Timeout string `json:"timeout,omitempty"`
+	// ForceUnauthenticated, with mode forced only, switches even when
+	// some mapped client principals cannot authenticate on the target
+	// (they lose their access to the clusters until they can).
+	ForceUnauthenticated bool `json:"force_unauthenticated,omitempty"`
 }
 
 // ErrorBody is how the admin API answers a refused request.
@@ -104,6 +108,9 @@ type ErrorBody struct {
 	Error      string   `json:"error"`
 	Message    string   `json:"message"`
 	Partitions []string `json:"partitions,omitempty"`
+	// Principals lists, for principals_unauthenticated, the mapped client
+	// principals that could not authenticate on the target, with why.
+	Principals []string `json:"principals,omitempty"`
 }
 
 // Reasons the admin API answers besides routing's.
@@ -118,7 +125,7 @@ func switchStatus(reason string) int {
 	switch reason {
 	case routing.ReasonBadRequest, routing.ReasonUnknownCluster:
 		return http.StatusBadRequest
-	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror:
+	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror, routing.ReasonPrincipals:
 		return http.StatusConflict
 	case routing.ReasonDrainTimeout:
 		return http.StatusGatewayTimeout
@@ -195,7 +202,7 @@ func ParseSwitchRequest(r io.Reader) (routing.Request, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return bad("the body holds more than one JSON value")
 	}
-	req := routing.Request{To: body.To, Mode: body.Mode, Timeout: routing.DefaultSwitchTimeout}
+	req := routing.Request{To: body.To, Mode: body.Mode, Timeout: routing.DefaultSwitchTimeout, SkipPrincipalCheck: body.ForceUnauthenticated}
 	if req.To == "" {
 		return bad(`"to" is required: the cluster to make active`)
 	}
@@ -205,6 +212,9 @@ func ParseSwitchRequest(r io.Reader) (routing.Request, error) {
 	case routing.Planned, routing.Forced:
 	default:
 		return bad(`mode %q: want "planned" or "forced"`, body.Mode)
+	}
+	if body.ForceUnauthenticated && req.Mode != routing.Forced {
+		return bad(`force_unauthenticated is for mode "forced" only: a planned switch always checks the mapped principals`)
 	}
 	if body.Timeout != "" {
 		d, err := time.ParseDuration(body.Timeout)
@@ -260,7 +270,7 @@ func (s *Server) writeSwitchError(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ReasonInternal, Message: err.Error()})
 		return
 	}
-	writeJSON(w, switchStatus(re.Reason), ErrorBody{Error: re.Reason, Message: re.Msg, Partitions: re.Partitions})
+	writeJSON(w, switchStatus(re.Reason), ErrorBody{Error: re.Reason, Message: re.Msg, Partitions: re.Partitions, Principals: re.Principals})
 }
 
 // writeJSON answers v as indented JSON with the given status.

@@ -123,6 +123,7 @@ func TestSwitchoverRefusals(t *testing.T) {
 		{&routing.Error{Reason: routing.ReasonRunning, Msg: "running"}, 409},
 		{&routing.Error{Reason: routing.ReasonHalted, Msg: "halted", Partitions: []string{"orders[0]: offset_mismatch", "orders[3]: fenced"}}, 409},
 		{&routing.Error{Reason: routing.ReasonNoMirror, Msg: "no mirror"}, 409},
+		{&routing.Error{Reason: routing.ReasonPrincipals, Msg: "1 mapped client principal(s) cannot authenticate", Principals: []string{"User:bob: SASL authentication failed"}}, 409},
 		{&routing.Error{Reason: routing.ReasonDrainTimeout, Msg: "did not drain", Partitions: []string{"orders[1]: standby 5 of 9"}}, 504},
 		{&routing.Error{Reason: routing.ReasonSaveFailed, Msg: "saving"}, 500},
 		{errors.New("something else"), 500},
@@ -132,11 +133,12 @@ func TestSwitchoverRefusals(t *testing.T) {
 		rec := f.post(t, `{"to": "standby"}`, "")
 		e := decodeError(t, rec)
 		var re *routing.Error
-		wantReason, wantMsg, wantParts := ReasonInternal, tc.err.Error(), []string(nil)
+		wantReason, wantMsg, wantParts, wantPrincipals := ReasonInternal, tc.err.Error(), []string(nil), []string(nil)
 		if errors.As(tc.err, &re) {
-			wantReason, wantMsg, wantParts = re.Reason, re.Msg, re.Partitions
+			wantReason, wantMsg, wantParts, wantPrincipals = re.Reason, re.Msg, re.Partitions, re.Principals
 		}
-		if rec.Code != tc.code || e.Error != wantReason || e.Message != wantMsg || strings.Join(e.Partitions, ",") != strings.Join(wantParts, ",") {
+		if rec.Code != tc.code || e.Error != wantReason || e.Message != wantMsg || strings.Join(e.Partitions, ",") != strings.Join(wantParts, ",") ||
+			strings.Join(e.Principals, ",") != strings.Join(wantPrincipals, ",") {
 			t.Errorf("%v: %d %s, want %d %s", tc.err, rec.Code, rec.Body, tc.code, wantReason)
 		}
 		if f.routes.Current().Generation != 0 {
@@ -202,6 +204,7 @@ func TestSwitchoverBadBodies(t *testing.T) {
 		{`{"to": "standby", "timeout": "0s"}`, "timeout 0s: must be more than 0"},
 		{`{"to": "standby", "timeout": "11m"}`, "at most 10m0s"},
 		{`{"to": "standby"} {"to": "primary"}`, "more than one JSON value"},
+		{`{"to": "standby", "force_unauthenticated": true}`, `force_unauthenticated is for mode "forced" only`},
 		{`{"to": "` + strings.Repeat("x", maxSwitchBody) + `"}`, "larger than"},
 	} {
 		rec := f.post(t, tc.body, testToken)

@@ -101,6 +101,9 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	}
 	resp.SASLAuthBytes = out
 	if done {
+		if s.refusesUnmapped("User:" + principal) {
+			return fail(unmappedFailure("User:" + principal))
+		}
 		s.authSucceeded(c, mech, "User:"+principal)
 	}
 	return localReply(req, resp), nil

@@ -274,6 +274,7 @@ func (s *Server) gateUnauthenticated(c *clientConn, req *request) error {
 // setPrincipal records who the connection authenticated as.
 func (c *clientConn) setPrincipal(p string) {
 	c.principal.Store(&p)
+	c.ident = c.s.identity(p)
 }
 
 // principalName is the connection's principal, "" before authentication.
@@ -296,7 +297,7 @@ func (c *clientConn) logger() *zap.Logger {
 // connection to close once the answer is written.
 func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 	s.authMetrics.failed(mech, f.reason)
-	if f.reason != "rate_limited" {
+	if f.reason != "rate_limited" && f.reason != "unmapped_principal" {
 		s.auth.limit.failed(c.remoteIP())
 	}
 	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", f.reason), zap.String("error", f.msg)}

@@ -27,9 +27,17 @@ type Cluster struct {
 	// its franz-go client and its pooled raw connections alike. nil:
 	// plaintext, no authentication.
 	Security *clusterauth.Security
+	// Principals maps client principals ("User:alice") to their own
+	// credentials on the cluster: the pooled connections that carry such
+	// a client's requests authenticate with them, so the brokers' ACLs
+	// see the application rather than Ferry (principals.go). Every
+	// cluster should map the same principals. nil: every client's
+	// requests go on Security.
+	Principals map[string]*clusterauth.Security
 }
 
 type config struct {
+	refuseUnmapped     bool
 	clusterID          string
 	clusters           []Cluster
 	fleet              Fleet
@@ -250,6 +258,11 @@ func WithClientTLS(t ClientTLS) Option { return func(c *config) { c.clientTLS = 
 // (auth.go): before it succeeds, a connection is answered ApiVersions,
 // SaslHandshake and SaslAuthenticate only.
 func WithClientSASL(s ClientSASL) Option { return func(c *config) { c.clientSASL = &s } }
+
+// WithRefuseUnmapped refuses clients whose principal no cluster maps to
+// credentials (Cluster.Principals): their authentication fails, instead
+// of their requests going on Ferry's own identity (principals.go).
+func WithRefuseUnmapped(refuse bool) Option { return func(c *config) { c.refuseUnmapped = refuse } }
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")

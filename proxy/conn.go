@@ -74,6 +74,10 @@ type clientConn struct {
 	// connection authenticated as, for others to read (auth.go).
 	auth      connAuth
 	principal atomic.Pointer[string]
+	// ident is the identity number of the principal (principals.go),
+	// set by the reader when the connection authenticates, before any
+	// request it leases for.
+	ident int32
 
 	closeOnce sync.Once
 	// Set once by close, read by retire after the connection is done.
@@ -158,7 +162,11 @@ func (c *clientConn) serve() {
 	c.s.metrics.connsOpen.Inc()
 	c.s.metrics.connsTotal.Inc()
 	defer c.s.metrics.connsOpen.Dec()
-	if err := c.handshake(); err != nil {
+	err := c.handshake()
+	if err == nil {
+		err = c.refuseUnmappedWithoutSASL()
+	}
+	if err != nil {
 		c.close(err)
 		c.mem.close()
 		return
@@ -168,7 +176,7 @@ func (c *clientConn) serve() {
 		defer close(writerDone)
 		c.writeLoop()
 	}()
-	err := c.readLoop()
+	err = c.readLoop()
 	close(c.replies)
 	<-writerDone
 	c.releaseUpstreams(err) // after a drain; readLoop did it otherwise

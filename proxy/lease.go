@@ -55,7 +55,7 @@ func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 // lease takes a connection to a broker of cluster u from its pool, charged
 // to this client's budget.
 func (c *clientConn) lease(u *upstream, broker int32) (*upConn, error) {
-	p, err := u.pool(broker)
+	p, err := u.pool(broker, u.poolIdentity(c.ident))
 	if err != nil {
 		return nil, err
 	}

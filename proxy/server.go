@@ -70,6 +70,10 @@ type Server struct {
 	txns        txnRemaps
 	txnTimeouts sync.Map
 
+	// idents numbers the client principals the clusters map
+	// (principals.go).
+	idents identities
+
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -123,12 +127,14 @@ func New(opts ...Option) (*Server, error) {
 	if err := s.initClientSecurity(); err != nil {
 		return nil, err
 	}
+	s.idents = newIdentities(cfg.clusters)
 	for _, cl := range cfg.clusters {
 		u, err := newUpstream(&s.cfg, cl)
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
+		u.idents, u.names = s.idents.securities(cl), s.idents.names
 		u.spawn = s.goTracked
 		s.ups[cl.Name] = u
 	}

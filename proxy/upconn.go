@@ -37,6 +37,10 @@ type brokerPool struct {
 	u      *upstream
 	broker int32
 	addr   string
+	// sec is how its connections authenticate: the cluster's service
+	// identity, or a mapped principal's credentials (principals.go).
+	sec       *clusterauth.Security
+	principal string // the mapped principal, "" for the service identity
 
 	mu       sync.Mutex
 	idle     []idleConn // oldest first
@@ -53,8 +57,15 @@ type idleConn struct {
 	since time.Time
 }
 
-func newBrokerPool(u *upstream, broker int32, addr string) *brokerPool {
-	return &brokerPool{u: u, broker: broker, addr: addr, freed: make(chan struct{})}
+func newBrokerPool(u *upstream, broker int32, addr string, ident int32) *brokerPool {
+	p := &brokerPool{u: u, broker: broker, addr: addr, sec: u.sec, freed: make(chan struct{})}
+	if ident > 0 {
+		p.sec = u.idents[ident]
+		if u.names != nil {
+			p.principal = u.names[ident]
+		}
+	}
+	return p
 }
 
 // unreachableError is a broker that could not be connected to: refused,
@@ -136,7 +147,7 @@ const poolWait = 2 * time.Second
 // session ends (upConn.renewing).
 func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 	d := net.Dialer{Timeout: p.u.cfg.dialTimeout, KeepAlive: 30 * time.Second}
-	nc, sess, err := p.u.sec.Dial(ctx, &d, p.addr)
+	nc, sess, err := p.sec.Dial(ctx, &d, p.addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -146,7 +157,11 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 		p.wake()
 		if clusterauth.AuthFailed(err) {
 			// Each failure is logged: the backoff bounds how often.
-			p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.Error(err))
+			if p.principal != "" {
+				p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.String("as_principal", p.principal), zap.Error(err))
+			} else {
+				p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.Error(err))
+			}
 		}
 		return nil, &unreachableError{p.broker, p.addr, err}
 	}

@@ -32,6 +32,11 @@ type upstream struct {
 	log       *zap.Logger
 	cl        *kgo.Client
 	sec       *clusterauth.Security // nil: plaintext
+	bootstrap []string
+	// idents are the credentials of each identity (principals.go): [0]
+	// is sec, [i] a mapped principal's, nil where the cluster maps none.
+	idents []*clusterauth.Security
+	names  []string // the principal of each identity (Server.idents.names)
 
 	meta      atomic.Pointer[metaSnapshot]
 	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
@@ -44,7 +49,7 @@ type upstream struct {
 	lookups map[coordKey]*lookup
 
 	poolMu sync.Mutex
-	pools  map[int32]*brokerPool
+	pools  map[poolKey]*brokerPool
 
 	versions protocol.Versions // what the brokers advertise, once started
 	features protocol.Features // the cluster's feature flags, once started
@@ -61,6 +66,13 @@ type upstream struct {
 	opsMu sync.Mutex // the cluster's authorized operations, cached
 	ops   *kmsg.DescribeClusterResponse
 	opsAt time.Time
+}
+
+// poolKey names a pool: a broker, and the identity its connections
+// authenticate as (principals.go; 0: the service identity).
+type poolKey struct {
+	broker int32
+	ident  int32
 }
 
 type coordKey struct {
@@ -107,7 +119,9 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		log:       cfg.log.With(zap.String("cluster", cl.Name)),
 		coords:    make(map[coordKey]int32),
 		lookups:   make(map[coordKey]*lookup),
-		pools:     make(map[int32]*brokerPool),
+		pools:     make(map[poolKey]*brokerPool),
+		bootstrap: cl.Bootstrap,
+		idents:    []*clusterauth.Security{cl.Security},
 		lanes:     make(map[int32]int),
 		sec:       cl.Security,
 	}
@@ -576,21 +590,23 @@ func (u *upstream) forgetCoordinatorsOn(broker int32) {
 	u.coordMu.Unlock()
 }
 
-// pool returns the connection pool of a broker.
-func (u *upstream) pool(broker int32) (*brokerPool, error) {
+// pool returns the connection pool of a broker for an identity (0: the
+// service identity; see poolIdentity).
+func (u *upstream) pool(broker, ident int32) (*brokerPool, error) {
 	addr, ok := u.snapshot().brokers[broker]
 	if !ok {
 		return nil, fmt.Errorf("cluster %q: broker %d is not in metadata", u.name, broker)
 	}
 	u.poolMu.Lock()
 	defer u.poolMu.Unlock()
-	p := u.pools[broker]
+	k := poolKey{broker, ident}
+	p := u.pools[k]
 	if p == nil || p.addr != addr {
 		if p != nil {
 			p.close()
 		}
-		p = newBrokerPool(u, broker, addr)
-		u.pools[broker] = p
+		p = newBrokerPool(u, broker, addr, ident)
+		u.pools[k] = p
 	}
 	return p, nil
 }

@@ -69,7 +69,14 @@ type Request struct {
 	To      string        `json:"to"`
 	Mode    Mode          `json:"mode,omitempty"`
 	Timeout time.Duration `json:"-"`
+	// SkipPrincipalCheck, for a forced switch only, flips even when some
+	// mapped client principals cannot authenticate on the target.
+	SkipPrincipalCheck bool `json:"-"`
 }
+
+// PrincipalCheck authenticates every mapped client principal on cluster
+// and lists, "principal: why", those that failed.
+type PrincipalCheck func(ctx context.Context, cluster string) ([]string, error)
 
 // DefaultSwitchTimeout bounds a planned switch's drain when the request
 // names none.
@@ -85,6 +92,9 @@ const (
 	ReasonNoMirror       = "no_mirror"
 	ReasonDrainTimeout   = "drain_timeout"
 	ReasonSaveFailed     = "save_failed"
+	// ReasonPrincipals: some client principals mapped to their own
+	// credentials could not authenticate on the target (Error.Principals).
+	ReasonPrincipals = "principals_unauthenticated"
 )
 
 // Error is a switch refused or rolled back; nothing changed for clients.
@@ -93,10 +103,16 @@ type Error struct {
 	Msg    string
 	// Partitions names the partitions concerned (halted, still lagging).
 	Partitions []string
+	// Principals names the client principals that could not
+	// authenticate on the target, each with why.
+	Principals []string
 }
 
 func (e *Error) Error() string {
-	if len(e.Partitions) == 0 {
+	switch {
+	case len(e.Principals) > 0:
+		return fmt.Sprintf("%s: %v", e.Msg, e.Principals)
+	case len(e.Partitions) == 0:
 		return e.Msg
 	}
 	return fmt.Sprintf("%s: %v", e.Msg, e.Partitions)
@@ -127,6 +143,9 @@ type Switcher struct {
 	// lease is the fleet's write lease (lease.go); 0 when the member is
 	// on its own and every member is reached by Members.
 	lease time.Duration
+	// principals, when set, is run against the target before a switch
+	// holds or flips anything.
+	principals PrincipalCheck
 
 	mu sync.Mutex // one switch at a time (TryLock)
 }
@@ -141,6 +160,12 @@ func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clus
 // f returns: what the member advertises, so that one restarted while a
 // cluster is down keeps to them.
 func (s *Switcher) SaveVersions(f func() map[int16][2]int16) { s.advertised = f }
+
+// CheckPrincipals makes every switch, planned or forced, first check that
+// the mapped client principals authenticate on its target (f), and refuse
+// with ReasonPrincipals, listing those that do not, before it holds any
+// write. A forced switch asked with SkipPrincipalCheck goes on regardless.
+func (s *Switcher) CheckPrincipals(f PrincipalCheck) { s.principals = f }
 
 // SetWriteLease makes planned switches wait out the members' write leases
 // (lease.go): the draining state is saved to the active cluster before
@@ -177,6 +202,20 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultSwitchTimeout
+	}
+	if req.SkipPrincipalCheck && req.Mode != Forced {
+		return State{}, &Error{Reason: ReasonBadRequest, Msg: "skipping the principals' check is for a forced switch only"}
+	}
+	if s.principals != nil && !req.SkipPrincipalCheck {
+		failed, err := s.principals(ctx, req.To)
+		if err != nil {
+			return State{}, &Error{Reason: ReasonPrincipals, Msg: fmt.Sprintf("checking the mapped principals on %s: %v", req.To, err)}
+		}
+		if len(failed) > 0 {
+			s.log.Warn("switch refused: mapped principals cannot authenticate on the target", zap.String("to", req.To), zap.Strings("principals", failed))
+			return State{}, &Error{Reason: ReasonPrincipals, Principals: failed,
+				Msg: fmt.Sprintf("%d mapped client principal(s) cannot authenticate on %s; nothing was held or switched (fix their credentials there, or switch forced with force_unauthenticated)", len(failed), req.To)}
+		}
 	}
 	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: s.now().UTC()}
 	// Every state this switch installs, whatever its outcome, has sw as

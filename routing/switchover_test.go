@@ -239,3 +239,42 @@ func TestHistoryKeepsEarlierSwitches(t *testing.T) {
 		t.Fatalf("%d in history (last %+v), want the %d before the last switch", len(st.History), st.History[len(st.History)-1], MaxHistory)
 	}
 }
+
+// TestSwitchChecksPrincipals: a switch, planned or forced, whose target
+// some mapped principals cannot authenticate on is refused with
+// principals_unauthenticated and their list before anything is held or
+// saved; it goes through once they can, and a forced switch asked to skip
+// the check goes through regardless (a planned one may not skip it).
+func TestSwitchChecksPrincipals(t *testing.T) {
+	sc, sw := newScript(State{Generation: 4, Active: "a"})
+	failing := []string{"User:bob: SASL authentication failed"}
+	var checked []string
+	sw.CheckPrincipals(func(_ context.Context, cluster string) ([]string, error) {
+		checked = append(checked, cluster)
+		return failing, nil
+	})
+	for _, mode := range []Mode{Planned, Forced} {
+		_, err := sw.Switch(context.Background(), Request{To: "b", Mode: mode})
+		var re *Error
+		if !errors.As(err, &re) || re.Reason != ReasonPrincipals || len(re.Principals) != 1 || re.Principals[0] != failing[0] {
+			t.Fatalf("%s: %v, want %s naming User:bob", mode, err, ReasonPrincipals)
+		}
+		if len(sc.calls) != 0 || sc.table.Current().Generation != 4 {
+			t.Fatalf("%s: refused after %v", mode, sc.calls)
+		}
+	}
+	if _, err := sw.Switch(context.Background(), Request{To: "b", SkipPrincipalCheck: true}); err == nil || err.(*Error).Reason != ReasonBadRequest {
+		t.Fatalf("planned with the check skipped: %v, want bad_request", err)
+	}
+	if fmt.Sprint(checked) != "[b b]" {
+		t.Fatalf("checked %v, want the target twice", checked)
+	}
+	failing = nil
+	if st, err := sw.Switch(context.Background(), Request{To: "b"}); err != nil || st.Active != "b" {
+		t.Fatalf("planned once every principal authenticates: %+v %v", st, err)
+	}
+	failing = []string{"User:bob: no"}
+	if st, err := sw.Switch(context.Background(), Request{To: "a", Mode: Forced, SkipPrincipalCheck: true}); err != nil || st.Active != "a" {
+		t.Fatalf("forced with the check skipped: %+v %v", st, err)
+	}
+}

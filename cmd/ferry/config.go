@@ -168,6 +168,12 @@ type Config struct {
 	// Policy says which kinds of request clients may send through Ferry,
 	// which reaches the clusters under its own identity.
 	Policy PolicyConfig `yaml:"policy"`
+	// UnmappedPrincipals says what becomes of a client whose principal no
+	// cluster maps (clusters[].principals): service (default), its
+	// requests go on Ferry's own identity; refuse, its authentication
+	// fails. One key for every cluster: every cluster maps the same
+	// principals, so a switch never changes who is let in.
+	UnmappedPrincipals string `yaml:"unmapped_principals,omitempty"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 }
@@ -354,6 +360,113 @@ type ClusterConfig struct {
 	// client_id and client_secret_file or client_secret_env). A password
 	// written in the file is refused. Default: none.
 	SASL *clusterauth.SASL `yaml:"sasl,omitempty"`
+	// Principals maps client principals to their own credentials on the
+	// cluster, so that the brokers' ACLs see each application: the
+	// requests of a client authenticated to Ferry as one of them go on
+	// connections authenticated with its sasl section (same rules as the
+	// cluster's sasl; the cluster's tls applies). Every cluster must map
+	// the same principals. Default: none (every client goes on Ferry's
+	// identity, or is refused with unmapped_principals: refuse).
+	Principals []PrincipalConfig `yaml:"principals,omitempty"`
+}
+
+// PrincipalConfig is one client principal's credentials on a cluster.
+type PrincipalConfig struct {
+	// Principal is the client's principal as Ferry knows it after
+	// authentication: User:<SASL user or token principal>, or User:<the
+	// certificate's distinguished name>.
+	Principal string `yaml:"principal"`
+	// SASL is how Ferry authenticates to the cluster on its behalf.
+	SASL *clusterauth.SASL `yaml:"sasl"`
+}
+
+// principalKey names a principal's entry in messages.
+func principalKey(i int, cl ClusterConfig, j int) string {
+	return fmt.Sprintf("clusters[%d] (%s) principals[%d] (%s)", i, cl.Name, j, cl.Principals[j].Principal)
+}
+
+// validatePrincipals checks clusters[].principals and
+// unmapped_principals.
+func (c *Config) validatePrincipals() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	sets := make([]map[string]bool, len(c.Clusters))
+	mapped := false
+	for i, cl := range c.Clusters {
+		sets[i] = map[string]bool{}
+		for j, p := range cl.Principals {
+			key := principalKey(i, cl, j)
+			switch {
+			case !strings.HasPrefix(p.Principal, "User:") || len(p.Principal) == len("User:"):
+				bad("%s: principal must be User:<name>, as Ferry names an authenticated client (User:alice)", key)
+			case sets[i][p.Principal]:
+				bad("%s: mapped twice", key)
+			}
+			sets[i][p.Principal] = true
+			mapped = true
+			if p.SASL == nil {
+				bad("%s: sasl is required: the credentials Ferry uses on the cluster for this principal", key)
+				continue
+			}
+			errs = append(errs, clusterauth.Validate(key, nil, p.SASL)...)
+		}
+	}
+	if mapped {
+		for i, cl := range c.Clusters {
+			for k, other := range c.Clusters {
+				if k == i {
+					continue
+				}
+				var missing []string
+				for p := range sets[i] {
+					if !sets[k][p] {
+						missing = append(missing, p)
+					}
+				}
+				slices.Sort(missing)
+				if len(missing) > 0 {
+					bad("clusters[%d] (%s) principals: %s mapped on %s but not here; every cluster must map the same principals, or a switch would take their identity away",
+						k, other.Name, strings.Join(missing, ", "), cl.Name)
+				}
+			}
+		}
+	}
+	switch c.UnmappedPrincipals {
+	case "", "service":
+	case "refuse":
+		if c.SASL == nil && (c.TLS == nil || c.TLS.ClientCAFile == "") {
+			bad("unmapped_principals: refuse needs clients with principals: sasl, or tls with client_ca_file (client certificates)")
+		}
+	default:
+		bad("unmapped_principals %q: want service (Ferry's own identity) or refuse", c.UnmappedPrincipals)
+	}
+	return errs
+}
+
+// principals builds each cluster's mapped principals' credentials, with
+// the cluster's TLS (secs), reading every secret file once.
+func (c *Config) principals(secs map[string]*clusterauth.Security) (map[string]map[string]*clusterauth.Security, error) {
+	out := make(map[string]map[string]*clusterauth.Security, len(c.Clusters))
+	var errs []error
+	for i, cl := range c.Clusters {
+		if len(cl.Principals) == 0 {
+			continue
+		}
+		m := make(map[string]*clusterauth.Security, len(cl.Principals))
+		for j, p := range cl.Principals {
+			sec, err := secs[cl.Name].WithSASL(cl.Name, principalKey(i, cl, j), p.SASL)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			m[p.Principal] = sec
+		}
+		out[cl.Name] = m
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w:\n  %w", ErrInvalidConfig, joinLines(errs))
+	}
+	return out, nil
 }
 
 // security builds the clusters' TLS and SASL, by name, reading every file
@@ -607,6 +720,7 @@ func (c *Config) validate() error {
 	if len(c.Clusters) > 0 && !seen[c.Active] {
 		bad("active %q: not one of the configured clusters", c.Active)
 	}
+	errs = append(errs, c.validatePrincipals()...)
 	errs = append(errs, c.validateListener()...)
 	errs = append(errs, c.Mirror.validate(len(c.Clusters))...)
 	if c.Fleet != nil {

@@ -121,14 +121,22 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	// Client principals mapped to their own credentials, per cluster.
+	mapped, err := cfg.principals(secs)
+	if err != nil {
+		return nil, usageError{err}
+	}
 	clusters := make([]proxy.Cluster, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		// With two clusters each is the mirror's target in some
 		// generation (the mirror may run on another member), so
 		// either may hold fillers once a switch happened.
-		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1, Security: secs[c.Name]}
+		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1, Security: secs[c.Name], Principals: mapped[c.Name]}
 		if secs[c.Name].Enabled() {
 			log.Info("cluster security", zap.String("cluster", c.Name), zap.String("security", secs[c.Name].Describe()))
+		}
+		if len(c.Principals) > 0 {
+			log.Info("client principals mapped to their own credentials", zap.String("cluster", c.Name), zap.Int("principals", len(c.Principals)))
 		}
 	}
 	bootstraps := make(map[string][]string, len(cfg.Clusters))
@@ -178,6 +186,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	if cfg.SASL != nil {
 		proxyOpts = append(proxyOpts, proxy.WithClientSASL(cfg.SASL.proxySASL()))
 	}
+	if cfg.UnmappedPrincipals == "refuse" {
+		proxyOpts = append(proxyOpts, proxy.WithRefuseUnmapped(true))
+	}
 	if n.proxy, err = proxy.New(proxyOpts...); err != nil {
 		return nil, err
 	}
@@ -205,6 +216,18 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	}
 	n.switcher = routing.NewSwitcher(n.routes, members, sm, n.store, names, log.Named("switch"))
 	n.switcher.SaveVersions(n.proxy.SavedVersions)
+	if len(mapped) > 0 {
+		// Before a switch holds or flips anything: every mapped
+		// principal must authenticate on the target.
+		n.switcher.CheckPrincipals(func(ctx context.Context, cluster string) ([]string, error) {
+			fails, err := n.proxy.CheckPrincipals(ctx, cluster)
+			out := make([]string, len(fails))
+			for i, f := range fails {
+				out[i] = f.String()
+			}
+			return out, err
+		})
+	}
 	adminOpts := []admin.Option{
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{

@@ -36,10 +36,11 @@ const defaultAdminAddr = "127.0.0.1:9644"
 
 type switchoverFlags struct {
 	adminConn
-	to        string
-	forced    bool
-	timeout   time.Duration
-	tokenFile string
+	to                   string
+	forced               bool
+	forceUnauthenticated bool
+	timeout              time.Duration
+	tokenFile            string
 }
 
 func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, error) {
@@ -49,10 +50,11 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.StringVar(&f.to, "to", "", "the cluster to make active (required)")
 	fs.BoolVar(&f.forced, "forced", false, "switch at once without draining the mirror, the old cluster being unreachable; what the mirror had not copied is lost and listed")
+	fs.BoolVar(&f.forceUnauthenticated, "force-unauthenticated", false, "with --forced: switch even when mapped client principals cannot authenticate on the target (they lose their access until they can)")
 	fs.DurationVar(&f.timeout, "timeout", routing.DefaultSwitchTimeout, "how long a planned switch may hold writes while the mirror drains; past it the switch rolls back")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry switchover --to NAME [--admin HOST:PORT] [--forced] [--timeout D] [--token-file F]")
+		fmt.Fprintln(stderr, "Usage: ferry switchover --to NAME [--admin HOST:PORT] [--forced [--force-unauthenticated]] [--timeout D] [--token-file F]")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, "switchover", args); err != nil {
@@ -61,6 +63,8 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 	switch {
 	case f.to == "":
 		return nil, usageError{errors.New("switchover: --to NAME is required: the cluster to make active")}
+	case f.forceUnauthenticated && !f.forced:
+		return nil, usageError{errors.New("switchover: --force-unauthenticated goes with --forced: a planned switch always checks the mapped principals")}
 	case f.timeout <= 0 || f.timeout > admin.MaxSwitchTimeout:
 		return nil, usageError{fmt.Errorf("switchover: --timeout %s: must be more than 0 and at most %s", f.timeout, admin.MaxSwitchTimeout)}
 	}
@@ -85,7 +89,7 @@ func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if f.forced {
 		mode = routing.Forced
 	}
-	body, _ := json.Marshal(admin.SwitchRequest{To: f.to, Mode: mode, Timeout: f.timeout.String()})
+	body, _ := json.Marshal(admin.SwitchRequest{To: f.to, Mode: mode, Timeout: f.timeout.String(), ForceUnauthenticated: f.forceUnauthenticated})
 	endpoint := f.url("/switchover")
 	// The member answers once the switch is done: at most the drain
 	// timeout plus what saving and installing may take.
@@ -203,6 +207,9 @@ func refusal(what string, resp *http.Response, raw []byte) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s refused (%d %s): %s", what, resp.StatusCode, e.Error, e.Message)
 	for _, p := range e.Partitions {
+		b.WriteString("\n  " + p)
+	}
+	for _, p := range e.Principals {
 		b.WriteString("\n  " + p)
 	}
 	if resp.StatusCode == http.StatusUnauthorized {

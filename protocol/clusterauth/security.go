@@ -295,3 +295,34 @@ func AuthFailed(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && (e.Step == "SASL authentication" || e.Step == "reading the credentials")
 }
+
+// WithSASL is the same cluster's security with other SASL credentials: the
+// same TLS settings (and certificate files), another user. It serves a
+// client principal mapped to its own credentials on the cluster (the
+// proxy's pools of that principal); s is validated as the cluster's sasl
+// section is, and its secret file read once. key names the settings in
+// errors (clusters[0] (a) principals[1]).
+func (sec *Security) WithSASL(cluster, key string, s *SASL) (*Security, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%s: sasl is required", key)
+	}
+	if errs := Validate(key, nil, s); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out := &Security{cluster: cluster}
+	if sec != nil {
+		out.cluster, out.tls = sec.cluster, sec.tls
+	}
+	if err := out.setSASL(s); err != nil {
+		return nil, fmt.Errorf("%s: sasl: %w", key, err)
+	}
+	return out, nil
+}
+
+// User is the SASL user (PLAIN, SCRAM), "" for other mechanisms or none.
+func (sec *Security) User() string {
+	if sec == nil {
+		return ""
+	}
+	return sec.user
+}

@@ -173,7 +173,7 @@ type Config struct {
 	// requests go on Ferry's own identity; refuse, its authentication
 	// fails. One key for every cluster: every cluster maps the same
 	// principals, so a switch never changes who is let in.
-	UnmappedPrincipals string `yaml:"unmapped_principals,omitempty"`
+	UnmappedPrincipals string `yaml:"unmapped_principals"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 }
@@ -605,6 +605,9 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = defaultLogLevel
+	}
+	if c.UnmappedPrincipals == "" {
+		c.UnmappedPrincipals = "service"
 	}
 	c.applyListenerDefaults()
 	c.Mirror.applyDefaults(len(c.Clusters))

@@ -95,7 +95,8 @@ func TestExampleConfig(t *testing.T) {
 			KeyFile:    "/etc/ferry/gossip.key",
 			WriteLease: 1500 * time.Millisecond,
 		},
-		LogLevel: "info",
+		LogLevel:           "info",
+		UnmappedPrincipals: "service",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", c, want)

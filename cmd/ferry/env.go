@@ -62,6 +62,9 @@ func envKeys() []envKey {
 			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 				for j := range ft.Elem().NumField() {
 					ef := ft.Elem().Field(j)
+					if ef.Type.Kind() == reflect.Slice && ef.Type.Elem().Kind() == reflect.Struct {
+						continue // a list inside a list entry (clusters[].principals): file only
+					}
 					if n := yamlName(ef); n != "" && n != "name" {
 						for _, l := range leafKeys(ef.Type, n) {
 							keys = append(keys, envKey{Path: p + ".<name>." + l.Path, Var: e + "_<NAME>_" + l.Var, Type: l.Type})

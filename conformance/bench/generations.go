@@ -37,8 +37,8 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		if err != nil {
 			return fmt.Errorf("%s: %w", g.name, err)
 		}
-		defer f.stop()
-		paths = append(paths, path{g.name, f.addr, f})
+		defer f.Stop()
+		paths = append(paths, path{g.name, f.Addr, f})
 	}
 
 	step("filling the topic: produce directly for %v", o.duration)

@@ -29,7 +29,7 @@ const (
 type path struct {
 	name      string
 	bootstrap string
-	proc      *childProc // charged the run's CPU; nil for the direct path
+	proc      *benchutil.Proc // charged the run's CPU; nil for the direct path
 }
 
 // phase is the runs of one kind, by path name, in the order they ran.
@@ -113,12 +113,12 @@ func run(ctx context.Context, o options, cmd string) error {
 		}
 		defer func() {
 			step("stopping the relay")
-			rp.stop()
+			rp.Stop()
 		}()
-		paths = append(paths, path{pathRelay, rp.addr, rp})
+		paths = append(paths, path{pathRelay, rp.Addr, rp})
 	}
 
-	var f *childProc
+	var f *benchutil.Proc
 	if o.cpuprofile != "" {
 		res.ferryMode = "this benchmark binary re-executed as Ferry (proxy.New/Start/Serve, CPU profile to " + o.cpuprofile + ")"
 		step("starting Ferry: %s", res.ferryMode)
@@ -127,7 +127,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		bin := o.ferryBin
 		if bin == "" {
 			step("building ./cmd/ferry")
-			if bin, err = buildFerry(ctx, dir); err != nil {
+			if bin, err = benchutil.BuildFerry(ctx, dir); err != nil {
 				return err
 			}
 		}
@@ -143,12 +143,12 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 	defer func() {
 		step("stopping Ferry")
-		f.stop()
+		f.Stop()
 	}()
-	if res.startCPU, err = f.cpu(); err != nil {
+	if res.startCPU, err = f.CPU(); err != nil {
 		return err
 	}
-	paths = append(paths, path{pathFerry, f.addr, f})
+	paths = append(paths, path{pathFerry, f.Addr, f})
 	for _, p := range paths {
 		res.paths = append(res.paths, p.name)
 	}
@@ -237,7 +237,7 @@ func measure(p path, f func() (runResult, error)) (runResult, error) {
 	var before time.Duration
 	if p.proc != nil {
 		var err error
-		if before, err = p.proc.cpu(); err != nil {
+		if before, err = p.proc.CPU(); err != nil {
 			return runResult{}, err
 		}
 	}
@@ -245,7 +245,7 @@ func measure(p path, f func() (runResult, error)) (runResult, error) {
 	if err != nil || p.proc == nil {
 		return r, err
 	}
-	after, err := p.proc.cpu()
+	after, err := p.proc.CPU()
 	r.cpu = after - before
 	return r, err
 }

@@ -175,13 +175,13 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 			res.produce.add(p, r)
 			step("round %d/%d produce %-6s %7.1f MB/s  p50 %8s  p99 %8s%s", round, o.rounds, p.name,
-				r.mbps(), ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+				r.MBps(), ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
 
 	// 3. Produce at half of the direct maximum rate.
 	res.halfRate.name = "produce, half rate"
-	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.rps) / 2
+	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.RPS) / 2
 	for round := 1; round <= o.rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
@@ -192,7 +192,7 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 			res.halfRate.add(p, r)
 			step("round %d/%d half rate (%.0f rec/s) %-6s p50 %8s  p99 %8s%s", round, o.rounds, res.halfRate.rate,
-				p.name, ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+				p.name, ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
 
@@ -216,7 +216,7 @@ func run(ctx context.Context, o options, cmd string) error {
 				return fmt.Errorf("consume %s: %w", p.name, err)
 			}
 			res.consume.add(p, r)
-			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.mbps(), cpuNote(r))
+			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.MBps(), cpuNote(r))
 		}
 	}
 
@@ -246,7 +246,7 @@ func measure(p path, f func() (runResult, error)) (runResult, error) {
 		return r, err
 	}
 	after, err := p.proc.CPU()
-	r.cpu = after - before
+	r.CPU = after - before
 	return r, err
 }
 
@@ -264,7 +264,7 @@ func produced(res *results) int64 {
 	for _, ph := range []*phase{&res.produce, &res.halfRate} {
 		for _, rs := range ph.runs {
 			for _, r := range rs {
-				n += r.records
+				n += r.Records
 			}
 		}
 	}
@@ -297,8 +297,8 @@ func createTopic(ctx context.Context, bootstrap string, partitions int) error {
 var step = benchutil.Step
 
 func cpuNote(r runResult) string {
-	if r.cpu == 0 {
+	if r.CPU == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  CPU %.1fs", r.cpu.Seconds())
+	return fmt.Sprintf("  CPU %.1fs", r.CPU.Seconds())
 }

@@ -88,8 +88,12 @@ func (f *Proc) WaitReady(ctx context.Context, ready func() bool) error {
 }
 
 // CPU returns the child's CPU time so far, user plus system, all threads.
-func (f *Proc) CPU() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.Cmd.Process.Pid))
+func (f *Proc) CPU() (time.Duration, error) { return PidCPU(f.Cmd.Process.Pid) }
+
+// PidCPU returns the CPU time so far of process pid, user plus system, all
+// threads.
+func PidCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}

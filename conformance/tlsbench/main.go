@@ -6,10 +6,11 @@
 //
 // The brokers have two client listeners: the harness's PLAINTEXT one and an
 // SSL one (kafkatest.WithSecureListener) with a certificate from a CA made
-// for the run (conformance/testpki). Four `ferry serve` processes (built
+// for the run (conformance/testpki). Five `ferry serve` processes (built
 // from ./cmd/ferry) run in front of them, one per combination:
 //
 //	Ferry               plaintext to clients and to brokers (large fetches spliced)
+//	Ferry-no-splice     the same with splice_fetches: false (fetch answers read whole)
 //	Ferry-TLS-client    TLS to clients (tls:), plaintext to the brokers
 //	Ferry-TLS-upstream  plaintext to clients, TLS to the brokers (clusters[].tls)
 //	Ferry-TLS-both      TLS on both sides
@@ -29,7 +30,7 @@
 //
 //	go run ./conformance/tlsbench -duration 3s -warmup 1s -records 50000 -rounds 1
 //
-// The measurement (about 12 minutes on 2 cores; `make bench-tls`):
+// The measurement (about 10 minutes on 2 cores; `make bench-tls`):
 //
 //	go run ./conformance/tlsbench -out docs/TLS-BENCHMARKS.md
 //
@@ -67,9 +68,9 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("tlsbench", flag.ContinueOnError)
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of one produce run")
+	fs.DurationVar(&o.duration, "duration", 12*time.Second, "length of one produce run")
 	fs.DurationVar(&o.warmup, "warmup", 4*time.Second, "unmeasured produce run per path before the measured ones (and an unmeasured read of a quarter of -records)")
-	fs.Int64Var(&o.records, "records", 1_000_000, "records read by one consume run (capped at what the produce runs wrote)")
+	fs.Int64Var(&o.records, "records", 3_000_000, "records read by one consume run (capped at what the produce runs wrote)")
 	fs.IntVar(&o.rounds, "rounds", 3, "runs per path and phase, interleaved; figures are medians over rounds")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
 	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")

@@ -63,7 +63,9 @@ type ratioPair struct{ num, den, meaning string }
 var ratioPairs = []ratioPair{
 	{"direct-TLS", "direct", "TLS's own cost, no Ferry"},
 	{"Ferry", "direct", "Ferry's cost, no TLS"},
+	{"Ferry-no-splice", "Ferry", "fetch answers read whole, no TLS"},
 	{"Ferry-TLS-client", "Ferry", "TLS to clients, through Ferry"},
+	{"Ferry-TLS-client", "Ferry-no-splice", "TLS to clients, on the same data path"},
 	{"Ferry-TLS-upstream", "Ferry", "TLS to brokers, through Ferry"},
 	{"Ferry-TLS-both", "Ferry", "TLS on both sides, through Ferry"},
 	{"Ferry-TLS-both", "direct-TLS", "Ferry's cost when everything is TLS"},

@@ -33,12 +33,14 @@ type mode struct {
 	clientTLS bool // the client's connection is TLS (to Ferry, or to the broker)
 	ferry     bool // through Ferry
 	upTLS     bool // Ferry's connections to the brokers are TLS
+	noSplice  bool // Ferry with splice_fetches: false
 }
 
 var allModes = []mode{
 	{name: "direct"},
 	{name: "direct-TLS", clientTLS: true},
 	{name: "Ferry", ferry: true},
+	{name: "Ferry-no-splice", ferry: true, noSplice: true},
 	{name: "Ferry-TLS-client", ferry: true, clientTLS: true},
 	{name: "Ferry-TLS-upstream", ferry: true, upTLS: true},
 	{name: "Ferry-TLS-both", ferry: true, clientTLS: true, upTLS: true},
@@ -156,6 +158,9 @@ func run(ctx context.Context, o options, cmd string) error {
 			p.opts = append(baseOpts(tlsAddrs), kgo.DialTLSConfig(clientTLS))
 		case m.ferry:
 			var y strings.Builder
+			if m.noSplice {
+				y.WriteString("splice_fetches: false\n")
+			}
 			if m.clientTLS {
 				fmt.Fprintf(&y, "tls: {cert_file: %q, key_file: %q}\n", certFile, keyFile)
 			}

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-fleet lint demo
+.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-fleet bench-tls lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
 	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
+	@echo "make bench-tls   TLS to clients, to brokers, both and neither, through Ferry and directly, on real Kafka (TLSBENCHFLAGS)"
 	@echo "make lint        go vet, gofmt, staticcheck"
 
 build:
@@ -62,6 +63,9 @@ bench-switchover:
 
 bench-fleet:
 	$(GO) run ./conformance/fleetbench $(FLEETBENCHFLAGS)
+
+bench-tls:
+	$(GO) run ./conformance/tlsbench $(TLSBENCHFLAGS)
 
 lint:
 	$(GO) vet ./...

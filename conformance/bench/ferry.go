@@ -5,15 +5,13 @@ package main
 // re-executed with childEnv set, which runs proxy.New/Start/Serve on a
 // loopback port, prints "ready <addr>" on stdout and serves until SIGINT or
 // SIGTERM. Either way the parent reads the process's CPU time from
-// /proc/<pid>/stat (what its process_cpu_seconds_total reports too).
+// /proc/<pid>/stat (benchutil.Proc).
 
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -43,9 +41,6 @@ const (
 	// answer for fillers), as cmd/ferry does when two clusters are
 	// configured.
 	generationEnv = "FERRY_BENCH_GENERATION"
-	// clockTicks is USER_HZ, the unit of utime and stime in /proc: 100 on
-	// every Linux architecture Go supports.
-	clockTicks = 100
 )
 
 // runChild is the Ferry process.
@@ -125,28 +120,10 @@ func runChild(bootstrap, profile string) error {
 	return nil
 }
 
-// childProc is a process the benchmark runs and charges CPU to: Ferry, or
-// the relay.
-type childProc struct {
-	cmd  *exec.Cmd
-	addr string        // Kafka bootstrap address
-	done chan struct{} // closed when the process has exited and been reaped
-}
-
-// buildFerry builds cmd/ferry into dir.
-func buildFerry(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "ferry")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/ferry: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
 // startServe runs bin as `ferry serve` in front of bootstrap, with a
 // configuration file in dir, pinned to cpus (a taskset list) unless it is
 // "", and waits until its /readyz answers 200.
-func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*childProc, error) {
+func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*benchutil.Proc, error) {
 	ports, err := benchutil.FreePorts(2)
 	if err != nil {
 		return nil, err
@@ -167,26 +144,18 @@ func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*childPr
 		// taskset execs Ferry: the pid (and its CPU time) is Ferry's.
 		args = append([]string{"taskset", "-c", cpus}, args...)
 	}
-	f, err := launch(exec.Command(args[0], args[1:]...), addr)
+	f, err := benchutil.Launch(exec.Command(args[0], args[1:]...), addr)
 	if err != nil {
 		return nil, err
 	}
-	ready := func() bool {
-		resp, err := http.Get("http://" + adminAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	return f, f.waitReady(ctx, ready)
+	return f, f.WaitReady(ctx, benchutil.HTTPReady("http://"+adminAddr+"/readyz"))
 }
 
 // startChild runs this binary re-executed with env added, pinned to cpus
 // (a taskset list) unless it is "", and waits until it prints
 // "ready <bootstrap>": Ferry with a CPU profile (runChild), or the relay
 // (runRelay).
-func startChild(ctx context.Context, cpus string, env ...string) (*childProc, error) {
+func startChild(ctx context.Context, cpus string, env ...string) (*benchutil.Proc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -201,7 +170,7 @@ func startChild(ctx context.Context, cpus string, env ...string) (*childProc, er
 	if err != nil {
 		return nil, err
 	}
-	f, err := launch(cmd, "")
+	f, err := benchutil.Launch(cmd, "")
 	if err != nil {
 		return nil, err
 	}
@@ -216,82 +185,11 @@ func startChild(ctx context.Context, cpus string, env ...string) (*childProc, er
 	}()
 	ready := func() bool {
 		select {
-		case f.addr = <-addrc:
+		case f.Addr = <-addrc:
 			return true
 		default:
 			return false
 		}
 	}
-	return f, f.waitReady(ctx, ready)
-}
-
-// launch starts cmd with its stderr on ours; the kernel kills it if the
-// benchmark dies.
-func launch(cmd *exec.Cmd, addr string) (*childProc, error) {
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	f := &childProc{cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(f.done)
-	}()
-	return f, nil
-}
-
-// waitReady polls ready until it reports true; on failure it stops the
-// process.
-func (f *childProc) waitReady(ctx context.Context, ready func() bool) error {
-	deadline := time.After(3 * time.Minute)
-	for !ready() {
-		select {
-		case <-f.done:
-			return fmt.Errorf("%s exited before serving: %v", f.cmd.Path, f.cmd.ProcessState)
-		case <-ctx.Done():
-			f.stop()
-			return ctx.Err()
-		case <-deadline:
-			f.stop()
-			return fmt.Errorf("%s did not start serving within 3 minutes", f.cmd.Path)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// cpu returns the child's CPU time so far, user plus system, all threads.
-func (f *childProc) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields after its ')'
-	// start with field 3 (state), so utime (14) and stime (15) are at 11
-	// and 12.
-	i := strings.LastIndexByte(string(b), ')')
-	fs := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(fs) < 13 {
-		return 0, fmt.Errorf("unexpected /proc stat %q", b)
-	}
-	ut, err1 := strconv.ParseInt(fs[11], 10, 64)
-	st, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
-}
-
-// stop sends SIGTERM, then SIGKILL after 15 seconds; it returns once the
-// process is reaped. Safe to call twice.
-func (f *childProc) stop() {
-	f.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-f.done:
-		return
-	case <-time.After(15 * time.Second):
-	}
-	f.cmd.Process.Kill()
-	<-f.done
+	return f, f.WaitReady(ctx, ready)
 }

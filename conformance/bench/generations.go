@@ -37,8 +37,8 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		if err != nil {
 			return fmt.Errorf("%s: %w", g.name, err)
 		}
-		defer f.stop()
-		paths = append(paths, path{g.name, f.addr, f})
+		defer f.Stop()
+		paths = append(paths, path{g.name, f.Addr, f})
 	}
 
 	step("filling the topic: produce directly for %v", o.duration)
@@ -46,7 +46,7 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 	if err != nil {
 		return err
 	}
-	n := min(o.records, filled.records)
+	n := min(o.records, filled.Records)
 	for _, p := range paths {
 		step("warm-up: consume %s", p.name)
 		if _, err := consume(ctx, p.bootstrap, topic, o.partitions, n/4); err != nil {
@@ -61,7 +61,7 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 				return fmt.Errorf("consume %s: %w", p.name, err)
 			}
 			ph.add(p, r)
-			step("round %d/%d consume %-9s %7.1f MB/s%s", round, o.rounds, p.name, r.mbps(), cpuNote(r))
+			step("round %d/%d consume %-9s %7.1f MB/s%s", round, o.rounds, p.name, r.MBps(), cpuNote(r))
 		}
 	}
 
@@ -73,21 +73,21 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		sort.Float64s(xs)
 		return xs[len(xs)/2]
 	}
-	cpuPerGiB := func(r runResult) float64 { return r.cpu.Seconds() / (float64(r.bytes) / (1 << 30)) }
+	cpuPerGiB := func(r runResult) float64 { return r.CPU.Seconds() / (float64(r.Bytes) / (1 << 30)) }
 	fmt.Printf("\nconsume %d records of %d bytes, %d partitions, median of %d rounds\n", n, o.size, o.partitions, o.rounds)
 	for _, p := range paths {
-		line := fmt.Sprintf("  %-9s %7.1f MB/s", p.name, med(p.name, runResult.mbps))
+		line := fmt.Sprintf("  %-9s %7.1f MB/s", p.name, med(p.name, runResult.MBps))
 		if p.proc != nil {
 			line += fmt.Sprintf("  Ferry CPU %.2f s/GiB", med(p.name, cpuPerGiB))
 		}
 		fmt.Println(line)
 	}
-	ratio := med(later, runResult.mbps) / med("Ferry-g0", runResult.mbps)
+	ratio := med(later, runResult.MBps) / med("Ferry-g0", runResult.MBps)
 	// Runs of one round are closest in time: their ratio is less
 	// exposed to drift on a shared machine.
 	var rounds []float64
 	for i, r := range ph.runs[later] {
-		rounds = append(rounds, r.mbps()/ph.runs["Ferry-g0"][i].mbps())
+		rounds = append(rounds, r.MBps()/ph.runs["Ferry-g0"][i].MBps())
 	}
 	sort.Float64s(rounds)
 	verdict := "meets"

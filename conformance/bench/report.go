@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -28,9 +29,9 @@ type row struct {
 func report(res *results) rendered {
 	o := res.opts
 	relay := slices.Contains(res.paths, pathRelay)
-	mbps := func(ph phase, p string) float64 { return median(ph.runs[p], runResult.mbps) }
+	mbps := func(ph phase, p string) float64 { return median(ph.runs[p], runResult.MBps) }
 	p99 := func(p string) time.Duration {
-		return medianDur(res.halfRate.runs[p], func(r runResult) time.Duration { return r.pct(.99) })
+		return medianDur(res.halfRate.runs[p], func(r runResult) time.Duration { return r.Pct(.99) })
 	}
 	tput := func(metric string, ph phase) row {
 		d, rl, f := mbps(ph, pathDirect), mbps(ph, pathRelay), mbps(ph, pathFerry)
@@ -146,13 +147,13 @@ func report(res *results) rendered {
 				}
 				r := ph.runs[p][i]
 				p50, p99, cpu := "", "", ""
-				if r.lats != nil {
-					p50, p99 = ms(r.pct(.50)), ms(r.pct(.99))
+				if r.Lats != nil {
+					p50, p99 = ms(r.Pct(.50)), ms(r.Pct(.99))
 				}
 				if p != pathDirect {
-					cpu = fmt.Sprintf("%.1f s", r.cpu.Seconds())
+					cpu = fmt.Sprintf("%.1f s", r.CPU.Seconds())
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", ph.name, i+1, p, r.records, mb(r.mbps()), p50, p99, cpu)
+				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", ph.name, i+1, p, r.Records, mb(r.MBps()), p50, p99, cpu)
 			}
 		}
 	}
@@ -161,7 +162,7 @@ func report(res *results) rendered {
 
 func latRow(metric string, ph phase, q float64) row {
 	at := func(p string) time.Duration {
-		return medianDur(ph.runs[p], func(r runResult) time.Duration { return r.pct(q) })
+		return medianDur(ph.runs[p], func(r runResult) time.Duration { return r.Pct(q) })
 	}
 	d, rl, f := at(pathDirect), at(pathRelay), at(pathFerry)
 	return row{metric: metric, direct: ms(d), relay: ms(rl), ferry: ms(f),
@@ -175,8 +176,8 @@ func cpuRow(name string, ph phase) row {
 		var cpu time.Duration
 		var bytes int64
 		for _, r := range rs {
-			cpu += r.cpu
-			bytes += r.bytes
+			cpu += r.CPU
+			bytes += r.Bytes
 		}
 		gib := float64(bytes) / (1 << 30)
 		if gib == 0 {
@@ -189,21 +190,7 @@ func cpuRow(name string, ph phase) row {
 	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
 }
 
-// median of f over rs.
-func median(rs []runResult, f func(runResult) float64) float64 {
-	if len(rs) == 0 {
-		return 0
-	}
-	vs := make([]float64, len(rs))
-	for i, r := range rs {
-		vs[i] = f(r)
-	}
-	slices.Sort(vs)
-	if len(vs)%2 == 0 {
-		return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
-	}
-	return vs[len(vs)/2]
-}
+var median = benchutil.Median
 
 func medianDur(rs []runResult, f func(runResult) time.Duration) time.Duration {
 	return time.Duration(median(rs, func(r runResult) float64 { return float64(f(r)) }))

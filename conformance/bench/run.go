@@ -29,7 +29,7 @@ const (
 type path struct {
 	name      string
 	bootstrap string
-	proc      *childProc // charged the run's CPU; nil for the direct path
+	proc      *benchutil.Proc // charged the run's CPU; nil for the direct path
 }
 
 // phase is the runs of one kind, by path name, in the order they ran.
@@ -113,12 +113,12 @@ func run(ctx context.Context, o options, cmd string) error {
 		}
 		defer func() {
 			step("stopping the relay")
-			rp.stop()
+			rp.Stop()
 		}()
-		paths = append(paths, path{pathRelay, rp.addr, rp})
+		paths = append(paths, path{pathRelay, rp.Addr, rp})
 	}
 
-	var f *childProc
+	var f *benchutil.Proc
 	if o.cpuprofile != "" {
 		res.ferryMode = "this benchmark binary re-executed as Ferry (proxy.New/Start/Serve, CPU profile to " + o.cpuprofile + ")"
 		step("starting Ferry: %s", res.ferryMode)
@@ -127,7 +127,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		bin := o.ferryBin
 		if bin == "" {
 			step("building ./cmd/ferry")
-			if bin, err = buildFerry(ctx, dir); err != nil {
+			if bin, err = benchutil.BuildFerry(ctx, dir); err != nil {
 				return err
 			}
 		}
@@ -143,12 +143,12 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 	defer func() {
 		step("stopping Ferry")
-		f.stop()
+		f.Stop()
 	}()
-	if res.startCPU, err = f.cpu(); err != nil {
+	if res.startCPU, err = f.CPU(); err != nil {
 		return err
 	}
-	paths = append(paths, path{pathFerry, f.addr, f})
+	paths = append(paths, path{pathFerry, f.Addr, f})
 	for _, p := range paths {
 		res.paths = append(res.paths, p.name)
 	}
@@ -175,13 +175,13 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 			res.produce.add(p, r)
 			step("round %d/%d produce %-6s %7.1f MB/s  p50 %8s  p99 %8s%s", round, o.rounds, p.name,
-				r.mbps(), ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+				r.MBps(), ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
 
 	// 3. Produce at half of the direct maximum rate.
 	res.halfRate.name = "produce, half rate"
-	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.rps) / 2
+	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.RPS) / 2
 	for round := 1; round <= o.rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
@@ -192,7 +192,7 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 			res.halfRate.add(p, r)
 			step("round %d/%d half rate (%.0f rec/s) %-6s p50 %8s  p99 %8s%s", round, o.rounds, res.halfRate.rate,
-				p.name, ms(r.pct(.50)), ms(r.pct(.99)), cpuNote(r))
+				p.name, ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
 
@@ -216,7 +216,7 @@ func run(ctx context.Context, o options, cmd string) error {
 				return fmt.Errorf("consume %s: %w", p.name, err)
 			}
 			res.consume.add(p, r)
-			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.mbps(), cpuNote(r))
+			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.MBps(), cpuNote(r))
 		}
 	}
 
@@ -237,7 +237,7 @@ func measure(p path, f func() (runResult, error)) (runResult, error) {
 	var before time.Duration
 	if p.proc != nil {
 		var err error
-		if before, err = p.proc.cpu(); err != nil {
+		if before, err = p.proc.CPU(); err != nil {
 			return runResult{}, err
 		}
 	}
@@ -245,8 +245,8 @@ func measure(p path, f func() (runResult, error)) (runResult, error) {
 	if err != nil || p.proc == nil {
 		return r, err
 	}
-	after, err := p.proc.cpu()
-	r.cpu = after - before
+	after, err := p.proc.CPU()
+	r.CPU = after - before
 	return r, err
 }
 
@@ -264,7 +264,7 @@ func produced(res *results) int64 {
 	for _, ph := range []*phase{&res.produce, &res.halfRate} {
 		for _, rs := range ph.runs {
 			for _, r := range rs {
-				n += r.records
+				n += r.Records
 			}
 		}
 	}
@@ -297,8 +297,8 @@ func createTopic(ctx context.Context, bootstrap string, partitions int) error {
 var step = benchutil.Step
 
 func cpuNote(r runResult) string {
-	if r.cpu == 0 {
+	if r.CPU == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  CPU %.1fs", r.cpu.Seconds())
+	return fmt.Sprintf("  CPU %.1fs", r.CPU.Seconds())
 }

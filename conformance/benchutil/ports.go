@@ -55,3 +55,32 @@ func WriteGossipKey(dir string, seed byte) (string, error) {
 	path := filepath.Join(dir, fmt.Sprintf("gossip-%d.key", seed))
 	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }
+
+// FreePortRun returns the first of n consecutive loopback TCP ports that
+// were all free a moment ago: a `ferry serve` listen port, whose lanes
+// take the ports after it.
+func FreePortRun(n int) (int, error) {
+	for range 50 {
+		ps, err := FreePorts(1)
+		if err != nil {
+			return 0, err
+		}
+		var lns []net.Listener
+		ok := true
+		for i := range n {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(ps[0]+i)))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if ok {
+			return ps[0], nil
+		}
+	}
+	return 0, fmt.Errorf("no run of %d free loopback ports found", n)
+}

@@ -569,6 +569,18 @@ func (c *Cluster) Running(nodeID int32) bool {
 	return n != nil && n.running()
 }
 
+// Pid returns the process ID of the node's running JVM, or 0 if it is not
+// running: for a benchmark to read the broker's CPU time.
+func (c *Cluster) Pid(nodeID int32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(nodeID)
+	if n == nil || !n.running() {
+		return 0
+	}
+	return n.proc.cmd.Process.Pid
+}
+
 // Stop sends SIGTERM to a node (a controlled shutdown) and waits for it to
 // exit, sending SIGKILL after a minute.
 func (c *Cluster) Stop(nodeID int32) error { return c.halt(nodeID, syscall.SIGTERM) }

@@ -1,0 +1,116 @@
+// Command tlsbench measures what TLS costs through Ferry (issue 11 §4):
+// throughput and CPU per GiB with TLS between clients and Ferry, between
+// Ferry and the brokers, on both sides and on neither, side by side in one
+// run on one real 3-broker Apache Kafka cluster, with direct connections to
+// the brokers, plaintext and TLS, as references.
+//
+// The brokers have two client listeners: the harness's PLAINTEXT one and an
+// SSL one (kafkatest.WithSecureListener) with a certificate from a CA made
+// for the run (conformance/testpki). Five `ferry serve` processes (built
+// from ./cmd/ferry) run in front of them, one per combination:
+//
+//	Ferry               plaintext to clients and to brokers (large fetches spliced)
+//	Ferry-no-splice     the same with splice_fetches: false (fetch answers read whole)
+//	Ferry-TLS-client    TLS to clients (tls:), plaintext to the brokers
+//	Ferry-TLS-upstream  plaintext to clients, TLS to the brokers (clusters[].tls)
+//	Ferry-TLS-both      TLS on both sides
+//
+// The load is conformance/bench's (benchutil.Produce and Consume: franz-go,
+// 1 KiB records, lz4, acks=all idempotent), with the client's TLS trusting
+// the run's CA where the path is TLS. Runs alternate between the paths
+// within each round, so that drift on a shared machine hits every path
+// alike; a figure is the median over -rounds, with the lowest and highest.
+//
+// Charged to each run: the CPU time of the path's Ferry process and of the
+// three broker JVMs (utime+stime from /proc/<pid>/stat), per GiB of record
+// values moved, and from Ferry's /metrics the bytes sent to clients and
+// ferry_fetch_spliced_bytes_total, which shows whether fetches were spliced.
+//
+// A quick smoke run (about 3 minutes, most of it starting Kafka):
+//
+//	go run ./conformance/tlsbench -duration 3s -warmup 1s -records 50000 -rounds 1
+//
+// The measurement (about 10 minutes on 2 cores; `make bench-tls`):
+//
+//	go run ./conformance/tlsbench -out docs/TLS-BENCHMARKS.md
+//
+// With -out, the generated part of the file (between the markers
+// "<!-- tlsbench:begin -->" and "<!-- tlsbench:end -->") is replaced and
+// the text around it kept; a file without the markers is written whole.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
+)
+
+// options are the command-line flags.
+type options struct {
+	duration   time.Duration // one produce run
+	warmup     time.Duration // the unmeasured produce run per path
+	records    int64         // records read by one consume run
+	rounds     int           // runs per path and phase
+	partitions int           // of the benchmark topic
+	size       int           // record value bytes
+	out        string        // markdown report path, or ""
+	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
+	paths      []string      // the paths measured, in this order
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("tlsbench", flag.ContinueOnError)
+	fs.DurationVar(&o.duration, "duration", 12*time.Second, "length of one produce run")
+	fs.DurationVar(&o.warmup, "warmup", 4*time.Second, "unmeasured produce run per path before the measured ones (and an unmeasured read of a quarter of -records)")
+	fs.Int64Var(&o.records, "records", 3_000_000, "records read by one consume run (capped at what the produce runs wrote)")
+	fs.IntVar(&o.rounds, "rounds", 3, "runs per path and phase, interleaved; figures are medians over rounds")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
+	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")
+	fs.StringVar(&o.out, "out", "", "write the results as markdown into this file (e.g. docs/TLS-BENCHMARKS.md)")
+	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
+	var names []string
+	for _, m := range allModes {
+		names = append(names, m.name)
+	}
+	paths := fs.String("paths", strings.Join(names, ","), "the paths to measure, comma separated, in the order each round runs them")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.paths = strings.Split(*paths, ",")
+	for _, p := range o.paths {
+		if !slices.Contains(names, p) {
+			return o, fmt.Errorf("-paths: unknown path %q (want some of %s)", p, strings.Join(names, ","))
+		}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.duration <= 0 || o.warmup < 0:
+		return o, errors.New("-duration must be positive and -warmup not negative")
+	case o.records < 1 || o.rounds < 1 || o.partitions < 1 || o.size < 1:
+		return o, errors.New("-records, -rounds, -partitions and -size must be positive")
+	}
+	return o, nil
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tlsbench:", err)
+		os.Exit(2)
+	}
+	benchutil.Run("tlsbench", "Ferry and Kafka", func(ctx context.Context) error {
+		return run(ctx, opts, benchutil.Command("./conformance/tlsbench", os.Args[1:]))
+	})
+}

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
@@ -88,7 +85,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := createTopic(ctx, cluster.Bootstrap(), o.partitions); err != nil {
+	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
 		return err
 	}
 	if o.generation > 0 {
@@ -269,28 +266,6 @@ func produced(res *results) int64 {
 		}
 	}
 	return n
-}
-
-func createTopic(ctx context.Context, bootstrap string, partitions int) error {
-	cl, err := kgo.NewClient(baseOpts(bootstrap)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	// Every produce run writes a few GB, three times over (RF 3): without
-	// a bound the runs of one benchmark fill tens of GB of disk. A
-	// partition keeps 1 GiB, far more than a consume run reads of it.
-	// Deleted segments go at once, not a minute later.
-	configs := map[string]*string{"retention.bytes": kadm.StringPtr("1073741824"), "segment.bytes": kadm.StringPtr("268435456"),
-		"file.delete.delay.ms": kadm.StringPtr("1000")}
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, configs, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	return nil
 }
 
 // step logs one line of progress.

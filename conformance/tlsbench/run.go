@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
@@ -132,7 +131,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := createTopic(ctx, cluster.Bootstrap(), o.partitions); err != nil {
+	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
 		return err
 	}
 	var brokerPids []int
@@ -395,26 +394,6 @@ func negotiated(addr string, cfg *tls.Config) string {
 	defer c.Close()
 	st := c.ConnectionState()
 	return tls.VersionName(st.Version) + " " + tls.CipherSuiteName(st.CipherSuite)
-}
-
-func createTopic(ctx context.Context, bootstrap string, partitions int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	// A partition keeps 1 GiB, far more than a consume run reads of it,
-	// and less than the produce runs write; deleted segments go at once.
-	configs := map[string]*string{"retention.bytes": kadm.StringPtr("1073741824"), "segment.bytes": kadm.StringPtr("268435456"),
-		"file.delete.delay.ms": kadm.StringPtr("1000")}
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 3, configs, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	return nil
 }
 
 var step = benchutil.Step

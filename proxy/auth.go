@@ -125,19 +125,10 @@ func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
 		successes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_auth_successes_total",
 			Help: "Successful client authentications, by mechanism (TLS: a verified client certificate)."}, []string{"mechanism"}),
 	}
-	if reg != nil {
-		for _, c := range []**prometheus.CounterVec{&m.failures, &m.successes} {
-			if err := reg.Register(*c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
-				existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-				if !ok {
-					return nil, err
-				}
-				*c = existing
-			}
+	for _, c := range []**prometheus.CounterVec{&m.failures, &m.successes} {
+		var err error
+		if *c, err = registerShared(reg, *c); err != nil {
+			return nil, err
 		}
 	}
 	for mech, reasons := range authFailureReasons {

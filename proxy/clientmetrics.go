@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"strings"
 	"sync"
 
@@ -55,21 +54,8 @@ func newClientMetrics(reg prometheus.Registerer, limit int) (*clientMetrics, err
 		series: map[clientKey]*clientTotals{},
 		live:   map[*clientConn]*clientTotals{},
 	}
-	if reg != nil {
-		if err := reg.Register(m); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			// Several servers on one registry count together.
-			existing, ok := are.ExistingCollector.(*clientMetrics)
-			if !ok {
-				return nil, err
-			}
-			return existing, nil
-		}
-	}
-	return m, nil
+	// Several servers on one registry count together.
+	return registerShared(reg, m)
 }
 
 // bind counts c, once identified, under its pair's series.

@@ -20,29 +20,13 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 		Help: "Errors accepting a client connection that Ferry retried after a backoff, by reason (emfile, enfile: out of file descriptors)."}, []string{"reason"})
 	closed := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_closed_total",
 		Help: "Client connections closed, by reason."}, []string{"reason"})
-	if reg != nil {
-		for _, c := range []prometheus.Collector{accept, closed} {
-			if err := reg.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
-				// Several servers on one registry count together.
-				existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-				switch {
-				case !ok:
-					return nil, err
-				case c == accept:
-					accept = existing
-				default:
-					closed = existing
-				}
-			}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_refused_total",
+		Help: "Client connections closed as soon as accepted because a connection limit was reached, by reason (max_connections, max_connections_per_ip)."}, []string{"reason"})
+	for _, c := range []**prometheus.CounterVec{&accept, &closed, &refused} {
+		var err error
+		if *c, err = registerShared(reg, *c); err != nil {
+			return nil, err
 		}
-	}
-	refused, err := newRefusedCounter(reg)
-	if err != nil {
-		return nil, err
 	}
 	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}}
 	for _, r := range []string{refuseMaxConnections, refusePerIP} {
@@ -60,3 +44,24 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 func (m *connMetrics) acceptErrors(reason string) prometheus.Counter { return m.accept[reason] }
 
 func (m *connMetrics) closes(reason string) prometheus.Counter { return m.closed[reason] }
+
+// registerShared registers c on reg (nil: none). When an equal collector
+// is registered already — several servers on one registry — that one is
+// returned instead, so that they count together.
+func registerShared[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return c, err
+		}
+		existing, ok := are.ExistingCollector.(T)
+		if !ok {
+			return c, err
+		}
+		return existing, nil
+	}
+	return c, nil
+}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -144,24 +143,4 @@ func remoteIP(nc net.Conn) string {
 		return ta.IP.String()
 	}
 	return ""
-}
-
-func newRefusedCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_refused_total",
-		Help: "Client connections closed as soon as accepted because a connection limit was reached, by reason (max_connections, max_connections_per_ip)."}, []string{"reason"})
-	if reg == nil {
-		return v, nil
-	}
-	if err := reg.Register(v); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, err
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, err
-		}
-		return existing, nil
-	}
-	return v, nil
 }

@@ -116,7 +116,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	clientTLS := &tls.Config{RootCAs: ca.Pool()}
 
 	// Retention is checked every 10 s, so that the topic's bound
-	// (createTopic) holds while the produce runs write.
+	// (benchutil.CreateTopic) holds while the produce runs write.
 	cfg := kafkatest.Config{Brokers: 3, Name: "tlsbench", BrokerConfig: map[string]string{"log.retention.check.interval.ms": "10000"}}
 	kafkatest.WithSecureListener(kafkatest.Secure{Name: secureListener, CA: ca})(&cfg)
 	step("starting a 3-broker Kafka %s cluster with PLAINTEXT and SSL listeners", kafkatest.Version())

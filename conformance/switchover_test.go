@@ -430,6 +430,22 @@ func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 //     either cluster directly, see every committed record at its offset
 //     and none of an aborted transaction.
 func TestPlannedSwitchoverClients(t *testing.T) {
+	switchoverClients(t, 1)
+}
+
+// TestFleetSwitchoverClients is TestPlannedSwitchoverClients through a
+// fleet of three members, each switch asked of another member: a
+// transactional ID's coordinator requests, its group's offset commits and
+// its partitions' produce requests reach different members, and a producer
+// still writing under a producer ID of the generation before the switch
+// (kafkajs never asks for a new one) must find the same mapping on each.
+func TestFleetSwitchoverClients(t *testing.T) {
+	switchoverClients(t, fleetSize)
+}
+
+// switchoverClients runs the client programs through a fleet of members
+// (one: a lone `ferry serve`) across two planned switches.
+func switchoverClients(t *testing.T, members int) {
 	if testing.Short() {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
 	}
@@ -447,13 +463,23 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	f := startFerryServe(t, bin, primary, standby)
-	t.Logf("clusters, ferry binary and Ferry up in %v", time.Since(begin).Round(time.Millisecond))
+	var ms []*ferryServe
+	if members == 1 {
+		ms = []*ferryServe{startFerryServe(t, bin, primary, standby)}
+	} else {
+		ms = startFerryFleet(t, bin, primary, standby, members)
+	}
+	var addrs []string
+	for _, m := range ms {
+		addrs = append(addrs, m.addr)
+	}
+	bootstrap := strings.Join(addrs, ",")
+	t.Logf("clusters, ferry binary and %d Ferry member(s) up in %v", len(ms), time.Since(begin).Round(time.Millisecond))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	sfx := randomSuffix()
-	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
+	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +513,7 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 		p := &streamProc{name: fam.name, window: &window, roles: map[string]*streamRole{}}
 		p.addRole(&streamRole{name: "produce", kind: "produce", topic: topic})
 		p.addRole(&streamRole{name: "txn", kind: "txn", topic: txnTopic})
-		args := []string{"stream", "--bootstrap", f.addr, "--partitions", strconv.Itoa(switchPartitions),
+		args := []string{"stream", "--bootstrap", bootstrap, "--partitions", strconv.Itoa(switchPartitions),
 			"--rate", strconv.Itoa(switchRate), "--produce", topic,
 			"--txn", txnTopic + ":sw-txn-" + fam.name + "-" + sfx}
 		for _, proto := range fam.protocols {
@@ -562,7 +588,7 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 		w := i + 1
 		window.Store(int32(w))
 		start := time.Now()
-		d := f.switchover(t, ctx, sw.to, uint32(w))
+		d := ms[i%len(ms)].switchover(t, ctx, sw.to, uint32(w))
 		durations = append(durations, d)
 		t.Logf("switched to %s: %s by Ferry's account, %v answered", sw.to, d, time.Since(start).Round(time.Millisecond))
 		committedAt[w] = map[string]map[int32]int64{}
@@ -614,7 +640,7 @@ func TestPlannedSwitchoverClients(t *testing.T) {
 
 	// The cluster active at the end holds every acknowledged record; the
 	// standby, once the mirror caught up, the same.
-	f.waitMirrorCaughtUp(t, 90*time.Second)
+	ms[0].waitMirrorCaughtUp(t, 90*time.Second)
 	onPrimary := readCommitted(t, ctx, primary, topics)
 	onStandby := readCommitted(t, ctx, standby, topics)
 

@@ -120,7 +120,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 				// The partition as the client names it (by name, or
 				// by ID from v13): its sequences' base.
 				part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
-				phys, epoch, seq, code = s.txns.produce(gen, *txnID, pid, epoch, part, seq)
+				phys, epoch, seq, code = s.txnProduce(c.ctx, gen, *txnID, pid, epoch, part, seq)
 				if code != 0 {
 					return errStop
 				}

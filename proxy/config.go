@@ -43,6 +43,7 @@ type config struct {
 	fleet              Fleet
 	routes             *routing.Table
 	lease              WriteLease
+	peers              Peers
 	log                *zap.Logger
 	reg                prometheus.Registerer
 	maxRequestSize     int32
@@ -142,6 +143,11 @@ type WriteLease interface {
 // wait during a switch's hold (default: none, always in force: a member on
 // its own).
 func WithWriteLease(l WriteLease) Option { return func(c *config) { c.lease = l } }
+
+// WithPeers lets this member ask the fleet's other members (txn_fleet.go);
+// HandleTxnCall must then answer their calls of kind TxnCallKind (default:
+// none, a member on its own).
+func WithPeers(p Peers) Option { return func(c *config) { c.peers = p } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }

@@ -100,7 +100,7 @@ func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (
 	if ip, ok := kr.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID != nil {
 		s.txnTimeouts.Store(*ip.TransactionalID, ip.TransactionTimeoutMillis)
 		if gen != 0 {
-			s.txns.own(gen, *ip.TransactionalID)
+			s.ownTxn(gen, *ip.TransactionalID)
 		}
 	}
 	if !staleProducerID(gen, kr) {

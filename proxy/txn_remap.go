@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -17,10 +16,10 @@ import (
 // txnRemaps holds, under the current generation, per transactional ID, the
 // producer ID and epoch Ferry initialised on the active cluster for a
 // transactional client still writing with an ID of another generation
-// (producer_ids.go says why and what each request gets). Per member: a
-// transactional ID's coordinator requests and its partitions' produce
-// requests all reach this member while the fleet is one member. Bounded: a
-// mapping dropped is made again, at the cost of one more abortable error.
+// (producer_ids.go says why and what each request gets). In a fleet a
+// transactional ID's mapping is kept only by its coordinator member; the
+// other members ask it (txn_fleet.go). Bounded: a mapping dropped is made
+// again, at the cost of one more abortable error.
 type txnRemaps struct {
 	mu  sync.Mutex
 	gen uint32
@@ -162,34 +161,73 @@ func (r *txnRemaps) resolve(ctx context.Context, u *upstream, txnID string, e *t
 	}
 }
 
-// answered notes what the broker answered to a request forwarded under e:
-// a transaction begun or ended, a new ID or epoch (EndTxn v5+).
-func (r *txnRemaps) answered(txnID string, e *txnRemap, resp kmsg.Response) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m[txnID] != e {
-		return
-	}
+// txnAnswered is what a broker answered to a coordinator request forwarded
+// under a mapping, as far as the mapping cares: the request's API, whether
+// it succeeded (for AddPartitionsToTxn: any partition added), and the new
+// ID and epoch an EndTxn v5+ answer carries (-1 otherwise).
+type txnAnswered struct {
+	API   int16 `json:"api"`
+	OK    bool  `json:"ok"`
+	PID   int64 `json:"pid"`
+	Epoch int16 `json:"epoch"`
+}
+
+// answerOf sums up resp for the mapping.
+func answerOf(resp kmsg.Response) txnAnswered {
+	a := txnAnswered{API: resp.Key(), PID: -1, Epoch: -1}
 	switch resp := resp.(type) {
 	case *kmsg.AddPartitionsToTxnResponse:
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				// All or none: the others are OPERATION_NOT_ATTEMPTED.
-				e.open = e.open || p.ErrorCode == 0
+				a.OK = a.OK || p.ErrorCode == 0
 			}
 		}
 	case *kmsg.AddOffsetsToTxnResponse:
-		e.open = e.open || resp.ErrorCode == 0
+		a.OK = resp.ErrorCode == 0
 	case *kmsg.EndTxnResponse:
-		if resp.ErrorCode == 0 {
+		a.OK = resp.ErrorCode == 0
+		a.PID, a.Epoch = resp.ProducerID, resp.ProducerEpoch
+	}
+	return a
+}
+
+// answered notes what the broker answered to a request forwarded under e:
+// a transaction begun or ended, a new ID or epoch (EndTxn v5+).
+func (r *txnRemaps) answered(txnID string, e *txnRemap, a txnAnswered) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m[txnID] != e {
+		return
+	}
+	switch kmsg.Key(a.API) {
+	case kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn:
+		e.open = e.open || a.OK
+	case kmsg.EndTxn:
+		if a.OK {
 			e.open = false
-			if resp.ProducerID >= 0 {
-				e.phys, e.physEpoch = resp.ProducerID, resp.ProducerEpoch
+			if a.PID >= 0 {
+				e.phys, e.physEpoch = a.PID, a.Epoch
 			}
 		}
 	}
 	if e.open {
 		e.dead = false
+	}
+}
+
+// answeredFor is answered for the mapping of the client's ID and epoch
+// under gen, told by another member (txn_fleet.go); a mapping replaced
+// since is left alone.
+func (r *txnRemaps) answeredFor(gen uint32, txnID string, virt int64, epoch int16, a txnAnswered) {
+	r.mu.Lock()
+	e := r.m[txnID]
+	if r.gen != gen || e == nil || e.owned || e.virt != virt || e.epoch != epoch {
+		e = nil
+	}
+	r.mu.Unlock()
+	if e != nil {
+		r.answered(txnID, e, a)
 	}
 }
 
@@ -235,114 +273,90 @@ type mappedTxn struct {
 	answered func(kmsg.Response)
 }
 
-// staleTxn answers, or maps onto txnRemaps, a transactional coordinator
-// request carrying a producer ID of another generation.
-func (s *Server) staleTxn(c *clientConn, req *request, kr kmsg.Request) (*reply, bool, *mappedTxn) {
-	gen := req.state.Generation
-	refuse := func(code int16, msg string) *reply {
-		resp := errorResponse(kr, code, msg)
-		if e, ok := resp.(*kmsg.EndTxnResponse); ok {
-			e.ProducerID, e.ProducerEpoch = -1, -1
-		}
-		return localReply(req, resp)
-	}
-	const abortMsg = "ferry: the producer ID was issued before the last switch; abort the transaction"
-	var (
-		txnID string
-		pid   int64
-		epoch int16
-	)
+// txnQuery is a transactional coordinator request carrying a producer ID of
+// another generation, as the member keeping its transactional ID's mapping
+// needs it (txn_fleet.go sends it to that member).
+type txnQuery struct {
+	Gen     uint32 `json:"gen"`
+	TxnID   string `json:"txn_id"`
+	PID     int64  `json:"pid"`
+	Epoch   int16  `json:"epoch"`
+	API     int16  `json:"api"`
+	Version int16  `json:"version"`
+	// Commit: an EndTxn that commits.
+	Commit bool `json:"commit,omitempty"`
+}
+
+// txnVerdict is what becomes of a txnQuery's request.
+type txnVerdict uint8
+
+const (
+	txnRefuse  txnVerdict = iota // answered with Code and Message
+	txnSuccess                   // answered by Ferry, not sent: Code 0 but for a failed init (EndTxn v5+)
+	txnForward                   // sent under Phys and PhysEpoch
+)
+
+// txnDecision is the mapping's answer to a txnQuery. Phys and PhysEpoch are
+// also the ID and epoch an EndTxn v5+ answered by Ferry carries (-1: none).
+type txnDecision struct {
+	Verdict   txnVerdict `json:"verdict"`
+	Code      int16      `json:"code"`
+	Message   string     `json:"message,omitempty"`
+	Phys      int64      `json:"phys"`
+	PhysEpoch int16      `json:"phys_epoch"`
+}
+
+const abortMsg = "ferry: the producer ID was issued before the last switch; abort the transaction"
+
+// staleQuery is kr as a txnQuery; false for a request that is refused
+// whatever the mapping (AddPartitionsToTxn v4+, the brokers' batched form).
+func staleQuery(gen uint32, version int16, kr kmsg.Request) (txnQuery, bool) {
+	q := txnQuery{Gen: gen, API: kr.Key(), Version: version}
 	switch r := kr.(type) {
 	case *kmsg.AddPartitionsToTxnRequest:
-		if r.Version >= 4 { // brokers' batched form
-			return refuse(kerr.UnknownProducerID.Code, abortMsg), false, nil
+		if r.Version >= 4 {
+			return q, false
 		}
-		txnID, pid, epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
+		q.TxnID, q.PID, q.Epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
 	case *kmsg.AddOffsetsToTxnRequest:
-		txnID, pid, epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
+		q.TxnID, q.PID, q.Epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
 	case *kmsg.TxnOffsetCommitRequest:
-		txnID, pid, epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
+		q.TxnID, q.PID, q.Epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
 	case *kmsg.EndTxnRequest:
-		txnID, pid, epoch = r.TransactionalID, r.ProducerID, r.ProducerEpoch
+		q.TxnID, q.PID, q.Epoch, q.Commit = r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.Commit
 	default:
-		return refuse(kerr.UnknownProducerID.Code, abortMsg), false, nil
+		return q, false
 	}
+	return q, true
+}
 
-	var (
-		e       *txnRemap
-		verdict remapVerdict
-		forward bool // under the mapping
-		success bool // answered by Ferry without error, not sent
-	)
-	s.txns.lookup(gen, txnID, pid, epoch, func(m *txnRemap, v remapVerdict) {
-		e, verdict = m, v
-		if v == remapFenced {
-			return
-		}
-		switch r := kr.(type) {
-		case *kmsg.EndTxnRequest:
-			switch {
-			case m.open:
-				forward = true
-			case !r.Commit:
-				// Nothing of the transaction it ends is on the
-				// active cluster.
-				m.dead, success = false, true
-			default:
-				// Its transaction was begun before the switch,
-				// which aborted it.
-				m.dead = true
-			}
-		case *kmsg.AddPartitionsToTxnRequest, *kmsg.AddOffsetsToTxnRequest:
-			// The first is refused: a transaction begun before the
-			// switch may be going on.
-			forward = v == remapFound && !m.dead
-		case *kmsg.TxnOffsetCommitRequest:
-			// Java fails the producer on an error here; its
-			// transaction's EndTxn(commit) is refused instead.
-			forward, success = m.open, !m.open
-			m.dead = m.dead || !m.open
-		}
-	})
-	timeout := s.txnTimeout(txnID)
-	switch {
-	case verdict == remapFenced:
-		return refuse(kerr.InvalidProducerEpoch.Code, "ferry: a newer producer of this transactional ID fenced this one"), false, nil
-	case success:
-		end, ok := kr.(*kmsg.EndTxnRequest)
-		if !ok || end.Version < 5 {
-			resp := errorResponse(kr, 0, "")
-			if e, ok := resp.(*kmsg.EndTxnResponse); ok {
-				e.ProducerID, e.ProducerEpoch = -1, -1
-			}
-			return localReply(req, resp), false, nil
-		}
-		// KIP-890 clients take the ID the answer carries.
-		return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-			resp := kmsg.NewPtrEndTxnResponse()
-			resp.ProducerID, resp.ProducerEpoch = -1, -1
-			ctx, cancel := context.WithTimeout(ctx, txnInitTimeout)
-			defer cancel()
-			phys, physEpoch, err := s.txns.resolve(ctx, req.up, txnID, e, timeout)
-			if err != nil {
-				// Every client retries its abort on it.
-				resp.ErrorCode = initErrorCode(err)
-				return resp, nil, nil
-			}
-			resp.ProducerID, resp.ProducerEpoch = routing.VirtualPID(gen, phys), physEpoch
-			return resp, nil, nil
-		}), false, nil
-	case !forward:
-		return refuse(kerr.UnknownProducerID.Code, abortMsg), false, nil
+// staleTxn answers, or maps onto the transactional ID's mapping, a
+// transactional coordinator request carrying a producer ID of another
+// generation. The mapping is kept by one member of a fleet
+// (txn_fleet.go); this one asks it when it is another.
+func (s *Server) staleTxn(c *clientConn, req *request, kr kmsg.Request) (*reply, bool, *mappedTxn) {
+	gen := req.state.Generation
+	q, ok := staleQuery(gen, req.hdr.Version, kr)
+	if !ok {
+		return s.txnReply(req, kr, txnDecision{Verdict: txnRefuse, Code: kerr.UnknownProducerID.Code, Message: abortMsg}), false, nil
 	}
-
 	ctx, cancel := context.WithTimeout(c.ctx, txnInitTimeout)
-	phys, physEpoch, err := s.txns.resolve(ctx, req.up, txnID, e, timeout)
-	cancel()
-	if err != nil {
-		c.log.Debug("no producer ID for a transactional producer of another generation", zap.String("transactional_id", txnID), zap.Error(err))
-		return refuse(initErrorCode(err), "ferry: initialising the transactional ID on the active cluster"), false, nil
+	defer cancel()
+	var (
+		d        txnDecision
+		answered func(txnAnswered)
+	)
+	if owner, remote := s.txnOwner(q.TxnID); remote {
+		d, answered = s.askTxnOwner(ctx, owner, q)
+	} else {
+		var e *txnRemap
+		d, e = s.decideStaleTxn(ctx, req.up, q)
+		answered = func(a txnAnswered) { s.txns.answered(q.TxnID, e, a) }
 	}
+	if d.Verdict != txnForward {
+		return s.txnReply(req, kr, d), false, nil
+	}
+	phys, physEpoch := d.Phys, d.PhysEpoch
 	set := func() {
 		switch r := kr.(type) {
 		case *kmsg.AddPartitionsToTxnRequest:
@@ -355,7 +369,90 @@ func (s *Server) staleTxn(c *clientConn, req *request, kr kmsg.Request) (*reply,
 			r.ProducerID, r.ProducerEpoch = phys, physEpoch
 		}
 	}
-	return nil, true, &mappedTxn{set: set, answered: func(resp kmsg.Response) { s.txns.answered(txnID, e, resp) }}
+	return nil, true, &mappedTxn{set: set, answered: func(resp kmsg.Response) { answered(answerOf(resp)) }}
+}
+
+// txnReply is Ferry's own answer to kr as d decided it.
+func (s *Server) txnReply(req *request, kr kmsg.Request, d txnDecision) *reply {
+	resp := errorResponse(kr, d.Code, d.Message)
+	if e, ok := resp.(*kmsg.EndTxnResponse); ok {
+		e.ProducerID, e.ProducerEpoch = -1, -1
+		if d.Verdict == txnSuccess && d.Code == 0 && e.Version >= 5 && d.Phys >= 0 {
+			// KIP-890 clients take the ID the answer carries.
+			e.ProducerID, e.ProducerEpoch = routing.VirtualPID(req.state.Generation, d.Phys), d.PhysEpoch
+		}
+	}
+	return localReply(req, resp)
+}
+
+// decideStaleTxn is this member's mapping's answer to q, initialising the
+// transactional ID on u when the request goes on under the mapping or is an
+// EndTxn v5+ answered by Ferry. e is the mapping a forwarded request's
+// answer is noted on.
+func (s *Server) decideStaleTxn(ctx context.Context, u *upstream, q txnQuery) (d txnDecision, e *txnRemap) {
+	var (
+		verdict remapVerdict
+		forward bool // under the mapping
+		success bool // answered by Ferry without error, not sent
+	)
+	s.txns.lookup(q.Gen, q.TxnID, q.PID, q.Epoch, func(m *txnRemap, v remapVerdict) {
+		e, verdict = m, v
+		if v == remapFenced {
+			return
+		}
+		switch kmsg.Key(q.API) {
+		case kmsg.EndTxn:
+			switch {
+			case m.open:
+				forward = true
+			case !q.Commit:
+				// Nothing of the transaction it ends is on the
+				// active cluster.
+				m.dead, success = false, true
+			default:
+				// Its transaction was begun before the switch,
+				// which aborted it.
+				m.dead = true
+			}
+		case kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn:
+			// The first is refused: a transaction begun before the
+			// switch may be going on.
+			forward = v == remapFound && !m.dead
+		case kmsg.TxnOffsetCommit:
+			// Java fails the producer on an error here; its
+			// transaction's EndTxn(commit) is refused instead.
+			forward, success = m.open, !m.open
+			m.dead = m.dead || !m.open
+		}
+	})
+	d = txnDecision{Verdict: txnRefuse, Phys: -1, PhysEpoch: -1}
+	switch {
+	case verdict == remapFenced:
+		d.Code, d.Message = kerr.InvalidProducerEpoch.Code, "ferry: a newer producer of this transactional ID fenced this one"
+		return d, nil
+	case !forward && !success:
+		d.Code, d.Message = kerr.UnknownProducerID.Code, abortMsg
+		return d, nil
+	case success:
+		d.Verdict = txnSuccess
+		if kmsg.Key(q.API) != kmsg.EndTxn || q.Version < 5 {
+			return d, nil
+		}
+	}
+	phys, physEpoch, err := s.txns.resolve(ctx, u, q.TxnID, e, s.txnTimeout(q.TxnID))
+	if err != nil {
+		// Every client retries its abort on it.
+		d.Code = initErrorCode(err)
+		if d.Verdict == txnRefuse {
+			d.Message = "ferry: initialising the transactional ID on the active cluster: " + err.Error()
+		}
+		return d, nil
+	}
+	if d.Verdict == txnRefuse {
+		d.Verdict = txnForward
+	}
+	d.Phys, d.PhysEpoch = phys, physEpoch
+	return d, e
 }
 
 // initErrorCode is what a request waiting on a failed init is answered: a

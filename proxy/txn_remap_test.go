@@ -22,9 +22,12 @@ import (
 // (stalePID, epoch), EndTxn v1, AddPartitionsToTxn v3, and its own
 // per-partition sequences, which it never resets.
 type staleTxnClient struct {
-	t     *testing.T
-	s     *Server
-	conn  net.Conn
+	t    *testing.T
+	s    *Server
+	conn net.Conn
+	// pconn, when set, carries the produce requests (another member of
+	// a fleet: the partitions' leader, not the coordinator).
+	pconn net.Conn
 	corr  int32
 	txnID string
 	epoch int16
@@ -70,7 +73,12 @@ func (k *staleTxnClient) produce(vals map[int32]string) map[int32]kmsg.ProduceRe
 	}
 	p.Topics = []kmsg.ProduceRequestTopic{pt}
 	out := map[int32]kmsg.ProduceResponseTopicPartition{}
-	for _, t := range k.call(p).(*kmsg.ProduceResponse).Topics {
+	conn := k.conn
+	if k.pconn != nil {
+		conn = k.pconn
+	}
+	k.corr++
+	for _, t := range rawCall(k.t, conn, p, k.corr).(*kmsg.ProduceResponse).Topics {
 		for _, rp := range t.Partitions {
 			out[rp.Partition] = rp
 			if rp.ErrorCode == 0 {
@@ -174,6 +182,62 @@ func upstreamBatches(up *upstreamLog, before int) []string {
 // committed records.
 func TestStaleTransactionalProducerCarriesOn(t *testing.T) {
 	s, addr, kf, up := txnFixture(t)
+	staleTransactionalProducerCarriesOn(t, s, addr, addr, kf, up)
+}
+
+// TestStaleTransactionalProducerAcrossMembers is the same through a fleet of
+// two members: the coordinator requests reach the member the transactional
+// ID hashes to, the produce requests the other one, which asks the first
+// for the mapping (txn_fleet.go). Kept by each member on its own, the
+// mapping was initialised twice, each init fencing the other's, and every
+// transaction failed.
+func TestStaleTransactionalProducerAcrossMembers(t *testing.T) {
+	const txnID = "kjs"
+	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
+	up := &upstreamLog{}
+	up.watch(kf)
+	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	members := map[int32]*Server{}
+	addrs := map[int32]string{}
+	for id := range int32(2) {
+		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
+			WithPeers(inProcessPeers{self: id, members: members}))
+	}
+	owner := fleet.Owner("coordinator\x00" + txnID)
+	other := 1 - owner
+	staleTransactionalProducerCarriesOn(t, members[owner], addrs[owner], addrs[other], kf, up)
+	if n := members[other].txnsHeld(); n != 0 {
+		t.Fatalf("the member that only saw produce requests holds %d mappings, want none (the owner keeps them)", n)
+	}
+}
+
+// inProcessPeers calls the other members' HandleTxnCall directly.
+type inProcessPeers struct {
+	self    int32
+	members map[int32]*Server
+}
+
+func (p inProcessPeers) Self() int32 { return p.self }
+
+func (p inProcessPeers) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
+	if kind != TxnCallKind {
+		return nil, fmt.Errorf("no handler for %q", kind)
+	}
+	return p.members[to].HandleTxnCall(ctx, p.self, body)
+}
+
+// txnsHeld is how many transactional IDs this member holds a mapping for.
+func (s *Server) txnsHeld() int {
+	s.txns.mu.Lock()
+	defer s.txns.mu.Unlock()
+	return len(s.txns.m)
+}
+
+// staleTransactionalProducerCarriesOn: the client sends its coordinator
+// requests to coordAddr and its produce requests to produceAddr; s serves
+// coordAddr.
+func staleTransactionalProducerCarriesOn(t *testing.T, s *Server, coordAddr, produceAddr string, kf *kfake.Cluster, up *upstreamLog) {
 	const txnID = "kjs"
 
 	// Before the switches: the transactional ID wrote on this cluster.
@@ -208,7 +272,10 @@ func TestStaleTransactionalProducerCarriesOn(t *testing.T) {
 		})
 	}
 
-	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: txnID, epoch: 4, seq: map[int32]int32{0: 57, 1: 12}}
+	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, coordAddr), txnID: txnID, epoch: 4, seq: map[int32]int32{0: 57, 1: 12}}
+	if produceAddr != coordAddr {
+		k.pconn = dialRaw(t, produceAddr)
+	}
 	nInit, nAdd, nProduce, nEnd := len(up.of(kmsg.InitProducerID)), len(up.of(kmsg.AddPartitionsToTxn)), len(up.of(kmsg.Produce)), len(up.of(kmsg.EndTxn))
 
 	// The first transaction after the switch: refused, abortable.
@@ -306,7 +373,7 @@ func TestStaleTransactionalProducerCarriesOn(t *testing.T) {
 
 	// An older epoch of the same ID is fenced, never mapped.
 	nAdd = len(up.of(kmsg.AddPartitionsToTxn))
-	zombie := &staleTxnClient{t: t, s: s, conn: k.conn, corr: 1000, txnID: txnID, epoch: 3, seq: map[int32]int32{}}
+	zombie := &staleTxnClient{t: t, s: s, conn: k.conn, pconn: k.pconn, corr: 1000, txnID: txnID, epoch: 3, seq: map[int32]int32{}}
 	if code := zombie.addPartitions(0); code != kerr.InvalidProducerEpoch.Code {
 		t.Fatalf("AddPartitionsToTxn with an older epoch: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code))
 	}

@@ -202,6 +202,14 @@ func (f *fleet) setPorts(ports []int32) {
 	f.refreshBrokers()
 }
 
+// Self implements proxy.Peers.
+func (f *fleet) Self() int32 { return f.n.cfg.NodeID }
+
+// Call implements proxy.Peers.
+func (f *fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
+	return f.m.Call(ctx, to, kind, body)
+}
+
 // Owns implements mirror.Ownership: the partition's writer runs on the
 // member that rendezvous hashing of the partition picks among the alive
 // members.
@@ -270,6 +278,7 @@ func (f *fleet) handle() {
 		}
 		return json.Marshal(res)
 	})
+	f.m.Handle(proxy.TxnCallKind, n.proxy.HandleTxnCall)
 	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {
 		gen := n.routes.Current().Generation
 		info := memberInfo{Connections: n.proxy.Connections(), Generation: &gen}

@@ -178,7 +178,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
 	}
 	if n.fleet != nil {
-		proxyOpts = append(proxyOpts, proxy.WithWriteLease(n.fleet.lease))
+		proxyOpts = append(proxyOpts, proxy.WithWriteLease(n.fleet.lease), proxy.WithPeers(n.fleet))
 	}
 	if cfg.TLS != nil {
 		proxyOpts = append(proxyOpts, proxy.WithClientTLS(cfg.TLS.proxyTLS()))

@@ -1,0 +1,182 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+)
+
+// A transactional ID's mapping onto the active cluster (txn_remap.go) is
+// state: whether the client's transaction under it is open, the ID and epoch
+// Ferry initialised, each partition's sequence base. In a fleet the requests
+// that read and change it reach different members: the coordinator requests
+// go to the member the transactional ID hashes to, TxnOffsetCommit to the
+// group's, each Produce to its partitions' leaders. So one member keeps it,
+// the transactional ID's coordinator member (the one FindCoordinator names),
+// and the others ask it in a call between members. Only producers still
+// writing under an ID of the generation before a switch take this path
+// (kafkajs for good, the others until their next EndTxn or InitProducerId);
+// it costs them one call per request, or per partition of a Produce.
+
+// Peers reach the other members of the fleet.
+type Peers interface {
+	// Self is this member's node ID.
+	Self() int32
+	// Call sends body to member to's handler of kind and returns its
+	// answer (membership.Fleet.Call).
+	Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error)
+}
+
+// TxnCallKind is the kind of the calls HandleTxnCall answers.
+const TxnCallKind = "proxy.txn"
+
+// txnCall is one call to the member keeping a transactional ID's mapping.
+type txnCall struct {
+	Op    string   `json:"op"` // "decide", "answered", "produce", "own"
+	Query txnQuery `json:"query"`
+	// Answered: "answered"'s broker answer.
+	Answered txnAnswered `json:"answered"`
+	// Part and Seq: "produce"'s partition and batch base sequence.
+	Part string `json:"part,omitempty"`
+	Seq  int32  `json:"seq,omitempty"`
+}
+
+// txnProduced is "produce"'s answer: txnRemaps.produce's results.
+type txnProduced struct {
+	Phys      int64 `json:"phys"`
+	PhysEpoch int16 `json:"phys_epoch"`
+	PhysSeq   int32 `json:"phys_seq"`
+	Code      int16 `json:"code"`
+}
+
+// txnCallTimeout bounds a call that does not initialise a transactional ID.
+const txnCallTimeout = 5 * time.Second
+
+var errOtherGeneration = errors.New("this member serves another generation")
+
+// txnOwner is the member keeping txnID's mapping; remote is false when it is
+// this one (or there is no fleet).
+func (s *Server) txnOwner(txnID string) (owner int32, remote bool) {
+	if s.cfg.peers == nil {
+		return -1, false
+	}
+	owner = s.fleet.Owner("coordinator\x00" + txnID)
+	return owner, owner >= 0 && owner != s.cfg.peers.Self()
+}
+
+func (s *Server) callTxnOwner(ctx context.Context, owner int32, call txnCall, out any) error {
+	body, err := json.Marshal(call)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cfg.peers.Call(ctx, owner, TxnCallKind, body)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(resp, out)
+}
+
+// askTxnOwner is decideStaleTxn on the owner, and how to tell it the
+// broker's answer. A call that fails is answered with a code every client
+// retries on: the owner is dying, or serves another generation for a moment.
+func (s *Server) askTxnOwner(ctx context.Context, owner int32, q txnQuery) (txnDecision, func(txnAnswered)) {
+	var d txnDecision
+	if err := s.callTxnOwner(ctx, owner, txnCall{Op: "decide", Query: q}, &d); err != nil {
+		s.log.Debug("the member keeping a transactional ID's mapping did not answer", fmtOwner(owner, q.TxnID, err)...)
+		return txnDecision{Verdict: txnRefuse, Code: kerr.CoordinatorNotAvailable.Code, Message: "ferry: " + err.Error(), Phys: -1, PhysEpoch: -1}, nil
+	}
+	return d, func(a txnAnswered) {
+		// Before the client has its answer: its next request, at any
+		// member, must find the transaction open.
+		ctx, cancel := context.WithTimeout(s.ctx, txnCallTimeout)
+		defer cancel()
+		if err := s.callTxnOwner(ctx, owner, txnCall{Op: "answered", Query: q, Answered: a}, nil); err != nil {
+			s.log.Warn("a transactional ID's mapping was not told the broker's answer; the client's next request may be refused as abortable",
+				fmtOwner(owner, q.TxnID, err)...)
+		}
+	}
+}
+
+// txnProduce is txnRemaps.produce where the transactional ID's mapping is
+// kept.
+func (s *Server) txnProduce(ctx context.Context, gen uint32, txnID string, virt int64, epoch int16, part string, seq int32) (phys int64, physEpoch int16, physSeq int32, code int16) {
+	owner, remote := s.txnOwner(txnID)
+	if !remote {
+		return s.txns.produce(gen, txnID, virt, epoch, part, seq)
+	}
+	ctx, cancel := context.WithTimeout(ctx, txnCallTimeout)
+	defer cancel()
+	var p txnProduced
+	call := txnCall{Op: "produce", Query: txnQuery{Gen: gen, TxnID: txnID, PID: virt, Epoch: epoch}, Part: part, Seq: seq}
+	if err := s.callTxnOwner(ctx, owner, call, &p); err != nil {
+		s.log.Debug("the member keeping a transactional ID's mapping did not answer", fmtOwner(owner, txnID, err)...)
+		return -1, -1, -1, kerr.NotLeaderForPartition.Code
+	}
+	return p.Phys, p.PhysEpoch, p.PhysSeq, p.Code
+}
+
+// ownTxn is txnRemaps.own where the transactional ID's mapping is kept. An
+// InitProducerId reaches another member only while the client's view of
+// the coordinator is stale; the owner is told in the background.
+func (s *Server) ownTxn(gen uint32, txnID string) {
+	owner, remote := s.txnOwner(txnID)
+	if !remote {
+		s.txns.own(gen, txnID)
+		return
+	}
+	s.goTracked(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, txnCallTimeout)
+		defer cancel()
+		if err := s.callTxnOwner(ctx, owner, txnCall{Op: "own", Query: txnQuery{Gen: gen, TxnID: txnID}}, nil); err != nil {
+			s.log.Debug("the member keeping a transactional ID's mapping was not told of its InitProducerId", fmtOwner(owner, txnID, err)...)
+		}
+	})
+}
+
+// HandleTxnCall answers another member's call about a transactional ID's
+// mapping kept here (register it for TxnCallKind). A call made under
+// another generation than this member serves is refused: the mapping is
+// per generation, and the caller answers its client with a retriable code.
+func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byte, error) {
+	var call txnCall
+	if err := json.Unmarshal(body, &call); err != nil {
+		return nil, fmt.Errorf("decoding a transactional ID call: %w", err)
+	}
+	q := call.Query
+	st := s.routes.Current()
+	if q.Gen != st.Generation {
+		return nil, fmt.Errorf("%w (%d, asked under %d)", errOtherGeneration, st.Generation, q.Gen)
+	}
+	switch call.Op {
+	case "decide":
+		u := s.ups[st.Active]
+		if u == nil {
+			return nil, fmt.Errorf("no upstream for the active cluster %q", st.Active)
+		}
+		d, _ := s.decideStaleTxn(ctx, u, q)
+		return json.Marshal(d)
+	case "answered":
+		s.txns.answeredFor(q.Gen, q.TxnID, q.PID, q.Epoch, call.Answered)
+		return nil, nil
+	case "produce":
+		var p txnProduced
+		p.Phys, p.PhysEpoch, p.PhysSeq, p.Code = s.txns.produce(q.Gen, q.TxnID, q.PID, q.Epoch, call.Part, call.Seq)
+		return json.Marshal(p)
+	case "own":
+		s.txns.own(q.Gen, q.TxnID)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown transactional ID call %q", call.Op)
+}
+
+func fmtOwner(owner int32, txnID string, err error) []zap.Field {
+	return []zap.Field{zap.Int32("member", owner), zap.String("transactional_id", txnID), zap.Error(err)}
+}

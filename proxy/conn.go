@@ -371,15 +371,24 @@ var errLeaseLapsed = errors.New("the member's write lease lapsed before the writ
 // write (req.write) is sent only while the member's write lease holds.
 func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*pending, error) {
 	u := req.up
-	if req.write && c.s.cfg.lease != nil && !c.s.cfg.lease.Valid() {
-		return nil, errLeaseLapsed
+	var gate func() bool
+	if req.write && c.s.cfg.lease != nil {
+		gate = c.s.cfg.lease.Valid
+		if !gate() {
+			return nil, errLeaseLapsed
+		}
 	}
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
+	// Leasing a connection may wait (the pool at its bound) or dial: the
+	// lease is asked again when the frame is about to be written.
 	uc, err := c.upConn(u, broker)
 	if err != nil {
 		return nil, err
 	}
-	c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
-	return uc.send(frame, expectResponse)
+	p, err := uc.sendFrame(frame, expectResponse, false, gate)
+	if err == nil {
+		c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
+	}
+	return p, err
 }

@@ -37,7 +37,7 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 			c.upsMu.Lock()
 			if sc.uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
 				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
-				sc.p, sc.err = sc.uc.sendFrame(buf.B, true, stream)
+				sc.p, sc.err = sc.uc.sendFrame(buf.B, true, stream, nil) // fetches are not writes
 			}
 			c.upsMu.Unlock()
 		} else {

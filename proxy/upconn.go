@@ -374,28 +374,58 @@ func (c *upConn) quiet() bool {
 // is overwritten with this connection's own). With expectResponse false (a
 // Produce with acks=0) nothing is awaited and the returned pending is nil.
 func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
-	return c.sendFrame(frame, expectResponse, false)
+	return c.sendFrame(frame, expectResponse, false, nil)
 }
 
 // sendFrame is send; with stream, a large response is left on the
-// connection for the waiter to stream (pending.st).
-func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending, error) {
+// connection for the waiter to stream (pending.st). A frame sent under a
+// gate (a write under the member's write lease) goes only if the gate is
+// open at the last moment it can still be held back: once its pending
+// answer is queued it must be written. Until then it may wait (for the
+// connection's lock, for room in flight), and the gate is asked again
+// after each wait.
+func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func() bool) (*pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.alive() {
 		return nil, c.err
 	}
-	c.corr++
-	protocol.SetCorrelationID(frame, c.corr)
 	var p *pending
 	if expectResponse {
-		p = &pending{corr: c.corr, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
-		select {
-		case c.inflight <- p:
-		case <-c.dead:
-			return nil, c.err
+		p = &pending{corr: c.corr + 1, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
+		for {
+			if gate != nil && !gate() {
+				return nil, errLeaseLapsed
+			}
+			if gate == nil {
+				select {
+				case c.inflight <- p:
+				case <-c.dead:
+					return nil, c.err
+				}
+				break
+			}
+			select {
+			case c.inflight <- p:
+			case <-c.dead:
+				return nil, c.err
+			default:
+				// Full: wait a moment for room, then ask the
+				// gate again before queueing.
+				select {
+				case <-c.dead:
+					return nil, c.err
+				case <-time.After(gatePoll):
+				}
+				continue
+			}
+			break
 		}
+	} else if gate != nil && !gate() {
+		return nil, errLeaseLapsed
 	}
+	c.corr++
+	protocol.SetCorrelationID(frame, c.corr)
 	var size [4]byte
 	binary.BigEndian.PutUint32(size[:], uint32(len(frame)))
 	bufs := net.Buffers{size[:], frame}
@@ -406,6 +436,10 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool) (*pending,
 	}
 	return p, nil
 }
+
+// gatePoll is how often a gated frame waiting for room in flight asks its
+// gate again.
+const gatePoll = time.Millisecond
 
 func (c *upConn) readLoop() {
 	max := c.pool.u.cfg.maxResponseSize

@@ -89,6 +89,9 @@ func (l *Lease) Changed() <-chan struct{} {
 // also installs a newer generation that the clusters hold and this member
 // missed (a member that was cut off when the switch installed it).
 func (l *Lease) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { l.watchElsewhere(ctx) })
 	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
 	for {
@@ -154,6 +157,50 @@ func (l *Lease) renew(ctx context.Context) {
 		}
 	}
 	l.extend(sent)
+}
+
+// watchElsewhere reads every cluster once a lease, and installs a newer
+// generation than this member's found on any (lookElsewhere). Renewals read
+// the active cluster only, and a forced failover may not reach it to save
+// the new generation there: a member cut off from the fleet that still
+// reaches the old cluster would renew from it for good. The forced switch
+// saves to the new active cluster first, so such a member, reading it
+// here, moves over within about a lease of the save. One that reaches only
+// the old cluster cannot learn of the switch (docs/ARCHITECTURE.md, "The
+// fleet").
+func (l *Lease) watchElsewhere(ctx context.Context) {
+	t := time.NewTicker(l.ttl)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.lookElsewhere(ctx)
+	}
+}
+
+// lookElsewhere installs the highest generation any cluster holds when it
+// is newer than this member's (and not voided), and reports whether it did;
+// only while the active cluster holds this member's generation serving,
+// which is what a forced switch leaves there. A planned switch writes its
+// draining state to the active cluster first and saves the next generation
+// elsewhere only a whole lease later, and its rollback voids that
+// generation there before anyone serves again: a member must not take a
+// generation saved elsewhere that the switch may still roll back. The read
+// of the active cluster and the load are bounded together by half a lease,
+// so they cannot straddle a planned switch's draining save and its next
+// save.
+func (l *Lease) lookElsewhere(ctx context.Context) bool {
+	cur := l.table.Current()
+	ctx, cancel := context.WithTimeout(ctx, l.ttl/2)
+	defer cancel()
+	st, found, err := l.store.LoadFrom(ctx, cur.Active)
+	if err != nil || found && (st.Generation != cur.Generation || st.Phase != "" && st.Phase != PhaseServing) {
+		return false
+	}
+	return l.adopt(ctx, cur)
 }
 
 // abandoned reports whether st is a switch's draining state left by a

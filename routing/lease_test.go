@@ -319,3 +319,61 @@ func TestLeaseAbandonedSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseLooksElsewhereAfterAForcedSwitch: a forced switch to b could not
+// save to a, the old active cluster, which this member (cut off from the
+// fleet) still reads: its renewals from a go on finding its generation
+// serving. Reading every cluster once a lease, it finds the generation b
+// holds and moves over, and its write lease then renews from b only.
+func TestLeaseLooksElsewhereAfterAForcedSwitch(t *testing.T) {
+	store := newMemStore()
+	l, table, _ := newTestLease(t, State{Generation: 3, Active: "a"}, store)
+	store.set("a", State{Generation: 3, Active: "a", Phase: PhaseServing})
+	store.set("b", State{Generation: 4, Active: "b", Phase: PhaseServing})
+	l.renew(context.Background())
+	if st := table.Current(); st.Generation != 3 {
+		t.Fatalf("a renewal from a installed %s", st)
+	}
+	if !l.lookElsewhere(context.Background()) {
+		t.Fatal("the newer generation on b was not installed")
+	}
+	if st := table.Current(); st.Generation != 4 || st.Active != "b" {
+		t.Fatalf("installed %s, want generation 4 on b", st)
+	}
+	// Nothing newer anywhere: nothing installed.
+	store.set("b", State{Generation: 4, Active: "b", Phase: PhaseServing})
+	if l.lookElsewhere(context.Background()) {
+		t.Fatal("installed again with nothing newer")
+	}
+	// A planned switch from b is running (its draining state on b) and
+	// has saved generation 5 on a, which it may still roll back: not
+	// taken until b holds it.
+	store.set("b", State{Generation: 4, Active: "b", Phase: PhaseDraining})
+	store.set("a", State{Generation: 5, Active: "a", Phase: PhaseServing})
+	if l.lookElsewhere(context.Background()) {
+		t.Fatalf("took generation 5 from a while b's switch runs: %s", table.Current())
+	}
+	store.set("b", State{Generation: 4, Active: "b", Phase: PhaseServing})
+	// A voided generation (a switch rolled back after its save timed
+	// out) is passed over.
+	cur := table.Current()
+	cur.Voided = append(cur.Voided, 5)
+	table.Update(cur)
+	if l.lookElsewhere(context.Background()) {
+		t.Fatalf("installed voided generation 5: %s", table.Current())
+	}
+}
+
+// TestLeaseRunWatchesElsewhere: Run does lookElsewhere by itself.
+func TestLeaseRunWatchesElsewhere(t *testing.T) {
+	store := newMemStore()
+	table := NewTable(State{Generation: 3, Active: "a"})
+	l := NewLease(table, store, 200*time.Millisecond, zap.NewNop())
+	store.set("a", State{Generation: 3, Active: "a", Phase: PhaseServing})
+	store.set("b", State{Generation: 4, Active: "b", Phase: PhaseServing})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, func() bool { return table.Current().Generation == 4 })
+}

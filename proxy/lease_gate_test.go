@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// deadlineLease is in force until a time that the test moves.
+type deadlineLease struct{ until atomic.Int64 }
+
+func (l *deadlineLease) Valid() bool              { return time.Now().UnixNano() < l.until.Load() }
+func (l *deadlineLease) Changed() <-chan struct{} { return make(chan struct{}) }
+
+// TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed: a produce passes
+// the hold and the lease check, then waits for an upstream connection (the
+// pool at its bound of one, held by a long-poll fetch). The lease lapses
+// while it waits: when the connection comes free the produce must not be
+// sent (the member may have been cut off from a switch that flipped
+// meanwhile), and the client gets a retriable error. Before, the lease was
+// asked only before the wait, and the write reached the cluster 1.3 s
+// after the lease had lapsed.
+func TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	lease := &deadlineLease{}
+	lease.until.Store(time.Now().Add(time.Hour).UnixNano())
+	s, addr := startFerry(t, kf.ListenAddrs(), WithMaxConnsPerBroker(1), WithIdleConnsPerBroker(1), WithWriteLease(lease))
+
+	// The fetch holds the only connection for its MaxWait.
+	holder := dialRaw(t, addr)
+	holder.SetDeadline(time.Now().Add(60 * time.Second))
+	f := kmsg.NewPtrFetchRequest()
+	f.Version = 11
+	f.MaxWaitMillis = 1500
+	f.MinBytes, f.MaxBytes, f.SessionEpoch = 1, 1<<20, -1
+	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
+	writeReq(t, holder, f, 1)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if leased, _ := s.ups["a"].reapIdle(time.Time{}); leased == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch never leased the connection")
+		}
+	}
+
+	// The lease lapses 200 ms into the produce's wait for a connection.
+	lease.until.Store(time.Now().Add(200 * time.Millisecond).UnixNano())
+	c := dialRaw(t, addr)
+	writeReq(t, c, oneRecordProduce("t"), 7)
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 7
+	if err := resp.ReadFrom(readResp(t, c)[4:]); err != nil {
+		t.Fatal(err)
+	}
+	code := resp.Topics[0].Partitions[0].ErrorCode
+	if e := kerr.ErrorForCode(code); e == nil || !kerr.IsRetriable(e) {
+		t.Fatalf("the produce was answered %v, want a retriable error", e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("t", 0); o.Offset != 0 {
+		t.Fatalf("the cluster's end offset is %d: the write was sent after the member's lease lapsed", o.Offset)
+	}
+}

@@ -576,6 +576,7 @@ func switchoverClients(t *testing.T, members int) {
 		t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 	}
 	progress(0, "every role under way")
+	closedBefore, acceptedBefore := connectionCounts(t, ms)
 
 	// committedAt[w][group] is what each group had committed when switch w
 	// began, read on the cluster it left.
@@ -613,6 +614,17 @@ func switchoverClients(t *testing.T, members int) {
 		}
 		progress(w, "every role under way after the switch to "+sw.to)
 	}
+
+	// Clients kept their connections: Ferry closed none of them across
+	// the switches (a client may still close and open its own).
+	closedAfter, acceptedAfter := connectionCounts(t, ms)
+	for reason, n := range closedAfter {
+		if reason != "client_closed" && n > closedBefore[reason] {
+			t.Errorf("Ferry closed %v client connections (%s) across the switches", n-closedBefore[reason], reason)
+		}
+	}
+	t.Logf("client connections across the switches: %v opened, %v closed by the clients", acceptedAfter-acceptedBefore,
+		closedAfter["client_closed"]-closedBefore["client_closed"])
 
 	// Stop the producers, then the consumers once they have read what the
 	// producers had acknowledged.
@@ -1045,4 +1057,40 @@ func reportStreams(t *testing.T, procs []*streamProc, durations []string) {
 			}
 		}
 	}
+}
+
+// connectionCounts sums, over the members, Ferry's client connections
+// closed by reason (ferry_client_connections_closed_total) and accepted
+// (ferry_client_connections_total), read from /metrics.
+func connectionCounts(t *testing.T, ms []*ferryServe) (closed map[string]float64, accepted float64) {
+	t.Helper()
+	closed = map[string]float64{}
+	for _, m := range ms {
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + m.admin + "/metrics")
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", m.name(), err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", m.name(), err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			name, val, ok := strings.Cut(line, " ")
+			if !ok || strings.HasPrefix(name, "#") {
+				continue
+			}
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, `ferry_client_connections_closed_total{reason="`):
+				closed[strings.TrimSuffix(strings.TrimPrefix(name, `ferry_client_connections_closed_total{reason="`), `"}`)] += v
+			case name == "ferry_client_connections_total":
+				accepted += v
+			}
+		}
+	}
+	return closed, accepted
 }

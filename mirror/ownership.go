@@ -40,6 +40,18 @@ func WithOwnership(o Ownership) Option { return func(c *config) { c.ownership = 
 func WithWriteGate(gate func() bool) Option { return func(c *config) { c.gate = gate } }
 
 // owns reports whether this member writes the partition.
+// Partitions returns every mirrored topic with its partition count, the
+// partitions whose writers run on other members included.
+func (m *Mirror) Partitions() map[string]int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int32, len(m.parts))
+	for t, n := range m.parts {
+		out[t] = n
+	}
+	return out
+}
+
 func (m *Mirror) owns(topic string, partition int32) bool {
 	o := m.cfg.ownership
 	return o == nil || o.Owns(topic, partition)

@@ -7,9 +7,12 @@ package proxy
 // a new epoch from every EndTxn v5; group.version 1 lets consumers use the
 // KIP-848 protocol. A client that behaves by a level one cluster finalizes
 // and the other does not would fail after a switch, so Ferry advertises
-// the intersection over every configured cluster, and nothing finalized
-// while a cluster is not reached yet: its levels are unknown, and the
-// clients' fallback (the behaviour before the feature) works on both.
+// the intersection over every configured cluster. While a cluster is not
+// reached yet its levels are unknown: Ferry then finalizes no more than
+// the routing state saved at the last switch (every cluster reached
+// then; a restart after a forced failover from a dead cluster), else
+// nothing: the clients' fallback (the behaviour before the feature) works
+// on both.
 //
 // The epoch is Ferry's own, the Unix time in milliseconds when the
 // advertised set last changed (at least one more than the last): the Java
@@ -53,7 +56,16 @@ func (s *Server) learnFeatures(u *upstream, late bool) {
 	next := protocol.IntersectFeatures(sets...)
 	missing := len(a.known) < len(s.ups)
 	if missing {
-		next.Finalized = map[string]int16{}
+		// No more than the routing state saved, every cluster
+		// reached then: the cluster not reached yet finalized them.
+		saved := s.routes.Current().Features
+		fin := map[string]int16{}
+		for name, level := range next.Finalized {
+			if l, ok := saved[name]; ok {
+				fin[name] = min(level, l)
+			}
+		}
+		next.Finalized = fin
 	}
 	if a.epoch != 0 && next.Equal(a.current) {
 		return
@@ -74,6 +86,22 @@ func (s *Server) appendFeatures(resp *kmsg.ApiVersionsResponse) {
 	s.features.mu.RLock()
 	defer s.features.mu.RUnlock()
 	s.features.current.AppendTo(resp, s.features.epoch)
+}
+
+// SavedFeatures is the finalized levels Ferry advertises, in the form the
+// routing state saves (routing.State.Features), or nil while a configured
+// cluster has not been reached (SavedVersions says why).
+func (s *Server) SavedFeatures() map[string]int16 {
+	s.features.mu.RLock()
+	defer s.features.mu.RUnlock()
+	if len(s.features.known) < len(s.ups) {
+		return nil
+	}
+	out := make(map[string]int16, len(s.features.current.Finalized))
+	for name, level := range s.features.current.Finalized {
+		out[name] = level
+	}
+	return out
 }
 
 // Features returns the features Ferry advertises and their epoch.

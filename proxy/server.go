@@ -160,7 +160,14 @@ func (s *Server) Start(ctx context.Context) error {
 			sets = append(sets, u.versions)
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, s.cfg.standbyWait)
+		// With the versions saved at the last switch, a cluster that
+		// does not answer at once is not waited for long: it is the
+		// one a forced failover left, most likely.
+		wait := s.cfg.standbyWait
+		if savedVersions(s.routes.Current()) != nil {
+			wait = min(wait, savedStandbyWait)
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := s.startCluster(wctx, u)
 		cancel()
 		if err == nil {
@@ -204,6 +211,11 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goTracked(s.warmLoop)
 	return nil
 }
+
+// savedStandbyWait bounds the wait at start for a cluster that is not the
+// active one when the routing state carries the API versions to advertise
+// without it.
+const savedStandbyWait = 3 * time.Second
 
 // startCluster connects to one cluster, retrying until ctx ends.
 func (s *Server) startCluster(ctx context.Context, u *upstream) error {

@@ -52,6 +52,13 @@ type State struct {
 	// down (as after a forced failover from it) still narrows what
 	// clients may use.
 	APIVersions map[int16][2]int16 `json:"api_versions,omitempty"`
+	// Features are the feature levels (KIP-584) Ferry advertised as
+	// finalized when the state was saved, every configured cluster
+	// reached then (name → max level): a member that starts without one
+	// of the clusters advertises no more than these, rather than none,
+	// so that clients keep the transaction protocol (transaction.version)
+	// they had across a restart after a forced failover.
+	Features map[string]int16 `json:"finalized_features,omitempty"`
 	// Fences holds, for each generation that ended, every partition's
 	// end offset at the flip: what OffsetForLeaderEpoch answers for an
 	// epoch of that generation (KIP-320), so that a consumer positioned

@@ -140,6 +140,9 @@ type Switcher struct {
 	// advertised, when set, gives the API versions saved with each new
 	// state (State.APIVersions).
 	advertised func() map[int16][2]int16
+	// features, when set, gives the finalized feature levels saved with
+	// each new state (State.Features).
+	features func() map[string]int16
 	// lease is the fleet's write lease (lease.go); 0 when the member is
 	// on its own and every member is reached by Members.
 	lease time.Duration
@@ -160,6 +163,10 @@ func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clus
 // f returns: what the member advertises, so that one restarted while a
 // cluster is down keeps to them.
 func (s *Switcher) SaveVersions(f func() map[int16][2]int16) { s.advertised = f }
+
+// SaveFeatures makes every state the switcher saves carry the finalized
+// feature levels f returns (nil: keep the last saved), for the same reason.
+func (s *Switcher) SaveFeatures(f func() map[string]int16) { s.features = f }
 
 // CheckPrincipals makes every switch, planned or forced, first check that
 // the mapped client principals authenticate on its target (f), and refuse
@@ -387,10 +394,16 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 	for _, v := range cur.Voided {
 		gen = max(gen, v)
 	}
-	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History, APIVersions: cur.APIVersions, Voided: cur.Voided}
+	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
+		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided}
 	if s.advertised != nil {
 		if v := s.advertised(); len(v) > 0 {
 			next.APIVersions = v
+		}
+	}
+	if s.features != nil {
+		if f := s.features(); f != nil {
+			next.Features = f
 		}
 	}
 	next.Fences = append(next.Fences, cur.Fences...)

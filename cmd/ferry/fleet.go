@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/membership"
+	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -423,6 +424,7 @@ func (fm fleetMirror) Drain(ctx context.Context) error { return fm.local.Drain(c
 func (fm fleetMirror) SyncGroups(ctx context.Context) error { return fm.local.SyncGroups(ctx) }
 
 func (fm fleetMirror) Stop() []routing.Position {
+	local := fm.local.r.cur.Load() // before the call stops it
 	ctx, cancel := context.WithTimeout(fm.f.ctx, 30*time.Second)
 	defer cancel()
 	answers, failed, _ := fm.f.callLive(ctx, callMirrorStop, nil)
@@ -436,6 +438,51 @@ func (fm fleetMirror) Stop() []routing.Position {
 			out = append(out, ps...)
 		}
 	}
+	if local != nil {
+		out = append(out, fm.unanswered(local, out)...)
+	}
+	return out
+}
+
+// unanswered is the positions of the mirrored partitions no member
+// answered for: their writer ran on a member the call did not reach (alive
+// to gossip, but cut off or dying). Each gets the standby's end offset, so
+// that the ended generation's fence covers it (what OffsetForLeaderEpoch
+// answers); what the source acknowledged beyond it was known only to that
+// member, so no lost range is listed, and the log says so.
+func (fm fleetMirror) unanswered(local *runningMirror, got []routing.Position) []routing.Position {
+	have := map[string]map[int32]bool{}
+	for _, p := range got {
+		if have[p.Topic] == nil {
+			have[p.Topic] = map[int32]bool{}
+		}
+		have[p.Topic][p.Partition] = true
+	}
+	var missing []mirror.PartitionStatus
+	for t, n := range local.m.Partitions() {
+		for p := range n {
+			if !have[t][p] {
+				missing = append(missing, mirror.PartitionStatus{Topic: t, Partition: p})
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	ends := fm.local.r.endOffsets(local.target, missing)
+	out := make([]routing.Position, 0, len(missing))
+	var names []string
+	for _, st := range missing {
+		e, ok := ends[st.Topic][st.Partition]
+		if !ok {
+			continue
+		}
+		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: e, Source: e})
+		names = append(names, fmt.Sprintf("%s[%d]", st.Topic, st.Partition))
+	}
+	sort.Strings(names)
+	fm.f.log.Error("no member answered for some mirrored partitions at the switch: their fence is the standby's end, and what the source acknowledged beyond it is not listed as lost",
+		zap.Strings("partitions", names), zap.Int("unlisted", len(missing)-len(out)))
 	return out
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // fleetMember is one `ferry serve` process of a test fleet, with the
@@ -465,13 +466,51 @@ func TestFleetRealKafka(t *testing.T) {
 
 	t.Run("forced switch across the fleet", func(t *testing.T) {
 		waitMirrored(t, f, topic)
+		// Member 2 is paused just before: gossip still has it alive when
+		// the switch stops the mirror, and it answers for none of the
+		// partitions its writers copy. Their fence is still recorded.
+		paused := f.members[2]
+		owned := map[string]bool{}
+		st, err := paused.status(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range st.Mirror.Partitions {
+			if p.Owner == paused.id {
+				owned[fmt.Sprintf("%s[%d]", p.Topic, p.Partition)] = true
+			}
+		}
+		if err := paused.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 		out, err := ferryCmd(t, "switchover", "--admin", f.members[1].admin, "--to", "primary", "--forced").CombinedOutput()
+		if err := paused.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
 		if err != nil {
 			t.Fatalf("ferry switchover --forced: %v\n%s", err, out)
 		}
+		f.waitAlive(t, 0, 1, 2)
 		for _, m := range f.members {
 			waitGeneration(t, m, 2, "primary")
 		}
+		routed := routingState(t, f.members[0])
+		var fence *routing.Fence
+		for i := range routed.Fences {
+			if routed.Fences[i].Generation == 1 {
+				fence = &routed.Fences[i]
+			}
+		}
+		if fence == nil {
+			t.Fatalf("no fence of generation 1 in %+v", routed.Fences)
+		}
+		for _, p := range st.Mirror.Partitions {
+			if e := fence.Ends[p.Topic]; int(p.Partition) >= len(e) || e[p.Partition] < 0 {
+				t.Errorf("generation 1's fence has no end for %s[%d] (its writer on member %d; member 2 was paused, owning %d partitions): %v",
+					p.Topic, p.Partition, p.Owner, len(owned), fence.Ends[p.Topic])
+			}
+		}
+		t.Logf("forced switch with member 2 (writer of %d partitions) paused:\n%s", len(owned), out)
 		before := endOffsets(t, f.primary.Addrs(), topic)
 		prod := newClient(t, kgo.SeedBrokers(strings.Split(f.bootstrap(), ",")...), kgo.DefaultProduceTopic(topic))
 		for i := range 30 {
@@ -590,4 +629,19 @@ func haltedPartitions(t *testing.T, m *fleetMember) []string {
 		}
 	}
 	return out
+}
+
+// routingState is m's GET /status/routing.
+func routingState(t *testing.T, m *fleetMember) routing.State {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + m.admin + "/status/routing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st routing.State
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/status/routing: %s, %v", resp.Status, err)
+	}
+	return st
 }

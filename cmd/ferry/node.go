@@ -216,6 +216,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	}
 	n.switcher = routing.NewSwitcher(n.routes, members, sm, n.store, names, log.Named("switch"))
 	n.switcher.SaveVersions(n.proxy.SavedVersions)
+	n.switcher.SaveFeatures(n.proxy.SavedFeatures)
 	if len(mapped) > 0 {
 		// Before a switch holds or flips anything: every mapped
 		// principal must authenticate on the target.

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -339,7 +341,7 @@ func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
 // to the start), and reads the records produced after the switch at the
 // offsets they were acknowledged at.
 func TestForcedFailoverRealKafka(t *testing.T) {
-	primary, _, yaml := primaryAndStandby(t, "ferry-forced-test")
+	primary, standby, yaml := primaryAndStandby(t, "ferry-forced-test")
 	n, addr := startNode(t, yaml)
 	const topic = "forced"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -460,6 +462,12 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 	n, addr = startNode(t, yaml)
 	if st := n.routes.Current(); st.Generation != 1 || st.Active != "standby" {
 		t.Fatalf("after a restart: %s; want generation 1 on standby", st)
+	}
+	// It advertises the feature levels saved with the switch, both
+	// clusters reached then (the primary's levels are unknown now), so
+	// clients keep the transaction protocol they had.
+	if sb, via := finalized(t, ctx, standby.Bootstrap()), finalized(t, ctx, addr); sb["transaction.version"] == 0 || via["transaction.version"] != sb["transaction.version"] {
+		t.Fatalf("after a restart without the primary Ferry finalizes %v, the standby %v; want transaction.version as the standby's", via, sb)
 	}
 	prod = newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
 	if offs := produce("restarted", 1); offs[0] != after[len(after)-1]+1 {
@@ -629,4 +637,22 @@ func sumEnds(ends map[int32]int64) int64 {
 		n += e
 	}
 	return n
+}
+
+// finalized is the feature levels an ApiVersions answer from bootstrap
+// finalizes.
+func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]int16 {
+	t.Helper()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, newClient(t, kgo.SeedBrokers(bootstrap)))
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("ApiVersions from %s: %v", bootstrap, err)
+	}
+	out := map[string]int16{}
+	for _, f := range resp.FinalizedFeatures {
+		out[f.Name] = f.MaxVersionLevel
+	}
+	return out
 }

@@ -67,7 +67,7 @@ type config struct {
 	node     Node
 	routes   *routing.Table
 	clusters []proxy.Cluster
-	fleet    proxy.Fleet
+	fleet    routing.Fleet
 	gatherer prometheus.Gatherer
 	started  func() bool
 	check    ClusterCheck
@@ -108,7 +108,7 @@ func WithRoutes(t *routing.Table) Option { return func(c *config) { c.routes = t
 func WithClusters(cs ...proxy.Cluster) Option { return func(c *config) { c.clusters = cs } }
 
 // WithFleet sets the fleet whose members /status lists (required).
-func WithFleet(f proxy.Fleet) Option { return func(c *config) { c.fleet = f } }
+func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
 
 // WithGatherer sets what /metrics exposes (required).
 func WithGatherer(g prometheus.Gatherer) Option { return func(c *config) { c.gatherer = g } }

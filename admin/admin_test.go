@@ -47,7 +47,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 		WithNode(Node{ID: 7, ClusterID: "vc", Advertised: "ferry-7:9092", Listen: "0.0.0.0:9092", Admin: "0.0.0.0:9644"}),
 		WithRoutes(f.routes),
 		WithClusters(testClusters...),
-		WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 7, Host: "ferry-7", Port: 9092})),
+		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 7, Host: "ferry-7", Port: 9092})),
 		WithGatherer(f.reg),
 		WithRegisterer(f.reg),
 		WithStarted(f.started.Load),
@@ -75,7 +75,7 @@ func (f *fixture) get(t *testing.T, path string) (int, string) {
 
 func TestNewValidates(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "h", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
 	tbl := routing.NewTable(routing.State{Active: "primary"})
 	for _, tc := range []struct {
 		name string
@@ -304,7 +304,7 @@ func TestProbeCache(t *testing.T) {
 	srv, err := New(
 		WithRoutes(routing.NewTable(routing.State{Active: "primary"})),
 		WithClusters(testClusters...),
-		WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "h", Port: 1})),
+		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})),
 		WithGatherer(prometheus.NewRegistry()),
 		WithClusterCheck(func(context.Context, proxy.Cluster) error { dials.Add(1); return nil }),
 	)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // startProxy runs a Ferry in front of an in-process cluster and returns it
@@ -35,7 +36,7 @@ func startProxy(t *testing.T) (*proxy.Server, string) {
 	p, err := proxy.New(
 		proxy.WithClusterID("vc"),
 		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: kf.ListenAddrs()}),
-		proxy.WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
+		proxy.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
 		proxy.WithLogger(zaptest.NewLogger(t)),
 		proxy.WithRegisterer(prometheus.NewRegistry()),
 		proxy.WithLanes(1),

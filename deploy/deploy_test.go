@@ -248,7 +248,7 @@ func inProcessMetrics(t *testing.T) map[string]bool {
 	rec := &describingRegisterer{reg: prometheus.NewRegistry()}
 	routes := routing.NewTable(routing.State{Active: "a"})
 	clusters := []proxy.Cluster{{Name: "a", Bootstrap: kc.ListenAddrs()}}
-	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 9092})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 9092})
 
 	srv, err := proxy.New(
 		proxy.WithClusterID("deploy-test"),

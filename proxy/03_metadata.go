@@ -110,7 +110,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 }
 
 // virtualPartition maps one upstream partition to what clients see.
-func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []Broker) kmsg.MetadataResponseTopicPartition {
+func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []routing.Broker) kmsg.MetadataResponseTopicPartition {
 	out := kmsg.MetadataResponseTopicPartition{ErrorCode: p.ErrorCode, Partition: p.Partition, Leader: -1, LeaderEpoch: routing.VirtualEpoch(gen, p.LeaderEpoch)}
 	if p.Leader < 0 {
 		out.Replicas, out.ISR = []int32{}, []int32{}

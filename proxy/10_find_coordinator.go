@@ -14,6 +14,8 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -46,8 +48,8 @@ func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Reque
 	return localReply(req, resp), nil
 }
 
-func brokersByID(bs []Broker) map[int32]Broker {
-	m := make(map[int32]Broker, len(bs))
+func brokersByID(bs []routing.Broker) map[int32]routing.Broker {
+	m := make(map[int32]routing.Broker, len(bs))
 	for _, b := range bs {
 		m[b.NodeID] = b
 	}

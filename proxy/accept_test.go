@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // failingListener fails its first Accepts with errs, then accepts from the
@@ -36,7 +38,7 @@ func TestAcceptErrorsRetried(t *testing.T) {
 	kf := newKfake(t, 1)
 	core, logs := observer.New(zap.WarnLevel)
 	s, err := New(WithClusterID("c"), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs()}),
-		WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
+		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
 		WithLogger(zap.New(core)), WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 func dialRaw(t *testing.T, addr string) net.Conn {
@@ -201,7 +202,7 @@ func TestAcksZeroProduce(t *testing.T) {
 }
 
 func TestUnreachableClusterIsAnErrorNotACrash(t *testing.T) {
-	s, err := New(WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
+	s, err := New(WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestUnreachableClusterIsAnErrorNotACrash(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "h", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
 	for _, tc := range []struct {
 		name string
 		opts []Option

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // A large frame buffer is dropped when put back, not kept for good; a small
@@ -44,7 +45,7 @@ func TestLargeBuffersAreNotPooled(t *testing.T) {
 }
 
 func TestBufferBudgetOptions(t *testing.T) {
-	base := []Option{WithClusterID("c"), WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}
+	base := []Option{WithClusterID("c"), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}
 	for _, tc := range []struct {
 		conn, proc int64
 		want       string
@@ -115,7 +116,7 @@ func memCluster(t *testing.T) (kf *kfake.Cluster, fetches *atomic.Int64) {
 // Ferry's memory, where the budgets apply, rather than in the kernel's.
 func startFerrySmallSends(t *testing.T, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
-	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	s, err := New(append([]Option{WithClusterID("ferry-test"), WithClusters(Cluster{Name: "a", Bootstrap: bootstrap}), WithFleet(fleet),
 		WithLogger(zaptest.NewLogger(t)), WithRegisterer(prometheus.NewRegistry())}, opts...)...)
 	if err != nil {
@@ -135,7 +136,7 @@ func startFerrySmallSends(t *testing.T, bootstrap []string, opts ...Option) (*Se
 		t.Fatal(err)
 	}
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	fleet.Set([]Broker{{NodeID: 0, Host: "127.0.0.1", Port: port, LanePorts: []int32{port}}})
+	fleet.Set([]routing.Broker{{NodeID: 0, Host: "127.0.0.1", Port: port, LanePorts: []int32{port}}})
 	go s.Serve(smallSends{ln.(*net.TCPListener)})
 	return s, ln.Addr().String()
 }

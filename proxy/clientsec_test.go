@@ -37,6 +37,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // secEnv is a CA, Ferry's certificate and a credential store in a
@@ -527,7 +528,7 @@ func TestClientSecurityConfigErrors(t *testing.T) {
 		{"oauth without jwks", []Option{WithClientSASL(ClientSASL{Mechanisms: []string{MechanismOAuthBearer}})}, "jwks_file or jwks_url"},
 	} {
 		opts := append([]Option{WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}),
-			WithFleet(NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}))}, tc.opts...)
+			WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}))}, tc.opts...)
 		_, err := New(opts...)
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want ErrConfig mentioning %q", tc.name, err, tc.want)

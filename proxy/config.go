@@ -40,7 +40,7 @@ type config struct {
 	refuseUnmapped     bool
 	clusterID          string
 	clusters           []Cluster
-	fleet              Fleet
+	fleet              routing.Fleet
 	routes             *routing.Table
 	lease              WriteLease
 	peers              Peers
@@ -125,7 +125,7 @@ func WithClusterID(id string) Option { return func(c *config) { c.clusterID = id
 func WithClusters(cs ...Cluster) Option { return func(c *config) { c.clusters = cs } }
 
 // WithFleet sets the Ferry members clients see as brokers (required).
-func WithFleet(f Fleet) Option { return func(c *config) { c.fleet = f } }
+func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
 
 // WithRoutingTable sets the routing state (default: generation 0, the first
 // cluster active).

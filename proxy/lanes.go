@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // Lanes: each Ferry member presents several virtual brokers ("lanes"),
@@ -29,12 +31,12 @@ const laneStride = 1000
 func laneNode(member int32, lane int) int32 { return member*laneStride + int32(lane) }
 
 // virtualBrokers lists every lane of every live member.
-func (s *Server) virtualBrokers() []Broker {
+func (s *Server) virtualBrokers() []routing.Broker {
 	members := s.fleet.Brokers()
-	out := make([]Broker, 0, len(members)*s.lanes)
+	out := make([]routing.Broker, 0, len(members)*s.lanes)
 	for _, m := range members {
 		for l := 0; l < s.lanes; l++ {
-			out = append(out, Broker{NodeID: laneNode(m.NodeID, l), Host: m.Host, Port: m.LanePort(l), Rack: m.Rack})
+			out = append(out, routing.Broker{NodeID: laneNode(m.NodeID, l), Host: m.Host, Port: m.LanePort(l), Rack: m.Rack})
 		}
 	}
 	return out
@@ -83,7 +85,7 @@ func (u *upstream) lane(broker int32, lanes int) int {
 // explicit assignment reads back as it was given (replicaMap maps it the
 // other way). Where two replicas share a lane (fewer lanes than brokers),
 // the list is filled up by replicaSet, keeping the replication factor.
-func (s *Server) replicaLanes(u *upstream, brokers []Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
+func (s *Server) replicaLanes(u *upstream, brokers []routing.Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
 	member := leader / laneStride
 	n := max(1, min(len(replicas), len(brokers)))
 	out := make([]int32, 0, n)
@@ -124,7 +126,7 @@ func (s *Server) replicaLanes(u *upstream, brokers []Broker, leader int32, repli
 
 // replicaSet lists n virtual brokers starting with the leader: the same
 // lane on the other members first, then the leader member's other lanes.
-func replicaSet(brokers []Broker, leader int32, n int) []int32 {
+func replicaSet(brokers []routing.Broker, leader int32, n int) []int32 {
 	n = max(1, min(n, len(brokers)))
 	out := make([]int32, 0, n)
 	out = append(out, leader)

@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // refusals reads ferry_refusals_total{api,reason}.
@@ -365,7 +367,7 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{[]string{"topic_delete"}, []string{"topic_delete"}},
 	} {
 		_, err := New(WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs()}),
-			WithFleet(NewStaticFleet(Broker{Host: "h", Port: 1})), WithRequestPolicy(tc.allow, tc.deny))
+			WithFleet(routing.NewStaticFleet(routing.Broker{Host: "h", Port: 1})), WithRequestPolicy(tc.allow, tc.deny))
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("allow %v deny %v: error %v, want a configuration error", tc.allow, tc.deny, err)
 		}

@@ -23,7 +23,7 @@ import (
 // returns its address.
 func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
-	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []Option{
 		WithClusterID("ferry-test"),
 		WithClusters(Cluster{Name: "a", Bootstrap: bootstrap}),
@@ -51,7 +51,7 @@ func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, stri
 		lns = append(lns, ln)
 		ports = append(ports, int32(ln.Addr().(*net.TCPAddr).Port))
 	}
-	fleet.Set([]Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	fleet.Set([]routing.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
 	for i, ln := range lns {
 		go s.ServeLane(ln, i)
 	}

@@ -10,13 +10,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // addMember adds a second Ferry member (node 1) to the fleet: its lanes are
 // virtual brokers 1000, 1001, ...
 func addMember(t *testing.T, s *Server) {
 	t.Helper()
-	f := s.fleet.(*StaticFleet)
+	f := s.fleet.(*routing.StaticFleet)
 	m := f.Brokers()[0]
 	m.NodeID = 1
 	f.Set(append(f.Brokers(), m))
@@ -186,11 +188,11 @@ func TestPartitionReassignmentsThroughFerry(t *testing.T) {
 // reads back as given; lanes shared by two replicas are filled up so the
 // replication factor stays.
 func TestReplicaLanes(t *testing.T) {
-	members := func(lanes int, ids ...int32) []Broker {
-		var out []Broker
+	members := func(lanes int, ids ...int32) []routing.Broker {
+		var out []routing.Broker
 		for _, m := range ids {
 			for l := range lanes {
-				out = append(out, Broker{NodeID: laneNode(m, l)})
+				out = append(out, routing.Broker{NodeID: laneNode(m, l)})
 			}
 		}
 		return out
@@ -198,7 +200,7 @@ func TestReplicaLanes(t *testing.T) {
 	for _, c := range []struct {
 		name                string
 		lanes               int
-		brokers             []Broker
+		brokers             []routing.Broker
 		leader              int32
 		replicas, isr       []int32 // physical: brokers 11, 12, 13 have lanes 0, 1, 2 (mod lanes)
 		wantReplicas, wantI []int32

@@ -20,7 +20,7 @@ type Server struct {
 	cfg     config
 	log     *zap.Logger
 	routes  *routing.Table
-	fleet   Fleet
+	fleet   routing.Fleet
 	ups     map[string]*upstream
 	metrics *metrics
 	mem     *memBudget
@@ -463,7 +463,7 @@ func (s *Server) Connections() int {
 
 // Lanes is how many virtual brokers each member presents, known after
 // Start: the caller serves that many listeners and advertises their ports
-// in the fleet (Broker.LanePorts).
+// in the fleet (routing.Broker.LanePorts).
 func (s *Server) Lanes() int { return s.lanes }
 
 // Versions returns the API versions Ferry advertises.

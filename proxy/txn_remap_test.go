@@ -196,7 +196,7 @@ func TestStaleTransactionalProducerAcrossMembers(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
 	up := &upstreamLog{}
 	up.watch(kf)
-	fleet := NewStaticFleet(Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
 	members := map[int32]*Server{}
 	addrs := map[int32]string{}
 	for id := range int32(2) {

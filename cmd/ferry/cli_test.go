@@ -62,7 +62,7 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 		admin.WithNode(admin.Node{ID: 3, ClusterID: "vc", Advertised: "ferry-3:9092"}),
 		admin.WithRoutes(a.routes),
 		admin.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: []string{"p:9092"}}, proxy.Cluster{Name: "standby", Bootstrap: []string{"s:9092"}}),
-		admin.WithFleet(proxy.NewStaticFleet(proxy.Broker{NodeID: 3, Host: "ferry-3", Port: 9092})),
+		admin.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 3, Host: "ferry-3", Port: 9092})),
 		admin.WithGatherer(prometheus.NewRegistry()),
 		admin.WithClusterCheck(func(_ context.Context, c proxy.Cluster) error {
 			if c.Name == "standby" {

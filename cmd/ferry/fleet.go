@@ -22,7 +22,7 @@ import (
 )
 
 // fleet is this member's part in a fleet (the fleet section): the members
-// gossip knows (membership), the brokers clients see (proxy.Fleet), the
+// gossip knows (membership), the brokers clients see (routing.Fleet), the
 // switch's steps carried to every live member (routing.Members and
 // routing.Mirror over membership's acknowledged calls), the write lease
 // (routing.Lease), and the mirror's partitions spread over the members
@@ -41,8 +41,8 @@ type fleet struct {
 	lease *routing.Lease
 	log   *zap.Logger
 
-	brokers atomic.Pointer[[]proxy.Broker] // the alive members, as brokers
-	ports   atomic.Pointer[[]int32]        // this member's advertised lane ports
+	brokers atomic.Pointer[[]routing.Broker] // the alive members, as brokers
+	ports   atomic.Pointer[[]int32]          // this member's advertised lane ports
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -170,28 +170,28 @@ func (f *fleet) watchMembers() {
 // member is always among them: it serves whatever gossip says of it.
 func (f *fleet) refreshBrokers() {
 	self := f.n.cfg.NodeID
-	var out []proxy.Broker
+	var out []routing.Broker
 	hasSelf := false
 	for _, m := range f.m.Alive() {
 		if len(m.Ports) == 0 {
 			continue
 		}
 		hasSelf = hasSelf || m.NodeID == self
-		out = append(out, proxy.Broker{NodeID: m.NodeID, Host: m.Host, Port: m.Ports[0], LanePorts: m.Ports})
+		out = append(out, routing.Broker{NodeID: m.NodeID, Host: m.Host, Port: m.Ports[0], LanePorts: m.Ports})
 	}
 	if !hasSelf {
 		ports := *f.ports.Load()
-		out = append(out, proxy.Broker{NodeID: self, Host: f.n.cfg.AdvertisedHost, Port: ports[0], LanePorts: ports})
+		out = append(out, routing.Broker{NodeID: self, Host: f.n.cfg.AdvertisedHost, Port: ports[0], LanePorts: ports})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	f.brokers.Store(&out)
 }
 
-// Brokers implements proxy.Fleet.
-func (f *fleet) Brokers() []proxy.Broker { return *f.brokers.Load() }
+// Brokers implements routing.Fleet.
+func (f *fleet) Brokers() []routing.Broker { return *f.brokers.Load() }
 
-// Owner implements proxy.Fleet.
-func (f *fleet) Owner(key string) int32 { return proxy.Rendezvous(f.Brokers(), key) }
+// Owner implements routing.Fleet.
+func (f *fleet) Owner(key string) int32 { return routing.Rendezvous(f.Brokers(), key) }
 
 // setPorts advertises this member's lane ports, once the lanes are bound.
 func (f *fleet) setPorts(ports []int32) {

@@ -40,7 +40,7 @@ type node struct {
 	routes *routing.Table
 	// solo is the fleet of a member on its own (no fleet section); fleet
 	// is the gossip fleet otherwise. Exactly one is set.
-	solo   *proxy.StaticFleet
+	solo   *routing.StaticFleet
 	fleet  *fleet
 	proxy  *proxy.Server
 	mirror *mirrorRunner // nil when the mirror is disabled
@@ -105,9 +105,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 
 	n.reg = newRegistry()
 	n.routes = routing.NewTable(routing.State{Generation: 0, Active: cfg.Active})
-	var brokers proxy.Fleet
+	var brokers routing.Fleet
 	if cfg.Fleet == nil {
-		n.solo = proxy.NewStaticFleet(proxy.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
+		n.solo = routing.NewStaticFleet(routing.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
 		brokers = n.solo
 	} else {
 		// The fleet's calls are answered by the proxy, the mirror and the
@@ -422,7 +422,7 @@ func (n *node) listenLanes() error {
 	}
 	b := n.solo.Brokers()[0]
 	b.LanePorts = ports
-	n.solo.Set([]proxy.Broker{b})
+	n.solo.Set([]routing.Broker{b})
 	return nil
 }
 

@@ -45,7 +45,7 @@ const (
 
 // runChild is the Ferry process.
 func runChild(bootstrap, profile string) error {
-	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	cl := proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}
 	state := routing.State{Active: cl.Name}
 	if g, ok := os.LookupEnv(generationEnv); ok {
@@ -102,7 +102,7 @@ func runChild(bootstrap, profile string) error {
 		lns = append(lns, ln)
 		ports = append(ports, int32(ln.Addr().(*net.TCPAddr).Port))
 	}
-	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	fleet.Set([]routing.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
 	served := make(chan error, len(lns))
 	for i, ln := range lns {
 		go func() { served <- s.ServeLane(ln, i) }()

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // Ferry is a running in-process Ferry.
@@ -29,7 +30,7 @@ type Ferry struct {
 func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	fleet := proxy.NewStaticFleet(proxy.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []proxy.Option{
 		proxy.WithClusterID("ferry-conformance"),
 		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
@@ -48,7 +49,7 @@ func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 		t.Fatalf("ferry: %v", err)
 	}
 	lns, ports := Listen(t, s.Lanes())
-	fleet.Set([]proxy.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
+	fleet.Set([]routing.Broker{{NodeID: 0, Host: "127.0.0.1", Port: ports[0], LanePorts: ports}})
 	for i, ln := range lns {
 		go s.ServeLane(ln, i)
 	}

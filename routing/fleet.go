@@ -1,4 +1,4 @@
-package proxy
+package routing
 
 import (
 	"hash/fnv"
@@ -12,7 +12,7 @@ type Broker struct {
 	Host   string
 	Port   int32
 	Rack   *string
-	// LanePorts are the ports of the member's lanes (see lanes.go), lane
+	// LanePorts are the ports of the member's lanes (see proxy/lanes.go), lane
 	// 0 first; a lane without one is at Port plus its number.
 	LanePorts []int32
 }

@@ -176,6 +176,8 @@ type Server struct {
 	probes  map[string]probe
 
 	metrics *switchMetrics // nil without WithRegisterer
+	// acceptErrors counts the accept errors retried (Serve).
+	acceptErrors *prometheus.CounterVec
 }
 
 type probe struct {
@@ -220,17 +222,22 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.restartFn != nil {
 		s.HandleMutating(http.MethodPost, "/mirror/restart", http.HandlerFunc(s.HandleMirrorRestart))
 	}
+	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_accept_errors_total",
+		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)
 		if err := cfg.registerer.Register(s.metrics); err != nil {
 			return nil, fmt.Errorf("%w: registering the switchover metrics: %v", ErrConfig, err)
+		}
+		if err := cfg.registerer.Register(s.acceptErrors); err != nil {
+			return nil, fmt.Errorf("%w: registering the admin accept errors: %v", ErrConfig, err)
 		}
 	}
 	// Timeouts, so that a client that stops reading or writing, or keeps a
 	// connection open doing nothing, does not hold a descriptor for ever.
 	// The write timeout is generous: /status probes clusters and /metrics
 	// of a large mirror is big. Accept errors (out of descriptors) are
-	// retried by net/http with a backoff up to 1s.
+	// retried by Serve's listener.
 	s.srv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -252,6 +259,9 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // Serve answers admin requests on ln until Close; it returns nil after
 // Close.
 func (s *Server) Serve(ln net.Listener) error {
+	// Out of file descriptors: retried like the Kafka listener's, counted
+	// and logged once per interval (net/http would log every retry).
+	ln = proxy.NewRetryingListener(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() })
 	if s.cfg.tls != nil {
 		ln = tls.NewListener(ln, s.cfg.tls)
 	}

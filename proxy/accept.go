@@ -77,7 +77,7 @@ type acceptLog struct {
 	suppressed int
 }
 
-func (l *acceptLog) failed(log *zap.Logger, ln net.Listener, reason string, err error, retryIn time.Duration) {
+func (l *acceptLog) failed(log *zap.Logger, ln net.Listener, what, reason string, err error, retryIn time.Duration) {
 	l.mu.Lock()
 	now := time.Now()
 	if !l.last.IsZero() && now.Sub(l.last) < acceptLogInterval {
@@ -93,21 +93,66 @@ func (l *acceptLog) failed(log *zap.Logger, ln net.Listener, reason string, err 
 	if reason == "emfile" || reason == "enfile" {
 		fields = append(fields, zap.String("hint", "out of file descriptors: each client and upstream connection takes one; raise the limit (ulimit -n, LimitNOFILE=)"))
 	}
-	log.Warn("accepting a client connection failed; retrying", fields...)
+	log.Warn("accepting "+what+" connection failed; retrying", fields...)
 }
 
-// acceptFailed counts and logs an accept error that passes, then waits
-// out the backoff. It reports false when the server closed meanwhile.
-func (s *Server) acceptFailed(ln net.Listener, reason string, err error, backoff *time.Duration) bool {
-	*backoff = min(max(2**backoff, acceptBackoffMin), acceptBackoffMax)
-	s.connMetrics.acceptErrors(reason).Inc()
-	s.acceptLog.failed(s.log, ln, reason, err, *backoff)
-	t := time.NewTimer(*backoff)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return false
-	case <-t.C:
-		return true
+// RetryingListener is a listener whose Accept retries the errors that pass
+// (acceptErrReasons: out of file descriptors, a pending connection reset)
+// with a backoff from 5 ms doubling to 1 s, while the open connections are
+// served; each is counted by reason and logged at most once per 10 s. Other
+// errors, and Close, end Accept. The Kafka listeners accept through one; so
+// does the admin API, whose net/http server would log every retry.
+type RetryingListener struct {
+	net.Listener
+	log   *zap.Logger
+	what  string
+	count func(reason string)
+	alog  *acceptLog
+	stop  <-chan struct{} // ends a wait too (the server closing); nil: none
+	done  chan struct{}
+	once  sync.Once
+}
+
+// NewRetryingListener wraps ln; what names its connections in the log ("an
+// admin API"), count counts an error by reason.
+func NewRetryingListener(ln net.Listener, log *zap.Logger, what string, count func(reason string)) *RetryingListener {
+	return newRetryingListener(ln, log, what, count, new(acceptLog), nil)
+}
+
+func newRetryingListener(ln net.Listener, log *zap.Logger, what string, count func(reason string), alog *acceptLog, stop <-chan struct{}) *RetryingListener {
+	return &RetryingListener{Listener: ln, log: log, what: what, count: count, alog: alog, stop: stop, done: make(chan struct{})}
+}
+
+// Accept implements net.Listener.
+func (l *RetryingListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		nc, err := l.Listener.Accept()
+		if err == nil {
+			return nc, nil
+		}
+		reason := acceptErrReason(err)
+		if reason == "" {
+			return nil, err
+		}
+		backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+		l.count(reason)
+		l.alog.failed(l.log, l.Listener, l.what, reason, err, backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-l.done:
+			t.Stop()
+			return nil, net.ErrClosed
+		case <-l.stop:
+			t.Stop()
+			return nil, net.ErrClosed
+		case <-t.C:
+		}
 	}
+}
+
+// Close implements net.Listener; safe to call more than once.
+func (l *RetryingListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }

@@ -306,27 +306,20 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
-	var backoff time.Duration
+	// Out of file descriptors and the like: retried, serving the open
+	// connections meanwhile (accept.go).
+	rl := newRetryingListener(ln, s.log, "a client", func(reason string) { s.connMetrics.acceptErrors(reason).Inc() }, &s.acceptLog, s.ctx.Done())
 	for {
-		nc, err := ln.Accept()
+		nc, err := rl.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
-			if closed {
+			if closed || s.ctx.Err() != nil {
 				return ErrServerClosed
-			}
-			// Out of file descriptors and the like: retry, serving
-			// the open connections meanwhile (accept.go).
-			if reason := acceptErrReason(err); reason != "" {
-				if !s.acceptFailed(ln, reason, err, &backoff) {
-					return ErrServerClosed
-				}
-				continue
 			}
 			return err
 		}
-		backoff = 0
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}

@@ -134,7 +134,7 @@ clusters:
 		}
 		idle = append(idle, c)
 	}
-	p.waitFor(t, regexp.MustCompile(`http: Accept error: .*too many open files; retrying`), 30*time.Second)
+	p.waitFor(t, regexp.MustCompile(`"msg":"accepting an admin API connection failed; retrying".*"reason":"emfile"`), 30*time.Second)
 	select {
 	case <-p.done:
 		t.Fatalf("ferry exited (%v) when admin connections took every descriptor", p.err)
@@ -146,6 +146,14 @@ clusters:
 	idle = nil
 	if code, _ := httpGet(t, "http://"+adminAddr+"/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d after the admin connections left", code)
+	}
+	// Counted, and logged once an interval, not once a retry.
+	_, metrics = httpGet(t, "http://"+adminAddr+"/metrics")
+	if m := regexp.MustCompile(`(?m)^ferry_admin_accept_errors_total\{reason="emfile"\} (\d+)$`).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
+		t.Fatalf("no emfile admin accept errors counted:\n%s", grepLines(metrics, "ferry_admin_accept_errors_total"))
+	}
+	if n := strings.Count(p.output(), "http: Accept error"); n > 0 {
+		t.Fatalf("net/http logged %d accept errors: they are the listener's to retry and sample", n)
 	}
 	resp, err = (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "fd-test", ClientSoftwareVersion: "1"}).RequestWith(ctx, newClient(t, kgo.SeedBrokers(addr)))
 	if err != nil || resp.ErrorCode != 0 {

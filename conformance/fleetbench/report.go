@@ -97,7 +97,7 @@ func (b *bench) report() error {
 	pm, _, _ := median(polls)
 	variants := b.variants()
 
-	fmt.Fprintf(&sb, "Medians of %d, with the lowest and highest in brackets.\n\n", b.o.rounds)
+	fmt.Fprintf(&sb, "Medians of %d (the mirror rows: of %d), with the lowest and highest in brackets.\n\n", b.o.rounds, b.o.mirrorRounds)
 	fmt.Fprintf(&sb, "| measure | result | floor | |\n|---|---|---|---|\n")
 	fmt.Fprintf(&sb, "| kill -9 of a member → every franz-go producer acknowledged again, clients at their defaults (metadata max age 5m) | %s | ≤ 10 s | %s |\n", dur(deathDef), verdictRounds(deathDef, deathFloor))
 	fmt.Fprintf(&sb, "| the same, metadata max age lowered to %v | %s | | |\n", b.o.maxAge, dur(deathLow))

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -274,6 +276,229 @@ func wantCodes(t *testing.T, api string, codes map[string]int16) {
 	}
 	if c, ok := codes["app"]; !ok || c == kerr.TopicAuthorizationFailed.Code || c == kerr.NotLeaderForPartition.Code || c == kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("%s: app answered %v (present %v); want it served with the refused topic", api, kerr.ErrorForCode(c), ok)
+	}
+}
+
+// Admin requests naming Ferry's own topic: its items are refused, those
+// naming other topics in the same request served, and the topic is left
+// as it was.
+func TestInternalTopicAdminRefused(t *testing.T) {
+	_, s, addr, direct := internalFixture(t, "cluster_admin")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(newClient(t, addr))
+
+	// DeleteTopics: alone, and with a topic that goes.
+	if _, err := direct.CreateTopic(ctx, 1, 1, nil, "scratch"); err != nil {
+		t.Fatal(err)
+	}
+	dr, err := adm.DeleteTopic(ctx, ownTopic)
+	if err == nil {
+		err = dr.Err
+	}
+	wantErr(t, "DeleteTopics", err, kerr.TopicAuthorizationFailed)
+	drs, err := adm.DeleteTopics(ctx, ownTopic, "scratch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "DeleteTopics with another", drs[ownTopic].Err, kerr.TopicAuthorizationFailed)
+	if r, ok := drs["scratch"]; !ok || r.Err != nil {
+		t.Fatalf("DeleteTopics of scratch with %s: %+v; want it deleted", ownTopic, drs)
+	}
+	call := caller(t, addr)
+	if v := maxVersion(t, s, kmsg.DeleteTopics); v >= 6 {
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		del.Version, del.TimeoutMillis = v, 5000
+		vid := routing.VirtualTopicID("ferry-test", ownTopic)
+		del.Topics = []kmsg.DeleteTopicsRequestTopic{{TopicID: vid}}
+		r := call(del).(*kmsg.DeleteTopicsResponse)
+		if len(r.Topics) != 1 || r.Topics[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || r.Topics[0].TopicID != vid {
+			t.Fatalf("DeleteTopics v%d by virtual ID: %+v; want TOPIC_AUTHORIZATION_FAILED for the ID", v, r.Topics)
+		}
+	}
+
+	// Configs: the change of app goes, the state topic's is refused;
+	// describing it is refused too.
+	v := "1000"
+	ac, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &v}}, ownTopic, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ac {
+		switch r.Name {
+		case ownTopic:
+			wantErr(t, "IncrementalAlterConfigs", r.Err, kerr.TopicAuthorizationFailed)
+		case "app":
+			if r.Err != nil {
+				t.Fatalf("IncrementalAlterConfigs of app with %s: %v", ownTopic, r.Err)
+			}
+		}
+	}
+	if len(ac) != 2 {
+		t.Fatalf("IncrementalAlterConfigs answers %+v, want 2", ac)
+	}
+	// With a broker resource the request policy refuses: each refusal
+	// answered once, whether or not anything is left to forward.
+	for _, names := range [][]string{{"0", ownTopic, "app"}, {"0", ownTopic}} {
+		inc := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		inc.Version = maxVersion(t, s, kmsg.IncrementalAlterConfigs)
+		for _, n := range names {
+			res := kmsg.NewIncrementalAlterConfigsRequestResource()
+			res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, n
+			key := "retention.ms"
+			if n == "0" {
+				res.ResourceType, key = kmsg.ConfigResourceTypeBroker, "log.retention.ms"
+			}
+			res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: key, Value: &v}}
+			inc.Resources = append(inc.Resources, res)
+		}
+		got := map[string]int16{}
+		r := call(inc).(*kmsg.IncrementalAlterConfigsResponse)
+		for _, res := range r.Resources {
+			got[res.ResourceName] = res.ErrorCode
+		}
+		want := map[string]int16{"0": kerr.ClusterAuthorizationFailed.Code, ownTopic: kerr.TopicAuthorizationFailed.Code}
+		if len(names) == 3 {
+			want["app"] = 0
+		}
+		if len(r.Resources) != len(names) || !maps.Equal(got, want) {
+			t.Fatalf("IncrementalAlterConfigs of %v: %+v; want %v", names, r.Resources, want)
+		}
+	}
+	legacy := kmsg.NewPtrAlterConfigsRequest()
+	legacy.Version = maxVersion(t, s, kmsg.AlterConfigs)
+	lr := kmsg.NewAlterConfigsRequestResource()
+	lr.ResourceType, lr.ResourceName = kmsg.ConfigResourceTypeTopic, ownTopic
+	lr.Configs = []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: &v}}
+	legacy.Resources = append(legacy.Resources, lr)
+	if r := call(legacy).(*kmsg.AlterConfigsResponse); len(r.Resources) != 1 || r.Resources[0].ErrorCode != kerr.TopicAuthorizationFailed.Code {
+		t.Fatalf("AlterConfigs of %s: %+v; want TOPIC_AUTHORIZATION_FAILED", ownTopic, r.Resources)
+	}
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Version = maxVersion(t, s, kmsg.DescribeConfigs)
+	for _, n := range []string{ownTopic, "app"} {
+		dc.Resources = append(dc.Resources, kmsg.DescribeConfigsRequestResource{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: n})
+	}
+	codes := map[string]int16{}
+	for _, r := range call(dc).(*kmsg.DescribeConfigsResponse).Resources {
+		codes[r.ResourceName] = r.ErrorCode
+		if r.ResourceName == ownTopic && len(r.Configs) > 0 {
+			t.Fatalf("DescribeConfigs of %s answered %d configs", ownTopic, len(r.Configs))
+		}
+	}
+	wantCodes(t, "DescribeConfigs", codes)
+	tc, err := direct.DescribeTopicConfigs(ctx, ownTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, _ := tc.On(ownTopic, nil); configValue(rc, "retention.ms") == v {
+		t.Fatalf("%s retention.ms changed through Ferry", ownTopic)
+	}
+
+	// CreateTopics: refused, not TOPIC_ALREADY_EXISTS (the cluster's
+	// answer); CreatePartitions: refused, the partition count kept.
+	ct, err := adm.CreateTopic(ctx, 1, 1, nil, ownTopic)
+	if err == nil {
+		err = ct.Err
+	}
+	wantErr(t, "CreateTopics", err, kerr.TopicAuthorizationFailed)
+	cp := kmsg.NewPtrCreatePartitionsRequest()
+	cp.Version, cp.TimeoutMillis = maxVersion(t, s, kmsg.CreatePartitions), 5000
+	for _, n := range []string{ownTopic, "app"} {
+		cp.Topics = append(cp.Topics, kmsg.CreatePartitionsRequestTopic{Topic: n, Count: 3})
+	}
+	codes = map[string]int16{}
+	for _, rt := range call(cp).(*kmsg.CreatePartitionsResponse).Topics {
+		codes[rt.Topic] = rt.ErrorCode
+	}
+	wantCodes(t, "CreatePartitions", codes)
+
+	// DescribeTopicPartitions: named, refused; for all topics, left out.
+	dtp := kmsg.NewPtrDescribeTopicPartitionsRequest()
+	dtp.Version, dtp.ResponsePartitionLimit = maxVersion(t, s, kmsg.DescribeTopicPartitions), 2000
+	dtp.Topics = []kmsg.DescribeTopicPartitionsRequestTopic{{Topic: ownTopic}, {Topic: "app"}}
+	codes = map[string]int16{}
+	for _, rt := range call(dtp).(*kmsg.DescribeTopicPartitionsResponse).Topics {
+		codes[*rt.Topic] = rt.ErrorCode
+		if *rt.Topic == ownTopic && (len(rt.Partitions) > 0 || rt.TopicID != [16]byte{}) {
+			t.Fatalf("DescribeTopicPartitions of %s: %+v; want no partitions, no ID", ownTopic, rt)
+		}
+	}
+	wantCodes(t, "DescribeTopicPartitions", codes)
+	// For all topics, a page at a time: "A" sorts before Ferry's topic,
+	// "app" after it. A page cut just before Ferry's topic points past
+	// it.
+	if _, err := direct.CreateTopic(ctx, 1, 1, nil, "A"); err != nil {
+		t.Fatal(err)
+	}
+	dtp.Topics, dtp.ResponsePartitionLimit = nil, 1
+	var paged []string
+	for page := 0; ; page++ {
+		r := call(dtp).(*kmsg.DescribeTopicPartitionsResponse)
+		for _, rt := range r.Topics {
+			if *rt.Topic == ownTopic {
+				t.Fatalf("DescribeTopicPartitions of all topics lists %s", ownTopic)
+			}
+			if !slices.Contains(paged, *rt.Topic) {
+				paged = append(paged, *rt.Topic)
+			}
+		}
+		if r.NextCursor == nil || page > 10 {
+			break
+		}
+		if r.NextCursor.Topic == ownTopic {
+			t.Fatalf("DescribeTopicPartitions' next cursor names %s", ownTopic)
+		}
+		dtp.Cursor = &kmsg.DescribeTopicPartitionsRequestCursor{Topic: r.NextCursor.Topic, Partition: r.NextCursor.Partition}
+	}
+	if !slices.Equal(paged, []string{"A", "app"}) {
+		t.Fatalf("DescribeTopicPartitions of all topics, paged: %v; want A, app", paged)
+	}
+
+	// ListConfigResources (v1 lists topics among the resources).
+	if v := maxVersion(t, s, kmsg.ListConfigResources); v >= 1 {
+		lcr := kmsg.NewPtrListConfigResourcesRequest()
+		lcr.Version = v
+		var names []string
+		for _, r := range call(lcr).(*kmsg.ListConfigResourcesResponse).ConfigResources {
+			if r.Type == int8(kmsg.ConfigResourceTypeTopic) {
+				names = append(names, r.Name)
+			}
+		}
+		if slices.Contains(names, ownTopic) || !slices.Contains(names, "app") {
+			t.Fatalf("ListConfigResources lists topics %v; want app and not %s", names, ownTopic)
+		}
+	}
+
+	// Cluster operations (allowed by this Ferry's policy).
+	el := kmsg.NewPtrElectLeadersRequest()
+	el.Version, el.TimeoutMillis = maxVersion(t, s, kmsg.ElectLeaders), 5000
+	el.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: ownTopic, Partitions: []int32{0}}}
+	if r := call(el).(*kmsg.ElectLeadersResponse); len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.TopicAuthorizationFailed.Code {
+		t.Fatalf("ElectLeaders of %s: %+v; want TOPIC_AUTHORIZATION_FAILED", ownTopic, r.Topics)
+	}
+	apr := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	apr.Version, apr.TimeoutMillis = maxVersion(t, s, kmsg.AlterPartitionAssignments), 5000
+	apr.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{{Topic: ownTopic, Partitions: []kmsg.AlterPartitionAssignmentsRequestTopicPartition{{Partition: 0, Replicas: []int32{0}}}}}
+	if r := call(apr).(*kmsg.AlterPartitionAssignmentsResponse); len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.TopicAuthorizationFailed.Code {
+		t.Fatalf("AlterPartitionReassignments of %s: %+v; want TOPIC_AUTHORIZATION_FAILED", ownTopic, r)
+	}
+	lpr := kmsg.NewPtrListPartitionReassignmentsRequest()
+	lpr.Version, lpr.TimeoutMillis = maxVersion(t, s, kmsg.ListPartitionReassignments), 5000
+	lpr.Topics = []kmsg.ListPartitionReassignmentsRequestTopic{{Topic: ownTopic, Partitions: []int32{0}}}
+	if r := call(lpr).(*kmsg.ListPartitionReassignmentsResponse); r.ErrorCode != kerr.TopicAuthorizationFailed.Code || len(r.Topics) != 0 {
+		t.Fatalf("ListPartitionReassignments of %s: %+v; want TOPIC_AUTHORIZATION_FAILED", ownTopic, r)
+	}
+
+	ownTopicIntact(ctx, t, direct)
+	if td, err := direct.ListTopics(ctx); err != nil || td.Has("scratch") {
+		t.Fatalf("topics on the cluster %v (%v); want scratch deleted", td.Names(), err)
+	}
+	for _, api := range []string{"DeleteTopics", "IncrementalAlterConfigs", "AlterConfigs", "DescribeConfigs", "CreateTopics", "CreatePartitions",
+		"DescribeTopicPartitions", "ElectLeaders", "AlterPartitionAssignments", "ListPartitionReassignments"} {
+		if n := refusals(s, api, reasonInternalTopic); n < 1 {
+			t.Errorf("ferry_refusals_total{api=%q,reason=internal_topic} = %v, want at least 1", api, n)
+		}
 	}
 }
 

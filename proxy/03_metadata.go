@@ -10,7 +10,9 @@ package proxy
 // that member (replicaLanes, lanes.go), leader epochs are virtual
 // (generation-shifted) and topic IDs are virtual (v10+). v0 asks for every
 // topic with an empty list, v1+ with a null one; v10+ may name topics by
-// (virtual) ID; v13 added a top-level error code.
+// (virtual) ID; v13 added a top-level error code. Ferry's own topics are
+// never listed, and one named is answered TOPIC_AUTHORIZATION_FAILED
+// without asking upstream (internal_topics.go).
 //
 // Authorized operations: a topic's are the cluster's answer (Ferry asks
 // upstream with the client's IncludeTopicAuthorizedOperations). The
@@ -38,9 +40,23 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	up.AllowAutoTopicCreation = in.AllowAutoTopicCreation
 	up.IncludeTopicAuthorizedOperations = in.IncludeTopicAuthorizedOperations
 	var unknownIDs [][16]byte
+	// Ferry's own topics, answered as Kafka answers a topic the client
+	// may not describe, and never asked upstream (internal_topics.go).
+	var refused []kmsg.MetadataResponseTopic
 	if !all {
 		up.Topics = make([]kmsg.MetadataRequestTopic, 0, len(in.Topics))
 		for _, t := range in.Topics {
+			if (t.Topic != nil && s.internal.has(*t.Topic)) || (t.Topic == nil && s.internal.hasID(t.TopicID)) {
+				rt := kmsg.NewMetadataResponseTopic()
+				// By name: the name and no ID; by ID: the ID and no
+				// name, as Kafka answers.
+				rt.ErrorCode, rt.Topic = topicAuthFailed, t.Topic
+				if t.Topic == nil {
+					rt.TopicID = t.TopicID
+				}
+				refused = append(refused, rt)
+				continue
+			}
 			if t.Topic != nil {
 				up.Topics = append(up.Topics, kmsg.MetadataRequestTopic{Topic: t.Topic})
 				continue
@@ -91,7 +107,13 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 	resp.ErrorCode = upResp.ErrorCode
 	gen := req.state.Generation
+	if refused != nil {
+		s.internalRefused(c, req)
+	}
 	for _, t := range upResp.Topics {
+		if t.Topic != nil && s.internal.has(*t.Topic) {
+			continue // listed for all topics: never shown
+		}
 		out := kmsg.MetadataResponseTopic{ErrorCode: t.ErrorCode, Topic: t.Topic, IsInternal: t.IsInternal, AuthorizedOperations: t.AuthorizedOperations}
 		if t.Topic != nil {
 			out.TopicID = routing.VirtualTopicID(s.cfg.clusterID, *t.Topic)
@@ -106,6 +128,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		t.ErrorCode, t.TopicID = kerr.UnknownTopicID.Code, id
 		resp.Topics = append(resp.Topics, t)
 	}
+	resp.Topics = append(resp.Topics, refused...)
 	return localReply(req, resp), nil
 }
 

@@ -12,7 +12,9 @@ import (
 
 func handleListPartitionReassignments(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	return s.forwardAnyWith(c, req, kr, false, func(resp kmsg.Response) {
-		for _, t := range resp.(*kmsg.ListPartitionReassignmentsResponse).Topics {
+		r := resp.(*kmsg.ListPartitionReassignmentsResponse)
+		s.hideInternalReassignments(r) // asked for all topics (internal_topics.go)
+		for _, t := range r.Topics {
 			for i := range t.Partitions {
 				p := &t.Partitions[i]
 				for _, ids := range [][]int32{p.Replicas, p.AddingReplicas, p.RemovingReplicas} {

@@ -8,7 +8,8 @@ package proxy
 // virtual broker; they are answered by that physical broker Ferry sends to
 // (an empty name, the cluster-wide default, passes as it is).
 // DescribeTopicPartitions answers carry leaders and replicas: they are made
-// virtual as in Metadata.
+// virtual as in Metadata. Answers listing topics leave Ferry's own out
+// (internal_topics.go).
 
 import (
 	"context"
@@ -81,8 +82,17 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 		}
 	case *kmsg.DescribeTopicPartitionsRequest:
 		fix = func(resp kmsg.Response) error {
-			s.virtualTopicPartitions(req.up, resp.(*kmsg.DescribeTopicPartitionsResponse), gen)
+			r := resp.(*kmsg.DescribeTopicPartitionsResponse)
+			s.virtualTopicPartitions(req.up, r, gen)
+			s.hideInternalTopicPartitions(req.up, r)
 			return nil
+		}
+	case *kmsg.ListConfigResourcesRequest:
+		if len(s.internal.names) > 0 {
+			fix = func(resp kmsg.Response) error {
+				s.hideInternalConfigResources(resp.(*kmsg.ListConfigResourcesResponse))
+				return nil
+			}
 		}
 	case *kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
 		if names != nil {

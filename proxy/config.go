@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,9 @@ type config struct {
 	// auth.go); nil: plaintext, no authentication.
 	clientTLS  *ClientTLS
 	clientSASL *ClientSASL
+	// internalTopics are Ferry's own topics, hidden from clients
+	// (internal_topics.go).
+	internalTopics []string
 }
 
 func defaultConfig() config {
@@ -270,6 +274,13 @@ func WithClientSASL(s ClientSASL) Option { return func(c *config) { c.clientSASL
 // of their requests going on Ferry's own identity (principals.go).
 func WithRefuseUnmapped(refuse bool) Option { return func(c *config) { c.refuseUnmapped = refuse } }
 
+// WithInternalTopics hides Ferry's own topics (the routing state's) from
+// clients and refuses them every request naming one, as Kafka treats a
+// topic the client may not describe (internal_topics.go). Default: none.
+func WithInternalTopics(names ...string) Option {
+	return func(c *config) { c.internalTopics = names }
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid proxy configuration")
 
@@ -315,6 +326,9 @@ func (c *config) validate() error {
 		if err := c.clientSASL.Validate(c.clientTLS != nil); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
+	}
+	if slices.Contains(c.internalTopics, "") {
+		return fmt.Errorf("%w: an internal topic needs a name", ErrConfig)
 	}
 	p, err := newPolicy(c.policyAllow, c.policyDeny)
 	if err != nil {

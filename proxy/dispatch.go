@@ -165,11 +165,18 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	if whole != nil {
 		return whole, nil
 	}
-	r, err := s.handle(c, req, kr)
-	if err != nil {
-		// The upstream's fault: answer in the broker's place and keep
-		// the connection; the client retries.
-		r = s.upstreamFailed(c, req, err)
+	// Items naming Ferry's own topics, out of what the policy left.
+	r, internalPart := s.refuseInternal(c, req, kr)
+	if r == nil {
+		var err error
+		if r, err = s.handle(c, req, kr); err != nil {
+			// The upstream's fault: answer in the broker's place
+			// and keep the connection; the client retries.
+			r = s.upstreamFailed(c, req, err)
+		}
+		if internalPart != nil && r != nil {
+			r = internalPart(r)
+		}
 	}
 	if part != nil && r != nil {
 		r = part(r)

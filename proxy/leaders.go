@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -49,9 +50,20 @@ func (c *clientConn) byLeader(ctx context.Context, u *upstream, parts []tp) (map
 // partition in order; sub returns an empty request for one broker with the
 // client's request-level fields, and addTopic appends one topic with its
 // partitions' entries to it. Partitions Ferry cannot route get their error
-// code in local.
+// code in local; so do those of its own topics (internal_topics.go),
+// which are never forwarded.
 func splitByLeader[P any](c *clientConn, req *request, order []tp, entries map[tp]P, local map[tp]int16,
 	sub func() kmsg.Request, addTopic func(r kmsg.Request, topic string, ps []P)) []*subCall {
+	if slices.ContainsFunc(order, func(x tp) bool { return c.s.internal.has(x.topic) }) {
+		order = slices.DeleteFunc(slices.Clone(order), func(x tp) bool {
+			if c.s.internal.has(x.topic) {
+				local[x] = topicAuthFailed
+				return true
+			}
+			return false
+		})
+		c.s.internalRefused(c, req)
+	}
 	groups, errs := c.byLeader(c.ctx, req.up, order)
 	for x, code := range errs {
 		local[x] = code

@@ -74,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		upConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ferry", Name: "upstream_connections",
 			Help: "Connections to the brokers of a physical cluster: leased (a client has requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "refusals_total",
-			Help: "Client requests and frames Ferry refused, by API (unknown when no header could be read) and reason: bad_frame, unknown_key, unsupported_version, malformed_body and SaslAuthenticate's sasl close the connection; policy, SaslHandshake's sasl, ApiVersions' unsupported_version and upstream are answered with an error code."}, []string{"api", "reason"}),
+			Help: "Client requests and frames Ferry refused, by API (unknown when no header could be read) and reason: bad_frame, unknown_key, unsupported_version, malformed_body and SaslAuthenticate's sasl close the connection; policy, internal_topic, SaslHandshake's sasl, ApiVersions' unsupported_version and upstream are answered with an error code."}, []string{"api", "reason"}),
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_abandoned_total",
 			Help: "Client requests left unanswered because their client closed its connection while they waited upstream (not failures), by API."}, []string{"api"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",

@@ -215,14 +215,18 @@ func (s *Server) enforceConfigPolicy(c *clientConn, req *request, kr kmsg.Reques
 	case *kmsg.IncrementalAlterConfigsRequest:
 		r.Resources = filterIndexed(r.Resources, keep)
 	}
-	// The handler forwards the client's bytes when it rewrites nothing:
-	// make them the request without the refused resources.
-	buf := encodeRequest(req, kr)
-	req.frame.B = append(req.frame.B[:0], buf.B...)
-	bytebufferpool.Put(buf)
+	rewriteFrame(req, kr)
 	return nil, func(r *reply) *reply {
 		return s.addToReply(c, req, r, func(resp kmsg.Response) { addConfigAnswers(resp, answers) })
 	}
+}
+
+// rewriteFrame makes the client's bytes kr as changed: the handler
+// forwards them when it rewrites nothing.
+func rewriteFrame(req *request, kr kmsg.Request) {
+	buf := encodeRequest(req, kr)
+	req.frame.B = append(req.frame.B[:0], buf.B...)
+	encodedBufs.Put(buf)
 }
 
 // configAnswer is the answer for one refused config resource.

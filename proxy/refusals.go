@@ -21,6 +21,7 @@ const (
 	reasonMalformedBody      = "malformed_body"      // a body that does not decode: closed
 	reasonSASL               = "sasl"                // SaslHandshake: answered; SaslAuthenticate: closed
 	reasonPolicy             = "policy"              // refused by the request policy: answered
+	reasonInternalTopic      = "internal_topic"      // named one of Ferry's own topics: answered (internal_topics.go)
 	reasonUpstream           = "upstream"            // answered in the broker's place (also ferry_upstream_failures_total)
 )
 

@@ -37,6 +37,9 @@ type Server struct {
 	refusalLogs *logSampler
 	// policy says which classes of request clients may send.
 	policy policy
+	// internal are Ferry's own topics, hidden from clients
+	// (internal_topics.go).
+	internal internalTopics
 	// tls and auth secure the listeners, when configured (tls.go,
 	// auth.go); authMetrics count authentications.
 	tls         *tlsServer
@@ -109,6 +112,7 @@ func New(opts ...Option) (*Server, error) {
 
 		refusalLogs: newLogSampler(cfg.refusalLogEvery),
 		policy:      cfg.policy,
+		internal:    newInternalTopics(cfg.clusterID, cfg.internalTopics),
 	}
 	s.settings.Store(&s.cfg.settings)
 	s.ctx, s.cancel = context.WithCancel(context.Background())

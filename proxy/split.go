@@ -152,6 +152,7 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 		brokers: map[int32][]splitTopic[P]{},
 	}
 	byID := req.hdr.Version >= 13
+	internal := false
 	for ti := range topics {
 		name, id, parts := topic(&topics[ti])
 		if byID {
@@ -163,6 +164,14 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 				continue
 			}
 			name, id = info.name, info.id
+		}
+		if c.s.internal.has(name) {
+			// Ferry's own (internal_topics.go): never forwarded.
+			for pi := range parts {
+				sp.fail(ti, partition(&parts[pi]), topicAuthFailed)
+			}
+			internal = true
+			continue
 		}
 		sp.names[ti], sp.physIDs[ti] = name, id
 		for pi := range parts {
@@ -189,6 +198,9 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 			}
 			sp.brokers[pinfo.leader] = ts
 		}
+	}
+	if internal {
+		c.s.internalRefused(c, req)
 	}
 	return sp
 }

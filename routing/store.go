@@ -160,6 +160,9 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 	return s, nil
 }
 
+// Topic is the state topic's name, on every cluster.
+func (s *KafkaStore) Topic() string { return s.topic }
+
 // Close closes the clients. It is safe to call more than once.
 func (s *KafkaStore) Close() {
 	s.closeOnce.Do(func() {

@@ -176,6 +176,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithLameDuck(*cfg.LameDuckDuration),
 		proxy.WithDialTimeout(cfg.UpstreamDialTimeout),
 		proxy.WithRequestPolicy(cfg.Policy.Allow, cfg.Policy.Deny),
+		// The routing state's topic: a client that could write or
+		// delete it could steer or reset the next start.
+		proxy.WithInternalTopics(n.store.Topic()),
 	}
 	if n.fleet != nil {
 		proxyOpts = append(proxyOpts, proxy.WithWriteLease(n.fleet.lease), proxy.WithPeers(n.fleet))
@@ -361,7 +364,7 @@ func (n *node) loadRouting(ctx context.Context, retry bool) (bool, error) {
 				return true, nil
 			}
 			if !slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == st.Active }) {
-				return false, usageError{fmt.Errorf("the routing state saved on the clusters (%s) names cluster %q, which is not configured: configure it, or delete the %s topic on every cluster to start again from generation 0", st, st.Active, routing.DefaultStoreTopic)}
+				return false, usageError{fmt.Errorf("the routing state saved on the clusters (%s) names cluster %q, which is not configured: configure it, or delete the %s topic on every cluster to start again from generation 0", st, st.Active, n.store.Topic())}
 			}
 			if n.routes.Advance(st) {
 				n.log.Info("routing state loaded from the clusters", zap.Stringer("routing", st))

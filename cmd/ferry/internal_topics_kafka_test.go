@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// TestRoutingTopicHiddenRealKafka runs `ferry serve` in front of a real
+// Kafka cluster: the routing state's topic, which Ferry creates at start,
+// is listed on the cluster but not through Ferry, and deleting it through
+// Ferry is refused with TOPIC_AUTHORIZATION_FAILED and leaves it there.
+func TestRoutingTopicHiddenRealKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real Kafka")
+	}
+	c := kafkatest.Start(t, 1, kafkatest.WithName("hidden"))
+	path := writeConfig(t, fmt.Sprintf(`
+cluster_id: ferry-hidden-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: only, bootstrap: [%s]}
+`, c.Bootstrap()))
+	p := startFerry(t, "serve", "--config", path)
+	adminAddr := p.waitFor(t, adminLog, 60*time.Second)[1]
+	addr := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 90*time.Second)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	createTopicVia(t, ctx, addr, "app", 1)
+
+	const topic = routing.DefaultStoreTopic
+	direct := kadm.NewClient(newClient(t, kgo.SeedBrokers(c.Addrs()...)))
+	for { // created right after the listener opens
+		td, err := direct.ListTopics(ctx)
+		if err == nil && td.Has(topic) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s never appeared on the cluster: %v", topic, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	through := kadm.NewClient(newClient(t, kgo.SeedBrokers(addr)))
+	listed, err := through.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listed.Has(topic) || !listed.Has("app") {
+		t.Fatalf("topics through Ferry %v; want app and not %s", listed.Names(), topic)
+	}
+
+	dr, err := through.DeleteTopic(ctx, topic)
+	if err == nil {
+		err = dr.Err
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("deleting %s through Ferry: %v, want TOPIC_AUTHORIZATION_FAILED", topic, err)
+	}
+	time.Sleep(time.Second) // a deletion that got through would show by now
+	if td, err := direct.ListTopics(ctx); err != nil || !td.Has(topic) {
+		t.Fatalf("topics on the cluster after the refused deletion %v (%v); want %s still there", td.Names(), err, topic)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="internal_topic"} 1`) {
+		t.Fatal("/metrics does not count the refusal in ferry_refusals_total{reason=internal_topic}")
+	}
+	p.stop(t, 15*time.Second)
+}

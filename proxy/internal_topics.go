@@ -1,0 +1,292 @@
+package proxy
+
+// Ferry's own topics (WithInternalTopics): the routing state's compacted
+// topic on every cluster (routing.DefaultStoreTopic). A member that starts
+// obeys the highest generation it reads there, so a client that could write
+// it could steer the next restart, and one that could delete it, or shorten
+// its retention, could lose the state. Ferry treats these topics as Kafka
+// treats a topic the client's principal may not describe: answers that
+// list topics leave them out, and whatever names one is answered
+// TOPIC_AUTHORIZATION_FAILED by Ferry and never forwarded.
+//
+//   - Metadata (03_metadata.go) lists none for all topics; one named, by
+//     name or virtual ID, is not asked upstream, so auto-creation cannot
+//     make it.
+//   - Split requests (Produce, Fetch, ListOffsets, DeleteRecords,
+//     OffsetForLeaderEpoch, DescribeProducers): its partitions are refused
+//     where the request is split by leader (splitTopics, splitByLeader),
+//     the other topics served.
+//   - Admin requests (CreateTopics, DeleteTopics, CreatePartitions, config
+//     describes and changes of TOPIC resources, ElectLeaders,
+//     AlterPartitionReassignments, DescribeTopicPartitions): the items
+//     naming one are taken out and answered by Ferry, the rest forwarded,
+//     as the request policy does for config changes (refuseInternal).
+//     ListPartitionReassignments naming one is refused as a whole: its
+//     answer has no per-topic error.
+//   - Listings: DescribeTopicPartitions and ListPartitionReassignments for
+//     all topics, and ListConfigResources, leave them out.
+//
+// Left as they are: DescribeLogDirs (its answer lists the partitions on a
+// broker's disks, these among them: sizes, not data), the group offset
+// APIs (OffsetCommit, OffsetFetch, TxnOffsetCommit: a group's offsets for
+// the topic change nothing in it), AddPartitionsToTxn (a transaction may
+// add a partition it can never produce to), ElectLeaders for every
+// partition (a preferred leader election moves no data), and KIP-848
+// regex subscriptions, which the broker's group coordinator resolves and
+// which can match these topics (the member's fetches of them are refused).
+
+import (
+	"reflect"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+const internalTopicMessage = "ferry: the topic is Ferry's own and not open to clients"
+
+// internalTopics are Ferry's own topics, by name and by the virtual ID
+// clients would know them by.
+type internalTopics struct {
+	names []string
+	ids   [][16]byte
+}
+
+func newInternalTopics(clusterID string, names []string) internalTopics {
+	it := internalTopics{names: slices.Clone(names)}
+	for _, n := range names {
+		it.ids = append(it.ids, routing.VirtualTopicID(clusterID, n))
+	}
+	return it
+}
+
+// has reports whether name is an internal topic: one string compare per
+// internal topic (there is one), cheap enough for every topic of every
+// Produce and Fetch.
+func (it *internalTopics) has(name string) bool {
+	for _, n := range it.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (it *internalTopics) hasID(id [16]byte) bool {
+	return slices.Contains(it.ids, id)
+}
+
+// internalRefused counts and logs (sampled) a request that named an
+// internal topic.
+func (s *Server) internalRefused(c *clientConn, req *request) {
+	s.metrics.refused(req.hdr.Key, reasonInternalTopic)
+	c.logRefusal(zapcore.InfoLevel, reasonInternalTopic, "request naming Ferry's own topic refused",
+		zap.String("api", apiLabel(req.hdr.Key)))
+}
+
+// refuseInternal takes the items of an admin request that name an
+// internal topic out of kr, in place and in the bytes forwarded, and
+// returns part, which adds their refusals to the broker's answer; or,
+// when nothing is left to forward, whole, the refusals alone. Neither for a
+// request naming none.
+func (s *Server) refuseInternal(c *clientConn, req *request, kr kmsg.Request) (whole *reply, part func(*reply) *reply) {
+	if len(s.internal.names) == 0 {
+		return nil, nil
+	}
+	taken, empty := s.takeInternal(kr)
+	if taken == nil {
+		return nil, nil
+	}
+	s.internalRefused(c, req)
+	if _, ok := taken.(*kmsg.ListPartitionReassignmentsRequest); ok {
+		// Its answer lists reassignments with no error of their own.
+		resp := kmsg.NewPtrListPartitionReassignmentsResponse()
+		resp.SetVersion(req.hdr.Version)
+		msg := internalTopicMessage
+		resp.ErrorCode, resp.ErrorMessage = topicAuthFailed, &msg
+		return localReply(req, resp), nil
+	}
+	refused := errorResponse(taken, topicAuthFailed, internalTopicMessage)
+	if empty {
+		resp := kr.ResponseKind()
+		resp.SetVersion(req.hdr.Version)
+		appendAnswers(resp, refused)
+		return localReply(req, resp), nil
+	}
+	rewriteFrame(req, kr)
+	return nil, func(r *reply) *reply {
+		return s.addToReply(c, req, r, func(resp kmsg.Response) { appendAnswers(resp, refused) })
+	}
+}
+
+// takeInternal takes the items naming an internal topic out of kr and
+// returns a copy of kr holding only them (nil when there are none), and
+// whether kr has nothing left.
+func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
+	it := &s.internal
+	switch r := kr.(type) {
+	case *kmsg.CreateTopicsRequest:
+		out := take(&r.Topics, func(t *kmsg.CreateTopicsRequestTopic) bool { return it.has(t.Topic) })
+		for i := range out {
+			out[i].Configs = nil // the answer would echo them
+		}
+		if out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	case *kmsg.CreatePartitionsRequest:
+		if out := take(&r.Topics, func(t *kmsg.CreatePartitionsRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	case *kmsg.DeleteTopicsRequest:
+		// v0-v5 name topics in TopicNames, v6 in Topics, by name or
+		// by (virtual) ID.
+		names := take(&r.TopicNames, func(n *string) bool { return it.has(*n) })
+		topics := take(&r.Topics, func(t *kmsg.DeleteTopicsRequestTopic) bool {
+			return (t.Topic != nil && it.has(*t.Topic)) || it.hasID(t.TopicID)
+		})
+		if names != nil || topics != nil {
+			cp := *r
+			cp.TopicNames, cp.Topics = names, topics
+			return &cp, len(r.TopicNames) == 0 && len(r.Topics) == 0
+		}
+	case *kmsg.DescribeConfigsRequest:
+		if out := take(&r.Resources, func(res *kmsg.DescribeConfigsRequestResource) bool {
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+		}); out != nil {
+			cp := *r
+			cp.Resources = out
+			return &cp, len(r.Resources) == 0
+		}
+	case *kmsg.AlterConfigsRequest:
+		if out := take(&r.Resources, func(res *kmsg.AlterConfigsRequestResource) bool {
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+		}); out != nil {
+			cp := *r
+			cp.Resources = out
+			return &cp, len(r.Resources) == 0
+		}
+	case *kmsg.IncrementalAlterConfigsRequest:
+		if out := take(&r.Resources, func(res *kmsg.IncrementalAlterConfigsRequestResource) bool {
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+		}); out != nil {
+			cp := *r
+			cp.Resources = out
+			return &cp, len(r.Resources) == 0
+		}
+	case *kmsg.ElectLeadersRequest:
+		// Null topics (every partition) cannot be narrowed: left as it is.
+		if out := take(&r.Topics, func(t *kmsg.ElectLeadersRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	case *kmsg.AlterPartitionAssignmentsRequest:
+		if out := take(&r.Topics, func(t *kmsg.AlterPartitionAssignmentsRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	case *kmsg.ListPartitionReassignmentsRequest:
+		if slices.ContainsFunc(r.Topics, func(t kmsg.ListPartitionReassignmentsRequestTopic) bool { return it.has(t.Topic) }) {
+			return r, true // refused as a whole
+		}
+	case *kmsg.DescribeTopicPartitionsRequest:
+		cursor := ""
+		if r.Cursor != nil {
+			cursor = r.Cursor.Topic
+		}
+		// The broker answers only the topics from the cursor's on;
+		// those before it are not answered at all.
+		if out := take(&r.Topics, func(t *kmsg.DescribeTopicPartitionsRequestTopic) bool {
+			return it.has(t.Topic) && t.Topic >= cursor
+		}); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	}
+	return nil, false
+}
+
+// take removes the elements internal picks from *s and returns them (nil
+// when there are none).
+func take[T any](s *[]T, internal func(*T) bool) []T {
+	var out []T
+	keep := (*s)[:0]
+	for i := range *s {
+		e := (*s)[i]
+		if internal(&e) {
+			out = append(out, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	if out != nil {
+		*s = keep
+	}
+	return out
+}
+
+// appendAnswers appends the per-item answers of add (Ferry's) to those of
+// resp (the broker's), slice by slice.
+func appendAnswers(resp, add kmsg.Response) {
+	rv, av := reflect.ValueOf(resp).Elem(), reflect.ValueOf(add).Elem()
+	for i := 0; i < av.NumField(); i++ {
+		if f := av.Field(i); f.Kind() == reflect.Slice && f.Len() > 0 {
+			d := rv.Field(i)
+			d.Set(reflect.AppendSlice(d, f))
+		}
+	}
+}
+
+// hideInternalTopicPartitions takes the internal topics out of a
+// DescribeTopicPartitions answer for all topics. A next cursor naming
+// one points past it instead: at the next topic Ferry knows of, or
+// nowhere.
+func (s *Server) hideInternalTopicPartitions(u *upstream, resp *kmsg.DescribeTopicPartitionsResponse) {
+	it := &s.internal
+	if len(it.names) == 0 {
+		return
+	}
+	resp.Topics = slices.DeleteFunc(resp.Topics, func(t kmsg.DescribeTopicPartitionsResponseTopic) bool {
+		return t.Topic != nil && it.has(*t.Topic)
+	})
+	if resp.NextCursor == nil || !it.has(resp.NextCursor.Topic) {
+		return
+	}
+	after := resp.NextCursor.Topic
+	next := ""
+	for name := range u.snapshot().topics {
+		if name > after && !it.has(name) && (next == "" || name < next) {
+			next = name
+		}
+	}
+	if next == "" {
+		resp.NextCursor = nil
+		return
+	}
+	resp.NextCursor.Topic, resp.NextCursor.Partition = next, 0
+}
+
+// hideInternalReassignments takes the internal topics out of a
+// ListPartitionReassignments answer for all topics.
+func (s *Server) hideInternalReassignments(resp *kmsg.ListPartitionReassignmentsResponse) {
+	resp.Topics = slices.DeleteFunc(resp.Topics, func(t kmsg.ListPartitionReassignmentsResponseTopic) bool {
+		return s.internal.has(t.Topic)
+	})
+}
+
+// hideInternalConfigResources takes the internal topics out of a
+// ListConfigResources answer.
+func (s *Server) hideInternalConfigResources(resp *kmsg.ListConfigResourcesResponse) {
+	resp.ConfigResources = slices.DeleteFunc(resp.ConfigResources, func(r kmsg.ListConfigResourcesResponseConfigResource) bool {
+		return r.Type == int8(kmsg.ConfigResourceTypeTopic) && s.internal.has(r.Name)
+	})
+}

@@ -136,6 +136,9 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 			mapped.answered(resp) // physical IDs yet
 		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
+		if hb, ok := resp.(*kmsg.ConsumerGroupHeartbeatResponse); ok {
+			s.hideInternalAssigned(hb)
+		}
 		memberOfOtherCluster(gen, kr, resp)
 		return nil
 	}

@@ -31,9 +31,16 @@ package proxy
 // APIs (OffsetCommit, OffsetFetch, TxnOffsetCommit: a group's offsets for
 // the topic change nothing in it), AddPartitionsToTxn (a transaction may
 // add a partition it can never produce to), ElectLeaders for every
-// partition (a preferred leader election moves no data), and KIP-848
-// regex subscriptions, which the broker's group coordinator resolves and
-// which can match these topics (the member's fetches of them are refused).
+// partition (a preferred leader election moves no data).
+//
+// KIP-848 regex subscriptions are resolved by the broker's group
+// coordinator, to which these are ordinary topics: ".*" matches them. The
+// assignment a ConsumerGroupHeartbeat answer carries has them taken out
+// (hideInternalAssigned), so the member never fetches them (the Java
+// consumer would throw TopicAuthorizationException; franz-go adopts a
+// topic the broker assigned it). The member never reports owning them,
+// which holds nothing up: a partition it never owned has nothing to
+// revoke.
 
 import (
 	"reflect"
@@ -289,4 +296,13 @@ func (s *Server) hideInternalConfigResources(resp *kmsg.ListConfigResourcesRespo
 	resp.ConfigResources = slices.DeleteFunc(resp.ConfigResources, func(r kmsg.ListConfigResourcesResponseConfigResource) bool {
 		return r.Type == int8(kmsg.ConfigResourceTypeTopic) && s.internal.has(r.Name)
 	})
+}
+
+// hideInternalAssigned takes Ferry's own topics out of a KIP-848 member's
+// assignment (its topic IDs virtual already).
+func (s *Server) hideInternalAssigned(resp *kmsg.ConsumerGroupHeartbeatResponse) {
+	if resp.Assignment == nil || len(s.internal.ids) == 0 {
+		return
+	}
+	take(&resp.Assignment.Topics, func(t *kmsg.ConsumerGroupHeartbeatResponseAssignmentTopic) bool { return s.internal.hasID(t.TopicID) })
 }

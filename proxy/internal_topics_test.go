@@ -549,3 +549,49 @@ func TestInternalTopicNotConsumedByRegex(t *testing.T) {
 		t.Fatalf("%s end offset %d, want 1", ownTopic, o.Offset)
 	}
 }
+
+// TestInternalTopicNotAssignedByRegex: a KIP-848 member subscribing by
+// regex has the broker resolve it, and ".*" matches Ferry's own topic,
+// which is an ordinary topic to the broker. Ferry takes it out of the
+// assignment the member is given: otherwise the member would fetch it and
+// be refused (the Java consumer throws TopicAuthorizationException, and
+// franz-go adopts a topic the broker assigned it).
+func TestInternalTopicNotAssignedByRegex(t *testing.T) {
+	_, s, addr, _ := internalFixture(t)
+	call := caller(t, addr)
+	regex := ".*"
+	hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	hb.Version = maxVersion(t, s, kmsg.ConsumerGroupHeartbeat)
+	hb.Group, hb.MemberID, hb.MemberEpoch = "by-regex", "m-1", 0
+	hb.RebalanceTimeoutMillis = 30000
+	hb.SubscribedTopicRegex = &regex
+	hb.SubscribedTopicNames = []string{}
+	hb.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	deadline := time.Now().Add(20 * time.Second)
+	appID := routing.VirtualTopicID("ferry-test", "app")
+	for {
+		resp := call(hb).(*kmsg.ConsumerGroupHeartbeatResponse)
+		if resp.ErrorCode != 0 {
+			t.Fatalf("ConsumerGroupHeartbeat: %v %v", kerr.ErrorForCode(resp.ErrorCode), resp.ErrorMessage)
+		}
+		hb.MemberID, hb.MemberEpoch = *resp.MemberID, resp.MemberEpoch
+		if resp.Assignment != nil {
+			var app int
+			for _, tp := range resp.Assignment.Topics {
+				if tp.TopicID == routing.VirtualTopicID("ferry-test", ownTopic) {
+					t.Fatalf("the member was assigned %s: %v", ownTopic, tp.Partitions)
+				}
+				if tp.TopicID == appID {
+					app = len(tp.Partitions)
+				}
+			}
+			if app == 2 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no assignment of app's partitions: %+v", resp.Assignment)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

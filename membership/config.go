@@ -93,6 +93,14 @@ func (c *Config) withDefaults() Config {
 	return d
 }
 
+// DefaultPushPullInterval is how often a member exchanges its whole state
+// with another (memberlist's LAN profile says 30 s). A member's metadata
+// update (its generation, its lanes) is broadcast, but hashicorp/memberlist
+// v0.7.0's broadcast queue can drop it (hashicorp/memberlist#263), and then
+// only the next push-pull carries it: 5 s bounds how late that can be, at
+// the cost of one small TCP exchange per member every 5 s.
+const DefaultPushPullInterval = 5 * time.Second
+
 // memberlistConfig is the memberlist configuration of cfg (defaults
 // applied), less the delegates and logger.
 func memberlistConfig(cfg Config, name string) (*memberlist.Config, error) {
@@ -141,6 +149,9 @@ func memberlistConfig(cfg Config, name string) (*memberlist.Config, error) {
 	setDur(&mc.ProbeInterval, cfg.ProbeInterval)
 	setDur(&mc.ProbeTimeout, cfg.ProbeTimeout)
 	setDur(&mc.GossipInterval, cfg.GossipInterval)
+	if cfg.Profile != "local" {
+		mc.PushPullInterval = DefaultPushPullInterval
+	}
 	setDur(&mc.PushPullInterval, cfg.PushPullInterval)
 	setDur(&mc.GossipToTheDeadTime, cfg.GossipToTheDeadTime)
 	setDur(&mc.TCPTimeout, cfg.TCPTimeout)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -479,5 +480,27 @@ func TestTwoFleetsOnOneRegistry(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "ferry_fleet_members"); err != nil || n != 4 {
 		t.Errorf("ferry_fleet_members series: %d, %v", n, err)
+	}
+}
+
+// TestPushPullInterval: the LAN profile's push-pull interval is Ferry's
+// (memberlist#263 makes it the bound on how late gossiped metadata can be),
+// unless configured; the local profile keeps memberlist's.
+func TestPushPullInterval(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{Bind: "127.0.0.1:0"}, DefaultPushPullInterval},
+		{Config{Bind: "127.0.0.1:0", PushPullInterval: 20 * time.Second}, 20 * time.Second},
+		{Config{Bind: "127.0.0.1:0", Profile: "local"}, memberlist.DefaultLocalConfig().PushPullInterval},
+	} {
+		mc, err := memberlistConfig(c.cfg, "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.PushPullInterval != c.want {
+			t.Errorf("%+v: push-pull %v, want %v", c.cfg, mc.PushPullInterval, c.want)
+		}
 	}
 }

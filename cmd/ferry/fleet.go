@@ -64,7 +64,7 @@ const (
 
 // memberInfo is what a member answers about its load (callInfo), and the
 // generation it serves: fresher than the one its gossiped metadata carries,
-// which memberlist v0.7.0 can leave a push-pull interval (30 s) behind
+// which memberlist v0.7.0 can leave a push-pull interval (5 s) behind
 // (its broadcast queue drops a queued update under a key collision:
 // hashicorp/memberlist#263). Nil from a member that does not say.
 type memberInfo struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/membership"
 )
 
 // The floors of issue 9 §6.
@@ -51,12 +52,13 @@ func (b *bench) report() error {
 	m := b.machine
 	var sb strings.Builder
 	ml := memberlist.DefaultLANConfig()
+	ml.PushPullInterval = membership.DefaultPushPullInterval
 	fmt.Fprintf(&sb, "# Fleet benchmark\n\n")
 	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s at the start, Go %s, Kafka %s (two 1-broker KRaft clusters, primary and standby, on this machine), %s, franz-go clients; the run took %v.\n\n",
 		benchutil.Command("./conformance/fleetbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version(),
 		time.Now().Format("2006-01-02"), time.Since(b.started).Round(time.Second))
 	fmt.Fprintf(&sb, "Three `ferry serve` members (`fleet` section: gossip on loopback, a key file, seeded with each other; one lane each; the mirror on, `mirror.sync_interval: 1s`) in front of both clusters. "+
-		"Settings that shape the numbers, all defaults: `fleet.write_lease` 1.5s; memberlist's LAN profile (Ferry sets no timing): probe interval %v, probe timeout %v, suspicion multiplier %d (suspect → dead after %d × probe interval × max(1, log10(members)), shortened by other members' confirmations), gossip interval %v, push-pull %v. "+
+		"Settings that shape the numbers, all defaults: `fleet.write_lease` 1.5s; memberlist's LAN profile (Ferry sets only the push-pull interval): probe interval %v, probe timeout %v, suspicion multiplier %d (suspect → dead after %d × probe interval × max(1, log10(members)), shortened by other members' confirmations), gossip interval %v, push-pull %v. "+
 		"Every process (two brokers, three members, the load and the pollers) shares the machine's %d cores.\n\n",
 		ml.ProbeInterval, ml.ProbeTimeout, ml.SuspicionMult, ml.SuspicionMult, ml.GossipInterval, ml.PushPullInterval, m.CPUs)
 

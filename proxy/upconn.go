@@ -370,14 +370,10 @@ func (c *upConn) quiet() bool {
 	return len(c.inflight) == 0 && !c.answering.Load() && !c.streaming.Load()
 }
 
-// send writes one request frame (without its size prefix; its correlation ID
-// is overwritten with this connection's own). With expectResponse false (a
-// Produce with acks=0) nothing is awaited and the returned pending is nil.
-func (c *upConn) send(frame []byte, expectResponse bool) (*pending, error) {
-	return c.sendFrame(frame, expectResponse, false, nil)
-}
-
-// sendFrame is send; with stream, a large response is left on the
+// sendFrame writes one request frame (without its size prefix; its
+// correlation ID is overwritten with this connection's own). With
+// expectResponse false (a Produce with acks=0) nothing is awaited and the
+// returned pending is nil. With stream, a large response is left on the
 // connection for the waiter to stream (pending.st). A frame sent under a
 // gate (a write under the member's write lease) goes only if the gate is
 // open at the last moment it can still be held back: once its pending

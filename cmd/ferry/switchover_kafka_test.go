@@ -90,7 +90,7 @@ type traffic struct {
 	nAcked   int
 	failed   []error
 	seen     map[int32]map[int64]string
-	reread   []rereadAt // in the order read
+	reread   []partOffset // in the order read
 	nSeen    int
 	stopped  chan struct{} // stops the consumer
 	prodStop chan struct{}
@@ -151,7 +151,7 @@ func startTraffic(t *testing.T, addr, topic string, parts int32, group string) *
 					tr.seen[r.Partition] = map[int64]string{}
 				}
 				if _, ok := tr.seen[r.Partition][r.Offset]; ok {
-					tr.reread = append(tr.reread, rereadAt{r.Partition, r.Offset})
+					tr.reread = append(tr.reread, partOffset{r.Partition, r.Offset})
 				} else {
 					tr.nSeen++
 				}
@@ -244,7 +244,8 @@ func (tr *traffic) waitMore(n int, timeout time.Duration) {
 	}
 }
 
-type rereadAt struct {
+// partOffset is where a record is.
+type partOffset struct {
 	partition int32
 	offset    int64
 }
@@ -293,25 +294,45 @@ func committed(t *testing.T, addrs []string, group, topic string) map[int32]int6
 // cluster that is active at the end; the consumer sees every record and
 // re-reads only what it had consumed but not committed when a switch
 // began; the routing state moves to generation 1 then 2.
+//
+// Meanwhile a franz-go transactional producer (KIP-890: transaction.version
+// 2) commits transactions through Ferry, aborting every 4th on purpose, and
+// a read_committed consumer reads them through Ferry. The producer gets no
+// error before the first switch and at most one abortable error per switch
+// (it aborts and carries on), and commits again after each switch; every
+// record of a committed transaction is, once, at its acknowledged offset on
+// both clusters read read_committed directly, and nothing of an aborted one;
+// the consumer through Ferry reads exactly the committed records, each once.
+// What a failure of each means: checkErrors, checkRecords, checkConsumed.
 func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
 	primary, standby, yaml := primaryAndStandby(t, "ferry-switch-test")
 	n, addr := startNode(t, yaml)
 	const topic, parts, group = "switched", 3, "switch-group"
+	const txnTopic, txnParts, txnsPerWindow = "switched-txn", 3, 20
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	if tv := finalized(t, ctx, addr)["transaction.version"]; tv != 2 {
+		t.Fatalf("Ferry finalizes transaction.version %d; the transactional producer is to run KIP-890 part 2 (2)", tv)
+	}
 	createTopicVia(t, ctx, addr, topic, parts)
+	createTopicVia(t, ctx, addr, txnTopic, txnParts)
 	tr := startTraffic(t, addr, topic, parts, group)
+	txn := startTxnTraffic(t, addr, txnTopic, txnParts, "switch-txn")
+	begin := time.Now()
 	tr.waitMore(500, time.Minute)
+	txn.waitCommitted(begin, txnsPerWindow, time.Minute)
 
 	switchTo := func(to string, gen uint32, left []string) {
 		t.Helper()
 		since := tr.rereads()
+		txn.window.Store(int32(gen))
 		start := time.Now()
 		st, err := n.switchover(ctx, routing.Request{To: to, Timeout: time.Minute})
 		if err != nil {
 			t.Fatalf("switch to %s: %v", to, err)
 		}
-		t.Logf("switched to %s in %v (%s; steps %v)", to, time.Since(start), st.Last.Duration, st.Last.Steps)
+		answered := time.Now()
+		t.Logf("switched to %s in %v (%s; steps %v)", to, answered.Sub(start), st.Last.Duration, st.Last.Steps)
 		if st.Generation != gen || st.Active != to || st.Phase != routing.PhaseServing || st.Last == nil || st.Last.Outcome != "switched" {
 			t.Fatalf("state after the switch to %s: %+v", to, st)
 		}
@@ -322,15 +343,42 @@ func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
 		if bad := tr.rereadBelow(since, atSwitch); len(bad) > 0 {
 			t.Fatalf("re-read records below the offsets committed at the switch to %s (%v): %v", to, atSwitch, bad)
 		}
+		txn.waitCommitted(answered, txnsPerWindow, time.Minute)
+		t.Logf("after the switch to %s, the first transaction begun after the answer committed %v after it", to, txn.firstCommitAfter(answered))
 	}
 	switchTo("standby", 1, primary.Addrs())
 	switchTo("primary", 2, standby.Addrs())
 	tr.stopProducing()
+	txn.stopProducing()
 	tr.waitConsumed(time.Minute)
 	tr.stop()
 
 	total := tr.verifyOn(ctx, primary.Addrs())
 	t.Logf("%d records acknowledged and consumed across two switches; %d re-read", total, tr.rereads())
+
+	// The transactions, on the primary (active) and, once the mirror has
+	// copied the last markers, on the standby, read_committed directly;
+	// then as the consumer through Ferry read them.
+	t.Logf("transactions: %s", txn.report())
+	txn.checkErrors()
+	ends := settledEndOffsets(t, primary.Addrs(), txnTopic)
+	if err := n.mirror.WaitCaughtUp(ctx, txnTopic); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the standby to hold the primary's end offsets of "+txnTopic, func() error {
+		if got := endOffsets(t, standby.Addrs(), txnTopic); fmt.Sprint(got) != fmt.Sprint(ends) {
+			return fmt.Errorf("standby %v, primary %v", got, ends)
+		}
+		return nil
+	})
+	onPrimary := txn.checkRecords("primary", readCommittedOn(t, ctx, primary.Addrs(), txnTopic, ends))
+	txn.checkRecords("standby", readCommittedOn(t, ctx, standby.Addrs(), txnTopic, ends))
+	txn.waitConsumed(time.Minute)
+	txn.stop()
+	txn.checkConsumed()
+	if !t.Failed() {
+		t.Logf("%d committed transactional records on both clusters and read through Ferry", onPrimary)
+	}
 }
 
 // TestForcedFailoverRealKafka: the mirror is held back by a transaction left

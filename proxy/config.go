@@ -45,6 +45,7 @@ type config struct {
 	routes             *routing.Table
 	lease              WriteLease
 	peers              Peers
+	heldAnswerAfter    time.Duration
 	log                *zap.Logger
 	reg                prometheus.Registerer
 	maxRequestSize     int32
@@ -108,6 +109,7 @@ func defaultConfig() config {
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
 		standbyWait:         30 * time.Second,
+		heldAnswerAfter:     defaultHeldAnswerAfter,
 		connectionsMaxIdle:  defaultConnectionsMaxIdle,
 		requestReadTimeout:  defaultRequestReadTimeout,
 		writeTimeout:        defaultWriteTimeout,
@@ -152,6 +154,10 @@ func WithWriteLease(l WriteLease) Option { return func(c *config) { c.lease = l 
 // HandleTxnCall must then answer their calls of kind TxnCallKind (default:
 // none, a member on its own).
 func WithPeers(p Peers) Option { return func(c *config) { c.peers = p } }
+
+// WithHeldAnswerAfter sets how long a request waits in a switch's hold
+// before it is answered with its retriable error (default 10 s, hold.go).
+func WithHeldAnswerAfter(d time.Duration) Option { return func(c *config) { c.heldAnswerAfter = d } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }

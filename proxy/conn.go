@@ -109,6 +109,9 @@ type request struct {
 	up    *upstream     // the active cluster of that state
 	start time.Time
 	write bool // counted in Server.writes until answered (hold.go)
+	// heldTooLong: it waited in the hold for heldAnswerAfter, and is
+	// answered with its API's retriable error (hold.go).
+	heldTooLong bool
 	// stats, when set, counts the error codes of the answer Ferry encodes
 	// (encodeResponse).
 	stats *connStats
@@ -241,11 +244,16 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		if isWrite(hdr.Key) {
 			st, err := c.s.passHold(c.ctx, hdr.Key)
-			if err != nil {
+			switch {
+			case errors.Is(err, errHeldTooLong):
+				// Answered with its retriable error, not counted.
+				req.state, req.heldTooLong = st, true
+			case err != nil:
 				requestBufs.Put(buf)
 				return err
+			default:
+				req.state, req.write = st, true
 			}
-			req.state, req.write = st, true
 		} else {
 			req.state = c.s.routes.Current()
 		}

@@ -161,6 +161,13 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err))
 	}
 	req.kr = kr
+	if req.heldTooLong {
+		s.metrics.heldTooLong.Inc()
+		if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
+			return nil, nil
+		}
+		return localReply(req, errorResponse(kr, upstreamErrorCode(kr), "ferry: "+errHeldTooLong.Error())), nil
+	}
 	whole, part := s.enforcePolicy(c, req, kr)
 	if whole != nil {
 		return whole, nil

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -59,13 +60,26 @@ func holds(phase routing.Phase, key int16) bool {
 // isWrite reports whether requests of key are counted as writes.
 func isWrite(key int16) bool { return heldWrites[key] || key == int16(kmsg.EndTxn) }
 
+// defaultHeldAnswerAfter bounds how long one request waits in the hold
+// (WithHeldAnswerAfter): then it is answered with its API's retriable error
+// (errHeldTooLong) and the client sends it again, to be held anew. A drain
+// may take up to the switch's timeout (30 s by default), as long as the
+// clients' own request timeouts (30 s in Java, kafkajs and librdkafka, 10 s
+// plus 10 s in franz-go), and a client whose request times out closes its
+// connection: an answer before that keeps it.
+const defaultHeldAnswerAfter = 10 * time.Second
+
+// errHeldTooLong is a request that waited in the hold for heldAnswerAfter.
+var errHeldTooLong = errors.New("held by a switchover longer than a client waits; retry")
+
 // passHold waits while the routing state holds requests of key, or while
 // the member's write lease is not in force (a write of any kind), then
 // counts the request as a write in flight and returns the state it passed
-// under: the one the request is handled under. It fails only when ctx
-// ends.
+// under: the one the request is handled under. It fails when ctx ends, and
+// with errHeldTooLong after the server's heldAnswerAfter.
 func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error) {
 	lease := s.cfg.lease
+	var expired <-chan time.Time
 	for {
 		s.writes.Add(1)
 		changed := s.routes.Changed()
@@ -78,12 +92,20 @@ func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error)
 			return st, nil
 		}
 		s.writes.Add(-1)
+		if expired == nil {
+			t := time.NewTimer(s.cfg.heldAnswerAfter)
+			defer t.Stop()
+			expired = t.C
+		}
 		s.metrics.held.Inc()
 		select {
 		case <-changed:
 			s.metrics.held.Dec()
 		case <-renewed:
 			s.metrics.held.Dec()
+		case <-expired:
+			s.metrics.held.Dec()
+			return st, errHeldTooLong
 		case <-ctx.Done():
 			s.metrics.held.Dec()
 			return routing.State{}, ctx.Err()

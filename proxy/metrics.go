@@ -10,12 +10,15 @@ import (
 )
 
 type metrics struct {
-	connsOpen  prometheus.Gauge
-	held       prometheus.Gauge
-	connsTotal prometheus.Counter
-	badFrames  prometheus.Counter
-	bytesOut   prometheus.Counter
-	bytesUp    prometheus.Counter
+	connsOpen prometheus.Gauge
+	held      prometheus.Gauge
+	// heldTooLong counts requests answered with a retriable error after
+	// waiting in a switch's hold for heldAnswerAfter.
+	heldTooLong prometheus.Counter
+	connsTotal  prometheus.Counter
+	badFrames   prometheus.Counter
+	bytesOut    prometheus.Counter
+	bytesUp     prometheus.Counter
 	// splicedBytes counts record bytes moved from a broker's socket to a
 	// client's without entering Ferry's memory.
 	splicedBytes prometheus.Counter
@@ -51,8 +54,10 @@ type keyMetrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		connsOpen:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections", Help: "Client connections open."}),
-		held:       prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "requests_held", Help: "Client writes waiting for a switch of the active cluster to finish."}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections", Help: "Client connections open."}),
+		held:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "requests_held", Help: "Client writes waiting for a switch of the active cluster to finish."}),
+		heldTooLong: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_held_too_long_total",
+			Help: "Client writes answered with their retriable error after waiting 10 s in a switch's hold (the client sends them again), before a client's own request timeout would close its connection."}),
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_total", Help: "Client connections accepted."}),
 		badFrames:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "bad_frames_total", Help: "Client connections closed for an oversized or malformed frame or header."}),
 		bytesOut:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_bytes_sent_total", Help: "Bytes of responses sent to clients."}),
@@ -81,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -18,7 +18,9 @@ package proxy
 //     the other topics served.
 //   - Admin requests (CreateTopics, DeleteTopics, CreatePartitions, config
 //     describes and changes of TOPIC resources, ElectLeaders,
-//     AlterPartitionReassignments, DescribeTopicPartitions): the items
+//     AlterPartitionReassignments, DescribeTopicPartitions) and
+//     AddPartitionsToTxn (whose transaction would end with a marker in
+//     the topic): the items
 //     naming one are taken out and answered by Ferry, the rest forwarded,
 //     as the request policy does for config changes (refuseInternal).
 //     ListPartitionReassignments naming one is refused as a whole: its
@@ -29,8 +31,7 @@ package proxy
 // Left as they are: DescribeLogDirs (its answer lists the partitions on a
 // broker's disks, these among them: sizes, not data), the group offset
 // APIs (OffsetCommit, OffsetFetch, TxnOffsetCommit: a group's offsets for
-// the topic change nothing in it), AddPartitionsToTxn (a transaction may
-// add a partition it can never produce to), ElectLeaders for every
+// the topic change nothing in it), ElectLeaders for every
 // partition (a preferred leader election moves no data).
 //
 // KIP-848 regex subscriptions are resolved by the broker's group
@@ -196,6 +197,14 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 		}
 	case *kmsg.AlterPartitionAssignmentsRequest:
 		if out := take(&r.Topics, func(t *kmsg.AlterPartitionAssignmentsRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
+	case *kmsg.AddPartitionsToTxnRequest:
+		// v0-v3, a client's (v4+ batches are the brokers'): a
+		// transaction that added it would end with a marker in it.
+		if out := take(&r.Topics, func(t *kmsg.AddPartitionsToTxnRequestTopic) bool { return it.has(t.Topic) }); out != nil {
 			cp := *r
 			cp.Topics = out
 			return &cp, len(r.Topics) == 0

@@ -595,3 +595,28 @@ func TestInternalTopicNotAssignedByRegex(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestInternalTopicNotAddedToTransactions: AddPartitionsToTxn naming Ferry's
+// own topic and another has the former refused by Ferry and the latter
+// forwarded: a transaction holding the topic would end with a marker
+// written into it. (The broker's answer for the other is whatever it makes
+// of the producer ID, which this test does not initialise.)
+func TestInternalTopicNotAddedToTransactions(t *testing.T) {
+	_, _, addr, _ := internalFixture(t)
+	call := caller(t, addr)
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.Version = 3
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch = "txn-internal", 1, 0
+	add.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "app", Partitions: []int32{0}}, {Topic: ownTopic, Partitions: []int32{0}}}
+	resp := call(add).(*kmsg.AddPartitionsToTxnResponse)
+	codes := map[string]int16{}
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			codes[tp.Topic] = p.ErrorCode
+		}
+	}
+	own, app := codes[ownTopic], codes["app"]
+	if len(codes) != 2 || own != kerr.TopicAuthorizationFailed.Code || app == kerr.TopicAuthorizationFailed.Code || app == kerr.OperationNotAttempted.Code {
+		t.Fatalf("AddPartitionsToTxn answered %v, want %s TOPIC_AUTHORIZATION_FAILED and app the broker's answer", codes, ownTopic)
+	}
+}

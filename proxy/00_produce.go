@@ -127,7 +127,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 			} else {
 				ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 				var err error
-				phys, err = s.remapped.physical(ctx, req.up, gen, pid)
+				phys, err = s.idempotentPID(ctx, req.up, gen, pid)
 				cancel()
 				if err != nil {
 					c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))

@@ -116,11 +116,14 @@ func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (
 
 // remappedPIDs holds, under the current generation, the producer ID Ferry
 // allocated on the active cluster for each idempotent producer still
-// writing with an ID of another generation. Per member: a partition's
-// batches all reach it through the member that leads it, and a broker
-// accepts any first sequence from an ID it holds no state for. An entry
-// dropped (the map is bounded) is allocated again: only a batch retried
-// across that could then be written twice.
+// writing with an ID of another generation. A broker accepts any first
+// sequence from an ID it holds no state for. In a fleet one member
+// allocates it, the member the client's ID hashes to, and the others ask
+// it (txn_fleet.go): a partition's batches move to another member when
+// its leader member dies, and a batch retried there must go under the
+// same ID for the broker to know it for a retry. An entry dropped (the
+// map is bounded) is allocated again: only a batch retried across that
+// could then be written twice.
 type remappedPIDs struct {
 	mu  sync.Mutex
 	gen uint32
@@ -139,6 +142,11 @@ const maxRemapped = 1 << 16
 // generation's ID, under gen: allocated once (concurrent callers wait for
 // the same allocation), again after a failure.
 func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
+	return r.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) { return allocatePID(ctx, u) })
+}
+
+// physicalBy is physical with the ID got by alloc (another member's).
+func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, alloc func(context.Context) (int64, error)) (int64, error) {
 	r.mu.Lock()
 	if r.m == nil || r.gen != gen {
 		r.gen, r.m = gen, map[int64]*remapped{}
@@ -163,7 +171,7 @@ func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, vi
 	r.m[virt] = e
 	r.mu.Unlock()
 
-	e.phys, e.err = allocatePID(ctx, u)
+	e.phys, e.err = alloc(ctx)
 	close(e.ready)
 	if e.err != nil {
 		r.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,6 +24,11 @@ import (
 // (kafkajs for good, the others until their next EndTxn or InitProducerId);
 // it costs them one call per request, or per partition of a Produce.
 
+// The same holds for an idempotent producer writing under an ID of the
+// generation before a switch (the Java producer never asks for a new one):
+// the member its ID hashes to allocates the physical ID it writes under,
+// for every member (idempotentPID), once.
+
 // Peers reach the other members of the fleet.
 type Peers interface {
 	// Self is this member's node ID.
@@ -37,7 +43,7 @@ const TxnCallKind = "proxy.txn"
 
 // txnCall is one call to the member keeping a transactional ID's mapping.
 type txnCall struct {
-	Op    string   `json:"op"` // "decide", "answered", "produce", "own"
+	Op    string   `json:"op"` // "decide", "answered", "produce", "own", "pid"
 	Query txnQuery `json:"query"`
 	// Answered: "answered"'s broker answer.
 	Answered txnAnswered `json:"answered"`
@@ -141,6 +147,27 @@ func (s *Server) ownTxn(gen uint32, txnID string) {
 	})
 }
 
+// idempotentPID is remappedPIDs.physical where the client's ID is kept:
+// the member its virtual ID hashes to allocates the physical one, and
+// this member keeps the answer.
+func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
+	if s.cfg.peers == nil {
+		return s.remapped.physical(ctx, u, gen, virt)
+	}
+	owner := s.fleet.Owner("pid\x00" + strconv.FormatInt(virt, 10))
+	if owner < 0 || owner == s.cfg.peers.Self() {
+		return s.remapped.physical(ctx, u, gen, virt)
+	}
+	return s.remapped.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) {
+		var p txnProduced
+		call := txnCall{Op: "pid", Query: txnQuery{Gen: gen, PID: virt}}
+		if err := s.callTxnOwner(ctx, owner, call, &p); err != nil {
+			return -1, fmt.Errorf("member %d allocating the producer ID: %w", owner, err)
+		}
+		return p.Phys, nil
+	})
+}
+
 // HandleTxnCall answers another member's call about a transactional ID's
 // mapping kept here (register it for TxnCallKind). A call made under
 // another generation than this member serves is refused: the mapping is
@@ -173,6 +200,16 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 	case "own":
 		s.txns.own(q.Gen, q.TxnID)
 		return nil, nil
+	case "pid":
+		u := s.ups[st.Active]
+		if u == nil {
+			return nil, fmt.Errorf("no upstream for the active cluster %q", st.Active)
+		}
+		phys, err := s.remapped.physical(ctx, u, q.Gen, q.PID)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(txnProduced{Phys: phys})
 	}
 	return nil, fmt.Errorf("unknown transactional ID call %q", call.Op)
 }

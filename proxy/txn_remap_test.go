@@ -440,3 +440,48 @@ func TestStaleTransactionHeldAcrossSwitch(t *testing.T) {
 		t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
 	}
 }
+
+// TestStaleIdempotentProducerAcrossMembers: an idempotent producer writing
+// under a producer ID of the generation before a switch (the Java producer
+// never asks for a new one) has a batch written through one member, and
+// retried through the other (the first died with the answer in flight, and
+// the partition's leader moved). Both members write it under the one
+// physical ID the client's ID hashes to, so the broker knows the retry by
+// its sequence and writes it once. Allocated by each member on its own,
+// the IDs differed and the retry was written a second time.
+func TestStaleIdempotentProducerAcrossMembers(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	members := map[int32]*Server{}
+	addrs := map[int32]string{}
+	for id := range int32(2) {
+		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
+			WithPeers(inProcessPeers{self: id, members: members}))
+	}
+	produce := func(member int32, corr int32) kmsg.ProduceResponseTopicPartition {
+		t.Helper()
+		p := kmsg.NewPtrProduceRequest()
+		p.Version = 7
+		p.Acks, p.TimeoutMillis = -1, 5000
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, 0, false, "once")}}}}
+		return rawCall(t, dialRaw(t, addrs[member]), p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+	}
+	first := produce(0, 1)
+	if first.ErrorCode != 0 {
+		t.Fatalf("produce through member 0: %v", kerr.ErrorForCode(first.ErrorCode))
+	}
+	retry := produce(1, 2)
+	if retry.ErrorCode != 0 && retry.ErrorCode != kerr.DuplicateSequenceNumber.Code {
+		t.Fatalf("the retry through member 1: %v", kerr.ErrorForCode(retry.ErrorCode))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("t", 0); o.Offset != 1 {
+		t.Fatalf("the partition holds %d records after a batch and its retry through another member, want 1", o.Offset)
+	}
+}

@@ -196,6 +196,19 @@ func TestStaleTransactionalProducerAcrossMembers(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
 	up := &upstreamLog{}
 	up.watch(kf)
+	fleet, members, addrs := twoMembers(t, kf)
+	owner := fleet.Owner("coordinator\x00" + txnID)
+	other := 1 - owner
+	staleTransactionalProducerCarriesOn(t, members[owner], addrs[owner], addrs[other], kf, up)
+	if n := members[other].txnsHeld(); n != 0 {
+		t.Fatalf("the member that only saw produce requests holds %d mappings, want none (the owner keeps them)", n)
+	}
+}
+
+// twoMembers starts a fleet of two members in front of kf, under
+// generation idGen, each reaching the other through inProcessPeers.
+func twoMembers(t *testing.T, kf *kfake.Cluster) (*routing.StaticFleet, map[int32]*Server, map[int32]string) {
+	t.Helper()
 	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
 	members := map[int32]*Server{}
 	addrs := map[int32]string{}
@@ -204,12 +217,7 @@ func TestStaleTransactionalProducerAcrossMembers(t *testing.T) {
 			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
 			WithPeers(inProcessPeers{self: id, members: members}))
 	}
-	owner := fleet.Owner("coordinator\x00" + txnID)
-	other := 1 - owner
-	staleTransactionalProducerCarriesOn(t, members[owner], addrs[owner], addrs[other], kf, up)
-	if n := members[other].txnsHeld(); n != 0 {
-		t.Fatalf("the member that only saw produce requests holds %d mappings, want none (the owner keeps them)", n)
-	}
+	return fleet, members, addrs
 }
 
 // inProcessPeers calls the other members' HandleTxnCall directly.
@@ -451,14 +459,7 @@ func TestStaleTransactionHeldAcrossSwitch(t *testing.T) {
 // the IDs differed and the retry was written a second time.
 func TestStaleIdempotentProducerAcrossMembers(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
-	members := map[int32]*Server{}
-	addrs := map[int32]string{}
-	for id := range int32(2) {
-		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
-			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
-			WithPeers(inProcessPeers{self: id, members: members}))
-	}
+	_, _, addrs := twoMembers(t, kf)
 	produce := func(member int32, corr int32) kmsg.ProduceResponseTopicPartition {
 		t.Helper()
 		p := kmsg.NewPtrProduceRequest()

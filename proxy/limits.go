@@ -127,8 +127,10 @@ func (s *Server) releaseConn(ip string) {
 // max.connections.per.ip does: the client backs off and tries again,
 // perhaps another member.
 func (s *Server) refuseConn(nc net.Conn, ip, reason string) {
-	nc.Close()
+	// Counted before the close, so that a client that sees its
+	// connection closed finds it counted.
 	s.connMetrics.refused[reason].Inc()
+	nc.Close()
 	if suppressed, ok := s.refusalLogs.allow(reason); ok {
 		st := s.settings.Load()
 		s.log.Warn("refused a client connection: "+errConnLimit.Error(), zap.String("reason", reason), zap.String("client_ip", ip),

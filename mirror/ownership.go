@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"maps"
 
 	"go.uber.org/zap"
 )
@@ -45,11 +46,7 @@ func WithWriteGate(gate func() bool) Option { return func(c *config) { c.gate = 
 func (m *Mirror) Partitions() map[string]int32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]int32, len(m.parts))
-	for t, n := range m.parts {
-		out[t] = n
-	}
-	return out
+	return maps.Clone(m.parts)
 }
 
 func (m *Mirror) owns(topic string, partition int32) bool {

@@ -21,6 +21,7 @@ package proxy
 // answers.
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -97,11 +98,10 @@ func (s *Server) SavedFeatures() map[string]int16 {
 	if len(s.features.known) < len(s.ups) {
 		return nil
 	}
-	out := make(map[string]int16, len(s.features.current.Finalized))
-	for name, level := range s.features.current.Finalized {
-		out[name] = level
+	if out := maps.Clone(s.features.current.Finalized); out != nil {
+		return out
 	}
-	return out
+	return map[string]int16{} // none finalized: saved as such, not "keep the last"
 }
 
 // Features returns the features Ferry advertises and their epoch.

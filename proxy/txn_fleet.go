@@ -65,13 +65,18 @@ const txnCallTimeout = 5 * time.Second
 
 var errOtherGeneration = errors.New("this member serves another generation")
 
-// txnOwner is the member keeping txnID's mapping; remote is false when it is
-// this one (or there is no fleet).
+// txnOwner is the member keeping txnID's mapping: its coordinator member.
 func (s *Server) txnOwner(txnID string) (owner int32, remote bool) {
+	return s.peerOwner("coordinator\x00" + txnID)
+}
+
+// peerOwner is the member rendezvous hashing gives key; remote is false
+// when it is this one (or there is no fleet).
+func (s *Server) peerOwner(key string) (owner int32, remote bool) {
 	if s.cfg.peers == nil {
 		return -1, false
 	}
-	owner = s.fleet.Owner("coordinator\x00" + txnID)
+	owner = s.fleet.Owner(key)
 	return owner, owner >= 0 && owner != s.cfg.peers.Self()
 }
 
@@ -151,11 +156,8 @@ func (s *Server) ownTxn(gen uint32, txnID string) {
 // the member its virtual ID hashes to allocates the physical one, and
 // this member keeps the answer.
 func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
-	if s.cfg.peers == nil {
-		return s.remapped.physical(ctx, u, gen, virt)
-	}
-	owner := s.fleet.Owner("pid\x00" + strconv.FormatInt(virt, 10))
-	if owner < 0 || owner == s.cfg.peers.Self() {
+	owner, remote := s.peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
+	if !remote {
 		return s.remapped.physical(ctx, u, gen, virt)
 	}
 	return s.remapped.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) {

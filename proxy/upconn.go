@@ -389,33 +389,8 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 	var p *pending
 	if expectResponse {
 		p = &pending{corr: c.corr + 1, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
-		for {
-			if gate != nil && !gate() {
-				return nil, errLeaseLapsed
-			}
-			if gate == nil {
-				select {
-				case c.inflight <- p:
-				case <-c.dead:
-					return nil, c.err
-				}
-				break
-			}
-			select {
-			case c.inflight <- p:
-			case <-c.dead:
-				return nil, c.err
-			default:
-				// Full: wait a moment for room, then ask the
-				// gate again before queueing.
-				select {
-				case <-c.dead:
-					return nil, c.err
-				case <-time.After(gatePoll):
-				}
-				continue
-			}
-			break
+		if err := c.queue(p, gate); err != nil {
+			return nil, err
 		}
 	} else if gate != nil && !gate() {
 		return nil, errLeaseLapsed
@@ -436,6 +411,37 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 // gatePoll is how often a gated frame waiting for room in flight asks its
 // gate again.
 const gatePoll = time.Millisecond
+
+// queue puts p among the answers awaited. Under a gate, only while the gate
+// is open when p goes in: a full queue is waited on gatePoll at a time,
+// asking the gate again before each try.
+func (c *upConn) queue(p *pending, gate func() bool) error {
+	if gate == nil {
+		select {
+		case c.inflight <- p:
+			return nil
+		case <-c.dead:
+			return c.err
+		}
+	}
+	for {
+		if !gate() {
+			return errLeaseLapsed
+		}
+		select {
+		case c.inflight <- p:
+			return nil
+		case <-c.dead:
+			return c.err
+		default:
+		}
+		select {
+		case <-c.dead:
+			return c.err
+		case <-time.After(gatePoll):
+		}
+	}
+}
 
 func (c *upConn) readLoop() {
 	max := c.pool.u.cfg.maxResponseSize

@@ -1,15 +1,12 @@
 package proxy
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -27,13 +24,7 @@ func TestHeldTooLongAnsweredRetriable(t *testing.T) {
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 
 	start := time.Now()
-	writeReq(t, c, oneRecordProduce("t"), 1)
-	resp := kmsg.NewPtrProduceResponse()
-	resp.Version = 7
-	if err := resp.ReadFrom(readResp(t, c)[4:]); err != nil {
-		t.Fatal(err)
-	}
-	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.NotLeaderForPartition.Code {
+	if code := rawProduce(t, c, "t", 1).ErrorCode; code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("the held produce was answered %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
 	}
 	if took := time.Since(start); took < 300*time.Millisecond {
@@ -42,28 +33,15 @@ func TestHeldTooLongAnsweredRetriable(t *testing.T) {
 	if n := testutil.ToFloat64(s.metrics.heldTooLong); n != 1 {
 		t.Fatalf("ferry_requests_held_too_long_total = %v, want 1", n)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	direct := kadm.NewClient(newClient(t, kf.ListenAddrs()[0]))
-	ends, err := direct.ListEndOffsets(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := ends.Lookup("t", 0); o.Offset != 0 {
-		t.Fatalf("the cluster's end offset is %d: a held write was sent", o.Offset)
+	if o := endOffset(t, kf, "t"); o != 0 {
+		t.Fatalf("the cluster's end offset is %d: a held write was sent", o)
 	}
 
 	// The switch ends: the retry, on the same connection, is written.
 	st := table.Current()
 	st.Phase = routing.PhaseServing
 	table.Update(st)
-	writeReq(t, c, oneRecordProduce("t"), 2)
-	resp = kmsg.NewPtrProduceResponse()
-	resp.Version = 7
-	if err := resp.ReadFrom(readResp(t, c)[4:]); err != nil {
-		t.Fatal(err)
-	}
-	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 0 {
+	if p := rawProduce(t, c, "t", 2); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("the retry after the switch: %v at %d, want offset 0", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}
 }

@@ -360,12 +360,8 @@ func TestLeaderMoveFollowedWithoutClientMetadata(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("600 records across 6 leader moves took %v: Ferry did not follow the moves", d)
 	}
-	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "moves")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := ends.Lookup("moves", 0); o.Offset != 600 {
-		t.Fatalf("end offset %d, want 600: every record once", o.Offset)
+	if o := endOffset(t, kf, "moves"); o != 600 {
+		t.Fatalf("end offset %d, want 600: every record once", o)
 	}
 }
 

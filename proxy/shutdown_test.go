@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -64,16 +66,33 @@ func TestShutdownAnswersWhatWasRead(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "drained")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := ends.Lookup("drained", 0); o.Offset != 1 {
-		t.Fatalf("end offset %d, want the one acknowledged record", o.Offset)
+	if o := endOffset(t, kf, "drained"); o != 1 {
+		t.Fatalf("end offset %d, want the one acknowledged record", o)
 	}
 }
 
 // oneRecordProduce is a Produce v7 (acks=all) of one plain record to
+// rawProduce sends oneRecordProduce(topic) on c and returns its partition's
+// answer.
+func rawProduce(t *testing.T, c net.Conn, topic string, corr int32) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
+	return rawCall(t, c, oneRecordProduce(topic), corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+}
+
+// endOffset is partition 0 of topic's end offset, listed on the cluster
+// directly.
+func endOffset(t *testing.T, kf *kfake.Cluster, topic string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := ends.Lookup(topic, 0)
+	return o.Offset
+}
+
 // partition 0 of topic.
 func oneRecordProduce(topic string) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()

@@ -476,13 +476,7 @@ func TestStaleIdempotentProducerAcrossMembers(t *testing.T) {
 	if retry.ErrorCode != 0 && retry.ErrorCode != kerr.DuplicateSequenceNumber.Code {
 		t.Fatalf("the retry through member 1: %v", kerr.ErrorForCode(retry.ErrorCode))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListEndOffsets(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := ends.Lookup("t", 0); o.Offset != 1 {
-		t.Fatalf("the partition holds %d records after a batch and its retry through another member, want 1", o.Offset)
+	if o := endOffset(t, kf, "t"); o != 1 {
+		t.Fatalf("the partition holds %d records after a batch and its retry through another member, want 1", o)
 	}
 }

@@ -94,6 +94,13 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 				return nil
 			}
 		}
+	case *kmsg.DescribeLogDirsRequest:
+		if len(s.internal.names) > 0 {
+			fix = func(resp kmsg.Response) error {
+				s.hideInternalLogDirs(resp.(*kmsg.DescribeLogDirsResponse))
+				return nil
+			}
+		}
 	case *kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
 		if names != nil {
 			fix = func(resp kmsg.Response) error {

@@ -136,8 +136,11 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 			mapped.answered(resp) // physical IDs yet
 		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
-		if hb, ok := resp.(*kmsg.ConsumerGroupHeartbeatResponse); ok {
-			s.hideInternalAssigned(hb)
+		switch r := resp.(type) {
+		case *kmsg.ConsumerGroupHeartbeatResponse:
+			s.hideInternalAssigned(r)
+		case *kmsg.ConsumerGroupDescribeResponse:
+			s.hideInternalDescribed(r)
 		}
 		memberOfOtherCluster(gen, kr, resp)
 		return nil

@@ -172,8 +172,9 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	if whole != nil {
 		return whole, nil
 	}
-	// Items naming Ferry's own topics, out of what the policy left.
-	r, internalPart := s.refuseInternal(c, req, kr)
+	// Items Ferry answers itself (topic_refusals.go), out of what the
+	// policy left.
+	r, itemParts := s.refuseItems(c, req, kr)
 	if r == nil {
 		var err error
 		if r, err = s.handle(c, req, kr); err != nil {
@@ -181,9 +182,9 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 			// and keep the connection; the client retries.
 			r = s.upstreamFailed(c, req, err)
 		}
-		if internalPart != nil && r != nil {
-			r = internalPart(r)
-		}
+	}
+	for i := len(itemParts) - 1; i >= 0 && r != nil; i-- {
+		r = itemParts[i](r)
 	}
 	if part != nil && r != nil {
 		r = part(r)

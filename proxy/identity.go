@@ -60,8 +60,10 @@ const (
 
 // translate maps every topic ID, producer ID and leader epoch in msg (a
 // decoded kmsg request or response) and reports whether anything changed.
-// Topic IDs Ferry cannot map are left as they are (the broker then answers
-// UNKNOWN_TOPIC_ID, or the client sees an ID it does not know).
+// Topic IDs Ferry cannot map are left as they are: a request's were taken
+// out and answered UNKNOWN_TOPIC_ID before (topic_refusals.go), unless its
+// topic went in between, which the broker answers the same; an answer's
+// show the client an ID it does not know.
 func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any, dir direction) bool {
 	changed := false
 	walkFields(reflect.ValueOf(msg), func(name string, f reflect.Value) {

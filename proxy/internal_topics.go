@@ -16,28 +16,30 @@ package proxy
 //     OffsetForLeaderEpoch, DescribeProducers): its partitions are refused
 //     where the request is split by leader (splitTopics, splitByLeader),
 //     the other topics served.
-//   - Admin requests (CreateTopics, DeleteTopics, CreatePartitions, config
-//     describes and changes of TOPIC resources, ElectLeaders,
-//     AlterPartitionReassignments, DescribeTopicPartitions) and
-//     AddPartitionsToTxn (whose transaction would end with a marker in
-//     the topic): the items
-//     naming one are taken out and answered by Ferry, the rest forwarded,
-//     as the request policy does for config changes (refuseInternal).
-//     ListPartitionReassignments naming one is refused as a whole: its
-//     answer has no per-topic error.
+//   - Admin requests (CreateTopics, DeleteTopics, CreatePartitions,
+//     DeleteRecords, config describes and changes of TOPIC resources,
+//     ElectLeaders, AlterPartitionReassignments, DescribeTopicPartitions)
+//     and AddPartitionsToTxn (whose transaction would end with a marker in
+//     the topic): the items naming one are taken out and answered by
+//     Ferry, the rest forwarded (takeTopics, the first of the item rules
+//     of topic_refusals.go). ListPartitionReassignments naming one is
+//     refused as a whole: its answer has no per-topic error. Named by its
+//     physical ID, read from the brokers directly, a topic is answered
+//     UNKNOWN_TOPIC_ID like any ID Ferry did not issue (topic_refusals.go).
 //   - Listings: DescribeTopicPartitions and ListPartitionReassignments for
-//     all topics, and ListConfigResources, leave them out.
+//     all topics, ListConfigResources, DescribeLogDirs, and the
+//     assignments ConsumerGroupDescribe shows, leave them out.
 //
-// Left as they are: DescribeLogDirs (its answer lists the partitions on a
-// broker's disks, these among them: sizes, not data), the group offset
-// APIs (OffsetCommit, OffsetFetch, TxnOffsetCommit: a group's offsets for
-// the topic change nothing in it), ElectLeaders for every
-// partition (a preferred leader election moves no data).
+// Left as they are: the group offset APIs (OffsetCommit, OffsetFetch,
+// TxnOffsetCommit: a group's offsets for the topic change nothing in it),
+// ElectLeaders for every partition (a preferred leader election moves no
+// data).
 //
 // KIP-848 regex subscriptions are resolved by the broker's group
 // coordinator, to which these are ordinary topics: ".*" matches them. The
 // assignment a ConsumerGroupHeartbeat answer carries has them taken out
-// (hideInternalAssigned), so the member never fetches them (the Java
+// (hideInternalAssigned), as have the assignments a ConsumerGroupDescribe
+// answer shows (hideInternalDescribed), so the member never fetches them (the Java
 // consumer would throw TopicAuthorizationException; franz-go adopts a
 // topic the broker assigned it). The member never reports owning them,
 // which holds nothing up: a partition it never owned has nothing to
@@ -95,49 +97,15 @@ func (s *Server) internalRefused(c *clientConn, req *request) {
 		zap.String("api", apiLabel(req.hdr.Key)))
 }
 
-// refuseInternal takes the items of an admin request that name an
-// internal topic out of kr, in place and in the bytes forwarded, and
-// returns part, which adds their refusals to the broker's answer; or,
-// when nothing is left to forward, whole, the refusals alone. Neither for a
-// request naming none.
-func (s *Server) refuseInternal(c *clientConn, req *request, kr kmsg.Request) (whole *reply, part func(*reply) *reply) {
-	if len(s.internal.names) == 0 {
-		return nil, nil
-	}
-	taken, empty := s.takeInternal(kr)
-	if taken == nil {
-		return nil, nil
-	}
-	s.internalRefused(c, req)
-	if _, ok := taken.(*kmsg.ListPartitionReassignmentsRequest); ok {
-		// Its answer lists reassignments with no error of their own.
-		resp := kmsg.NewPtrListPartitionReassignmentsResponse()
-		resp.SetVersion(req.hdr.Version)
-		msg := internalTopicMessage
-		resp.ErrorCode, resp.ErrorMessage = topicAuthFailed, &msg
-		return localReply(req, resp), nil
-	}
-	refused := errorResponse(taken, topicAuthFailed, internalTopicMessage)
-	if empty {
-		resp := kr.ResponseKind()
-		resp.SetVersion(req.hdr.Version)
-		appendAnswers(resp, refused)
-		return localReply(req, resp), nil
-	}
-	rewriteFrame(req, kr)
-	return nil, func(r *reply) *reply {
-		return s.addToReply(c, req, r, func(resp kmsg.Response) { appendAnswers(resp, refused) })
-	}
-}
-
-// takeInternal takes the items naming an internal topic out of kr and
-// returns a copy of kr holding only them (nil when there are none), and
-// whether kr has nothing left.
-func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
-	it := &s.internal
+// takeTopics takes the items of an admin request naming a topic that
+// pick picks out of kr and returns a copy of kr holding only them (nil
+// when there are none), and whether kr has nothing left. pick is given a
+// topic's name, or for DeleteTopics v6 by ID its ID (the name "").
+func takeTopics(kr kmsg.Request, pick func(name string, id [16]byte) bool) (kmsg.Request, bool) {
+	byName := func(n string) bool { return pick(n, [16]byte{}) }
 	switch r := kr.(type) {
 	case *kmsg.CreateTopicsRequest:
-		out := take(&r.Topics, func(t *kmsg.CreateTopicsRequestTopic) bool { return it.has(t.Topic) })
+		out := take(&r.Topics, func(t *kmsg.CreateTopicsRequestTopic) bool { return byName(t.Topic) })
 		for i := range out {
 			out[i].Configs = nil // the answer would echo them
 		}
@@ -147,7 +115,7 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 			return &cp, len(r.Topics) == 0
 		}
 	case *kmsg.CreatePartitionsRequest:
-		if out := take(&r.Topics, func(t *kmsg.CreatePartitionsRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+		if out := take(&r.Topics, func(t *kmsg.CreatePartitionsRequestTopic) bool { return byName(t.Topic) }); out != nil {
 			cp := *r
 			cp.Topics = out
 			return &cp, len(r.Topics) == 0
@@ -155,18 +123,27 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 	case *kmsg.DeleteTopicsRequest:
 		// v0-v5 name topics in TopicNames, v6 in Topics, by name or
 		// by (virtual) ID.
-		names := take(&r.TopicNames, func(n *string) bool { return it.has(*n) })
+		names := take(&r.TopicNames, func(n *string) bool { return byName(*n) })
 		topics := take(&r.Topics, func(t *kmsg.DeleteTopicsRequestTopic) bool {
-			return (t.Topic != nil && it.has(*t.Topic)) || it.hasID(t.TopicID)
+			if t.Topic != nil {
+				return pick(*t.Topic, t.TopicID)
+			}
+			return pick("", t.TopicID)
 		})
 		if names != nil || topics != nil {
 			cp := *r
 			cp.TopicNames, cp.Topics = names, topics
 			return &cp, len(r.TopicNames) == 0 && len(r.Topics) == 0
 		}
+	case *kmsg.DeleteRecordsRequest:
+		if out := take(&r.Topics, func(t *kmsg.DeleteRecordsRequestTopic) bool { return byName(t.Topic) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, len(r.Topics) == 0
+		}
 	case *kmsg.DescribeConfigsRequest:
 		if out := take(&r.Resources, func(res *kmsg.DescribeConfigsRequestResource) bool {
-			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && byName(res.ResourceName)
 		}); out != nil {
 			cp := *r
 			cp.Resources = out
@@ -174,7 +151,7 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 		}
 	case *kmsg.AlterConfigsRequest:
 		if out := take(&r.Resources, func(res *kmsg.AlterConfigsRequestResource) bool {
-			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && byName(res.ResourceName)
 		}); out != nil {
 			cp := *r
 			cp.Resources = out
@@ -182,7 +159,7 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 		}
 	case *kmsg.IncrementalAlterConfigsRequest:
 		if out := take(&r.Resources, func(res *kmsg.IncrementalAlterConfigsRequestResource) bool {
-			return res.ResourceType == kmsg.ConfigResourceTypeTopic && it.has(res.ResourceName)
+			return res.ResourceType == kmsg.ConfigResourceTypeTopic && byName(res.ResourceName)
 		}); out != nil {
 			cp := *r
 			cp.Resources = out
@@ -190,13 +167,13 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 		}
 	case *kmsg.ElectLeadersRequest:
 		// Null topics (every partition) cannot be narrowed: left as it is.
-		if out := take(&r.Topics, func(t *kmsg.ElectLeadersRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+		if out := take(&r.Topics, func(t *kmsg.ElectLeadersRequestTopic) bool { return byName(t.Topic) }); out != nil {
 			cp := *r
 			cp.Topics = out
 			return &cp, len(r.Topics) == 0
 		}
 	case *kmsg.AlterPartitionAssignmentsRequest:
-		if out := take(&r.Topics, func(t *kmsg.AlterPartitionAssignmentsRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+		if out := take(&r.Topics, func(t *kmsg.AlterPartitionAssignmentsRequestTopic) bool { return byName(t.Topic) }); out != nil {
 			cp := *r
 			cp.Topics = out
 			return &cp, len(r.Topics) == 0
@@ -204,13 +181,13 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 	case *kmsg.AddPartitionsToTxnRequest:
 		// v0-v3, a client's (v4+ batches are the brokers'): a
 		// transaction that added it would end with a marker in it.
-		if out := take(&r.Topics, func(t *kmsg.AddPartitionsToTxnRequestTopic) bool { return it.has(t.Topic) }); out != nil {
+		if out := take(&r.Topics, func(t *kmsg.AddPartitionsToTxnRequestTopic) bool { return byName(t.Topic) }); out != nil {
 			cp := *r
 			cp.Topics = out
 			return &cp, len(r.Topics) == 0
 		}
 	case *kmsg.ListPartitionReassignmentsRequest:
-		if slices.ContainsFunc(r.Topics, func(t kmsg.ListPartitionReassignmentsRequestTopic) bool { return it.has(t.Topic) }) {
+		if slices.ContainsFunc(r.Topics, func(t kmsg.ListPartitionReassignmentsRequestTopic) bool { return byName(t.Topic) }) {
 			return r, true // refused as a whole
 		}
 	case *kmsg.DescribeTopicPartitionsRequest:
@@ -221,7 +198,7 @@ func (s *Server) takeInternal(kr kmsg.Request) (kmsg.Request, bool) {
 		// The broker answers only the topics from the cursor's on;
 		// those before it are not answered at all.
 		if out := take(&r.Topics, func(t *kmsg.DescribeTopicPartitionsRequestTopic) bool {
-			return it.has(t.Topic) && t.Topic >= cursor
+			return byName(t.Topic) && t.Topic >= cursor
 		}); out != nil {
 			cp := *r
 			cp.Topics = out
@@ -314,4 +291,32 @@ func (s *Server) hideInternalAssigned(resp *kmsg.ConsumerGroupHeartbeatResponse)
 		return
 	}
 	take(&resp.Assignment.Topics, func(t *kmsg.ConsumerGroupHeartbeatResponseAssignmentTopic) bool { return s.internal.hasID(t.TopicID) })
+}
+
+// hideInternalDescribed takes Ferry's own topics out of the members'
+// assignments, current and target, and subscriptions that a
+// ConsumerGroupDescribe answer shows (a regex group's take them in).
+func (s *Server) hideInternalDescribed(resp *kmsg.ConsumerGroupDescribeResponse) {
+	it := &s.internal
+	if len(it.names) == 0 {
+		return
+	}
+	hide := func(t *kmsg.AssignmentTopicPartition) bool { return it.has(t.Topic) || it.hasID(t.TopicID) }
+	for gi := range resp.Groups {
+		g := &resp.Groups[gi]
+		for mi := range g.Members {
+			m := &g.Members[mi]
+			take(&m.Assignment.TopicPartitions, hide)
+			take(&m.TargetAssignment.TopicPartitions, hide)
+			take(&m.SubscribedTopics, func(n *string) bool { return it.has(*n) })
+		}
+	}
+}
+
+// hideInternalLogDirs takes Ferry's own topics out of a DescribeLogDirs
+// answer.
+func (s *Server) hideInternalLogDirs(resp *kmsg.DescribeLogDirsResponse) {
+	for di := range resp.Dirs {
+		take(&resp.Dirs[di].Topics, func(t *kmsg.DescribeLogDirsResponseDirTopic) bool { return s.internal.has(t.Topic) })
+	}
 }

@@ -148,7 +148,7 @@ func TestInternalTopicHiddenFromMetadata(t *testing.T) {
 // and never forwarded, those of another topic in the same request are
 // served.
 func TestInternalTopicDataRequestsRefused(t *testing.T) {
-	_, s, addr, direct := internalFixture(t)
+	_, s, addr, direct := internalFixture(t, "records_delete")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -283,7 +283,7 @@ func wantCodes(t *testing.T, api string, codes map[string]int16) {
 // naming other topics in the same request served, and the topic is left
 // as it was.
 func TestInternalTopicAdminRefused(t *testing.T) {
-	_, s, addr, direct := internalFixture(t, "cluster_admin")
+	_, s, addr, direct := internalFixture(t, "cluster_admin", "topic_delete", "topic_config")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, addr))

@@ -11,6 +11,9 @@ package proxy
 // classes, CLUSTER_AUTHORIZATION_FAILED for the cluster ones), and the
 // client keeps its connection.
 //
+// Whatever the policy allows, Kafka's internal topics are never deleted
+// nor changed through Ferry (topic_refusals.go).
+//
 // Config changes are classified per resource: TOPIC resources are
 // topic_config, BROKER, BROKER_LOGGER and CLIENT_METRICS resources (and
 // types Ferry does not know) broker_config, GROUP resources belong to the
@@ -46,10 +49,14 @@ var (
 // requestClasses are the classes and their defaults, all in one place.
 // README.md's configuration section lists the APIs of each.
 var requestClasses = []requestClass{
+	// Applications create topics (auto-creation, Kafka Streams'
+	// internal topics): allowed. Deleting topics or records and changing
+	// topic configs destroy data of topics the client may not own, under
+	// Ferry's identity: opt-in, as Kafka's ACLs allow nothing by default.
 	{"topic_create", true, topicAuthFailed},     // CreateTopics, CreatePartitions
-	{"topic_delete", true, topicAuthFailed},     // DeleteTopics
-	{"topic_config", true, topicAuthFailed},     // AlterConfigs, IncrementalAlterConfigs on TOPIC resources
-	{"records_delete", true, topicAuthFailed},   // DeleteRecords
+	{"topic_delete", false, topicAuthFailed},    // DeleteTopics
+	{"topic_config", false, topicAuthFailed},    // AlterConfigs, IncrementalAlterConfigs on TOPIC resources
+	{"records_delete", false, topicAuthFailed},  // DeleteRecords
 	{"acl_admin", false, clusterAuthFailed},     // CreateAcls, DeleteAcls
 	{"scram_admin", false, clusterAuthFailed},   // AlterUserScramCredentials
 	{"quota_admin", false, clusterAuthFailed},   // AlterClientQuotas

@@ -213,7 +213,7 @@ func TestPolicyRefusesPrivilegedAdminByDefault(t *testing.T) {
 // made, the broker's refused, in one answer.
 func TestPolicyMixedConfigChangeRefusesOnlyTheBroker(t *testing.T) {
 	kf := newKfake(t, 1)
-	s, addr := startFerry(t, kf.ListenAddrs())
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRequestPolicy([]string{"topic_config"}, nil))
 	direct := kadm.NewClient(newClient(t, kf.ListenAddrs()[0]))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -276,6 +276,20 @@ func TestPolicyMixedConfigChangeRefusesOnlyTheBroker(t *testing.T) {
 	readResp(t, c)
 }
 
+// topicConfig reads a topic's config value from the cluster.
+func topicConfig(ctx context.Context, t *testing.T, direct *kadm.Client, topic, key string) string {
+	t.Helper()
+	tc, err := direct.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := tc.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return configValue(rc, key)
+}
+
 func configValue(rc kadm.ResourceConfig, key string) string {
 	for _, c := range rc.Configs {
 		if c.Key == key {
@@ -285,21 +299,77 @@ func configValue(rc kadm.ResourceConfig, key string) string {
 	return ""
 }
 
-// Topic creation and deletion are allowed by default; denied, they are
-// answered TOPIC_AUTHORIZATION_FAILED per topic and nothing changes.
+// Topic creation is allowed by default; deleting topics and records and
+// changing topic configs are refused by default, and allowed when opted
+// in; denied, each class is answered TOPIC_AUTHORIZATION_FAILED per topic
+// and nothing changes.
 func TestPolicyTopicClasses(t *testing.T) {
 	kf := newKfake(t, 1)
 	direct := kadm.NewClient(newClient(t, kf.ListenAddrs()[0]))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, open := startFerry(t, kf.ListenAddrs())
-	adm := kadm.NewClient(newClient(t, open))
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "scratch"); err != nil {
-		t.Fatalf("creating a topic by default: %v", err)
+	def, defAddr := startFerry(t, kf.ListenAddrs())
+	adm := kadm.NewClient(newClient(t, defAddr))
+	for _, topic := range []string{"scratch", "doomed"} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+			t.Fatalf("creating a topic by default: %v", err)
+		}
 	}
-	if r, err := adm.DeleteTopic(ctx, "scratch"); err != nil || r.Err != nil {
-		t.Fatalf("deleting a topic by default: %v %v", err, r.Err)
+	// Records and config of topic, and doomed deleted.
+	destructive := func(adm *kadm.Client, topic string) (del, cfg, recs error) {
+		t.Helper()
+		v := "100000"
+		ac, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &v}}, topic)
+		if cfg = err; cfg == nil {
+			if len(ac) != 1 {
+				t.Fatalf("AlterTopicConfigs: %d answers, want 1", len(ac))
+			}
+			cfg = ac[0].Err
+		}
+		offsets := kadm.Offsets{}
+		offsets.Add(kadm.Offset{Topic: topic, Partition: 0, At: 0})
+		rs, err := adm.DeleteRecords(ctx, offsets)
+		if recs = err; recs == nil {
+			r, _ := rs.Lookup(topic, 0)
+			recs = r.Err
+		}
+		dr, err := adm.DeleteTopic(ctx, "doomed")
+		if del = err; del == nil {
+			del = dr.Err
+		}
+		return del, cfg, recs
+	}
+	delErr, cfgErr, recsErr := destructive(adm, "scratch")
+	wantErr(t, "DeleteTopics by default", delErr, kerr.TopicAuthorizationFailed)
+	wantErr(t, "IncrementalAlterConfigs by default", cfgErr, kerr.TopicAuthorizationFailed)
+	wantErr(t, "DeleteRecords by default", recsErr, kerr.TopicAuthorizationFailed)
+	for _, api := range []string{"DeleteTopics", "IncrementalAlterConfigs", "DeleteRecords"} {
+		if got := refusals(def, api, reasonPolicy); got != 1 {
+			t.Errorf("default policy: ferry_refusals_total{api=%q,reason=policy} = %v, want 1", api, got)
+		}
+	}
+	// New clients: kgo answers a metadata request from its cache.
+	topics := func() (kadm.TopicDetails, error) {
+		return kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
+	}
+	if td, err := topics(); err != nil || !td.Has("doomed") {
+		t.Fatalf("topics on the cluster after refused deletes: %v %v; want doomed kept", td.Names(), err)
+	}
+	if v := topicConfig(ctx, t, direct, "scratch", "retention.ms"); v == "100000" {
+		t.Fatal("scratch's retention.ms changed by default; want the change refused")
+	}
+
+	_, optIn := startFerry(t, kf.ListenAddrs(), WithRequestPolicy([]string{"topic_delete", "topic_config", "records_delete"}, nil))
+	adm = kadm.NewClient(newClient(t, optIn))
+	if del, cfg, recs := destructive(adm, "scratch"); del != nil || cfg != nil || recs != nil {
+		t.Fatalf("opted in: DeleteTopics %v, IncrementalAlterConfigs %v, DeleteRecords %v; want all served", del, cfg, recs)
+	}
+	if td, err := topics(); err != nil || td.Has("doomed") {
+		t.Fatalf("topics on the cluster after an allowed delete: %v %v; want doomed gone", td.Names(), err)
+	}
+	if v := topicConfig(ctx, t, direct, "scratch", "retention.ms"); v != "100000" {
+		t.Fatalf("scratch's retention.ms = %q after an allowed change, want 100000", v)
 	}
 
 	s, addr := startFerry(t, kf.ListenAddrs(), WithRequestPolicy(nil, []string{"topic_create", "topic_delete", "topic_config", "records_delete"}))

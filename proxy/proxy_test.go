@@ -369,7 +369,7 @@ func TestLeaderMoveFollowedWithoutClientMetadata(t *testing.T) {
 // split over three leaders give each partition its own answer.
 func TestDeleteRecordsAndOffsetsThroughFerry(t *testing.T) {
 	kf := newKfake(t, 3)
-	_, addr := startFerry(t, kf.ListenAddrs(), WithLanes(1)) // one lane: every request splits
+	_, addr := startFerry(t, kf.ListenAddrs(), WithLanes(1), WithRequestPolicy([]string{"records_delete"}, nil)) // one lane: every request splits
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, addr))

@@ -556,8 +556,11 @@ func TestInternalTopicNotConsumedByRegex(t *testing.T) {
 // assignment the member is given: otherwise the member would fetch it and
 // be refused (the Java consumer throws TopicAuthorizationException, and
 // franz-go adopts a topic the broker assigned it).
+//
+// A ConsumerGroupDescribe answer shows the members' assignments, current
+// and target: Ferry takes its own topic out of those too.
 func TestInternalTopicNotAssignedByRegex(t *testing.T) {
-	_, s, addr, _ := internalFixture(t)
+	kf, s, addr, _ := internalFixture(t)
 	call := caller(t, addr)
 	regex := ".*"
 	hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
@@ -586,13 +589,88 @@ func TestInternalTopicNotAssignedByRegex(t *testing.T) {
 				}
 			}
 			if app == 2 {
-				return
+				break
 			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no assignment of app's partitions: %+v", resp.Assignment)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The topics assigned, by name where the answer gives one, and by the
+	// name of the ID (ids: physical for the cluster's own answer).
+	describe := func(call func(kmsg.Request) kmsg.Response, ids map[string][16]byte) (topics map[string]bool) {
+		t.Helper()
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Version = maxVersion(t, s, kmsg.ConsumerGroupDescribe)
+		req.Groups = []string{"by-regex"}
+		resp := call(req).(*kmsg.ConsumerGroupDescribeResponse)
+		if len(resp.Groups) != 1 || resp.Groups[0].ErrorCode != 0 || len(resp.Groups[0].Members) != 1 {
+			t.Fatalf("ConsumerGroupDescribe: %+v; want the group with its one member", resp.Groups)
+		}
+		topics = map[string]bool{}
+		m := resp.Groups[0].Members[0]
+		for _, a := range []kmsg.Assignment{m.Assignment, m.TargetAssignment} {
+			for _, tp := range a.TopicPartitions {
+				if tp.Topic != "" {
+					topics[tp.Topic] = true
+				}
+				for n, id := range ids {
+					if tp.TopicID == id {
+						topics[n] = true
+					}
+				}
+			}
+		}
+		return topics
+	}
+	// The broker's own answer shows the topic: the regex matched it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	phys := physicalIDs(ctx, t, kf, ownTopic, "app")
+	if direct := describe(caller(t, kf.ListenAddrs()[0]), phys); !direct[ownTopic] || !direct["app"] {
+		t.Fatalf("the group on the cluster directly has %v assigned; want app and %s", direct, ownTopic)
+	}
+	vids := map[string][16]byte{ownTopic: routing.VirtualTopicID("ferry-test", ownTopic), "app": appID}
+	if through := describe(call, vids); through[ownTopic] || !through["app"] {
+		t.Fatalf("the group described through Ferry has %v assigned; want app and not %s", through, ownTopic)
+	}
+}
+
+// TestInternalTopicHiddenFromLogDirs: a DescribeLogDirs answer lists the
+// partitions on a broker's disks; through Ferry, not Ferry's own.
+func TestInternalTopicHiddenFromLogDirs(t *testing.T) {
+	kf, s, addr, _ := internalFixture(t)
+	describe := func(call func(kmsg.Request) kmsg.Response) map[string]bool {
+		t.Helper()
+		req := kmsg.NewPtrDescribeLogDirsRequest()
+		req.Version = maxVersion(t, s, kmsg.DescribeLogDirs)
+		req.Topics = nil // every topic
+		topics := map[string]bool{}
+		for _, d := range call(req).(*kmsg.DescribeLogDirsResponse).Dirs {
+			for _, tp := range d.Topics {
+				topics[tp.Topic] = true
+			}
+		}
+		return topics
+	}
+	if direct := describe(caller(t, kf.ListenAddrs()[0])); !direct[ownTopic] || !direct["app"] {
+		t.Fatalf("DescribeLogDirs on the cluster directly lists %v; want app and %s", direct, ownTopic)
+	}
+	if through := describe(caller(t, addr)); through[ownTopic] || !through["app"] {
+		t.Fatalf("DescribeLogDirs through Ferry lists %v; want app and not %s", through, ownTopic)
+	}
+	// Named, the topic is left out as well.
+	req := kmsg.NewPtrDescribeLogDirsRequest()
+	req.Version = maxVersion(t, s, kmsg.DescribeLogDirs)
+	req.Topics = []kmsg.DescribeLogDirsRequestTopic{{Topic: ownTopic, Partitions: []int32{0}}, {Topic: "app", Partitions: []int32{0}}}
+	for _, d := range caller(t, addr)(req).(*kmsg.DescribeLogDirsResponse).Dirs {
+		for _, tp := range d.Topics {
+			if tp.Topic == ownTopic {
+				t.Fatalf("DescribeLogDirs naming %s through Ferry lists it: %+v", ownTopic, tp)
+			}
+		}
 	}
 }
 

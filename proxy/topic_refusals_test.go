@@ -65,28 +65,6 @@ func TestUnknownTopicIDsRefused(t *testing.T) {
 		t.Fatalf("Metadata for scratch through Ferry: %+v; want its virtual ID", mr.Topics)
 	}
 
-	// DeleteTopics v6: the physical IDs refused, scratch by its virtual
-	// ID deleted.
-	wantVersion(t, s, kmsg.DeleteTopics, 6)
-	del := kmsg.NewPtrDeleteTopicsRequest()
-	del.Version, del.TimeoutMillis = 6, 5000
-	del.Topics = []kmsg.DeleteTopicsRequestTopic{{TopicID: phys[ownTopic]}, {TopicID: phys["app"]}, {TopicID: vid("scratch")}}
-	got := map[[16]byte]int16{}
-	for _, rt := range call(del).(*kmsg.DeleteTopicsResponse).Topics {
-		got[rt.TopicID] = rt.ErrorCode
-	}
-	if len(got) != 3 || got[phys[ownTopic]] != unknown || got[phys["app"]] != unknown || got[vid("scratch")] != 0 {
-		t.Fatalf("DeleteTopics v6 answered %v; want both physical IDs UNKNOWN_TOPIC_ID and scratch deleted", got)
-	}
-	ownTopicIntact(ctx, t, direct)
-	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !td.Has("app") || td.Has("scratch") {
-		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
-	}
-
 	// OffsetCommit v10: by virtual ID committed, by physical not.
 	wantVersion(t, s, kmsg.OffsetCommit, 10)
 	oc := kmsg.NewPtrOffsetCommitRequest()
@@ -95,7 +73,7 @@ func TestUnknownTopicIDsRefused(t *testing.T) {
 		{TopicID: vid("app"), Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}}},
 		{TopicID: phys["app"], Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 1, Offset: 2, LeaderEpoch: -1}}},
 	}
-	got = map[[16]byte]int16{}
+	got := map[[16]byte]int16{}
 	for _, rt := range call(oc).(*kmsg.OffsetCommitResponse).Topics {
 		for _, p := range rt.Partitions {
 			got[rt.TopicID] = p.ErrorCode
@@ -192,9 +170,31 @@ func TestUnknownTopicIDsRefused(t *testing.T) {
 		t.Fatalf("ConsumerGroupHeartbeat: %v %v", kerr.ErrorForCode(r.ErrorCode), r.ErrorMessage)
 	}
 
+	// DeleteTopics v6 (last: unrefused, it deletes app): the physical IDs
+	// refused, scratch by its virtual ID deleted.
+	wantVersion(t, s, kmsg.DeleteTopics, 6)
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	del.Version, del.TimeoutMillis = 6, 5000
+	del.Topics = []kmsg.DeleteTopicsRequestTopic{{TopicID: phys[ownTopic]}, {TopicID: phys["app"]}, {TopicID: vid("scratch")}}
+	got = map[[16]byte]int16{}
+	for _, rt := range call(del).(*kmsg.DeleteTopicsResponse).Topics {
+		got[rt.TopicID] = rt.ErrorCode
+	}
+	if len(got) != 3 || got[phys[ownTopic]] != unknown || got[phys["app"]] != unknown || got[vid("scratch")] != 0 {
+		t.Fatalf("DeleteTopics v6 answered %v; want both physical IDs UNKNOWN_TOPIC_ID and scratch deleted", got)
+	}
+	ownTopicIntact(ctx, t, direct)
+	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !td.Has("app") || td.Has("scratch") {
+		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
+	}
+
 	for _, api := range []string{"DeleteTopics", "OffsetCommit", "OffsetFetch", "TxnOffsetCommit", "ConsumerGroupHeartbeat"} {
 		if n := refusals(s, api, reasonUnknownTopicID); n != 1 {
-			t.Errorf("ferry_refusals_total{api=%q,reason=unknown_topic_id} = %v, want 1", api, n)
+			t.Fatalf("ferry_refusals_total{api=%q,reason=unknown_topic_id} = %v, want 1", api, n)
 		}
 	}
 }
@@ -301,7 +301,7 @@ func TestKafkaInternalTopicsRefused(t *testing.T) {
 
 	for api, want := range map[string]float64{"IncrementalAlterConfigs": 1, "AlterConfigs": 1, "DeleteRecords": 1, "CreatePartitions": 1, "DeleteTopics": 2} {
 		if n := refusals(s, api, reasonKafkaInternalTopic); n != want {
-			t.Errorf("ferry_refusals_total{api=%q,reason=kafka_internal_topic} = %v, want %v", api, n, want)
+			t.Fatalf("ferry_refusals_total{api=%q,reason=kafka_internal_topic} = %v, want %v", api, n, want)
 		}
 	}
 
@@ -342,7 +342,7 @@ func TestKafkaInternalTopicNames(t *testing.T) {
 		"app": false, "_schemas": false, "connect-offsets": false, "": false,
 	} {
 		if got := kafkaInternal(context.Background(), nil, name, [16]byte{}); got != want {
-			t.Errorf("kafkaInternal(%q) = %v, want %v", name, got, want)
+			t.Fatalf("kafkaInternal(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/proxy"
 )
 
 // The client conformance matrix: real non-Go clients (Java kafka-clients,
@@ -335,7 +336,8 @@ func TestJavaAdmin(t *testing.T) {
 	}
 
 	topic := "admin-" + randomSuffix()
-	out := runAdmin(t, java, target(t, c), topic)
+	// The admin run changes a topic's config and deletes it: opted in.
+	out := runAdmin(t, java, target(t, c, proxy.WithRequestPolicy([]string{"topic_config", "topic_delete"}, nil)), topic)
 	var rep adminReport
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("bad admin output %q: %v", out, err)

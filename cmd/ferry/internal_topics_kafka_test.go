@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/routing"
@@ -21,6 +22,9 @@ import (
 // Kafka cluster: the routing state's topic, which Ferry creates at start,
 // is listed on the cluster but not through Ferry, and deleting it through
 // Ferry is refused with TOPIC_AUTHORIZATION_FAILED and leaves it there.
+// Deleting it by its physical topic ID, read from the cluster directly, is
+// answered UNKNOWN_TOPIC_ID and leaves it there too. The policy allows
+// topic deletes: Ferry's own topic is refused whatever it allows.
 func TestRoutingTopicHiddenRealKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Kafka")
@@ -32,6 +36,8 @@ listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 clusters:
   - {name: only, bootstrap: [%s]}
+policy:
+  allow: [topic_delete]
 `, c.Bootstrap()))
 	p := startFerry(t, "serve", "--config", path)
 	adminAddr := p.waitFor(t, adminLog, 60*time.Second)[1]
@@ -75,6 +81,36 @@ clusters:
 	}
 	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="internal_topic"} 1`) {
 		t.Fatal("/metrics does not count the refusal in ferry_refusals_total{reason=internal_topic}")
+	}
+
+	// By its physical ID (DeleteTopics v6), as a client that reached the
+	// brokers would read it.
+	fresh := func() kadm.TopicDetails { // a new client: kgo answers metadata requests from its cache
+		t.Helper()
+		td, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(c.Addrs()...))).ListTopics(ctx, topic)
+		if err != nil || td[topic].Err != nil {
+			t.Fatalf("%s on the cluster: %+v %v", topic, td[topic], err)
+		}
+		return td
+	}
+	phys := fresh()[topic].ID
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	del.Version, del.TimeoutMillis = 6, 15000
+	del.Topics = []kmsg.DeleteTopicsRequestTopic{{TopicID: phys}}
+	resp, err := del.RequestWith(ctx, newClient(t, kgo.SeedBrokers(addr)))
+	if err != nil {
+		t.Fatalf("DeleteTopics v6 through Ferry: %v", err)
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Fatalf("DeleteTopics v6 of %s by its physical ID answered %+v; want UNKNOWN_TOPIC_ID", topic, resp.Topics)
+	}
+	// The answer comes after the controller's; a deletion that got
+	// through would leave the topic gone, or made anew with another ID.
+	if id := fresh()[topic].ID; id != phys {
+		t.Fatalf("%s's ID on the cluster is %x after the refused deletion by ID, was %x: deleted and made anew", topic, id, phys)
+	}
+	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="unknown_topic_id"} 1`) {
+		t.Fatal("/metrics does not count the refusal in ferry_refusals_total{reason=unknown_topic_id}")
 	}
 	p.stop(t, 15*time.Second)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/proxy"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -311,7 +312,8 @@ func TestTransactionsReadCommitted(t *testing.T) {
 
 func TestAdminThroughFerry(t *testing.T) {
 	c := cluster(t)
-	f := ferrytest.Start(t, c.Bootstrap())
+	// It changes a topic's config and deletes the topic: opted in.
+	f := ferrytest.Start(t, c.Bootstrap(), proxy.WithRequestPolicy([]string{"topic_config", "topic_delete"}, nil))
 	adm := kadm.NewClient(client(t, f.Addr))
 	direct := kadm.NewClient(client(t, c.Bootstrap()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

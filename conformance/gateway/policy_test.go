@@ -15,15 +15,17 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/proxy"
 )
 
-// TestPolicyAgainstKafka: with the default request policy, a SCRAM user
-// and a broker config change are refused with the authorizer's code and
-// never reach the cluster, and a config change naming a topic and a broker
-// is split: Kafka applies the topic's part, the broker's is refused.
+// TestPolicyAgainstKafka: with the default request policy (and topic
+// config changes opted in), a SCRAM user and a broker config change are
+// refused with the authorizer's code and never reach the cluster, and a
+// config change naming a topic and a broker is split: Kafka applies the
+// topic's part, the broker's is refused.
 func TestPolicyAgainstKafka(t *testing.T) {
 	c := cluster(t)
-	f := ferrytest.Start(t, c.Bootstrap())
+	f := ferrytest.Start(t, c.Bootstrap(), proxy.WithRequestPolicy([]string{"topic_config"}, nil))
 	adm := kadm.NewClient(client(t, f.Addr))
 	direct := kadm.NewClient(client(t, c.Bootstrap()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

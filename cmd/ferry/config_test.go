@@ -88,7 +88,7 @@ func TestExampleConfig(t *testing.T) {
 		LameDuckDuration:             ptr(5 * time.Second),
 		ShutdownTimeout:              15 * time.Second,
 		UpstreamDialTimeout:          10 * time.Second,
-		Policy:                       PolicyConfig{Allow: []string{}, Deny: []string{"records_delete"}},
+		Policy:                       PolicyConfig{Allow: []string{"records_delete"}, Deny: []string{}},
 		Fleet: &FleetConfig{
 			Bind:       "0.0.0.0:7946",
 			Seeds:      []string{"ferry-0.example.internal:7946", "ferry-1.example.internal:7946", "ferry-2.example.internal:7946"},

@@ -47,10 +47,34 @@ type itemRule struct {
 	take   func(kmsg.Request) (kmsg.Request, bool)
 }
 
+// The APIs each rule reads: the others (Produce and Fetch among them) skip
+// the rules at the cost of a map lookup.
+var (
+	namedTopicKeys = keySet(kmsg.CreateTopics, kmsg.CreatePartitions, kmsg.DeleteTopics, kmsg.DeleteRecords,
+		kmsg.DescribeConfigs, kmsg.AlterConfigs, kmsg.IncrementalAlterConfigs, kmsg.ElectLeaders,
+		kmsg.AlterPartitionAssignments, kmsg.AddPartitionsToTxn, kmsg.ListPartitionReassignments, kmsg.DescribeTopicPartitions)
+	topicIDKeys = keySet(kmsg.DeleteTopics, kmsg.OffsetCommit, kmsg.OffsetFetch, kmsg.TxnOffsetCommit,
+		kmsg.ConsumerGroupHeartbeat)
+	kafkaInternalKeys = keySet(kmsg.DeleteTopics, kmsg.DeleteRecords, kmsg.CreatePartitions,
+		kmsg.AlterConfigs, kmsg.IncrementalAlterConfigs)
+)
+
+func keySet(keys ...kmsg.Key) map[int16]bool {
+	m := make(map[int16]bool, len(keys))
+	for _, k := range keys {
+		m[int16(k)] = true
+	}
+	return m
+}
+
 // itemRules are the rules that apply to req, in order.
 func (s *Server) itemRules(c *clientConn, req *request) []itemRule {
+	key := req.hdr.Key
+	if !namedTopicKeys[key] && !topicIDKeys[key] {
+		return nil
+	}
 	var rules []itemRule
-	if len(s.internal.names) > 0 {
+	if len(s.internal.names) > 0 && namedTopicKeys[key] {
 		it := &s.internal
 		rules = append(rules, itemRule{reasonInternalTopic, topicAuthFailed, internalTopicMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
 			return takeTopics(kr, func(name string, id [16]byte) bool { return it.has(name) || it.hasID(id) })
@@ -60,16 +84,14 @@ func (s *Server) itemRules(c *clientConn, req *request) []itemRule {
 	if u != nil && !u.started.Load() {
 		u = nil // handle answers for it: nothing is forwarded
 	}
-	if u != nil {
+	if u != nil && topicIDKeys[key] {
 		rules = append(rules, itemRule{reasonUnknownTopicID, kerr.UnknownTopicID.Code, unknownTopicIDMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
 			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 			defer cancel()
 			return takeUnknownTopicIDs(kr, func(id [16]byte) bool { return u.topicByVID(ctx, id) != nil })
 		}})
 	}
-	switch req.hdr.Key {
-	case int16(kmsg.DeleteTopics), int16(kmsg.DeleteRecords), int16(kmsg.CreatePartitions),
-		int16(kmsg.AlterConfigs), int16(kmsg.IncrementalAlterConfigs):
+	if kafkaInternalKeys[key] {
 		rules = append(rules, itemRule{reasonKafkaInternalTopic, topicAuthFailed, kafkaInternalMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
 			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 			defer cancel()

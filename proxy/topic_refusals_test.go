@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -344,5 +345,45 @@ func TestKafkaInternalTopicNames(t *testing.T) {
 		if got := kafkaInternal(context.Background(), nil, name, [16]byte{}); got != want {
 			t.Fatalf("kafkaInternal(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestEveryTopicIDRequestChecked: every served request that can carry a
+// topic ID has its IDs checked: by the unknown-ID rule (topicIDKeys), or
+// by its handler (Produce and Fetch in splitTopics, Metadata). A Kafka
+// version adding topic IDs to another request fails this until it is.
+func TestEveryTopicIDRequestChecked(t *testing.T) {
+	byHandler := keySet(kmsg.Produce, kmsg.Fetch, kmsg.Metadata)
+	var carries func(reflect.Type, map[reflect.Type]bool) bool
+	carries = func(tp reflect.Type, seen map[reflect.Type]bool) bool {
+		switch tp.Kind() {
+		case reflect.Pointer, reflect.Slice:
+			return carries(tp.Elem(), seen)
+		case reflect.Struct:
+			if seen[tp] {
+				return false
+			}
+			seen[tp] = true
+			for i := 0; i < tp.NumField(); i++ {
+				f := tp.Field(i)
+				if f.IsExported() && (f.Name == "TopicID" && f.Type == uuidType || carries(f.Type, seen)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, k := range clientKeys() {
+		if !carries(reflect.TypeOf(kmsg.RequestForKey(k)), map[reflect.Type]bool{}) {
+			continue
+		}
+		checked++
+		if !topicIDKeys[k] && !byHandler[k] {
+			t.Errorf("%s carries topic IDs and nothing checks them", kmsg.NameForKey(k))
+		}
+	}
+	if checked < 8 {
+		t.Fatalf("%d served requests carry topic IDs; want at least the 8 known", checked)
 	}
 }

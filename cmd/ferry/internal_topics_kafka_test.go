@@ -23,8 +23,9 @@ import (
 // is listed on the cluster but not through Ferry, and deleting it through
 // Ferry is refused with TOPIC_AUTHORIZATION_FAILED and leaves it there.
 // Deleting it by its physical topic ID, read from the cluster directly, is
-// answered UNKNOWN_TOPIC_ID and leaves it there too. The policy allows
-// topic deletes: Ferry's own topic is refused whatever it allows.
+// answered UNKNOWN_TOPIC_ID and leaves it there too. DescribeLogDirs through
+// Ferry does not list it. The policy allows topic deletes: Ferry's own
+// topic is refused whatever it allows.
 func TestRoutingTopicHiddenRealKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Kafka")
@@ -111,6 +112,29 @@ policy:
 	}
 	if _, body := httpGet(t, "http://"+adminAddr+"/metrics"); !strings.Contains(body, `ferry_refusals_total{api="DeleteTopics",reason="unknown_topic_id"} 1`) {
 		t.Fatal("/metrics does not count the refusal in ferry_refusals_total{reason=unknown_topic_id}")
+	}
+
+	// DescribeLogDirs lists the partitions on the broker's disks: the
+	// cluster's own answer has the topic, Ferry's does not.
+	logDirTopics := func(cl *kgo.Client) map[string]bool {
+		t.Helper()
+		resp, err := kmsg.NewPtrDescribeLogDirsRequest().RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatalf("DescribeLogDirs: %v", err)
+		}
+		out := map[string]bool{}
+		for _, d := range resp.Dirs {
+			for _, tp := range d.Topics {
+				out[tp.Topic] = true
+			}
+		}
+		return out
+	}
+	if on := logDirTopics(newClient(t, kgo.SeedBrokers(c.Addrs()...))); !on[topic] || !on["app"] {
+		t.Fatalf("DescribeLogDirs on the cluster lists %v; want app and %s", on, topic)
+	}
+	if via := logDirTopics(newClient(t, kgo.SeedBrokers(addr))); via[topic] || !via["app"] {
+		t.Fatalf("DescribeLogDirs through Ferry lists %v; want app and not %s", via, topic)
 	}
 	p.stop(t, 15*time.Second)
 }

@@ -12,10 +12,11 @@ package proxy
 //   - Metadata (03_metadata.go) lists none for all topics; one named, by
 //     name or virtual ID, is not asked upstream, so auto-creation cannot
 //     make it.
-//   - Split requests (Produce, Fetch, ListOffsets, DeleteRecords,
-//     OffsetForLeaderEpoch, DescribeProducers): its partitions are refused
-//     where the request is split by leader (splitTopics, splitByLeader),
-//     the other topics served.
+//   - Split requests (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+//     DescribeProducers): its partitions are refused where the request is
+//     split by leader (splitTopics, splitByLeader), the other topics
+//     served. DeleteRecords has them taken out before, as the admin
+//     requests do.
 //   - Admin requests (CreateTopics, DeleteTopics, CreatePartitions,
 //     DeleteRecords, config describes and changes of TOPIC resources,
 //     ElectLeaders, AlterPartitionReassignments, DescribeTopicPartitions)
@@ -38,12 +39,12 @@ package proxy
 // KIP-848 regex subscriptions are resolved by the broker's group
 // coordinator, to which these are ordinary topics: ".*" matches them. The
 // assignment a ConsumerGroupHeartbeat answer carries has them taken out
-// (hideInternalAssigned), as have the assignments a ConsumerGroupDescribe
-// answer shows (hideInternalDescribed), so the member never fetches them (the Java
+// (hideInternalAssigned), so the member never fetches them (the Java
 // consumer would throw TopicAuthorizationException; franz-go adopts a
 // topic the broker assigned it). The member never reports owning them,
 // which holds nothing up: a partition it never owned has nothing to
-// revoke.
+// revoke. The assignments a ConsumerGroupDescribe answer shows have them
+// taken out too (hideInternalDescribed).
 
 import (
 	"reflect"

@@ -89,7 +89,8 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		done, principal = true, user
 	case MechanismSCRAMSHA256, MechanismSCRAMSHA512:
 		if first {
-			c.auth.scram = newSCRAMServer(mech, func(u string) (SCRAMCredential, bool) { return s.auth.store.lookup(u, mech) }, s.auth.fakeSalt)
+			c.auth.scram = newSCRAMServer(mech, func(u string) (SCRAMCredential, bool) { return s.auth.store.lookup(u, mech) },
+				func(u string) SCRAMCredential { return s.auth.fakeCredential(u, mech) })
 		}
 		var err error
 		if out, done, err = c.auth.scram.next(in.SASLAuthBytes); err != nil {
@@ -156,6 +157,6 @@ func (a *authenticator) plain(user, password string) *authFailure {
 		}
 	}
 	// As long as a wrong password takes, so timing does not tell.
-	(SCRAMCredential{Salt: a.fakeSalt(user), Iterations: DefaultSCRAMIterations}).verifyPassword(MechanismSCRAMSHA512, password)
+	a.fakeCredential(user, MechanismSCRAMSHA512).verifyPassword(MechanismSCRAMSHA512, password)
 	return &authFailure{reason: "unknown_user", user: user, msg: "invalid credentials"}
 }

@@ -11,9 +11,11 @@ package proxy
 // SASL_AUTHENTICATION_FAILED with a message saying why, after
 // failedAuthDelay (Kafka's connection.failed.authentication.delay.ms),
 // then the connection closes (auth_failed). Wrong password and unknown
-// user get the same message, so the answer does not tell which users
+// user get the same message, and the connection's record (its close
+// error) the same reason, invalid_credentials, so neither tells which users
 // exist; the log and ferry_client_auth_failures_total{mechanism,reason}
-// tell them apart.
+// tell them apart. SCRAM answers an unknown user as it would a real one
+// (fakeCredential).
 //
 // Authentication attempts are limited by token buckets taken when an
 // exchange starts and given back when it succeeds (loginlimit.go): per
@@ -32,6 +34,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -260,6 +263,17 @@ func (a *authenticator) fakeSalt(user string) []byte {
 	return m.Sum(nil)
 }
 
+// fakeCredential is what an unknown user is answered with for mechanism:
+// fakeSalt, and an iteration count of the store's (fakeIterations) chosen
+// by a keyed hash of the name, apart from the salt's so that one does not
+// predict the other.
+func (a *authenticator) fakeCredential(user, mechanism string) SCRAMCredential {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte("iterations\x00" + user))
+	pick := binary.BigEndian.Uint64(m.Sum(nil))
+	return SCRAMCredential{Salt: a.fakeSalt(user), Iterations: a.store.fakeIterations(mechanism, pick)}
+}
+
 // connAuth is a connection's SASL state, the reader goroutine's own.
 type connAuth struct {
 	mechanism string // chosen by the handshake
@@ -325,7 +339,19 @@ func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 	if f.reason == "rate_limited" {
 		err = errAuthRateLimited
 	}
-	c.auth.closeAfter = fmt.Errorf("%w (%s, %s): %s", err, mech, f.reason, f.msg)
+	c.auth.closeAfter = fmt.Errorf("%w (%s, %s): %s", err, mech, recordedReason(f.reason), f.msg)
+}
+
+// recordedReason is a failure's reason as the connection's record keeps
+// it (its close error, shown by GET /connections): a wrong password and an
+// unknown user are both invalid_credentials there, as they are to the
+// client, so the record does not tell which users exist. The metric and
+// the log keep them apart.
+func recordedReason(reason string) string {
+	if reason == "bad_password" || reason == "unknown_user" {
+		return "invalid_credentials"
+	}
+	return reason
 }
 
 // authSucceeded records the principal.

@@ -606,7 +606,7 @@ func TestSCRAMServerExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	lookup := func(u string) (SCRAMCredential, bool) { return cred, u == "user" }
-	fake := func(string) []byte { return []byte("fake-salt") }
+	fake := func(string) SCRAMCredential { return SCRAMCredential{Salt: []byte("fake-salt"), Iterations: 4096} }
 	h := scramHash(mech)
 	salted, _ := pbkdf2Key(h, "pencil", cred.Salt, cred.Iterations)
 	clientKey := hmacSum(h, salted, []byte("Client Key"))

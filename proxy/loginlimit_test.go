@@ -217,3 +217,103 @@ func TestLoginLimitNoLockout(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "two connections closed auth_rate_limited", func() bool { return closes(s, "auth_rate_limited") >= 2 })
 }
+
+// TestSCRAMUnknownUserAnswerShape: a made-up user is answered the way a
+// real one is. The store's users have 16384 iterations (three) and 4096
+// (one), none the default 8192: an unknown name's server-first names one
+// of the store's counts, the same salt and count every time it is asked,
+// and over many names each count about as often as users have it. A wrong
+// password and an unknown user leave the same close error on the
+// connection's record, without the claimed name; the metric tells them
+// apart.
+func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
+	e := newSecEnv(t) // alice at 4096 iterations
+	c, err := LoadCredentials(e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"bob", "carol", "dave"} {
+		cred, err := NewSCRAMCredential(MechanismSCRAMSHA512, u+"-secret", 16384)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Set(u, MechanismSCRAMSHA512, cred)
+	}
+	if err := c.Save(e.store); err != nil {
+		t.Fatal(err)
+	}
+	kf := newKfake(t, 1)
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(MechanismSCRAMSHA512)))
+	serverFirst := func(user string) (salt, iterations string) {
+		t.Helper()
+		rc := rawConn(t, addr, nil)
+		var hs kmsg.SASLHandshakeResponse
+		rc.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismSCRAMSHA512}, &hs)
+		var ar kmsg.SASLAuthenticateResponse
+		rc.roundTrip(t, &kmsg.SASLAuthenticateRequest{Version: 2, SASLAuthBytes: []byte("n,,n=" + user + ",r=abc")}, &ar)
+		if ar.ErrorCode != 0 {
+			t.Fatalf("%s: client-first answered %d", user, ar.ErrorCode)
+		}
+		for _, kv := range strings.Split(string(ar.SASLAuthBytes), ",") {
+			switch {
+			case strings.HasPrefix(kv, "s="):
+				salt = kv[2:]
+			case strings.HasPrefix(kv, "i="):
+				iterations = kv[2:]
+			}
+		}
+		return salt, iterations
+	}
+	if _, it := serverFirst("bob"); it != "16384" {
+		t.Fatalf("bob's iterations %s, want his own 16384", it)
+	}
+	for _, name := range []string{"zed", "nobody", "mallory"} {
+		salt, it := serverFirst(name)
+		if it != "16384" && it != "4096" {
+			t.Errorf("unknown user %s answered %s iterations, which no user of the store has (16384, 4096)", name, it)
+		}
+		if salt2, it2 := serverFirst(name); salt2 != salt || it2 != it {
+			t.Errorf("unknown user %s answered differently when asked again: %s/%s then %s/%s", name, salt, it, salt2, it2)
+		}
+	}
+	// Over many names, the counts come up as often as users have them.
+	counts := map[int]int{}
+	for i := range 2000 {
+		counts[s.auth.fakeCredential(fmt.Sprint("name", i), MechanismSCRAMSHA512).Iterations]++
+	}
+	if len(counts) != 2 || counts[16384] < 1300 || counts[4096] < 300 {
+		t.Errorf("iterations of 2000 unknown names %v, want about 1500 at 16384 and 500 at 4096", counts)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, login := range [][2]string{{"alice", "wrong"}, {"zed-unknown", "wrong"}} {
+		if err := scramLogin(ctx, addr, "127.0.0.1", login[0], login[1]); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+			t.Fatalf("%s: %v, want SASL_AUTHENTICATION_FAILED", login[0], err)
+		}
+	}
+	var failed []ConnInfo
+	waitFor(t, 10*time.Second, "both failed logins recorded", func() bool {
+		cz, _ := s.Connz(ConnzOptions{State: "closed"})
+		failed = failed[:0]
+		for _, ci := range cz.Connections {
+			if ci.CloseReason == "auth_failed" {
+				failed = append(failed, ci)
+			}
+		}
+		return len(failed) == 2
+	})
+	if failed[0].CloseError != failed[1].CloseError {
+		t.Errorf("close errors differ: %q and %q", failed[0].CloseError, failed[1].CloseError)
+	}
+	for _, ci := range failed {
+		for _, leak := range []string{"unknown_user", "bad_password", "alice", "zed-unknown"} {
+			if strings.Contains(ci.CloseError, leak) {
+				t.Errorf("close error %q shows %q", ci.CloseError, leak)
+			}
+		}
+	}
+	if authFailures(s, MechanismSCRAMSHA512, "unknown_user") != 1 || authFailures(s, MechanismSCRAMSHA512, "bad_password") != 1 {
+		t.Errorf("metric: unknown_user %v, bad_password %v; want 1 each", authFailures(s, MechanismSCRAMSHA512, "unknown_user"), authFailures(s, MechanismSCRAMSHA512, "bad_password"))
+	}
+}

@@ -30,7 +30,6 @@ package proxy
 // the connection's log lines.
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -119,7 +118,7 @@ var authFailureReasons = map[string][]string{
 	MechanismSCRAMSHA512: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
 	MechanismSCRAMSHA256: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
 	MechanismPlain:       {"bad_password", "unknown_user", "malformed", "authzid", "rate_limited"},
-	MechanismOAuthBearer: {"invalid_token", "invalid_signature", "expired_token", "malformed", "rate_limited"},
+	MechanismOAuthBearer: {"invalid_token", "invalid_signature", "expired_token", "malformed", "rate_limited", "keys_unavailable"},
 	"none":               {"unsupported_mechanism", "unauthenticated_request", "illegal_state"},
 	"TLS":                {"not_tls", "bad_certificate", "no_certificate", "client_refused", "timeout", "handshake"},
 }
@@ -244,7 +243,7 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 		}
 	}
 	if slices.Contains(cfg.Mechanisms, MechanismOAuthBearer) {
-		v, err := newOAuthValidator(context.Background(), cfg.OAuth, warn)
+		v, err := newOAuthValidator(cfg.OAuth, warn)
 		if err != nil {
 			return nil, fmt.Errorf("sasl.%w", err)
 		}
@@ -326,8 +325,8 @@ func (c *clientConn) logger() *zap.Logger {
 // connection to close once the answer is written.
 func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 	s.authMetrics.failed(mech, f.reason)
-	if f.reason == "unmapped_principal" {
-		// The credentials were right: no guess to count.
+	if f.reason == "unmapped_principal" || f.reason == "keys_unavailable" {
+		// The credentials were right, or not checked: no guess to count.
 		s.auth.release(c.auth.admission)
 	}
 	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", f.reason), zap.String("error", f.msg)}

@@ -746,7 +746,7 @@ func TestOAuthJWKSURL(t *testing.T) {
 		io.WriteString(w, body.Load().(string))
 	}))
 	defer srv.Close()
-	v, err := newOAuthValidator(context.Background(), OAuthConfig{JWKSURL: srv.URL}, func(err error) { t.Log(err) })
+	v, err := newOAuthValidator(OAuthConfig{JWKSURL: srv.URL}, func(err error) { t.Log(err) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
-// What a client and an operator learn of an upstream authentication that
+// The state of authentication an operator sees (AuthStatus), and what a
+// client and an operator learn of an upstream authentication that
 // failed: a cluster refusing the credentials Ferry connects with (its
 // service identity's, or a mapped principal's). The client is answered its
 // API's retriable code and a short message; the broker's address, the
@@ -73,6 +74,8 @@ func (f *upstreamAuthFailures) list() []UpstreamAuthFailure {
 
 // AuthStatus is the state of authentication that /status reports.
 type AuthStatus struct {
+	// OAuthKeys is OAUTHBEARER's key set, nil without OAUTHBEARER.
+	OAuthKeys *OAuthKeysStatus `json:"oauth_keys,omitempty"`
 	// UpstreamFailures are the identities a cluster refuses now: Ferry's
 	// own, or a mapped principal's.
 	UpstreamFailures []UpstreamAuthFailure `json:"upstream_failures,omitempty"`
@@ -81,6 +84,9 @@ type AuthStatus struct {
 // AuthStatus returns the state of authentication: what /status shows.
 func (s *Server) AuthStatus() AuthStatus {
 	var st AuthStatus
+	if s.auth != nil && s.auth.oauth != nil {
+		st.OAuthKeys = s.auth.oauth.status()
+	}
 	names := make([]string, 0, len(s.ups))
 	for name := range s.ups {
 		names = append(names, name)
@@ -90,4 +96,13 @@ func (s *Server) AuthStatus() AuthStatus {
 		st.UpstreamFailures = append(st.UpstreamFailures, s.ups[name].authFails.list()...)
 	}
 	return st
+}
+
+// AuthReady is nil when client authentication can succeed, else why not:
+// OAUTHBEARER's keys not fetched yet. /readyz reports it.
+func (s *Server) AuthReady() error {
+	if s.auth == nil || s.auth.oauth == nil {
+		return nil
+	}
+	return s.auth.oauth.keysReady()
 }

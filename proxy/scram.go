@@ -246,18 +246,25 @@ func (s *scramServer) clientFinal(msg string) ([]byte, bool, error) {
 	if err != nil || len(proof) != s.h().Size() {
 		return malformed("bad proof")
 	}
+	// An unknown user's proof is checked all the same (against no key),
+	// so the answer takes as long as a wrong password's.
+	stored := s.cred.StoredKey
 	if !s.known {
-		return nil, false, &authFailure{reason: "unknown_user", user: s.user, msg: "invalid credentials"}
+		stored = make([]byte, s.h().Size())
 	}
 	authMsg := []byte(s.clientBare + "," + s.serverFirst + "," + withoutProof)
-	sig := hmacSum(s.h, s.cred.StoredKey, authMsg)
+	sig := hmacSum(s.h, stored, authMsg)
 	clientKey := make([]byte, len(proof))
 	for i := range proof {
 		clientKey[i] = proof[i] ^ sig[i]
 	}
 	hs := s.h()
 	hs.Write(clientKey)
-	if subtle.ConstantTimeCompare(hs.Sum(nil), s.cred.StoredKey) != 1 {
+	match := subtle.ConstantTimeCompare(hs.Sum(nil), stored) == 1
+	switch {
+	case !s.known:
+		return nil, false, &authFailure{reason: "unknown_user", user: s.user, msg: "invalid credentials"}
+	case !match:
 		return nil, false, &authFailure{reason: "bad_password", user: s.user, msg: "invalid credentials"}
 	}
 	return []byte("v=" + base64.StdEncoding.EncodeToString(hmacSum(s.h, s.cred.ServerKey, authMsg))), true, nil

@@ -70,6 +70,9 @@ type ClientSASL struct {
 	// FailedDelay delays the answer to a failed authentication (default
 	// 100ms, as Kafka's connection.failed.authentication.delay.ms).
 	FailedDelay time.Duration
+
+	// admitWait is loginAdmissionWait but in tests.
+	admitWait time.Duration
 }
 
 // Defaults of ClientSASL.
@@ -165,12 +168,10 @@ type authenticator struct {
 	cfg   ClientSASL
 	store *credentialStore
 	oauth *oauthValidator
-	// perUser and perAddr limit attempts (loginlimit.go); admitWait is
-	// how long an attempt waits for a token.
-	perUser   *loginLimiter
-	perAddr   *loginLimiter
-	admitWait time.Duration
-	secret    []byte // keys the fake salts of unknown users
+	// perUser and perAddr limit attempts (loginlimit.go).
+	perUser *loginLimiter
+	perAddr *loginLimiter
+	secret  []byte // keys the fake salts of unknown users
 }
 
 // Validate checks the settings (not the files), for a listener with TLS
@@ -228,7 +229,10 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 	if cfg.FailedDelay == 0 {
 		cfg.FailedDelay = DefaultFailedAuthDelay
 	}
-	a := &authenticator{cfg: cfg, secret: make([]byte, 32), admitWait: loginAdmissionWait,
+	if cfg.admitWait == 0 {
+		cfg.admitWait = loginAdmissionWait
+	}
+	a := &authenticator{cfg: cfg, secret: make([]byte, 32),
 		perUser: newLoginLimiter(cfg.FailedBurst, cfg.FailedInterval), perAddr: newLoginLimiter(cfg.FailedAddressBurst, cfg.FailedInterval)}
 	rand.Read(a.secret)
 	warn := func(err error) { log.Warn("SASL configuration file", zap.Error(err)) }

@@ -93,7 +93,8 @@ func (e *secEnv) addUser(t *testing.T, user, password string) {
 func (e *secEnv) tls() ClientTLS { return ClientTLS{CertFile: e.certFile, KeyFile: e.keyFile} }
 
 func (e *secEnv) sasl(mechs ...string) ClientSASL {
-	return ClientSASL{Mechanisms: mechs, CredentialsFile: e.store, FailedDelay: time.Millisecond, FailedBurst: 1000}
+	// A refused login waits for a token 300 ms, not 5 s.
+	return ClientSASL{Mechanisms: mechs, CredentialsFile: e.store, FailedDelay: time.Millisecond, FailedBurst: 1000, admitWait: 300 * time.Millisecond}
 }
 
 // clientTLS trusts the test CA, presenting cert when given.

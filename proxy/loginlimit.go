@@ -17,7 +17,10 @@ package proxy
 // A client out of tokens waits up to loginAdmissionWait for one, given
 // back by an exchange that succeeded or refilled, so that many clients of
 // one user starting at once (a service restarting behind a NAT) queue for
-// the burst rather than fail; then it is refused as rate_limited.
+// the burst rather than fail; then it is refused as rate_limited. The
+// burst is then how many exchanges of one user at one address run at
+// once: a herd of N clients needs about N/burst exchange times within the
+// wait.
 //
 // golang.org/x/time/rate is not used: its buckets cannot take a token
 // back once its time has come (Reservation.Cancel only restores future
@@ -31,8 +34,10 @@ import (
 	"time"
 )
 
-// loginAdmissionWait bounds how long an exchange waits for a token.
-const loginAdmissionWait = 2 * time.Second
+// loginAdmissionWait bounds how long an exchange waits for a token: long
+// enough for a herd of a few hundred clients at LAN round trips, well
+// within the 30 s request timeout of clients.
+const loginAdmissionWait = 5 * time.Second
 
 // loginLimiterMax bounds the keys a limiter tracks: beyond it, buckets
 // that have refilled are forgotten, or else the fullest.
@@ -177,9 +182,9 @@ func (a *authenticator) release(adm *loginAdmission) {
 	adm.addr, adm.userKey = "", ""
 }
 
-// wait takes a token of key in l, waiting up to a.admitWait for one.
+// wait takes a token of key in l, waiting up to loginAdmissionWait for one.
 func (a *authenticator) wait(ctx context.Context, l *loginLimiter, key, who string) *authFailure {
-	deadline := time.Now().Add(a.admitWait)
+	deadline := time.Now().Add(a.cfg.admitWait)
 	for {
 		ok, retry, freed := l.take(key)
 		if ok {

@@ -317,3 +317,31 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 		t.Errorf("metric: unknown_user %v, bad_password %v; want 1 each", authFailures(s, MechanismSCRAMSHA512, "unknown_user"), authFailures(s, MechanismSCRAMSHA512, "bad_password"))
 	}
 }
+
+// TestLoginHerdQueues: 40 clients of alice at one address log in at
+// once, more than the burst of 3 at a time. Each exchange holds its token
+// only while it runs and gives it back when it succeeds, and a client
+// without one waits for it: every login succeeds, none is refused as
+// rate-limited.
+func TestLoginHerdQueues(t *testing.T) {
+	const clients = 40
+	e := newSecEnv(t)
+	kf := newKfake(t, 1)
+	cfg := e.sasl(MechanismSCRAMSHA512)
+	cfg.FailedBurst, cfg.FailedInterval, cfg.admitWait = 3, time.Hour, loginAdmissionWait
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, clients)
+	for range clients {
+		go func() { errs <- scramLogin(ctx, addr, "127.0.0.1", "alice", "alice-secret") }()
+	}
+	for i := range clients {
+		if err := <-errs; err != nil {
+			t.Errorf("login %d of the herd: %v", i, err)
+		}
+	}
+	if n := authFailures(s, MechanismSCRAMSHA512, "rate_limited"); n != 0 {
+		t.Errorf("%v logins refused as rate-limited, want none", n)
+	}
+}

@@ -171,7 +171,7 @@ type authenticator struct {
 	// perUser and perAddr limit attempts (loginlimit.go).
 	perUser *loginLimiter
 	perAddr *loginLimiter
-	secret  []byte // keys the fake salts of unknown users
+	secret  []byte // keys the fake salts and iterations of unknown users
 }
 
 // Validate checks the settings (not the files), for a listener with TLS

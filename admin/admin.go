@@ -90,6 +90,10 @@ type config struct {
 	// tls, when set, serves the API over TLS; with client certificates
 	// verified (its ClientAuth), a verified one stands for the token.
 	tls *tls.Config
+
+	// auth and authReady are the proxy's authentication state (WithAuth).
+	auth      func() proxy.AuthStatus
+	authReady func() error
 }
 
 // Option configures a Server.
@@ -136,6 +140,13 @@ func WithMembers(f func(ctx context.Context) []Member) Option {
 // unready, with the error as the reason (the fleet not joined, no write
 // lease).
 func WithReadiness(f func() error) Option { return func(c *config) { c.readiness = f } }
+
+// WithAuth sets how /status shows the state of authentication, and how
+// /readyz learns that clients cannot authenticate (OAUTHBEARER's keys not
+// fetched yet).
+func WithAuth(status func() proxy.AuthStatus, ready func() error) Option {
+	return func(c *config) { c.auth, c.authReady = status, ready }
+}
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.log = l } }
@@ -302,6 +313,11 @@ func (s *Server) Ready(ctx context.Context) error {
 			return fmt.Errorf("%w: %v", ErrNotReady, err)
 		}
 	}
+	if s.cfg.authReady != nil {
+		if err := s.cfg.authReady(); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+	}
 	active := s.cfg.routes.Current().Active
 	for _, c := range s.cfg.clusters {
 		if c.Name == active {
@@ -339,6 +355,10 @@ type Status struct {
 	Process       Process         `json:"process"`
 	StartedAt     time.Time       `json:"started_at"`
 	UptimeSeconds float64         `json:"uptime_seconds"`
+
+	// Auth is the state of authentication: OAUTHBEARER's keys, the
+	// identities a cluster refuses now.
+	Auth *proxy.AuthStatus `json:"auth,omitempty"`
 }
 
 // ClusterStatus is one configured physical cluster.
@@ -433,6 +453,10 @@ func (s *Server) Status(ctx context.Context) Status {
 	}
 	if s.cfg.members != nil {
 		out.Members = s.cfg.members(ctx)
+	}
+	if s.cfg.auth != nil {
+		a := s.cfg.auth()
+		out.Auth = &a
 	}
 	return out
 }

@@ -61,23 +61,36 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		resp.ErrorMessage = &msg
 		return localReply(req, resp), nil
 	}
-	if c.auth.scram == nil { // the first round: the limit applies
-		if limited, retry := s.auth.limit.limited(c.remoteIP()); limited {
-			return fail(&authFailure{reason: "rate_limited", msg: fmt.Sprintf("too many failed authentications from %s: retry in %s", c.remoteIP(), retry.Round(time.Second)+time.Second)})
+	first := c.auth.admission == nil
+	if first {
+		// The exchange starts: it takes its address's token before
+		// anything is checked (loginlimit.go), and each later round
+		// goes on under the tokens it holds.
+		adm, f := s.auth.admitAddr(c.ctx, c.remoteIP())
+		if f != nil {
+			return fail(f)
 		}
+		c.auth.admission = adm
 	}
 	var out []byte
 	done, principal := false, ""
 	switch mech {
 	case MechanismPlain:
-		user, err := s.auth.plain(in.SASLAuthBytes)
-		if err != nil {
-			return fail(err)
+		user, password, f := parsePlain(in.SASLAuthBytes)
+		if f == nil {
+			f = s.auth.admitUser(c.ctx, c.auth.admission, user)
+		}
+		if f == nil {
+			f = s.auth.plain(user, password)
+		}
+		if f != nil {
+			return fail(f)
 		}
 		done, principal = true, user
 	case MechanismSCRAMSHA256, MechanismSCRAMSHA512:
-		if c.auth.scram == nil {
-			c.auth.scram = newSCRAMServer(mech, func(u string) (SCRAMCredential, bool) { return s.auth.store.lookup(u, mech) }, s.auth.fakeSalt)
+		if first {
+			c.auth.scram = newSCRAMServer(mech, func(u string) (SCRAMCredential, bool) { return s.auth.store.lookup(u, mech) },
+				func(u string) SCRAMCredential { return s.auth.fakeCredential(u, mech) })
 		}
 		var err error
 		if out, done, err = c.auth.scram.next(in.SASLAuthBytes); err != nil {
@@ -87,8 +100,17 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 			}
 			return fail(f)
 		}
+		if first {
+			// The user is known from client-first: its token is taken
+			// before the server-first that lets the client send a proof.
+			if f := s.auth.admitUser(c.ctx, c.auth.admission, c.auth.scram.user); f != nil {
+				return fail(f)
+			}
+		}
 		principal = c.auth.scram.user
 	case MechanismOAuthBearer:
+		// A token is not guessed like a password: the address's bucket
+		// alone bounds the work.
 		token, err := parseOAuthBearer(in.SASLAuthBytes)
 		if err != nil {
 			return fail(&authFailure{reason: "malformed", msg: err.Error()})
@@ -109,27 +131,32 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	return localReply(req, resp), nil
 }
 
-// plain checks a SASL/PLAIN message (RFC 4616: authzid NUL authcid NUL
-// passwd) against the user's SCRAM-SHA-512 credential, else its
-// SCRAM-SHA-256 one, and returns the user.
-func (a *authenticator) plain(msg []byte) (string, *authFailure) {
+// parsePlain reads a SASL/PLAIN message (RFC 4616: authzid NUL authcid
+// NUL passwd).
+func parsePlain(msg []byte) (user, password string, f *authFailure) {
 	parts := strings.Split(string(msg), "\x00")
 	if len(parts) != 3 || parts[1] == "" {
-		return "", &authFailure{reason: "malformed", msg: "invalid PLAIN message"}
+		return "", "", &authFailure{reason: "malformed", msg: "invalid PLAIN message"}
 	}
 	authzid, user, password := parts[0], parts[1], parts[2]
 	if authzid != "" && authzid != user {
-		return "", &authFailure{reason: "authzid", user: user, msg: "an authorization identity other than the user's own is not supported"}
+		return "", "", &authFailure{reason: "authzid", user: user, msg: "an authorization identity other than the user's own is not supported"}
 	}
+	return user, password, nil
+}
+
+// plain checks a PLAIN password against the user's SCRAM-SHA-512
+// credential, else its SCRAM-SHA-256 one.
+func (a *authenticator) plain(user, password string) *authFailure {
 	for _, mech := range []string{MechanismSCRAMSHA512, MechanismSCRAMSHA256} {
 		if cred, ok := a.store.lookup(user, mech); ok {
 			if !cred.verifyPassword(mech, password) {
-				return "", &authFailure{reason: "bad_password", user: user, msg: "invalid credentials"}
+				return &authFailure{reason: "bad_password", user: user, msg: "invalid credentials"}
 			}
-			return user, nil
+			return nil
 		}
 	}
 	// As long as a wrong password takes, so timing does not tell.
-	(SCRAMCredential{Salt: a.fakeSalt(user), Iterations: DefaultSCRAMIterations}).verifyPassword(MechanismSCRAMSHA512, password)
-	return "", &authFailure{reason: "unknown_user", user: user, msg: "invalid credentials"}
+	a.fakeCredential(user, MechanismSCRAMSHA512).verifyPassword(MechanismSCRAMSHA512, password)
+	return &authFailure{reason: "unknown_user", user: user, msg: "invalid credentials"}
 }

@@ -11,31 +11,34 @@ package proxy
 // SASL_AUTHENTICATION_FAILED with a message saying why, after
 // failedAuthDelay (Kafka's connection.failed.authentication.delay.ms),
 // then the connection closes (auth_failed). Wrong password and unknown
-// user get the same message, so the answer does not tell which users
+// user get the same message, and the connection's record (its close
+// error) the same reason, invalid_credentials, so neither tells which users
 // exist; the log and ferry_client_auth_failures_total{mechanism,reason}
-// tell them apart.
+// tell them apart. SCRAM answers an unknown user as it would a real one
+// (fakeCredential).
 //
-// Failed authentications are limited per source address by a token
-// bucket (failLimiter): FailedBurst failures, then one per
-// FailedInterval/FailedBurst. An address out of tokens has every
-// authentication refused, correct or not, until the bucket refills; its
-// other connections, and every other address, are unaffected.
+// Authentication attempts are limited by token buckets taken when an
+// exchange starts and given back when it succeeds (loginlimit.go): per
+// (user, source address), FailedBurst, then one per
+// FailedInterval/FailedBurst; and per source address, FailedAddressBurst.
+// A user out of tokens at an address is refused there, correct password or
+// not, until the bucket refills; the same user at other addresses, and
+// other users at the same address, are unaffected.
 //
 // The principal is "User:<name>" (Kafka's form): the SCRAM or PLAIN user,
 // or the token's principal claim. It is shown in GET /connections and in
 // the connection's log lines.
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,20 +59,31 @@ type ClientSASL struct {
 	// AllowPlainWithoutTLS offers PLAIN on a listener without TLS, where
 	// passwords cross the network in the clear.
 	AllowPlainWithoutTLS bool
-	// FailedBurst failed authentications are allowed per source address,
-	// then FailedBurst per FailedInterval (defaults 10 and 1m).
+	// FailedBurst failed authentications are allowed per user and source
+	// address, then FailedBurst per FailedInterval (defaults 10 and 1m).
 	FailedBurst    int
 	FailedInterval time.Duration
+	// FailedAddressBurst failed authentications are allowed per source
+	// address whatever the users, then FailedAddressBurst per
+	// FailedInterval (default 10 times FailedBurst).
+	FailedAddressBurst int
 	// FailedDelay delays the answer to a failed authentication (default
 	// 100ms, as Kafka's connection.failed.authentication.delay.ms).
 	FailedDelay time.Duration
+
+	// admitWait is loginAdmissionWait but in tests.
+	admitWait time.Duration
 }
 
 // Defaults of ClientSASL.
 const (
-	DefaultFailedAuthBurst    = 10
-	DefaultFailedAuthInterval = time.Minute
-	DefaultFailedAuthDelay    = 100 * time.Millisecond
+	DefaultFailedAuthBurst = 10
+	// DefaultFailedAuthAddressFactor is FailedAddressBurst's default, as a
+	// multiple of FailedBurst: an address guessing one user's password
+	// leaves nine tenths of its budget to the other users behind it.
+	DefaultFailedAuthAddressFactor = 10
+	DefaultFailedAuthInterval      = time.Minute
+	DefaultFailedAuthDelay         = 100 * time.Millisecond
 )
 
 // Mechanisms lists the SASL mechanisms Ferry can offer.
@@ -107,7 +121,7 @@ var authFailureReasons = map[string][]string{
 	MechanismSCRAMSHA512: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
 	MechanismSCRAMSHA256: {"bad_password", "unknown_user", "malformed", "authzid", "unsupported", "rate_limited"},
 	MechanismPlain:       {"bad_password", "unknown_user", "malformed", "authzid", "rate_limited"},
-	MechanismOAuthBearer: {"invalid_token", "invalid_signature", "expired_token", "malformed", "rate_limited"},
+	MechanismOAuthBearer: {"invalid_token", "invalid_signature", "expired_token", "malformed", "rate_limited", "keys_unavailable"},
 	"none":               {"unsupported_mechanism", "unauthenticated_request", "illegal_state"},
 	"TLS":                {"not_tls", "bad_certificate", "no_certificate", "client_refused", "timeout", "handshake"},
 }
@@ -151,11 +165,13 @@ func (m *authMetrics) failed(mechanism, reason string) {
 
 // authenticator serves SASL for a server's listeners.
 type authenticator struct {
-	cfg    ClientSASL
-	store  *credentialStore
-	oauth  *oauthValidator
-	limit  *failLimiter
-	secret []byte // keys the fake salts of unknown users
+	cfg   ClientSASL
+	store *credentialStore
+	oauth *oauthValidator
+	// perUser and perAddr limit attempts (loginlimit.go).
+	perUser *loginLimiter
+	perAddr *loginLimiter
+	secret  []byte // keys the fake salts and iterations of unknown users
 }
 
 // Validate checks the settings (not the files), for a listener with TLS
@@ -185,8 +201,14 @@ func (c *ClientSASL) Validate(tlsOn bool) error {
 		return errors.New("sasl.oauth: OAUTHBEARER needs jwks_file or jwks_url")
 	case !seen[MechanismOAuthBearer] && (c.OAuth.JWKSFile != "" || c.OAuth.JWKSURL != ""):
 		return errors.New("sasl.oauth is set but OAUTHBEARER is not in sasl.mechanisms")
-	case c.FailedBurst < 0 || c.FailedInterval < 0 || c.FailedDelay < 0:
-		return errors.New("sasl: failed_burst, failed_interval and failed_delay must not be negative")
+	case c.FailedBurst < 0:
+		return fmt.Errorf("sasl.failed_login_burst %d: must not be negative", c.FailedBurst)
+	case c.FailedAddressBurst < 0:
+		return fmt.Errorf("sasl.failed_login_address_burst %d: must not be negative", c.FailedAddressBurst)
+	case c.FailedInterval < 0:
+		return fmt.Errorf("sasl.failed_login_interval %s: must not be negative", c.FailedInterval)
+	case c.FailedDelay < 0:
+		return fmt.Errorf("sasl.failed_login_delay %s: must not be negative", c.FailedDelay)
 	}
 	return nil
 }
@@ -198,13 +220,20 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 	if cfg.FailedBurst == 0 {
 		cfg.FailedBurst = DefaultFailedAuthBurst
 	}
+	if cfg.FailedAddressBurst == 0 {
+		cfg.FailedAddressBurst = DefaultFailedAuthAddressFactor * cfg.FailedBurst
+	}
 	if cfg.FailedInterval == 0 {
 		cfg.FailedInterval = DefaultFailedAuthInterval
 	}
 	if cfg.FailedDelay == 0 {
 		cfg.FailedDelay = DefaultFailedAuthDelay
 	}
-	a := &authenticator{cfg: cfg, limit: newFailLimiter(cfg.FailedBurst, cfg.FailedInterval), secret: make([]byte, 32)}
+	if cfg.admitWait == 0 {
+		cfg.admitWait = loginAdmissionWait
+	}
+	a := &authenticator{cfg: cfg, secret: make([]byte, 32),
+		perUser: newLoginLimiter(cfg.FailedBurst, cfg.FailedInterval), perAddr: newLoginLimiter(cfg.FailedAddressBurst, cfg.FailedInterval)}
 	rand.Read(a.secret)
 	warn := func(err error) { log.Warn("SASL configuration file", zap.Error(err)) }
 	if cfg.CredentialsFile != "" {
@@ -218,7 +247,7 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 		}
 	}
 	if slices.Contains(cfg.Mechanisms, MechanismOAuthBearer) {
-		v, err := newOAuthValidator(context.Background(), cfg.OAuth, warn)
+		v, err := newOAuthValidator(cfg.OAuth, warn)
 		if err != nil {
 			return nil, fmt.Errorf("sasl.%w", err)
 		}
@@ -237,10 +266,22 @@ func (a *authenticator) fakeSalt(user string) []byte {
 	return m.Sum(nil)
 }
 
+// fakeCredential is what an unknown user is answered with for mechanism:
+// fakeSalt, and an iteration count of the store's (fakeIterations) chosen
+// by a keyed hash of the name, apart from the salt's so that one does not
+// predict the other.
+func (a *authenticator) fakeCredential(user, mechanism string) SCRAMCredential {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte("iterations\x00" + user))
+	pick := binary.BigEndian.Uint64(m.Sum(nil))
+	return SCRAMCredential{Salt: a.fakeSalt(user), Iterations: a.store.fakeIterations(mechanism, pick)}
+}
+
 // connAuth is a connection's SASL state, the reader goroutine's own.
 type connAuth struct {
 	mechanism string // chosen by the handshake
 	scram     *scramServer
+	admission *loginAdmission // the exchange's tokens (loginlimit.go)
 	done      bool
 	// closeAfter, set with an answer, closes the connection once it is
 	// written.
@@ -288,8 +329,9 @@ func (c *clientConn) logger() *zap.Logger {
 // connection to close once the answer is written.
 func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 	s.authMetrics.failed(mech, f.reason)
-	if f.reason != "rate_limited" && f.reason != "unmapped_principal" {
-		s.auth.limit.failed(c.remoteIP())
+	if f.reason == "unmapped_principal" || f.reason == "keys_unavailable" {
+		// The credentials were right, or not checked: no guess to count.
+		s.auth.release(c.auth.admission)
 	}
 	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", f.reason), zap.String("error", f.msg)}
 	if f.user != "" {
@@ -300,12 +342,25 @@ func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 	if f.reason == "rate_limited" {
 		err = errAuthRateLimited
 	}
-	c.auth.closeAfter = fmt.Errorf("%w (%s, %s): %s", err, mech, f.reason, f.msg)
+	c.auth.closeAfter = fmt.Errorf("%w (%s, %s): %s", err, mech, recordedReason(f.reason), f.msg)
+}
+
+// recordedReason is a failure's reason as the connection's record keeps
+// it (its close error, shown by GET /connections): a wrong password and an
+// unknown user are both invalid_credentials there, as they are to the
+// client, so the record does not tell which users exist. The metric and
+// the log keep them apart.
+func recordedReason(reason string) string {
+	if reason == "bad_password" || reason == "unknown_user" {
+		return "invalid_credentials"
+	}
+	return reason
 }
 
 // authSucceeded records the principal.
 func (s *Server) authSucceeded(c *clientConn, mech, principal string) {
 	c.auth.done, c.auth.scram = true, nil
+	s.auth.release(c.auth.admission)
 	c.setPrincipal(principal)
 	s.authMetrics.successes.WithLabelValues(mech).Inc()
 	c.logger().Debug("client authenticated", zap.String("mechanism", mech))
@@ -317,87 +372,4 @@ func (c *clientConn) remoteIP() string {
 		return h
 	}
 	return c.remote
-}
-
-// failLimiter is a token bucket of failed authentications per source
-// address.
-type failLimiter struct {
-	burst    float64
-	interval time.Duration
-	now      func() time.Time
-
-	mu      sync.Mutex
-	buckets map[string]*failBucket
-}
-
-type failBucket struct {
-	tokens float64
-	at     time.Time
-}
-
-// failLimiterMax bounds the addresses tracked: beyond it, buckets that
-// have refilled are forgotten, or else the fullest.
-const failLimiterMax = 100_000
-
-func newFailLimiter(burst int, interval time.Duration) *failLimiter {
-	return &failLimiter{burst: float64(burst), interval: interval, now: time.Now, buckets: map[string]*failBucket{}}
-}
-
-// refill brings b up to now; l.mu is held.
-func (l *failLimiter) refill(b *failBucket, now time.Time) {
-	b.tokens = min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.interval)*l.burst)
-	b.at = now
-}
-
-// limited reports whether ip is out of failures, and when one more is
-// allowed.
-func (l *failLimiter) limited(ip string) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[ip]
-	if b == nil {
-		return false, 0
-	}
-	now := l.now()
-	l.refill(b, now)
-	if b.tokens >= 1 {
-		return false, 0
-	}
-	return true, time.Duration((1 - b.tokens) / l.burst * float64(l.interval))
-}
-
-// failed takes a token from ip's bucket.
-func (l *failLimiter) failed(ip string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	b := l.buckets[ip]
-	if b == nil {
-		if len(l.buckets) >= failLimiterMax {
-			l.prune(now)
-		}
-		b = &failBucket{tokens: l.burst, at: now}
-		l.buckets[ip] = b
-	}
-	l.refill(b, now)
-	b.tokens = max(b.tokens-1, 0)
-}
-
-// prune forgets the buckets that are full again, and the fullest if none
-// is; l.mu is held.
-func (l *failLimiter) prune(now time.Time) {
-	fullest, most := "", -1.0
-	for ip, b := range l.buckets {
-		l.refill(b, now)
-		if b.tokens >= l.burst {
-			delete(l.buckets, ip)
-			continue
-		}
-		if b.tokens > most {
-			fullest, most = ip, b.tokens
-		}
-	}
-	if len(l.buckets) >= failLimiterMax {
-		delete(l.buckets, fullest)
-	}
 }

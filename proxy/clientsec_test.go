@@ -93,7 +93,8 @@ func (e *secEnv) addUser(t *testing.T, user, password string) {
 func (e *secEnv) tls() ClientTLS { return ClientTLS{CertFile: e.certFile, KeyFile: e.keyFile} }
 
 func (e *secEnv) sasl(mechs ...string) ClientSASL {
-	return ClientSASL{Mechanisms: mechs, CredentialsFile: e.store, FailedDelay: time.Millisecond, FailedBurst: 1000}
+	// A refused login waits for a token 300 ms, not 5 s.
+	return ClientSASL{Mechanisms: mechs, CredentialsFile: e.store, FailedDelay: time.Millisecond, FailedBurst: 1000, admitWait: 300 * time.Millisecond}
 }
 
 // clientTLS trusts the test CA, presenting cert when given.
@@ -606,7 +607,7 @@ func TestSCRAMServerExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	lookup := func(u string) (SCRAMCredential, bool) { return cred, u == "user" }
-	fake := func(string) []byte { return []byte("fake-salt") }
+	fake := func(string) SCRAMCredential { return SCRAMCredential{Salt: []byte("fake-salt"), Iterations: 4096} }
 	h := scramHash(mech)
 	salted, _ := pbkdf2Key(h, "pencil", cred.Salt, cred.Iterations)
 	clientKey := hmacSum(h, salted, []byte("Client Key"))
@@ -687,35 +688,44 @@ func pbkdf2Key(h func() hash.Hash, pw string, salt []byte, iter int) ([]byte, er
 	return pbkdf2.Key(h, pw, salt, iter, h().Size())
 }
 
-// TestFailLimiterRefills: a bucket empties after burst failures and
-// allows one more per interval/burst; an address never failing is never
-// limited; the table stays bounded.
-func TestFailLimiterRefills(t *testing.T) {
+// TestLoginLimiterRefills: a bucket empties after burst attempts and
+// allows one more per interval/burst; a token given back is taken again
+// at once, and wakes a waiter; a key never used is never limited; the
+// table stays bounded.
+func TestLoginLimiterRefills(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newFailLimiter(3, time.Minute)
+	l := newLoginLimiter(3, time.Minute)
 	l.now = func() time.Time { return now }
 	for range 3 {
-		if lim, _ := l.limited("a"); lim {
+		if ok, _, _ := l.take("a"); !ok {
 			t.Fatal("limited before the burst")
 		}
-		l.failed("a")
 	}
-	lim, retry := l.limited("a")
-	if !lim || retry <= 0 || retry > 20*time.Second {
-		t.Fatalf("after the burst: limited %v, retry %v (want ≤ 20s)", lim, retry)
+	ok, retry, freed := l.take("a")
+	if ok || retry <= 0 || retry > 20*time.Second {
+		t.Fatalf("after the burst: taken %v, retry %v (want ≤ 20s)", ok, retry)
 	}
-	if lim, _ := l.limited("b"); lim {
-		t.Error("another address limited")
+	if ok, _, _ := l.take("b"); !ok {
+		t.Error("another key limited")
+	}
+	l.refund("a")
+	select {
+	case <-freed:
+	default:
+		t.Error("a refund did not wake the waiter")
+	}
+	if ok, _, _ := l.take("a"); !ok {
+		t.Error("the token given back could not be taken")
 	}
 	now = now.Add(20 * time.Second)
-	if lim, _ := l.limited("a"); lim {
+	if ok, _, _ := l.take("a"); !ok {
 		t.Error("still limited after one refill interval")
 	}
-	for i := range failLimiterMax + 10 {
-		l.failed(fmt.Sprint("x", i))
+	for i := range loginLimiterMax + 10 {
+		l.take(fmt.Sprint("x", i))
 	}
-	if n := len(l.buckets); n > failLimiterMax {
-		t.Errorf("%d buckets, want at most %d", n, failLimiterMax)
+	if n := len(l.buckets); n > loginLimiterMax {
+		t.Errorf("%d buckets, want at most %d", n, loginLimiterMax)
 	}
 }
 
@@ -737,7 +747,7 @@ func TestOAuthJWKSURL(t *testing.T) {
 		io.WriteString(w, body.Load().(string))
 	}))
 	defer srv.Close()
-	v, err := newOAuthValidator(context.Background(), OAuthConfig{JWKSURL: srv.URL}, func(err error) { t.Log(err) })
+	v, err := newOAuthValidator(OAuthConfig{JWKSURL: srv.URL}, func(err error) { t.Log(err) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,14 +164,17 @@ func (e CredentialEntry) decode(mechanism string) (SCRAMCredential, error) {
 
 // credentialStore serves lookups from the file, reloading it on change.
 type credentialStore struct {
-	path   string
-	onErr  func(error)
-	mu     sync.Mutex
-	users  map[string]map[string]SCRAMCredential
-	mtime  time.Time
-	size   int64
-	probed time.Time
-	now    func() time.Time
+	path  string
+	onErr func(error)
+	mu    sync.Mutex
+	users map[string]map[string]SCRAMCredential
+	// iterations are the users' iteration counts per mechanism, one per
+	// user, sorted: what an unknown user's count is drawn from.
+	iterations map[string][]int
+	mtime      time.Time
+	size       int64
+	probed     time.Time
+	now        func() time.Time
 }
 
 // credentialProbeInterval is how often the file is checked for changes.
@@ -195,14 +198,19 @@ func (st *credentialStore) load(fi os.FileInfo) error {
 		return err
 	}
 	users := make(map[string]map[string]SCRAMCredential, len(c.Users))
+	iterations := map[string][]int{}
 	for u, mechs := range c.Users {
 		users[u] = make(map[string]SCRAMCredential, len(mechs))
 		for m, e := range mechs {
 			cred, _ := e.decode(m) // checked by ParseCredentials
 			users[u][m] = cred
+			iterations[m] = append(iterations[m], cred.Iterations)
 		}
 	}
-	st.users, st.mtime, st.size = users, fi.ModTime(), fi.Size()
+	for _, its := range iterations {
+		slices.Sort(its)
+	}
+	st.users, st.iterations, st.mtime, st.size = users, iterations, fi.ModTime(), fi.Size()
 	return nil
 }
 
@@ -224,6 +232,21 @@ func (st *credentialStore) lookup(user, mechanism string) (SCRAMCredential, bool
 	}
 	cred, ok := st.users[user][mechanism]
 	return cred, ok
+}
+
+// fakeIterations is the iteration count an unknown user is answered for
+// mechanism: the count of the store's user that pick (drawn from the
+// name) falls on, so each count comes up as often as users have it, and
+// neither the count nor how often it is seen tells an unknown name from a
+// real one. DefaultSCRAMIterations while no user has the mechanism.
+func (st *credentialStore) fakeIterations(mechanism string, pick uint64) int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	its := st.iterations[mechanism]
+	if len(its) == 0 {
+		return DefaultSCRAMIterations
+	}
+	return its[pick%uint64(len(its))]
 }
 
 // count is how many users the store holds.

@@ -247,7 +247,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 
 // upstreamAnswer is the answer to kr in the upstream's place.
 func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.Response {
-	resp := errorResponse(kr, upstreamErrorCode(kr), "ferry: "+err.Error())
+	resp := errorResponse(kr, upstreamErrorCode(kr), "ferry: "+clientErrorText(err))
 	if req.up != nil {
 		// The handler may have made the request's topic IDs physical
 		// before it failed: the answer echoes them, so make them virtual.

@@ -12,7 +12,10 @@ package proxy
 // A JWKS file is read again when it changes (checked at most once a
 // second); a URL is fetched at start, every jwksRefresh, and when a token
 // names a key ID the set lacks (at most every jwksMinRefetch), so that a
-// key rotation is picked up without a restart.
+// key rotation is picked up without a restart. The fetch never holds up
+// logins whose key the set has, and an endpoint down at start does not
+// keep Ferry from starting: OAUTHBEARER logins are refused
+// (keys_unavailable) until the keys arrive, and /readyz says so.
 
 import (
 	"context"
@@ -48,6 +51,9 @@ type OAuthConfig struct {
 	// PrincipalClaim names the claim that holds the principal (default
 	// sub).
 	PrincipalClaim string
+
+	// minRefetch is jwksMinRefetch but in tests.
+	minRefetch time.Duration
 }
 
 const (
@@ -162,22 +168,45 @@ type jwtClaims struct {
 }
 
 // oauthValidator checks tokens against the configured key set.
+//
+// With a URL, the set is fetched by one goroutine at a time, outside the
+// lock (startFetch): a login whose key the set holds never waits for a
+// fetch, however slow the endpoint; one naming a key the set lacks starts
+// a fetch (at most every minRefetch) or joins the one under way, and
+// waits for it up to jwksWait. run fetches at start, retries every
+// minRefetch while there are no keys, and refreshes every jwksRefresh.
+// Until a first fetch succeeds, OAUTHBEARER logins are refused
+// (keys_unavailable) and keysReady reports why.
 type oauthValidator struct {
 	cfg  OAuthConfig
 	http *http.Client
 	now  func() time.Time
 
-	mu      sync.Mutex
-	set     *jwks
-	mtime   time.Time
-	probed  time.Time
-	fetched time.Time
-	onErr   func(error)
+	mu       sync.Mutex
+	set      *jwks // nil until a URL's first fetch succeeds
+	mtime    time.Time
+	probed   time.Time
+	fetched  time.Time     // the last fetch started
+	inflight chan struct{} // closed when the fetch under way ends; nil when none is
+	okAt     time.Time     // the last fetch that succeeded
+	lastErr  error         // the last fetch's error, nil once one succeeds
+	onErr    func(error)
 }
 
-func newOAuthValidator(ctx context.Context, cfg OAuthConfig, onErr func(error)) (*oauthValidator, error) {
+// jwksWait bounds how long a login naming a key the set lacks waits for
+// the fetch that may bring it.
+const jwksWait = 5 * time.Second
+
+// errKeysUnavailable refuses OAUTHBEARER logins until the key set is
+// fetched.
+var errKeysUnavailable = errors.New("no token signing keys yet")
+
+func newOAuthValidator(cfg OAuthConfig, onErr func(error)) (*oauthValidator, error) {
 	if cfg.PrincipalClaim == "" {
 		cfg.PrincipalClaim = "sub"
+	}
+	if cfg.minRefetch == 0 {
+		cfg.minRefetch = jwksMinRefetch
 	}
 	v := &oauthValidator{cfg: cfg, http: &http.Client{Timeout: jwksTimeout}, now: time.Now, onErr: onErr}
 	switch {
@@ -192,11 +221,10 @@ func newOAuthValidator(ctx context.Context, cfg OAuthConfig, onErr func(error)) 
 			return nil, fmt.Errorf("oauth.jwks_file %s: %w", cfg.JWKSFile, err)
 		}
 	default:
+		// Not fetched here: an endpoint down at start must not keep
+		// Ferry from serving the other mechanisms (run fetches).
 		if !strings.HasPrefix(cfg.JWKSURL, "https://") && !strings.HasPrefix(cfg.JWKSURL, "http://") {
 			return nil, fmt.Errorf("oauth.jwks_url %q: want an http(s) URL", cfg.JWKSURL)
-		}
-		if err := v.fetch(ctx); err != nil {
-			return nil, fmt.Errorf("oauth.jwks_url %s: %w", cfg.JWKSURL, err)
 		}
 	}
 	return v, nil
@@ -215,66 +243,195 @@ func (v *oauthValidator) loadFile(fi os.FileInfo) error {
 	return nil
 }
 
-// fetch reads the key set from the URL; v.mu is held or v not shared yet.
-func (v *oauthValidator) fetch(ctx context.Context) error {
-	v.fetched = v.now()
-	ctx, cancel := context.WithTimeout(ctx, jwksTimeout)
+// fetch reads the key set from the URL.
+func (v *oauthValidator) fetch() (*jwks, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), jwksTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.cfg.JWKSURL, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := v.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %s", resp.Status)
+		return nil, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	set, err := parseJWKS(b)
-	if err != nil {
-		return err
-	}
-	v.set = set
-	return nil
+	return parseJWKS(b)
 }
 
-// key returns the key for kid, refreshing the set when it is due or lacks
-// the key.
-func (v *oauthValidator) key(kid string) (crypto.PublicKey, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	now := v.now()
-	if v.cfg.JWKSFile != "" {
-		if now.Sub(v.probed) >= time.Second {
-			v.probed = now
-			if fi, err := os.Stat(v.cfg.JWKSFile); err == nil && !fi.ModTime().Equal(v.mtime) {
-				if err := v.loadFile(fi); err != nil {
-					v.mtime = fi.ModTime()
-					v.onErr(fmt.Errorf("oauth.jwks_file changed but cannot be used, keeping the keys last read: %w", err))
-				}
-			}
+// startFetch starts a fetch unless one is under way, and returns the
+// channel closed when it ends; v.mu is held.
+func (v *oauthValidator) startFetch() <-chan struct{} {
+	if v.inflight != nil {
+		return v.inflight
+	}
+	v.fetched = v.now()
+	done := make(chan struct{})
+	v.inflight = done
+	go func() {
+		set, err := v.fetch()
+		v.mu.Lock()
+		if err == nil {
+			v.set, v.okAt, v.lastErr = set, time.Now(), nil
+		} else {
+			v.lastErr = err
 		}
-	} else {
-		_, have := v.set.keys[kid]
-		if since := now.Sub(v.fetched); since >= jwksRefresh || (!have && since >= jwksMinRefetch) {
-			if err := v.fetch(context.Background()); err != nil {
-				v.onErr(fmt.Errorf("oauth.jwks_url %s: %w; keeping the keys last fetched", v.cfg.JWKSURL, err))
+		v.inflight = nil
+		v.mu.Unlock()
+		close(done)
+		if err != nil {
+			v.onErr(fmt.Errorf("oauth.jwks_url %s: %w; keeping the keys last fetched", v.cfg.JWKSURL, err))
+		}
+	}()
+	return done
+}
+
+// run keeps a URL's key set fresh until ctx ends: fetched at once, again
+// every minRefetch while there are no keys, and every jwksRefresh.
+func (v *oauthValidator) run(ctx context.Context) {
+	if v.cfg.JWKSURL == "" {
+		return
+	}
+	for {
+		v.mu.Lock()
+		every := jwksRefresh
+		if v.set == nil {
+			every = v.cfg.minRefetch
+		}
+		var wait <-chan struct{}
+		next := time.Duration(0)
+		if v.fetched.IsZero() || time.Since(v.fetched) >= every {
+			wait = v.startFetch()
+		} else {
+			next = every - time.Since(v.fetched)
+		}
+		v.mu.Unlock()
+		if wait == nil {
+			t := time.NewTimer(next)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// key returns the key for kid. A file is read again when it changed; a
+// URL's set is fetched again when it lacks kid (at most every minRefetch),
+// and only then is the fetch waited for.
+func (v *oauthValidator) key(kid string) (crypto.PublicKey, *authFailure) {
+	v.mu.Lock()
+	now := v.now()
+	if v.cfg.JWKSFile != "" && now.Sub(v.probed) >= time.Second {
+		v.probed = now
+		if fi, err := os.Stat(v.cfg.JWKSFile); err == nil && !fi.ModTime().Equal(v.mtime) {
+			if err := v.loadFile(fi); err != nil {
+				v.mtime = fi.ModTime()
+				v.onErr(fmt.Errorf("oauth.jwks_file changed but cannot be used, keeping the keys last read: %w", err))
 			}
 		}
 	}
-	k, ok := v.set.keys[kid]
-	if !ok && kid == "" && len(v.set.keys) == 1 {
-		for _, only := range v.set.keys {
+	k, ok := v.set.lookup(kid)
+	var wait <-chan struct{}
+	if !ok && v.cfg.JWKSURL != "" {
+		wait = v.inflight
+		if wait == nil && (v.fetched.IsZero() || now.Sub(v.fetched) >= v.cfg.minRefetch) {
+			wait = v.startFetch()
+		}
+	}
+	v.mu.Unlock()
+	if wait != nil {
+		t := time.NewTimer(jwksWait)
+		select {
+		case <-wait:
+		case <-t.C:
+		}
+		t.Stop()
+		v.mu.Lock()
+		k, ok = v.set.lookup(kid)
+		v.mu.Unlock()
+	}
+	if ok {
+		return k, nil
+	}
+	if err := v.keysReady(); err != nil {
+		return nil, &authFailure{reason: "keys_unavailable", msg: "Ferry cannot check tokens yet: its token signing keys (the JWKS) have not been fetched; retry later", err: err}
+	}
+	return nil, &authFailure{reason: "invalid_token", msg: fmt.Sprintf("invalid token: signed with key %q, which the JWKS does not hold", kid)}
+}
+
+// lookup finds kid's key; a token without kid uses a set's only key.
+func (set *jwks) lookup(kid string) (crypto.PublicKey, bool) {
+	if set == nil {
+		return nil, false
+	}
+	k, ok := set.keys[kid]
+	if !ok && kid == "" && len(set.keys) == 1 {
+		for _, only := range set.keys {
 			return only, true
 		}
 	}
 	return k, ok
+}
+
+// keysReady is nil once there are keys to check tokens with, else why
+// not.
+func (v *oauthValidator) keysReady() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.set != nil {
+		return nil
+	}
+	if v.lastErr != nil {
+		return fmt.Errorf("%w: oauth.jwks_url %s: %w", errKeysUnavailable, v.cfg.JWKSURL, v.lastErr)
+	}
+	return fmt.Errorf("%w: oauth.jwks_url %s: the first fetch is under way", errKeysUnavailable, v.cfg.JWKSURL)
+}
+
+// OAuthKeysStatus is the OAUTHBEARER key set as /status reports it.
+type OAuthKeysStatus struct {
+	// Source is the jwks_url or jwks_file.
+	Source string `json:"source"`
+	Keys   int    `json:"keys"`
+	// FetchedAt is when the URL was last fetched successfully.
+	FetchedAt *time.Time `json:"fetched_at,omitempty"`
+	// Error is why the last fetch failed, or why there are no keys.
+	Error string `json:"error,omitempty"`
+}
+
+func (v *oauthValidator) status() *OAuthKeysStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st := &OAuthKeysStatus{Source: v.cfg.JWKSFile + v.cfg.JWKSURL}
+	if v.set != nil {
+		st.Keys = len(v.set.keys)
+	}
+	if !v.okAt.IsZero() {
+		at := v.okAt.UTC()
+		st.FetchedAt = &at
+	}
+	switch {
+	case v.lastErr != nil:
+		st.Error = v.lastErr.Error()
+	case v.set == nil:
+		st.Error = "the first fetch is under way"
+	}
+	return st
 }
 
 // validate checks a compact JWS token and returns its principal.
@@ -298,9 +455,9 @@ func (v *oauthValidator) validate(token string) (string, *authFailure) {
 	if err != nil {
 		return invalid("invalid_token", "signature is not base64url")
 	}
-	key, ok := v.key(hdr.Kid)
-	if !ok {
-		return invalid("invalid_token", "signed with key %q, which the JWKS does not hold", hdr.Kid)
+	key, f := v.key(hdr.Kid)
+	if f != nil {
+		return "", f
 	}
 	if err := verifyJWS(hdr.Alg, key, []byte(parts[0]+"."+parts[1]), sig); err != nil {
 		return invalid("invalid_signature", "%v", err)

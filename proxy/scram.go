@@ -16,8 +16,10 @@ package proxy
 // (credentials.go), never the password: ClientKey is recovered from the
 // proof as ClientProof XOR HMAC(StoredKey, AuthMessage) and checked against
 // StoredKey. An unknown user is answered a server-first message like any
-// other, its salt derived from the name and a secret of the process, and
-// fails at the proof: the exchange does not reveal which users exist.
+// other, its salt derived from the name and a secret of the process, its
+// iteration count one of the store's users' drawn by the name (so a made-up
+// name is not told by the default count), and fails at the proof: the
+// exchange does not reveal which users exist.
 
 import (
 	"crypto/hmac"
@@ -127,7 +129,7 @@ type scramServer struct {
 	mechanism string
 	h         func() hash.Hash
 	lookup    func(user string) (SCRAMCredential, bool)
-	fakeSalt  func(user string) []byte
+	fake      func(user string) SCRAMCredential // an unknown user's salt and iterations
 
 	step        int
 	user        string
@@ -138,8 +140,8 @@ type scramServer struct {
 	nonce       string
 }
 
-func newSCRAMServer(mechanism string, lookup func(string) (SCRAMCredential, bool), fakeSalt func(string) []byte) *scramServer {
-	return &scramServer{mechanism: mechanism, h: scramHash(mechanism), lookup: lookup, fakeSalt: fakeSalt}
+func newSCRAMServer(mechanism string, lookup func(string) (SCRAMCredential, bool), fake func(string) SCRAMCredential) *scramServer {
+	return &scramServer{mechanism: mechanism, h: scramHash(mechanism), lookup: lookup, fake: fake}
 }
 
 // next answers one client message. done is set with the last answer; an
@@ -205,7 +207,7 @@ func (s *scramServer) clientFirst(msg string) ([]byte, bool, error) {
 	s.user, s.clientBare = user, bare
 	s.cred, s.known = s.lookup(user)
 	if !s.known {
-		s.cred = SCRAMCredential{Salt: s.fakeSalt(user), Iterations: DefaultSCRAMIterations}
+		s.cred = s.fake(user)
 	}
 	snonce := make([]byte, 24)
 	rand.Read(snonce)
@@ -244,18 +246,25 @@ func (s *scramServer) clientFinal(msg string) ([]byte, bool, error) {
 	if err != nil || len(proof) != s.h().Size() {
 		return malformed("bad proof")
 	}
+	// An unknown user's proof is checked all the same (against no key),
+	// so the answer takes as long as a wrong password's.
+	stored := s.cred.StoredKey
 	if !s.known {
-		return nil, false, &authFailure{reason: "unknown_user", user: s.user, msg: "invalid credentials"}
+		stored = make([]byte, s.h().Size())
 	}
 	authMsg := []byte(s.clientBare + "," + s.serverFirst + "," + withoutProof)
-	sig := hmacSum(s.h, s.cred.StoredKey, authMsg)
+	sig := hmacSum(s.h, stored, authMsg)
 	clientKey := make([]byte, len(proof))
 	for i := range proof {
 		clientKey[i] = proof[i] ^ sig[i]
 	}
 	hs := s.h()
 	hs.Write(clientKey)
-	if subtle.ConstantTimeCompare(hs.Sum(nil), s.cred.StoredKey) != 1 {
+	match := subtle.ConstantTimeCompare(hs.Sum(nil), stored) == 1
+	switch {
+	case !s.known:
+		return nil, false, &authFailure{reason: "unknown_user", user: s.user, msg: "invalid credentials"}
+	case !match:
 		return nil, false, &authFailure{reason: "bad_password", user: s.user, msg: "invalid credentials"}
 	}
 	return []byte("v=" + base64.StdEncoding.EncodeToString(hmacSum(s.h, s.cred.ServerKey, authMsg))), true, nil

@@ -277,6 +277,9 @@ func (s *Server) initClientSecurity() error {
 		if s.auth, err = newAuthenticator(*a, s.tls != nil, s.log); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
+		if v := s.auth.oauth; v != nil {
+			s.goTracked(func() { v.run(s.ctx) })
+		}
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (s *Server) askTxnOwner(ctx context.Context, owner int32, q txnQuery) (txnD
 	var d txnDecision
 	if err := s.callTxnOwner(ctx, owner, txnCall{Op: "decide", Query: q}, &d); err != nil {
 		s.log.Debug("the member keeping a transactional ID's mapping did not answer", fmtOwner(owner, q.TxnID, err)...)
-		return txnDecision{Verdict: txnRefuse, Code: kerr.CoordinatorNotAvailable.Code, Message: "ferry: " + err.Error(), Phys: -1, PhysEpoch: -1}, nil
+		return txnDecision{Verdict: txnRefuse, Code: kerr.CoordinatorNotAvailable.Code, Message: "ferry: " + clientErrorText(err), Phys: -1, PhysEpoch: -1}, nil
 	}
 	return d, func(a txnAnswered) {
 		// Before the client has its answer: its next request, at any

@@ -444,7 +444,7 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream, q txnQuery) (d
 		// Every client retries its abort on it.
 		d.Code = initErrorCode(err)
 		if d.Verdict == txnRefuse {
-			d.Message = "ferry: initialising the transactional ID on the active cluster: " + err.Error()
+			d.Message = "ferry: initialising the transactional ID on the active cluster: " + clientErrorText(err)
 		}
 		return d, nil
 	}

@@ -156,6 +156,7 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
 		p.wake()
 		if clusterauth.AuthFailed(err) {
+			p.u.authFails.note(p.u.name, p.principal, p.broker, err)
 			// Each failure is logged: the backoff bounds how often.
 			if p.principal != "" {
 				p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.String("as_principal", p.principal), zap.Error(err))
@@ -164,6 +165,9 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 			}
 		}
 		return nil, &unreachableError{p.broker, p.addr, err}
+	}
+	if !p.failedAt.IsZero() {
+		p.u.authFails.note(p.u.name, p.principal, p.broker, nil)
 	}
 	p.failedAt, p.backoff = time.Time{}, 0
 	if tc, ok := nc.(*net.TCPConn); ok {

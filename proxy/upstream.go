@@ -50,6 +50,8 @@ type upstream struct {
 
 	poolMu sync.Mutex
 	pools  map[poolKey]*brokerPool
+	// authFails are the identities the cluster refuses now (upstreamauth.go).
+	authFails upstreamAuthFailures
 
 	versions protocol.Versions // what the brokers advertise, once started
 	features protocol.Features // the cluster's feature flags, once started

@@ -54,7 +54,8 @@ func TestListenerSecurityConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.TLS.ClientAuth != "none" || c.TLS.MinVersion != "1.2" || c.SASL.FailedLoginBurst != proxy.DefaultFailedAuthBurst ||
-		c.SASL.FailedLoginDelay != proxy.DefaultFailedAuthDelay || c.SASL.FailedLoginInterval != proxy.DefaultFailedAuthInterval {
+		c.SASL.FailedLoginDelay != proxy.DefaultFailedAuthDelay || c.SASL.FailedLoginInterval != proxy.DefaultFailedAuthInterval ||
+		c.SASL.FailedLoginAddressBurst != proxy.DefaultFailedAuthAddressFactor*proxy.DefaultFailedAuthBurst {
 		t.Errorf("defaults: %+v %+v", c.TLS, c.SASL)
 	}
 	for _, tc := range []struct{ yaml, want string }{
@@ -64,6 +65,7 @@ func TestListenerSecurityConfig(t *testing.T) {
 		{"sasl: {mechanisms: [SCRAM-SHA-256]}\n", "sasl.credentials_file is required"},
 		{"sasl: {mechanisms: [OAUTHBEARER]}\n", "jwks_file or jwks_url"},
 		{"sasl: {}\n", "sasl.mechanisms"},
+		{"sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: u.yaml, failed_login_address_burst: -1}\n", "sasl.failed_login_address_burst -1: must not be negative"},
 		{"tls: {cert_file: a.crt}\n", "cert_file and key_file"},
 		{"tls: {cert_file: a.crt, key_file: a.key, client_auth: require}\n", "client_ca_file is required"},
 		{"tls: {cert_file: a.crt, key_file: a.key, client_auth: maybe}\n", "tls.client_auth"},

@@ -211,12 +211,16 @@ type ListenerSASLConfig struct {
 	AllowPlainWithoutTLS bool `yaml:"allow_plain_without_tls"`
 	// OAuth validates OAUTHBEARER tokens (JWTs).
 	OAuth OAuthSection `yaml:"oauth"`
-	// FailedLoginBurst failed authentications are allowed from one
-	// source address, then FailedLoginBurst per FailedLoginInterval; an
-	// address beyond that is refused until its allowance refills.
-	// Defaults 10 and 1m.
+	// FailedLoginBurst failed authentications are allowed for one user
+	// from one source address, then FailedLoginBurst per
+	// FailedLoginInterval; beyond, that user is refused from that address
+	// until its allowance refills. Defaults 10 and 1m.
 	FailedLoginBurst    int           `yaml:"failed_login_burst"`
 	FailedLoginInterval time.Duration `yaml:"failed_login_interval"`
+	// FailedLoginAddressBurst failed authentications are allowed from one
+	// source address, whatever the users, then that many per
+	// FailedLoginInterval. Default 10 times FailedLoginBurst.
+	FailedLoginAddressBurst int `yaml:"failed_login_address_burst"`
 	// FailedLoginDelay delays the answer to a failed authentication, as
 	// Kafka's connection.failed.authentication.delay.ms. Default 100ms.
 	FailedLoginDelay time.Duration `yaml:"failed_login_delay"`
@@ -246,6 +250,7 @@ func (s *ListenerSASLConfig) proxySASL() proxy.ClientSASL {
 		OAuth: proxy.OAuthConfig{JWKSFile: s.OAuth.JWKSFile, JWKSURL: s.OAuth.JWKSURL, Issuer: s.OAuth.Issuer,
 			Audience: s.OAuth.Audience, PrincipalClaim: s.OAuth.PrincipalClaim},
 		FailedBurst: s.FailedLoginBurst, FailedInterval: s.FailedLoginInterval, FailedDelay: s.FailedLoginDelay,
+		FailedAddressBurst: s.FailedLoginAddressBurst,
 	}
 }
 
@@ -264,6 +269,9 @@ func (c *Config) applyListenerDefaults() {
 	if s := c.SASL; s != nil {
 		if s.FailedLoginBurst == 0 {
 			s.FailedLoginBurst = proxy.DefaultFailedAuthBurst
+		}
+		if s.FailedLoginAddressBurst == 0 {
+			s.FailedLoginAddressBurst = proxy.DefaultFailedAuthAddressFactor * s.FailedLoginBurst
 		}
 		if s.FailedLoginInterval == 0 {
 			s.FailedLoginInterval = proxy.DefaultFailedAuthInterval

@@ -251,6 +251,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithStarted(n.started.Load),
 		admin.WithMirror(n.mirrorInfo),
 		admin.WithConnections(n.proxy.Connz),
+		admin.WithAuth(n.proxy.AuthStatus, n.proxy.AuthReady),
 		admin.WithLogger(log.Named("admin")),
 	}
 	if n.mirror != nil {

@@ -1,0 +1,207 @@
+package proxy
+
+// Login limits (auth.go). Two token buckets bound authentication
+// attempts: one per (user, source address), FailedBurst tokens, and one per
+// source address, FailedAddressBurst. A token is taken when an exchange
+// starts, before any credential is checked, and given back when it
+// succeeds: what stays taken is the failed and the abandoned exchanges,
+// and the ones in progress. Taking at the start rather than counting at
+// the failure is what makes the limit hold against a client that opens
+// many connections and sends every first message before any proof: each
+// exchange needs its token to go on, so at most the burst of proofs is
+// ever checked. The per-user bucket locks a guessed user out from the
+// guessing address only: the same user elsewhere, and other users at the
+// same address (behind one NAT), log in. The per-address bucket bounds the
+// work one address can cause by trying many user names.
+//
+// A client out of tokens waits up to loginAdmissionWait for one, given
+// back by an exchange that succeeded or refilled, so that many clients of
+// one user starting at once (a service restarting behind a NAT) queue for
+// the burst rather than fail; then it is refused as rate_limited. The
+// burst is then how many exchanges of one user at one address run at
+// once: a herd of N clients needs about N/burst exchange times within the
+// wait.
+//
+// golang.org/x/time/rate is not used: its buckets cannot take a token
+// back once its time has come (Reservation.Cancel only restores future
+// reservations), which is what a successful exchange needs.
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// loginAdmissionWait bounds how long an exchange waits for a token: long
+// enough for a herd of a few hundred clients at LAN round trips, well
+// within the 30 s request timeout of clients.
+const loginAdmissionWait = 5 * time.Second
+
+// loginLimiterMax bounds the keys a limiter tracks: beyond it, buckets
+// that have refilled are forgotten, or else the fullest.
+const loginLimiterMax = 100_000
+
+// loginLimiter is a token bucket per key.
+type loginLimiter struct {
+	burst    float64
+	interval time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*loginBucket
+}
+
+type loginBucket struct {
+	tokens float64
+	at     time.Time
+	// freed is made by a client waiting for a token and closed when one
+	// is given back.
+	freed chan struct{}
+}
+
+func newLoginLimiter(burst int, interval time.Duration) *loginLimiter {
+	return &loginLimiter{burst: float64(burst), interval: interval, now: time.Now, buckets: map[string]*loginBucket{}}
+}
+
+// refill brings b up to now; l.mu is held.
+func (l *loginLimiter) refill(b *loginBucket, now time.Time) {
+	b.tokens = min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.interval)*l.burst)
+	b.at = now
+}
+
+// take takes a token of key's bucket. Without one it returns when the
+// next refills, and a channel closed when one is given back sooner.
+func (l *loginLimiter) take(key string) (ok bool, retry time.Duration, freed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= loginLimiterMax {
+			l.prune(now)
+		}
+		b = &loginBucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	l.refill(b, now)
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0, nil
+	}
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	return false, time.Duration((1 - b.tokens) / l.burst * float64(l.interval)), b.freed
+}
+
+// refund gives back a token taken from key's bucket.
+func (l *loginLimiter) refund(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	if b == nil {
+		return // forgotten, so full again
+	}
+	l.refill(b, l.now())
+	b.tokens = min(l.burst, b.tokens+1)
+	if b.freed != nil {
+		close(b.freed)
+		b.freed = nil
+	}
+}
+
+// prune forgets the buckets that are full again, and the fullest if none
+// is; l.mu is held.
+func (l *loginLimiter) prune(now time.Time) {
+	fullest, most := "", -1.0
+	for key, b := range l.buckets {
+		l.refill(b, now)
+		if b.tokens >= l.burst {
+			delete(l.buckets, key)
+			continue
+		}
+		if b.tokens > most {
+			fullest, most = key, b.tokens
+		}
+	}
+	if len(l.buckets) >= loginLimiterMax {
+		if b := l.buckets[fullest]; b.freed != nil {
+			close(b.freed) // its waiters take from a new bucket
+		}
+		delete(l.buckets, fullest)
+	}
+}
+
+// loginAdmission is an exchange's tokens, given back if it succeeds.
+type loginAdmission struct {
+	addr    string
+	userKey string // "" until the user is known, and for OAUTHBEARER
+}
+
+// userLimitKey keys the per-user bucket of user at addr: the name hashed,
+// so that long names cost no more memory than short ones.
+func userLimitKey(addr, user string) string {
+	h := sha256.Sum256([]byte(user))
+	return addr + "\x00" + string(h[:16])
+}
+
+// admitAddr takes the address's token for an exchange starting.
+func (a *authenticator) admitAddr(ctx context.Context, addr string) (*loginAdmission, *authFailure) {
+	if f := a.wait(ctx, a.perAddr, addr, "from "+addr); f != nil {
+		return nil, f
+	}
+	return &loginAdmission{addr: addr}, nil
+}
+
+// admitUser takes the token of the user the exchange names; refused, it
+// gives the address's back, as nothing was checked.
+func (a *authenticator) admitUser(ctx context.Context, adm *loginAdmission, user string) *authFailure {
+	key := userLimitKey(adm.addr, user)
+	if f := a.wait(ctx, a.perUser, key, "for this user from "+adm.addr); f != nil {
+		a.perAddr.refund(adm.addr)
+		adm.addr = ""
+		return f
+	}
+	adm.userKey = key
+	return nil
+}
+
+// release gives back the tokens of an exchange that succeeded.
+func (a *authenticator) release(adm *loginAdmission) {
+	if adm == nil {
+		return
+	}
+	if adm.addr != "" {
+		a.perAddr.refund(adm.addr)
+	}
+	if adm.userKey != "" {
+		a.perUser.refund(adm.userKey)
+	}
+	adm.addr, adm.userKey = "", ""
+}
+
+// wait takes a token of key in l, waiting up to loginAdmissionWait for one.
+func (a *authenticator) wait(ctx context.Context, l *loginLimiter, key, who string) *authFailure {
+	deadline := time.Now().Add(a.cfg.admitWait)
+	for {
+		ok, retry, freed := l.take(key)
+		if ok {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return &authFailure{reason: "rate_limited", msg: fmt.Sprintf("too many failed authentications %s: retry in %s", who, retry.Round(time.Second)+time.Second)}
+		}
+		t := time.NewTimer(min(left, retry))
+		select {
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return &authFailure{reason: "rate_limited", msg: "the connection closed while waiting to authenticate", err: ctx.Err()}
+		}
+		t.Stop()
+	}
+}

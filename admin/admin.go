@@ -82,11 +82,19 @@ type config struct {
 	probeTTL    time.Duration // how long a cluster check's result is reused
 	idle        time.Duration // keep-alive connections idle this long are closed
 
-	connz      ConnzFunc
-	switchFn   SwitchFunc
-	restartFn  MirrorRestartFunc
-	token      string
-	registerer prometheus.Registerer
+	connz     ConnzFunc
+	switchFn  SwitchFunc
+	restartFn MirrorRestartFunc
+	token     string
+	// publicRead shows principals, client addresses and close errors
+	// without the token too.
+	publicRead bool
+	// maxConns bounds the open connections; tokenBurst and tokenInterval
+	// the wrong tokens of one address.
+	maxConns      int
+	tokenBurst    int
+	tokenInterval time.Duration
+	registerer    prometheus.Registerer
 	// tls, when set, serves the API over TLS; with client certificates
 	// verified (its ClientAuth), a verified one stands for the token.
 	tls *tls.Config
@@ -159,6 +167,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
 	case c.idle <= 0:
 		return fmt.Errorf("%w: the idle timeout must be positive", ErrConfig)
+	case c.maxConns < 1:
+		return fmt.Errorf("%w: the connection bound must be at least 1", ErrConfig)
+	case c.tokenBurst < 1 || c.tokenInterval <= 0:
+		return fmt.Errorf("%w: the wrong-token allowance must be at least 1 per positive interval", ErrConfig)
 	}
 	return nil
 }
@@ -178,6 +190,13 @@ type Server struct {
 	metrics *switchMetrics // nil without WithRegisterer
 	// acceptErrors counts the accept errors retried (Serve).
 	acceptErrors *prometheus.CounterVec
+	// tokens limits wrong tokens per address; authFailures counts refused
+	// requests by reason, connsRefused the connections over the bound;
+	// refusalLogs samples the lines about both.
+	tokens       *tokenGuard
+	authFailures *prometheus.CounterVec
+	connsRefused prometheus.Counter
+	refusalLogs  *proxy.LogSampler
 }
 
 type probe struct {
@@ -195,6 +214,10 @@ func New(opts ...Option) (*Server, error) {
 		now:      time.Now,
 		probeTTL: 2 * time.Second,
 		idle:     2 * time.Minute,
+
+		maxConns:      DefaultMaxConnections,
+		tokenBurst:    DefaultTokenFailureBurst,
+		tokenInterval: DefaultTokenFailureInterval,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -202,7 +225,8 @@ func New(opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
+		tokens: newTokenGuard(cfg.tokenBurst, cfg.tokenInterval), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.
@@ -224,13 +248,22 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_accept_errors_total",
 		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})
+	s.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_auth_failures_total",
+		Help: "Admin API requests refused for their token, by reason: no_token, invalid_token, rate_limited (too many wrong tokens from the address)."}, []string{"reason"})
+	for _, r := range []string{authNoToken, authInvalidToken, authRateLimited} {
+		s.authFailures.WithLabelValues(r)
+	}
+	s.connsRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_connections_refused_total",
+		Help: "Admin API connections closed as soon as accepted because the most allowed (admin_max_connections) were open."})
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)
 		if err := cfg.registerer.Register(s.metrics); err != nil {
 			return nil, fmt.Errorf("%w: registering the switchover metrics: %v", ErrConfig, err)
 		}
-		if err := cfg.registerer.Register(s.acceptErrors); err != nil {
-			return nil, fmt.Errorf("%w: registering the admin accept errors: %v", ErrConfig, err)
+		for _, c := range []prometheus.Collector{s.acceptErrors, s.authFailures, s.connsRefused} {
+			if err := cfg.registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("%w: registering the admin metrics: %v", ErrConfig, err)
+			}
 		}
 	}
 	// Timeouts, so that a client that stops reading or writing, or keeps a
@@ -262,6 +295,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	// Out of file descriptors: retried like the Kafka listener's, counted
 	// and logged once per interval (net/http would log every retry).
 	ln = proxy.NewRetryingListener(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() })
+	// Bounded below the process's descriptors, so that the admin port
+	// cannot take those the Kafka listeners need.
+	ln = &limitListener{Listener: ln, max: int64(s.cfg.maxConns), refused: s.refuseConn}
 	if s.cfg.tls != nil {
 		ln = tls.NewListener(ln, s.cfg.tls)
 	}

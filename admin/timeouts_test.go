@@ -7,9 +7,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // serveTCP serves f's admin API on a loopback listener (wrapped by wrap,
@@ -130,5 +135,72 @@ func TestStatusReportsFDs(t *testing.T) {
 	p := st.Process
 	if p.FDLimit != lim.Cur || p.FDLimitHard != lim.Max || p.FDsOpen == nil || *p.FDsOpen < 3 || uint64(*p.FDsOpen) > lim.Cur {
 		t.Fatalf("process %+v (open %v), want limit %d/%d and a plausible open count", p, p.FDsOpen, lim.Cur, lim.Max)
+	}
+}
+
+// The admin API holds at most WithMaxConnections connections: one more is
+// closed as soon as it is accepted, counted and logged once, while those
+// open are served; once one leaves, a new one is served.
+func TestMaxConnections(t *testing.T) {
+	const maxConns = 3
+	core, logs := observer.New(zapcore.WarnLevel)
+	f := newFixture(t, WithMaxConnections(maxConns), WithLogger(zap.New(core)))
+	addr := serveTCP(t, f, nil)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	for range maxConns { // served and kept alive
+		c, br := dial()
+		held = append(held, c)
+		if code := getOn(t, c, br, "/healthz"); code != 200 {
+			t.Fatalf("/healthz = %d", code)
+		}
+	}
+	const over = 5
+	for i := range over {
+		c, br := dial()
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
+		if b, err := br.ReadByte(); err == nil {
+			t.Fatalf("connection %d over the bound read %q, want it closed", i, b)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("connection %d over the bound left open", i)
+		}
+		c.Close()
+	}
+	metricsHas(t, f, "ferry_admin_connections_refused_total "+strconv.Itoa(over))
+	if n := logs.FilterMessage("admin API connection closed: admin_max_connections are open").Len(); n != 1 {
+		t.Errorf("%d log lines for %d refused connections, want 1", n, over)
+	}
+	// Those open are still served.
+	if code := getOn(t, held[0], bufio.NewReader(held[0]), "/healthz"); code != 200 {
+		t.Fatalf("/healthz on a connection held = %d", code)
+	}
+	// One leaves: a new connection is served once the server has seen it go.
+	held[0].Close()
+	held = held[1:]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, br := dial()
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		c.Close()
+		if err == nil && resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served after one of %d left: %v", maxConns, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -46,14 +46,15 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatalf("the example in docs/ does not validate: %v", err)
 	}
 	want := &Config{
-		ClusterID:      "ferry-prod",
-		NodeID:         0,
-		Listen:         "0.0.0.0:9092",
-		AdvertisedHost: "ferry-0.example.internal",
-		AdvertisedPort: 9092,
-		Lanes:          3,
-		AdminListen:    "0.0.0.0:9644",
-		AdminTokenFile: "/etc/ferry/admin-token",
+		ClusterID:           "ferry-prod",
+		NodeID:              0,
+		Listen:              "0.0.0.0:9092",
+		AdvertisedHost:      "ferry-0.example.internal",
+		AdvertisedPort:      9092,
+		Lanes:               3,
+		AdminListen:         "0.0.0.0:9644",
+		AdminMaxConnections: 64,
+		AdminTokenFile:      "/etc/ferry/admin-token",
 		Clusters: []ClusterConfig{
 			{Name: "primary", Bootstrap: []string{"kafka-a-1:9093", "kafka-a-2:9093", "kafka-a-3:9093"},
 				TLS:  &clusterauth.TLS{Enabled: true, CAFile: "/etc/ferry/tls/kafka-a-ca.crt", MinVersion: "1.2"},

@@ -117,6 +117,9 @@ func TestConfigDefaults(t *testing.T) {
 		!*c.ConnectionStats || *c.ClientMetricsLimit != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
+	if c.AdminMaxConnections != 64 || c.AdminPublicRead {
+		t.Fatalf("admin_max_connections %d, admin_public_read %v; want 64 and false", c.AdminMaxConnections, c.AdminPublicRead)
+	}
 	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
 		t.Fatalf("buffer budgets %d and %d per connection, want 512 MiB and 128 MiB", c.BufferBudget, c.BufferBudgetPerConnection)
 	}
@@ -170,6 +173,7 @@ func TestConfigErrors(t *testing.T) {
 		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
 		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 7", "into a number"}},
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
+		{"no admin connections", minimal + "admin_max_connections: -1\n", []string{"admin_max_connections -1: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"negative client metrics limit", minimal + "client_metrics_limit: -1\n", []string{"client_metrics_limit -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},

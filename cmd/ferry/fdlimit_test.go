@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -272,4 +273,42 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// admin_max_connections above a quarter of the descriptor limit is refused
+// at start, naming the key; the default fits a limit of 256 and more.
+func TestAdminConnectionsWithinFDLimit(t *testing.T) {
+	for _, tc := range []struct {
+		max  int
+		fds  uint64
+		fail bool
+	}{
+		{64, 1024, false}, {64, 256, false}, {64, 255, true}, {64, 128, true}, {16, 128, false}, {300, 1024, true}, {64, 0, false},
+	} {
+		err := checkAdminConnections(tc.max, tc.fds)
+		if (err != nil) != tc.fail || (err != nil && !strings.Contains(err.Error(), fmt.Sprintf("admin_max_connections %d is more than a quarter of the file descriptor limit (%d)", tc.max, tc.fds))) {
+			t.Errorf("admin_max_connections %d with %d descriptors: %v, want an error: %v", tc.max, tc.fds, err, tc.fail)
+		}
+	}
+	// ferry serve says so and exits 2 with the default at a limit of 128.
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	path := writeConfig(t, fmt.Sprintf("cluster_id: fd-test\nlisten: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nclusters:\n  - name: main\n    bootstrap: [%s]\n", kf.ListenAddrs()[0]))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // it would serve on
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `ulimit -n 128 && exec "$0" "$@"`, exe, "serve", "--config", path)
+	cmd.WaitDelay = time.Second
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "admin_max_connections 64 is more than a quarter of the file descriptor limit (128)") {
+		t.Fatalf("ferry serve with the default at 128 descriptors: %v\n%s", err, out)
+	}
 }

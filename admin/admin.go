@@ -92,6 +92,7 @@ type config struct {
 	// maxConns bounds the open connections; tokenBurst and tokenInterval
 	// the wrong tokens of one address.
 	maxConns      int
+	maxConnsPerIP int
 	tokenBurst    int
 	tokenInterval time.Duration
 	registerer    prometheus.Registerer
@@ -167,8 +168,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
 	case c.idle <= 0:
 		return fmt.Errorf("%w: the idle timeout must be positive", ErrConfig)
-	case c.maxConns < 1:
-		return fmt.Errorf("%w: the connection bound must be at least 1", ErrConfig)
+	case c.maxConns < 1 || c.maxConnsPerIP < 1:
+		return fmt.Errorf("%w: the connection bounds must be at least 1", ErrConfig)
 	case c.tokenBurst < 1 || c.tokenInterval <= 0:
 		return fmt.Errorf("%w: the wrong-token allowance must be at least 1 per positive interval", ErrConfig)
 	}
@@ -195,7 +196,7 @@ type Server struct {
 	// refusalLogs samples the lines about both.
 	tokens       *tokenGuard
 	authFailures *prometheus.CounterVec
-	connsRefused prometheus.Counter
+	connsRefused *prometheus.CounterVec
 	refusalLogs  *proxy.LogSampler
 }
 
@@ -216,6 +217,7 @@ func New(opts ...Option) (*Server, error) {
 		idle:     2 * time.Minute,
 
 		maxConns:      DefaultMaxConnections,
+		maxConnsPerIP: DefaultMaxConnectionsPerIP,
 		tokenBurst:    DefaultTokenFailureBurst,
 		tokenInterval: DefaultTokenFailureInterval,
 	}
@@ -253,8 +255,11 @@ func New(opts ...Option) (*Server, error) {
 	for _, r := range []string{authNoToken, authInvalidToken, authRateLimited} {
 		s.authFailures.WithLabelValues(r)
 	}
-	s.connsRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_connections_refused_total",
-		Help: "Admin API connections closed as soon as accepted because the most allowed (admin_max_connections) were open."})
+	s.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_connections_refused_total",
+		Help: "Admin API connections closed as soon as accepted, by the bound they were over: max_connections (admin_max_connections open), max_connections_per_ip (admin_max_connections_per_ip open from the address)."}, []string{"reason"})
+	for _, r := range []string{refusedMax, refusedPerIP} {
+		s.connsRefused.WithLabelValues(r)
+	}
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)
 		if err := cfg.registerer.Register(s.metrics); err != nil {
@@ -297,7 +302,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	ln = proxy.NewRetryingListener(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() })
 	// Bounded below the process's descriptors, so that the admin port
 	// cannot take those the Kafka listeners need.
-	ln = &limitListener{Listener: ln, max: int64(s.cfg.maxConns), refused: s.refuseConn}
+	ln = newLimitListener(ln, s.cfg.maxConns, s.cfg.maxConnsPerIP, s.refuseConn)
 	if s.cfg.tls != nil {
 		ln = tls.NewListener(ln, s.cfg.tls)
 	}

@@ -3,7 +3,6 @@ package admin
 import (
 	"net"
 	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 )
@@ -11,22 +10,43 @@ import (
 // DefaultMaxConnections bounds the admin API's open connections: enough
 // for probes, scrapers and operators, few enough that the admin port can
 // never take the descriptors the Kafka listeners need.
-const DefaultMaxConnections = 64
+// DefaultMaxConnectionsPerIP bounds those of one source address, so that
+// one client cannot take them all from the probes and scrapers.
+const (
+	DefaultMaxConnections      = 64
+	DefaultMaxConnectionsPerIP = 16
+)
 
-// WithMaxConnections bounds the admin API's open connections (default
-// DefaultMaxConnections); a connection over it is closed as soon as it is
-// accepted, and counted in ferry_admin_connections_refused_total.
-func WithMaxConnections(n int) Option { return func(c *config) { c.maxConns = n } }
+// Reasons of ferry_admin_connections_refused_total.
+const (
+	refusedMax   = "max_connections"
+	refusedPerIP = "max_connections_per_ip"
+)
 
-// limitListener closes at once a connection accepted while max are open.
-// Closing (rather than leaving it in the kernel's backlog, as
-// netutil.LimitListener does) frees the descriptor at once, tells the
-// client, and lets it be counted.
+// WithMaxConnections bounds the admin API's open connections, in all and
+// from one source address (default DefaultMaxConnections and
+// DefaultMaxConnectionsPerIP); a connection over either is closed as soon
+// as it is accepted, and counted in ferry_admin_connections_refused_total.
+func WithMaxConnections(total, perIP int) Option {
+	return func(c *config) { c.maxConns, c.maxConnsPerIP = total, perIP }
+}
+
+// limitListener closes at once a connection accepted while max are open,
+// or maxPerIP from its address. Closing (rather than leaving it in the
+// kernel's backlog, as netutil.LimitListener does) frees the descriptor at
+// once, tells the client, and lets it be counted.
 type limitListener struct {
 	net.Listener
-	max     int64
-	open    atomic.Int64
-	refused func(remote string)
+	max, maxPerIP int
+	refused       func(reason, remote string)
+
+	mu   sync.Mutex
+	open int
+	byIP map[string]int
+}
+
+func newLimitListener(ln net.Listener, maxConns, maxPerIP int, refused func(reason, remote string)) *limitListener {
+	return &limitListener{Listener: ln, max: maxConns, maxPerIP: maxPerIP, refused: refused, byIP: map[string]int{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -35,14 +55,38 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			remote := c.RemoteAddr().String()
-			c.Close()
-			l.refused(remote)
-			continue
+		remote := c.RemoteAddr().String()
+		ip := remote
+		if h, _, err := net.SplitHostPort(remote); err == nil {
+			ip = h
 		}
-		return &limitedConn{Conn: c, l: l}, nil
+		reason := ""
+		l.mu.Lock()
+		switch {
+		case l.open >= l.max:
+			reason = refusedMax
+		case l.byIP[ip] >= l.maxPerIP:
+			reason = refusedPerIP
+		default:
+			l.open++
+			l.byIP[ip]++
+		}
+		l.mu.Unlock()
+		if reason == "" {
+			return &limitedConn{Conn: c, l: l, ip: ip}, nil
+		}
+		c.Close()
+		l.refused(reason, remote)
+	}
+}
+
+// release gives a closed connection's place back.
+func (l *limitListener) release(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.byIP[ip]--; l.byIP[ip] <= 0 {
+		delete(l.byIP, ip)
 	}
 }
 
@@ -50,20 +94,22 @@ func (l *limitListener) Accept() (net.Conn, error) {
 type limitedConn struct {
 	net.Conn
 	l    *limitListener
+	ip   string
 	once sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.once.Do(func() { c.l.release(c.ip) })
 	return err
 }
 
-// refuseConn counts and logs (sampled) a connection closed over the bound.
-func (s *Server) refuseConn(remote string) {
-	s.connsRefused.Inc()
-	if n, ok := s.refusalLogs.Allow("max_connections"); ok {
-		s.cfg.log.Warn("admin API connection closed: admin_max_connections are open", zap.Int("max", s.cfg.maxConns),
+// refuseConn counts and logs (sampled) a connection closed over a bound.
+func (s *Server) refuseConn(reason, remote string) {
+	s.connsRefused.WithLabelValues(reason).Inc()
+	if n, ok := s.refusalLogs.Allow("conn:" + reason); ok {
+		s.cfg.log.Warn("admin API connection closed: too many open", zap.String("reason", reason),
+			zap.Int("max", s.cfg.maxConns), zap.Int("max_per_ip", s.cfg.maxConnsPerIP),
 			zap.String("remote", remote), zap.Int("not_logged_since_last", n))
 	}
 }

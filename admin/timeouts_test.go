@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -138,13 +137,14 @@ func TestStatusReportsFDs(t *testing.T) {
 	}
 }
 
-// The admin API holds at most WithMaxConnections connections: one more is
-// closed as soon as it is accepted, counted and logged once, while those
-// open are served; once one leaves, a new one is served.
+// The admin API holds at most WithMaxConnections connections, in all and
+// from one address: one more is closed as soon as it is accepted, counted
+// by the bound and logged once per bound, while those open are served;
+// once one leaves, a new one is served.
 func TestMaxConnections(t *testing.T) {
-	const maxConns = 3
+	const maxConns, perIP = 5, 2
 	core, logs := observer.New(zapcore.WarnLevel)
-	f := newFixture(t, WithMaxConnections(maxConns), WithLogger(zap.New(core)))
+	f := newFixture(t, WithMaxConnections(maxConns, perIP), WithLogger(zap.New(core)))
 	addr := serveTCP(t, f, nil)
 	var held []net.Conn
 	defer func() {
@@ -152,35 +152,47 @@ func TestMaxConnections(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", addr)
+	// Each from its own loopback address (Linux routes 127.0.0.0/8 to lo).
+	dial := func(from string) (net.Conn, *bufio.Reader) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}
+		c, err := d.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(30 * time.Second))
 		return c, bufio.NewReader(c)
 	}
-	for range maxConns { // served and kept alive
-		c, br := dial()
-		held = append(held, c)
-		if code := getOn(t, c, br, "/healthz"); code != 200 {
-			t.Fatalf("/healthz = %d", code)
-		}
-	}
-	const over = 5
-	for i := range over {
-		c, br := dial()
+	closed := func(from string) {
+		c, br := dial(from)
+		defer c.Close()
 		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
 		if b, err := br.ReadByte(); err == nil {
-			t.Fatalf("connection %d over the bound read %q, want it closed", i, b)
+			t.Fatalf("a connection from %s over a bound read %q, want it closed", from, b)
 		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Fatalf("connection %d over the bound left open", i)
+			t.Fatalf("a connection from %s over a bound left open", from)
 		}
-		c.Close()
 	}
-	metricsHas(t, f, "ferry_admin_connections_refused_total "+strconv.Itoa(over))
-	if n := logs.FilterMessage("admin API connection closed: admin_max_connections are open").Len(); n != 1 {
-		t.Errorf("%d log lines for %d refused connections, want 1", n, over)
+	hold := func(from ...string) { // served and kept alive
+		for _, from := range from {
+			c, br := dial(from)
+			held = append(held, c)
+			if code := getOn(t, c, br, "/healthz"); code != 200 {
+				t.Fatalf("/healthz from %s = %d", from, code)
+			}
+		}
+	}
+	hold("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2")
+	for range 3 {
+		closed("127.0.0.1") // over its address's bound
+	}
+	hold("127.0.0.3")
+	for range 5 {
+		closed("127.0.0.4") // over the bound in all
+	}
+	metricsHas(t, f, `ferry_admin_connections_refused_total{reason="max_connections_per_ip"} 3`,
+		`ferry_admin_connections_refused_total{reason="max_connections"} 5`)
+	if n := logs.FilterMessage("admin API connection closed: too many open").Len(); n != 2 {
+		t.Errorf("%d log lines for 8 refused connections, want 2 (one per bound)", n)
 	}
 	// Those open are still served.
 	if code := getOn(t, held[0], bufio.NewReader(held[0]), "/healthz"); code != 200 {
@@ -191,7 +203,7 @@ func TestMaxConnections(t *testing.T) {
 	held = held[1:]
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, br := dial()
+		c, br := dial("127.0.0.4")
 		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
 		resp, err := http.ReadResponse(br, nil)
 		c.Close()

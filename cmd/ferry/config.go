@@ -76,6 +76,10 @@ type Config struct {
 	// most a quarter of the file descriptor limit, so that the admin port
 	// cannot take the descriptors the Kafka listeners need. Default 64.
 	AdminMaxConnections int `yaml:"admin_max_connections"`
+	// AdminMaxConnectionsPerIP bounds those from one source address, so
+	// that one client cannot take them all from the probes and scrapers.
+	// Default 16.
+	AdminMaxConnectionsPerIP int `yaml:"admin_max_connections_per_ip"`
 	// AdminPublicRead shows the client connections' principals, addresses
 	// and close errors (GET /connections) without the admin token too.
 	// Without it, once a token is set, they need the token. Default false.
@@ -568,6 +572,9 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.AdminMaxConnections == 0 {
 		c.AdminMaxConnections = admin.DefaultMaxConnections
 	}
+	if c.AdminMaxConnectionsPerIP == 0 {
+		c.AdminMaxConnectionsPerIP = admin.DefaultMaxConnectionsPerIP
+	}
 	if c.Active == "" && len(c.Clusters) > 0 {
 		c.Active = c.Clusters[0].Name
 	}
@@ -700,6 +707,9 @@ func (c *Config) validate() error {
 	}
 	if c.AdminMaxConnections < 1 {
 		bad("admin_max_connections %d: must be 1 or more", c.AdminMaxConnections)
+	}
+	if c.AdminMaxConnectionsPerIP < 1 {
+		bad("admin_max_connections_per_ip %d: must be 1 or more", c.AdminMaxConnectionsPerIP)
 	}
 	if c.AdvertisedHost == "" {
 		bad("advertised_host is required: the host clients connect to")

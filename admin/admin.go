@@ -12,12 +12,17 @@
 //	GET  /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
 //	GET  /status/mirror   JSON: the mirror section of /status alone
 //	GET  /status/routing  JSON: the routing state in full, with the fences of ended generations
-//	GET  /connections     JSON: client connections, open and recently closed (WithConnections)
+//	GET  /connections     JSON: client connections, open and recently closed (WithConnections); personal fields need the token
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
 //	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
 //
 // Endpoints that read are open; those that change something need
-// "Authorization: Bearer <token>" when a token is configured.
+// "Authorization: Bearer <token>" when a token is configured, and so do the
+// clients' principals, addresses and close errors in GET /connections
+// (emptied without it, unless WithPublicRead). Wrong tokens are limited per
+// source address (429 past the allowance), and the open connections are
+// bounded in all and per address (WithMaxConnections), so that the admin
+// port cannot take the descriptors the Kafka listeners need.
 //
 // /readyz is about serving clients only: a halted mirror partition shows in
 // /status and in the ferry_mirror_* metrics, and does not make a member

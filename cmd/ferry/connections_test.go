@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -87,11 +85,7 @@ func TestCLIConnectionsWithoutToken(t *testing.T) {
 		!strings.Contains(out, "remote, principal, close_error hidden: give the admin token with --token-file FILE or $FERRY_ADMIN_TOKEN") {
 		t.Fatalf("without the token:\n%s", out)
 	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(testAdminToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	code, out, _ = runCLI(t, "connections", "--admin", a.addr(), "--state", "all", "--token-file", tokenFile)
+	code, out, _ = runCLI(t, "connections", "--admin", a.addr(), "--state", "all", "--token-file", tokenFile(t, testAdminToken))
 	if code != 0 || !strings.Contains(out, "10.0.0.7:51234") || !strings.Contains(out, "User:orders") || strings.Contains(out, "hidden") {
 		t.Fatalf("with --token-file: exit %d:\n%s", code, out)
 	}

@@ -56,10 +56,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		remote := c.RemoteAddr().String()
-		ip := remote
-		if h, _, err := net.SplitHostPort(remote); err == nil {
-			ip = h
-		}
+		ip := sourceOf(remote)
 		reason := ""
 		l.mu.Lock()
 		switch {

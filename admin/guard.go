@@ -4,6 +4,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -110,12 +111,26 @@ func (g *tokenGuard) prune(now time.Time) {
 	}
 }
 
-// remoteIP is the host of a request's remote address.
-func remoteIP(r *http.Request) string {
-	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
+// remoteIP is the source a request's remote address counts against.
+func remoteIP(r *http.Request) string { return sourceOf(r.RemoteAddr) }
+
+// sourceOf is the source an address (host:port) counts against in the
+// per-address bounds: its IP, or for IPv6 its /64, which one host usually
+// holds whole (counting each address would let it spread over 2^64).
+func sourceOf(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
 	}
-	return r.RemoteAddr
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	if ip.Is6() && !ip.Is4In6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.Unmap().String()
 }
 
 // credential is what a request proved.

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -119,4 +120,33 @@ func TestAdminNoTokenCounted(t *testing.T) {
 		t.Fatalf("the token after requests without one: %d %s", rec.Code, rec.Body)
 	}
 	metricsHas(t, f, `ferry_admin_auth_failures_total{reason="no_token"} `+strconv.Itoa(3*DefaultTokenFailureBurst))
+}
+
+// The per-address bounds count an IPv4 address, and an IPv6 address by its
+// /64: one host usually holds a whole /64.
+func TestSourceOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"203.0.113.9:40000":                 "203.0.113.9",
+		"[2001:db8:1:2:aaaa::1]:443":        "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:ffff:ffff:1]:1": "2001:db8:1:2::/64",
+		"[::ffff:203.0.113.9]:40000":        "203.0.113.9",
+		"[::1]:9644":                        "::/64",
+		"not-an-address":                    "not-an-address",
+	} {
+		if got := sourceOf(in); got != want {
+			t.Errorf("sourceOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// Two addresses of one /64 share the allowance of wrong tokens.
+	sw := &fakeSwitch{}
+	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken), WithTokenFailureLimit(2, time.Hour))
+	for i := range 2 {
+		f.postFrom(t, fmt.Sprintf("[2001:db8:1:2::%d]:1", i+1), "Bearer wrong")
+	}
+	if rec := f.postFrom(t, "[2001:db8:1:2::99]:1", "Bearer wrong"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a third wrong token from the same /64: %d, want 429", rec.Code)
+	}
+	if rec := f.postFrom(t, "[2001:db8:1:3::1]:1", "Bearer wrong"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a wrong token from another /64: %d, want 401", rec.Code)
+	}
 }

@@ -257,7 +257,7 @@ func New(opts ...Option) (*Server, error) {
 		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})
 	s.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_auth_failures_total",
 		Help: "Admin API requests refused for their token, by reason: no_token, invalid_token, rate_limited (too many wrong tokens from the address)."}, []string{"reason"})
-	for _, r := range []string{authNoToken, authInvalidToken, authRateLimited} {
+	for _, r := range []string{authNoToken, authInvalidToken, ReasonRateLimited} {
 		s.authFailures.WithLabelValues(r)
 	}
 	s.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_connections_refused_total",

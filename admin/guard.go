@@ -13,8 +13,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Token guessing is limited per source address: TokenFailureBurst wrong
-// tokens, then that many per TokenFailureInterval. An address out of
+// Token guessing is limited per source address: DefaultTokenFailureBurst
+// wrong tokens, then that many per DefaultTokenFailureInterval. An address out of
 // allowance has every request that carries a token answered 429, the right
 // token too (otherwise the limit would not slow a guesser down); its
 // requests without a token (/metrics, probes) and every other address are
@@ -24,14 +24,14 @@ const (
 	DefaultTokenFailureInterval = time.Minute
 )
 
-// Reasons of ferry_admin_auth_failures_total.
+// Reasons of ferry_admin_auth_failures_total, besides ReasonRateLimited.
 const (
 	authNoToken      = "no_token"      // an endpoint that needs the token, asked without one
 	authInvalidToken = "invalid_token" // a token that is not the admin token
-	authRateLimited  = "rate_limited"  // a token from an address out of allowance, not compared
 )
 
-// ReasonRateLimited is the error of a 429 answer.
+// ReasonRateLimited is the error of a 429 answer, and the reason it is
+// counted under: a token from an address out of allowance, not compared.
 const ReasonRateLimited = "rate_limited"
 
 // refusalLogInterval: at most one line per reason per interval about
@@ -63,24 +63,11 @@ func newTokenGuard(burst int, interval time.Duration) *tokenGuard {
 	return &tokenGuard{limit: rate.Limit(float64(burst) / interval.Seconds()), burst: burst, now: time.Now, byIP: map[string]*rate.Limiter{}}
 }
 
-// wait is how long ip must wait before a token of its is compared again;
-// 0 when it may now.
-func (g *tokenGuard) wait(ip string) time.Duration {
-	g.mu.Lock()
-	l := g.byIP[ip]
-	g.mu.Unlock()
-	if l == nil {
-		return 0
-	}
-	tokens := l.TokensAt(g.now())
-	if tokens >= 1 {
-		return 0
-	}
-	return time.Duration((1 - tokens) / float64(g.limit) * float64(time.Second))
-}
-
-// failed spends one of ip's allowance.
-func (g *tokenGuard) failed(ip string) {
+// take spends one of ip's allowance before its token is compared, so that
+// requests sent at once cannot all be compared on one remaining unit. When
+// none is left it spends nothing and returns how long to wait; otherwise
+// giveBack returns the unit, for a token that was right.
+func (g *tokenGuard) take(ip string) (giveBack func(), wait time.Duration) {
 	now := g.now()
 	g.mu.Lock()
 	l := g.byIP[ip]
@@ -92,7 +79,12 @@ func (g *tokenGuard) failed(ip string) {
 		g.byIP[ip] = l
 	}
 	g.mu.Unlock()
-	l.AllowN(now, 1)
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return nil, d
+	}
+	return func() { r.CancelAt(now) }, 0
 }
 
 // prune forgets the addresses whose allowance is full again, and one more
@@ -151,15 +143,15 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (cred cred
 	if r.Header.Get("Authorization") == "" {
 		return credNone, true
 	}
-	ip := remoteIP(r)
-	if wait := s.tokens.wait(ip); wait > 0 {
-		s.refuseToken(w, r, authRateLimited, wait, "")
+	giveBack, wait := s.tokens.take(remoteIP(r))
+	if wait > 0 {
+		s.refuseToken(w, r, ReasonRateLimited, wait, "")
 		return credNone, false
 	}
 	if s.hasToken(r) {
+		giveBack()
 		return credFull, true
 	}
-	s.tokens.failed(ip)
 	s.refuseToken(w, r, authInvalidToken, 0, "")
 	return credNone, false
 }
@@ -173,7 +165,7 @@ func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, reason stri
 		s.cfg.log.Warn("admin request refused", zap.String("reason", reason), zap.String("method", r.Method),
 			zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Int("not_logged_since_last", n))
 	}
-	if reason == authRateLimited {
+	if reason == ReasonRateLimited {
 		secs := int(math.Ceil(retry.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		writeJSON(w, http.StatusTooManyRequests, ErrorBody{Error: ReasonRateLimited,

@@ -150,3 +150,27 @@ func TestSourceOf(t *testing.T) {
 		t.Fatalf("a wrong token from another /64: %d, want 401", rec.Code)
 	}
 }
+
+// Wrong tokens sent at once from one address are compared no more than
+// the allowance: each spends its unit before it is compared.
+func TestAdminTokenGuessesAtOnce(t *testing.T) {
+	sw := &fakeSwitch{}
+	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken))
+	clock := &fakeClock{t: time.Now()}
+	f.srv.tokens.now = clock.now
+	const guesses = 200
+	codes := make(chan int, guesses)
+	var wg sync.WaitGroup
+	for i := range guesses {
+		wg.Go(func() { codes <- f.postFrom(t, "203.0.113.9:40000", "Bearer guess-"+strconv.Itoa(i)).Code })
+	}
+	wg.Wait()
+	close(codes)
+	byCode := map[int]int{}
+	for c := range codes {
+		byCode[c]++
+	}
+	if byCode[http.StatusUnauthorized] != DefaultTokenFailureBurst || byCode[http.StatusTooManyRequests] != guesses-DefaultTokenFailureBurst {
+		t.Fatalf("%d wrong tokens at once answered %v, want %d compared (401) and the rest 429", guesses, byCode, DefaultTokenFailureBurst)
+	}
+}

@@ -72,8 +72,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if reason == "" {
 			return &limitedConn{Conn: c, l: l, ip: ip}, nil
 		}
+		l.refused(reason, remote) // counted before the client can see the close
 		c.Close()
-		l.refused(reason, remote)
 	}
 }
 

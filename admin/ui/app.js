@@ -210,7 +210,12 @@ async function refresh() {
       getJSON("status"),
       getJSON("connections?sort=bytes_out&limit=10").catch(e => {
         if (e.status === 404) return null;
-        if (e.status === 401 || e.status === 429) return { error: e.message }; // a wrong token: the rest still shows
+        if (e.status === 401 && sessionStorage.getItem(TOKEN_KEY)) {
+          // Refused: stop sending it (each try counts against this address).
+          sessionStorage.removeItem(TOKEN_KEY);
+          $("token").value = "";
+        }
+        if (e.status === 401 || e.status === 429) return { error: e.message }; // the rest still shows
         throw e;
       }),
     ]);

@@ -181,6 +181,7 @@ func TestMaxConnections(t *testing.T) {
 			}
 		}
 	}
+	start := time.Now()
 	hold("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2")
 	for range 3 {
 		closed("127.0.0.1") // over its address's bound
@@ -191,8 +192,8 @@ func TestMaxConnections(t *testing.T) {
 	}
 	metricsHas(t, f, `ferry_admin_connections_refused_total{reason="max_connections_per_ip"} 3`,
 		`ferry_admin_connections_refused_total{reason="max_connections"} 5`)
-	if n := logs.FilterMessage("admin API connection closed: too many open").Len(); n != 2 {
-		t.Errorf("%d log lines for 8 refused connections, want 2 (one per bound)", n)
+	if n, most := logs.FilterMessage("admin API connection closed: too many open").Len(), sampledLines(2, start); n < 2 || n > most {
+		t.Errorf("%d log lines for 8 refused connections, want 2 to %d (one per bound per interval)", n, most)
 	}
 	// Those open are still served.
 	if code := getOn(t, held[0], bufio.NewReader(held[0]), "/healthz"); code != 200 {

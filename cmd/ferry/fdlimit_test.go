@@ -237,9 +237,9 @@ func TestAdminConnectionsCannotStarveKafka(t *testing.T) {
 	p.stop(t, 15*time.Second)
 }
 
-// holdAdminConnections opens n connections to the admin API, from sources
-// loopback addresses in turn (127.0.0.1 and on; Linux routes 127.0.0.0/8
-// to lo), each sending a request and keeping the connection (HTTP/1.1
+// holdAdminConnections opens n connections to the admin API, from as many
+// as sources loopback addresses in turn (127.0.0.1 and on; Linux routes
+// 127.0.0.0/8 to lo), each sending a request and keeping the connection (HTTP/1.1
 // keep-alive), without waiting for answers; those the server closes stay in
 // the list too.
 func holdAdminConnections(t *testing.T, adminAddr string, n, sources int) []net.Conn {

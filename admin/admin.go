@@ -12,12 +12,17 @@
 //	GET  /status          JSON: version, node, routing state, clusters, fleet, mirror, process (fds)
 //	GET  /status/mirror   JSON: the mirror section of /status alone
 //	GET  /status/routing  JSON: the routing state in full, with the fences of ended generations
-//	GET  /connections     JSON: client connections, open and recently closed (WithConnections)
+//	GET  /connections     JSON: client connections, open and recently closed (WithConnections); personal fields need the token
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
 //	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
 //
 // Endpoints that read are open; those that change something need
-// "Authorization: Bearer <token>" when a token is configured.
+// "Authorization: Bearer <token>" when a token is configured, and so do the
+// clients' principals, addresses and close errors in GET /connections
+// (emptied without it, unless WithPublicRead). Wrong tokens are limited per
+// source address (429 past the allowance), and the open connections are
+// bounded in all and per address (WithMaxConnections), so that the admin
+// port cannot take the descriptors the Kafka listeners need.
 //
 // /readyz is about serving clients only: a halted mirror partition shows in
 // /status and in the ferry_mirror_* metrics, and does not make a member
@@ -82,11 +87,20 @@ type config struct {
 	probeTTL    time.Duration // how long a cluster check's result is reused
 	idle        time.Duration // keep-alive connections idle this long are closed
 
-	connz      ConnzFunc
-	switchFn   SwitchFunc
-	restartFn  MirrorRestartFunc
-	token      string
-	registerer prometheus.Registerer
+	connz     ConnzFunc
+	switchFn  SwitchFunc
+	restartFn MirrorRestartFunc
+	token     string
+	// publicRead shows principals, client addresses and close errors
+	// without the token too.
+	publicRead bool
+	// maxConns bounds the open connections; tokenBurst and tokenInterval
+	// the wrong tokens of one address.
+	maxConns      int
+	maxConnsPerIP int
+	tokenBurst    int
+	tokenInterval time.Duration
+	registerer    prometheus.Registerer
 	// tls, when set, serves the API over TLS; with client certificates
 	// verified (its ClientAuth), a verified one stands for the token.
 	tls *tls.Config
@@ -170,6 +184,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
 	case c.idle <= 0:
 		return fmt.Errorf("%w: the idle timeout must be positive", ErrConfig)
+	case c.maxConns < 1 || c.maxConnsPerIP < 1:
+		return fmt.Errorf("%w: the connection bounds must be at least 1", ErrConfig)
+	case c.tokenBurst < 1 || c.tokenInterval <= 0:
+		return fmt.Errorf("%w: the wrong-token allowance must be at least 1 per positive interval", ErrConfig)
 	}
 	return nil
 }
@@ -189,6 +207,13 @@ type Server struct {
 	metrics *switchMetrics // nil without WithRegisterer
 	// acceptErrors counts the accept errors retried (Serve).
 	acceptErrors *prometheus.CounterVec
+	// tokens limits wrong tokens per address; authFailures counts refused
+	// requests by reason, connsRefused the connections over the bound;
+	// refusalLogs samples the lines about both.
+	tokens       *tokenGuard
+	authFailures *prometheus.CounterVec
+	connsRefused *prometheus.CounterVec
+	refusalLogs  *proxy.LogSampler
 }
 
 type probe struct {
@@ -206,6 +231,11 @@ func New(opts ...Option) (*Server, error) {
 		now:      time.Now,
 		probeTTL: 2 * time.Second,
 		idle:     2 * time.Minute,
+
+		maxConns:      DefaultMaxConnections,
+		maxConnsPerIP: DefaultMaxConnectionsPerIP,
+		tokenBurst:    DefaultTokenFailureBurst,
+		tokenInterval: DefaultTokenFailureInterval,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -213,7 +243,8 @@ func New(opts ...Option) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{}}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
+		tokens: newTokenGuard(cfg.tokenBurst, cfg.tokenInterval), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.
@@ -235,13 +266,25 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_accept_errors_total",
 		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})
+	s.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_auth_failures_total",
+		Help: "Admin API requests refused for their token, by reason: no_token, invalid_token, rate_limited (too many wrong tokens from the address)."}, []string{"reason"})
+	for _, r := range []string{authNoToken, authInvalidToken, ReasonRateLimited} {
+		s.authFailures.WithLabelValues(r)
+	}
+	s.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_connections_refused_total",
+		Help: "Admin API connections closed as soon as accepted, by the bound they were over: max_connections (admin_max_connections open), max_connections_per_ip (admin_max_connections_per_ip open from the address)."}, []string{"reason"})
+	for _, r := range []string{refusedMax, refusedPerIP} {
+		s.connsRefused.WithLabelValues(r)
+	}
 	if cfg.registerer != nil {
 		s.metrics = newSwitchMetrics(cfg.routes)
 		if err := cfg.registerer.Register(s.metrics); err != nil {
 			return nil, fmt.Errorf("%w: registering the switchover metrics: %v", ErrConfig, err)
 		}
-		if err := cfg.registerer.Register(s.acceptErrors); err != nil {
-			return nil, fmt.Errorf("%w: registering the admin accept errors: %v", ErrConfig, err)
+		for _, c := range []prometheus.Collector{s.acceptErrors, s.authFailures, s.connsRefused} {
+			if err := cfg.registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("%w: registering the admin metrics: %v", ErrConfig, err)
+			}
 		}
 	}
 	// Timeouts, so that a client that stops reading or writing, or keeps a
@@ -273,6 +316,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	// Out of file descriptors: retried like the Kafka listener's, counted
 	// and logged once per interval (net/http would log every retry).
 	ln = proxy.NewRetryingListener(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() })
+	// Bounded below the process's descriptors, so that the admin port
+	// cannot take those the Kafka listeners need.
+	ln = newLimitListener(ln, s.cfg.maxConns, s.cfg.maxConnsPerIP, s.refuseConn)
 	if s.cfg.tls != nil {
 		ln = tls.NewListener(ln, s.cfg.tls)
 	}

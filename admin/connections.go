@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"go.uber.org/zap"
@@ -19,6 +20,25 @@ type ConnzFunc func(proxy.ConnzOptions) (*proxy.Connz, error)
 // endpoint does not exist (404).
 func WithConnections(f ConnzFunc) Option { return func(c *config) { c.connz = f } }
 
+// WithPublicRead shows the principals, client addresses and close errors
+// of GET /connections to requests without the token too. Without it, and
+// with a token configured, they are personal data shown only with the
+// token (or a verified client certificate).
+func WithPublicRead(on bool) Option { return func(c *config) { c.publicRead = on } }
+
+// RedactedFields are the fields of each connection GET /connections empties
+// for a request without the token: who the client is (principal), where it
+// connects from (remote), and the error that closed it, which can name a
+// user.
+var RedactedFields = []string{"remote", "principal", "close_error"}
+
+// ConnectionsAnswer is what GET /connections answers: the connections and,
+// when some fields were emptied for want of the token, which.
+type ConnectionsAnswer struct {
+	proxy.Connz
+	Redacted []string `json:"redacted,omitempty"`
+}
+
 // Connections returns the member's client connections as o selects them;
 // an error wrapping proxy.ErrConnzOptions is the caller's mistake.
 func (s *Server) Connections(o proxy.ConnzOptions) (*proxy.Connz, error) {
@@ -30,10 +50,22 @@ func (s *Server) Connections(o proxy.ConnzOptions) (*proxy.Connz, error) {
 
 // HandleConnections answers Connections as indented JSON. The query
 // selects: state (open, closed, all), sort, offset, limit, and the filters
-// client_id, software, remote and principal (substrings). A bad value answers 400.
+// client_id, software, remote and principal (substrings). A bad value
+// answers 400. Without the token (and without WithPublicRead) the
+// RedactedFields are emptied, and the remote and principal filters, which
+// would tell them just as well, answer 401.
 func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
+	cred, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	redact := cred != credFull && !s.cfg.publicRead
 	q := r.URL.Query()
 	o := proxy.ConnzOptions{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote"), Principal: q.Get("principal")}
+	if redact && (o.Remote != "" || o.Principal != "") {
+		s.refuseToken(w, r, authNoToken, 0, "the remote and principal filters need the admin token: Authorization: Bearer <token>")
+		return
+	}
 	var err error
 	for _, p := range []struct {
 		name string
@@ -57,10 +89,19 @@ func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
+	answer := ConnectionsAnswer{Connz: *cz}
+	if redact {
+		answer.Redacted = RedactedFields
+		answer.Connections = slices.Clone(answer.Connections) // not the caller's to change
+		for i := range answer.Connections {
+			c := &answer.Connections[i]
+			c.Remote, c.Principal, c.CloseError = "", "", ""
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(cz); err != nil {
+	if err := enc.Encode(answer); err != nil {
 		s.cfg.log.Debug("writing /connections", zap.Error(err))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,82 @@ func TestConnectionsNotConfigured(t *testing.T) {
 	if code, _ := f.get(t, "/connections"); code != http.StatusNotFound {
 		t.Fatalf("GET /connections without WithConnections: %d, want 404", code)
 	}
+}
+
+// getAs sends GET path from remote with the Authorization header auth
+// (none when empty).
+func (f *fixture) getAs(t *testing.T, path, auth string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	rec := httptest.NewRecorder()
+	f.srv.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// A closed connection's record as the proxy keeps it after a failed login.
+func closedLogin() *proxy.Connz {
+	closed := time.Now()
+	return &proxy.Connz{State: "closed", Sort: "id", Matched: 1, Limit: 100, Connections: []proxy.ConnInfo{{
+		ID: 4, Remote: "10.1.2.3:50000", ClientID: "app", Principal: "User:alice", ClosedAt: &closed,
+		CloseReason: "auth_failed", CloseError: "SCRAM-SHA-512: unknown user mallory", Requests: map[string]uint64{},
+	}}}
+}
+
+// With a token configured, GET /connections without it answers the
+// records with the principal, client address and close error emptied,
+// and says so; the remote and principal filters, which would tell them as
+// well, need the token. With the token, or admin_public_read, or no token
+// configured at all, they are shown.
+func TestConnectionsRedactedWithoutToken(t *testing.T) {
+	connz := func(o proxy.ConnzOptions) (*proxy.Connz, error) {
+		cz := closedLogin()
+		if !strings.Contains(cz.Connections[0].Principal, o.Principal) || !strings.Contains(cz.Connections[0].Remote, o.Remote) {
+			cz.Connections, cz.Matched = []proxy.ConnInfo{}, 0
+		}
+		return cz, nil
+	}
+	personal := []string{"10.1.2.3", "alice", "mallory"}
+	shows := func(t *testing.T, what string, rec *httptest.ResponseRecorder, want bool) {
+		t.Helper()
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body)
+		}
+		var ans ConnectionsAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil || len(ans.Connections) != 1 {
+			t.Fatalf("%s: %v %s", what, err, rec.Body)
+		}
+		c := ans.Connections[0]
+		if c.ClientID != "app" || c.CloseReason != "auth_failed" {
+			t.Errorf("%s: the fields that are no personal data are gone: %s", what, rec.Body)
+		}
+		for _, p := range personal {
+			if got := strings.Contains(rec.Body.String(), p); got != want {
+				t.Errorf("%s: shows %q: %v, want %v:\n%s", what, p, got, want, rec.Body)
+			}
+		}
+		if redacted := strings.Join(ans.Redacted, ","); (redacted == "remote,principal,close_error") != !want {
+			t.Errorf("%s: redacted %q", what, redacted)
+		}
+	}
+
+	f := newFixture(t, WithConnections(connz), WithToken(testToken))
+	shows(t, "no token", f.getAs(t, "/connections?state=closed", ""), false)
+	shows(t, "the token", f.getAs(t, "/connections?state=closed", "Bearer "+testToken), true)
+	shows(t, "the token, filtered", f.getAs(t, "/connections?state=closed&principal=alice", "Bearer "+testToken), true)
+	for _, q := range []string{"principal=alice", "remote=10.1.2.3", "principal=User:"} {
+		if rec := f.getAs(t, "/connections?state=closed&"+q, ""); rec.Code != http.StatusUnauthorized || strings.Contains(rec.Body.String(), "10.1.2.3:") {
+			t.Errorf("filter %s without the token: %d %s, want 401", q, rec.Code, rec.Body)
+		}
+	}
+	if rec := f.getAs(t, "/connections?state=closed", "Bearer wrong"); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d %s, want 401", rec.Code, rec.Body)
+	}
+
+	pub := newFixture(t, WithConnections(connz), WithToken(testToken), WithPublicRead(true))
+	shows(t, "admin_public_read", pub.getAs(t, "/connections?state=closed", ""), true)
+	open := newFixture(t, WithConnections(connz))
+	shows(t, "no token configured", open.getAs(t, "/connections?state=closed&principal=alice", ""), true)
 }

@@ -31,8 +31,10 @@ type SwitchFunc func(ctx context.Context, req routing.Request) (routing.State, e
 func WithSwitch(f SwitchFunc) Option { return func(c *config) { c.switchFn = f } }
 
 // WithToken requires "Authorization: Bearer <token>" on the endpoints that
-// change something (POST /switchover). Empty: they are open, which the
-// caller allows only on a loopback address.
+// change something (POST /switchover), and to see the principals, client
+// addresses and close errors of GET /connections (WithPublicRead aside).
+// Empty: all of it is open, which the caller allows only on a loopback
+// address.
 func WithToken(token string) Option { return func(c *config) { c.token = token } }
 
 // WithTLS serves the API over TLS with cfg. When cfg verifies client
@@ -146,14 +148,16 @@ func (s *Server) HandleMutating(method, path string, h http.Handler) {
 }
 
 // authorize lets a request through when no token is configured or it
-// carries the token; otherwise 401, and h never runs.
+// carries the token (or a verified client certificate); otherwise 401, or
+// 429 from an address that sent too many wrong tokens, and h never runs.
 func (s *Server) authorize(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.token != "" && !s.hasToken(r) && !hasVerifiedCert(r) {
-			s.cfg.log.Warn("admin request without a valid token refused",
-				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
-			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: ReasonUnauthorized, Message: "this endpoint needs the admin token: Authorization: Bearer <token>"})
+		cred, ok := s.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if cred != credFull {
+			s.refuseToken(w, r, authNoToken, 0, "")
 			return
 		}
 		h.ServeHTTP(w, r)

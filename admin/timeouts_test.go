@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // serveTCP serves f's admin API on a loopback listener (wrapped by wrap,
@@ -130,5 +134,86 @@ func TestStatusReportsFDs(t *testing.T) {
 	p := st.Process
 	if p.FDLimit != lim.Cur || p.FDLimitHard != lim.Max || p.FDsOpen == nil || *p.FDsOpen < 3 || uint64(*p.FDsOpen) > lim.Cur {
 		t.Fatalf("process %+v (open %v), want limit %d/%d and a plausible open count", p, p.FDsOpen, lim.Cur, lim.Max)
+	}
+}
+
+// The admin API holds at most WithMaxConnections connections, in all and
+// from one address: one more is closed as soon as it is accepted, counted
+// by the bound and logged once per bound, while those open are served;
+// once one leaves, a new one is served.
+func TestMaxConnections(t *testing.T) {
+	const maxConns, perIP = 5, 2
+	core, logs := observer.New(zapcore.WarnLevel)
+	f := newFixture(t, WithMaxConnections(maxConns, perIP), WithLogger(zap.New(core)))
+	addr := serveTCP(t, f, nil)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// Each from its own loopback address (Linux routes 127.0.0.0/8 to lo).
+	dial := func(from string) (net.Conn, *bufio.Reader) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	closed := func(from string) {
+		c, br := dial(from)
+		defer c.Close()
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
+		if b, err := br.ReadByte(); err == nil {
+			t.Fatalf("a connection from %s over a bound read %q, want it closed", from, b)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("a connection from %s over a bound left open", from)
+		}
+	}
+	hold := func(from ...string) { // served and kept alive
+		for _, from := range from {
+			c, br := dial(from)
+			held = append(held, c)
+			if code := getOn(t, c, br, "/healthz"); code != 200 {
+				t.Fatalf("/healthz from %s = %d", from, code)
+			}
+		}
+	}
+	start := time.Now()
+	hold("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2")
+	for range 3 {
+		closed("127.0.0.1") // over its address's bound
+	}
+	hold("127.0.0.3")
+	for range 5 {
+		closed("127.0.0.4") // over the bound in all
+	}
+	metricsHas(t, f, `ferry_admin_connections_refused_total{reason="max_connections_per_ip"} 3`,
+		`ferry_admin_connections_refused_total{reason="max_connections"} 5`)
+	if n, most := logs.FilterMessage("admin API connection closed: too many open").Len(), sampledLines(2, start); n < 2 || n > most {
+		t.Errorf("%d log lines for 8 refused connections, want 2 to %d (one per bound per interval)", n, most)
+	}
+	// Those open are still served.
+	if code := getOn(t, held[0], bufio.NewReader(held[0]), "/healthz"); code != 200 {
+		t.Fatalf("/healthz on a connection held = %d", code)
+	}
+	// One leaves: a new connection is served once the server has seen it go.
+	held[0].Close()
+	held = held[1:]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, br := dial("127.0.0.4")
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		c.Close()
+		if err == nil && resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served after one of %d left: %v", maxConns, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

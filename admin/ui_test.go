@@ -205,3 +205,51 @@ func runChromium(t *testing.T, chromium, url string, flags ...string) string {
 	}
 	return string(out)
 }
+
+// With a token set, the status page loaded without it shows the busiest
+// connections without their remote addresses and says why; with
+// admin_public_read it shows them.
+func TestUIChromiumRedacted(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium): %v", err)
+		}
+		t.Skipf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium; with CI=true this fails): %v", err)
+	}
+	p, kafkaAddr := startProxy(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ClientID("redact-svc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connections := regexp.MustCompile(`(?s)<table id="connections">.*?</table>`)
+	for _, tc := range []struct {
+		name   string
+		public bool
+	}{{"a token set", false}, {"admin_public_read", true}} {
+		f := newFixture(t, WithConnections(p.Connz), WithToken(testToken), WithPublicRead(tc.public))
+		f.started.Store(true)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go f.srv.Serve(ln)
+		t.Cleanup(func() { f.srv.Close() })
+		dom := runChromium(t, chromium, "http://"+ln.Addr().String()+"/", "--dump-dom")
+		table := connections.FindString(dom)
+		if !strings.Contains(table, "redact-svc") || !strings.Contains(dom, `id="token"`) {
+			t.Fatalf("%s: the page shows no connection of redact-svc, or no token field:\n%s", tc.name, dom)
+		}
+		hidden := strings.Contains(dom, "remote addresses hidden: enter the admin token above")
+		shown := strings.Contains(table, "<td>127.0.0.1:")
+		if hidden == tc.public || shown != tc.public {
+			t.Errorf("%s: hidden said %v, remote shown %v:\n%s", tc.name, hidden, shown, dom)
+		}
+	}
+}

@@ -46,3 +46,15 @@ func (l *logSampler) allow(key string) (suppressed int, ok bool) {
 	st.next = now.Add(l.every)
 	return suppressed, true
 }
+
+// LogSampler is the same sampler for other packages: the admin API samples
+// its refused tokens and connections with it.
+type LogSampler = logSampler
+
+// NewLogSampler returns a sampler writing at most one line per key per
+// interval every.
+func NewLogSampler(every time.Duration) *LogSampler { return newLogSampler(every) }
+
+// Allow reports whether a line about key may be written now and, when it
+// may, how many lines about key were suppressed since the last one.
+func (l *logSampler) Allow(key string) (suppressed int, ok bool) { return l.allow(key) }

@@ -6,6 +6,9 @@ const REFRESH_MS = 2000;
 // Lag below both of these is "small" on the mirror grid.
 const SMALL_LAG_RECORDS = 1000;
 const SMALL_LAG_SECONDS = 10;
+// The admin token, once typed in, is kept for this tab only: with a token
+// configured, the connections' remote addresses need it.
+const TOKEN_KEY = "ferry-admin-token";
 
 // el builds an element: attrs are set as properties (className, title, …),
 // children are nodes or strings (added as text nodes).
@@ -167,8 +170,14 @@ function renderConnections(cz) {
     fillRows("connections", [], "not reported");
     return;
   }
+  if (cz.error) {
+    $("connections-summary").textContent = cz.error;
+    fillRows("connections", [], "the admin token was refused");
+    return;
+  }
   $("connections-summary").textContent = cz.open + " open" +
-    (cz.connections.length ? "; the " + cz.connections.length + " sending the most bytes:" : "");
+    (cz.connections.length ? "; the " + cz.connections.length + " sending the most bytes:" : "") +
+    (cz.redacted ? " (remote addresses hidden: enter the admin token above)" : "");
   fillRows("connections", cz.connections.map(c => el("tr", {},
     td(c.client_id), td([c.software_name, c.software_version].filter(Boolean).join(" ")), td(c.remote),
     td(c.lane, "num"), td(c.cluster), td(bytes(c.bytes_in), "num"), td(bytes(c.bytes_out), "num"),
@@ -177,20 +186,38 @@ function renderConnections(cz) {
 }
 
 async function getJSON(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const r = await fetch(path, { cache: "no-store", headers: token ? { Authorization: "Bearer " + token } : {} });
   if (!r.ok) {
-    const err = new Error(path + ": " + r.status);
+    let msg = "";
+    try { msg = (await r.json()).message || ""; } catch (e) { /* not JSON */ }
+    const err = new Error(path + ": " + r.status + (msg ? " " + msg : ""));
     err.status = r.status;
     throw err;
   }
   return r.json();
 }
 
+$("token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+$("token").addEventListener("change", e => {
+  const v = e.target.value.trim();
+  if (v) sessionStorage.setItem(TOKEN_KEY, v); else sessionStorage.removeItem(TOKEN_KEY);
+});
+
 async function refresh() {
   try {
     const [st, cz] = await Promise.all([
       getJSON("status"),
-      getJSON("connections?sort=bytes_out&limit=10").catch(e => { if (e.status === 404) return null; throw e; }),
+      getJSON("connections?sort=bytes_out&limit=10").catch(e => {
+        if (e.status === 404) return null;
+        if (e.status === 401 && sessionStorage.getItem(TOKEN_KEY)) {
+          // Refused: stop sending it (each try counts against this address).
+          sessionStorage.removeItem(TOKEN_KEY);
+          $("token").value = "";
+        }
+        if (e.status === 401 || e.status === 429) return { error: e.message }; // the rest still shows
+        throw e;
+      }),
     ]);
     renderHeader(st);
     renderRouting(st);

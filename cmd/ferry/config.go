@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
@@ -70,6 +71,19 @@ type Config struct {
 	// and such a certificate stands for the admin token on the endpoints
 	// that change something (with request, a verified one does).
 	AdminTLS *ListenerTLSConfig `yaml:"admin_tls"`
+	// AdminMaxConnections bounds the admin API's open connections; one
+	// over it is closed as soon as it is accepted. At start it must be at
+	// most a quarter of the file descriptor limit, so that the admin port
+	// cannot take the descriptors the Kafka listeners need. Default 64.
+	AdminMaxConnections int `yaml:"admin_max_connections"`
+	// AdminMaxConnectionsPerIP bounds those from one source address, so
+	// that one client cannot take them all from the probes and scrapers.
+	// Default 16.
+	AdminMaxConnectionsPerIP int `yaml:"admin_max_connections_per_ip"`
+	// AdminPublicRead shows the client connections' principals, addresses
+	// and close errors (GET /connections) without the admin token too.
+	// Without it, once a token is set, they need the token. Default false.
+	AdminPublicRead bool `yaml:"admin_public_read"`
 	// adminToken is the token in force (resolveAdminToken).
 	adminToken string
 	// Clusters are the physical Kafka clusters behind Ferry: one, or two
@@ -563,6 +577,12 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.AdminListen == "" {
 		c.AdminListen = defaultAdminListen
 	}
+	if c.AdminMaxConnections == 0 {
+		c.AdminMaxConnections = admin.DefaultMaxConnections
+	}
+	if c.AdminMaxConnectionsPerIP == 0 {
+		c.AdminMaxConnectionsPerIP = admin.DefaultMaxConnectionsPerIP
+	}
 	if c.Active == "" && len(c.Clusters) > 0 {
 		c.Active = c.Clusters[0].Name
 	}
@@ -692,6 +712,12 @@ func (c *Config) validate() error {
 		(c.AdminTLS == nil || c.AdminTLS.ClientAuth != proxy.ClientAuthRequire) {
 		bad("admin_listen %q: other machines can reach the admin API and no admin token is set, so anyone reaching it could switch the active cluster; "+
 			"set admin_token_file (or the FERRY_ADMIN_TOKEN environment variable), require client certificates (admin_tls.client_auth: require), bind admin_listen to 127.0.0.1, or set admin_open: true to accept an open admin API", c.AdminListen)
+	}
+	if c.AdminMaxConnections < 1 {
+		bad("admin_max_connections %d: must be 1 or more", c.AdminMaxConnections)
+	}
+	if c.AdminMaxConnectionsPerIP < 1 {
+		bad("admin_max_connections_per_ip %d: must be 1 or more", c.AdminMaxConnectionsPerIP)
 	}
 	if c.AdvertisedHost == "" {
 		bad("advertised_host is required: the host clients connect to")

@@ -46,14 +46,16 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatalf("the example in docs/ does not validate: %v", err)
 	}
 	want := &Config{
-		ClusterID:      "ferry-prod",
-		NodeID:         0,
-		Listen:         "0.0.0.0:9092",
-		AdvertisedHost: "ferry-0.example.internal",
-		AdvertisedPort: 9092,
-		Lanes:          3,
-		AdminListen:    "0.0.0.0:9644",
-		AdminTokenFile: "/etc/ferry/admin-token",
+		ClusterID:                "ferry-prod",
+		NodeID:                   0,
+		Listen:                   "0.0.0.0:9092",
+		AdvertisedHost:           "ferry-0.example.internal",
+		AdvertisedPort:           9092,
+		Lanes:                    3,
+		AdminListen:              "0.0.0.0:9644",
+		AdminMaxConnections:      64,
+		AdminMaxConnectionsPerIP: 16,
+		AdminTokenFile:           "/etc/ferry/admin-token",
 		Clusters: []ClusterConfig{
 			{Name: "primary", Bootstrap: []string{"kafka-a-1:9093", "kafka-a-2:9093", "kafka-a-3:9093"},
 				TLS:  &clusterauth.TLS{Enabled: true, CAFile: "/etc/ferry/tls/kafka-a-ca.crt", MinVersion: "1.2"},
@@ -116,6 +118,9 @@ func TestConfigDefaults(t *testing.T) {
 		!*c.ConnectionStats || *c.ClientMetricsLimit != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
+	if c.AdminMaxConnections != 64 || c.AdminMaxConnectionsPerIP != 16 || c.AdminPublicRead {
+		t.Fatalf("admin_max_connections %d, per IP %d, admin_public_read %v; want 64, 16 and false", c.AdminMaxConnections, c.AdminMaxConnectionsPerIP, c.AdminPublicRead)
+	}
 	if c.BufferBudget != 512<<20 || c.BufferBudgetPerConnection != 128<<20 {
 		t.Fatalf("buffer budgets %d and %d per connection, want 512 MiB and 128 MiB", c.BufferBudget, c.BufferBudgetPerConnection)
 	}
@@ -169,6 +174,8 @@ func TestConfigErrors(t *testing.T) {
 		{"process budget below a connection's", minimal + "buffer_budget: 67108864\n", []string{"buffer_budget 67108864: must be at least buffer_budget_per_connection (134217728)"}},
 		{"budget not a number", minimal + "buffer_budget: 512MiB\n", []string{"line 7", "into a number"}},
 		{"no upstream connections", minimal + "upstream_max_connections_per_broker: -1\n", []string{"upstream_max_connections_per_broker -1: must be 1 or more"}},
+		{"no admin connections", minimal + "admin_max_connections: -1\n", []string{"admin_max_connections -1: must be 1 or more"}},
+		{"no admin connections per IP", minimal + "admin_max_connections_per_ip: -2\n", []string{"admin_max_connections_per_ip -2: must be 1 or more"}},
 		{"negative idle connections", minimal + "upstream_idle_connections_per_broker: -1\n", []string{"upstream_idle_connections_per_broker -1: must be 0 or more"}},
 		{"negative client metrics limit", minimal + "client_metrics_limit: -1\n", []string{"client_metrics_limit -1: must be 0 or more"}},
 		{"short refresh", minimal + "metadata_refresh_interval: 10ms\n", []string{"metadata_refresh_interval 10ms: must be at least 1s"}},

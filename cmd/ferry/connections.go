@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -29,6 +30,7 @@ type connectionsFlags struct {
 	clientID, software, remote string
 	principal                  string
 	watch, json                bool
+	tokenFile                  string
 }
 
 func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, error) {
@@ -45,8 +47,9 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	fs.StringVar(&f.principal, "principal", "", "only connections whose principal (User:NAME) contains `TEXT`")
 	fs.BoolVar(&f.watch, "watch", false, "redraw every 2 s until interrupted")
 	fs.BoolVar(&f.json, "json", false, "print /connections as the member answers it (JSON)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token, which remote addresses, principals and close errors need (default: $"+adminTokenEnv+")")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json]")
+		fmt.Fprintln(stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json] [--token-file F]")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, "connections", args); err != nil {
@@ -77,8 +80,12 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if len(q) > 0 {
 		endpoint += "?" + q.Encode()
 	}
+	token, err := cliToken(f.tokenFile)
+	if err != nil {
+		return usageError{err}
+	}
 	for {
-		if err := printConnectionsOnce(ctx, f, endpoint, stdout); err != nil {
+		if err := printConnectionsOnce(ctx, f, endpoint, token, stdout); err != nil {
 			if f.watch && ctx.Err() != nil {
 				return nil // interrupted mid-request
 			}
@@ -95,19 +102,22 @@ func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 }
 
-func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint string, stdout io.Writer) error {
-	var cz proxy.Connz
+func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint, token string, stdout io.Writer) error {
+	var ans admin.ConnectionsAnswer
 	hc, err := f.client(connectionsTimeout)
 	if err != nil {
 		return err
 	}
-	if printed, err := getAdmin(ctx, "connections", endpoint, hc, f.json, stdout, &cz); err != nil || printed {
+	if printed, err := getAdmin(ctx, "connections", endpoint, token, hc, f.json, stdout, &ans); err != nil || printed {
 		return err
 	}
 	if f.watch {
 		fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home and clear, as top redraws
 	}
-	printConnections(stdout, &cz)
+	printConnections(stdout, &ans.Connz)
+	if len(ans.Redacted) > 0 {
+		fmt.Fprintf(stdout, "\n%s hidden: give the admin token with --token-file FILE or $%s\n", strings.Join(ans.Redacted, ", "), adminTokenEnv)
+	}
 	return nil
 }
 
@@ -143,7 +153,7 @@ func printConnections(w io.Writer, cz *proxy.Connz) {
 			lane = strconv.Itoa(c.Lane)
 		}
 		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s",
-			c.ID, c.Remote, lane, dash(c.Cluster), dash(c.ClientID), dash(software), dash(c.Principal),
+			c.ID, dash(c.Remote), lane, dash(c.Cluster), dash(c.ClientID), dash(software), dash(c.Principal),
 			age(end.Sub(c.ConnectedAt)), age(time.Duration(c.IdleSeconds*float64(time.Second))),
 			humanBytes(c.BytesIn), humanBytes(c.BytesOut), c.RequestsTotal, c.ErrorsTotal, c.InFlight,
 			latency(c.LatencyP50Ms, c.LatencySamples), latency(c.LatencyP99Ms, c.LatencySamples))

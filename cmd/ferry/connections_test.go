@@ -27,6 +27,7 @@ func testConnz() *proxy.Connz {
 // ferry connections prints a member's connections as a table, passing the
 // sort, limit and filters on; --json prints what the member answered.
 func TestCLIConnections(t *testing.T) {
+	t.Setenv(adminTokenEnv, testAdminToken) // the member has a token: principals and addresses need it
 	a := newCLIAdmin(t)
 	a.connz = testConnz()
 	code, out, errs := runCLI(t, "connections", "--admin", a.addr(), "--sort", "bytes_out", "--limit", "10", "--state", "all", "--client-id", "svc")
@@ -64,6 +65,33 @@ func TestCLIConnections(t *testing.T) {
 	a.mu.Unlock()
 	if code, out, _ = runCLI(t, "connections", "--admin", a.addr()); code != 0 || !strings.Contains(out, "no connections") {
 		t.Errorf("no connections: exit %d, %q", code, out)
+	}
+}
+
+// Without the admin token of a member that has one, ferry connections
+// shows the connections without their addresses and principals, and says
+// how to see them; with --token-file it shows them; filtering on them
+// without the token is refused with the same hint.
+func TestCLIConnectionsWithoutToken(t *testing.T) {
+	t.Setenv(adminTokenEnv, "")
+	a := newCLIAdmin(t)
+	a.connz = testConnz()
+	code, out, errs := runCLI(t, "connections", "--admin", a.addr(), "--state", "all")
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	if !containsRow(out, []string{"7", "-", "1", "primary", "orders-svc", "kgo/v1.22.3", "-", "1m30s", "0s", "2.0KiB", "5.0MiB", "42", "1", "2", "500µs", "12.2ms", "-"}) ||
+		strings.Contains(out, "10.0.0.7") || strings.Contains(out, "User:orders") ||
+		!strings.Contains(out, "remote, principal, close_error hidden: give the admin token with --token-file FILE or $FERRY_ADMIN_TOKEN") {
+		t.Fatalf("without the token:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "connections", "--admin", a.addr(), "--state", "all", "--token-file", tokenFile(t, testAdminToken))
+	if code != 0 || !strings.Contains(out, "10.0.0.7:51234") || !strings.Contains(out, "User:orders") || strings.Contains(out, "hidden") {
+		t.Fatalf("with --token-file: exit %d:\n%s", code, out)
+	}
+	code, _, errs = runCLI(t, "connections", "--admin", a.addr(), "--principal", "orders")
+	if code != 1 || !strings.Contains(errs, "401 unauthorized") || !strings.Contains(errs, "--token-file FILE or $FERRY_ADMIN_TOKEN") {
+		t.Fatalf("--principal without the token: exit %d, stderr %q", code, errs)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -11,15 +12,15 @@ import (
 // connection it leases.
 const lowFDLimit = 4096
 
-// raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit and logs
-// the result. The Go runtime does the same on Linux before main, but not
+// raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit, logs the
+// result and returns the soft limit in force (0: unknown). The Go runtime does the same on Linux before main, but not
 // everywhere and not visibly; doing it here makes it certain and says in
 // the log what the process has to work with (/status reports it too).
-func raiseFDLimit(log *zap.Logger) {
+func raiseFDLimit(log *zap.Logger) uint64 {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot read the file descriptor limit", zap.Error(err))
-		return
+		return 0
 	}
 	if lim.Cur < lim.Max {
 		was := lim.Cur
@@ -32,7 +33,18 @@ func raiseFDLimit(log *zap.Logger) {
 	fields := []zap.Field{zap.Uint64("soft", lim.Cur), zap.Uint64("hard", lim.Max)}
 	if lim.Cur < lowFDLimit {
 		log.Warn("file descriptor limit is low: each client and upstream connection takes one; raise it (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=)", fields...)
-		return
+		return lim.Cur
 	}
 	log.Info("file descriptor limit", fields...)
+	return lim.Cur
+}
+
+// checkAdminConnections refuses an admin_max_connections above a quarter of
+// the descriptor limit fds: the admin port must never be able to take the
+// descriptors the Kafka listeners need.
+func checkAdminConnections(maxConns int, fds uint64) error {
+	if fds == 0 || uint64(maxConns) <= fds/4 {
+		return nil
+	}
+	return fmt.Errorf("admin_max_connections %d is more than a quarter of the file descriptor limit (%d): admin API connections could take the descriptors the Kafka listeners need; lower admin_max_connections or raise the limit (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=)", maxConns, fds)
 }

@@ -248,6 +248,8 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithRegisterer(n.reg),
 		admin.WithSwitch(n.switchover),
 		admin.WithToken(cfg.adminToken),
+		admin.WithPublicRead(cfg.AdminPublicRead),
+		admin.WithMaxConnections(cfg.AdminMaxConnections, cfg.AdminMaxConnectionsPerIP),
 		admin.WithStarted(n.started.Load),
 		admin.WithMirror(n.mirrorInfo),
 		admin.WithConnections(n.proxy.Connz),

@@ -163,7 +163,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}()
 	log.Info("starting ferry", zap.String("version", version()), zap.String("config", f.config),
 		zap.String("cluster_id", cfg.ClusterID), zap.Int32("node_id", cfg.NodeID))
-	raiseFDLimit(log)
+	if err := checkAdminConnections(cfg.AdminMaxConnections, raiseFDLimit(log)); err != nil {
+		return usageError{fmt.Errorf("%s: %w", f.config, err)}
+	}
 
 	n, err := newNode(cfg, log)
 	if err != nil {

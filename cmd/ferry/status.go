@@ -50,7 +50,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if printed, err := getAdmin(ctx, "status", f.url("/status"), hc, f.json, stdout, &st); err != nil || printed {
+	if printed, err := getAdmin(ctx, "status", f.url("/status"), "", hc, f.json, stdout, &st); err != nil || printed {
 		return err
 	}
 	printStatus(stdout, &st)

@@ -145,15 +145,18 @@ func callAdmin(ctx context.Context, cmd, method, endpoint string, body []byte, t
 	return resp, raw, nil
 }
 
-// getAdmin GETs a read-only admin endpoint for command cmd. With asJSON the
-// answer goes to stdout as the member gave it and printed is true;
-// otherwise it is decoded into v.
-func getAdmin(ctx context.Context, cmd, endpoint string, hc *http.Client, asJSON bool, stdout io.Writer, v any) (printed bool, err error) {
-	resp, raw, err := callAdmin(ctx, cmd, http.MethodGet, endpoint, nil, "", hc)
+// getAdmin GETs a read-only admin endpoint for command cmd, with the token
+// when not empty. With asJSON the answer goes to stdout as the member gave
+// it and printed is true; otherwise it is decoded into v.
+func getAdmin(ctx context.Context, cmd, endpoint, token string, hc *http.Client, asJSON bool, stdout io.Writer, v any) (printed bool, err error) {
+	resp, raw, err := callAdmin(ctx, cmd, http.MethodGet, endpoint, nil, token, hc)
 	if err != nil {
 		return false, err
 	}
 	if resp.StatusCode != http.StatusOK {
+		if e := refusal(cmd, resp, raw); resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
+			return false, e
+		}
 		return false, fmt.Errorf("%s: %s answered %s: %s", cmd, endpoint, resp.Status, truncate(raw))
 	}
 	if asJSON {

@@ -9,7 +9,8 @@ Commands:
                         (--admin HOST:PORT, --forced, --timeout D, --token-file F)
   status                print a running member's status (--admin HOST:PORT, --json)
   connections           list a running member's client connections, like top
-                        (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json)
+                        (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json,
+                        --token-file F)
   mirror restart        restart halted mirror partitions of a running member
                         (--admin HOST:PORT, --halted | --topic T [--partition N],
                         --json, --token-file F)

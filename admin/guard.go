@@ -1,0 +1,184 @@
+package admin
+
+import (
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+)
+
+// Token guessing is limited per source address: DefaultTokenFailureBurst
+// wrong tokens, then that many per DefaultTokenFailureInterval. An address out of
+// allowance has every request that carries a token answered 429, the right
+// token too (otherwise the limit would not slow a guesser down); its
+// requests without a token (/metrics, probes) and every other address are
+// unaffected.
+const (
+	DefaultTokenFailureBurst    = 10
+	DefaultTokenFailureInterval = time.Minute
+)
+
+// Reasons of ferry_admin_auth_failures_total, besides ReasonRateLimited.
+const (
+	authNoToken      = "no_token"      // an endpoint that needs the token, asked without one
+	authInvalidToken = "invalid_token" // a token that is not the admin token
+)
+
+// ReasonRateLimited is the error of a 429 answer, and the reason it is
+// counted under: a token from an address out of allowance, not compared.
+const ReasonRateLimited = "rate_limited"
+
+// refusalLogInterval: at most one line per reason per interval about
+// refused tokens and connections; the metrics count every one.
+const refusalLogInterval = 10 * time.Second
+
+// tokenGuardMax bounds the addresses tracked: beyond it, those whose
+// allowance has refilled are forgotten, or else any one.
+const tokenGuardMax = 10_000
+
+// WithTokenFailureLimit sets the per-address allowance of wrong tokens:
+// burst, then burst per interval (default DefaultTokenFailureBurst per
+// DefaultTokenFailureInterval).
+func WithTokenFailureLimit(burst int, interval time.Duration) Option {
+	return func(c *config) { c.tokenBurst, c.tokenInterval = burst, interval }
+}
+
+// tokenGuard is a token bucket of wrong admin tokens per source address.
+type tokenGuard struct {
+	limit rate.Limit
+	burst int
+	now   func() time.Time
+
+	mu   sync.Mutex
+	byIP map[string]*rate.Limiter
+}
+
+func newTokenGuard(burst int, interval time.Duration) *tokenGuard {
+	return &tokenGuard{limit: rate.Limit(float64(burst) / interval.Seconds()), burst: burst, now: time.Now, byIP: map[string]*rate.Limiter{}}
+}
+
+// take spends one of ip's allowance before its token is compared, so that
+// requests sent at once cannot all be compared on one remaining unit. When
+// none is left it spends nothing and returns how long to wait; otherwise
+// giveBack returns the unit, for a token that was right.
+func (g *tokenGuard) take(ip string) (giveBack func(), wait time.Duration) {
+	now := g.now()
+	g.mu.Lock()
+	l := g.byIP[ip]
+	if l == nil {
+		if len(g.byIP) >= tokenGuardMax {
+			g.prune(now)
+		}
+		l = rate.NewLimiter(g.limit, g.burst)
+		g.byIP[ip] = l
+	}
+	g.mu.Unlock()
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return nil, d
+	}
+	return func() { r.CancelAt(now) }, 0
+}
+
+// prune forgets the addresses whose allowance is full again, and one more
+// if none is; g.mu is held.
+func (g *tokenGuard) prune(now time.Time) {
+	var last string
+	for ip, l := range g.byIP {
+		if l.TokensAt(now) >= float64(g.burst) {
+			delete(g.byIP, ip)
+			continue
+		}
+		last = ip
+	}
+	if len(g.byIP) >= tokenGuardMax {
+		delete(g.byIP, last)
+	}
+}
+
+// remoteIP is the source a request's remote address counts against.
+func remoteIP(r *http.Request) string { return sourceOf(r.RemoteAddr) }
+
+// sourceOf is the source an address (host:port) counts against in the
+// per-address bounds: its IP, or for IPv6 its /64, which one host usually
+// holds whole (counting each address would let it spread over 2^64).
+func sourceOf(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	if ip.Is6() && !ip.Is4In6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.Unmap().String()
+}
+
+// credential is what a request proved.
+type credential int
+
+const (
+	credNone credential = iota // no token (nor certificate) given
+	credFull                   // the token, a verified client certificate, or no token configured
+)
+
+// authenticate checks a request's credential. A wrong token, or any token
+// from an address out of allowance, is answered here (401, 429) and ok is
+// false; otherwise the caller decides what credNone may do.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (cred credential, ok bool) {
+	if s.cfg.token == "" || hasVerifiedCert(r) {
+		return credFull, true
+	}
+	if r.Header.Get("Authorization") == "" {
+		return credNone, true
+	}
+	giveBack, wait := s.tokens.take(remoteIP(r))
+	if wait > 0 {
+		s.refuseToken(w, r, ReasonRateLimited, wait, "")
+		return credNone, false
+	}
+	if s.hasToken(r) {
+		giveBack()
+		return credFull, true
+	}
+	s.refuseToken(w, r, authInvalidToken, 0, "")
+	return credNone, false
+}
+
+// refuseToken counts, logs (sampled) and answers a refused request: 429
+// with Retry-After for rate_limited, else 401 with msg (empty: the
+// reason's own).
+func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, reason string, retry time.Duration, msg string) {
+	s.authFailures.WithLabelValues(reason).Inc()
+	if n, ok := s.refusalLogs.Allow("token:" + reason); ok {
+		s.cfg.log.Warn("admin request refused", zap.String("reason", reason), zap.String("method", r.Method),
+			zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Int("not_logged_since_last", n))
+	}
+	if reason == ReasonRateLimited {
+		secs := int(math.Ceil(retry.Seconds()))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeJSON(w, http.StatusTooManyRequests, ErrorBody{Error: ReasonRateLimited,
+			Message: "too many wrong admin tokens from " + remoteIP(r) + ": retry in " + strconv.Itoa(secs) + "s"})
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="ferry"`)
+	switch {
+	case msg != "":
+	case reason == authInvalidToken:
+		msg = "the admin token is not valid"
+	default:
+		msg = "this endpoint needs the admin token: Authorization: Bearer <token>"
+	}
+	writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: ReasonUnauthorized, Message: msg})
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ferry-gw/ferry/conformance/testpki"
+)
+
+// TestServeConnectionsPersonalData: `ferry serve` with SASL and an admin
+// token. After a failed login as a user that does not exist and a good one
+// as svc, GET /connections without the token shows neither the principal,
+// nor the client addresses, nor the name the failed login tried, and
+// refuses the principal filter; with the token (the API, and `ferry
+// connections` with FERRY_ADMIN_TOKEN) it shows them.
+func TestServeConnectionsPersonalData(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("personal-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.LeafOptions{CommonName: "ferry", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.WriteFiles(dir, "ferry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "users.yaml")
+	add := ferryCmd(t, "users", "add", "--store", store, "--user", "svc")
+	add.Stdin = strings.NewReader("svc-password\n")
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ferry users add: %v\n%s", err, out)
+	}
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	const token = "personal-data-token"
+	p := startFerry(t, "serve", "--config", writeConfig(t, fmt.Sprintf(`
+cluster_id: ferry-personal-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+admin_token_file: %s
+clusters: [{name: main, bootstrap: [%s]}]
+tls: {cert_file: %s, key_file: %s}
+sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
+`, tokenFile(t, token), strings.Join(kf.ListenAddrs(), ", "), certFile, keyFile, store)))
+	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
+	addr := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)[1]
+	tlsCfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	unknown := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "mallory", Pass: "guess"}.AsSha512Mechanism()))
+	if err := unknown.Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		t.Fatalf("an unknown user: %v", err)
+	}
+	cl := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "svc-password"}.AsSha512Mechanism()))
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	get := func(path, auth string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, "http://"+adminAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	// The failed login is among the closed connections once retired.
+	deadline := time.Now().Add(30 * time.Second)
+	var withToken string
+	for {
+		_, withToken = get("/connections?state=all", token)
+		if strings.Contains(withToken, `"close_reason": "auth_failed"`) && strings.Contains(withToken, `"principal": "User:svc"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/connections with the token shows no failed login and no User:svc:\n%s", withToken)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(withToken, `"remote": "127.0.0.1:`) {
+		t.Errorf("/connections with the token shows no client address:\n%s", withToken)
+	}
+	code, body := get("/connections?state=all", "")
+	if code != http.StatusOK || !strings.Contains(body, `"close_reason": "auth_failed"`) {
+		t.Fatalf("/connections without the token: %d\n%s", code, body)
+	}
+	for _, personal := range []string{"User:svc", "svc", "mallory", "127.0.0.1:"} {
+		if strings.Contains(body, personal) {
+			t.Errorf("/connections without the token shows %q:\n%s", personal, body)
+		}
+	}
+	if !strings.Contains(body, `"redacted": [`) {
+		t.Errorf("/connections without the token does not say what it hid:\n%s", body)
+	}
+	if code, body := get("/connections?state=all&principal=svc", ""); code != http.StatusUnauthorized {
+		t.Errorf("the principal filter without the token: %d %s, want 401", code, body)
+	}
+
+	// The CLI, with the token from the environment, shows them.
+	t.Setenv(adminTokenEnv, token)
+	code, out, errs := runCLI(t, "connections", "--admin", adminAddr, "--principal", "svc")
+	if code != 0 || !strings.Contains(out, "User:svc") || !strings.Contains(out, "127.0.0.1:") || strings.Contains(out, "hidden") {
+		t.Errorf("ferry connections with the token: exit %d, stderr %q:\n%s", code, errs, out)
+	}
+	p.stop(t, 15*time.Second)
+}

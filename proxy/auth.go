@@ -63,6 +63,8 @@ type ClientSASL struct {
 	// FailedDelay delays the answer to a failed authentication (default
 	// 100ms, as Kafka's connection.failed.authentication.delay.ms).
 	FailedDelay time.Duration
+	// PreAuth bounds connections until they authenticate (preauth.go).
+	PreAuth PreAuthLimits
 }
 
 // Defaults of ClientSASL.

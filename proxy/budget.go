@@ -18,12 +18,20 @@ package proxy
 // the budget while it is slow, and refusing it would leave the writer, and
 // so the budget, stuck forever.
 //
+// A connection that has not authenticated yet, on a listener with SASL, is
+// charged to its own count only, never to the process's: it is read while
+// it holds less than the pre-authentication frame bound (preauth.go), so
+// anybody who can reach the port cannot take what authenticated clients
+// need.
+//
 // The charge travels with the buffer: admit records which connection a
 // frame buffer is charged to, and returning the buffer to its pool
 // (framePool.Put) releases it, wherever in the request's life that happens.
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -55,6 +63,9 @@ var charges = map[*bytebufferpool.ByteBuffer]charge{}
 type charge struct {
 	cm *connMem
 	n  int64
+	// shared: counted in the process's budget too (not before
+	// authentication).
+	shared bool
 }
 
 // memBudget is one process's (Server's) budget.
@@ -77,37 +88,59 @@ type connMem struct {
 	b      *memBudget
 	used   int64 // under memMu
 	closed bool  // under memMu
-	bufs   map[*bytebufferpool.ByteBuffer]struct{}
+	// preauth, while not 0, is the connection's own bound before it
+	// authenticates; its charges are not the process's (under memMu).
+	preauth int64
+	bufs    map[*bytebufferpool.ByteBuffer]struct{}
 }
 
-func (b *memBudget) conn() *connMem {
-	return &connMem{b: b, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+// conn is a new connection's share; preauth is its bound until it
+// authenticates (0: it needs no authentication).
+func (b *memBudget) conn(preauth int64) *connMem {
+	return &connMem{b: b, preauth: preauth, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+}
+
+// authenticated charges the connection's next frames to the process's
+// budget too.
+func (cm *connMem) authenticated() {
+	memMu.Lock()
+	cm.preauth = 0
+	memMu.Unlock()
 }
 
 // roomLocked reports whether the connection and the process are both under
-// their budgets.
+// their budgets; before authentication, whether the connection is under
+// its own bound.
 func (cm *connMem) roomLocked() bool {
+	if cm.preauth > 0 {
+		return cm.used < cm.preauth
+	}
 	return cm.used < cm.b.connLimit && cm.b.used < cm.b.limit
 }
 
 // chargeLocked charges buf's n bytes to the connection.
 func (cm *connMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
 	if old, ok := charges[buf]; ok { // a buffer charged twice: keep one
-		old.cm.dropLocked(buf, old.n)
+		old.cm.dropLocked(buf, old)
 	}
-	charges[buf] = charge{cm, n}
+	c := charge{cm: cm, n: n, shared: cm.preauth == 0}
+	charges[buf] = c
 	cm.bufs[buf] = struct{}{}
 	cm.used += n
-	cm.b.used += n
-	cm.b.gauge.Set(float64(cm.b.used))
+	if c.shared {
+		cm.b.used += n
+		cm.b.gauge.Set(float64(cm.b.used))
+	}
 }
 
-func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, n int64) {
+func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, c charge) {
 	delete(charges, buf)
 	delete(cm.bufs, buf)
-	cm.used -= n
-	cm.b.used -= n
-	cm.b.gauge.Set(float64(cm.b.used))
+	cm.used -= c.n
+	if c.shared {
+		cm.b.used -= c.n
+		cm.b.gauge.Set(float64(cm.b.used))
+	}
 	if cm.b.wake != nil {
 		close(cm.b.wake)
 		cm.b.wake = nil
@@ -204,7 +237,7 @@ func (cm *connMem) close() {
 	memMu.Lock()
 	defer memMu.Unlock()
 	for buf := range cm.bufs {
-		cm.dropLocked(buf, charges[buf].n)
+		cm.dropLocked(buf, charges[buf])
 	}
 	cm.closed = true
 	if cm.b.wake != nil { // its answers' readers read past them now
@@ -217,7 +250,7 @@ func (cm *connMem) close() {
 func releaseBuf(buf *bytebufferpool.ByteBuffer) {
 	memMu.Lock()
 	if c, ok := charges[buf]; ok {
-		c.cm.dropLocked(buf, c.n)
+		c.cm.dropLocked(buf, c)
 	}
 	memMu.Unlock()
 }
@@ -266,10 +299,18 @@ func (b *memBudget) wakeWaiters() {
 // readFrame reads a client's request frame into buf, charged to the
 // connection's budget: a client over budget waits between the frame's size
 // and its body. That wait is Ferry's, not the client's: the request read
-// timeout starts again after it.
+// timeout starts again after it. Before authentication a frame over the
+// pre-authentication bound is refused from its size (preauth.go).
 func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
-	n, err := protocol.ReadFrameSize(r, c.s.cfg.maxRequestSize)
+	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
+	if unauth {
+		limit = min(limit, int32(c.s.preauth.MaxReceiveSize))
+	}
+	n, err := protocol.ReadFrameSize(r, limit)
 	if err != nil {
+		if unauth && errors.Is(err, protocol.ErrFrameTooLarge) {
+			return fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
+		}
 		return err
 	}
 	waited, err := c.mem.admit(c.ctx, buf, n)

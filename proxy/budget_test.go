@@ -403,7 +403,7 @@ func TestBudgetRules(t *testing.T) {
 	b := newMemBudget(&config{connBufferBudget: 100, processBufferBudget: 150}, m)
 	held := func() float64 { return testutil.ToFloat64(m.buffered) }
 	ctx := context.Background()
-	c1, c2 := b.conn(), b.conn()
+	c1, c2 := b.conn(0), b.conn(0)
 	r1, r2, r3 := requestBufs.Get(), requestBufs.Get(), requestBufs.Get()
 
 	if _, err := c1.admit(ctx, r1, 90); err != nil {

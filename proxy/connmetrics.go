@@ -13,6 +13,9 @@ type connMetrics struct {
 	accept  map[string]prometheus.Counter
 	closed  map[string]prometheus.Counter
 	refused map[string]prometheus.Counter
+	// unauth is the connections open and not authenticated yet
+	// (preauth.go).
+	unauth prometheus.Gauge
 }
 
 func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
@@ -28,7 +31,12 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 			return nil, err
 		}
 	}
-	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}}
+	unauth, err := registerShared(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections_unauthenticated",
+		Help: "Client connections open that have not authenticated yet, on a listener with SASL."}))
+	if err != nil {
+		return nil, err
+	}
+	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}, unauth: unauth}
 	for _, r := range []string{refuseMaxConnections, refusePerIP, refuseUnauthPerIP} {
 		m.refused[r] = refused.WithLabelValues(r)
 	}

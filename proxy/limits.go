@@ -118,6 +118,7 @@ func (s *Server) admitConn(ip string) string {
 			return refuseUnauthPerIP
 		}
 		s.unauthByIP[ip]++
+		s.connMetrics.unauth.Inc()
 	}
 	s.connsByIP[ip]++
 	return ""

@@ -140,6 +140,7 @@ func (s *Server) leaveUnauthLocked(c *clientConn) {
 	if s.unauthByIP[c.ip]--; s.unauthByIP[c.ip] <= 0 {
 		delete(s.unauthByIP, c.ip)
 	}
+	s.connMetrics.unauth.Dec()
 }
 
 // refuseUnauthFrame counts and logs a frame refused before authentication

@@ -149,7 +149,7 @@ func TestAuthenticationTimeout(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "legit"))
 	sasl := e.sasl(MechanismPlain)
 	sasl.AllowPlainWithoutTLS = true
-	sasl.PreAuth.Timeout = 2 * time.Second
+	sasl.PreAuth.Timeout = 5 * time.Second
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl))
 
 	authed := rawConn(t, addr, nil)
@@ -210,6 +210,9 @@ func TestUnauthenticatedConnectionsPerIP(t *testing.T) {
 	if n := refusedConns(s, refuseUnauthPerIP); n != 1 {
 		t.Fatalf("%v connections refused as %s, want 1", n, refuseUnauthPerIP)
 	}
+	if n := testutil.ToFloat64(s.connMetrics.unauth); n != 3 {
+		t.Errorf("ferry_client_connections_unauthenticated %v, want 3", n)
+	}
 
 	plainLogin(t, open[0]) // no longer counts: room for one
 	apiVersions(rawConn(t, addr, nil))
@@ -217,6 +220,10 @@ func TestUnauthenticatedConnectionsPerIP(t *testing.T) {
 	expectClosed(t, over.nc)
 	if n := refusedConns(s, refuseUnauthPerIP); n != 2 {
 		t.Fatalf("%v connections refused as %s, want 2", n, refuseUnauthPerIP)
+	}
+
+	if n := testutil.ToFloat64(s.connMetrics.unauth); n != 3 {
+		t.Errorf("ferry_client_connections_unauthenticated %v, want 3 (one authenticated, one new)", n)
 	}
 
 	open[1].nc.Close() // gives its place back once Ferry sees it closed

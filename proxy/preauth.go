@@ -10,8 +10,8 @@ package proxy
 //     (unauthenticated_frame_too_large).
 //   - The frames it is allowed are charged to its own connection only,
 //     never to the process's buffer budget (ferry_buffered_bytes): it is
-//     read while it holds less than MaxReceiveSize, so it holds at most
-//     two such frames, and waits for its answers to be taken before more.
+//     read while it holds less than MaxReceiveSize, so it holds under
+//     twice that, and waits for its answers to be taken before more.
 //   - It must authenticate within Timeout of being accepted, or it is
 //     closed (authentication_timeout), whatever it is doing.
 //   - At most MaxPerIP connections from one source address may be

@@ -62,6 +62,7 @@ func sendFrameStart(t *testing.T, c *rawClient, size int) {
 // record to topic and reads it back, within a generous time.
 func produceAsAlice(t *testing.T, addr, topic string) {
 	t.Helper()
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cl := newClient(t, addr, scram512("alice", "alice-secret"), kgo.DefaultProduceTopic(topic), kgo.ConsumeTopics(topic),
@@ -76,6 +77,7 @@ func produceAsAlice(t *testing.T, addr, topic string) {
 	if fs.NumRecords() != 1 || string(fs.Records()[0].Value) != "legit" {
 		t.Fatalf("a legitimate client read %d records, want its one", fs.NumRecords())
 	}
+	t.Logf("a legitimate client logged in, produced and fetched in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestUnauthenticatedLargeFramesRefused is the attack of an

@@ -70,6 +70,8 @@ type ClientSASL struct {
 	// FailedDelay delays the answer to a failed authentication (default
 	// 100ms, as Kafka's connection.failed.authentication.delay.ms).
 	FailedDelay time.Duration
+	// PreAuth bounds connections until they authenticate (preauth.go).
+	PreAuth PreAuthLimits
 
 	// admitWait is loginAdmissionWait but in tests.
 	admitWait time.Duration

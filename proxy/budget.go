@@ -18,12 +18,20 @@ package proxy
 // the budget while it is slow, and refusing it would leave the writer, and
 // so the budget, stuck forever.
 //
+// A connection that has not authenticated yet, on a listener with SASL, is
+// charged to its own count only, never to the process's: it is read while
+// it holds less than the pre-authentication frame bound (preauth.go), so
+// anybody who can reach the port cannot take what authenticated clients
+// need.
+//
 // The charge travels with the buffer: admit records which connection a
 // frame buffer is charged to, and returning the buffer to its pool
 // (framePool.Put) releases it, wherever in the request's life that happens.
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -55,6 +63,9 @@ var charges = map[*bytebufferpool.ByteBuffer]charge{}
 type charge struct {
 	cm *connMem
 	n  int64
+	// shared: counted in the process's budget too (not before
+	// authentication).
+	shared bool
 }
 
 // memBudget is one process's (Server's) budget.
@@ -77,37 +88,59 @@ type connMem struct {
 	b      *memBudget
 	used   int64 // under memMu
 	closed bool  // under memMu
-	bufs   map[*bytebufferpool.ByteBuffer]struct{}
+	// preauth, while not 0, is the connection's own bound before it
+	// authenticates; its charges are not the process's (under memMu).
+	preauth int64
+	bufs    map[*bytebufferpool.ByteBuffer]struct{}
 }
 
-func (b *memBudget) conn() *connMem {
-	return &connMem{b: b, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+// conn is a new connection's share; preauth is its bound until it
+// authenticates (0: it needs no authentication).
+func (b *memBudget) conn(preauth int64) *connMem {
+	return &connMem{b: b, preauth: preauth, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+}
+
+// authenticated charges the connection's next frames to the process's
+// budget too.
+func (cm *connMem) authenticated() {
+	memMu.Lock()
+	cm.preauth = 0
+	memMu.Unlock()
 }
 
 // roomLocked reports whether the connection and the process are both under
-// their budgets.
+// their budgets; before authentication, whether the connection is under
+// its own bound.
 func (cm *connMem) roomLocked() bool {
+	if cm.preauth > 0 {
+		return cm.used < cm.preauth
+	}
 	return cm.used < cm.b.connLimit && cm.b.used < cm.b.limit
 }
 
 // chargeLocked charges buf's n bytes to the connection.
 func (cm *connMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
 	if old, ok := charges[buf]; ok { // a buffer charged twice: keep one
-		old.cm.dropLocked(buf, old.n)
+		old.cm.dropLocked(buf, old)
 	}
-	charges[buf] = charge{cm, n}
+	c := charge{cm: cm, n: n, shared: cm.preauth == 0}
+	charges[buf] = c
 	cm.bufs[buf] = struct{}{}
 	cm.used += n
-	cm.b.used += n
-	cm.b.gauge.Set(float64(cm.b.used))
+	if c.shared {
+		cm.b.used += n
+		cm.b.gauge.Set(float64(cm.b.used))
+	}
 }
 
-func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, n int64) {
+func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, c charge) {
 	delete(charges, buf)
 	delete(cm.bufs, buf)
-	cm.used -= n
-	cm.b.used -= n
-	cm.b.gauge.Set(float64(cm.b.used))
+	cm.used -= c.n
+	if c.shared {
+		cm.b.used -= c.n
+		cm.b.gauge.Set(float64(cm.b.used))
+	}
 	if cm.b.wake != nil {
 		close(cm.b.wake)
 		cm.b.wake = nil
@@ -123,16 +156,34 @@ func (b *memBudget) waitLocked() <-chan struct{} {
 	return b.wake
 }
 
+// fitCharge is what buf holds once it holds a frame of n bytes: its
+// capacity when that is more, since the charge must count the memory held.
+// A pooled buffer far larger than the frame is not kept for it (its slice
+// is dropped, the frame's own allocated as it arrives): a small request
+// must not hold, uncounted or counted, the memory of a large one that
+// used the buffer before.
+func fitCharge(buf *bytebufferpool.ByteBuffer, n int) int64 {
+	if c := cap(buf.B); c > 2*n && c > minFitSlack {
+		buf.B = nil
+	}
+	return int64(max(n, cap(buf.B)))
+}
+
+// minFitSlack is the pooled capacity a small frame may keep: pooling is for
+// the many small frames, and a few KiB over their size is cheap.
+const minFitSlack = 4 << 10
+
 // admit waits until the connection and the process are under their
-// budgets, then charges buf with a request frame of n bytes, and reports
-// whether it waited: the reader goroutine calls it between a frame's size
-// and its body, so a client over budget is not read.
+// budgets, then charges buf with a request frame of n bytes (fitCharge),
+// and reports whether it waited: the reader goroutine calls it between a
+// frame's size and its body, so a client over budget is not read.
 func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
 	b := cm.b
+	size := fitCharge(buf, n)
 	memMu.Lock()
 	if cm.closed || cm.roomLocked() {
 		if !cm.closed {
-			cm.chargeLocked(buf, int64(n))
+			cm.chargeLocked(buf, size)
 		}
 		memMu.Unlock()
 		return false, nil
@@ -151,7 +202,7 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 		memMu.Lock()
 		if cm.closed || cm.roomLocked() {
 			if !cm.closed {
-				cm.chargeLocked(buf, int64(n))
+				cm.chargeLocked(buf, size)
 			}
 			memMu.Unlock()
 			return true, nil
@@ -160,12 +211,13 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 }
 
 // admitAnswer waits until an upstream answer of n bytes for p may be read
-// into buf, and charges it: when the connection and the process are under
+// into buf, and charges it (fitCharge): when the connection and the process are under
 // their budgets, or when the client's writer waits for it. It returns false
 // when the answer is not wanted any more (abandoned, or its client
 // connection closed: read past it) or dead closes.
 func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
 	b := cm.b
+	size := fitCharge(buf, n)
 	// Counted before looking at want and abandon, which are set without
 	// the lock (wakeWaiters).
 	b.waiters.Add(1)
@@ -178,7 +230,7 @@ func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int
 			memMu.Unlock()
 			return false
 		case cm.roomLocked() || p.wanted.Load():
-			cm.chargeLocked(buf, int64(n))
+			cm.chargeLocked(buf, size)
 			memMu.Unlock()
 			return true
 		}
@@ -204,7 +256,7 @@ func (cm *connMem) close() {
 	memMu.Lock()
 	defer memMu.Unlock()
 	for buf := range cm.bufs {
-		cm.dropLocked(buf, charges[buf].n)
+		cm.dropLocked(buf, charges[buf])
 	}
 	cm.closed = true
 	if cm.b.wake != nil { // its answers' readers read past them now
@@ -217,7 +269,7 @@ func (cm *connMem) close() {
 func releaseBuf(buf *bytebufferpool.ByteBuffer) {
 	memMu.Lock()
 	if c, ok := charges[buf]; ok {
-		c.cm.dropLocked(buf, c.n)
+		c.cm.dropLocked(buf, c)
 	}
 	memMu.Unlock()
 }
@@ -266,10 +318,18 @@ func (b *memBudget) wakeWaiters() {
 // readFrame reads a client's request frame into buf, charged to the
 // connection's budget: a client over budget waits between the frame's size
 // and its body. That wait is Ferry's, not the client's: the request read
-// timeout starts again after it.
+// timeout starts again after it. Before authentication a frame over the
+// pre-authentication bound is refused from its size (preauth.go).
 func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
-	n, err := protocol.ReadFrameSize(r, c.s.cfg.maxRequestSize)
+	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
+	if unauth {
+		limit = min(limit, int32(c.s.preauth.MaxReceiveSize))
+	}
+	n, err := protocol.ReadFrameSize(r, limit)
 	if err != nil {
+		if unauth && errors.Is(err, protocol.ErrFrameTooLarge) {
+			return fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
+		}
 		return err
 	}
 	waited, err := c.mem.admit(c.ctx, buf, n)

@@ -1,6 +1,13 @@
 package proxy
 
-import "github.com/valyala/bytebufferpool"
+import (
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/bytebufferpool"
+)
 
 // Frames are pooled by direction. Client requests and broker answers have
 // different size profiles (a fetch answer is megabytes, most requests are
@@ -29,13 +36,80 @@ type framePool struct {
 
 func (fp *framePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
 
-// Put releases buf's charge, and keeps it for reuse unless it is large.
+// Put releases buf's charge, and keeps it for reuse unless it is large:
+// then it is dropped, and its memory reclaimed (largeBufs).
 func (fp *framePool) Put(buf *bytebufferpool.ByteBuffer) {
 	if fp.charged {
 		releaseBuf(buf)
 	}
-	if cap(buf.B) > maxPooledBuf {
+	if n := cap(buf.B); n > maxPooledBuf {
+		largeBufs.dropped(n)
 		return
 	}
 	fp.p.Put(buf)
+}
+
+// A large buffer dropped is garbage, but its memory is used again, or
+// given back to the OS, only after the runtime's next collection. With
+// GOGC's default the heap may grow to twice what was live at the last
+// collection, and a collection during a burst of large requests saw them
+// live: once the burst is over, a member that allocates little may not
+// collect again for minutes (the runtime forces one every 2), holding
+// hundreds of MiB that ferry_buffered_bytes no longer counts. So once the
+// large buffers dropped since the last time add up to reclaimAfter, and no
+// more has been dropped for reclaimQuiet (or reclaimMaxDelay has passed,
+// under a steady flow of them), Ferry has the runtime collect and return
+// the freed memory to the OS. Under a steady flow nothing is gained by
+// returning memory that is about to be allocated again, hence the wait.
+const (
+	reclaimAfter    = 32 << 20
+	reclaimQuiet    = time.Second
+	reclaimMaxDelay = 10 * time.Second
+)
+
+// largeBufs counts the large buffers dropped, for the whole process (the
+// pools are).
+var largeBufs = newReclaimer(debug.FreeOSMemory)
+
+// reclaimer has the memory of dropped large buffers collected and given
+// back (free), in a goroutine of its own started at the first need.
+type reclaimer struct {
+	free    func()
+	pending atomic.Int64 // bytes dropped since the last free
+	last    atomic.Int64 // when the last one was dropped (UnixNano)
+	kick    chan struct{}
+	start   sync.Once
+}
+
+func newReclaimer(free func()) *reclaimer {
+	return &reclaimer{free: free, kick: make(chan struct{}, 1)}
+}
+
+// dropped records a large buffer of n bytes dropped.
+func (r *reclaimer) dropped(n int) {
+	r.last.Store(time.Now().UnixNano())
+	if r.pending.Add(int64(n)) < reclaimAfter {
+		return
+	}
+	r.start.Do(func() { go r.loop() })
+	select {
+	case r.kick <- struct{}{}:
+	default: // a reclaim is coming
+	}
+}
+
+func (r *reclaimer) loop() {
+	for range r.kick {
+		first := time.Now()
+		for {
+			quietAt := time.Unix(0, r.last.Load()).Add(reclaimQuiet)
+			wait := min(time.Until(quietAt), time.Until(first.Add(reclaimMaxDelay)))
+			if wait <= 0 {
+				break
+			}
+			time.Sleep(wait)
+		}
+		r.pending.Store(0)
+		r.free()
+	}
 }

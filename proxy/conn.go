@@ -78,6 +78,13 @@ type clientConn struct {
 	// set by the reader when the connection authenticates, before any
 	// request it leases for.
 	ident int32
+	// ip is the client's source address. unauth is set while the
+	// connection counts against the bounds on unauthenticated ones, and
+	// authTimer closes it if it has not authenticated in time
+	// (preauth.go).
+	ip        string
+	unauth    atomic.Bool
+	authTimer *time.Timer
 
 	closeOnce sync.Once
 	// Set once by close, read by retire after the connection is done.
@@ -144,7 +151,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		ctx:         ctx,
 		end:         cancel,
 		replies:     make(chan *reply, maxPipelined),
-		mem:         s.mem.conn(),
+		mem:         s.mem.conn(s.preauthBound()),
 		ups:         make(map[upKey]*upConn),
 		fetchUps:    make(map[upKey][]*upConn),
 		watermarks:  make(map[tp]watermarks),
@@ -165,6 +172,12 @@ func (c *clientConn) serve() {
 	c.s.metrics.connsOpen.Inc()
 	c.s.metrics.connsTotal.Inc()
 	defer c.s.metrics.connsOpen.Dec()
+	c.startUnauthenticated()
+	defer func() {
+		if c.authTimer != nil {
+			c.authTimer.Stop()
+		}
+	}()
 	err := c.handshake()
 	if err == nil {
 		err = c.refuseUnmappedWithoutSASL()
@@ -202,7 +215,7 @@ func (c *clientConn) close(err error) {
 			log.Debug("client connection closed", zap.Error(err))
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle), errors.Is(err, ErrServerClosed):
 			log.Debug("client connection closed")
-		case refusalReason(err) != "", errors.Is(err, errTLSHandshake), errors.Is(err, errAuthFailed), errors.Is(err, errAuthRateLimited):
+		case refusalReason(err) != "", errors.Is(err, errTLSHandshake), errors.Is(err, errAuthFailed), errors.Is(err, errAuthRateLimited), errors.Is(err, errAuthTimeout):
 			// Logged, sampled, where it was refused.
 			log.Debug("client connection closed", zap.Error(err))
 		default:
@@ -228,6 +241,9 @@ func (c *clientConn) readLoop() (err error) {
 		if err := c.readFrame(br, buf); err != nil {
 			requestBufs.Put(buf)
 			err = c.readErr(err)
+			if errors.Is(err, errUnauthFrameTooLarge) {
+				return c.refuseUnauthFrame(err)
+			}
 			if errors.Is(err, protocol.ErrFrameTooLarge) || errors.Is(err, protocol.ErrMalformedFrame) {
 				return c.refuseFrame("closing connection: bad frame", err)
 			}
@@ -265,6 +281,9 @@ func (c *clientConn) readLoop() (err error) {
 		r, err := c.s.dispatch(c, req)
 		if !c.identified {
 			c.identify(req)
+		}
+		if c.unauth.Load() && c.s.authenticated(c) {
+			c.authenticatedNow()
 		}
 		if err != nil {
 			if c.stats != nil {

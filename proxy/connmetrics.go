@@ -13,6 +13,9 @@ type connMetrics struct {
 	accept  map[string]prometheus.Counter
 	closed  map[string]prometheus.Counter
 	refused map[string]prometheus.Counter
+	// unauth is the connections open and not authenticated yet
+	// (preauth.go).
+	unauth prometheus.Gauge
 }
 
 func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
@@ -21,15 +24,20 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 	closed := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_closed_total",
 		Help: "Client connections closed, by reason."}, []string{"reason"})
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_refused_total",
-		Help: "Client connections closed as soon as accepted because a connection limit was reached, by reason (max_connections, max_connections_per_ip)."}, []string{"reason"})
+		Help: "Client connections closed as soon as accepted because a connection limit was reached, by reason (max_connections, max_connections_per_ip, max_unauthenticated_per_ip)."}, []string{"reason"})
 	for _, c := range []**prometheus.CounterVec{&accept, &closed, &refused} {
 		var err error
 		if *c, err = registerShared(reg, *c); err != nil {
 			return nil, err
 		}
 	}
-	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}}
-	for _, r := range []string{refuseMaxConnections, refusePerIP} {
+	unauth, err := registerShared(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections_unauthenticated",
+		Help: "Client connections open that have not authenticated yet, on a listener with SASL."}))
+	if err != nil {
+		return nil, err
+	}
+	m := &connMetrics{accept: map[string]prometheus.Counter{}, closed: map[string]prometheus.Counter{}, refused: map[string]prometheus.Counter{}, unauth: unauth}
+	for _, r := range []string{refuseMaxConnections, refusePerIP, refuseUnauthPerIP} {
 		m.refused[r] = refused.WithLabelValues(r)
 	}
 	for _, r := range acceptReasons() {

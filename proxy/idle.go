@@ -125,7 +125,8 @@ func (c *clientConn) readErr(err error) error {
 // closeReasons lists the reason labels of ferry_client_connections_closed_total.
 func closeReasons() []string {
 	return []string{"client_closed", "idle", "request_read_timeout", "write_timeout", "bad_frame", "refused", "shutdown", "other",
-		"tls_handshake", "auth_failed", "auth_rate_limited", "unauthenticated_request"}
+		"tls_handshake", "auth_failed", "auth_rate_limited", "unauthenticated_request",
+		"unauthenticated_frame_too_large", "authentication_timeout"}
 }
 
 // closeReason classifies why a client connection closed.
@@ -145,6 +146,10 @@ func closeReason(err error) string {
 		return "auth_failed"
 	case errors.Is(err, errUnauthenticatedRequest):
 		return "unauthenticated_request"
+	case errors.Is(err, errUnauthFrameTooLarge):
+		return "unauthenticated_frame_too_large"
+	case errors.Is(err, errAuthTimeout):
+		return "authentication_timeout"
 	case errors.Is(err, protocol.ErrFrameTooLarge), errors.Is(err, protocol.ErrMalformedFrame), errors.Is(err, protocol.ErrMalformedHeader):
 		return "bad_frame"
 	case refusalReason(err) != "":

@@ -112,6 +112,14 @@ func (s *Server) admitConn(ip string) string {
 	if n := st.perIPLimit(ip); n > 0 && s.connsByIP[ip] >= n {
 		return refusePerIP
 	}
+	if s.auth != nil {
+		// Every connection starts unauthenticated (preauth.go).
+		if s.unauthByIP[ip] >= s.preauth.MaxPerIP {
+			return refuseUnauthPerIP
+		}
+		s.unauthByIP[ip]++
+		s.connMetrics.unauth.Inc()
+	}
 	s.connsByIP[ip]++
 	return ""
 }
@@ -133,9 +141,13 @@ func (s *Server) refuseConn(nc net.Conn, ip, reason string) {
 	nc.Close()
 	if suppressed, ok := s.refusalLogs.allow(reason); ok {
 		st := s.settings.Load()
-		s.log.Warn("refused a client connection: "+errConnLimit.Error(), zap.String("reason", reason), zap.String("client_ip", ip),
+		fields := []zap.Field{zap.String("reason", reason), zap.String("client_ip", ip),
 			zap.Int("max_connections", st.MaxConnections), zap.Int("max_connections_per_ip", st.perIPLimit(ip)),
-			zap.Int("not_logged_since_last", suppressed))
+			zap.Int("not_logged_since_last", suppressed)}
+		if reason == refuseUnauthPerIP {
+			fields = append(fields, zap.Int("max_unauthenticated_per_ip", s.preauth.MaxPerIP))
+		}
+		s.log.Warn("refused a client connection: "+errConnLimit.Error(), fields...)
 	}
 }
 

@@ -83,10 +83,14 @@ type Server struct {
 	mu    sync.Mutex
 	lns   map[net.Listener]struct{}
 	conns map[*clientConn]struct{}
-	// connsByIP counts the open connections by source IP (limits.go).
-	connsByIP map[string]int
-	closed    bool
-	wg        sync.WaitGroup
+	// connsByIP counts the open connections by source IP (limits.go);
+	// unauthByIP those not authenticated yet on a listener with SASL,
+	// held to preauth.MaxPerIP (preauth.go).
+	connsByIP  map[string]int
+	unauthByIP map[string]int
+	preauth    PreAuthLimits
+	closed     bool
+	wg         sync.WaitGroup
 }
 
 // New builds a server. Start must succeed before it serves.
@@ -107,8 +111,9 @@ func New(opts ...Option) (*Server, error) {
 		lns:    make(map[net.Listener]struct{}),
 		conns:  make(map[*clientConn]struct{}),
 
-		connsByIP: make(map[string]int),
-		drainc:    make(chan struct{}),
+		connsByIP:  make(map[string]int),
+		unauthByIP: make(map[string]int),
+		drainc:     make(chan struct{}),
 
 		refusalLogs: newLogSampler(cfg.refusalLogEvery),
 		policy:      cfg.policy,
@@ -340,7 +345,8 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 			continue
 		}
 		c := s.newClientConn(nc)
-		c.lane = lane
+		c.lane, c.ip = lane, ip
+		c.unauth.Store(s.auth != nil) // counted by admitConn
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -350,6 +356,7 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.releaseConn(ip)
+			s.leaveUnauthLocked(c)
 			s.mu.Unlock()
 			s.retire(c)
 		}()

@@ -238,6 +238,16 @@ type ListenerSASLConfig struct {
 	// FailedLoginDelay delays the answer to a failed authentication, as
 	// Kafka's connection.failed.authentication.delay.ms. Default 100ms.
 	FailedLoginDelay time.Duration `yaml:"failed_login_delay"`
+	// MaxReceiveSize is the largest frame read from a client before it
+	// has authenticated, as Kafka's sasl.server.max.receive.size.
+	// Default 524288.
+	MaxReceiveSize int `yaml:"max_receive_size"`
+	// AuthenticationTimeout closes a connection not authenticated this
+	// long after it was accepted. Default 30s.
+	AuthenticationTimeout time.Duration `yaml:"authentication_timeout"`
+	// MaxUnauthenticatedPerIP bounds the connections from one source
+	// address not authenticated yet. Default 64.
+	MaxUnauthenticatedPerIP int `yaml:"max_unauthenticated_per_ip"`
 }
 
 // OAuthSection configures SASL/OAUTHBEARER.
@@ -265,6 +275,7 @@ func (s *ListenerSASLConfig) proxySASL() proxy.ClientSASL {
 			Audience: s.OAuth.Audience, PrincipalClaim: s.OAuth.PrincipalClaim},
 		FailedBurst: s.FailedLoginBurst, FailedInterval: s.FailedLoginInterval, FailedDelay: s.FailedLoginDelay,
 		FailedAddressBurst: s.FailedLoginAddressBurst,
+		PreAuth:            proxy.PreAuthLimits{MaxReceiveSize: s.MaxReceiveSize, Timeout: s.AuthenticationTimeout, MaxPerIP: s.MaxUnauthenticatedPerIP},
 	}
 }
 
@@ -292,6 +303,15 @@ func (c *Config) applyListenerDefaults() {
 		}
 		if s.FailedLoginDelay == 0 {
 			s.FailedLoginDelay = proxy.DefaultFailedAuthDelay
+		}
+		if s.MaxReceiveSize == 0 {
+			s.MaxReceiveSize = proxy.DefaultSASLMaxReceiveSize
+		}
+		if s.AuthenticationTimeout == 0 {
+			s.AuthenticationTimeout = proxy.DefaultAuthenticationTimeout
+		}
+		if s.MaxUnauthenticatedPerIP == 0 {
+			s.MaxUnauthenticatedPerIP = proxy.DefaultMaxUnauthenticatedPerIP
 		}
 		if slices.Contains(s.Mechanisms, proxy.MechanismOAuthBearer) && s.OAuth.PrincipalClaim == "" {
 			s.OAuth.PrincipalClaim = "sub"
@@ -323,6 +343,11 @@ func (c *Config) validateListener() []error {
 		}
 		if c.SASL.FailedLoginInterval < time.Second && c.SASL.FailedLoginInterval != 0 {
 			errs = append(errs, fmt.Errorf("sasl.failed_login_interval %s: must be at least 1s", c.SASL.FailedLoginInterval))
+		}
+		if err := ps.PreAuth.Validate(); err != nil {
+			errs = append(errs, err)
+		} else if d := c.SASL.AuthenticationTimeout; d != 0 && d < time.Second {
+			errs = append(errs, fmt.Errorf("sasl.authentication_timeout %s: must be at least 1s", d))
 		}
 	}
 	return errs

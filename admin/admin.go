@@ -405,7 +405,16 @@ type Status struct {
 	// Auth is the state of authentication: OAUTHBEARER's keys, the
 	// identities a cluster refuses now.
 	Auth *proxy.AuthStatus `json:"auth,omitempty"`
+	// Redacted names the fields emptied for a reader without the admin
+	// token (StatusRedactedFields).
+	Redacted []string `json:"redacted,omitempty"`
 }
+
+// StatusRedactedFields are what GET /status empties without the admin
+// token (unless WithPublicRead): the client principals a cluster refuses,
+// and the errors, which name the upstream user mapped to each. As with
+// GET /connections, who uses Ferry is behind the token.
+var StatusRedactedFields = []string{"auth.upstream_failures.principal", "auth.upstream_failures.error"}
 
 // ClusterStatus is one configured physical cluster.
 type ClusterStatus struct {
@@ -507,12 +516,26 @@ func (s *Server) Status(ctx context.Context) Status {
 	return out
 }
 
-// HandleStatus answers Status as indented JSON.
+// HandleStatus answers Status as indented JSON, with the
+// StatusRedactedFields emptied for a reader without the token.
 func (s *Server) HandleStatus(w http.ResponseWriter, r *http.Request) {
+	cred, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	st := s.Status(r.Context())
+	if cred != credFull && !s.cfg.publicRead && st.Auth != nil && len(st.Auth.UpstreamFailures) > 0 {
+		a := *st.Auth
+		a.UpstreamFailures = slices.Clone(a.UpstreamFailures)
+		for i := range a.UpstreamFailures {
+			a.UpstreamFailures[i].Principal, a.UpstreamFailures[i].Error = "", ""
+		}
+		st.Auth, st.Redacted = &a, StatusRedactedFields
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(s.Status(r.Context())); err != nil {
+	if err := enc.Encode(st); err != nil {
 		s.cfg.log.Debug("writing /status", zap.Error(err))
 	}
 }

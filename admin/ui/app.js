@@ -185,8 +185,11 @@ function renderConnections(cz) {
     td(c.latency_samples ? c.latency_p99_ms.toFixed(1) + " ms" : "", "num"))), "no client connected");
 }
 
-async function getJSON(path) {
-  const token = sessionStorage.getItem(TOKEN_KEY);
+// getJSON reads path, with the token when one was typed in and
+// withToken: /status is read without it (the page shows nothing of it
+// that needs the token), so a refused token never blanks the page.
+async function getJSON(path, withToken = true) {
+  const token = withToken ? sessionStorage.getItem(TOKEN_KEY) : null;
   const r = await fetch(path, { cache: "no-store", headers: token ? { Authorization: "Bearer " + token } : {} });
   if (!r.ok) {
     let msg = "";
@@ -207,7 +210,7 @@ $("token").addEventListener("change", e => {
 async function refresh() {
   try {
     const [st, cz] = await Promise.all([
-      getJSON("status"),
+      getJSON("status", false),
       getJSON("connections?sort=bytes_out&limit=10").catch(e => {
         if (e.status === 404) return null;
         if (e.status === 401 && sessionStorage.getItem(TOKEN_KEY)) {

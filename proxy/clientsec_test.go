@@ -383,6 +383,44 @@ func TestClientTLSBadCases(t *testing.T) {
 	waitFor(t, 5*time.Second, "plaintext counted", func() bool { return authFailures(s, "TLS", "not_tls") > 0 && closes(s, "tls_handshake") > before })
 }
 
+// TestTLSHandshakeTimeout: on a TLS listener, a connection that says
+// nothing, and one that stops half-way through its ClientHello, are closed
+// once the handshake's bound passes, counted as TLS timeouts; a client
+// connecting meanwhile is served.
+func TestTLSHandshakeTimeout(t *testing.T) {
+	e := newSecEnv(t)
+	kf := newKfake(t, 1)
+	tc := e.tls()
+	tc.handshakeTimeout = time.Second
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientTLS(tc))
+	silent := rawConn(t, addr, nil)
+	halfway := rawConn(t, addr, nil)
+	// A TLS record header announcing a 512-byte handshake record, and
+	// nothing more of it.
+	if _, err := halfway.nc.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := newClient(t, addr, kgo.DialTLSConfig(e.clientTLS())).Ping(ctx); err != nil {
+		t.Fatalf("a client connecting while two handshakes stall: %v", err)
+	}
+	for name, c := range map[string]*rawClient{"silent": silent, "half a ClientHello": halfway} {
+		// Read until Ferry closes it; the client's own deadline is far
+		// beyond the bound.
+		c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadAll(c.nc); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("%s connection: still open after 30 s (the handshake's bound is 1 s)", name)
+			}
+		}
+	}
+	waitFor(t, 10*time.Second, "both counted as TLS timeouts", func() bool {
+		return authFailures(s, "TLS", "timeout") == 2 && closes(s, "tls_handshake") == 2
+	})
+}
+
 // TestClientTLSReload: a certificate replaced on disk is served to the
 // next connection, without a restart; so is a user added to the store.
 func TestClientTLSReload(t *testing.T) {

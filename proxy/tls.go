@@ -48,6 +48,9 @@ type ClientTLS struct {
 	ClientAuth string
 	// MinVersion is "1.2" (the default) or "1.3".
 	MinVersion string
+
+	// handshakeTimeout is handshakeTimeout but in tests.
+	handshakeTimeout time.Duration
 }
 
 // ClientAuth values.
@@ -57,7 +60,9 @@ const (
 	ClientAuthRequire = "require"
 )
 
-// handshakeTimeout bounds a client's TLS handshake.
+// handshakeTimeout bounds a client's TLS handshake: a client that opens a
+// connection and says nothing, or stops half-way, holds its descriptor and
+// goroutine no longer than this.
 const handshakeTimeout = 10 * time.Second
 
 // errTLSHandshake closes a connection whose TLS handshake failed.
@@ -228,7 +233,11 @@ func ServerTLSConfig(opts ClientTLS, log *zap.Logger) (*tls.Config, error) {
 // handshake runs the TLS handshake of a client connection and returns the
 // principal its verified certificate names ("" without one).
 func (t *tlsServer) handshake(ctx context.Context, tc *tls.Conn) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	timeout := handshakeTimeout
+	if t.opts.handshakeTimeout > 0 {
+		timeout = t.opts.handshakeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return "", err

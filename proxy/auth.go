@@ -13,8 +13,9 @@ package proxy
 // then the connection closes (auth_failed). Wrong password and unknown
 // user get the same message, and the connection's record (its close
 // error) the same reason, invalid_credentials, so neither tells which users
-// exist; the log and ferry_client_auth_failures_total{mechanism,reason}
-// tell them apart. SCRAM answers an unknown user as it would a real one
+// exist; the log line has the same reason with the name claimed, and only
+// ferry_client_auth_failures_total{mechanism,reason}, which names no user,
+// tells them apart. SCRAM answers an unknown user as it would a real one
 // (fakeCredential).
 //
 // Authentication attempts are limited by token buckets taken when an
@@ -335,7 +336,7 @@ func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 		// The credentials were right, or not checked: no guess to count.
 		s.auth.release(c.auth.admission)
 	}
-	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", f.reason), zap.String("error", f.msg)}
+	fields := []zap.Field{zap.String("mechanism", mech), zap.String("auth_reason", recordedReason(f.reason)), zap.String("error", f.msg)}
 	if f.user != "" {
 		fields = append(fields, zap.String("user", f.user))
 	}
@@ -349,9 +350,10 @@ func (s *Server) authFailed(c *clientConn, mech string, f *authFailure) {
 
 // recordedReason is a failure's reason as the connection's record keeps
 // it (its close error, shown by GET /connections): a wrong password and an
-// unknown user are both invalid_credentials there, as they are to the
-// client, so the record does not tell which users exist. The metric and
-// the log keep them apart.
+// unknown user are both invalid_credentials there and in the log, as they
+// are to the client, so neither tells which users exist: the log names
+// the user claimed. Only the metric, which names no user, keeps them
+// apart.
 func recordedReason(reason string) string {
 	if reason == "bad_password" || reason == "unknown_user" {
 		return "invalid_credentials"

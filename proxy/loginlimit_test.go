@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -227,8 +229,8 @@ func TestLoginLimitNoLockout(t *testing.T) {
 // of the store's counts, the same salt and count every time it is asked,
 // and over many names each count about as often as users have it. A wrong
 // password and an unknown user leave the same close error on the
-// connection's record, without the claimed name; the metric tells them
-// apart.
+// connection's record, without the claimed name, and the same reason in
+// the log; the metric tells them apart.
 func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 	e := newSecEnv(t) // alice at 4096 iterations
 	c, err := LoadCredentials(e.store)
@@ -246,7 +248,8 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	kf := newKfake(t, 1)
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(MechanismSCRAMSHA512)))
+	core, logs := observer.New(zap.InfoLevel)
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(MechanismSCRAMSHA512)), WithLogger(zap.New(core)))
 	serverFirst := func(user string) (salt, iterations string) {
 		t.Helper()
 		rc := rawConn(t, addr, nil)
@@ -314,6 +317,18 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 			if strings.Contains(ci.CloseError, leak) {
 				t.Errorf("close error %q shows %q", ci.CloseError, leak)
 			}
+		}
+	}
+	// The log names the user claimed (an operator looks for a client's
+	// mistakes there) but not whether it exists: with the name, that
+	// would list the users for whoever reads the logs.
+	logged := logs.FilterMessageSnippet("client authentication failed").All()
+	if len(logged) == 0 {
+		t.Fatal("no failed login logged")
+	}
+	for _, l := range logged {
+		if r := l.ContextMap()["auth_reason"]; r != "invalid_credentials" {
+			t.Errorf("failed login logged with auth_reason %v, want invalid_credentials: %v", r, l.ContextMap())
 		}
 	}
 	if authFailures(s, MechanismSCRAMSHA512, "unknown_user") != 1 || authFailures(s, MechanismSCRAMSHA512, "bad_password") != 1 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,8 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-
-	"github.com/ferry-gw/ferry/conformance/testpki"
 )
 
 // TestServeConnectionsPersonalData: `ferry serve` with SASL and an admin
@@ -29,24 +26,8 @@ import (
 // connections` with FERRY_ADMIN_TOKEN) it shows them.
 func TestServeConnectionsPersonalData(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := testpki.NewCA("personal-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(testpki.LeafOptions{CommonName: "ferry", Hosts: []string{"127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.WriteFiles(dir, "ferry")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := filepath.Join(dir, "users.yaml")
-	add := ferryCmd(t, "users", "add", "--store", store, "--user", "svc")
-	add.Stdin = strings.NewReader("svc-password\n")
-	if out, err := add.CombinedOutput(); err != nil {
-		t.Fatalf("ferry users add: %v\n%s", err, out)
-	}
+	ca, certFile, keyFile := listenerTLS(t, dir, "personal-ca")
+	store := usersStore(t, dir, map[string]string{"svc": "svc-password"})
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)

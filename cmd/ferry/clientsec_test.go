@@ -141,14 +141,11 @@ func TestUsersCommand(t *testing.T) {
 	}
 }
 
-// TestServeClientSecurity: `ferry users add` makes a user, `ferry serve`
-// with tls and sasl serves it over TLS and SCRAM-SHA-512 (and nobody with
-// a wrong password), /connections shows the principal, /metrics counts
-// the authentications; a credentials_file that does not exist stops the
-// start with an error naming it.
-func TestServeClientSecurity(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testpki.NewCA("serve-ca")
+// listenerTLS issues a certificate for 127.0.0.1 from a new CA and writes
+// it to dir, for a listener's tls.
+func listenerTLS(t *testing.T, dir, caName string) (ca *testpki.CA, certFile, keyFile string) {
+	t.Helper()
+	ca, err := testpki.NewCA(caName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,16 +153,36 @@ func TestServeClientSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, err := leaf.WriteFiles(dir, "ferry")
-	if err != nil {
+	if certFile, keyFile, err = leaf.WriteFiles(dir, "ferry"); err != nil {
 		t.Fatal(err)
 	}
+	return ca, certFile, keyFile
+}
+
+// usersStore makes a credential store in dir with `ferry users add`, one
+// user per name, each with its password, and returns its path.
+func usersStore(t *testing.T, dir string, passwords map[string]string) string {
+	t.Helper()
 	store := filepath.Join(dir, "users.yaml")
-	add := ferryCmd(t, "users", "add", "--store", store, "--user", "svc")
-	add.Stdin = strings.NewReader("svc-password\n")
-	if out, err := add.CombinedOutput(); err != nil {
-		t.Fatalf("ferry users add: %v\n%s", err, out)
+	for user, password := range passwords {
+		add := ferryCmd(t, "users", "add", "--store", store, "--user", user)
+		add.Stdin = strings.NewReader(password + "\n")
+		if out, err := add.CombinedOutput(); err != nil {
+			t.Fatalf("ferry users add %s: %v\n%s", user, err, out)
+		}
 	}
+	return store
+}
+
+// TestServeClientSecurity: `ferry users add` makes a user, `ferry serve`
+// with tls and sasl serves it over TLS and SCRAM-SHA-512 (and nobody with
+// a wrong password), /connections shows the principal, /metrics counts
+// the authentications; a credentials_file that does not exist stops the
+// start with an error naming it.
+func TestServeClientSecurity(t *testing.T) {
+	dir := t.TempDir()
+	ca, certFile, keyFile := listenerTLS(t, dir, "serve-ca")
+	store := usersStore(t, dir, map[string]string{"svc": "svc-password"})
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)

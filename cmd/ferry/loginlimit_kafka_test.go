@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,15 +29,7 @@ func TestLoginLimitNoLockoutRealKafka(t *testing.T) {
 		t.Skip("real Kafka")
 	}
 	c := kafkatest.Start(t, 1, kafkatest.WithName("loginlimit"))
-	dir := t.TempDir()
-	store := filepath.Join(dir, "users.yaml")
-	for _, u := range []string{"alice", "mallory"} {
-		add := ferryCmd(t, "users", "add", "--store", store, "--user", u)
-		add.Stdin = strings.NewReader(u + "-secret\n")
-		if out, err := add.CombinedOutput(); err != nil {
-			t.Fatalf("ferry users add %s: %v\n%s", u, err, out)
-		}
-	}
+	store := usersStore(t, t.TempDir(), map[string]string{"alice": "alice-secret", "mallory": "mallory-secret"})
 	p := startFerry(t, "serve", "--config", writeConfig(t, fmt.Sprintf(`
 cluster_id: ferry-loginlimit-test
 listen: 127.0.0.1:0

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,12 +47,7 @@ func TestServePreAuthBoundsKafka(t *testing.T) {
 		t.Skip("real Kafka")
 	}
 	k := kafkatest.Start(t, 1, kafkatest.WithName("preauth"))
-	store := filepath.Join(t.TempDir(), "users.yaml")
-	add := ferryCmd(t, "users", "add", "--store", store, "--user", "svc")
-	add.Stdin = strings.NewReader("svc-password\n")
-	if out, err := add.CombinedOutput(); err != nil {
-		t.Fatalf("ferry users add: %v\n%s", err, out)
-	}
+	store := usersStore(t, t.TempDir(), map[string]string{"svc": "svc-password"})
 	p := startFerry(t, "serve", "--config", writeConfig(t, fmt.Sprintf(`
 cluster_id: ferry-preauth-test
 listen: 127.0.0.1:0

@@ -160,6 +160,9 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 	return s, nil
 }
 
+// Clusters names the clusters, sorted.
+func (s *KafkaStore) Clusters() []string { return slices.Clone(s.names) }
+
 // Topic is the state topic's name, on every cluster.
 func (s *KafkaStore) Topic() string { return s.topic }
 

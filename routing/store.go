@@ -284,6 +284,9 @@ func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
 		for attempt := 1; ; attempt++ {
 			select {
 			case <-ctx.Done():
+				if s.bg.Err() != nil {
+					c.log.Warn("closing with the routing state a save missed not yet written to a cluster", zap.Stringer("routing", st))
+				}
 				return
 			case <-time.After(backoff):
 			}
@@ -305,6 +308,9 @@ func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
 				return
 			}
 			if ctx.Err() != nil {
+				if s.bg.Err() != nil {
+					c.log.Warn("closing with the routing state a save missed not yet written to a cluster", zap.Stringer("routing", st))
+				}
 				return
 			}
 			c.log.Debug("writing again the routing state a save missed", zap.Stringer("routing", st), zap.Int("attempt", attempt), zap.Error(err))

@@ -397,6 +397,9 @@ func TestLeaseAbandonmentCountsOwnClock(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the switch did not reach its drain in 10 s")
 		}
+		if saved, _, _ := store.LoadFrom(context.Background(), "a"); saved.Phase != PhaseDraining || saved.Last == nil || saved.Last.TimeoutMillis != 30_000 {
+			t.Fatalf("the switch saved %s, last %+v: want draining, with its timeout as a duration", saved, saved.Last)
+		}
 		// The member renews every 5 s (more than its lease) for 25 s of
 		// its clock, the switch draining all along: its lease, from
 		// its last read of the serving state, has lapsed at each.

@@ -2,6 +2,8 @@ package routing
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,12 +37,18 @@ type LeaseStore interface {
 	LoadFrom(ctx context.Context, cluster string) (State, bool, error)
 	// Load returns the highest generation saved on any cluster reached.
 	Load(ctx context.Context) (State, bool, error)
+	// Clusters names every cluster, each of which LoadFrom reads.
+	Clusters() []string
 }
 
-// abandonedAfter is how long past a switch's deadline a draining state is
-// taken for one whose switch died: the switch never flips after its
-// deadline (Switcher), so once it has passed, with room for clocks that
-// disagree, the draining state renews leases like a serving one.
+// abandonedAfter is how much longer than its switch's timeout a draining
+// state must have lasted, counted on this member's own monotonic clock
+// from when it first read that state, before it is taken for one whose
+// switch died. The switch never flips past its timeout, counted on its
+// own clock from before it saved the state; so this member's count is the
+// shorter, and the margin covers clock rates that differ and a save sent
+// just before the switch's time ran out. No wall clock of one machine is
+// compared with another's.
 const abandonedAfter = time.Minute
 
 // Lease is a member's write lease. Run renews it; Valid says whether it is
@@ -58,6 +66,16 @@ type Lease struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next renewal
 	lastErr string        // the last renewal failure logged, to log changes only
+	// draining is the switch whose draining state the renewals read, and
+	// when (this member's clock) one first did.
+	draining drainingSeen
+}
+
+// drainingSeen identifies a switch's draining state and when it was first
+// read.
+type drainingSeen struct {
+	key   string // drainingKey; "" when the last state read was serving
+	since time.Time
 }
 
 // NewLease returns the lease of a member routing by table, renewed from
@@ -125,6 +143,7 @@ func (l *Lease) renew(ctx context.Context) {
 	if st.Phase == "" {
 		st.Phase = PhaseServing
 	}
+	abandoned := l.abandoned(st)
 	switch {
 	case st.Generation > cur.Generation:
 		// A switch this member missed. The other cluster is not read
@@ -137,15 +156,25 @@ func (l *Lease) renew(ctx context.Context) {
 		l.fail("the active cluster holds an older routing state than this member's; not renewing the write lease",
 			zap.Stringer("saved", st), zap.Stringer("routing", cur))
 		return
-	case st.Phase != PhaseServing && !l.abandoned(st):
+	case st.Phase != PhaseServing && !abandoned:
 		l.fail("a switch is running; the write lease is not renewed", zap.Stringer("saved", st))
 		return
 	case st.Phase != PhaseServing:
-		// The switch that saved this died, or was cut off, past its
-		// deadline. It may have saved the next generation on the other
-		// cluster before it went: take that if so; else the switch never
-		// flipped, and this generation serves again.
-		if l.adopt(ctx, st) {
+		// The switch that saved this died, or was cut off, and can no
+		// longer flip. It may have saved the next generation on the
+		// other cluster before it went, and that save may have missed
+		// this one: only a read of every cluster can tell. Take the
+		// newest if so; serve this generation again only when every
+		// cluster was read and none holds a newer one.
+		newer, all := l.readEvery(ctx, cur)
+		if newer.Generation > cur.Generation {
+			if l.table.Advance(newer) {
+				l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", newer))
+			}
+			return
+		}
+		if !all {
+			l.fail("a switch's draining state outlived the switch, but not every cluster could be read to tell whether it flipped; the write lease is not renewed", zap.Stringer("saved", st))
 			return
 		}
 		if cur.Phase != PhaseServing {
@@ -203,10 +232,71 @@ func (l *Lease) lookElsewhere(ctx context.Context) bool {
 	return l.adopt(ctx, cur)
 }
 
-// abandoned reports whether st is a switch's draining state left by a
-// switch that can no longer flip.
+// abandoned reports whether st, a switch's draining state, was left by a
+// switch that can no longer flip: this member has read it for longer than
+// the switch's timeout and abandonedAfter, on its own clock. A member that
+// (re)starts while it is there counts from then; a serving state ends the
+// count.
 func (l *Lease) abandoned(st State) bool {
-	return st.Last != nil && !st.Last.Deadline.IsZero() && l.now().After(st.Last.Deadline.Add(abandonedAfter))
+	key, timeout := drainingKey(st)
+	now := l.now()
+	l.mu.Lock()
+	if l.draining.key != key {
+		l.draining = drainingSeen{key: key, since: now}
+	}
+	since := l.draining.since
+	l.mu.Unlock()
+	return key != "" && timeout > 0 && now.Sub(since) > timeout+abandonedAfter
+}
+
+// drainingKey identifies the switch that saved st (equal readings of the
+// same switcher's clock, never compared with another's) and returns its
+// timeout; "" for a state no switch is running in.
+func drainingKey(st State) (string, time.Duration) {
+	if st.Phase == PhaseServing || st.Phase == "" || st.Last == nil {
+		return "", 0
+	}
+	sw := st.Last
+	return fmt.Sprintf("%d %s %s>%s %d", st.Generation, sw.Mode, sw.From, sw.To, sw.Started.UnixNano()), sw.timeout()
+}
+
+// readEvery reads every cluster and returns the newest state any holds (of
+// a generation that no state read voids, nor cur), and whether every
+// cluster was read.
+func (l *Lease) readEvery(ctx context.Context, cur State) (State, bool) {
+	ctx, cancel := context.WithTimeout(ctx, l.ttl)
+	defer cancel()
+	names := l.store.Clusters()
+	type result struct {
+		st    State
+		found bool
+		err   error
+	}
+	results := make([]result, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			st, found, err := l.store.LoadFrom(ctx, name)
+			results[i] = result{st, found, err}
+		})
+	}
+	wg.Wait()
+	all := true
+	voided := cur.IsVoided
+	for _, r := range results {
+		all = all && r.err == nil
+	}
+	best := State{}
+	for _, r := range results {
+		if r.err != nil || !r.found || voided(r.st.Generation) ||
+			slices.ContainsFunc(results, func(o result) bool { return o.err == nil && o.found && o.st.IsVoided(r.st.Generation) }) {
+			continue
+		}
+		if r.st.Generation > best.Generation {
+			best = r.st
+		}
+	}
+	return best, all
 }
 
 // adopt installs the newest state the clusters hold if it is newer than

@@ -60,6 +60,8 @@ func (m *memStore) Load(ctx context.Context) (State, bool, error) {
 	return a, okA, nil
 }
 
+func (m *memStore) Clusters() []string { return []string{"a", "b"} }
+
 func (m *memStore) set(cluster string, st State) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -148,14 +150,25 @@ func TestLeaseRenewsOnlyFromServingState(t *testing.T) {
 		}
 	}
 
-	// A draining state a minute past its switch's deadline is one whose
-	// switch died: it renews.
-	clock.add(abandonedAfter + time.Second)
-	store.set("a", State{Generation: 2, Active: "a", Phase: PhaseDraining, Last: &Switch{Deadline: clock.now().Add(-abandonedAfter - time.Millisecond)}})
+	// A draining state read for a minute longer than its switch's
+	// timeout, on this member's clock, is one whose switch died: it
+	// renews.
+	store.set("a", State{Generation: 2, Active: "a", Phase: PhaseDraining, Last: testSwitch(clock.now(), 30*time.Second)})
+	l.renew(ctx)
+	if l.Valid() {
+		t.Fatal("renewed from a switch's draining state at its first read")
+	}
+	clock.add(30*time.Second + abandonedAfter + time.Second)
 	l.renew(ctx)
 	if !l.Valid() {
 		t.Fatal("an abandoned switch's draining state did not renew")
 	}
+}
+
+// testSwitch is a planned switch from a to b as the Switcher saves it in
+// its draining state, started at start by the switcher's clock.
+func testSwitch(start time.Time, timeout time.Duration) *Switch {
+	return &Switch{Mode: Planned, From: "a", To: "b", Started: start.UTC(), Deadline: start.UTC().Add(timeout), TimeoutMillis: timeout.Milliseconds()}
 }
 
 // TestLeaseNothingSaved: before any switch no state is saved, and
@@ -293,30 +306,165 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestLeaseAbandonedSwitch: a member left holding writes by a switch that
 // died takes the next generation if the switch saved it on the other
 // cluster before it went, and otherwise serves its own generation again
-// once the switch's deadline is a minute past.
+// once it has read the draining state for a minute longer than the
+// switch's timeout. When the other cluster cannot be read, it cannot tell:
+// the switch may have saved the next generation there and missed this
+// cluster (a planned switch's save to the old cluster is not what it
+// waits for), so it keeps holding writes, and takes the next generation
+// once it reads it.
 func TestLeaseAbandonedSwitch(t *testing.T) {
-	for _, flipped := range []bool{false, true} {
+	for _, c := range []struct {
+		name             string
+		flipped, unreach bool
+	}{{"never flipped", false, false}, {"flipped", true, false}, {"flipped, b unreachable", true, true}} {
 		store := newMemStore()
-		holding := State{Generation: 3, Active: "a", Phase: PhaseDraining, Last: &Switch{From: "a", To: "b"}}
+		holding := State{Generation: 3, Active: "a", Phase: PhaseDraining}
 		l, table, clock := newTestLease(t, holding, store)
-		holding.Last.Deadline = clock.now()
+		const timeout = 30 * time.Second
+		holding.Last = testSwitch(clock.now(), timeout)
 		store.set("a", holding)
-		if flipped {
+		if c.flipped {
 			store.set("b", State{Generation: 4, Active: "b"})
 		}
+		store.setDown("b", c.unreach)
 		l.renew(context.Background())
 		if l.Valid() || table.Current().Phase != PhaseDraining {
-			t.Fatalf("flipped %v: before the deadline, lease %v, routing %s", flipped, l.Valid(), table.Current())
+			t.Fatalf("%s: before the timeout, lease %v, routing %s", c.name, l.Valid(), table.Current())
 		}
-		clock.add(abandonedAfter + time.Second)
+		clock.add(timeout + abandonedAfter + time.Second)
 		l.renew(context.Background())
 		st := table.Current()
 		switch {
-		case flipped && (st.Generation != 4 || st.Active != "b"):
-			t.Fatalf("the switch saved generation 4 on b; the member routes by %s", st)
-		case !flipped && (st.Generation != 3 || st.Active != "a" || st.Phase != PhaseServing || !l.Valid()):
-			t.Fatalf("the switch never flipped; the member routes by %s, lease %v", st, l.Valid())
+		case c.unreach && (st.Generation != 3 || st.Phase == PhaseServing || l.Valid()):
+			t.Fatalf("%s: b, which may hold the next generation, was not read; the member routes by %s, lease %v", c.name, st, l.Valid())
+		case c.flipped && !c.unreach && (st.Generation != 4 || st.Active != "b"):
+			t.Fatalf("%s: the switch saved generation 4 on b; the member routes by %s", c.name, st)
+		case !c.flipped && (st.Generation != 3 || st.Active != "a" || st.Phase != PhaseServing || !l.Valid()):
+			t.Fatalf("%s: the switch never flipped; the member routes by %s, lease %v", c.name, st, l.Valid())
 		}
+		if !c.unreach {
+			continue
+		}
+		// b back: the member takes the generation the switch saved.
+		store.setDown("b", false)
+		clock.add(time.Second)
+		l.renew(context.Background())
+		if st := table.Current(); st.Generation != 4 || st.Active != "b" {
+			t.Fatalf("%s: b back, the member routes by %s", c.name, st)
+		}
+	}
+}
+
+// TestLeaseAbandonmentCountsOwnClock: whether a switch is abandoned is
+// decided by how long this member has read its draining state, on its own
+// clock, never by comparing the switcher's deadline with this member's
+// wall clock. A member whose clock runs 90 s ahead of the switcher's does
+// not serve again while the switch drains (a real Switcher, its drain
+// held), and takes the next generation when it lands; one whose clock runs
+// 90 s behind, or that starts long after the switch began, still takes a
+// switch that died for abandoned once the timeout and the margin have
+// passed on its own clock.
+func TestLeaseAbandonmentCountsOwnClock(t *testing.T) {
+	t.Run("ahead during a switch", func(t *testing.T) {
+		store := newMemStore()
+		store.set("a", State{Generation: 0, Active: "a", Phase: PhaseServing})
+		l, table, clock := newTestLease(t, State{Active: "a"}, store)
+		clock.mu.Lock()
+		clock.t = time.Now().Add(90 * time.Second)
+		clock.mu.Unlock()
+		l.base = clock.now()
+		l.renew(context.Background())
+		if !l.Valid() {
+			t.Fatal("not renewed from the serving state")
+		}
+
+		mirror := &heldDrain{script: &script{table: NewTable(State{Active: "a"})}, started: make(chan struct{}), release: make(chan struct{})}
+		sw := NewSwitcher(mirror.table, mirror, mirror, store, []string{"a", "b"}, zap.NewNop())
+		sw.SetWriteLease(50 * time.Millisecond)
+		type result struct {
+			st  State
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			st, err := sw.Switch(context.Background(), Request{To: "b", Timeout: 30 * time.Second})
+			done <- result{st, err}
+		}()
+		select {
+		case <-mirror.started:
+		case r := <-done:
+			t.Fatalf("the switch ended before its drain: %v %v", r.st, r.err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the switch did not reach its drain in 10 s")
+		}
+		if saved, _, _ := store.LoadFrom(context.Background(), "a"); saved.Phase != PhaseDraining || saved.Last == nil || saved.Last.TimeoutMillis != 30_000 {
+			t.Fatalf("the switch saved %s, last %+v: want draining, with its timeout as a duration", saved, saved.Last)
+		}
+		// The member renews every 5 s (more than its lease) for 25 s of
+		// its clock, the switch draining all along: its lease, from
+		// its last read of the serving state, has lapsed at each.
+		for range 5 {
+			clock.add(5 * time.Second)
+			l.renew(context.Background())
+			if l.Valid() {
+				t.Fatalf("a member whose clock runs 90 s ahead renewed its lease while the switch drains (routing %s)", table.Current())
+			}
+		}
+		close(mirror.release)
+		r := <-done
+		if r.err != nil || r.st.Generation != 1 {
+			t.Fatalf("the switch: %v, %v", r.st, r.err)
+		}
+		l.renew(context.Background())
+		if st := table.Current(); st.Generation != 1 || st.Active != "b" {
+			t.Fatalf("after the switch the member routes by %s", st)
+		}
+	})
+	for _, c := range []struct {
+		name string
+		skew time.Duration
+	}{{"behind", -90 * time.Second}, {"started 10 minutes later", 10 * time.Minute}} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore()
+			l, table, clock := newTestLease(t, State{Generation: 3, Active: "a", Phase: PhaseDraining}, store)
+			// The switch died at its start, by its own clock c.skew
+			// from this member's.
+			const timeout = 30 * time.Second
+			st := State{Generation: 3, Active: "a", Phase: PhaseDraining, Last: testSwitch(clock.now().Add(-c.skew), timeout)}
+			store.set("a", st)
+			store.set("b", st)
+			l.renew(context.Background())
+			if l.Valid() {
+				t.Fatal("renewed at the first read of the draining state")
+			}
+			clock.add(timeout + abandonedAfter - time.Second)
+			l.renew(context.Background())
+			if l.Valid() {
+				t.Fatal("renewed before the timeout and the margin passed on the member's clock")
+			}
+			clock.add(2 * time.Second)
+			l.renew(context.Background())
+			if got := table.Current(); !l.Valid() || got.Generation != 3 || got.Phase != PhaseServing {
+				t.Fatalf("the switch died; after its timeout and the margin on the member's clock, lease %v, routing %s", l.Valid(), got)
+			}
+		})
+	}
+}
+
+// heldDrain is a script whose drain waits for release.
+type heldDrain struct {
+	*script
+	once             sync.Once
+	started, release chan struct{}
+}
+
+func (h *heldDrain) Drain(ctx context.Context) error {
+	h.once.Do(func() { close(h.started) })
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

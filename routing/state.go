@@ -80,11 +80,16 @@ type Switch struct {
 	From    string    `json:"from"`
 	To      string    `json:"to"`
 	Started time.Time `json:"started"`
-	// Deadline is when a planned switch gives up: it never flips later,
-	// so a draining state past it (and a margin for clocks) was left by
-	// a switch that died.
+	// Deadline is when a planned switch gives up, on the switcher's wall
+	// clock: for people to read. No member compares it with its own
+	// clock; they count TimeoutMillis (lease.go).
 	Deadline time.Time `json:"deadline,omitzero"`
-	Finished time.Time `json:"finished,omitzero"`
+	// TimeoutMillis is how long a planned switch may run: it never flips
+	// later, counted on its own monotonic clock from before it saved its
+	// draining state, so a member that has read that state for longer on
+	// its own clock (and a margin) knows the switch died.
+	TimeoutMillis int64     `json:"timeout_ms,omitempty"`
+	Finished      time.Time `json:"finished,omitzero"`
 	// Duration is Finished - Started, in the form "1.234s".
 	Duration string `json:"duration,omitempty"`
 	// Outcome is "switched", "rolled back: …" or "failed: …".
@@ -97,6 +102,19 @@ type Switch struct {
 	// Steps is how long each step took, in order (the install and the
 	// release of held writes come after the last).
 	Steps []Step `json:"steps,omitempty"`
+}
+
+// timeout is the switch's timeout: TimeoutMillis, or for a state saved
+// by a Ferry that did not write it, Deadline - Started (two readings of
+// the switcher's own clock); 0 when unknown.
+func (sw *Switch) timeout() time.Duration {
+	if sw.TimeoutMillis > 0 {
+		return time.Duration(sw.TimeoutMillis) * time.Millisecond
+	}
+	if !sw.Started.IsZero() && sw.Deadline.After(sw.Started) {
+		return sw.Deadline.Sub(sw.Started)
+	}
+	return 0
 }
 
 // Step is one step of a switch and how long it took.

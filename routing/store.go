@@ -42,6 +42,11 @@ const maxStateBytes = 8 << 20
 // retryBackoff is the pause between attempts on one cluster.
 const retryBackoff = 200 * time.Millisecond
 
+// rewriteMaxBackoff bounds the pause between the background attempts to
+// write a state to a cluster that missed it (Save): it starts at a second
+// and doubles up to this.
+const rewriteMaxBackoff = 10 * time.Second
+
 // StoreOption configures a KafkaStore.
 type StoreOption func(*storeConfig)
 
@@ -87,6 +92,14 @@ type KafkaStore struct {
 	names    []string // sorted
 	clusters map[string]*storeCluster
 
+	// bg ends at Close: the writes of a state to the clusters that
+	// missed it (rewriteLater).
+	bg       context.Context
+	stopBg   context.CancelFunc
+	bgMu     sync.Mutex // bgClosed, and bgWG.Add against Close's Wait
+	bgClosed bool
+	bgWG     sync.WaitGroup
+
 	closeOnce sync.Once
 }
 
@@ -100,6 +113,15 @@ type storeCluster struct {
 
 	mu    sync.Mutex // serialises ensureTopic
 	ready bool       // the topic was seen with a leader
+
+	rewriteMu sync.Mutex
+	rewrite   *rewrite // the state this cluster missed, written again in the background
+}
+
+// rewrite is a background write of a state to a cluster that missed it.
+type rewrite struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // storedState is a record's value: the state, with the format's version so
@@ -137,6 +159,7 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 		log:      cfg.log.With(zap.String("topic", cfg.topic)),
 		clusters: make(map[string]*storeCluster, len(clusters)),
 	}
+	s.bg, s.stopBg = context.WithCancel(context.Background())
 	for name, addrs := range clusters {
 		if len(addrs) == 0 {
 			s.Close()
@@ -160,12 +183,21 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 	return s, nil
 }
 
+// Clusters names the clusters, sorted.
+func (s *KafkaStore) Clusters() []string { return slices.Clone(s.names) }
+
 // Topic is the state topic's name, on every cluster.
 func (s *KafkaStore) Topic() string { return s.topic }
 
-// Close closes the clients. It is safe to call more than once.
+// Close stops the background writes and closes the clients. It is safe to
+// call more than once.
 func (s *KafkaStore) Close() {
 	s.closeOnce.Do(func() {
+		s.bgMu.Lock()
+		s.bgClosed = true
+		s.bgMu.Unlock()
+		s.stopBg()
+		s.bgWG.Wait()
 		for _, c := range s.clusters {
 			c.cl.Close()
 		}
@@ -174,8 +206,10 @@ func (s *KafkaStore) Close() {
 
 // Save writes st to the cluster st makes active, within ctx, and then to every
 // other cluster, each within the store's timeout; it fails unless the active
-// cluster has it. A failure on another cluster is logged: a forced switch
-// finds the old cluster dead.
+// cluster has it. A failure on another cluster does not fail Save (a forced
+// switch finds the old cluster dead): st is written there again in the
+// background (rewriteLater) until that cluster holds st's generation or a
+// newer one, the store closes, or a later Save writes to it.
 //
 // The other clusters get the state too because a member that restarts and
 // reaches only the old active cluster must not route back to it: after a
@@ -194,6 +228,9 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	if err != nil {
 		return fmt.Errorf("routing store: encoding the state: %w", err)
 	}
+	// An older state still being written again in the background must
+	// not land after this one.
+	active.stopRewrite()
 	if err := s.write(ctx, active, val); err != nil {
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
@@ -204,16 +241,94 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 		}
 		c := s.clusters[name]
 		wg.Go(func() {
+			c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
 			if err := s.write(cctx, c, val); err != nil {
-				c.log.Warn("the routing state was not written to a cluster it does not make active", zap.Stringer("routing", st), zap.Error(err))
+				c.log.Warn("the routing state was not written to a cluster it does not make active; writing it again in the background until that cluster holds its generation", zap.Stringer("routing", st), zap.Error(err))
+				s.rewriteLater(c, st, val)
 			}
 		})
 	}
 	wg.Wait()
 	s.log.Info("routing state saved", zap.Stringer("routing", st))
 	return nil
+}
+
+// rewriteLater writes st (encoded as val) to c in the background until c
+// holds st's generation or a newer one: a planned switch's save that
+// missed the old cluster left it holding the old generation draining,
+// which members that reach only that cluster would read for good (they do
+// not take it for abandoned without reading every cluster, lease.go), and
+// a member restarted there would load. A state of the generation c
+// already holds (a draining state, a rollback's serving one) is not
+// written again: c holds the generation, and only its phase would change.
+func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.bgClosed {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.bg)
+	rw := &rewrite{cancel: cancel, done: make(chan struct{})}
+	c.rewriteMu.Lock()
+	if c.rewrite != nil {
+		c.rewrite.cancel() // a Save that ran alongside: the later one is written
+	}
+	c.rewrite = rw
+	c.rewriteMu.Unlock()
+	s.bgWG.Go(func() {
+		defer close(rw.done)
+		defer cancel()
+		backoff := time.Second
+		for attempt := 1; ; attempt++ {
+			select {
+			case <-ctx.Done():
+				if s.bg.Err() != nil {
+					c.log.Warn("closing with the routing state a save missed not yet written to a cluster", zap.Stringer("routing", st))
+				}
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, rewriteMaxBackoff)
+			actx, acancel := context.WithTimeout(ctx, s.timeout)
+			held, found, err := s.read(actx, c)
+			switch {
+			case err != nil:
+			case found && held.Generation >= st.Generation:
+				acancel()
+				c.log.Info("the routing state a save missed is no longer needed on a cluster: it holds that generation or a newer one", zap.Stringer("routing", st), zap.Stringer("held", held))
+				return
+			default:
+				err = s.write(actx, c, val)
+			}
+			acancel()
+			if err == nil {
+				c.log.Info("the routing state a save missed was written to a cluster", zap.Stringer("routing", st), zap.Int("attempt", attempt))
+				return
+			}
+			if ctx.Err() != nil {
+				if s.bg.Err() != nil {
+					c.log.Warn("closing with the routing state a save missed not yet written to a cluster", zap.Stringer("routing", st))
+				}
+				return
+			}
+			c.log.Debug("writing again the routing state a save missed", zap.Stringer("routing", st), zap.Int("attempt", attempt), zap.Error(err))
+		}
+	})
+}
+
+// stopRewrite stops the background write to c, if any, and waits for it
+// to end (its producer closed).
+func (c *storeCluster) stopRewrite() {
+	c.rewriteMu.Lock()
+	rw := c.rewrite
+	c.rewrite = nil
+	c.rewriteMu.Unlock()
+	if rw != nil {
+		rw.cancel()
+		<-rw.done
+	}
 }
 
 // Prepare creates the state topic on every cluster that lacks it, so that

@@ -410,8 +410,30 @@ func TestKafkaStoreClusterDown(t *testing.T) {
 	if err := a.Restart(1); err != nil {
 		t.Fatal(err)
 	}
-	// The failed Save left nothing behind on a either.
-	mustLoad(t, onlyA, &st1)
+	// The failed Save left nothing behind on a either; the one that
+	// missed a is written there once a is back (it held generation 1
+	// until then).
+	failed := fullState(2, "a", "b")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, found, err := onlyA.Load(ctxFor(t, 60*time.Second))
+		if err != nil || !found {
+			t.Fatalf("Load from a: %v, %v", found, err)
+		}
+		if reflect.DeepEqual(got, failed) {
+			t.Fatalf("a holds the state of the Save that failed: %s", got)
+		}
+		if reflect.DeepEqual(got, st2) {
+			break
+		}
+		if !reflect.DeepEqual(got, st1) {
+			t.Fatalf("a holds %s, want %s until the missed save is written there, then %s", got, st1, st2)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a still holds %s 60 s after its restart; the save that missed it was not written again", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	mustLoad(t, newTestStore(t, "vc1", topic, both), &st2)
 	st3 := fullState(3, "a", "b")
 	mustSave(t, s, st3)

@@ -2,15 +2,21 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestKafkaStoreTopicSettings: the topic Ferry creates has three replicas
@@ -91,4 +97,95 @@ func TestNewKafkaStoreRefuses(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
+}
+
+// TestKafkaStoreSaveRewritesMissedCluster: a save whose write to a cluster
+// it does not make active fails (the old cluster of a planned switch, its
+// produces refused for a while) still succeeds, as the new active cluster
+// holds the state, and the state is written to the old cluster once it
+// takes writes again: a member that reads only the old cluster then finds
+// the new generation there, not the old one draining. A cluster that
+// already holds a newer generation is left as it is.
+func TestKafkaStoreSaveRewritesMissedCluster(t *testing.T) {
+	clusters := map[string]*kfake.Cluster{}
+	addrs := map[string][]string{}
+	for _, name := range []string{"a", "b"} {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clusters[name], addrs[name] = c, c.ListenAddrs()
+	}
+	var aDown atomic.Bool
+	clusters["a"].ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		clusters["a"].KeepControl()
+		if aDown.Load() {
+			return nil, errors.New("refusing produces"), true
+		}
+		return nil, nil, false
+	})
+	core, logs := observer.New(zap.InfoLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+	s, err := NewKafkaStore("vc", addrs, StoreLogger(log), StoreTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	draining := State{Generation: 3, Active: "a", Phase: PhaseDraining}
+	if err := s.Save(ctx, draining); err != nil {
+		t.Fatal(err)
+	}
+	aDown.Store(true)
+	next := State{Generation: 4, Active: "b", Phase: PhaseServing}
+	if err := s.Save(ctx, next); err != nil {
+		t.Fatalf("the new active cluster took the state, but Save failed: %v", err)
+	}
+	if got, _, err := s.LoadFrom(ctx, "a"); err != nil || got.Generation != 3 {
+		t.Fatalf("a, refusing produces, holds %s (%v)", got, err)
+	}
+	aDown.Store(false)
+	waitForState(ctx, t, s, "a", func(st State) bool { return st.Generation == 4 && st.Active == "b" })
+
+	// A cluster that holds a newer generation than the one it missed
+	// (another member's later save) is left as it is.
+	other, err := NewKafkaStore("vc", map[string][]string{"a": addrs["a"]}, StoreLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Save(ctx, State{Generation: 7, Active: "a", Phase: PhaseServing}); err != nil {
+		t.Fatal(err)
+	}
+	aDown.Store(true)
+	if err := s.Save(ctx, State{Generation: 6, Active: "b", Phase: PhaseServing}); err != nil {
+		t.Fatal(err)
+	}
+	aDown.Store(false)
+	waitFor(t, func() bool {
+		return logs.FilterMessageSnippet("no longer needed").FilterField(zap.String("cluster", "a")).Len() > 0
+	})
+	if got, _, err := other.LoadFrom(ctx, "a"); err != nil || got.Generation != 7 {
+		t.Fatalf("a holds %s (%v), want generation 7", got, err)
+	}
+}
+
+// waitForState waits until cluster holds a state cond accepts.
+func waitForState(ctx context.Context, t *testing.T, s *KafkaStore, cluster string, cond func(State) bool) {
+	t.Helper()
+	var last State
+	for {
+		st, found, err := s.LoadFrom(ctx, cluster)
+		if err == nil && found && cond(st) {
+			return
+		}
+		last = st
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s holds %s", cluster, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -224,7 +224,10 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 				Msg: fmt.Sprintf("%d mapped client principal(s) cannot authenticate on %s; nothing was held or switched (fix their credentials there, or switch forced with force_unauthenticated)", len(failed), req.To)}
 		}
 	}
-	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: s.now().UTC()}
+	// start keeps the monotonic reading: the switch's own deadline is
+	// counted on it, never on the wall clock (which may step).
+	start := s.now()
+	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
 	// Every state this switch installs, whatever its outcome, has sw as
 	// Last and the switch before it in the history.
 	cur.History = pushHistory(cur.History, cur.Last)
@@ -233,7 +236,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	var next State
 	var err error
 	if req.Mode == Planned {
-		next, err = s.planned(ctx, cur, sw, req.Timeout, log)
+		next, err = s.planned(ctx, cur, sw, start, req.Timeout, log)
 	} else {
 		next, err = s.forced(ctx, cur, sw, log)
 	}
@@ -245,7 +248,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	return next, nil
 }
 
-func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout time.Duration, log *zap.Logger) (State, error) {
+func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start time.Time, timeout time.Duration, log *zap.Logger) (State, error) {
 	if s.mirror == nil {
 		return State{}, &Error{Reason: ReasonNoMirror, Msg: "the mirror is disabled: the standby has not been kept in step, so a planned switch cannot lose nothing (a forced one can be asked for)"}
 	}
@@ -255,6 +258,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	// Hold installs the draining state on every member, this one's table
 	// included.
 	sw.Deadline = sw.Started.Add(timeout)
+	sw.TimeoutMillis = timeout.Milliseconds()
 	draining := cur
 	draining.Phase = PhaseDraining
 	draining.Last = sw
@@ -278,7 +282,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 		}
 		return State{}, why
 	}
-	dctx, cancel := context.WithDeadline(ctx, sw.Deadline)
+	dctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
 	mark := s.stepper(sw)
 	var leaseEnds time.Time
@@ -341,8 +345,9 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, timeout t
 	ends, _ := positions(s.mirror.Stop())
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
-	// Never flip past the deadline: a draining state left past it is
-	// taken for an abandoned switch (lease.go).
+	// Never flip past the deadline: a draining state read for longer than
+	// the timeout (and a margin) is taken for an abandoned switch's
+	// (lease.go).
 	err := s.save(dctx, next)
 	mark("save")
 	if err != nil {
@@ -431,7 +436,8 @@ func voidGeneration(voided []uint32, gen uint32) []uint32 {
 // saveUntilDone saves st, trying again for up to a minute: with write
 // leases, no member writes until the clusters hold a serving state again.
 // Past that the draining state left behind is taken for an abandoned
-// switch's a minute after its deadline (lease.go).
+// switch's, once a member has read it for a minute longer than the
+// switch's timeout and read every cluster (lease.go).
 func (s *Switcher) saveUntilDone(st State, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

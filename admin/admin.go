@@ -577,21 +577,11 @@ func (s *Server) checkCluster(ctx context.Context, c proxy.Cluster) error {
 // refused credentials show.
 func DialCheck(timeout time.Duration) ClusterCheck {
 	return func(ctx context.Context, c proxy.Cluster) error {
+		d := timeout
 		if c.Security.Enabled() {
-			return c.Security.Check(ctx, max(timeout, 5*time.Second), c.Bootstrap)
+			// A handshake and a login take longer than a TCP connect.
+			d = max(d, 5*time.Second)
 		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		var d net.Dialer
-		var errs []error
-		for _, addr := range c.Bootstrap {
-			conn, err := d.DialContext(ctx, "tcp", addr)
-			if err == nil {
-				conn.Close()
-				return nil
-			}
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
+		return c.Security.Check(ctx, d, c.Bootstrap)
 	}
 }

@@ -78,11 +78,11 @@ func New(opts ...Option) (*Mirror, error) {
 	vers.SetMaxKeyVersion(22, 4) // InitProducerId
 	vers.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
 	vers.SetMaxKeyVersion(26, 4) // EndTxn
-	src, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.source...), kgo.ClientID("ferry-mirror")}, cfg.srcSec.KgoOpts()...)...)
+	src, err := cfg.srcSec.NewClient(cfg.source, kgo.ClientID("ferry-mirror"))
 	if err != nil {
 		return nil, fmt.Errorf("mirror: source client: %w", err)
 	}
-	dst, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.target...), kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers)}, cfg.dstSec.KgoOpts()...)...)
+	dst, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers))
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("mirror: target client: %w", err)

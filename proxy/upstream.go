@@ -127,13 +127,12 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		lanes:     make(map[int32]int),
 		sec:       cl.Security,
 	}
-	kcl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(cl.Bootstrap...),
+	kcl, err := cl.Security.NewClient(cl.Bootstrap,
 		kgo.ClientID("ferry-control"),
 		kgo.DialTimeout(cfg.dialTimeout),
-		kgo.RetryTimeout(15 * time.Second),
-		kgo.MetadataMinAge(250 * time.Millisecond),
-	}, cl.Security.KgoOpts()...)...)
+		kgo.RetryTimeout(15*time.Second),
+		kgo.MetadataMinAge(250*time.Millisecond),
+	)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
 	}

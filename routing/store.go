@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
 // DefaultStoreTopic is the topic that holds the routing state on each
@@ -54,8 +56,8 @@ type storeConfig struct {
 	log     *zap.Logger
 	topic   string
 	timeout time.Duration
-	// clusterOpts are more client options, by cluster (StoreClusterOpts).
-	clusterOpts map[string][]kgo.Opt
+	// security is each cluster's TLS and SASL (StoreClusterSecurity).
+	security map[string]*clusterauth.Security
 }
 
 // StoreLogger sets the logger (default: none).
@@ -65,14 +67,14 @@ func StoreLogger(l *zap.Logger) StoreOption { return func(c *storeConfig) { c.lo
 // start with "__": the mirror never copies such topics.
 func StoreTopic(name string) StoreOption { return func(c *storeConfig) { c.topic = name } }
 
-// StoreClusterOpts adds franz-go options for the clients of the named
-// cluster: its TLS and SASL (clusterauth.Security.KgoOpts).
-func StoreClusterOpts(name string, opts ...kgo.Opt) StoreOption {
+// StoreClusterSecurity sets the named cluster's TLS and SASL, which every
+// client of the store to that cluster uses (default: plaintext).
+func StoreClusterSecurity(name string, sec *clusterauth.Security) StoreOption {
 	return func(c *storeConfig) {
-		if c.clusterOpts == nil {
-			c.clusterOpts = map[string][]kgo.Opt{}
+		if c.security == nil {
+			c.security = map[string]*clusterauth.Security{}
 		}
-		c.clusterOpts[name] = append(c.clusterOpts[name], opts...)
+		c.security[name] = sec
 	}
 }
 
@@ -106,10 +108,12 @@ type KafkaStore struct {
 var _ Store = (*KafkaStore)(nil)
 
 type storeCluster struct {
-	name string
-	opts []kgo.Opt   // for the producer of each write
-	cl   *kgo.Client // metadata, topic creation, reads
-	log  *zap.Logger
+	name  string
+	addrs []string              // bootstrap
+	sec   *clusterauth.Security // nil: plaintext
+	opts  []kgo.Opt             // for the producer of each write, besides the security
+	cl    *kgo.Client           // metadata, topic creation, reads
+	log   *zap.Logger
 
 	mu    sync.Mutex // serialises ensureTopic
 	ready bool       // the topic was seen with a leader
@@ -166,17 +170,16 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 			return nil, fmt.Errorf("routing store: cluster %q has no bootstrap addresses", name)
 		}
 		opts := []kgo.Opt{
-			kgo.SeedBrokers(addrs...),
 			kgo.ClientID("ferry-routing"),
 			kgo.MetadataMinAge(250 * time.Millisecond),
 		}
-		opts = append(opts, cfg.clusterOpts[name]...)
-		cl, err := kgo.NewClient(opts...)
+		sec := cfg.security[name]
+		cl, err := sec.NewClient(addrs, opts...)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("routing store: cluster %q: %w", name, err)
 		}
-		s.clusters[name] = &storeCluster{name: name, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name))}
+		s.clusters[name] = &storeCluster{name: name, addrs: addrs, sec: sec, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name))}
 		s.names = append(s.names, name)
 	}
 	slices.Sort(s.names)
@@ -359,7 +362,7 @@ func (s *KafkaStore) write(ctx context.Context, c *storeCluster, val []byte) err
 	// a dead cluster would outlive ctx, and could land later, once the
 	// cluster is back, after Save has reported it failed. Closing the
 	// client fails what it still holds.
-	p, err := kgo.NewClient(slices.Concat(c.opts, []kgo.Opt{
+	p, err := c.sec.NewClient(c.addrs, slices.Concat(c.opts, []kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), // Load reads partition 0
 		kgo.ProducerBatchMaxBytes(maxStateBytes),
 	})...)

@@ -48,7 +48,7 @@ mirror: {sync_interval: 1s}
 	}
 	produceTo(t, a.ListenAddrs(), topic, 0, "r0", "r1", "r2", "r3", "r4")
 	reg := prometheus.NewRegistry()
-	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg, nil, nil)
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg, nil, nil, nil)
 	t.Cleanup(r.Close)
 	table := routing.NewTable(routing.State{Active: "a"})
 	if err := r.Follow(table.Current()); err != nil {

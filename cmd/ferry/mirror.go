@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/admin"
@@ -46,11 +47,12 @@ type runningMirror struct {
 	done           chan struct{} // closed when Run returned
 }
 
-// newMirrorRunner returns the member's mirror runner; own says which
-// partitions this member writes and gate when it may append (both nil: a
-// member on its own writes every partition, always).
-func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, own mirror.Ownership, gate func() bool) *mirrorRunner {
-	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}}
+// newMirrorRunner returns the member's mirror runner; secs is each
+// cluster's TLS and SASL (config.security), own says which partitions this
+// member writes and gate when it may append (both nil: a member on its own
+// writes every partition, always).
+func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, secs map[string]*clusterauth.Security, own mirror.Ownership, gate func() bool) *mirrorRunner {
+	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}, security: secs}
 	for _, c := range cfg.Clusters {
 		r.clusters[c.Name] = c.Bootstrap
 	}
@@ -72,6 +74,12 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, ow
 		r.opts = append(r.opts, mirror.WithWriteGate(gate))
 	}
 	return r
+}
+
+// client builds a franz-go client of the named cluster, with its TLS and
+// SASL.
+func (r *mirrorRunner) client(cluster string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return r.security[cluster].NewClient(r.clusters[cluster], opts...)
 }
 
 // standbyOf returns the configured cluster that is not active.

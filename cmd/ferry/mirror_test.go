@@ -131,7 +131,7 @@ mirror: {sync_interval: 1s}
 	}
 
 	reg := prometheus.NewRegistry()
-	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg, nil, nil)
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), reg, nil, nil, nil)
 	t.Cleanup(r.Close)
 	if info := r.Info(); !info.Enabled || info.Running {
 		t.Fatalf("before Follow: %+v", info)
@@ -243,7 +243,7 @@ mirror: {sync_interval: 1s, topics: {include: ["orders"]}}
 	produceTo(t, a.ListenAddrs(), "orders", 0, "o0", "o1")
 	produceTo(t, a.ListenAddrs(), "payments", 0, "p0", "p1", "p2")
 
-	r := newMirrorRunner(cfg, zaptest.NewLogger(t), prometheus.NewRegistry(), nil, nil)
+	r := newMirrorRunner(cfg, zaptest.NewLogger(t), prometheus.NewRegistry(), nil, nil, nil)
 	t.Cleanup(r.Close)
 	if err := r.Follow(routing.State{Generation: 0, Active: "a"}); err != nil {
 		t.Fatal(err)

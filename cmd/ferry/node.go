@@ -143,7 +143,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	storeOpts := []routing.StoreOption{routing.StoreLogger(log.Named("routing"))}
 	for _, c := range cfg.Clusters {
 		bootstraps[c.Name] = c.Bootstrap
-		storeOpts = append(storeOpts, routing.StoreClusterOpts(c.Name, secs[c.Name].KgoOpts()...))
+		storeOpts = append(storeOpts, routing.StoreClusterSecurity(c.Name, secs[c.Name]))
 	}
 	if n.store, err = routing.NewKafkaStore(cfg.ClusterID, bootstraps, storeOpts...); err != nil {
 		return nil, err
@@ -202,8 +202,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		if n.fleet != nil {
 			own, gate = n.fleet, n.fleet.mayMirror
 		}
-		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, own, gate)
-		n.mirror.security = secs
+		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, secs, own, gate)
 		sm = switchMirror{n.mirror}
 		if n.fleet != nil {
 			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}

@@ -124,6 +124,19 @@ func startNodeLogged(t *testing.T, yaml string, log *zap.Logger) (*node, string)
 	return n, n.ln.Addr().String()
 }
 
+// endsListed fails if a log line says the switch could not list the
+// standby's end offsets (its fences would come from the mirror's own
+// count), or that a client reached a cluster without its TLS or SASL.
+func endsListed(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	for _, e := range logs.All() {
+		line := fmt.Sprint(e.Message, " ", e.ContextMap())
+		if strings.HasPrefix(e.Message, "listing the standby's end offsets") || strings.Contains(line, "is SASL missing") || strings.Contains(line, "is TLS missing") {
+			t.Errorf("%s", line)
+		}
+	}
+}
+
 // noKilledConnections fails if a log line says an upstream connection or a
 // mirror session was lost: with sessions that expire, that is a broker
 // closing a connection used past its session's end.
@@ -296,7 +309,10 @@ clusters:
 // switches (planned) to the standby: nothing fails, every acknowledged
 // record is on the standby at the offset it was acknowledged at, the
 // group's offsets were there at the switch (nothing committed is read
-// again), and no connection of the proxy or the mirror is lost.
+// again), and no connection of the proxy or the mirror is lost. With the
+// traffic stopped, a planned switch back: generation 1's fence on each
+// partition is the standby's end read directly from the broker, and no
+// switch failed to list the standby's ends over SASL_SSL.
 func TestMirrorSASLSSLRealKafka(t *testing.T) {
 	p := newPKI(t)
 	clientCA, err := testpki.NewCA("ferry-client-ca")
@@ -363,6 +379,116 @@ mirror: {sync_interval: 1s}
 	total := tr.verifyOn(ctx, standby.Addrs())
 	t.Logf("%d records across a switch between SASL_SSL clusters in %v; %d re-read", total, time.Since(start).Round(time.Second), tr.rereads())
 	noKilledConnections(t, logs)
+
+	// Nothing writes now: the standby's ends read directly are the fence
+	// the switch back must record for generation 1.
+	ends := endOffsets(t, standby.Addrs(), topic)
+	st, err = n.switchover(ctx, routing.Request{To: "primary", Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("switch back to the primary: %v", err)
+	}
+	if st.Generation != 2 || st.Active != "primary" {
+		t.Fatalf("state after the switch back: %+v", st)
+	}
+	for part := range int32(parts) {
+		if e, ok := st.FenceEnd(1, topic, part); !ok || e != ends[part] {
+			t.Errorf("generation 1's fence on %s[%d]: %d, %v; want the standby's end %d", topic, part, e, ok, ends[part])
+		}
+	}
+	endsListed(t, logs)
+}
+
+// TestForcedSwitchSASLRealKafka: a forced switch between two clusters
+// reached over SASL_SSL with SCRAM-SHA-512. The mirror is held back by a
+// transaction left open on the primary, and the primary dies. The switch's
+// fence is the standby's end read directly from the broker, its lost range
+// runs from there to the primary's end, the first record produced after it
+// is acknowledged at the fence, and the switch did not fail to list the
+// standby's ends (the fence would then be the mirror's own count, below
+// appends a stopped writer had sent: TestSwitchStandbyEndsOverSASL).
+func TestForcedSwitchSASLRealKafka(t *testing.T) {
+	p := newPKI(t)
+	primary := scramCluster(t, "primary", p, "primary-pw")
+	standby := scramCluster(t, "standby", p, "standby-pw")
+	log, logs := observed(t)
+	n, addr := startNodeLogged(t, fmt.Sprintf(`
+cluster_id: ferry-forced-sasl-test
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters:
+  - name: primary
+    bootstrap: [%s]
+    tls: {ca_file: %[3]s}
+    sasl: {mechanism: SCRAM-SHA-512, username: ferry, password_file: %[4]s}
+  - name: standby
+    bootstrap: [%[2]s]
+    tls: {ca_file: %[3]s}
+    sasl: {mechanism: SCRAM-SHA-512, username: ferry, password_file: %[5]s}
+mirror: {sync_interval: 1s}
+`, primary.ListenerAddr("SECURE", 1), standby.ListenerAddr("SECURE", 1), p.caFile, p.secret(t, "primary-pw", "primary-pw"), p.secret(t, "standby-pw", "standby-pw")), log)
+
+	const topic = "forced-sasl"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produce := func(prefix string, count int) []int64 {
+		var offs []int64
+		for i := range count {
+			r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%03d", prefix, i))}).First()
+			if err != nil {
+				t.Fatalf("produce %s %d: %v", prefix, i, err)
+			}
+			offs = append(offs, r.Offset)
+		}
+		return offs
+	}
+	produce("before", 50)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction left open stops the mirror at its first offset;
+	// what follows is acknowledged by the primary only.
+	txn := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("forced-sasl-open"))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	unmirrored := produce("unmirrored", 20)
+	end := unmirrored[len(unmirrored)-1] + 1
+	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
+		for _, st := range n.mirror.Info().Partitions {
+			if st.SourceEnd != end || st.Mirrored != 50 {
+				return fmt.Errorf("mirror at %d, source end %d; want 50, %d", st.Mirrored, st.SourceEnd, end)
+			}
+		}
+		return nil
+	})
+	fence := endOffsets(t, standby.Addrs(), topic)[0]
+	if fence != 50 {
+		t.Fatalf("the standby's end read directly: %d; want 50", fence)
+	}
+
+	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.switchover(ctx, routing.Request{To: "standby", Mode: routing.Forced})
+	if err != nil {
+		t.Fatalf("forced switch: %v", err)
+	}
+	want := []routing.LostRange{{Topic: topic, Partition: 0, From: fence, To: end}}
+	if st.Generation != 1 || st.Active != "standby" || st.Last == nil || fmt.Sprint(st.Last.Lost) != fmt.Sprint(want) {
+		t.Fatalf("after the forced switch: %+v, last %+v; want generation 1 on standby with lost %v", st, st.Last, want)
+	}
+	if e, ok := st.FenceEnd(0, topic, 0); !ok || e != fence {
+		t.Fatalf("generation 0's fence: %d, %v; want the standby's end %d", e, ok, fence)
+	}
+	if after := produce("after", 1); after[0] != fence {
+		t.Fatalf("first record after the switch acknowledged at %d, want %d (the fence)", after[0], fence)
+	}
+	endsListed(t, logs)
 }
 
 // unsecuredJWT is a token Kafka's default OAUTHBEARER validator accepts

@@ -96,7 +96,7 @@ func (r *mirrorRunner) endOffsets(cluster string, sts []mirror.PartitionStatus) 
 	if len(topics) == 0 {
 		return out
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.clusters[cluster]...), kgo.ClientID("ferry-switch"))
+	cl, err := r.client(cluster, kgo.ClientID("ferry-switch"))
 	if err != nil {
 		r.log.Error("listing the standby's end offsets at the switch", zap.String("cluster", cluster), zap.Error(err))
 		return out

@@ -2,9 +2,10 @@
 // cluster: TLS (a CA bundle, a client certificate, the server name, the
 // minimum version) and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER, with
 // franz-go's mechanisms). One Security serves every connection Ferry opens
-// to the cluster: franz-go clients take its KgoOpts, raw connections (the
-// proxy's pools, the mirror's partition writers) its Dial, which does TLS
-// and then the SASL exchange itself.
+// to the cluster: franz-go clients are built by its NewClient (the only
+// way, so that none goes without the security), raw connections (the
+// proxy's pools, the mirror's partition writers) by its Dial, which does
+// TLS and then the SASL exchange itself.
 //
 // Secrets are never in the configuration: a password, token or client
 // secret is named by a file or an environment variable, and read each time

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,11 +135,20 @@ func (sec *Security) Describe() string {
 	return d
 }
 
-// KgoOpts are the options a franz-go client of the cluster needs: a dialer
+// NewClient builds a franz-go client of the cluster at addrs (its
+// bootstrap servers) with the cluster's TLS and SASL, then opts. Every
+// franz-go client Ferry opens to a cluster is built here: a client given
+// seed brokers alone fails against a secured cluster, and what it was for
+// (a switch's end offsets) silently falls back to something worse.
+func (sec *Security) NewClient(addrs []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(slices.Concat([]kgo.Opt{kgo.SeedBrokers(addrs...)}, sec.kgoOpts(), opts)...)
+}
+
+// kgoOpts are the options a franz-go client of the cluster needs: a dialer
 // doing TLS with the current certificates, and the SASL mechanism (franz-go
 // re-authenticates its connections itself when the broker limits the
 // session, KIP-368).
-func (sec *Security) KgoOpts() []kgo.Opt {
+func (sec *Security) kgoOpts() []kgo.Opt {
 	if sec == nil {
 		return nil
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
 )
@@ -88,7 +87,7 @@ func TestDialSCRAMOverTLS(t *testing.T) {
 				t.Fatalf("session %+v (renew at %v)", s, s.RenewAt())
 			}
 			// franz-go clients: the same TLS and mechanism.
-			cl, err := kgo.NewClient(append(sec.KgoOpts(), kgo.SeedBrokers(c.ListenAddrs()...))...)
+			cl, err := sec.NewClient(c.ListenAddrs())
 			if err != nil {
 				t.Fatal(err)
 			}

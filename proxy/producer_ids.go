@@ -98,12 +98,20 @@ func staleProducerID(gen uint32, kr kmsg.Request) bool {
 func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (r *reply, rewritten bool, mapped *mappedTxn) {
 	gen := req.state.Generation
 	if ip, ok := kr.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID != nil {
-		s.txnTimeouts.Store(*ip.TransactionalID, ip.TransactionTimeoutMillis)
-		if gen != 0 {
-			s.ownTxn(gen, *ip.TransactionalID)
+		s.noteTxnTimeout(*ip.TransactionalID, ip.TransactionTimeoutMillis)
+		if gen != 0 && !s.ownTxn(gen, *ip.TransactionalID) {
+			// Unrecorded, the fence of the IDs of earlier generations
+			// would be lost: retried (Java, franz-go, librdkafka).
+			s.metrics.refused(req.hdr.Key, reasonTxnMappingsFull)
+			return localReply(req, errorResponse(kr, kerr.CoordinatorLoadInProgress.Code, txnMappingsFullMsg)), false, nil
 		}
 	}
 	if !staleProducerID(gen, kr) {
+		if q, ok := staleQuery(gen, req.hdr.Version, kr); ok && gen != 0 {
+			// A producer of this generation goes on: its fence of the
+			// IDs of earlier ones must not be dropped as idle.
+			s.txns.touch(gen, q.TxnID)
+		}
 		return nil, false, nil
 	}
 	s.metrics.refused(req.hdr.Key, reasonOtherGeneration)

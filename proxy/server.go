@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -239,5 +240,75 @@ func TestCoordinatorCacheBounded(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(s.metrics.evictions.WithLabelValues(stateCoordinators)); n != extra {
 		t.Fatalf("ferry_state_evictions_total{table=coordinators} = %v, want %d", n, extra)
+	}
+}
+
+// TestTxnFenceKeptForAProducerStillTransacting: through Ferry, a producer
+// that initialised its transactional ID after the switch and keeps
+// transacting keeps its entry while the table, full, drops idle ones for
+// new transactional IDs: a zombie of the earlier generation writing under
+// that transactional ID is fenced (INVALID_PRODUCER_EPOCH), never mapped.
+func TestTxnFenceKeptForAProducerStillTransacting(t *testing.T) {
+	const txnID = "live-txn"
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
+	clock := &fakeClock{}
+	s.txns.mu.Lock()
+	s.txns.now = clock.now
+	s.txns.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, addr, kgo.MaxVersions(kversion.V3_5_0()))
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := cl.Broker(0)
+	id := txnID
+	initReq := kmsg.NewPtrInitProducerIDRequest()
+	initReq.TransactionalID, initReq.TransactionTimeoutMillis = &id, 30000
+	initReq.ProducerID, initReq.ProducerEpoch = -1, -1
+	resp, err := b.Request(ctx, initReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := resp.(*kmsg.InitProducerIDResponse)
+	if ip.ErrorCode != 0 {
+		t.Fatalf("the live producer's InitProducerId: %v", kerr.ErrorForCode(ip.ErrorCode))
+	}
+	addPartition := func(pid int64, epoch int16) int16 {
+		t.Helper()
+		add := kmsg.NewPtrAddPartitionsToTxnRequest()
+		add.TransactionalID, add.ProducerID, add.ProducerEpoch = txnID, pid, epoch
+		add.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "t", Partitions: []int32{0}}}
+		resp, err := b.Request(ctx, add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range resp.(*kmsg.AddPartitionsToTxnResponse).Topics {
+			for _, p := range tp.Partitions {
+				return p.ErrorCode
+			}
+		}
+		t.Fatalf("AddPartitionsToTxn v%d answered no partition", resp.GetVersion())
+		return 0
+	}
+	for i := range maxTxnRemaps - 1 {
+		if !s.txns.own(idGen, fmt.Sprint("other-", i)) {
+			t.Fatalf("transactional ID %d refused before the table was full", i)
+		}
+	}
+	clock.advance(txnRemapIdle * 2 / 3)
+	// The live producer transacts (what kfake answers does not matter
+	// here: its producer IDs are random, above the 2^48 a virtual ID
+	// carries, where Kafka's count up from 0).
+	addPartition(ip.ProducerID, ip.ProducerEpoch)
+	clock.advance(txnRemapIdle/2 + time.Second)
+	for i := range maxTxnRemaps - 1 {
+		if !s.txns.own(idGen, fmt.Sprint("new-", i)) {
+			t.Fatalf("new transactional ID %d refused with idle entries left", i)
+		}
+	}
+	if code := addPartition(stalePID, 0); code != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("the zombie's AddPartitionsToTxn: %v, want INVALID_PRODUCER_EPOCH (fenced)", kerr.ErrorForCode(code))
 	}
 }

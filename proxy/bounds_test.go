@@ -312,3 +312,43 @@ func TestTxnFenceKeptForAProducerStillTransacting(t *testing.T) {
 		t.Fatalf("the zombie's AddPartitionsToTxn: %v, want INVALID_PRODUCER_EPOCH (fenced)", kerr.ErrorForCode(code))
 	}
 }
+
+// TestIdempotentMappingsKeepTheActive: the producer IDs allocated for
+// idempotent producers writing with an ID of an earlier generation are
+// bounded, and the one dropped for a new producer is the least recently
+// used, counted: a producer still writing keeps its ID (one dropped would
+// be allocated anew, and a batch retried across that written twice).
+func TestIdempotentMappingsKeepTheActive(t *testing.T) {
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "evicted"})
+	r := &remappedPIDs{evicted: evicted}
+	ctx := context.Background()
+	var allocs atomic.Int64
+	alloc := func(context.Context) (int64, error) { return allocs.Add(1), nil }
+	const gen = idGen
+	active := routing.VirtualPID(gen-1, 1)
+	first, err := r.physicalBy(ctx, gen, active, alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const extra = 1000
+	for i := range int64(3*maxRemapped + extra) {
+		if _, err := r.physicalBy(ctx, gen, routing.VirtualPID(gen-1, 100+i), alloc); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 0 {
+			// The active producer writes on.
+			if got, _ := r.physicalBy(ctx, gen, active, alloc); got != first {
+				t.Fatalf("after %d other producers the active one's ID is %d, was %d: its mapping was dropped", i, got, first)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(evicted); n != 3*maxRemapped+extra+1-maxRemapped {
+		t.Fatalf("ferry_state_evictions_total{table=pid_mappings} = %v, want %d", n, 3*maxRemapped+extra+1-maxRemapped)
+	}
+	r.mu.Lock()
+	n := r.m.Len()
+	r.mu.Unlock()
+	if n != maxRemapped {
+		t.Fatalf("%d mappings held, want %d", n, maxRemapped)
+	}
+}

@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "state_evictions_total",
-			Help: "Entries dropped from Ferry's bounded tables to stay within their bound, by table: coordinators, txn_timeouts, txn_mappings."}, []string{"table"}),
+			Help: "Entries dropped from Ferry's bounded tables to stay within their bound, by table: coordinators, txn_timeouts, txn_mappings, pid_mappings."}, []string{"table"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions} {
@@ -100,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}
 		}
 	}
-	for _, t := range []string{stateCoordinators, stateTxnTimeouts, stateTxnMappings} {
+	for _, t := range []string{stateCoordinators, stateTxnTimeouts, stateTxnMappings, statePIDMappings} {
 		m.evictions.WithLabelValues(t)
 	}
 	for k := range m.byKey {
@@ -143,6 +143,7 @@ const (
 	stateCoordinators = "coordinators" // the coordinator cache of a cluster (upstream.coords)
 	stateTxnTimeouts  = "txn_timeouts" // Server.txnTimeouts
 	stateTxnMappings  = "txn_mappings" // txnRemaps: only entries idle past txnRemapIdle
+	statePIDMappings  = "pid_mappings" // remappedPIDs: the least recently used
 )
 
 // evicted counts an entry dropped from table.

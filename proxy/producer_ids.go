@@ -63,6 +63,8 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -129,13 +131,15 @@ func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (
 // allocates it, the member the client's ID hashes to, and the others ask
 // it (txn_fleet.go): a partition's batches move to another member when
 // its leader member dies, and a batch retried there must go under the
-// same ID for the broker to know it for a retry. An entry dropped (the
-// map is bounded) is allocated again: only a batch retried across that
-// could then be written twice.
+// same ID for the broker to know it for a retry. Bounded to the most
+// recently used maxRemapped: an entry dropped (counted in evicted) is
+// allocated again, and only a batch retried across that could then be
+// written twice, so the producers still writing keep theirs.
 type remappedPIDs struct {
-	mu  sync.Mutex
-	gen uint32
-	m   map[int64]*remapped
+	mu      sync.Mutex
+	gen     uint32
+	m       *simplelru.LRU[int64, *remapped]
+	evicted prometheus.Counter
 }
 
 type remapped struct {
@@ -157,9 +161,10 @@ func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, vi
 func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, alloc func(context.Context) (int64, error)) (int64, error) {
 	r.mu.Lock()
 	if r.m == nil || r.gen != gen {
-		r.gen, r.m = gen, map[int64]*remapped{}
+		r.gen = gen
+		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
 	}
-	e := r.m[virt]
+	e, _ := r.m.Get(virt)
 	if e != nil {
 		r.mu.Unlock()
 		select {
@@ -169,22 +174,18 @@ func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, a
 			return -1, ctx.Err()
 		}
 	}
-	if len(r.m) >= maxRemapped {
-		for k := range r.m {
-			delete(r.m, k)
-			break
-		}
-	}
 	e = &remapped{ready: make(chan struct{})}
-	r.m[virt] = e
+	if r.m.Add(virt, e) && r.evicted != nil {
+		r.evicted.Inc()
+	}
 	r.mu.Unlock()
 
 	e.phys, e.err = alloc(ctx)
 	close(e.ready)
 	if e.err != nil {
 		r.mu.Lock()
-		if r.m[virt] == e {
-			delete(r.m, virt)
+		if cur, _ := r.m.Peek(virt); cur == e {
+			r.m.Remove(virt)
 		}
 		r.mu.Unlock()
 	}

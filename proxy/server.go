@@ -129,6 +129,7 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.metrics = m
 	s.txns.evicted = m.evictions.WithLabelValues(stateTxnMappings)
+	s.remapped.evicted = m.evictions.WithLabelValues(statePIDMappings)
 	s.txns.full = func(key int16) { m.refused(key, reasonTxnMappingsFull) }
 	if s.txnTimeouts, err = lru.New[string, int32](maxTxnTimeouts); err != nil {
 		return nil, err

@@ -70,6 +70,13 @@ func (f *Fleet) handler(kind string) Handler {
 	return f.handlers[kind]
 }
 
+// isControl reports whether kind was set by HandleControl.
+func (f *Fleet) isControl(kind string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.control[kind]
+}
+
 // lane is the handler slots a call of kind runs on, and its label: the
 // kind when a handler is set for it ("other" otherwise, as a peer names
 // it).
@@ -90,9 +97,24 @@ func (f *Fleet) lane(kind string) (sem chan struct{}, label string) {
 // It goes over memberlist's reliable (TCP) messages, encrypted with the
 // gossip key; a call to this member runs the handler directly. A member
 // that does not answer ends the call when ctx ends: give ctx a deadline.
+//
+// A call of a control kind (HandleControl) refused busy is sent again,
+// after 25 ms doubling to 1 s, until ctx ends: a switch's step waits for
+// room rather than failing at once. Other kinds' callers get ErrBusy.
 func (f *Fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
 	start := time.Now()
 	resp, outcome, err := f.call(ctx, to, kind, body)
+	for backoff := 25 * time.Millisecond; outcome == outcomeBusy && f.isControl(kind); backoff = min(2*backoff, time.Second) {
+		f.metrics.calls.WithLabelValues(kind, outcome).Inc()
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		resp, outcome, err = f.call(ctx, to, kind, body)
+	}
 	f.metrics.calls.WithLabelValues(kind, outcome).Inc()
 	if outcome == outcomeOK || outcome == outcomeRefused {
 		f.metrics.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())

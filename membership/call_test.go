@@ -265,3 +265,74 @@ func TestControlCallsNotStarvedByAFlood(t *testing.T) {
 		t.Errorf("after the flood: %q, %v", got, err)
 	}
 }
+
+// TestControlCallRetriedWhenBusy: a switch-control call refused busy (its
+// lane full) is sent again until there is room, within its deadline,
+// rather than failing the switch's step at once; each refusal is counted.
+func TestControlCallRetriedWhenBusy(t *testing.T) {
+	a := start(t, testConfig(), testMeta(1))
+	b := start(t, testConfig(a.selfAddr), testMeta(2))
+	a.sees(1, 2)
+	b.sees(1, 2)
+	release := make(chan struct{})
+	var ran atomic.Int32
+	for _, m := range []*member{a, b} {
+		m.HandleControl("install", func(ctx context.Context, _ int32, _ []byte) ([]byte, error) {
+			ran.Add(1)
+			select {
+			case <-release:
+				return []byte("installed"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	done := make(chan error, maxControlHandlers+1)
+	call := func() {
+		got, err := a.Call(callCtx(t), 2, "install", nil)
+		if err == nil && string(got) != "installed" {
+			err = fmt.Errorf("answered %q", got)
+		}
+		done <- err
+	}
+	for range maxControlHandlers {
+		go call()
+	}
+	eventually(t, "member 2 running a full control lane", func() error {
+		if n := ran.Load(); n != maxControlHandlers {
+			return fmt.Errorf("%d control handlers running", n)
+		}
+		return nil
+	})
+	go call()
+	eventually(t, "member 2 answering the extra call busy", func() error {
+		if n := testutil.ToFloat64(b.metrics.busy.WithLabelValues("install")); n < 1 {
+			return fmt.Errorf("%v calls answered busy", n)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("a control call ended while the lane was full: %v; want it retried until there is room", err)
+	default:
+	}
+	close(release)
+	released = true
+	for range maxControlHandlers + 1 {
+		if err := <-done; err != nil {
+			t.Errorf("a control call: %v", err)
+		}
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("install", outcomeOK)); n != maxControlHandlers+1 {
+		t.Errorf("ferry_fleet_calls_total{kind=install,outcome=ok} = %v, want %d", n, maxControlHandlers+1)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("install", outcomeBusy)); n < 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=install,outcome=busy} = %v, want the refusals counted", n)
+	}
+}

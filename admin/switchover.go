@@ -127,7 +127,7 @@ func switchStatus(reason string) int {
 	switch reason {
 	case routing.ReasonBadRequest, routing.ReasonUnknownCluster:
 		return http.StatusBadRequest
-	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror, routing.ReasonPrincipals:
+	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror, routing.ReasonPrincipals, routing.ReasonGenerationLimit:
 		return http.StatusConflict
 	case routing.ReasonDrainTimeout:
 		return http.StatusGatewayTimeout

@@ -37,17 +37,31 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("member %d refused %s: %s", e.NodeID, e.Kind, e.Message)
 }
 
+// ErrBusy is in the error of a call the member called refused at once:
+// every handler of the call's lane was running (maxHandlers for the kinds
+// set by Handle, maxControlHandlers for those set by HandleControl).
+// Nothing ran; the call may be tried again.
+var ErrBusy = errors.New("busy")
+
 const maxKindLen = 255
 
 // Handle sets the handler of calls of a kind. Set them before Run, so that
 // a member never refuses a call for want of its handler.
-func (f *Fleet) Handle(kind string, h Handler) {
+func (f *Fleet) Handle(kind string, h Handler) { f.handle(kind, h, false) }
+
+// HandleControl is Handle for a kind that controls a switch (hold,
+// install, mirror stop and start): its calls from other members run on
+// handler slots of their own, which the other kinds cannot take.
+func (f *Fleet) HandleControl(kind string, h Handler) { f.handle(kind, h, true) }
+
+func (f *Fleet) handle(kind string, h Handler, control bool) {
 	if kind == "" || len(kind) > maxKindLen {
 		panic(fmt.Sprintf("membership: call kind %q must be 1 to %d bytes", kind, maxKindLen))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.handlers[kind] = h
+	f.control[kind] = control
 }
 
 func (f *Fleet) handler(kind string) Handler {
@@ -56,13 +70,51 @@ func (f *Fleet) handler(kind string) Handler {
 	return f.handlers[kind]
 }
 
+// isControl reports whether kind was set by HandleControl.
+func (f *Fleet) isControl(kind string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.control[kind]
+}
+
+// lane is the handler slots a call of kind runs on, and its label: the
+// kind when a handler is set for it ("other" otherwise, as a peer names
+// it).
+func (f *Fleet) lane(kind string) (sem chan struct{}, label string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	label = kind
+	if f.handlers[kind] == nil {
+		label = "other"
+	}
+	if f.control[kind] {
+		return f.ctlSem, label
+	}
+	return f.sem, label
+}
+
 // Call sends body to member to's handler of kind and returns its answer.
 // It goes over memberlist's reliable (TCP) messages, encrypted with the
 // gossip key; a call to this member runs the handler directly. A member
 // that does not answer ends the call when ctx ends: give ctx a deadline.
+//
+// A call of a control kind (HandleControl) refused busy is sent again,
+// after 25 ms doubling to 1 s, until ctx ends: a switch's step waits for
+// room rather than failing at once. Other kinds' callers get ErrBusy.
 func (f *Fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
 	start := time.Now()
 	resp, outcome, err := f.call(ctx, to, kind, body)
+	for backoff := 25 * time.Millisecond; outcome == outcomeBusy && f.isControl(kind); backoff = min(2*backoff, time.Second) {
+		f.metrics.calls.WithLabelValues(kind, outcome).Inc()
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		resp, outcome, err = f.call(ctx, to, kind, body)
+	}
 	f.metrics.calls.WithLabelValues(kind, outcome).Inc()
 	if outcome == outcomeOK || outcome == outcomeRefused {
 		f.metrics.duration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
@@ -141,8 +193,11 @@ func (f *Fleet) call(ctx context.Context, to int32, kind string, body []byte) ([
 			}
 			sent = nil
 		case resp := <-ch:
-			if resp.typ == msgExpired {
+			switch resp.typ {
+			case msgExpired:
 				return nil, outcomeTimeout, fmt.Errorf("member %d did not answer %s in time: %w (%s)", to, kind, context.DeadlineExceeded, resp.err)
+			case msgBusy:
+				return nil, outcomeBusy, fmt.Errorf("member %d refused %s, nothing done: %w (%s)", to, kind, ErrBusy, resp.err)
 			}
 			if resp.err != "" {
 				return nil, outcomeRefused, &RemoteError{NodeID: to, Kind: kind, Message: resp.err}
@@ -185,7 +240,10 @@ func (f *Fleet) runHandler(ctx context.Context, from int32, kind string, body []
 }
 
 // onMessage is memberlist's NotifyMsg: it must not block memberlist, so a
-// request is served on its own goroutine, and at most maxHandlers at once.
+// request is served on its own goroutine, at most as many at once as its
+// lane has slots; one beyond is answered busy, never dropped unanswered
+// (its caller would wait to its deadline, a switch's hold with writes
+// held).
 func (f *Fleet) onMessage(b []byte) {
 	if !f.up.Load() {
 		return
@@ -196,7 +254,7 @@ func (f *Fleet) onMessage(b []byte) {
 		return
 	}
 	switch m.typ {
-	case msgResponse, msgExpired:
+	case msgResponse, msgExpired, msgBusy:
 		f.pendMu.Lock()
 		p, ok := f.pending[m.id]
 		f.pendMu.Unlock()
@@ -207,29 +265,53 @@ func (f *Fleet) onMessage(b []byte) {
 			}
 		}
 	case msgRequest:
+		sem, label := f.lane(m.kind)
 		select {
-		case f.sem <- struct{}{}:
+		case sem <- struct{}{}:
 		default:
-			f.log.Warn("too many fleet calls in progress: dropped one", zap.Int32("from", m.from), zap.String("kind", m.kind))
+			f.metrics.busy.WithLabelValues(label).Inc()
+			f.log.Debug("too many fleet calls in progress: answered one busy", zap.Int32("from", m.from), zap.String("kind", label))
+			busy := message{typ: msgBusy, id: m.id, from: f.id, err: fmt.Sprintf("member %d has %d calls of this lane in progress", f.id, cap(sem))}
+			f.goServing(func() { f.answer(m, busy) })
 			return
 		}
-		f.mu.Lock()
-		if f.closed {
-			f.mu.Unlock()
-			<-f.sem
-			return
+		if !f.goServing(func() { f.serve(m, sem) }) {
+			<-sem
 		}
-		f.serving.Add(1)
-		f.mu.Unlock()
-		go f.serve(m)
 	}
 }
 
-func (f *Fleet) serve(req message) {
-	defer func() {
-		<-f.sem
-		f.serving.Done()
+// goServing runs fn on a goroutine Close waits for, unless the fleet is
+// closed (false).
+func (f *Fleet) goServing(fn func()) bool {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return false
+	}
+	f.serving.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.serving.Done()
+		fn()
 	}()
+	return true
+}
+
+// answer sends resp to req's caller.
+func (f *Fleet) answer(req, resp message) {
+	node, ok := f.member(req.from)
+	if !ok {
+		f.log.Warn("cannot answer a fleet call: the caller is not a live member", zap.Int32("from", req.from), zap.String("kind", req.kind))
+		return
+	}
+	if err := f.ml.SendReliable(&node, resp.encode()); err != nil {
+		f.log.Warn("cannot answer a fleet call", zap.Int32("from", req.from), zap.String("kind", req.kind), zap.Error(err))
+	}
+}
+
+func (f *Fleet) serve(req message, sem chan struct{}) {
+	defer func() { <-sem }()
 	ctx := f.ctx
 	if req.timeout > 0 {
 		var cancel context.CancelFunc
@@ -251,14 +333,7 @@ func (f *Fleet) serve(req message) {
 	} else {
 		resp.body = body
 	}
-	node, ok := f.member(req.from)
-	if !ok {
-		f.log.Warn("cannot answer a fleet call: the caller is not a live member", zap.Int32("from", req.from), zap.String("kind", req.kind))
-		return
-	}
-	if err := f.ml.SendReliable(&node, resp.encode()); err != nil {
-		f.log.Warn("cannot answer a fleet call", zap.Int32("from", req.from), zap.String("kind", req.kind), zap.Error(err))
-	}
+	f.answer(req, resp)
 }
 
 func randomID() uint64 {
@@ -287,6 +362,7 @@ const (
 	msgRequest  = 1
 	msgResponse = 2
 	msgExpired  = 3 // a response: the caller's deadline ended the handler
+	msgBusy     = 4 // a response: the call's lane was full, nothing ran
 )
 
 func (m *message) encode() []byte {
@@ -313,7 +389,7 @@ func decodeMessage(b []byte) (message, error) {
 		return m, fmt.Errorf("unknown version %d", b[0])
 	}
 	m.typ = b[1]
-	if m.typ != msgRequest && m.typ != msgResponse && m.typ != msgExpired {
+	if m.typ != msgRequest && m.typ != msgResponse && m.typ != msgExpired && m.typ != msgBusy {
 		return m, fmt.Errorf("unknown type %d", m.typ)
 	}
 	b = b[2:]

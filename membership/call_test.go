@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +180,159 @@ func TestCallTimeouts(t *testing.T) {
 	}
 	if _, err := b.Call(callCtx(t), 1, "echo", nil); err == nil {
 		t.Error("Call after Close succeeded")
+	}
+}
+
+// TestControlCallsNotStarvedByAFlood: with every handler slot of the other
+// kinds taken by calls that do not end (transactional forwarding waiting
+// on a broker), a call of a control kind (a switch's hold) is still served,
+// and one more call of the flooded kind is answered busy at once, nothing
+// run, rather than dropped for its caller to wait out its deadline. Both
+// are counted, on the caller (outcome busy) and on the member called.
+func TestControlCallsNotStarvedByAFlood(t *testing.T) {
+	a := start(t, testConfig(), testMeta(1))
+	b := start(t, testConfig(a.selfAddr), testMeta(2))
+	a.sees(1, 2)
+	b.sees(1, 2)
+	release := make(chan struct{})
+	var ran atomic.Int32
+	b.Handle("txn", func(ctx context.Context, _ int32, _ []byte) ([]byte, error) {
+		ran.Add(1)
+		select {
+		case <-release:
+			return []byte("forwarded"), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	b.HandleControl("hold", func(context.Context, int32, []byte) ([]byte, error) {
+		return []byte("held"), nil
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+
+	flood := make(chan error, maxHandlers)
+	for range maxHandlers {
+		go func() {
+			_, err := a.Call(callCtx(t), 2, "txn", nil)
+			flood <- err
+		}()
+	}
+	eventually(t, "member 2 running a full lane of forwarding calls", func() error {
+		if n := ran.Load(); n != maxHandlers {
+			return fmt.Errorf("%d handlers running", n)
+		}
+		return nil
+	})
+
+	// Generous deadlines: a dropped call would fail only at its end.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := a.Call(ctx, 2, "hold", nil)
+	if err != nil || string(got) != "held" {
+		t.Fatalf("a hold during the flood: %q, %v", got, err)
+	}
+	_, err = a.Call(ctx, 2, "txn", nil)
+	if !errors.Is(err, ErrBusy) || ctx.Err() != nil || !strings.Contains(err.Error(), "member 2") {
+		t.Fatalf("a call past the lane's slots: %v (context: %v); want ErrBusy naming member 2 before the deadline", err, ctx.Err())
+	}
+	if n := ran.Load(); n != maxHandlers {
+		t.Fatalf("the call answered busy ran anyway: %d handlers ran", n)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("txn", outcomeBusy)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=txn,outcome=busy} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(b.metrics.busy.WithLabelValues("txn")); n != 1 {
+		t.Errorf("ferry_fleet_calls_busy_total{kind=txn} on member 2 = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("hold", outcomeOK)); n != 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=hold,outcome=ok} = %v, want 1", n)
+	}
+
+	close(release)
+	for range maxHandlers {
+		if err := <-flood; err != nil {
+			t.Errorf("a forwarding call of the flood: %v", err)
+		}
+	}
+	// The slots are free again: the kind is served.
+	if got, err := a.Call(ctx, 2, "txn", nil); err != nil || string(got) != "forwarded" {
+		t.Errorf("after the flood: %q, %v", got, err)
+	}
+}
+
+// TestControlCallRetriedWhenBusy: a switch-control call refused busy (its
+// lane full) is sent again until there is room, within its deadline,
+// rather than failing the switch's step at once; each refusal is counted.
+func TestControlCallRetriedWhenBusy(t *testing.T) {
+	a := start(t, testConfig(), testMeta(1))
+	b := start(t, testConfig(a.selfAddr), testMeta(2))
+	a.sees(1, 2)
+	b.sees(1, 2)
+	release := make(chan struct{})
+	var ran atomic.Int32
+	for _, m := range []*member{a, b} {
+		m.HandleControl("install", func(ctx context.Context, _ int32, _ []byte) ([]byte, error) {
+			ran.Add(1)
+			select {
+			case <-release:
+				return []byte("installed"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	done := make(chan error, maxControlHandlers+1)
+	call := func() {
+		got, err := a.Call(callCtx(t), 2, "install", nil)
+		if err == nil && string(got) != "installed" {
+			err = fmt.Errorf("answered %q", got)
+		}
+		done <- err
+	}
+	for range maxControlHandlers {
+		go call()
+	}
+	eventually(t, "member 2 running a full control lane", func() error {
+		if n := ran.Load(); n != maxControlHandlers {
+			return fmt.Errorf("%d control handlers running", n)
+		}
+		return nil
+	})
+	go call()
+	eventually(t, "member 2 answering the extra call busy", func() error {
+		if n := testutil.ToFloat64(b.metrics.busy.WithLabelValues("install")); n < 1 {
+			return fmt.Errorf("%v calls answered busy", n)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("a control call ended while the lane was full: %v; want it retried until there is room", err)
+	default:
+	}
+	close(release)
+	released = true
+	for range maxControlHandlers + 1 {
+		if err := <-done; err != nil {
+			t.Errorf("a control call: %v", err)
+		}
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("install", outcomeOK)); n != maxControlHandlers+1 {
+		t.Errorf("ferry_fleet_calls_total{kind=install,outcome=ok} = %v, want %d", n, maxControlHandlers+1)
+	}
+	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("install", outcomeBusy)); n < 1 {
+		t.Errorf("ferry_fleet_calls_total{kind=install,outcome=busy} = %v, want the refusals counted", n)
 	}
 }

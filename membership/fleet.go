@@ -19,8 +19,14 @@ import (
 )
 
 // maxHandlers bounds the handlers running at once for calls from other
-// members; a request beyond it is dropped (its caller's context ends it).
-const maxHandlers = 64
+// members of the kinds set by Handle; maxControlHandlers, apart, those of
+// the kinds set by HandleControl, so that a switch's hold or install never
+// waits behind (nor is refused for) transactional forwarding. A request
+// beyond its lane's bound is answered busy (ErrBusy) at once.
+const (
+	maxHandlers        = 64
+	maxControlHandlers = 16
+)
 
 // Fleet is this member's view of the fleet of Ferry processes, and its way
 // to call them.
@@ -50,12 +56,14 @@ type Fleet struct {
 	reason   string
 	changed  chan struct{}
 	handlers map[string]Handler
+	control  map[string]bool // kinds served on the control lane
 	closed   bool
 
 	pendMu  sync.Mutex
 	pending map[uint64]pendingCall
 	nextID  atomic.Uint64
-	sem     chan struct{}
+	sem     chan struct{}  // the lane of the kinds set by Handle
+	ctlSem  chan struct{}  // the lane of the kinds set by HandleControl
 	serving sync.WaitGroup // handler goroutines, added to under mu while !closed
 
 	running atomic.Bool
@@ -115,7 +123,9 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fl
 		changed:  make(chan struct{}),
 		handlers: make(map[string]Handler),
 		pending:  make(map[uint64]pendingCall),
+		control:  make(map[string]bool),
 		sem:      make(chan struct{}, maxHandlers),
+		ctlSem:   make(chan struct{}, maxControlHandlers),
 		kick:     make(chan struct{}, 1),
 		ctx:      ctx,
 		cancel:   cancel,

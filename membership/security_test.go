@@ -258,6 +258,7 @@ func TestMessageCodec(t *testing.T) {
 		{typ: msgRequest, id: 1<<63 + 5, from: 2147483647, kind: "hold", timeout: 1500, body: []byte("body")},
 		{typ: msgResponse, id: 0, from: 0, err: "member says no"},
 		{typ: msgResponse, id: 9, from: 3},
+		{typ: msgBusy, id: 10, from: 3, err: "member 3 has 64 calls of this lane in progress"},
 	} {
 		got, err := decodeMessage(m.encode())
 		if err != nil {

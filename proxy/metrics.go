@@ -39,6 +39,9 @@ type metrics struct {
 	refusals  *prometheus.CounterVec
 	abandoned *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	// evictions counts entries dropped from Ferry's bounded tables, by
+	// table (stateCoordinators, stateTxnTimeouts, stateTxnMappings).
+	evictions *prometheus.CounterVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
 	byKey [kmsg.MaxKey + 1]keyMetrics
@@ -84,9 +87,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Client requests left unanswered because their client closed its connection while they waited upstream (not failures), by API."}, []string{"api"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ferry", Name: "request_duration_seconds", Help: "Time from reading a client request to having its answer, by API.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "state_evictions_total",
+			Help: "Entries dropped from Ferry's bounded tables to stay within their bound, by table: coordinators, txn_timeouts, txn_mappings, pid_mappings."}, []string{"table"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -94,6 +99,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				}
 			}
 		}
+	}
+	for _, t := range []string{stateCoordinators, stateTxnTimeouts, stateTxnMappings, statePIDMappings} {
+		m.evictions.WithLabelValues(t)
 	}
 	for k := range m.byKey {
 		name := kmsg.NameForKey(int16(k))
@@ -130,6 +138,17 @@ func (m *metrics) upstreamFailure(key int16) {
 
 // refused counts one refusal. Refusals are off the request path, so the
 // label lookup is affordable.
+// The tables of ferry_state_evictions_total.
+const (
+	stateCoordinators = "coordinators" // the coordinator cache of a cluster (upstream.coords)
+	stateTxnTimeouts  = "txn_timeouts" // Server.txnTimeouts
+	stateTxnMappings  = "txn_mappings" // txnRemaps: only entries idle past txnRemapIdle
+	statePIDMappings  = "pid_mappings" // remappedPIDs: the least recently used
+)
+
+// evicted counts an entry dropped from table.
+func (m *metrics) evicted(table string) { m.evictions.WithLabelValues(table).Inc() }
+
 func (m *metrics) refused(key int16, reason string) {
 	m.refusals.WithLabelValues(apiLabel(key), reason).Inc()
 }

@@ -63,6 +63,8 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -98,12 +100,20 @@ func staleProducerID(gen uint32, kr kmsg.Request) bool {
 func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (r *reply, rewritten bool, mapped *mappedTxn) {
 	gen := req.state.Generation
 	if ip, ok := kr.(*kmsg.InitProducerIDRequest); ok && ip.TransactionalID != nil {
-		s.txnTimeouts.Store(*ip.TransactionalID, ip.TransactionTimeoutMillis)
-		if gen != 0 {
-			s.ownTxn(gen, *ip.TransactionalID)
+		s.noteTxnTimeout(*ip.TransactionalID, ip.TransactionTimeoutMillis)
+		if gen != 0 && !s.ownTxn(gen, *ip.TransactionalID) {
+			// Unrecorded, the fence of the IDs of earlier generations
+			// would be lost: retried (Java, franz-go, librdkafka).
+			s.metrics.refused(req.hdr.Key, reasonTxnMappingsFull)
+			return localReply(req, errorResponse(kr, kerr.CoordinatorLoadInProgress.Code, txnMappingsFullMsg)), false, nil
 		}
 	}
 	if !staleProducerID(gen, kr) {
+		if q, ok := staleQuery(gen, req.hdr.Version, kr); ok && gen != 0 {
+			// A producer of this generation goes on: its fence of the
+			// IDs of earlier ones must not be dropped as idle.
+			s.txns.touch(gen, q.TxnID)
+		}
 		return nil, false, nil
 	}
 	s.metrics.refused(req.hdr.Key, reasonOtherGeneration)
@@ -121,13 +131,15 @@ func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (
 // allocates it, the member the client's ID hashes to, and the others ask
 // it (txn_fleet.go): a partition's batches move to another member when
 // its leader member dies, and a batch retried there must go under the
-// same ID for the broker to know it for a retry. An entry dropped (the
-// map is bounded) is allocated again: only a batch retried across that
-// could then be written twice.
+// same ID for the broker to know it for a retry. Bounded to the most
+// recently used maxRemapped: an entry dropped (counted in evicted) is
+// allocated again, and only a batch retried across that could then be
+// written twice, so the producers still writing keep theirs.
 type remappedPIDs struct {
-	mu  sync.Mutex
-	gen uint32
-	m   map[int64]*remapped
+	mu      sync.Mutex
+	gen     uint32
+	m       *simplelru.LRU[int64, *remapped]
+	evicted prometheus.Counter
 }
 
 type remapped struct {
@@ -149,9 +161,10 @@ func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, vi
 func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, alloc func(context.Context) (int64, error)) (int64, error) {
 	r.mu.Lock()
 	if r.m == nil || r.gen != gen {
-		r.gen, r.m = gen, map[int64]*remapped{}
+		r.gen = gen
+		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
 	}
-	e := r.m[virt]
+	e, _ := r.m.Get(virt)
 	if e != nil {
 		r.mu.Unlock()
 		select {
@@ -161,22 +174,18 @@ func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, a
 			return -1, ctx.Err()
 		}
 	}
-	if len(r.m) >= maxRemapped {
-		for k := range r.m {
-			delete(r.m, k)
-			break
-		}
-	}
 	e = &remapped{ready: make(chan struct{})}
-	r.m[virt] = e
+	if r.m.Add(virt, e) && r.evicted != nil {
+		r.evicted.Inc()
+	}
 	r.mu.Unlock()
 
 	e.phys, e.err = alloc(ctx)
 	close(e.ready)
 	if e.err != nil {
 		r.mu.Lock()
-		if r.m[virt] == e {
-			delete(r.m, virt)
+		if cur, _ := r.m.Peek(virt); cur == e {
+			r.m.Remove(virt)
 		}
 		r.mu.Unlock()
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -68,10 +69,11 @@ type Server struct {
 
 	// remapped, txns and txnTimeouts serve clients holding a producer ID
 	// of an earlier generation (producer_ids.go); txnTimeouts holds the
-	// transaction timeout each transactional ID last initialised with.
+	// transaction timeout each transactional ID last initialised with
+	// (the most recent maxTxnTimeouts).
 	remapped    remappedPIDs
 	txns        txnRemaps
-	txnTimeouts sync.Map
+	txnTimeouts *lru.Cache[string, int32]
 
 	// idents numbers the client principals the clusters map
 	// (principals.go).
@@ -126,6 +128,12 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.txns.evicted = m.evictions.WithLabelValues(stateTxnMappings)
+	s.remapped.evicted = m.evictions.WithLabelValues(statePIDMappings)
+	s.txns.full = func(key int16) { m.refused(key, reasonTxnMappingsFull) }
+	if s.txnTimeouts, err = lru.New[string, int32](maxTxnTimeouts); err != nil {
+		return nil, err
+	}
 	s.mem = newMemBudget(&s.cfg, m)
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
 		return nil, err
@@ -145,6 +153,7 @@ func New(opts ...Option) (*Server, error) {
 		}
 		u.idents, u.names = s.idents.securities(cl), s.idents.names
 		u.spawn = s.goTracked
+		u.coordsEvicted = m.evictions.WithLabelValues(stateCoordinators)
 		s.ups[cl.Name] = u
 	}
 	return s, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
 
@@ -136,12 +137,12 @@ func (s *Server) txnProduce(ctx context.Context, gen uint32, txnID string, virt 
 
 // ownTxn is txnRemaps.own where the transactional ID's mapping is kept. An
 // InitProducerId reaches another member only while the client's view of
-// the coordinator is stale; the owner is told in the background.
-func (s *Server) ownTxn(gen uint32, txnID string) {
+// the coordinator is stale; the owner is told in the background. false:
+// this member keeps the mapping and has no room for it.
+func (s *Server) ownTxn(gen uint32, txnID string) bool {
 	owner, remote := s.txnOwner(txnID)
 	if !remote {
-		s.txns.own(gen, txnID)
-		return
+		return s.txns.own(gen, txnID)
 	}
 	s.goTracked(func() {
 		ctx, cancel := context.WithTimeout(s.ctx, txnCallTimeout)
@@ -150,6 +151,7 @@ func (s *Server) ownTxn(gen uint32, txnID string) {
 			s.log.Debug("the member keeping a transactional ID's mapping was not told of its InitProducerId", fmtOwner(owner, txnID, err)...)
 		}
 	})
+	return true
 }
 
 // idempotentPID is remappedPIDs.physical where the client's ID is kept:
@@ -200,7 +202,10 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 		p.Phys, p.PhysEpoch, p.PhysSeq, p.Code = s.txns.produce(q.Gen, q.TxnID, q.PID, q.Epoch, call.Part, call.Seq)
 		return json.Marshal(p)
 	case "own":
-		s.txns.own(q.Gen, q.TxnID)
+		if !s.txns.own(q.Gen, q.TxnID) {
+			s.metrics.refused(int16(kmsg.InitProducerID), reasonTxnMappingsFull)
+			return nil, errors.New(txnMappingsFullMsg)
+		}
 		return nil, nil
 	case "pid":
 		u := s.ups[st.Active]

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -18,12 +20,29 @@ import (
 // transactional client still writing with an ID of another generation
 // (producer_ids.go says why and what each request gets). In a fleet a
 // transactional ID's mapping is kept only by its coordinator member; the
-// other members ask it (txn_fleet.go). Bounded: a mapping dropped is made
-// again, at the cost of one more abortable error.
+// other members ask it (txn_fleet.go).
+//
+// Bounded (maxTxnRemaps), without dropping what fences a live producer:
+// an entry, owned or a mapping, fences every older ID of its transactional
+// ID, and one dropped would let a zombie of an earlier generation be
+// mapped, re-initialise the transactional ID and fence the producer that
+// took it over. An entry is used by every request of its mapping and, for
+// an owned one, by its producer's transactional coordinator requests
+// (touch). When full, only the least recently used entry is dropped, and
+// only once it has been idle past txnRemapIdle (Kafka's
+// transaction.max.timeout.ms default: the broker has aborted whatever it
+// had open); otherwise the request that would add one is refused with a
+// retriable error (remapFull) and counted.
 type txnRemaps struct {
 	mu  sync.Mutex
 	gen uint32
-	m   map[string]*txnRemap
+	m   *simplelru.LRU[string, *txnRemap]
+	// now is the clock of idleness (tests set it); evicted counts the
+	// entries dropped idle.
+	now     func() time.Time
+	evicted prometheus.Counter
+	// full counts a request of API key refused for want of room.
+	full func(key int16)
 }
 
 type txnRemap struct {
@@ -51,9 +70,17 @@ type txnRemap struct {
 	// mapping: it is sent as 0, the sequence a broker wants from a new
 	// epoch of a producer ID it holds state for.
 	seqBase map[string]int32
+
+	// used is when the entry was last looked up or changed.
+	used time.Time
 }
 
 const maxTxnRemaps = 1 << 16
+
+// txnRemapIdle is how long an entry must go unused before it may be
+// dropped for another: Kafka's transaction.max.timeout.ms default (15
+// minutes), past which no transaction begun under it is still open.
+const txnRemapIdle = 15 * time.Minute
 
 // txnInitTimeout bounds Ferry's InitProducerId of a transactional ID: the
 // coordinator answers CONCURRENT_TRANSACTIONS while it aborts what the init
@@ -66,32 +93,85 @@ const (
 	remapNew    remapVerdict = iota // not mapped before: refused as abortable
 	remapFound                      // the mapping of this ID and epoch
 	remapFenced                     // older than the mapping's, or the ID is owned
+	remapFull                       // not mapped, and no room: refused, retriable
 )
+
+// reasonTxnMappingsFull counts the requests refused because maxTxnRemaps
+// entries were held, none idle (ferry_refusals_total).
+const reasonTxnMappingsFull = "txn_mappings_full"
+
+// txnMappingsFullMsg is what such a request is answered with.
+const txnMappingsFullMsg = "ferry: too many transactional IDs in use since the last switch; retry"
 
 var errRemapGone = errors.New("the mapping was replaced")
 
 func (r *txnRemaps) resetLocked(gen uint32) {
 	if r.m == nil || r.gen != gen {
-		r.gen, r.m = gen, map[string]*txnRemap{}
+		// Never evicts by itself: putLocked makes room first.
+		r.m, _ = simplelru.NewLRU[string, *txnRemap](maxTxnRemaps+1, nil)
+		r.gen = gen
 	}
 }
 
-func (r *txnRemaps) putLocked(txnID string, e *txnRemap) {
-	if _, ok := r.m[txnID]; !ok && len(r.m) >= maxTxnRemaps {
-		for k := range r.m {
-			delete(r.m, k)
-			break
+func (r *txnRemaps) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// getLocked is txnID's entry, marked used.
+func (r *txnRemaps) getLocked(txnID string) *txnRemap {
+	e, ok := r.m.Get(txnID)
+	if !ok {
+		return nil
+	}
+	e.used = r.clock()
+	return e
+}
+
+// peekLocked is txnID's entry, not marked used.
+func (r *txnRemaps) peekLocked(txnID string) *txnRemap {
+	e, _ := r.m.Peek(txnID)
+	return e
+}
+
+// putLocked sets txnID's entry, dropping the least recently used one when
+// full if it has been idle past txnRemapIdle; false when there is no room.
+func (r *txnRemaps) putLocked(txnID string, e *txnRemap) bool {
+	now := r.clock()
+	if !r.m.Contains(txnID) && r.m.Len() >= maxTxnRemaps {
+		_, oldest, _ := r.m.GetOldest()
+		if now.Sub(oldest.used) <= txnRemapIdle {
+			return false
+		}
+		r.m.RemoveOldest()
+		if r.evicted != nil {
+			r.evicted.Inc()
 		}
 	}
-	r.m[txnID] = e
+	e.used = now
+	r.m.Add(txnID, e)
+	return true
 }
 
-// own records that a client initialised txnID under gen.
-func (r *txnRemaps) own(gen uint32, txnID string) {
+// own records that a client initialised txnID under gen; false when there
+// is no room to (the InitProducerId is refused, retriable).
+func (r *txnRemaps) own(gen uint32, txnID string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.resetLocked(gen)
-	r.putLocked(txnID, &txnRemap{owned: true})
+	return r.putLocked(txnID, &txnRemap{owned: true})
+}
+
+// touch marks txnID's entry under gen used, if this member holds one: its
+// producer (of gen) is still transacting.
+func (r *txnRemaps) touch(gen uint32, txnID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m != nil && r.gen == gen {
+		r.getLocked(txnID)
+	}
 }
 
 // lookup finds the mapping of the client's ID and epoch for txnID under
@@ -101,7 +181,7 @@ func (r *txnRemaps) lookup(gen uint32, txnID string, virt int64, epoch int16, fn
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.resetLocked(gen)
-	e := r.m[txnID]
+	e := r.getLocked(txnID)
 	v := remapFound
 	switch {
 	case e == nil:
@@ -117,7 +197,9 @@ func (r *txnRemaps) lookup(gen uint32, txnID string, virt int64, epoch int16, fn
 	}
 	if v == remapNew {
 		e = &txnRemap{virt: virt, epoch: epoch, seqBase: map[string]int32{}}
-		r.putLocked(txnID, e)
+		if !r.putLocked(txnID, e) {
+			e, v = nil, remapFull
+		}
 	}
 	fn(e, v)
 }
@@ -128,7 +210,7 @@ func (r *txnRemaps) lookup(gen uint32, txnID string, virt int64, epoch int16, fn
 func (r *txnRemaps) resolve(ctx context.Context, u *upstream, txnID string, e *txnRemap, timeout int32) (int64, int16, error) {
 	for {
 		r.mu.Lock()
-		if r.m[txnID] != e {
+		if r.peekLocked(txnID) != e {
 			r.mu.Unlock()
 			return -1, -1, errRemapGone
 		}
@@ -197,7 +279,7 @@ func answerOf(resp kmsg.Response) txnAnswered {
 func (r *txnRemaps) answered(txnID string, e *txnRemap, a txnAnswered) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.m[txnID] != e {
+	if r.m == nil || r.getLocked(txnID) != e {
 		return
 	}
 	switch kmsg.Key(a.API) {
@@ -221,7 +303,10 @@ func (r *txnRemaps) answered(txnID string, e *txnRemap, a txnAnswered) {
 // since is left alone.
 func (r *txnRemaps) answeredFor(gen uint32, txnID string, virt int64, epoch int16, a txnAnswered) {
 	r.mu.Lock()
-	e := r.m[txnID]
+	var e *txnRemap
+	if r.m != nil {
+		e = r.peekLocked(txnID)
+	}
 	if r.gen != gen || e == nil || e.owned || e.virt != virt || e.epoch != epoch {
 		e = nil
 	}
@@ -236,6 +321,12 @@ func (r *txnRemaps) answeredFor(gen uint32, txnID string, virt int64, epoch int1
 func (r *txnRemaps) produce(gen uint32, txnID string, virt int64, epoch int16, part string, seq int32) (phys int64, physEpoch int16, physSeq int32, code int16) {
 	r.lookup(gen, txnID, virt, epoch, func(e *txnRemap, v remapVerdict) {
 		switch {
+		case v == remapFull:
+			// Retried by every producer, after a metadata refresh.
+			code = kerr.NotLeaderForPartition.Code
+			if r.full != nil {
+				r.full(int16(kmsg.Produce))
+			}
 		case v == remapFenced:
 			code = kerr.InvalidProducerEpoch.Code
 		case !e.open || !e.inited:
@@ -397,7 +488,7 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream, q txnQuery) (d
 	)
 	s.txns.lookup(q.Gen, q.TxnID, q.PID, q.Epoch, func(m *txnRemap, v remapVerdict) {
 		e, verdict = m, v
-		if v == remapFenced {
+		if v == remapFenced || v == remapFull {
 			return
 		}
 		switch kmsg.Key(q.API) {
@@ -427,6 +518,11 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream, q txnQuery) (d
 	})
 	d = txnDecision{Verdict: txnRefuse, Phys: -1, PhysEpoch: -1}
 	switch {
+	case verdict == remapFull:
+		// Every client retries its request on it.
+		s.metrics.refused(q.API, reasonTxnMappingsFull)
+		d.Code, d.Message = kerr.CoordinatorLoadInProgress.Code, txnMappingsFullMsg
+		return d, nil
 	case verdict == remapFenced:
 		d.Code, d.Message = kerr.InvalidProducerEpoch.Code, "ferry: a newer producer of this transactional ID fenced this one"
 		return d, nil
@@ -466,11 +562,24 @@ func initErrorCode(err error) int16 {
 	return kerr.ConcurrentTransactions.Code
 }
 
+// maxTxnTimeouts bounds the transaction timeouts remembered: the most
+// recently initialised transactional IDs'. One forgotten costs only
+// Kafka's default timeout for Ferry's init of it after a switch.
+const maxTxnTimeouts = 1 << 16
+
+// noteTxnTimeout remembers the transaction timeout txnID initialises with
+// through Ferry, for an init Ferry makes of it after a switch.
+func (s *Server) noteTxnTimeout(txnID string, timeout int32) {
+	if s.txnTimeouts.Add(txnID, timeout) {
+		s.metrics.evicted(stateTxnTimeouts)
+	}
+}
+
 // txnTimeout is the transaction timeout txnID last initialised with
 // through Ferry, or Kafka's default.
 func (s *Server) txnTimeout(txnID string) int32 {
-	if t, ok := s.txnTimeouts.Load(txnID); ok {
-		return t.(int32)
+	if t, ok := s.txnTimeouts.Get(txnID); ok {
+		return t
 	}
 	return defaultTxnTimeout
 }

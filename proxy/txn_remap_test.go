@@ -239,7 +239,10 @@ func (p inProcessPeers) Call(ctx context.Context, to int32, kind string, body []
 func (s *Server) txnsHeld() int {
 	s.txns.mu.Lock()
 	defer s.txns.mu.Unlock()
-	return len(s.txns.m)
+	if s.txns.m == nil {
+		return 0
+	}
+	return s.txns.m.Len()
 }
 
 // staleTransactionalProducerCarriesOn: the client sends its coordinator

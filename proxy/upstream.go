@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -43,7 +45,12 @@ type upstream struct {
 	refreshed time.Time  // guarded by refreshMu
 
 	coordMu sync.Mutex
-	coords  map[coordKey]int32
+	// coords is the coordinator cache: the most recently used
+	// maxCoordinators keys, so that keys clients ask for (any group or
+	// transactional ID name) cannot grow it without bound, nor the walk
+	// of it at a switch (warm.go); coordsEvicted counts those dropped.
+	coords        *simplelru.LRU[coordKey, int32]
+	coordsEvicted prometheus.Counter
 	// lookups in flight, by key: every connection that misses the cache
 	// for one key waits for one FindCoordinator (coordinator).
 	lookups map[coordKey]*lookup
@@ -76,6 +83,10 @@ type poolKey struct {
 	broker int32
 	ident  int32
 }
+
+// maxCoordinators bounds a cluster's coordinator cache. A key dropped is
+// looked up again when next used.
+const maxCoordinators = 1 << 16
 
 type coordKey struct {
 	typ int8
@@ -119,7 +130,6 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		fillers:   cl.MirrorTarget,
 		cfg:       cfg,
 		log:       cfg.log.With(zap.String("cluster", cl.Name)),
-		coords:    make(map[coordKey]int32),
 		lookups:   make(map[coordKey]*lookup),
 		pools:     make(map[poolKey]*brokerPool),
 		bootstrap: cl.Bootstrap,
@@ -127,6 +137,9 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 		lanes:     make(map[int32]int),
 		sec:       cl.Security,
 	}
+	// Add drops the least recently used key at the bound (counted by
+	// findCoordinators); NewLRU fails only for a size below 1.
+	u.coords, _ = simplelru.NewLRU[coordKey, int32](maxCoordinators, nil)
 	kcl, err := cl.Security.NewClient(cl.Bootstrap,
 		kgo.ClientID("ferry-control"),
 		kgo.DialTimeout(cfg.dialTimeout),
@@ -469,7 +482,7 @@ func (u *upstream) coordinators(ctx context.Context, typ int8, keys []string) ([
 	u.coordMu.Lock()
 	for i, key := range keys {
 		k := coordKey{typ, key}
-		if id, ok := u.coords[k]; ok {
+		if id, ok := u.coords.Get(k); ok {
 			out[i] = kmsg.FindCoordinatorResponseCoordinator{Key: key, NodeID: id}
 			continue
 		}
@@ -564,8 +577,8 @@ func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string
 			}
 			c = kmsg.FindCoordinatorResponseCoordinator{Key: k, ErrorCode: kerr.CoordinatorNotAvailable.Code, NodeID: -1}
 		}
-		if c.ErrorCode == 0 && c.NodeID >= 0 {
-			u.coords[coordKey{typ, k}] = c.NodeID
+		if c.ErrorCode == 0 && c.NodeID >= 0 && u.coords.Add(coordKey{typ, k}, c.NodeID) && u.coordsEvicted != nil {
+			u.coordsEvicted.Inc()
 		}
 		out[i] = c
 	}
@@ -576,16 +589,16 @@ func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string
 // dead connection.
 func (u *upstream) forgetCoordinator(typ int8, key string) {
 	u.coordMu.Lock()
-	delete(u.coords, coordKey{typ, key})
+	u.coords.Remove(coordKey{typ, key})
 	u.coordMu.Unlock()
 }
 
 // forgetCoordinatorsOn drops every cached coordinator on a broker.
 func (u *upstream) forgetCoordinatorsOn(broker int32) {
 	u.coordMu.Lock()
-	for k, id := range u.coords {
-		if id == broker {
-			delete(u.coords, k)
+	for _, k := range u.coords.Keys() {
+		if id, ok := u.coords.Peek(k); ok && id == broker {
+			u.coords.Remove(k)
 		}
 	}
 	u.coordMu.Unlock()

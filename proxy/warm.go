@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -51,10 +52,12 @@ func (s *Server) warm(from, to *upstream) {
 	}
 	byType := map[int8][]string{}
 	from.coordMu.Lock()
-	for k := range from.coords {
+	keys := from.coords.Keys() // at most maxCoordinators
+	from.coordMu.Unlock()
+	// The most recently used first: the 10 s may not cover them all.
+	for _, k := range slices.Backward(keys) {
 		byType[k.typ] = append(byType[k.typ], k.key)
 	}
-	from.coordMu.Unlock()
 	n := 0
 	for typ, keys := range byType {
 		for len(keys) > 0 {

@@ -36,7 +36,7 @@ func TestSwitchTargetWarmed(t *testing.T) {
 		defer u.coordMu.Unlock()
 		n := 0
 		for _, g := range groups {
-			if _, ok := u.coords[coordKey{0, g}]; ok {
+			if _, ok := u.coords.Peek(coordKey{0, g}); ok {
 				n++
 			}
 		}

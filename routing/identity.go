@@ -10,26 +10,49 @@ import (
 // generation is recognised, and refused, under the next. Generation 0 maps
 // every value to itself: a fleet that never switched shows clients exactly
 // what the brokers say, and nothing in a batch needs rewriting.
+//
+// The limits, which nothing may wrap past:
+//   - MaxGeneration (2047): a virtual epoch is int32 and its sign bit
+//     means "unknown", so 31-EpochBits bits carry the generation. A switch
+//     that would go past it is refused (ReasonGenerationLimit).
+//   - MaxPhysicalEpoch (2^20-1 leader elections of one partition): a
+//     larger physical epoch has no virtual one and is shown to clients as
+//     unknown (-1), which every client takes as "no epoch" (no fencing by
+//     epoch for that partition, as with a broker that reports none),
+//     rather than truncated to an epoch that names another leader.
+//   - Physical producer IDs below 2^48, and 2^15 generations of them:
+//     Kafka hands out IDs in blocks of 1000 from 0.
 const (
 	// EpochBits is how many low bits of a virtual epoch hold the physical
-	// one: 2^20 leader elections per partition per generation, and 2047
-	// generations before the sign bit.
+	// one.
 	EpochBits = 20
 	epochMask = 1<<EpochBits - 1
 
+	// MaxPhysicalEpoch is the largest physical leader epoch that has a
+	// virtual one.
+	MaxPhysicalEpoch = epochMask
+
+	// MaxGeneration is the last generation whose virtual epochs stay
+	// positive.
+	MaxGeneration = 1<<(31-EpochBits) - 1
+
 	// PIDBits is how many low bits of a virtual producer ID hold the
-	// physical one. Kafka hands out producer IDs in blocks of 1000 from 0.
+	// physical one.
 	PIDBits = 48
 	pidMask = 1<<PIDBits - 1
 )
 
 // VirtualEpoch maps a physical leader epoch of generation gen to the epoch
-// clients see. Negative epochs (-1: unknown) pass through.
+// clients see. Negative epochs (-1: unknown) pass through; an epoch above
+// MaxPhysicalEpoch, or any past MaxGeneration, becomes unknown (-1).
 func VirtualEpoch(gen uint32, phys int32) int32 {
 	if phys < 0 {
 		return phys
 	}
-	return int32(gen)<<EpochBits | phys&epochMask
+	if phys > MaxPhysicalEpoch || gen > MaxGeneration {
+		return -1
+	}
+	return int32(gen)<<EpochBits | phys
 }
 
 // PhysicalEpoch maps a virtual epoch back. ok is false when the epoch was

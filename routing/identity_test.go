@@ -78,3 +78,36 @@ func TestTableAdvanceOnlyForward(t *testing.T) {
 		t.Fatal("older generation replaced the state")
 	}
 }
+
+// TestEpochLimits: the last generation and the largest physical epoch that
+// fit map to positive epochs that round-trip; past either, clients see an
+// unknown epoch (-1), never a negative or truncated one naming another
+// leader or generation.
+func TestEpochLimits(t *testing.T) {
+	v := VirtualEpoch(MaxGeneration, MaxPhysicalEpoch)
+	if v <= 0 {
+		t.Fatalf("VirtualEpoch(MaxGeneration, MaxPhysicalEpoch) = %d, want positive", v)
+	}
+	if p, ok := PhysicalEpoch(MaxGeneration, v); !ok || p != MaxPhysicalEpoch {
+		t.Fatalf("PhysicalEpoch(%d) = %d, %v; want %d, true", v, p, ok, MaxPhysicalEpoch)
+	}
+	if MaxGeneration != 2047 || MaxPhysicalEpoch != 1<<20-1 {
+		t.Fatalf("limits %d and %d differ from those documented (2047, 2^20-1)", MaxGeneration, MaxPhysicalEpoch)
+	}
+	for _, tc := range []struct {
+		gen  uint32
+		phys int32
+	}{
+		{1, MaxPhysicalEpoch + 1},  // truncated to epoch 0 before
+		{3, MaxPhysicalEpoch + 5},  // truncated to 4 before: another leader's
+		{MaxGeneration + 1, 0},     // negative before
+		{MaxGeneration + 1, 7},     // negative before
+		{4095, MaxPhysicalEpoch},   // -1 before by accident; still -1
+		{0, MaxPhysicalEpoch + 1},  // generation 0 too: clients must not see it as epoch 0
+		{MaxGeneration, 1<<31 - 1}, // the largest int32
+	} {
+		if got := VirtualEpoch(tc.gen, tc.phys); got != -1 {
+			t.Errorf("VirtualEpoch(%d, %d) = %d, want -1 (unknown)", tc.gen, tc.phys, got)
+		}
+	}
+}

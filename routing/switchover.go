@@ -95,6 +95,9 @@ const (
 	// ReasonPrincipals: some client principals mapped to their own
 	// credentials could not authenticate on the target (Error.Principals).
 	ReasonPrincipals = "principals_unauthenticated"
+	// ReasonGenerationLimit: the next generation would be past
+	// MaxGeneration, which virtual epochs cannot carry (identity.go).
+	ReasonGenerationLimit = "generation_limit"
 )
 
 // Error is a switch refused or rolled back; nothing changed for clients.
@@ -206,6 +209,11 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 			return cur, nil // a repeat of the call that got us here
 		}
 		return State{}, &Error{Reason: ReasonAlreadyActive, Msg: fmt.Sprintf("cluster %q is already active (%s)", req.To, cur)}
+	}
+	if gen := nextGeneration(cur); gen > MaxGeneration {
+		// Past it clients' leader epochs would wrap negative (or go
+		// backwards): refused before anything is held.
+		return State{}, &Error{Reason: ReasonGenerationLimit, Msg: fmt.Sprintf("the next generation, %d, is past %d, the last that clients' leader epochs can carry; nothing was held or switched (the routing state must be reset to generation 0 with every client restarted: docs/RUNBOOK.md)", gen, MaxGeneration)}
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultSwitchTimeout
@@ -395,11 +403,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
 	sw.Outcome = "switched"
 	s.finish(sw)
-	gen := cur.Generation
-	for _, v := range cur.Voided {
-		gen = max(gen, v)
-	}
-	next := State{Generation: gen + 1, Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
+	next := State{Generation: nextGeneration(cur), Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
 		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided}
 	if s.advertised != nil {
 		if v := s.advertised(); len(v) > 0 {
@@ -419,6 +423,16 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 		next.Fences = next.Fences[len(next.Fences)-MaxFences:]
 	}
 	return next
+}
+
+// nextGeneration is the generation a switch from cur saves: past cur's and
+// every voided one.
+func nextGeneration(cur State) uint32 {
+	gen := cur.Generation
+	for _, v := range cur.Voided {
+		gen = max(gen, v)
+	}
+	return gen + 1
 }
 
 // maxVoided is how many voided generations a state remembers.

@@ -278,3 +278,37 @@ func TestSwitchChecksPrincipals(t *testing.T) {
 		t.Fatalf("forced with the check skipped: %+v %v", st, err)
 	}
 }
+
+// TestSwitchRefusedAtTheGenerationLimit: a switch whose next generation
+// would be past MaxGeneration (counting voided ones) is refused with
+// generation_limit before anything is held; the one before it switches.
+func TestSwitchRefusedAtTheGenerationLimit(t *testing.T) {
+	_, sw := newScript(State{Generation: MaxGeneration - 1, Active: "a"})
+	st, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
+	if err != nil || st.Generation != MaxGeneration {
+		t.Fatalf("switch to the last generation: %v, %v", st, err)
+	}
+	for _, tc := range []struct {
+		name string
+		st   State
+	}{
+		{"at the limit", State{Generation: MaxGeneration, Active: "b"}},
+		{"a voided generation at the limit", State{Generation: MaxGeneration - 3, Active: "b", Voided: []uint32{MaxGeneration}}},
+	} {
+		sc, sw := newScript(tc.st)
+		for _, mode := range []Mode{Planned, Forced} {
+			sc.calls = nil
+			_, err := sw.Switch(context.Background(), Request{To: "a", Mode: mode})
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != ReasonGenerationLimit || len(sc.calls) != 0 {
+				t.Fatalf("%s, %s: %v, calls %v; want %s and nothing done", tc.name, mode, err, sc.calls, ReasonGenerationLimit)
+			}
+			if !strings.Contains(e.Msg, fmt.Sprint(MaxGeneration)) || !strings.Contains(e.Msg, "RUNBOOK") {
+				t.Fatalf("the refusal does not name the limit and what to do: %s", e.Msg)
+			}
+			if got := sc.table.Current(); got.Generation != tc.st.Generation || got.Active != "b" {
+				t.Fatalf("%s: the state changed to %v", tc.name, got)
+			}
+		}
+	}
+}

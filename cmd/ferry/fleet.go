@@ -234,31 +234,33 @@ func (f *fleet) mayMirror() bool {
 // Changed implements mirror.Ownership.
 func (f *fleet) Changed() <-chan struct{} { return f.m.Changed() }
 
-// handle answers the other members' calls.
+// handle answers the other members' calls: the switch's control (hold,
+// install, mirror stop and follow) on handler slots of its own, so that
+// transactional forwarding cannot crowd it out.
 func (f *fleet) handle() {
 	n := f.n
 	local := routing.Local{Table: n.routes, Settled: n.proxy.Settled}
-	f.m.Handle(callHold, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
+	f.m.HandleControl(callHold, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
 		st, err := decodeState(body)
 		if err != nil {
 			return nil, err
 		}
 		return nil, local.Hold(ctx, st)
 	})
-	f.m.Handle(callInstall, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
+	f.m.HandleControl(callInstall, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
 		st, err := decodeState(body)
 		if err != nil {
 			return nil, err
 		}
 		return nil, local.Install(ctx, st)
 	})
-	f.m.Handle(callMirrorStop, func(context.Context, int32, []byte) ([]byte, error) {
+	f.m.HandleControl(callMirrorStop, func(context.Context, int32, []byte) ([]byte, error) {
 		if n.mirror == nil {
 			return json.Marshal([]routing.Position{})
 		}
 		return json.Marshal(switchMirror{n.mirror}.Stop())
 	})
-	f.m.Handle(callMirrorFollow, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
+	f.m.HandleControl(callMirrorFollow, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
 		st, err := decodeState(body)
 		if err != nil || n.mirror == nil {
 			return nil, err

@@ -72,6 +72,10 @@ type Server struct {
 	remapped    remappedPIDs
 	txns        txnRemaps
 	txnTimeouts sync.Map
+	// carried and switchFences: the transactional IDs this member's
+	// clients name, and those a switch's drain fenced (switch_fence.go).
+	carried      carriedTxns
+	switchFences switchFences
 
 	// idents numbers the client principals the clusters map
 	// (principals.go).

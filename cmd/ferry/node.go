@@ -204,6 +204,8 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		}
 		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, own, gate)
 		n.mirror.security = secs
+		// The drain fences only transactions Ferry's clients write.
+		n.mirror.opts = append(n.mirror.opts, mirror.WithTxnCarrier(n.txnCarrier))
 		sm = switchMirror{n.mirror}
 		if n.fleet != nil {
 			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}

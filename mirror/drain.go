@@ -30,17 +30,21 @@ const openTxnGrace = time.Second
 
 // Drain returns once the standby holds every offset the source holds, for
 // every mirrored partition: the standby's end equals the source's high
-// watermark, the source has no open transaction (its last stable offset is
-// its high watermark: the writers copy only decided data, and a marker the
-// coordinator writes after EndTxn has landed; and no coordinator lists one
-// open or ending, which a transaction with nothing written yet is only
-// there), and two reads in a row agree. The switchover calls it with client writes held (EndTxn aside),
+// watermark, no transaction is open on a mirrored partition (its last
+// stable offset is its high watermark: the writers copy only decided data,
+// and a marker the coordinator writes after EndTxn has landed; and no
+// coordinator lists one open or ending that writes to a mirrored topic,
+// which a transaction with nothing written yet is only there), and two
+// reads in a row agree. A transaction only on topics not mirrored is none
+// of the switch's business. The switchover calls it with client writes held (EndTxn aside),
 // so the source stops moving.
 //
 // Transactions still open after openTxnGrace (or half of ctx's time, when
-// that is shorter) are aborted on the source by fencing their
-// transactional IDs: their producers are gone or held, and a half
-// transaction must not be left for read_committed readers on either side.
+// that is shorter) that Ferry carries (WithTxnCarrier) are aborted on the
+// source by fencing their transactional IDs: their producers are gone or
+// held, and a half transaction must not be left for read_committed readers
+// on either side. One Ferry does not carry is a writer beside it, not
+// held: Drain waits for it to end, and names it if it does not.
 // On ctx's end Drain returns a *LagError naming what still lags; a
 // partition halted in this member fails it at once.
 //

@@ -214,8 +214,10 @@ func (s *Server) switchFencedCoordinator(req *request, kr kmsg.Request) (r *repl
 		}
 		s.metrics.refused(req.hdr.Key, reasonSwitchFenced)
 		// The broker answers the fenced epoch PRODUCER_FENCED; a fresh
-		// init bumps it once more and hands it to this producer.
-		s.switchFences.forget(*ip.TransactionalID)
+		// init bumps it once more and hands it to this producer. The
+		// fence is kept: the init may be answered CONCURRENT_TRANSACTIONS
+		// (markers still being written) and sent again, and once it
+		// succeeds the producer holds another epoch.
 		ip.ProducerID, ip.ProducerEpoch = -1, -1
 		return nil, true
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -107,20 +108,19 @@ func TestSwitchLeavesDirectTransactionsAlone(t *testing.T) {
 	}
 }
 
-// A switch whose drain fenced a transactional producer writing through
-// Ferry, and which then rolled back, leaves that producer able to go on:
-// its held produce and its commit get errors it aborts after, and its next
-// transactions commit on the old cluster.
-func TestSwitchRolledBackAfterFencingKeepsProducer(t *testing.T) {
-	primary, standby, yaml := primaryAndStandby(t, "ferry-fence-rollback-test")
+// fencedThenRolledBack runs a member (a fleet of one) in front of a primary
+// and a standby, a producer through it with a transaction open on topic,
+// and a planned switch whose drain fences that transaction and which then
+// rolls back; it returns once the produce held across the switch has been
+// answered, with the producer.
+func fencedThenRolledBack(t *testing.T, ctx context.Context, clusterID, txnID, topic string) (primary *kafkatest.Cluster, addr string, prod *kgo.Client) {
+	t.Helper()
+	primary, standby, yaml := primaryAndStandby(t, clusterID)
 	// A fleet of one whose write lease outlasts the switch's timeout.
 	yaml += fmt.Sprintf("node_id: 1\nfleet: {bind: '%s', write_lease: 1m}\n", freeAddr(t))
 	n, addr := startNode(t, yaml)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	const topic = "fenced"
 	createTopicVia(t, ctx, addr, topic, 1)
-	prod := newClient(t, kgo.SeedBrokers(addr), kgo.TransactionalID("through-ferry"), kgo.DefaultProduceTopic(topic),
+	prod = newClient(t, kgo.SeedBrokers(addr), kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(topic),
 		kgo.RecordDeliveryTimeout(2*time.Minute))
 	if err := prod.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -161,6 +161,18 @@ func TestSwitchRolledBackAfterFencingKeepsProducer(t *testing.T) {
 	if err == nil || !txnAbortable(err) {
 		t.Fatalf("the produce held across the rolled-back switch: %v; want an error to abort after (the drain aborted its transaction)", err)
 	}
+	return primary, addr, prod
+}
+
+// A switch whose drain fenced a transactional producer writing through
+// Ferry, and which then rolled back, leaves that producer able to go on:
+// its held produce and its commit get errors it aborts after, and its next
+// transactions commit on the old cluster.
+func TestSwitchRolledBackAfterFencingKeepsProducer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const topic = "fenced"
+	primary, _, prod := fencedThenRolledBack(t, ctx, "ferry-fence-rollback-test", "through-ferry", topic)
 	if err := prod.EndTransaction(ctx, kgo.TryCommit); err == nil || !txnAbortable(err) {
 		t.Fatalf("committing the transaction the drain aborted: %v; want an error to abort after", err)
 	}
@@ -184,6 +196,48 @@ func TestSwitchRolledBackAfterFencingKeepsProducer(t *testing.T) {
 	// The transaction open at the switch was aborted (fenced by the
 	// drain); the three after it are committed on the old cluster.
 	if got, want := committedValues(t, ctx, primary.Addrs(), topic), []string{"after-0", "after-1", "after-2"}; !slices.Equal(got, want) {
+		t.Fatalf("read committed on the primary: %v, want %v", got, want)
+	}
+}
+
+// What a rollback lets a fenced producer do is never given to a zombie: once
+// another producer initialised the transactional ID, the fenced one's
+// re-init with its old epoch is PRODUCER_FENCED, as the broker has it, and
+// the new producer goes on.
+func TestSwitchRolledBackAfterFencingZombieStaysFenced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const topic, txnID = "fenced-zombie", "through-ferry-zombie"
+	primary, addr, zombie := fencedThenRolledBack(t, ctx, "ferry-fence-zombie-test", txnID, topic)
+	// Another instance of the application takes the transactional ID.
+	live := newClient(t, kgo.SeedBrokers(addr), kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(topic))
+	commit := func(cl *kgo.Client, v string) error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			return err
+		}
+		return cl.EndTransaction(ctx, kgo.TryCommit)
+	}
+	if err := commit(live, "live-0"); err != nil {
+		t.Fatalf("the new instance's first transaction: %v", err)
+	}
+	// The fenced instance aborts what the held produce failed and tries
+	// a new transaction: its re-init names its old epoch.
+	_ = zombie.AbortBufferedRecords(ctx)
+	if err := zombie.EndTransaction(ctx, kgo.TryAbort); err != nil && !txnAbortable(err) {
+		t.Fatalf("aborting: %v", err)
+	}
+	err := commit(zombie, "zombie")
+	t.Logf("the zombie's transaction: %v", err)
+	if err == nil || txnAbortable(err) {
+		t.Fatalf("the zombie's transaction after another instance took its transactional ID: %v; want it fenced", err)
+	}
+	if err := commit(live, "live-1"); err != nil {
+		t.Fatalf("the new instance after the zombie tried: %v", err)
+	}
+	if got, want := committedValues(t, ctx, primary.Addrs(), topic), []string{"live-0", "live-1"}; !slices.Equal(got, want) {
 		t.Fatalf("read committed on the primary: %v, want %v", got, want)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,23 +95,23 @@ func (c *carriedTxns) carries(id string, now time.Time) bool {
 	return ok && now.Sub(t) < carriedFor
 }
 
-// pruneOldest drops every entry older than cutoff, or the oldest one when
-// none is.
+// pruneOldest makes room in a full map: it drops every entry older than
+// cutoff and, when that is not a sixteenth of them, the oldest sixteenth.
+// One sort per 1/16 of the bound's inserts: a client naming ever new
+// transactional IDs costs a few comparisons per request, not a scan.
 func pruneOldest[V any](m map[string]V, cutoff time.Time, at func(V) time.Time) {
-	var oldest string
-	var oldestAt time.Time
-	dropped := false
-	for k, v := range m {
-		t := at(v)
-		if t.Before(cutoff) {
-			delete(m, k)
-			dropped = true
-		} else if oldest == "" || t.Before(oldestAt) {
-			oldest, oldestAt = k, t
-		}
+	times := make([]time.Time, 0, len(m))
+	for _, v := range m {
+		times = append(times, at(v))
 	}
-	if !dropped && oldest != "" {
-		delete(m, oldest)
+	slices.SortFunc(times, time.Time.Compare)
+	if k := times[len(times)/16]; k.After(cutoff) {
+		cutoff = k
+	}
+	for key, v := range m {
+		if !at(v).After(cutoff) {
+			delete(m, key)
+		}
 	}
 }
 

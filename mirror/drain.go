@@ -30,17 +30,21 @@ const openTxnGrace = time.Second
 
 // Drain returns once the standby holds every offset the source holds, for
 // every mirrored partition: the standby's end equals the source's high
-// watermark, the source has no open transaction (its last stable offset is
-// its high watermark: the writers copy only decided data, and a marker the
-// coordinator writes after EndTxn has landed; and no coordinator lists one
-// open or ending, which a transaction with nothing written yet is only
-// there), and two reads in a row agree. The switchover calls it with client writes held (EndTxn aside),
+// watermark, no transaction is open on a mirrored partition (its last
+// stable offset is its high watermark: the writers copy only decided data,
+// and a marker the coordinator writes after EndTxn has landed; and no
+// coordinator lists one open or ending that writes to a mirrored topic,
+// which a transaction with nothing written yet is only there), and two
+// reads in a row agree. A transaction only on topics not mirrored is none
+// of the switch's business. The switchover calls it with client writes held (EndTxn aside),
 // so the source stops moving.
 //
 // Transactions still open after openTxnGrace (or half of ctx's time, when
-// that is shorter) are aborted on the source by fencing their
-// transactional IDs: their producers are gone or held, and a half
-// transaction must not be left for read_committed readers on either side.
+// that is shorter) that Ferry carries (WithTxnCarrier) are aborted on the
+// source by fencing their transactional IDs: their producers are gone or
+// held, and a half transaction must not be left for read_committed readers
+// on either side. One Ferry does not carry is a writer beside it, not
+// held: Drain waits for it to end, and names it if it does not.
 // On ctx's end Drain returns a *LagError naming what still lags; a
 // partition halted in this member fails it at once.
 //
@@ -56,7 +60,7 @@ func (m *Mirror) Drain(ctx context.Context) error {
 	abortAt := time.Now().Add(grace)
 	aborted := false
 	var prev map[topicPartition]sourceEnd
-	var lag []string
+	var lag, stillOpen []string
 	for {
 		ends, err := m.sourceEnds(ctx)
 		var dst kadm.ListedOffsets
@@ -75,18 +79,19 @@ func (m *Mirror) Drain(ctx context.Context) error {
 				// would abort it at its timeout, writing markers on the
 				// old cluster after the switch, at offsets the new one
 				// fills with other records. It is open too.
-				ids, err := m.openTxns(ctx, "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+				txns, err := m.openTxns(ctx, mirroredTopics(ends), "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 				if err != nil {
 					m.log.Warn("listing the transactions open on the source", zap.Error(err))
 				}
-				if err == nil && len(ids) == 0 {
+				if err == nil && len(txns) == 0 {
 					return nil
 				}
 				open = err == nil
+				stillOpen = txnIDs(txns)
 			}
 			if open && !aborted && time.Now().After(abortAt) {
 				aborted = true
-				if err := m.abortOpen(ctx); err != nil {
+				if err := m.abortOpen(ctx, mirroredTopics(ends)); err != nil {
 					m.log.Warn("aborting open transactions on the source", zap.Error(err))
 				}
 			}
@@ -95,6 +100,19 @@ func (m *Mirror) Drain(ctx context.Context) error {
 		if sleep(ctx, 25*time.Millisecond) != nil {
 			if len(lag) == 0 && err != nil {
 				lag = []string{"source end offsets: " + err.Error()}
+			}
+			if prev != nil {
+				// Named: one Ferry does not carry (a writer beside it
+				// on a mirrored topic) is waited for, never fenced.
+				lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				stillOpen = nil
+				if txns, err := m.openTxns(lctx, mirroredTopics(prev), "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"); err == nil && len(txns) > 0 {
+					stillOpen = txnIDs(txns)
+				}
+				cancel()
+			}
+			if len(stillOpen) > 0 {
+				lag = append(lag, fmt.Sprintf("transactions still open on the source: %v", stillOpen))
 			}
 			if len(lag) == 0 {
 				lag = []string{"transactions still open on the source"}
@@ -204,45 +222,42 @@ func sameEnds(a, b map[topicPartition]sourceEnd) bool {
 	return true
 }
 
-// abortOpen aborts every transaction open on the source by fencing its
-// transactional ID: InitProducerId for the ID bumps its epoch, and the
-// coordinator aborts what the previous epoch left open.
-func (m *Mirror) abortOpen(ctx context.Context) error {
-	ids, err := m.openTxns(ctx, "Ongoing")
+// mirroredTopics is the set of topics in ends.
+func mirroredTopics(ends map[topicPartition]sourceEnd) map[string]bool {
+	out := make(map[string]bool)
+	for tp := range ends {
+		out[tp.topic] = true
+	}
+	return out
+}
+
+// abortOpen aborts the transactions open on the source that write to a
+// mirrored topic and that Ferry carries (the carrier), by fencing their
+// transactional IDs: InitProducerId for the ID bumps its epoch, and the
+// coordinator aborts what the previous epoch left open. A transaction
+// Ferry does not carry belongs to a writer beside it: it is not held, so
+// it ends by itself, and fencing it would kill a producer that is none of
+// Ferry's business.
+func (m *Mirror) abortOpen(ctx context.Context, mirrored map[string]bool) error {
+	open, err := m.openTxns(ctx, mirrored, "Ongoing")
 	errs := []error{err}
-	for _, id := range ids {
-		m.log.Warn("aborting a transaction still open on the source for the switch", zap.String("transactional_id", id))
-		if err := m.fence(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("transactional ID %q: %w", id, err))
+	carried, err := m.carried(ctx, open)
+	errs = append(errs, err)
+	fenced := make(map[string]bool, len(carried))
+	for _, t := range carried {
+		fenced[t.ID] = true
+		m.log.Warn("aborting a transaction still open on the source for the switch", zap.String("transactional_id", t.ID))
+		if err := m.fence(ctx, t.ID); err != nil {
+			errs = append(errs, fmt.Errorf("transactional ID %q: %w", t.ID, err))
+		}
+	}
+	for _, t := range open {
+		if !fenced[t.ID] {
+			m.log.Warn("a transaction not written through Ferry is open on a mirrored topic; the switch waits for it to end, and does not fence it",
+				zap.String("transactional_id", t.ID))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// openTxns lists the transactional IDs whose transaction is in one of
-// states on the source, from every broker; the error says which brokers did
-// not answer.
-func (m *Mirror) openTxns(ctx context.Context, states ...string) ([]string, error) {
-	req := kmsg.NewPtrListTransactionsRequest()
-	req.StateFilters = states
-	shards := m.src.RequestSharded(ctx, req)
-	var ids []string
-	var errs []error
-	for _, sh := range shards {
-		if sh.Err != nil {
-			errs = append(errs, sh.Err)
-			continue
-		}
-		resp := sh.Resp.(*kmsg.ListTransactionsResponse)
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, t := range resp.TransactionStates {
-			ids = append(ids, t.TransactionalID)
-		}
-	}
-	return ids, errors.Join(errs...)
 }
 
 // fence bumps a transactional ID's producer epoch on the source, which

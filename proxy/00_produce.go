@@ -28,6 +28,9 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	gen := req.state.Generation
 	byID := req.hdr.Version >= 13
 	expect := in.Acks != 0
+	if in.TransactionID != nil {
+		s.noteTxn(*in.TransactionID)
+	}
 
 	sp := splitTopics(c, req, in.Topics,
 		func(t *kmsg.ProduceRequestTopic) (string, [16]byte, []kmsg.ProduceRequestTopicPartition) {
@@ -42,6 +45,9 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 				// sent on the right lane's connection, to the broker.
 				req.up.refreshSoon()
 				return kerr.NotLeaderForPartition.Code
+			}
+			if code := s.switchFencedProduce(gen, in.TransactionID, p.Records); code != 0 {
+				return code
 			}
 			if gen != 0 {
 				// In place: the records alias the client's frame.

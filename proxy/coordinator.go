@@ -123,6 +123,21 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		return r, nil
 	}
 	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
+	if typ == coordTxn && mapped == nil {
+		for _, k := range keys {
+			s.noteTxn(k)
+		}
+		r, rw := s.switchFencedCoordinator(req, kr)
+		if r != nil {
+			return r, nil
+		}
+		rewritten = rewritten || rw
+	} else if tc, ok := kr.(*kmsg.TxnOffsetCommitRequest); ok && mapped == nil {
+		s.noteTxn(tc.TransactionalID)
+		if r, _ := s.switchFencedCoordinator(req, kr); r != nil {
+			return r, nil
+		}
+	}
 	if mapped != nil {
 		mapped.set() // physical already: not translated
 	}

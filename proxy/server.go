@@ -74,6 +74,10 @@ type Server struct {
 	remapped    remappedPIDs
 	txns        txnRemaps
 	txnTimeouts *lru.Cache[string, int32]
+	// carried and switchFences: the transactional IDs this member's
+	// clients name, and those a switch's drain fenced (switch_fence.go).
+	carried      carriedTxns
+	switchFences switchFences
 
 	// idents numbers the client principals the clusters map
 	// (principals.go).

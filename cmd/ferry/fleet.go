@@ -282,6 +282,7 @@ func (f *fleet) handle() {
 		return json.Marshal(res)
 	})
 	f.m.Handle(proxy.TxnCallKind, n.proxy.HandleTxnCall)
+	f.m.Handle(proxy.SwitchFenceCallKind, n.proxy.HandleSwitchFencing)
 	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {
 		gen := n.routes.Current().Generation
 		info := memberInfo{Connections: n.proxy.Connections(), Generation: &gen}

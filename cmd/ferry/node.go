@@ -203,6 +203,8 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			own, gate = n.fleet, n.fleet.mayMirror
 		}
 		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, secs, own, gate)
+		// The drain fences only transactions Ferry's clients write.
+		n.mirror.opts = append(n.mirror.opts, mirror.WithTxnCarrier(n.txnCarrier))
 		sm = switchMirror{n.mirror}
 		if n.fleet != nil {
 			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}

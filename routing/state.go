@@ -266,7 +266,7 @@ func (t *Table) UpdateFor(next State) error {
 	case ok:
 		return nil
 	case next.Generation < held.Generation:
-		return &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("this member routes by %s, newer than %s of switch %s", held, next, next.SwitchID())}
+		return &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("%s (%s) than %s of switch %s", newerStateText, held, next, next.SwitchID())}
 	}
 	return &Error{Reason: ReasonRunning, Switch: held.SwitchID(), err: ErrOtherSwitch,
 		Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s); switch %s is refused", held.SwitchID(), held, next.SwitchID())}

@@ -172,8 +172,9 @@ func TestPlannedSwitchLosesToAForcedOne(t *testing.T) {
 	if forcedErr != nil {
 		t.Fatalf("forced switch: %v", forcedErr)
 	}
-	if err == nil {
-		t.Fatalf("the planned switch answered success after the forced one flipped")
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonSuperseded {
+		t.Fatalf("the planned switch after the forced one flipped: %v, want superseded", err)
 	}
 	if forcedSt.Generation != 1 || forcedSt.Active != "b" || len(forcedSt.Last.Lost) != 1 {
 		t.Fatalf("forced switch: %s, lost %v", forcedSt, forcedSt.Last.Lost)

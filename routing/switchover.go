@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -168,7 +169,8 @@ type Switcher struct {
 	// holds or flips anything.
 	principals PrincipalCheck
 
-	mu sync.Mutex // one switch at a time (TryLock)
+	mu      sync.Mutex             // one switch at a time (TryLock)
+	running atomic.Pointer[string] // the ID of the switch mu is held for
 }
 
 // NewSwitcher returns a switcher over the given table and members. mirror
@@ -211,9 +213,15 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, s.clusters)}
 	}
 	if !s.mu.TryLock() {
-		return State{}, &Error{Reason: ReasonRunning, Msg: "a switch is already running"}
+		id := ""
+		if p := s.running.Load(); p != nil {
+			id = *p
+		}
+		return State{}, &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is already running: switch %s", id)}
 	}
 	defer s.mu.Unlock()
+	id := newSwitchID()
+	s.running.Store(&id)
 	cur := s.table.Current()
 	if cur.Phase != PhaseServing {
 		// Another member's switch holds this one.
@@ -251,7 +259,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	// start keeps the monotonic reading: the switch's own deadline is
 	// counted on it, never on the wall clock (which may step).
 	start := s.now()
-	sw := &Switch{ID: newSwitchID(), Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
+	sw := &Switch{ID: id, Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
 	// Every state this switch installs, whatever its outcome, has sw as
 	// Last and the switch before it in the history.
 	cur.History = pushHistory(cur.History, cur.Last)
@@ -649,19 +657,27 @@ func newSwitchID() string {
 }
 
 // otherSwitch returns the refusal a member gave a hold because it holds
-// for another switch, as a ReasonRunning *Error, or nil. Between members
+// for another switch, as a ReasonRunning *Error, or because it routes by a
+// newer generation, as a ReasonSuperseded one; or nil. Between members
 // the refusal arrives as text (membership.RemoteError), so the text is
 // matched too.
 func otherSwitch(err error) *Error {
 	var e *Error
-	if errors.As(err, &e) && e.Reason == ReasonRunning {
+	if errors.As(err, &e) && (e.Reason == ReasonRunning || e.Reason == ReasonSuperseded) {
 		return e
 	}
-	if errors.Is(err, ErrOtherSwitch) || strings.Contains(err.Error(), otherSwitchText) {
-		return &Error{Reason: ReasonRunning, err: ErrOtherSwitch, Switch: heldSwitch(err.Error()), Msg: err.Error()}
+	switch msg := err.Error(); {
+	case errors.Is(err, ErrOtherSwitch) || strings.Contains(msg, otherSwitchText):
+		return &Error{Reason: ReasonRunning, err: ErrOtherSwitch, Switch: heldSwitch(msg), Msg: msg}
+	case strings.Contains(msg, newerStateText):
+		return &Error{Reason: ReasonSuperseded, Msg: msg}
 	}
 	return nil
 }
+
+// newerStateText is in the text of UpdateFor's refusal of an older
+// generation.
+const newerStateText = "this member routes by a newer routing state"
 
 // otherSwitchText starts the text of UpdateFor's refusal up to the ID of
 // the switch held for.

@@ -302,6 +302,13 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		sw.Outcome = "rolled back: " + why.Error()
 		s.finish(sw)
 		back.Last = sw
+		if now := s.table.Current(); now.Generation > cur.Generation {
+			// Another switch flipped meanwhile (its install reached
+			// this member): that, not why, is what stopped this one,
+			// and its state is not to be saved over.
+			superseded = true
+			why = &Error{Reason: ReasonSuperseded, err: why, Msg: fmt.Sprintf("another switch flipped meanwhile (this member routes by %s); this one did not: %v", now, why)}
+		}
 		if (s.lease > 0 || voided) && !superseded {
 			// Leases renew only once the serving state is back; a
 			// voided generation must reach the clusters.

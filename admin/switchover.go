@@ -113,6 +113,9 @@ type ErrorBody struct {
 	// Principals lists, for principals_unauthenticated, the mapped client
 	// principals that could not authenticate on the target, with why.
 	Principals []string `json:"principals,omitempty"`
+	// Switch names, for switch_running, the switch already running
+	// (its ID), when known.
+	Switch string `json:"switch,omitempty"`
 }
 
 // Reasons the admin API answers besides routing's.
@@ -127,7 +130,7 @@ func switchStatus(reason string) int {
 	switch reason {
 	case routing.ReasonBadRequest, routing.ReasonUnknownCluster:
 		return http.StatusBadRequest
-	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror, routing.ReasonPrincipals, routing.ReasonGenerationLimit:
+	case routing.ReasonAlreadyActive, routing.ReasonRunning, routing.ReasonHalted, routing.ReasonNoMirror, routing.ReasonPrincipals, routing.ReasonGenerationLimit, routing.ReasonSuperseded:
 		return http.StatusConflict
 	case routing.ReasonDrainTimeout:
 		return http.StatusGatewayTimeout
@@ -274,7 +277,7 @@ func (s *Server) writeSwitchError(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ReasonInternal, Message: err.Error()})
 		return
 	}
-	writeJSON(w, switchStatus(re.Reason), ErrorBody{Error: re.Reason, Message: re.Msg, Partitions: re.Partitions, Principals: re.Principals})
+	writeJSON(w, switchStatus(re.Reason), ErrorBody{Error: re.Reason, Message: re.Msg, Partitions: re.Partitions, Principals: re.Principals, Switch: re.Switch})
 }
 
 // writeJSON answers v as indented JSON with the given status.

@@ -370,6 +370,10 @@ func TestSwitchoverConcurrentAndRepeat(t *testing.T) {
 	if st := f.srv.Status(context.Background()); st.Routing.Phase != routing.PhaseDraining || st.Routing.LastSwitch == nil || st.Routing.LastSwitch.To != "standby" {
 		t.Fatalf("/status while draining: %+v", st.Routing)
 	}
+	running := f.srv.Status(context.Background()).Routing.LastSwitch.ID
+	if e := decodeError(t, rec); running == "" || e.Switch != running {
+		t.Fatalf("second switch while the first drains: the answer names switch %q, want the running switch %q", e.Switch, running)
+	}
 	metricsHas(t, f, `ferry_switchover_phase{phase="draining"} 1`, `ferry_switchover_phase{phase="serving"} 0`)
 	close(release)
 	rec = <-first

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -76,6 +77,10 @@ func (s State) IsVoided(gen uint32) bool { return slices.Contains(s.Voided, gen)
 
 // Switch describes one switch of the active cluster.
 type Switch struct {
+	// ID tells this switch from any other (random): members hold writes
+	// for one switch at a time (Table.UpdateFor) and the store never
+	// replaces one switch's state with another's of the same generation.
+	ID      string    `json:"id,omitempty"`
 	Mode    Mode      `json:"mode"`
 	From    string    `json:"from"`
 	To      string    `json:"to"`
@@ -102,6 +107,17 @@ type Switch struct {
 	// Steps is how long each step took, in order (the install and the
 	// release of held writes come after the last).
 	Steps []Step `json:"steps,omitempty"`
+}
+
+// OutcomeSwitched is a Switch's Outcome once it made its generation.
+const OutcomeSwitched = "switched"
+
+// SwitchID is the ID of the switch that saved s (its Last), or "".
+func (s State) SwitchID() string {
+	if s.Last == nil {
+		return ""
+	}
+	return s.Last.ID
 }
 
 // timeout is the switch's timeout: TimeoutMillis, or for a state saved
@@ -225,6 +241,45 @@ func (t *Table) Advance(next State) bool {
 // phase change within a generation, or a newer generation.
 func (t *Table) Update(next State) bool {
 	return t.install(next, func(cur State) bool { return next.Generation >= cur.Generation })
+}
+
+// ErrOtherSwitch is what UpdateFor's refusal wraps.
+var ErrOtherSwitch = errors.New("writes are held for another switch")
+
+// UpdateFor is Update for a switch's hold and install: while the table
+// holds writes for one switch (its phase is not serving), a state of the
+// same generation from another switch is refused with an *Error
+// (ReasonRunning) naming the switch held for, wrapping ErrOtherSwitch.
+// So a member holds for one switch at a time, and a switch's rollback
+// releases only its own hold. A newer generation is always taken: it was
+// saved, and routes by it are in force.
+func (t *Table) UpdateFor(next State) error {
+	var held State
+	ok := t.install(next, func(cur State) bool {
+		held = cur
+		if next.Generation < cur.Generation {
+			return false
+		}
+		return next.Generation > cur.Generation || !holdsForOther(cur, next)
+	})
+	switch {
+	case ok:
+		return nil
+	case next.Generation < held.Generation:
+		return &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("%s (%s) than %s of switch %s", newerStateText, held, next, next.SwitchID())}
+	}
+	return &Error{Reason: ReasonRunning, Switch: held.SwitchID(), err: ErrOtherSwitch,
+		Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s); switch %s is refused", held.SwitchID(), held, next.SwitchID())}
+}
+
+// holdsForOther reports whether cur holds writes for a switch other than
+// next's. Either ID missing (a member of an older Ferry): no.
+func holdsForOther(cur, next State) bool {
+	if cur.Phase == PhaseServing || cur.Phase == "" {
+		return false
+	}
+	h, n := cur.SwitchID(), next.SwitchID()
+	return h != "" && n != "" && h != n
 }
 
 func (t *Table) install(next State, ok func(cur State) bool) bool {

@@ -209,7 +209,11 @@ func (s *KafkaStore) Close() {
 
 // Save writes st to the cluster st makes active, within ctx, and then to every
 // other cluster, each within the store's timeout; it fails unless the active
-// cluster has it. A failure on another cluster does not fail Save (a forced
+// cluster has it. It first reads every cluster and writes nothing if one
+// holds a state st must not replace (a newer generation, or another
+// switch's state of the same generation: supersedes); the error then wraps
+// ErrSuperseded. A cluster other than the active one that holds such a
+// state is skipped. A failure on another cluster does not fail Save (a forced
 // switch finds the old cluster dead): st is written there again in the
 // background (rewriteLater) until that cluster holds st's generation or a
 // newer one, the store closes, or a later Save writes to it.
@@ -234,6 +238,14 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	// An older state still being written again in the background must
 	// not land after this one.
 	active.stopRewrite()
+	// Every write is conditional on what the clusters hold: a switch
+	// that lost a race (a planned switch's rollback after a forced one
+	// flipped, two switches at once) must not put back an older
+	// routing state, which would stop every member's write lease and
+	// send members restarted later to the old cluster.
+	if err := s.checkAll(ctx, st); err != nil {
+		return err
+	}
 	if err := s.write(ctx, active, val); err != nil {
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
@@ -247,7 +259,13 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 			c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			if err := s.write(cctx, c, val); err != nil {
+			err := s.writeUnlessSuperseded(cctx, c, st, val)
+			var sup *SupersededError
+			switch {
+			case err == nil:
+			case errors.As(err, &sup):
+				c.log.Warn("the routing state was not written to a cluster that holds a newer one", zap.Stringer("routing", st), zap.Error(err))
+			default:
 				c.log.Warn("the routing state was not written to a cluster it does not make active; writing it again in the background until that cluster holds its generation", zap.Stringer("routing", st), zap.Error(err))
 				s.rewriteLater(c, st, val)
 			}
@@ -256,6 +274,102 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	wg.Wait()
 	s.log.Info("routing state saved", zap.Stringer("routing", st))
 	return nil
+}
+
+// ErrSuperseded is what Save's error wraps (as a *SupersededError) when a
+// cluster holds a routing state that st must not replace.
+var ErrSuperseded = errors.New("routing store: a cluster holds a newer routing state")
+
+// SupersededError is a Save refused because a cluster holds a state that
+// the one saved must not replace (supersedes).
+type SupersededError struct {
+	Cluster string
+	Held    State // what the cluster holds
+	Why     string
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("routing store: cluster %q holds %s, %s: not replaced", e.Cluster, e.Held, e.Why)
+}
+
+// Is makes errors.Is(err, ErrSuperseded) hold.
+func (e *SupersededError) Is(target error) bool { return target == ErrSuperseded }
+
+// supersedes says why held, found on a cluster, must not be replaced by
+// st, or "" when it may be. A newer generation is never replaced. Within
+// one generation, a state is replaced by its own switch's next step, or
+// by a switch beginning from it; never by another switch that made the
+// same generation (two switches at once), and never by another switch's
+// serving state while held is a switch's draining one: that would reopen
+// the writes the running switch holds. Either switch ID missing (a state
+// saved by a Ferry that did not write IDs): replaced, as before.
+func supersedes(held, st State) string {
+	switch {
+	case held.Generation > st.Generation:
+		return fmt.Sprintf("generation %d, newer than %d", held.Generation, st.Generation)
+	case held.Generation < st.Generation:
+		return ""
+	}
+	hid, sid := held.SwitchID(), st.SwitchID()
+	if hid == "" || sid == "" || hid == sid {
+		return ""
+	}
+	if held.Last.Outcome == OutcomeSwitched && st.Last.Outcome == OutcomeSwitched {
+		return fmt.Sprintf("which switch %s made; switch %s made the same generation", hid, sid)
+	}
+	if held.Phase != PhaseServing && held.Phase != "" && st.Phase == PhaseServing {
+		return fmt.Sprintf("switch %s is running; switch %s would release its held writes", hid, sid)
+	}
+	return ""
+}
+
+// checkAll reads every cluster and refuses st if one holds a state st
+// must not replace. The active cluster must be read; another that cannot
+// be (a forced switch finds the old one dead) is left to its write.
+func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
+	errs := make([]error, len(s.names))
+	var wg sync.WaitGroup
+	for i, name := range s.names {
+		c := s.clusters[name]
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			held, found, err := s.read(cctx, c)
+			switch {
+			case err != nil && name == st.Active:
+				errs[i] = fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", name, st, err)
+			case err == nil && found:
+				if why := supersedes(held, st); why != "" {
+					errs[i] = &SupersededError{Cluster: name, Held: held, Why: why}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, ErrSuperseded) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeUnlessSuperseded writes st (encoded as val) to c unless c holds a
+// state st must not replace (a *SupersededError). Kafka has no
+// conditional write: a state another switch writes between the read and
+// the write is replaced; the members' hold, one switch at a time
+// (Table.UpdateFor), keeps two live switches from getting here together.
+func (s *KafkaStore) writeUnlessSuperseded(ctx context.Context, c *storeCluster, st State, val []byte) error {
+	held, found, err := s.read(ctx, c)
+	if err != nil {
+		return err
+	}
+	if found {
+		if why := supersedes(held, st); why != "" {
+			return &SupersededError{Cluster: c.name, Held: held, Why: why}
+		}
+	}
+	return s.write(ctx, c, val)
 }
 
 // rewriteLater writes st (encoded as val) to c in the background until c

@@ -7,6 +7,7 @@ package routing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -439,4 +440,62 @@ func TestKafkaStoreClusterDown(t *testing.T) {
 	mustSave(t, s, st3)
 	mustLoad(t, onlyA, &st3)
 	mustLoad(t, onlyB, &st3)
+}
+
+// TestKafkaStoreNeverReplacesNewer: Save writes nothing, and answers
+// ErrSuperseded, when a cluster holds a newer generation (a planned
+// switch's rollback after a forced switch flipped), the same generation
+// made by another switch (two switches at once), or another switch's
+// draining state for a serving state (a rollback releasing a running
+// switch's hold). Both clusters keep what they held.
+func TestKafkaStoreNeverReplacesNewer(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_superseded"
+	s := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a, "b": b})
+	withID := func(st State, id, outcome string, phase Phase) State {
+		st.Last.ID, st.Last.Outcome, st.Phase = id, outcome, phase
+		return st
+	}
+	both := func(want State) {
+		t.Helper()
+		for _, name := range []string{"a", "b"} {
+			got, found, err := s.LoadFrom(ctxFor(t, 60*time.Second), name)
+			if err != nil || !found || got.Generation != want.Generation || got.Active != want.Active || got.Phase != want.Phase || got.SwitchID() != want.SwitchID() {
+				t.Fatalf("cluster %s holds %s of switch %s (found %v, %v), want %s of switch %s", name, got, got.SwitchID(), found, err, want, want.SwitchID())
+			}
+		}
+	}
+	refused := func(st State) {
+		t.Helper()
+		err := s.Save(ctxFor(t, 60*time.Second), st)
+		if !errors.Is(err, ErrSuperseded) {
+			t.Fatalf("Save(%s of switch %s): %v, want ErrSuperseded", st, st.SwitchID(), err)
+		}
+	}
+
+	// A planned switch x from generation 0 saved its draining state; a
+	// forced switch f saved generation 1 on b; x's rollback is refused.
+	draining := withID(fullState(0, "a", "b"), "x", "", PhaseDraining)
+	mustSave(t, s, draining)
+	forced := withID(fullState(1, "b", "a"), "f", OutcomeSwitched, PhaseServing)
+	mustSave(t, s, forced)
+	refused(withID(fullState(0, "a", "b"), "x", "rolled back: drain", PhaseServing))
+	both(forced)
+
+	// Two switches at once from generation 1: y made generation 2; z's
+	// generation 2 is refused.
+	y := withID(fullState(2, "a", "b"), "y", OutcomeSwitched, PhaseServing)
+	mustSave(t, s, y)
+	refused(withID(fullState(2, "a", "b"), "z", OutcomeSwitched, PhaseServing))
+	both(y)
+
+	// u holds writes (its draining state of 2); v's rollback to serving
+	// 2 is refused, u's own next steps are not.
+	u := withID(fullState(2, "a", "b"), "u", "", PhaseDraining)
+	mustSave(t, s, u)
+	refused(withID(fullState(2, "a", "b"), "v", "rolled back: drain", PhaseServing))
+	both(u)
+	uBack := withID(fullState(2, "a", "b"), "u", "rolled back: drain", PhaseServing)
+	mustSave(t, s, uBack)
+	both(uBack)
 }

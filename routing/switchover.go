@@ -2,11 +2,15 @@ package routing
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,6 +99,10 @@ const (
 	// ReasonPrincipals: some client principals mapped to their own
 	// credentials could not authenticate on the target (Error.Principals).
 	ReasonPrincipals = "principals_unauthenticated"
+	// ReasonSuperseded: a cluster (or a member) holds a newer routing
+	// state, or another switch's state of the same generation, which
+	// this switch must not replace (KafkaStore.Save, Table.UpdateFor).
+	ReasonSuperseded = "superseded"
 	// ReasonGenerationLimit: the next generation would be past
 	// MaxGeneration, which virtual epochs cannot carry (identity.go).
 	ReasonGenerationLimit = "generation_limit"
@@ -109,7 +117,15 @@ type Error struct {
 	// Principals names the client principals that could not
 	// authenticate on the target, each with why.
 	Principals []string
+	// Switch, with ReasonRunning, is the ID of the switch already
+	// running, when known.
+	Switch string
+
+	err error // wrapped
 }
+
+// Unwrap returns the error e wraps, if any.
+func (e *Error) Unwrap() error { return e.err }
 
 func (e *Error) Error() string {
 	switch {
@@ -153,7 +169,8 @@ type Switcher struct {
 	// holds or flips anything.
 	principals PrincipalCheck
 
-	mu sync.Mutex // one switch at a time (TryLock)
+	mu      sync.Mutex             // one switch at a time (TryLock)
+	running atomic.Pointer[string] // the ID of the switch mu is held for
 }
 
 // NewSwitcher returns a switcher over the given table and members. mirror
@@ -196,16 +213,23 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, s.clusters)}
 	}
 	if !s.mu.TryLock() {
-		return State{}, &Error{Reason: ReasonRunning, Msg: "a switch is already running"}
+		id := ""
+		if p := s.running.Load(); p != nil {
+			id = *p
+		}
+		return State{}, &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is already running: switch %s", id)}
 	}
 	defer s.mu.Unlock()
+	id := newSwitchID()
+	s.running.Store(&id)
 	cur := s.table.Current()
 	if cur.Phase != PhaseServing {
 		// Another member's switch holds this one.
-		return State{}, &Error{Reason: ReasonRunning, Msg: fmt.Sprintf("a switch is already running (%s)", cur)}
+		return State{}, &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
+			Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
 	}
 	if cur.Active == req.To {
-		if l := cur.Last; l != nil && l.To == req.To && l.Mode == req.Mode && l.Outcome == "switched" {
+		if l := cur.Last; l != nil && l.To == req.To && l.Mode == req.Mode && l.Outcome == OutcomeSwitched {
 			return cur, nil // a repeat of the call that got us here
 		}
 		return State{}, &Error{Reason: ReasonAlreadyActive, Msg: fmt.Sprintf("cluster %q is already active (%s)", req.To, cur)}
@@ -235,11 +259,11 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	// start keeps the monotonic reading: the switch's own deadline is
 	// counted on it, never on the wall clock (which may step).
 	start := s.now()
-	sw := &Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
+	sw := &Switch{ID: id, Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
 	// Every state this switch installs, whatever its outcome, has sw as
 	// Last and the switch before it in the history.
 	cur.History = pushHistory(cur.History, cur.Last)
-	log := s.log.With(zap.String("from", sw.From), zap.String("to", sw.To), zap.String("mode", string(sw.Mode)), zap.Uint32("generation", cur.Generation))
+	log := s.log.With(zap.String("switch", sw.ID), zap.String("from", sw.From), zap.String("to", sw.To), zap.String("mode", string(sw.Mode)), zap.Uint32("generation", cur.Generation))
 	log.Info("switch starting")
 	var next State
 	var err error
@@ -270,14 +294,22 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	draining := cur
 	draining.Phase = PhaseDraining
 	draining.Last = sw
-	voided := false // a generation was voided: the clusters must learn it
+	voided := false     // a generation was voided: the clusters must learn it
+	superseded := false // the clusters hold a newer state: nothing to save
 	rollback := func(why error) (State, error) {
 		back := cur
 		back.Phase = PhaseServing
 		sw.Outcome = "rolled back: " + why.Error()
 		s.finish(sw)
 		back.Last = sw
-		if s.lease > 0 || voided {
+		if now := s.table.Current(); now.Generation > cur.Generation {
+			// Another switch flipped meanwhile (its install reached
+			// this member): that, not why, is what stopped this one,
+			// and its state is not to be saved over.
+			superseded = true
+			why = &Error{Reason: ReasonSuperseded, err: why, Msg: fmt.Sprintf("another switch flipped meanwhile (this member routes by %s); this one did not: %v", now, why)}
+		}
+		if (s.lease > 0 || voided) && !superseded {
 			// Leases renew only once the serving state is back; a
 			// voided generation must reach the clusters.
 			s.saveUntilDone(back, log)
@@ -298,12 +330,18 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		// From here on no member renews its write lease: every lease
 		// still in force ends within one more.
 		if err := s.save(dctx, draining); err != nil {
+			if errors.Is(err, ErrSuperseded) {
+				return State{}, &Error{Reason: ReasonSuperseded, err: err, Msg: "another switch's routing state is saved (nothing was held): " + err.Error()}
+			}
 			return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the draining state on the active cluster (nothing was held): " + err.Error()}
 		}
 		leaseEnds = s.now().Add(s.lease)
 		mark("save_draining")
 	}
 	if err := s.members.Hold(dctx, draining); err != nil {
+		if e := otherSwitch(err); e != nil {
+			return rollback(e)
+		}
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "writes already sent to the old cluster were not answered in time: " + err.Error()})
 	}
 	mark("hold")
@@ -332,6 +370,9 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	switching := draining
 	switching.Phase = PhaseSwitching
 	if err := s.members.Hold(dctx, switching); err != nil {
+		if e := otherSwitch(err); e != nil {
+			return rollback(e)
+		}
 		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "transactions ending on the old cluster were not answered in time: " + err.Error()})
 	}
 	if err := drain(); err != nil {
@@ -358,6 +399,14 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	// (lease.go).
 	err := s.save(dctx, next)
 	mark("save")
+	if errors.Is(err, ErrSuperseded) {
+		// Another switch flipped (a forced one, most likely): its
+		// generation is in force, its mirror runs, and nothing of this
+		// one was written. The held writes are released only where this
+		// switch's hold is still what a member holds (Table.UpdateFor).
+		superseded = true
+		return rollback(&Error{Reason: ReasonSuperseded, err: err, Msg: "another switch's routing state was saved meanwhile; this one did not flip: " + err.Error()})
+	}
 	if err != nil {
 		// The mirror is stopped and the new cluster did not confirm the
 		// state: start the mirror again and release to the old cluster.
@@ -382,6 +431,13 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 	next := s.nextState(cur, sw, ends)
 	err := s.save(ctx, next)
 	mark("save")
+	if errors.Is(err, ErrSuperseded) {
+		// Another switch's newer state is saved: it is in force, and
+		// the mirror is that switch's to start.
+		sw.Outcome = "failed: " + err.Error()
+		s.finish(sw)
+		return State{}, &Error{Reason: ReasonSuperseded, err: err, Msg: "another switch's routing state is saved; this one did not flip: " + err.Error()}
+	}
 	if err != nil {
 		s.follow(cur, log, "restarting the mirror after a failed save")
 		sw.Outcome = "failed: " + err.Error()
@@ -401,7 +457,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 // nextState is the generation after cur, active on sw.To, with the ends of
 // cur's generation recorded.
 func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
-	sw.Outcome = "switched"
+	sw.Outcome = OutcomeSwitched
 	s.finish(sw)
 	next := State{Generation: nextGeneration(cur), Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
 		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided}
@@ -458,6 +514,11 @@ func (s *Switcher) saveUntilDone(st State, log *zap.Logger) {
 	for attempt := 1; ; attempt++ {
 		err := s.save(ctx, st)
 		if err == nil {
+			return
+		}
+		if errors.Is(err, ErrSuperseded) {
+			// A newer state is saved: the leases renew from it.
+			log.Warn("the serving state of the rollback was not saved: the clusters hold a newer one", zap.Error(err))
 			return
 		}
 		if ctx.Err() != nil {
@@ -577,17 +638,64 @@ type Local struct {
 	Settled func(ctx context.Context) error
 }
 
-// Hold implements Members.
+// Hold implements Members. A member holds for one switch at a time
+// (Table.UpdateFor).
 func (l Local) Hold(ctx context.Context, st State) error {
-	l.Table.Update(st)
+	if err := l.Table.UpdateFor(st); err != nil {
+		return err
+	}
 	if l.Settled == nil {
 		return nil
 	}
 	return l.Settled(ctx)
 }
 
-// Install implements Members.
+// Install implements Members. A rollback releases only its own switch's
+// hold (Table.UpdateFor).
 func (l Local) Install(_ context.Context, st State) error {
-	l.Table.Update(st)
+	return l.Table.UpdateFor(st)
+}
+
+// newSwitchID returns a random switch ID.
+func newSwitchID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// otherSwitch returns the refusal a member gave a hold because it holds
+// for another switch, as a ReasonRunning *Error, or because it routes by a
+// newer generation, as a ReasonSuperseded one; or nil. Between members
+// the refusal arrives as text (membership.RemoteError), so the text is
+// matched too.
+func otherSwitch(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) && (e.Reason == ReasonRunning || e.Reason == ReasonSuperseded) {
+		return e
+	}
+	switch msg := err.Error(); {
+	case errors.Is(err, ErrOtherSwitch) || strings.Contains(msg, otherSwitchText):
+		return &Error{Reason: ReasonRunning, err: ErrOtherSwitch, Switch: heldSwitch(msg), Msg: msg}
+	case strings.Contains(msg, newerStateText):
+		return &Error{Reason: ReasonSuperseded, Msg: msg}
+	}
 	return nil
+}
+
+// newerStateText is in the text of UpdateFor's refusal of an older
+// generation.
+const newerStateText = "this member routes by a newer routing state"
+
+// otherSwitchText starts the text of UpdateFor's refusal up to the ID of
+// the switch held for.
+const otherSwitchText = "writes are held for switch "
+
+// heldSwitch is the switch ID in a refusal's text, or "".
+func heldSwitch(msg string) string {
+	_, after, ok := strings.Cut(msg, otherSwitchText)
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(after, " ")
+	return id
 }

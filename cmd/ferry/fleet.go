@@ -395,9 +395,13 @@ func (fm fleetMembers) Install(ctx context.Context, st routing.State) error {
 	if err != nil {
 		return err
 	}
-	// This member first: its table is what the switch answers with.
-	fm.f.n.routes.Update(st)
+	// This member first: its table is what the switch answers with. A
+	// rollback releases only its own switch's hold (UpdateFor).
+	self := fm.f.n.routes.UpdateFor(st)
 	_, failed, _ := fm.f.callLive(ctx, callInstall, body)
+	if self != nil {
+		return self
+	}
 	return callErr(failed)
 }
 

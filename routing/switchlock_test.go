@@ -1,0 +1,192 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// memFleet is Members over in-memory members, each a table: every step on
+// every member in order, beforeHold run ahead of each member's hold.
+type memFleet struct {
+	tables     []*Table
+	beforeHold func(i int, st State)
+}
+
+func (f *memFleet) Hold(ctx context.Context, st State) error {
+	var errs []error
+	for i, t := range f.tables {
+		if f.beforeHold != nil {
+			f.beforeHold(i, st)
+		}
+		if err := (Local{Table: t}).Hold(ctx, st); err != nil {
+			errs = append(errs, fmt.Errorf("member %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f *memFleet) Install(ctx context.Context, st State) error {
+	var errs []error
+	for i, t := range f.tables {
+		if err := (Local{Table: t}).Install(ctx, st); err != nil {
+			errs = append(errs, fmt.Errorf("member %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// condStore is Store over in-memory clusters, with KafkaStore's condition
+// (supersedes): nothing is written when a cluster holds a state the one
+// saved must not replace.
+type condStore struct {
+	mu   sync.Mutex
+	held map[string]State
+}
+
+func (m *condStore) Save(_ context.Context, st State) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, h := range m.held {
+		if why := supersedes(h, st); why != "" {
+			return &SupersededError{Cluster: name, Held: h, Why: why}
+		}
+	}
+	for name := range m.held {
+		m.held[name] = st
+	}
+	return nil
+}
+
+func (m *condStore) Load(context.Context) (State, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held["a"], true, nil
+}
+
+// TestMemberHoldsForOneSwitch: a member holding writes for switch X
+// refuses a hold for switch Y, naming X (switch_running, which the admin
+// API answers 409), and Y's rollback does not release X's hold; X's own
+// rollback does, and a newer generation is always taken.
+func TestMemberHoldsForOneSwitch(t *testing.T) {
+	serving := State{Generation: 3, Active: "a", Phase: PhaseServing, Last: &Switch{ID: "p", Outcome: OutcomeSwitched}}
+	hold := func(id string) State {
+		st := serving
+		st.Phase = PhaseDraining
+		st.Last = &Switch{ID: id, Mode: Planned, From: "a", To: "b"}
+		return st
+	}
+	back := func(id string) State {
+		st := serving
+		st.Last = &Switch{ID: id, Mode: Planned, From: "a", To: "b", Outcome: "rolled back: drain"}
+		return st
+	}
+	m := Local{Table: NewTable(serving)}
+	ctx := context.Background()
+	if err := m.Hold(ctx, hold("x")); err != nil {
+		t.Fatalf("hold for x: %v", err)
+	}
+	err := m.Hold(ctx, hold("y"))
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonRunning || e.Switch != "x" || !errors.Is(err, ErrOtherSwitch) {
+		t.Fatalf("hold for y while holding for x: %v, want switch_running naming x", err)
+	}
+	if err := m.Install(ctx, back("y")); err == nil {
+		t.Fatalf("y's rollback was installed over x's hold")
+	}
+	if cur := m.Table.Current(); cur.Phase != PhaseDraining || cur.SwitchID() != "x" {
+		t.Fatalf("after y's refusals: %s of switch %s, want x's hold kept", cur, cur.SwitchID())
+	}
+	if err := m.Install(ctx, back("x")); err != nil {
+		t.Fatalf("x's rollback: %v", err)
+	}
+	if cur := m.Table.Current(); cur.Phase != PhaseServing {
+		t.Fatalf("after x's rollback: %s", cur)
+	}
+	// Holding again, for y: a forced switch's newer generation is taken.
+	if err := m.Hold(ctx, hold("y")); err != nil {
+		t.Fatalf("hold for y once x rolled back: %v", err)
+	}
+	forced := State{Generation: 4, Active: "b", Phase: PhaseServing, Last: &Switch{ID: "z", Mode: Forced, Outcome: OutcomeSwitched}}
+	if err := m.Install(ctx, forced); err != nil {
+		t.Fatalf("a newer generation over y's hold: %v", err)
+	}
+	if err := m.Install(ctx, back("y")); err == nil || m.Table.Current().Generation != 4 {
+		t.Fatalf("y's rollback over generation 4: %v, now %s", err, m.Table.Current())
+	}
+}
+
+// TestSwitchRefusedByAMemberHoldingForAnother: a planned switch whose hold
+// a member refuses because it holds for another switch answers
+// switch_running naming that switch, and its rollback releases its own
+// member but leaves the other switch's hold in place.
+func TestSwitchRefusedByAMemberHoldingForAnother(t *testing.T) {
+	serving := State{Generation: 2, Active: "a", Phase: PhaseServing}
+	other := serving
+	other.Phase = PhaseDraining
+	other.Last = &Switch{ID: "x", Mode: Planned, From: "a", To: "b"}
+	fleet := &memFleet{tables: []*Table{NewTable(serving), NewTable(other)}}
+	sc := &script{table: fleet.tables[0]}
+	sw := NewSwitcher(fleet.tables[0], fleet, sc, sc, []string{"a", "b"}, zap.NewNop())
+	_, err := sw.Switch(context.Background(), Request{To: "b"})
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonRunning || e.Switch != "x" {
+		t.Fatalf("switch while member 1 holds for x: %v, want switch_running naming x", err)
+	}
+	if cur := fleet.tables[0].Current(); cur.Phase != PhaseServing || cur.Generation != 2 {
+		t.Fatalf("member 0 after the refusal: %s, want serving again", cur)
+	}
+	if cur := fleet.tables[1].Current(); cur.Phase != PhaseDraining || cur.SwitchID() != "x" {
+		t.Fatalf("member 1 after the refusal: %s of switch %s, want x's hold kept", cur, cur.SwitchID())
+	}
+}
+
+// TestPlannedSwitchLosesToAForcedOne: a forced switch asked of member 1
+// while member 0's planned switch is holding (its hold has reached member
+// 0 only) flips; the planned switch then finds the fleet on the forced
+// switch's generation and rolls back without saving its serving state
+// over it. Every member and every cluster ends on the forced switch's
+// generation, which keeps its lost ranges.
+func TestPlannedSwitchLosesToAForcedOne(t *testing.T) {
+	serving := State{Generation: 0, Active: "a", Phase: PhaseServing}
+	store := &condStore{held: map[string]State{"a": serving, "b": serving}}
+	fleet := &memFleet{tables: []*Table{NewTable(serving), NewTable(serving)}}
+	sc0 := &script{table: fleet.tables[0]}
+	planned := NewSwitcher(fleet.tables[0], fleet, sc0, store, []string{"a", "b"}, zap.NewNop())
+	planned.SetWriteLease(1) // saves its draining state first, and its rollback
+	sc1 := &script{table: fleet.tables[1], pos: []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}}}
+	forced := NewSwitcher(fleet.tables[1], fleet, sc1, store, []string{"a", "b"}, zap.NewNop())
+
+	var forcedSt State
+	var forcedErr error
+	fleet.beforeHold = func(i int, st State) {
+		if i == 1 && st.Phase == PhaseDraining && forcedSt.Last == nil {
+			forcedSt, forcedErr = forced.Switch(context.Background(), Request{To: "b", Mode: Forced})
+		}
+	}
+	_, err := planned.Switch(context.Background(), Request{To: "b"})
+	if forcedErr != nil {
+		t.Fatalf("forced switch: %v", forcedErr)
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonSuperseded {
+		t.Fatalf("the planned switch after the forced one flipped: %v, want superseded", err)
+	}
+	if forcedSt.Generation != 1 || forcedSt.Active != "b" || len(forcedSt.Last.Lost) != 1 {
+		t.Fatalf("forced switch: %s, lost %v", forcedSt, forcedSt.Last.Lost)
+	}
+	for name, st := range store.held {
+		if st.Generation != 1 || st.Active != "b" || st.SwitchID() != forcedSt.SwitchID() || len(st.Last.Lost) != 1 {
+			t.Errorf("cluster %s holds %s of switch %s, want the forced switch's generation 1 on b with its lost range", name, st, st.SwitchID())
+		}
+	}
+	for i, tb := range fleet.tables {
+		if cur := tb.Current(); cur.Generation != 1 || cur.Active != "b" || cur.Phase != PhaseServing {
+			t.Errorf("member %d routes by %s, want generation 1 on b, serving", i, cur)
+		}
+	}
+}

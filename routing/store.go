@@ -323,29 +323,46 @@ func supersedes(held, st State) string {
 	return ""
 }
 
-// checkAll reads every cluster and refuses st if one holds a state st
-// must not replace. The active cluster must be read; another that cannot
-// be (a forced switch finds the old one dead) is left to its write.
-func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
-	errs := make([]error, len(s.names))
+// readResult is what one cluster holds (readAll).
+type readResult struct {
+	name  string
+	st    State
+	found bool
+	err   error
+}
+
+// readAll reads every cluster at once, each within the store's timeout.
+func (s *KafkaStore) readAll(ctx context.Context) []readResult {
+	results := make([]readResult, len(s.names))
 	var wg sync.WaitGroup
 	for i, name := range s.names {
 		c := s.clusters[name]
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			held, found, err := s.read(cctx, c)
-			switch {
-			case err != nil && name == st.Active:
-				errs[i] = fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", name, st, err)
-			case err == nil && found:
-				if why := supersedes(held, st); why != "" {
-					errs[i] = &SupersededError{Cluster: name, Held: held, Why: why}
-				}
-			}
+			st, found, err := s.read(cctx, c)
+			results[i] = readResult{name, st, found, err}
 		})
 	}
 	wg.Wait()
+	return results
+}
+
+// checkAll reads every cluster and refuses st if one holds a state st
+// must not replace. The active cluster must be read; another that cannot
+// be (a forced switch finds the old one dead) is left to its write.
+func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
+	var errs []error
+	for _, r := range s.readAll(ctx) {
+		switch {
+		case r.err != nil && r.name == st.Active:
+			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
+		case r.err == nil && r.found:
+			if why := supersedes(r.st, st); why != "" {
+				errs = append(errs, &SupersededError{Cluster: r.name, Held: r.st, Why: why})
+			}
+		}
+	}
 	for _, err := range errs {
 		if errors.Is(err, ErrSuperseded) {
 			return err
@@ -504,26 +521,9 @@ func (s *KafkaStore) write(ctx context.Context, c *storeCluster, val []byte) err
 // reaches, each read within the store's timeout. A cluster that cannot be read
 // is logged and skipped; Load fails only when none can be read.
 func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
-	type result struct {
-		name  string
-		st    State
-		found bool
-		err   error
-	}
-	results := make([]result, len(s.names))
-	var wg sync.WaitGroup
-	for i, name := range s.names {
-		c := s.clusters[name]
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
-			defer cancel()
-			st, found, err := s.read(cctx, c)
-			results[i] = result{name, st, found, err}
-		})
-	}
-	wg.Wait()
+	results := s.readAll(ctx)
 
-	var best *result
+	var best *readResult
 	var errs []error
 	read := 0
 	// A generation any state read voids was rolled back from: its state,

@@ -365,6 +365,7 @@ func recordedReason(reason string) string {
 func (s *Server) authSucceeded(c *clientConn, mech, principal string) {
 	c.auth.done, c.auth.scram = true, nil
 	s.auth.release(c.auth.admission)
+	c.authenticatedNow()
 	c.setPrincipal(principal)
 	s.authMetrics.successes.WithLabelValues(mech).Inc()
 	c.logger().Debug("client authenticated", zap.String("mechanism", mech))

@@ -282,9 +282,6 @@ func (c *clientConn) readLoop() (err error) {
 		if !c.identified {
 			c.identify(req)
 		}
-		if c.unauth.Load() && c.s.authenticated(c) {
-			c.authenticatedNow()
-		}
 		if err != nil {
 			if c.stats != nil {
 				c.stats.errors.Add(1) // refused: the connection closes

@@ -118,9 +118,10 @@ func (c *clientConn) startUnauthenticated() {
 	})
 }
 
-// authenticatedNow is called by the reader once the connection has
-// authenticated: it no longer counts against the unauthenticated bounds,
-// and its frames are charged to the process's budget from now on.
+// authenticatedNow is called by the reader as the connection
+// authenticates (authSucceeded): it no longer counts against the
+// unauthenticated bounds, and its frames are charged to the process's
+// budget from now on.
 func (c *clientConn) authenticatedNow() {
 	if c.authTimer != nil {
 		c.authTimer.Stop()

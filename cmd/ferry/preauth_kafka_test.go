@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -80,7 +82,7 @@ sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
 				nc.SetDeadline(time.Now().Add(5 * time.Second))
 				nc.Write(append(binary.BigEndian.AppendUint32(nil, 100<<20), 0))
 				var b [1]byte
-				if _, err := nc.Read(b[:]); err != nil && !isTimeout(err) {
+				if _, err := nc.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 					closedSeen.Add(1) // closed by Ferry, not left waiting
 				}
 				nc.Close()
@@ -122,11 +124,6 @@ sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
 	if n := metricValue(metrics, "ferry_buffered_bytes"); n < 0 || n >= 100<<20 {
 		t.Errorf("ferry_buffered_bytes %v under attack", n)
 	}
-}
-
-func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
 }
 
 // waitUntilTrue polls cond until it holds, failing after d.

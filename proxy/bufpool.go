@@ -69,20 +69,19 @@ const (
 
 // largeBufs counts the large buffers dropped, for the whole process (the
 // pools are).
-var largeBufs = newReclaimer(debug.FreeOSMemory)
+var largeBufs = newReclaimer()
 
 // reclaimer has the memory of dropped large buffers collected and given
-// back (free), in a goroutine of its own started at the first need.
+// back, in a goroutine of its own started at the first need.
 type reclaimer struct {
-	free    func()
 	pending atomic.Int64 // bytes dropped since the last free
 	last    atomic.Int64 // when the last one was dropped (UnixNano)
 	kick    chan struct{}
 	start   sync.Once
 }
 
-func newReclaimer(free func()) *reclaimer {
-	return &reclaimer{free: free, kick: make(chan struct{}, 1)}
+func newReclaimer() *reclaimer {
+	return &reclaimer{kick: make(chan struct{}, 1)}
 }
 
 // dropped records a large buffer of n bytes dropped.
@@ -110,6 +109,6 @@ func (r *reclaimer) loop() {
 			time.Sleep(wait)
 		}
 		r.pending.Store(0)
-		r.free()
+		debug.FreeOSMemory()
 	}
 }

@@ -771,14 +771,9 @@ func TestLoginLimiterRefills(t *testing.T) {
 // lacks makes Ferry fetch the set again (a rotation), at most every
 // jwksMinRefetch.
 func TestOAuthJWKSURL(t *testing.T) {
-	k1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	k2, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	jwk := func(kid string, k *ecdsa.PrivateKey) string {
-		return fmt.Sprintf(`{"kty":"EC","crv":"P-256","kid":%q,"x":%q,"y":%q}`, kid,
-			base64.RawURLEncoding.EncodeToString(k.X.FillBytes(make([]byte, 32))), base64.RawURLEncoding.EncodeToString(k.Y.FillBytes(make([]byte, 32))))
-	}
+	k1, k2 := newJWKSKey(t, "k1"), newJWKSKey(t, "k2")
 	var body atomic.Value
-	body.Store(`{"keys":[` + jwk("k1", k1) + `]}`)
+	body.Store(jwksOf(k1))
 	var fetches atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fetches.Add(1)
@@ -791,29 +786,21 @@ func TestOAuthJWKSURL(t *testing.T) {
 	}
 	now := time.Now()
 	v.now = func() time.Time { return now }
-	sign := func(kid string, k *ecdsa.PrivateKey) string {
-		h, _ := json.Marshal(map[string]string{"alg": "ES256", "kid": kid})
-		c, _ := json.Marshal(map[string]any{"sub": "svc", "exp": now.Unix() + 60})
-		in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
-		d := sha256.Sum256([]byte(in))
-		r, s, _ := ecdsa.Sign(rand.Reader, k, d[:])
-		return in + "." + base64.RawURLEncoding.EncodeToString(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
-	}
-	if p, f := v.validate(sign("k1", k1)); f != nil || p != "svc" {
+	if p, f := v.validate(k1.token("svc")); f != nil || p != "svc" {
 		t.Fatalf("k1: %q %v", p, f)
 	}
-	body.Store(`{"keys":[` + jwk("k1", k1) + `,` + jwk("k2", k2) + `]}`)
-	if _, f := v.validate(sign("k2", k2)); f == nil {
+	body.Store(jwksOf(k1, k2))
+	if _, f := v.validate(k2.token("svc")); f == nil {
 		t.Fatal("k2 accepted before the set could be fetched again")
 	}
 	now = now.Add(jwksMinRefetch)
-	if p, f := v.validate(sign("k2", k2)); f != nil || p != "svc" {
+	if p, f := v.validate(k2.token("svc")); f != nil || p != "svc" {
 		t.Fatalf("k2 after the rotation: %q %v", p, f)
 	}
 	if n := fetches.Load(); n != 2 {
 		t.Errorf("%d fetches, want 2", n)
 	}
-	good := strings.SplitN(sign("k1", k1), ".", 2)
+	good := strings.SplitN(k1.token("svc"), ".", 2)
 	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"k1"}`)) + "." + strings.Split(good[1], ".")[0] + "."
 	if _, f := v.validate(none); f == nil {
 		t.Error("alg none accepted")

@@ -38,9 +38,19 @@ func newJWKSKey(t *testing.T, kid string) jwksKey {
 	return jwksKey{kid, k}
 }
 
-func (j jwksKey) jwks() string {
-	return fmt.Sprintf(`{"keys":[{"kty":"EC","crv":"P-256","kid":%q,"x":%q,"y":%q}]}`, j.kid,
+// jwk is j's public key as a JWKS entry.
+func (j jwksKey) jwk() string {
+	return fmt.Sprintf(`{"kty":"EC","crv":"P-256","kid":%q,"x":%q,"y":%q}`, j.kid,
 		base64.RawURLEncoding.EncodeToString(j.k.X.FillBytes(make([]byte, 32))), base64.RawURLEncoding.EncodeToString(j.k.Y.FillBytes(make([]byte, 32))))
+}
+
+// jwksOf is a JWKS holding keys.
+func jwksOf(keys ...jwksKey) string {
+	entries := make([]string, len(keys))
+	for i, k := range keys {
+		entries[i] = k.jwk()
+	}
+	return `{"keys":[` + strings.Join(entries, ",") + `]}`
 }
 
 // token is a JWT for sub signed by j, valid for two hours.
@@ -79,7 +89,7 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 			}
 			defer returned.Store(true)
 		}
-		io.WriteString(w, k1.jwks())
+		io.WriteString(w, jwksOf(k1))
 	}))
 	defer srv.Close()
 	defer close(release)
@@ -127,7 +137,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, k1.jwks())
+		io.WriteString(w, jwksOf(k1))
 	}))
 	defer srv.Close()
 	kf := newKfake(t, 1)

@@ -66,7 +66,7 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		// The exchange starts: it takes its address's token before
 		// anything is checked (loginlimit.go), and each later round
 		// goes on under the tokens it holds.
-		adm, f := s.auth.admitAddr(c.ctx, c.remoteIP())
+		adm, f := s.auth.admitAddr(c.ctx, c.ip)
 		if f != nil {
 			return fail(f)
 		}

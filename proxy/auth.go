@@ -37,7 +37,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -369,12 +368,4 @@ func (s *Server) authSucceeded(c *clientConn, mech, principal string) {
 	c.setPrincipal(principal)
 	s.authMetrics.successes.WithLabelValues(mech).Inc()
 	c.logger().Debug("client authenticated", zap.String("mechanism", mech))
-}
-
-// remoteIP is the client's address without its port.
-func (c *clientConn) remoteIP() string {
-	if h, _, err := net.SplitHostPort(c.remote); err == nil {
-		return h
-	}
-	return c.remote
 }

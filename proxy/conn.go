@@ -78,7 +78,8 @@ type clientConn struct {
 	// set by the reader when the connection authenticates, before any
 	// request it leases for.
 	ident int32
-	// ip is the client's source address. unauth is set while the
+	// ip is the client's source address (remoteIP), which the connection
+	// limits and the login limits count by. unauth is set while the
 	// connection counts against the bounds on unauthenticated ones, and
 	// authTimer closes it if it has not authenticated in time
 	// (preauth.go).

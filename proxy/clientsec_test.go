@@ -790,8 +790,8 @@ func TestOAuthJWKSURL(t *testing.T) {
 		t.Fatalf("k1: %q %v", p, f)
 	}
 	body.Store(jwksOf(k1, k2))
-	if _, f := v.validate(k2.token("svc")); f == nil {
-		t.Fatal("k2 accepted before the set could be fetched again")
+	if _, f := v.validate(k2.token("svc")); f == nil || f.reason != "invalid_token" {
+		t.Fatalf("k2 before the set could be fetched again: %+v, want refused as invalid_token (a key the set does not hold)", f)
 	}
 	now = now.Add(jwksMinRefetch)
 	if p, f := v.validate(k2.token("svc")); f != nil || p != "svc" {

@@ -219,6 +219,10 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 	if err := cfg.Validate(tlsOn); err != nil {
 		return nil, err
 	}
+	if err := cfg.PreAuth.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.PreAuth = cfg.PreAuth.withDefaults()
 	if cfg.FailedBurst == 0 {
 		cfg.FailedBurst = DefaultFailedAuthBurst
 	}

@@ -108,7 +108,7 @@ func (c *clientConn) startUnauthenticated() {
 	if !c.unauth.Load() {
 		return
 	}
-	timeout := c.s.preauth.Timeout
+	timeout := c.s.auth.cfg.PreAuth.Timeout
 	c.authTimer = time.AfterFunc(timeout, func() {
 		if !c.unauth.Load() { // authenticated meanwhile
 			return
@@ -158,5 +158,5 @@ func (s *Server) preauthBound() int64 {
 	if s.auth == nil {
 		return 0
 	}
-	return int64(s.preauth.MaxReceiveSize)
+	return int64(s.auth.cfg.PreAuth.MaxReceiveSize)
 }

@@ -91,10 +91,9 @@ type Server struct {
 	conns map[*clientConn]struct{}
 	// connsByIP counts the open connections by source IP (limits.go);
 	// unauthByIP those not authenticated yet on a listener with SASL,
-	// held to preauth.MaxPerIP (preauth.go).
+	// held to auth.cfg.PreAuth.MaxPerIP (preauth.go).
 	connsByIP  map[string]int
 	unauthByIP map[string]int
-	preauth    PreAuthLimits
 	closed     bool
 	wg         sync.WaitGroup
 }

@@ -286,10 +286,6 @@ func (s *Server) initClientSecurity() error {
 		if s.auth, err = newAuthenticator(*a, s.tls != nil, s.log); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-		if err := a.PreAuth.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		s.preauth = a.PreAuth.withDefaults()
 		if v := s.auth.oauth; v != nil {
 			s.goTracked(func() { v.run(s.ctx) })
 		}

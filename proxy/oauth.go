@@ -279,7 +279,7 @@ func (v *oauthValidator) startFetch() <-chan struct{} {
 		set, err := v.fetch()
 		v.mu.Lock()
 		if err == nil {
-			v.set, v.okAt, v.lastErr = set, time.Now(), nil
+			v.set, v.okAt, v.lastErr = set, v.now(), nil
 		} else {
 			v.lastErr = err
 		}
@@ -307,10 +307,10 @@ func (v *oauthValidator) run(ctx context.Context) {
 		}
 		var wait <-chan struct{}
 		next := time.Duration(0)
-		if v.fetched.IsZero() || time.Since(v.fetched) >= every {
+		if since := v.now().Sub(v.fetched); v.fetched.IsZero() || since >= every {
 			wait = v.startFetch()
 		} else {
-			next = every - time.Since(v.fetched)
+			next = every - since
 		}
 		v.mu.Unlock()
 		if wait == nil {

@@ -156,30 +156,22 @@ func (b *memBudget) waitLocked() <-chan struct{} {
 	return b.wake
 }
 
-// fitCharge is what buf holds once it holds a frame of n bytes: its
-// capacity when that is more, since the charge must count the memory held.
-// A pooled buffer far larger than the frame is not kept for it (its slice
-// is dropped, the frame's own allocated as it arrives): a small request
-// must not hold, uncounted or counted, the memory of a large one that
-// used the buffer before.
-func fitCharge(buf *bytebufferpool.ByteBuffer, n int) int64 {
-	if c := cap(buf.B); c > 2*n && c > minFitSlack {
-		buf.B = nil
-	}
+// heldCharge is what buf holds once it holds a frame of n bytes: its
+// capacity when that is more (a pooled buffer a large frame used before),
+// since the charge must count the memory held. The buffer is kept, not
+// traded for one of the frame's size: a pool serving small and large
+// frames alike would otherwise allocate anew for most of them.
+func heldCharge(buf *bytebufferpool.ByteBuffer, n int) int64 {
 	return int64(max(n, cap(buf.B)))
 }
 
-// minFitSlack is the pooled capacity a small frame may keep: pooling is for
-// the many small frames, and a few KiB over their size is cheap.
-const minFitSlack = 4 << 10
-
 // admit waits until the connection and the process are under their
-// budgets, then charges buf with a request frame of n bytes (fitCharge),
+// budgets, then charges buf with a request frame of n bytes (heldCharge),
 // and reports whether it waited: the reader goroutine calls it between a
 // frame's size and its body, so a client over budget is not read.
 func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
 	b := cm.b
-	size := fitCharge(buf, n)
+	size := heldCharge(buf, n)
 	memMu.Lock()
 	if cm.closed || cm.roomLocked() {
 		if !cm.closed {
@@ -211,13 +203,13 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 }
 
 // admitAnswer waits until an upstream answer of n bytes for p may be read
-// into buf, and charges it (fitCharge): when the connection and the process are under
-// their budgets, or when the client's writer waits for it. It returns false
-// when the answer is not wanted any more (abandoned, or its client
-// connection closed: read past it) or dead closes.
+// into buf, and charges it (heldCharge): when the connection and the
+// process are under their budgets, or when the client's writer waits for
+// it. It returns false when the answer is not wanted any more (abandoned,
+// or its client connection closed: read past it) or dead closes.
 func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
 	b := cm.b
-	size := fitCharge(buf, n)
+	size := heldCharge(buf, n)
 	// Counted before looking at want and abandon, which are set without
 	// the lock (wakeWaiters).
 	b.waiters.Add(1)

@@ -11,7 +11,8 @@ package proxy
 //   - The frames it is allowed are charged to its own connection only,
 //     never to the process's buffer budget (ferry_buffered_bytes): it is
 //     read while it holds less than MaxReceiveSize, so it holds under
-//     twice that, and waits for its answers to be taken before more.
+//     that plus one frame's buffer (a pooled one is at most 1 MiB), and
+//     waits for its answers to be taken before more.
 //   - It must authenticate within Timeout of being accepted, or it is
 //     closed (authentication_timeout), whatever it is doing.
 //   - At most MaxPerIP connections from one source address may be

@@ -128,16 +128,22 @@ func (f *switchFences) add(gen uint32, fs []SwitchFence) {
 	f.n.Store(int32(f.m.Len()))
 }
 
-// fenced reports whether the drain fenced txnID at the physical pid and
-// epoch under gen.
-func (f *switchFences) fenced(gen uint32, txnID string, pid int64, epoch int16) bool {
+// of is the fence the drain announced for txnID under gen, if any.
+func (f *switchFences) of(gen uint32, txnID string) (switchFence, bool) {
 	if f.n.Load() == 0 {
-		return false
+		return switchFence{}, false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	x, ok := f.m.Peek(txnID)
-	return ok && x.gen == gen && x.pid == pid && x.epoch == epoch
+	return x, ok && x.gen == gen
+}
+
+// fenced reports whether the drain fenced txnID at the physical pid and
+// epoch under gen.
+func (f *switchFences) fenced(gen uint32, txnID string, pid int64, epoch int16) bool {
+	x, ok := f.of(gen, txnID)
+	return ok && x.pid == pid && x.epoch == epoch
 }
 
 // forget drops txnID's fence: another producer initialised it.
@@ -226,11 +232,10 @@ func (s *Server) switchFencedCoordinator(req *request, kr kmsg.Request) (r *repl
 const switchFencedMsg = "ferry: a switch that rolled back aborted this transaction; abort it and go on"
 
 // switchFencedProduce is the error code for a transactional produce's
-// records of a producer the drain fenced (0: none).
-func (s *Server) switchFencedProduce(gen uint32, txnID *string, records []byte) int16 {
-	if txnID == nil || s.switchFences.n.Load() == 0 {
-		return 0
-	}
+// records under fence, the drain's fence of the request's transactional ID
+// (switchFences.of, looked up once per request): 0 unless a batch is of
+// the producer ID and epoch it fenced.
+func (s *Server) switchFencedProduce(gen uint32, fence switchFence, records []byte) int16 {
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
 		pid := b.ProducerID()
@@ -238,7 +243,7 @@ func (s *Server) switchFencedProduce(gen uint32, txnID *string, records []byte) 
 			return nil
 		}
 		phys, ok := routing.PhysicalPID(gen, pid)
-		if ok && s.switchFences.fenced(gen, *txnID, phys, b.ProducerEpoch()) {
+		if ok && phys == fence.pid && b.ProducerEpoch() == fence.epoch {
 			s.metrics.refused(int16(kmsg.Produce), reasonSwitchFenced)
 			code = kerr.UnknownProducerID.Code
 			return errStop

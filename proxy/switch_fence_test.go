@@ -4,6 +4,11 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // The transactional IDs clients name are remembered within a bound: a
@@ -65,5 +70,45 @@ func TestSwitchFencesBounded(t *testing.T) {
 	f.forget(last)
 	if f.fenced(7, last, n-1, 3) || f.n.Load() != maxCarried-1 {
 		t.Fatalf("%s still fenced after forget (%d fences)", last, f.n.Load())
+	}
+}
+
+// A transactional produce of the producer ID and epoch a switch's drain
+// fenced, under the same generation, is answered UNKNOWN_PRODUCER_ID and
+// not sent; another epoch of it, or another transactional ID with the same
+// producer ID and epoch, is sent.
+func TestSwitchFencedProduce(t *testing.T) {
+	s, addr, up := idFixture(t)
+	const phys, epoch = 4242, 3
+	virt := routing.VirtualPID(idGen, phys)
+	if got := s.SwitchFencing([]SwitchFence{{TxnID: "fenced", ProducerID: phys, Epoch: epoch}}); len(got) != 0 {
+		t.Fatalf("SwitchFencing answered %v carried; want none named yet", got)
+	}
+	conn := dialRaw(t, addr)
+	corr := int32(0)
+	produce := func(txn string, ep int16) int16 {
+		corr++
+		resp := rawCall(t, conn, produceReq(s, t, &txn, recordBatch(virt, ep, 0, true)), corr).(*kmsg.ProduceResponse)
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	if code := produce("fenced", epoch); code != kerr.UnknownProducerID.Code {
+		t.Fatalf("the fenced producer's produce answered %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
+	}
+	if n := len(up.of(kmsg.Produce)); n != 0 {
+		t.Fatalf("%d produces reached the cluster; want the fenced one answered by Ferry", n)
+	}
+	if n := refusals(s, "Produce", reasonSwitchFenced); n != 1 {
+		t.Fatalf("ferry_refusals_total{api=Produce,reason=switch_fenced} = %v, want 1", n)
+	}
+	if got := s.SwitchFencing([]SwitchFence{{TxnID: "fenced", ProducerID: phys, Epoch: epoch}}); len(got) != 1 || got[0] != "fenced" {
+		t.Fatalf("SwitchFencing answered %v carried; want [fenced], named by its produce", got)
+	}
+	produce("fenced", epoch+1)
+	produce("other", epoch)
+	if n := len(up.of(kmsg.Produce)); n != 2 {
+		t.Fatalf("%d produces reached the cluster; want another epoch's and another transactional ID's", n)
+	}
+	if n := refusals(s, "Produce", reasonSwitchFenced); n != 1 {
+		t.Fatalf("ferry_refusals_total{api=Produce,reason=switch_fenced} = %v after unfenced produces, want 1", n)
 	}
 }

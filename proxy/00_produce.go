@@ -28,8 +28,13 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	gen := req.state.Generation
 	byID := req.hdr.Version >= 13
 	expect := in.Acks != 0
+	var (
+		fence  switchFence
+		fenced bool // a switch's drain fenced the transactional ID
+	)
 	if in.TransactionID != nil {
 		s.noteTxn(*in.TransactionID)
+		fence, fenced = s.switchFences.of(gen, *in.TransactionID)
 	}
 
 	sp := splitTopics(c, req, in.Topics,
@@ -46,8 +51,10 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 				req.up.refreshSoon()
 				return kerr.NotLeaderForPartition.Code
 			}
-			if code := s.switchFencedProduce(gen, in.TransactionID, p.Records); code != 0 {
-				return code
+			if fenced {
+				if code := s.switchFencedProduce(gen, fence, p.Records); code != 0 {
+					return code
+				}
 			}
 			if gen != 0 {
 				// In place: the records alias the client's frame.

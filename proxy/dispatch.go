@@ -174,7 +174,7 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	}
 	// Items Ferry answers itself (topic_refusals.go), out of what the
 	// policy left.
-	r, itemParts := s.refuseItems(c, req, kr)
+	r, itemPart := s.refuseItems(c, req, kr)
 	if r == nil {
 		var err error
 		if r, err = s.handle(c, req, kr); err != nil {
@@ -183,8 +183,8 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 			r = s.upstreamFailed(c, req, err)
 		}
 	}
-	for i := len(itemParts) - 1; i >= 0 && r != nil; i-- {
-		r = itemParts[i](r)
+	if itemPart != nil && r != nil {
+		r = itemPart(r)
 	}
 	if part != nil && r != nil {
 		r = part(r)

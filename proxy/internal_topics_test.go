@@ -387,11 +387,7 @@ func TestInternalTopicAdminRefused(t *testing.T) {
 		}
 	}
 	wantCodes(t, "DescribeConfigs", codes)
-	tc, err := direct.DescribeTopicConfigs(ctx, ownTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rc, _ := tc.On(ownTopic, nil); configValue(rc, "retention.ms") == v {
+	if topicConfig(ctx, t, direct, ownTopic, "retention.ms") == v {
 		t.Fatalf("%s retention.ms changed through Ferry", ownTopic)
 	}
 

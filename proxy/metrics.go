@@ -40,7 +40,8 @@ type metrics struct {
 	abandoned *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	// evictions counts entries dropped from Ferry's bounded tables, by
-	// table (stateCoordinators, stateTxnTimeouts, stateTxnMappings).
+	// table (stateCoordinators, stateTxnTimeouts, stateTxnMappings,
+	// statePIDMappings).
 	evictions *prometheus.CounterVec
 	// per-key children, resolved once: the request path does no label
 	// lookups.
@@ -136,8 +137,6 @@ func (m *metrics) upstreamFailure(key int16) {
 	m.refused(key, reasonUpstream)
 }
 
-// refused counts one refusal. Refusals are off the request path, so the
-// label lookup is affordable.
 // The tables of ferry_state_evictions_total.
 const (
 	stateCoordinators = "coordinators" // the coordinator cache of a cluster (upstream.coords)
@@ -149,6 +148,8 @@ const (
 // evicted counts an entry dropped from table.
 func (m *metrics) evicted(table string) { m.evictions.WithLabelValues(table).Inc() }
 
+// refused counts one refusal. Refusals are off the request path, so the
+// label lookup is affordable.
 func (m *metrics) refused(key int16, reason string) {
 	m.refusals.WithLabelValues(apiLabel(key), reason).Inc()
 }

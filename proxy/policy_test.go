@@ -254,17 +254,12 @@ func TestPolicyMixedConfigChangeRefusesOnlyTheBroker(t *testing.T) {
 		t.Fatalf("refusals %v, want 1", n)
 	}
 
-	tc, err := direct.DescribeTopicConfigs(ctx, "mixed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, _ := tc.On("mixed", nil)
 	bc, err := direct.DescribeBrokerConfigs(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rb, _ := bc.On("0", nil)
-	if v := configValue(rc, "retention.ms"); v != topicV {
+	if v := topicConfig(ctx, t, direct, "mixed", "retention.ms"); v != topicV {
 		t.Fatalf("topic retention.ms = %q, want %s: the allowed part must be applied", v, topicV)
 	}
 	if v := configValue(rb, "log.retention.ms"); v == brokerV {
@@ -419,12 +414,7 @@ func TestPolicyTopicClasses(t *testing.T) {
 	if td.Has("denied") || !td.Has("kept") || len(td["kept"].Partitions) != 1 {
 		t.Fatalf("topics after refused changes: %v; want kept with 1 partition, no denied", td.Names())
 	}
-	tc, err := direct.DescribeTopicConfigs(ctx, "kept")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, _ := tc.On("kept", nil)
-	if configValue(rc, "retention.ms") == v {
+	if topicConfig(ctx, t, direct, "kept", "retention.ms") == v {
 		t.Fatal("retention.ms changed; want the change refused")
 	}
 }

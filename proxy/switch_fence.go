@@ -33,11 +33,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -65,95 +65,85 @@ type SwitchFence struct {
 // at most Kafka's transaction.max.timeout.ms default (15 min).
 const carriedFor = 16 * time.Minute
 
-// maxCarried bounds both sets: past it the oldest entries go (a carried
-// ID forgotten is not fenced, and the drain waits for it and rolls back;
-// a fence forgotten is PRODUCER_FENCED after a rollback, as before).
+// maxCarried bounds both sets: past it the least recently noted entry goes
+// (a carried ID forgotten is not fenced, and the drain waits for it and
+// rolls back; a fence forgotten is PRODUCER_FENCED after a rollback, as
+// before).
 const maxCarried = 1 << 16
+
+// newCarriedLRU is a set of at most maxCarried transactional IDs; NewLRU
+// fails only for a size below 1.
+func newCarriedLRU[V any]() *simplelru.LRU[string, V] {
+	m, _ := simplelru.NewLRU[string, V](maxCarried, nil)
+	return m
+}
 
 // carriedTxns is when each transactional ID was last named by a client.
 type carriedTxns struct {
 	mu sync.Mutex
-	m  map[string]time.Time
+	m  *simplelru.LRU[string, time.Time]
 }
 
 func (c *carriedTxns) note(id string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]time.Time{}
+		c.m = newCarriedLRU[time.Time]()
 	}
-	if _, ok := c.m[id]; !ok && len(c.m) >= maxCarried {
-		pruneOldest(c.m, now.Add(-carriedFor), func(t time.Time) time.Time { return t })
-	}
-	c.m[id] = now
+	c.m.Add(id, now)
 }
 
 func (c *carriedTxns) carries(id string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.m[id]
+	if c.m == nil {
+		return false
+	}
+	t, ok := c.m.Peek(id)
 	return ok && now.Sub(t) < carriedFor
-}
-
-// pruneOldest makes room in a full map: it drops every entry older than
-// cutoff and, when that is not a sixteenth of them, the oldest sixteenth.
-// One sort per 1/16 of the bound's inserts: a client naming ever new
-// transactional IDs costs a few comparisons per request, not a scan.
-func pruneOldest[V any](m map[string]V, cutoff time.Time, at func(V) time.Time) {
-	times := make([]time.Time, 0, len(m))
-	for _, v := range m {
-		times = append(times, at(v))
-	}
-	slices.SortFunc(times, time.Time.Compare)
-	if k := times[len(times)/16]; k.After(cutoff) {
-		cutoff = k
-	}
-	for key, v := range m {
-		if !at(v).After(cutoff) {
-			delete(m, key)
-		}
-	}
 }
 
 // switchFences are the fences the drain announced, by transactional ID.
 type switchFences struct {
-	n  atomic.Int32 // len(m): read on every transactional produce
+	n  atomic.Int32 // m.Len(): read on every transactional produce
 	mu sync.Mutex
-	m  map[string]switchFence
+	m  *simplelru.LRU[string, switchFence]
 }
 
 type switchFence struct {
 	gen   uint32
 	pid   int64 // physical
 	epoch int16
-	at    time.Time
 }
 
-func (f *switchFences) add(gen uint32, fs []SwitchFence, now time.Time) {
+func (f *switchFences) add(gen uint32, fs []SwitchFence) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = map[string]switchFence{}
+		f.m = newCarriedLRU[switchFence]()
 	}
 	for _, x := range fs {
-		if _, ok := f.m[x.TxnID]; !ok && len(f.m) >= maxCarried {
-			pruneOldest(f.m, now.Add(-carriedFor), func(v switchFence) time.Time { return v.at })
-		}
-		f.m[x.TxnID] = switchFence{gen: gen, pid: x.ProducerID, epoch: x.Epoch, at: now}
+		f.m.Add(x.TxnID, switchFence{gen: gen, pid: x.ProducerID, epoch: x.Epoch})
 	}
-	f.n.Store(int32(len(f.m)))
+	f.n.Store(int32(f.m.Len()))
+}
+
+// of is the fence the drain announced for txnID under gen, if any.
+func (f *switchFences) of(gen uint32, txnID string) (switchFence, bool) {
+	if f.n.Load() == 0 {
+		return switchFence{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	x, ok := f.m.Peek(txnID)
+	return x, ok && x.gen == gen
 }
 
 // fenced reports whether the drain fenced txnID at the physical pid and
 // epoch under gen.
 func (f *switchFences) fenced(gen uint32, txnID string, pid int64, epoch int16) bool {
-	if f.n.Load() == 0 {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	x, ok := f.m[txnID]
-	return ok && x.gen == gen && x.pid == pid && x.epoch == epoch
+	x, ok := f.of(gen, txnID)
+	return ok && x.pid == pid && x.epoch == epoch
 }
 
 // forget drops txnID's fence: another producer initialised it.
@@ -163,8 +153,8 @@ func (f *switchFences) forget(txnID string) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.m, txnID)
-	f.n.Store(int32(len(f.m)))
+	f.m.Remove(txnID)
+	f.n.Store(int32(f.m.Len()))
 }
 
 // SwitchFencing is told by a switch's drain which transactions it is about
@@ -173,7 +163,7 @@ func (f *switchFences) forget(txnID string) {
 // named lately.
 func (s *Server) SwitchFencing(txns []SwitchFence) []string {
 	now := time.Now()
-	s.switchFences.add(s.routes.Current().Generation, txns, now)
+	s.switchFences.add(s.routes.Current().Generation, txns)
 	var out []string
 	for _, t := range txns {
 		if s.carried.carries(t.TxnID, now) {
@@ -242,11 +232,10 @@ func (s *Server) switchFencedCoordinator(req *request, kr kmsg.Request) (r *repl
 const switchFencedMsg = "ferry: a switch that rolled back aborted this transaction; abort it and go on"
 
 // switchFencedProduce is the error code for a transactional produce's
-// records of a producer the drain fenced (0: none).
-func (s *Server) switchFencedProduce(gen uint32, txnID *string, records []byte) int16 {
-	if txnID == nil || s.switchFences.n.Load() == 0 {
-		return 0
-	}
+// records under fence, the drain's fence of the request's transactional ID
+// (switchFences.of, looked up once per request): 0 unless a batch is of
+// the producer ID and epoch it fenced.
+func (s *Server) switchFencedProduce(gen uint32, fence switchFence, records []byte) int16 {
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
 		pid := b.ProducerID()
@@ -254,7 +243,7 @@ func (s *Server) switchFencedProduce(gen uint32, txnID *string, records []byte) 
 			return nil
 		}
 		phys, ok := routing.PhysicalPID(gen, pid)
-		if ok && s.switchFences.fenced(gen, *txnID, phys, b.ProducerEpoch()) {
+		if ok && phys == fence.pid && b.ProducerEpoch() == fence.epoch {
 			s.metrics.refused(int16(kmsg.Produce), reasonSwitchFenced)
 			code = kerr.UnknownProducerID.Code
 			return errStop

@@ -179,10 +179,16 @@ func takeUnknownTopicIDs(kr kmsg.Request, known func([16]byte) bool) (kmsg.Reque
 
 // refuseItems applies the item rules to kr: it takes the items they refuse
 // out of kr, in place and in the bytes forwarded. It returns whole, the
-// answer when nothing is left to forward, and parts, each of which adds one
-// rule's refusals to an answer (apply them in reverse order).
-func (s *Server) refuseItems(c *clientConn, req *request, kr kmsg.Request) (whole *reply, parts []func(*reply) *reply) {
+// answer when nothing is left to forward, or part, which adds every rule's
+// refusals to the answer in one decoding of it.
+func (s *Server) refuseItems(c *clientConn, req *request, kr kmsg.Request) (whole *reply, part func(*reply) *reply) {
 	rewritten := false
+	var refused []kmsg.Response // each refusing rule's answers, in the rules' order
+	addRefused := func(resp kmsg.Response) {
+		for i := len(refused) - 1; i >= 0; i-- {
+			mergeAnswers(resp, refused[i])
+		}
+	}
 	for _, rule := range s.itemRules(c, req) {
 		taken, empty := rule.take(kr)
 		if taken == nil {
@@ -199,24 +205,25 @@ func (s *Server) refuseItems(c *clientConn, req *request, kr kmsg.Request) (whol
 			resp.SetVersion(req.hdr.Version)
 			msg := rule.msg
 			resp.ErrorCode, resp.ErrorMessage = rule.code, &msg
-			return localReply(req, resp), parts
+			addRefused(resp)
+			return localReply(req, resp), nil
 		}
-		refused := refusedAnswers(taken, rule.code, rule.msg)
+		refused = append(refused, refusedAnswers(taken, rule.code, rule.msg))
 		if empty {
 			resp := kr.ResponseKind()
 			resp.SetVersion(req.hdr.Version)
-			mergeAnswers(resp, refused)
-			return localReply(req, resp), parts
+			addRefused(resp)
+			return localReply(req, resp), nil
 		}
 		rewritten = true
-		parts = append(parts, func(r *reply) *reply {
-			return s.addToReply(c, req, r, func(resp kmsg.Response) { mergeAnswers(resp, refused) })
-		})
 	}
 	if rewritten {
 		rewriteFrame(req, kr)
 	}
-	return nil, parts
+	if len(refused) == 0 {
+		return nil, nil
+	}
+	return nil, func(r *reply) *reply { return s.addToReply(c, req, r, addRefused) }
 }
 
 // itemRefused counts and logs (sampled) a request some of whose items a

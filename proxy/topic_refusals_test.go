@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -385,5 +387,73 @@ func TestEveryTopicIDRequestChecked(t *testing.T) {
 	}
 	if checked < 8 {
 		t.Fatalf("%d served requests carry topic IDs; want at least the 8 known", checked)
+	}
+}
+
+// TestItemRulesInOneRequest: one DeleteTopics v6 naming an item for each
+// rule (Ferry's own topic by virtual ID, a physical ID, one of Kafka's
+// internal topics by name) and one to serve has each refused item answered
+// by its rule and the rest served; naming only refused items, the request
+// is answered whole, every item by its rule.
+func TestItemRulesInOneRequest(t *testing.T) {
+	kf, s, addr, direct := internalFixture(t, "topic_delete")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := direct.CreateTopic(ctx, 1, 1, nil, "scratch"); err != nil {
+		t.Fatal(err)
+	}
+	// Ferry learns scratch's virtual ID from the cluster's metadata.
+	if td, err := kadm.NewClient(newClient(t, addr)).ListTopics(ctx, "scratch"); err != nil || td["scratch"].Err != nil {
+		t.Fatalf("Metadata for scratch through Ferry: %v %v", err, td["scratch"].Err)
+	}
+	wantVersion(t, s, kmsg.DeleteTopics, 6)
+	phys := physicalIDs(ctx, t, kf, "app")
+	vid := func(n string) [16]byte { return routing.VirtualTopicID("ferry-test", n) }
+	call := caller(t, addr)
+	deleteTopics := func(topics ...kmsg.DeleteTopicsRequestTopic) map[string]int16 {
+		t.Helper()
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		del.Version, del.TimeoutMillis = 6, 5000
+		del.Topics = topics
+		got := map[string]int16{}
+		for _, rt := range call(del).(*kmsg.DeleteTopicsResponse).Topics {
+			k := fmt.Sprintf("%x", rt.TopicID) // by ID: the refused are answered without a name
+			if rt.Topic != nil {
+				k = *rt.Topic
+			}
+			got[k] = rt.ErrorCode
+		}
+		return got
+	}
+	key := func(id [16]byte) string { return fmt.Sprintf("%x", id) }
+	const offsets = "__consumer_offsets"
+	refusedItems := []kmsg.DeleteTopicsRequestTopic{{TopicID: vid(ownTopic)}, {TopicID: phys["app"]}, {Topic: kmsg.StringPtr(offsets)}}
+	want := map[string]int16{
+		key(vid(ownTopic)): topicAuthFailed,
+		key(phys["app"]):   kerr.UnknownTopicID.Code,
+		offsets:            topicAuthFailed,
+	}
+
+	got := deleteTopics(append(refusedItems, kmsg.DeleteTopicsRequestTopic{TopicID: vid("scratch")})...)
+	want["scratch"] = 0 // the cluster's answer names it
+	if !maps.Equal(got, want) {
+		t.Fatalf("DeleteTopics v6 answered %v; want %v", got, want)
+	}
+	delete(want, "scratch")
+	if got := deleteTopics(refusedItems...); !maps.Equal(got, want) {
+		t.Fatalf("DeleteTopics v6 of refused items only answered %v; want %v", got, want)
+	}
+	ownTopicIntact(ctx, t, direct)
+	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !td.Has("app") || td.Has("scratch") {
+		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
+	}
+	for reason, n := range map[string]float64{reasonInternalTopic: 2, reasonUnknownTopicID: 2, reasonKafkaInternalTopic: 2} {
+		if got := refusals(s, "DeleteTopics", reason); got != n {
+			t.Fatalf("ferry_refusals_total{api=DeleteTopics,reason=%s} = %v, want %v", reason, got, n)
+		}
 	}
 }

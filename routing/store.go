@@ -331,7 +331,7 @@ func supersedes(held, st State) string {
 	return ""
 }
 
-// readResult is what one cluster holds (readAll).
+// readResult is what one cluster holds (readEach).
 type readResult struct {
 	name  string
 	st    State
@@ -341,19 +341,28 @@ type readResult struct {
 
 // readAll reads every cluster at once, each within the store's timeout.
 func (s *KafkaStore) readAll(ctx context.Context) []readResult {
-	results := make([]readResult, len(s.names))
+	return readEach(ctx, s.names, s.LoadFrom)
+}
+
+// readEach reads the named clusters at once with load.
+func readEach(ctx context.Context, names []string, load func(context.Context, string) (State, bool, error)) []readResult {
+	results := make([]readResult, len(names))
 	var wg sync.WaitGroup
-	for i, name := range s.names {
-		c := s.clusters[name]
+	for i, name := range names {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
-			defer cancel()
-			st, found, err := s.read(cctx, c)
+			st, found, err := load(ctx, name)
 			results[i] = readResult{name, st, found, err}
 		})
 	}
 	wg.Wait()
 	return results
+}
+
+// voidedIn reports whether a state read in results voids gen: a
+// generation rolled back from, whose state, should a late write have left
+// one on a cluster, is passed over.
+func voidedIn(results []readResult, gen uint32) bool {
+	return slices.ContainsFunc(results, func(r readResult) bool { return r.err == nil && r.found && r.st.IsVoided(gen) })
 }
 
 // checkAll reads every cluster and refuses st if one holds a state st
@@ -542,16 +551,6 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 	var best *readResult
 	var errs []error
 	read := 0
-	// A generation any state read voids was rolled back from: its state,
-	// should a late write have left one on a cluster, is passed over.
-	voided := func(gen uint32) bool {
-		for _, r := range results {
-			if r.err == nil && r.found && r.st.IsVoided(gen) {
-				return true
-			}
-		}
-		return false
-	}
 	for i := range results {
 		r := &results[i]
 		if r.err != nil {
@@ -563,7 +562,7 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 		if !r.found {
 			continue
 		}
-		if voided(r.st.Generation) {
+		if voidedIn(results, r.st.Generation) {
 			s.log.Warn("passing over a routing state whose generation a rollback voided", zap.String("cluster", r.name), zap.Stringer("routing", r.st))
 			continue
 		}

@@ -266,30 +266,11 @@ func drainingKey(st State) (string, time.Duration) {
 func (l *Lease) readEvery(ctx context.Context, cur State) (State, bool) {
 	ctx, cancel := context.WithTimeout(ctx, l.ttl)
 	defer cancel()
-	names := l.store.Clusters()
-	type result struct {
-		st    State
-		found bool
-		err   error
-	}
-	results := make([]result, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			st, found, err := l.store.LoadFrom(ctx, name)
-			results[i] = result{st, found, err}
-		})
-	}
-	wg.Wait()
-	all := true
-	voided := cur.IsVoided
-	for _, r := range results {
-		all = all && r.err == nil
-	}
+	results := readEach(ctx, l.store.Clusters(), l.store.LoadFrom)
+	all := !slices.ContainsFunc(results, func(r readResult) bool { return r.err != nil })
 	best := State{}
 	for _, r := range results {
-		if r.err != nil || !r.found || voided(r.st.Generation) ||
-			slices.ContainsFunc(results, func(o result) bool { return o.err == nil && o.found && o.st.IsVoided(r.st.Generation) }) {
+		if r.err != nil || !r.found || cur.IsVoided(r.st.Generation) || voidedIn(results, r.st.Generation) {
 			continue
 		}
 		if r.st.Generation > best.Generation {

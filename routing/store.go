@@ -243,23 +243,31 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	// flipped, two switches at once) must not put back an older
 	// routing state, which would stop every member's write lease and
 	// send members restarted later to the old cluster.
-	if err := s.checkAll(ctx, st); err != nil {
+	reads, err := s.checkAll(ctx, st)
+	if err != nil {
 		return err
 	}
 	if err := s.write(ctx, active, val); err != nil {
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
 	var wg sync.WaitGroup
-	for _, name := range s.names {
-		if name == st.Active {
+	for _, r := range reads {
+		if r.name == st.Active {
 			continue
 		}
-		c := s.clusters[name]
+		c := s.clusters[r.name]
 		wg.Go(func() {
-			c.stopRewrite()
+			stopped := c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			err := s.writeUnlessSuperseded(cctx, c, st, val)
+			var err error
+			if r.err == nil && !stopped {
+				// The check read what c holds: nothing st must not
+				// replace, and no background write has landed since.
+				err = s.write(cctx, c, val)
+			} else {
+				err = s.writeUnlessSuperseded(cctx, c, st, val)
+			}
 			var sup *SupersededError
 			switch {
 			case err == nil:
@@ -323,7 +331,7 @@ func supersedes(held, st State) string {
 	return ""
 }
 
-// readResult is what one cluster holds (readAll).
+// readResult is what one cluster holds (readEach).
 type readResult struct {
 	name  string
 	st    State
@@ -333,14 +341,16 @@ type readResult struct {
 
 // readAll reads every cluster at once, each within the store's timeout.
 func (s *KafkaStore) readAll(ctx context.Context) []readResult {
-	results := make([]readResult, len(s.names))
+	return readEach(ctx, s.names, s.LoadFrom)
+}
+
+// readEach reads the named clusters at once with load.
+func readEach(ctx context.Context, names []string, load func(context.Context, string) (State, bool, error)) []readResult {
+	results := make([]readResult, len(names))
 	var wg sync.WaitGroup
-	for i, name := range s.names {
-		c := s.clusters[name]
+	for i, name := range names {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
-			defer cancel()
-			st, found, err := s.read(cctx, c)
+			st, found, err := load(ctx, name)
 			results[i] = readResult{name, st, found, err}
 		})
 	}
@@ -348,12 +358,21 @@ func (s *KafkaStore) readAll(ctx context.Context) []readResult {
 	return results
 }
 
+// voidedIn reports whether a state read in results voids gen: a
+// generation rolled back from, whose state, should a late write have left
+// one on a cluster, is passed over.
+func voidedIn(results []readResult, gen uint32) bool {
+	return slices.ContainsFunc(results, func(r readResult) bool { return r.err == nil && r.found && r.st.IsVoided(gen) })
+}
+
 // checkAll reads every cluster and refuses st if one holds a state st
-// must not replace. The active cluster must be read; another that cannot
-// be (a forced switch finds the old one dead) is left to its write.
-func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
+// must not replace; else it returns what it read, which Save's writes to
+// the other clusters go by. The active cluster must be read; another that
+// cannot be (a forced switch finds the old one dead) is left to its write.
+func (s *KafkaStore) checkAll(ctx context.Context, st State) ([]readResult, error) {
+	reads := s.readAll(ctx)
 	var errs []error
-	for _, r := range s.readAll(ctx) {
+	for _, r := range reads {
 		switch {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
@@ -365,14 +384,18 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 	}
 	for _, err := range errs {
 		if errors.Is(err, ErrSuperseded) {
-			return err
+			return nil, err
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return reads, nil
 }
 
 // writeUnlessSuperseded writes st (encoded as val) to c unless c holds a
-// state st must not replace (a *SupersededError). Kafka has no
+// state st must not replace (a *SupersededError): for a cluster Save's
+// check could not read, or that a background write went to since. Kafka has no
 // conditional write: a state another switch writes between the read and
 // the write is replaced; the members' hold, one switch at a time
 // (Table.UpdateFor), keeps two live switches from getting here together.
@@ -453,16 +476,18 @@ func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
 }
 
 // stopRewrite stops the background write to c, if any, and waits for it
-// to end (its producer closed).
-func (c *storeCluster) stopRewrite() {
+// to end (its producer closed); it reports whether there was one.
+func (c *storeCluster) stopRewrite() bool {
 	c.rewriteMu.Lock()
 	rw := c.rewrite
 	c.rewrite = nil
 	c.rewriteMu.Unlock()
-	if rw != nil {
-		rw.cancel()
-		<-rw.done
+	if rw == nil {
+		return false
 	}
+	rw.cancel()
+	<-rw.done
+	return true
 }
 
 // Prepare creates the state topic on every cluster that lacks it, so that
@@ -526,16 +551,6 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 	var best *readResult
 	var errs []error
 	read := 0
-	// A generation any state read voids was rolled back from: its state,
-	// should a late write have left one on a cluster, is passed over.
-	voided := func(gen uint32) bool {
-		for _, r := range results {
-			if r.err == nil && r.found && r.st.IsVoided(gen) {
-				return true
-			}
-		}
-		return false
-	}
 	for i := range results {
 		r := &results[i]
 		if r.err != nil {
@@ -547,7 +562,7 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 		if !r.found {
 			continue
 		}
-		if voided(r.st.Generation) {
+		if voidedIn(results, r.st.Generation) {
 			s.log.Warn("passing over a routing state whose generation a rollback voided", zap.String("cluster", r.name), zap.Stringer("routing", r.st))
 			continue
 		}

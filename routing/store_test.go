@@ -176,6 +176,55 @@ func TestKafkaStoreSaveRewritesMissedCluster(t *testing.T) {
 	}
 }
 
+// TestKafkaStoreSaveReadsEachClusterOnce: a save reads every cluster once,
+// for its check, and writes to the clusters it does not make active by
+// that reading, not by another.
+func TestKafkaStoreSaveReadsEachClusterOnce(t *testing.T) {
+	addrs := map[string][]string{}
+	reads := map[string]*atomic.Int32{}
+	for _, name := range []string{"a", "b"} {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n := new(atomic.Int32)
+		c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			n.Add(1) // one a read (readOnce)
+			return nil, nil, false
+		})
+		addrs[name], reads[name] = c.ListenAddrs(), n
+	}
+	s, err := NewKafkaStore("vc", addrs, StoreLogger(zaptest.NewLogger(t)), StoreTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The first save creates the topics: nothing to read before it.
+	if err := s.Save(ctx, State{Generation: 1, Active: "a", Phase: PhaseServing}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range reads {
+		n.Store(0)
+	}
+	if err := s.Save(ctx, State{Generation: 2, Active: "a", Phase: PhaseServing}); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range reads {
+		if got := n.Load(); got != 1 {
+			t.Errorf("the save read cluster %s %d times, want once", name, got)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		if got, found, err := s.LoadFrom(ctx, name); err != nil || !found || got.Generation != 2 || got.Active != "a" {
+			t.Errorf("cluster %s holds %s (found %v, %v), want generation 2 active on a", name, got, found, err)
+		}
+	}
+}
+
 // producesGeneration reports whether a produce request writes a routing
 // state of generation gen.
 func producesGeneration(t *testing.T, req kmsg.Request, gen uint32) bool {

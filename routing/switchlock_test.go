@@ -95,8 +95,8 @@ func TestMemberHoldsForOneSwitch(t *testing.T) {
 	if !errors.As(err, &e) || e.Reason != ReasonRunning || e.Switch != "x" || !errors.Is(err, ErrOtherSwitch) {
 		t.Fatalf("hold for y while holding for x: %v, want switch_running naming x", err)
 	}
-	if err := m.Install(ctx, back("y")); err == nil {
-		t.Fatalf("y's rollback was installed over x's hold")
+	if err := m.Install(ctx, back("y")); !errors.As(err, &e) || e.Reason != ReasonRunning || e.Switch != "x" {
+		t.Fatalf("y's rollback over x's hold: %v, want switch_running naming x", err)
 	}
 	if cur := m.Table.Current(); cur.Phase != PhaseDraining || cur.SwitchID() != "x" {
 		t.Fatalf("after y's refusals: %s of switch %s, want x's hold kept", cur, cur.SwitchID())
@@ -115,8 +115,8 @@ func TestMemberHoldsForOneSwitch(t *testing.T) {
 	if err := m.Install(ctx, forced); err != nil {
 		t.Fatalf("a newer generation over y's hold: %v", err)
 	}
-	if err := m.Install(ctx, back("y")); err == nil || m.Table.Current().Generation != 4 {
-		t.Fatalf("y's rollback over generation 4: %v, now %s", err, m.Table.Current())
+	if err := m.Install(ctx, back("y")); !errors.As(err, &e) || e.Reason != ReasonSuperseded || m.Table.Current().Generation != 4 {
+		t.Fatalf("y's rollback over generation 4: %v, now %s; want superseded", err, m.Table.Current())
 	}
 }
 

@@ -432,40 +432,17 @@ mirror: {sync_interval: 1s}
 	defer cancel()
 	createTopicVia(t, ctx, addr, topic, 1)
 	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
-	produce := func(prefix string, count int) []int64 {
-		var offs []int64
-		for i := range count {
-			r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%03d", prefix, i))}).First()
-			if err != nil {
-				t.Fatalf("produce %s %d: %v", prefix, i, err)
-			}
-			offs = append(offs, r.Offset)
-		}
-		return offs
-	}
+	produce := func(prefix string, count int) []int64 { return produceNumbered(t, ctx, prod, prefix, count) }
 	produce("before", 50)
 	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction left open stops the mirror at its first offset;
 	// what follows is acknowledged by the primary only.
-	txn := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("forced-sasl-open"))
-	if err := txn.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	leaveTxnOpen(t, ctx, addr, topic, "forced-sasl-open")
 	unmirrored := produce("unmirrored", 20)
 	end := unmirrored[len(unmirrored)-1] + 1
-	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
-		for _, st := range n.mirror.Info().Partitions {
-			if st.SourceEnd != end || st.Mirrored != 50 {
-				return fmt.Errorf("mirror at %d, source end %d; want 50, %d", st.Mirrored, st.SourceEnd, end)
-			}
-		}
-		return nil
-	})
+	waitMirrorHeldAt(t, n, 50, end)
 	fence := endOffsets(t, standby.Addrs(), topic)[0]
 	if fence != 50 {
 		t.Fatalf("the standby's end read directly: %d; want 50", fence)

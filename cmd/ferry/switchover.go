@@ -154,8 +154,8 @@ func getAdmin(ctx context.Context, cmd, endpoint, token string, hc *http.Client,
 		return false, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		if e := refusal(cmd, resp, raw); resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
-			return false, e
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
+			return false, refusal(cmd, resp, raw)
 		}
 		return false, fmt.Errorf("%s: %s answered %s: %s", cmd, endpoint, resp.Status, truncate(raw))
 	}

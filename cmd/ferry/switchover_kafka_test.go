@@ -396,17 +396,7 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 	defer cancel()
 	createTopicVia(t, ctx, addr, topic, 1)
 	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
-	produce := func(prefix string, count int) []int64 {
-		var offs []int64
-		for i := range count {
-			r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%03d", prefix, i))}).First()
-			if err != nil {
-				t.Fatalf("produce %s %d: %v", prefix, i, err)
-			}
-			offs = append(offs, r.Offset)
-		}
-		return offs
-	}
+	produce := func(prefix string, count int) []int64 { return produceNumbered(t, ctx, prod, prefix, count) }
 	produce("before", 100)
 	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
 		t.Fatal(err)
@@ -414,13 +404,7 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 	// A transaction left open stops the mirror at its first offset (it
 	// copies decided data only); what follows is acknowledged by the
 	// primary and never reaches the standby.
-	txn := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.TransactionalID("forced-open"))
-	if err := txn.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	leaveTxnOpen(t, ctx, addr, topic, "forced-open")
 	unmirrored := produce("unmirrored", 20)
 	end := unmirrored[len(unmirrored)-1] + 1
 	// Caught up, as far as the mirror can go with a transaction open.
@@ -455,14 +439,7 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 		}
 	}
 	consumeUntil(func(r *kgo.Record) bool { return r.Offset == end-1 }, fmt.Sprintf("offset %d", end-1))
-	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
-		for _, st := range n.mirror.Info().Partitions {
-			if st.SourceEnd != end || st.Mirrored != 100 {
-				return fmt.Errorf("mirror at %d, source end %d; want 100, %d", st.Mirrored, st.SourceEnd, end)
-			}
-		}
-		return nil
-	})
+	waitMirrorHeldAt(t, n, 100, end)
 
 	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
 		t.Fatal(err)
@@ -543,6 +520,50 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 		t.Fatalf("failback after the forced switch: %v; want it refused naming %s[0] and the standby's end %d", err, topic, after[len(after)-1]+2)
 	}
 	t.Logf("failback refused: %v", err)
+}
+
+// produceNumbered produces count records, prefix-000 on, through prod one
+// at a time, and returns their offsets.
+func produceNumbered(t *testing.T, ctx context.Context, prod *kgo.Client, prefix string, count int) []int64 {
+	t.Helper()
+	var offs []int64
+	for i := range count {
+		r, err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%03d", prefix, i))}).First()
+		if err != nil {
+			t.Fatalf("produce %s %d: %v", prefix, i, err)
+		}
+		offs = append(offs, r.Offset)
+	}
+	return offs
+}
+
+// leaveTxnOpen begins a transaction of txnID through addr and produces one
+// record to topic in it, never ended: the mirror, which copies decided
+// data only, stops at its first offset.
+func leaveTxnOpen(t *testing.T, ctx context.Context, addr, topic, txnID string) {
+	t.Helper()
+	txn := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic), kgo.TransactionalID(txnID))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMirrorHeldAt waits for n's mirror to have copied mirrored records of
+// every partition (held back there by a transaction left open) and to see
+// the source's end at end.
+func waitMirrorHeldAt(t *testing.T, n *node, mirrored, end int64) {
+	t.Helper()
+	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
+		for _, st := range n.mirror.Info().Partitions {
+			if st.SourceEnd != end || st.Mirrored != mirrored {
+				return fmt.Errorf("mirror at %d, source end %d; want %d, %d", st.Mirrored, st.SourceEnd, mirrored, end)
+			}
+		}
+		return nil
+	})
 }
 
 // TestSwitchRolledBackWhenTheMirrorCannotDrain: with the standby down the

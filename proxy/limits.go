@@ -139,7 +139,7 @@ func (s *Server) refuseConn(nc net.Conn, ip, reason string) {
 	// connection closed finds it counted.
 	s.connMetrics.refused[reason].Inc()
 	nc.Close()
-	if suppressed, ok := s.refusalLogs.allow(reason); ok {
+	if suppressed, ok := s.refusalLogs.Allow(reason); ok {
 		st := s.settings.Load()
 		fields := []zap.Field{zap.String("reason", reason), zap.String("client_ip", ip),
 			zap.Int("max_connections", st.MaxConnections), zap.Int("max_connections_per_ip", st.perIPLimit(ip)),

@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// logSampler bounds the log lines written about refusals: at most one line
+// LogSampler bounds the log lines written about refusals: at most one line
 // per key (a refusal reason) per interval, the next one saying how many
 // were suppressed before it. A client, or a scanner, that opens thousands
 // of bad connections must not turn into megabytes of logs; the metrics
-// count every one.
-type logSampler struct {
+// count every one. The admin API samples its refused tokens and
+// connections with it too.
+type LogSampler struct {
 	every time.Duration
 	now   func() time.Time
 
@@ -23,13 +24,15 @@ type sampleState struct {
 	suppressed int       // lines skipped since the last one written
 }
 
-func newLogSampler(every time.Duration) *logSampler {
-	return &logSampler{every: every, now: time.Now, byKey: make(map[string]*sampleState)}
+// NewLogSampler returns a sampler writing at most one line per key per
+// interval every.
+func NewLogSampler(every time.Duration) *LogSampler {
+	return &LogSampler{every: every, now: time.Now, byKey: make(map[string]*sampleState)}
 }
 
-// allow reports whether a line about key may be written now and, when it
+// Allow reports whether a line about key may be written now and, when it
 // may, how many lines about key were suppressed since the last one.
-func (l *logSampler) allow(key string) (suppressed int, ok bool) {
+func (l *LogSampler) Allow(key string) (suppressed int, ok bool) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -46,15 +49,3 @@ func (l *logSampler) allow(key string) (suppressed int, ok bool) {
 	st.next = now.Add(l.every)
 	return suppressed, true
 }
-
-// LogSampler is the same sampler for other packages: the admin API samples
-// its refused tokens and connections with it.
-type LogSampler = logSampler
-
-// NewLogSampler returns a sampler writing at most one line per key per
-// interval every.
-func NewLogSampler(every time.Duration) *LogSampler { return newLogSampler(every) }
-
-// Allow reports whether a line about key may be written now and, when it
-// may, how many lines about key were suppressed since the last one.
-func (l *logSampler) Allow(key string) (suppressed int, ok bool) { return l.allow(key) }

@@ -60,7 +60,7 @@ func (c *clientConn) logRefusal(lvl zapcore.Level, reason, msg string, fields ..
 	if !c.log.Core().Enabled(lvl) {
 		return
 	}
-	suppressed, ok := c.s.refusalLogs.allow(reason)
+	suppressed, ok := c.s.refusalLogs.Allow(reason)
 	if !ok {
 		return
 	}

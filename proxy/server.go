@@ -35,7 +35,7 @@ type Server struct {
 	acceptLog     acceptLog
 	// refusalLogs samples the log lines about refused requests and
 	// frames.
-	refusalLogs *logSampler
+	refusalLogs *LogSampler
 	// policy says which classes of request clients may send.
 	policy policy
 	// internal are Ferry's own topics, hidden from clients
@@ -121,7 +121,7 @@ func New(opts ...Option) (*Server, error) {
 		unauthByIP: make(map[string]int),
 		drainc:     make(chan struct{}),
 
-		refusalLogs: newLogSampler(cfg.refusalLogEvery),
+		refusalLogs: NewLogSampler(cfg.refusalLogEvery),
 		policy:      cfg.policy,
 		internal:    newInternalTopics(cfg.clusterID, cfg.internalTopics),
 	}

@@ -524,7 +524,7 @@ func (s *Server) HandleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.Status(r.Context())
-	if cred != credFull && !s.cfg.publicRead && st.Auth != nil && len(st.Auth.UpstreamFailures) > 0 {
+	if s.redacts(cred) && st.Auth != nil && len(st.Auth.UpstreamFailures) > 0 {
 		a := *st.Auth
 		a.UpstreamFailures = slices.Clone(a.UpstreamFailures)
 		for i := range a.UpstreamFailures {

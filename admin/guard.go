@@ -77,6 +77,10 @@ const (
 	credFull                   // the token, a verified client certificate, or no token configured
 )
 
+// redacts reports whether a request that proved cred is answered without
+// the personal fields (RedactedFields, StatusRedactedFields).
+func (s *Server) redacts(cred credential) bool { return cred != credFull && !s.cfg.publicRead }
+
 // authenticate checks a request's credential. A wrong token, or any token
 // from an address out of allowance, is answered here (401, 429) and ok is
 // false; otherwise the caller decides what credNone may do.

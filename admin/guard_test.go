@@ -149,7 +149,9 @@ func TestSourceOf(t *testing.T) {
 	sw := &fakeSwitch{}
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken), WithTokenFailureLimit(2, time.Hour))
 	for i := range 2 {
-		f.postFrom(t, fmt.Sprintf("[2001:db8:1:2::%d]:1", i+1), "Bearer wrong")
+		if rec := f.postFrom(t, fmt.Sprintf("[2001:db8:1:2::%d]:1", i+1), "Bearer wrong"); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d of the allowance from the /64: %d, want 401", i+1, rec.Code)
+		}
 	}
 	if rec := f.postFrom(t, "[2001:db8:1:2::99]:1", "Bearer wrong"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("a third wrong token from the same /64: %d, want 429", rec.Code)

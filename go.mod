@@ -16,7 +16,6 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/valyala/bytebufferpool v1.0.0
 	go.uber.org/zap v1.28.0
-	golang.org/x/time v0.16.0
 	gopkg.in/yaml.v3 v3.0.1
 )
 

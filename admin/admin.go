@@ -210,7 +210,7 @@ type Server struct {
 	// tokens limits wrong tokens per address; authFailures counts refused
 	// requests by reason, connsRefused the connections over the bound;
 	// refusalLogs samples the lines about both.
-	tokens       *tokenGuard
+	tokens       *proxy.TokenBuckets
 	authFailures *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
 	refusalLogs  *proxy.LogSampler
@@ -244,7 +244,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
-		tokens: newTokenGuard(cfg.tokenBurst, cfg.tokenInterval), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
+		tokens: proxy.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.
@@ -524,7 +524,7 @@ func (s *Server) HandleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.Status(r.Context())
-	if cred != credFull && !s.cfg.publicRead && st.Auth != nil && len(st.Auth.UpstreamFailures) > 0 {
+	if s.redacts(cred) && st.Auth != nil && len(st.Auth.UpstreamFailures) > 0 {
 		a := *st.Auth
 		a.UpstreamFailures = slices.Clone(a.UpstreamFailures)
 		for i := range a.UpstreamFailures {

@@ -59,7 +59,7 @@ func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	redact := cred != credFull && !s.cfg.publicRead
+	redact := s.redacts(cred)
 	q := r.URL.Query()
 	o := proxy.ConnzOptions{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote"), Principal: q.Get("principal")}
 	if redact && (o.Remote != "" || o.Principal != "") {

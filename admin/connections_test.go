@@ -55,21 +55,30 @@ func startProxy(t *testing.T) (*proxy.Server, string) {
 	return p, ln.Addr().String()
 }
 
-// GET /connections lists the clients connected through the proxy, as
-// Connections returns them, with the query's filters and sort.
-func TestConnections(t *testing.T) {
-	p, addr := startProxy(t)
-	f := newFixture(t, WithConnections(p.Connz))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("http-client"), kgo.SoftwareNameAndVersion("admin-test", "0.1"))
+// connectClient connects a client with opts through the proxy at addr,
+// closed at the test's end, and waits for its first answer, so that the
+// proxy lists it.
+func connectClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return cl
+}
+
+// GET /connections lists the clients connected through the proxy, as
+// Connections returns them, with the query's filters and sort.
+func TestConnections(t *testing.T) {
+	p, addr := startProxy(t)
+	f := newFixture(t, WithConnections(p.Connz))
+	cl := connectClient(t, addr, kgo.ClientID("http-client"), kgo.SoftwareNameAndVersion("admin-test", "0.1"))
 
 	code, body := f.get(t, "/connections?client_id=http-client&sort=bytes_out&limit=10")
 	if code != http.StatusOK {

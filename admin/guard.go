@@ -6,11 +6,9 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 )
 
 // Token guessing is limited per source address: DefaultTokenFailureBurst
@@ -39,7 +37,7 @@ const ReasonRateLimited = "rate_limited"
 const refusalLogInterval = 10 * time.Second
 
 // tokenGuardMax bounds the addresses tracked: beyond it, those whose
-// allowance has refilled are forgotten, or else any one.
+// allowance has refilled are forgotten, or else the fullest.
 const tokenGuardMax = 10_000
 
 // WithTokenFailureLimit sets the per-address allowance of wrong tokens:
@@ -47,60 +45,6 @@ const tokenGuardMax = 10_000
 // DefaultTokenFailureInterval).
 func WithTokenFailureLimit(burst int, interval time.Duration) Option {
 	return func(c *config) { c.tokenBurst, c.tokenInterval = burst, interval }
-}
-
-// tokenGuard is a token bucket of wrong admin tokens per source address.
-type tokenGuard struct {
-	limit rate.Limit
-	burst int
-	now   func() time.Time
-
-	mu   sync.Mutex
-	byIP map[string]*rate.Limiter
-}
-
-func newTokenGuard(burst int, interval time.Duration) *tokenGuard {
-	return &tokenGuard{limit: rate.Limit(float64(burst) / interval.Seconds()), burst: burst, now: time.Now, byIP: map[string]*rate.Limiter{}}
-}
-
-// take spends one of ip's allowance before its token is compared, so that
-// requests sent at once cannot all be compared on one remaining unit. When
-// none is left it spends nothing and returns how long to wait; otherwise
-// giveBack returns the unit, for a token that was right.
-func (g *tokenGuard) take(ip string) (giveBack func(), wait time.Duration) {
-	now := g.now()
-	g.mu.Lock()
-	l := g.byIP[ip]
-	if l == nil {
-		if len(g.byIP) >= tokenGuardMax {
-			g.prune(now)
-		}
-		l = rate.NewLimiter(g.limit, g.burst)
-		g.byIP[ip] = l
-	}
-	g.mu.Unlock()
-	r := l.ReserveN(now, 1)
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return nil, d
-	}
-	return func() { r.CancelAt(now) }, 0
-}
-
-// prune forgets the addresses whose allowance is full again, and one more
-// if none is; g.mu is held.
-func (g *tokenGuard) prune(now time.Time) {
-	var last string
-	for ip, l := range g.byIP {
-		if l.TokensAt(now) >= float64(g.burst) {
-			delete(g.byIP, ip)
-			continue
-		}
-		last = ip
-	}
-	if len(g.byIP) >= tokenGuardMax {
-		delete(g.byIP, last)
-	}
 }
 
 // remoteIP is the source a request's remote address counts against.
@@ -133,6 +77,10 @@ const (
 	credFull                   // the token, a verified client certificate, or no token configured
 )
 
+// redacts reports whether a request that proved cred is answered without
+// the personal fields (RedactedFields, StatusRedactedFields).
+func (s *Server) redacts(cred credential) bool { return cred != credFull && !s.cfg.publicRead }
+
 // authenticate checks a request's credential. A wrong token, or any token
 // from an address out of allowance, is answered here (401, 429) and ok is
 // false; otherwise the caller decides what credNone may do.
@@ -143,13 +91,16 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (cred cred
 	if r.Header.Get("Authorization") == "" {
 		return credNone, true
 	}
-	giveBack, wait := s.tokens.take(remoteIP(r))
-	if wait > 0 {
+	// One unit of the address's allowance is spent before the token is
+	// compared, so that requests sent at once cannot all be compared on
+	// one remaining unit; a right token gives it back.
+	ip := remoteIP(r)
+	if ok, wait, _ := s.tokens.Take(ip); !ok {
 		s.refuseToken(w, r, ReasonRateLimited, wait, "")
 		return credNone, false
 	}
 	if s.hasToken(r) {
-		giveBack()
+		s.tokens.Refund(ip)
 		return credFull, true
 	}
 	s.refuseToken(w, r, authInvalidToken, 0, "")

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -59,7 +60,7 @@ func TestAdminTokenGuessesLimited(t *testing.T) {
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken), WithLogger(zap.New(core)))
 	sw.do = switchedTo(f.routes, routing.Planned)
 	clock := &fakeClock{t: time.Now()}
-	f.srv.tokens.now = clock.now
+	f.srv.tokens = proxy.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
 
 	const guesser, other = "203.0.113.9:40000", "198.51.100.7:5555"
 	const wrong = 50
@@ -148,7 +149,9 @@ func TestSourceOf(t *testing.T) {
 	sw := &fakeSwitch{}
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken), WithTokenFailureLimit(2, time.Hour))
 	for i := range 2 {
-		f.postFrom(t, fmt.Sprintf("[2001:db8:1:2::%d]:1", i+1), "Bearer wrong")
+		if rec := f.postFrom(t, fmt.Sprintf("[2001:db8:1:2::%d]:1", i+1), "Bearer wrong"); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d of the allowance from the /64: %d, want 401", i+1, rec.Code)
+		}
 	}
 	if rec := f.postFrom(t, "[2001:db8:1:2::99]:1", "Bearer wrong"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("a third wrong token from the same /64: %d, want 429", rec.Code)
@@ -164,7 +167,7 @@ func TestAdminTokenGuessesAtOnce(t *testing.T) {
 	sw := &fakeSwitch{}
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken))
 	clock := &fakeClock{t: time.Now()}
-	f.srv.tokens.now = clock.now
+	f.srv.tokens = proxy.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
 	const guesses = 200
 	codes := make(chan int, guesses)
 	var wg sync.WaitGroup

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/mirror"
@@ -67,27 +66,12 @@ func TestUIServed(t *testing.T) {
 // what it shows. The screenshot is kept (FERRY_TEST_ARTIFACTS, else the
 // test's temporary directory).
 func TestUIChromium(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium): %v", err)
-		}
-		t.Skipf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium; with CI=true this fails): %v", err)
-	}
+	chromium := chromiumPath(t)
 
 	// A client through a real proxy, named by its client ID (with markup,
 	// which must show as text) and its software.
 	p, kafkaAddr := startProxy(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ClientID("<b>orders-svc</b>"), kgo.SoftwareNameAndVersion("ui-test-client", "4.5.6"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
-		t.Fatal(err)
-	}
+	connectClient(t, kafkaAddr, kgo.ClientID("<b>orders-svc</b>"), kgo.SoftwareNameAndVersion("ui-test-client", "4.5.6"))
 
 	// A mirror with a halted partition, a fleet of two, a switch back to
 	// primary, and the standby unreachable.
@@ -182,6 +166,20 @@ func (f *fixture) do(t *testing.T, path string) *httptest.ResponseRecorder {
 	return rec
 }
 
+// chromiumPath is the chromium the page is loaded in. Without one the
+// test is skipped, or fails with CI=true.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium): %v", err)
+		}
+		t.Skipf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium; with CI=true this fails): %v", err)
+	}
+	return chromium
+}
+
 // runChromium loads url in headless Chromium with the page's fetches
 // given time to complete, and returns what it prints.
 func runChromium(t *testing.T, chromium, url string, flags ...string) string {
@@ -210,24 +208,9 @@ func runChromium(t *testing.T, chromium, url string, flags ...string) string {
 // connections without their remote addresses and says why; with
 // admin_public_read it shows them.
 func TestUIChromiumRedacted(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium): %v", err)
-		}
-		t.Skipf("chromium is not installed (conformance/clients/install.sh installs Debian's chromium; with CI=true this fails): %v", err)
-	}
+	chromium := chromiumPath(t)
 	p, kafkaAddr := startProxy(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ClientID("redact-svc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
-		t.Fatal(err)
-	}
+	connectClient(t, kafkaAddr, kgo.ClientID("redact-svc"))
 	connections := regexp.MustCompile(`(?s)<table id="connections">.*?</table>`)
 	for _, tc := range []struct {
 		name   string

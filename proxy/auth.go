@@ -171,8 +171,8 @@ type authenticator struct {
 	store *credentialStore
 	oauth *oauthValidator
 	// perUser and perAddr limit attempts (loginlimit.go).
-	perUser *loginLimiter
-	perAddr *loginLimiter
+	perUser *TokenBuckets
+	perAddr *TokenBuckets
 	secret  []byte // keys the fake salts and iterations of unknown users
 }
 
@@ -239,7 +239,7 @@ func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticat
 		cfg.admitWait = loginAdmissionWait
 	}
 	a := &authenticator{cfg: cfg, secret: make([]byte, 32),
-		perUser: newLoginLimiter(cfg.FailedBurst, cfg.FailedInterval), perAddr: newLoginLimiter(cfg.FailedAddressBurst, cfg.FailedInterval)}
+		perUser: NewTokenBuckets(cfg.FailedBurst, cfg.FailedInterval, loginLimiterMax, nil), perAddr: NewTokenBuckets(cfg.FailedAddressBurst, cfg.FailedInterval, loginLimiterMax, nil)}
 	rand.Read(a.secret)
 	warn := func(err error) { log.Warn("SASL configuration file", zap.Error(err)) }
 	if cfg.CredentialsFile != "" {

@@ -732,35 +732,34 @@ func pbkdf2Key(h func() hash.Hash, pw string, salt []byte, iter int) ([]byte, er
 // table stays bounded.
 func TestLoginLimiterRefills(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLoginLimiter(3, time.Minute)
-	l.now = func() time.Time { return now }
+	l := NewTokenBuckets(3, time.Minute, loginLimiterMax, func() time.Time { return now })
 	for range 3 {
-		if ok, _, _ := l.take("a"); !ok {
+		if ok, _, _ := l.Take("a"); !ok {
 			t.Fatal("limited before the burst")
 		}
 	}
-	ok, retry, freed := l.take("a")
+	ok, retry, freed := l.Take("a")
 	if ok || retry <= 0 || retry > 20*time.Second {
 		t.Fatalf("after the burst: taken %v, retry %v (want ≤ 20s)", ok, retry)
 	}
-	if ok, _, _ := l.take("b"); !ok {
+	if ok, _, _ := l.Take("b"); !ok {
 		t.Error("another key limited")
 	}
-	l.refund("a")
+	l.Refund("a")
 	select {
 	case <-freed:
 	default:
 		t.Error("a refund did not wake the waiter")
 	}
-	if ok, _, _ := l.take("a"); !ok {
+	if ok, _, _ := l.Take("a"); !ok {
 		t.Error("the token given back could not be taken")
 	}
 	now = now.Add(20 * time.Second)
-	if ok, _, _ := l.take("a"); !ok {
+	if ok, _, _ := l.Take("a"); !ok {
 		t.Error("still limited after one refill interval")
 	}
 	for i := range loginLimiterMax + 10 {
-		l.take(fmt.Sprint("x", i))
+		l.Take(fmt.Sprint("x", i))
 	}
 	if n := len(l.buckets); n > loginLimiterMax {
 		t.Errorf("%d buckets, want at most %d", n, loginLimiterMax)

@@ -39,14 +39,17 @@ import (
 // within the 30 s request timeout of clients.
 const loginAdmissionWait = 5 * time.Second
 
-// loginLimiterMax bounds the keys a limiter tracks: beyond it, buckets
-// that have refilled are forgotten, or else the fullest.
+// loginLimiterMax bounds the keys a login limiter tracks: beyond it,
+// buckets that have refilled are forgotten, or else the fullest.
 const loginLimiterMax = 100_000
 
-// loginLimiter is a token bucket per key.
-type loginLimiter struct {
+// TokenBuckets is a token bucket per key, whose tokens can be given back
+// (Refund). The logins are limited with it, and so are the admin API's
+// wrong tokens, per source address.
+type TokenBuckets struct {
 	burst    float64
 	interval time.Duration
+	max      int // keys tracked at most
 	now      func() time.Time
 
 	mu      sync.Mutex
@@ -61,25 +64,32 @@ type loginBucket struct {
 	freed chan struct{}
 }
 
-func newLoginLimiter(burst int, interval time.Duration) *loginLimiter {
-	return &loginLimiter{burst: float64(burst), interval: interval, now: time.Now, buckets: map[string]*loginBucket{}}
+// NewTokenBuckets returns buckets of burst tokens, refilled at burst per
+// interval, tracking at most maxKeys keys: beyond, the buckets that have
+// refilled are forgotten, or else the fullest. now is the clock (nil:
+// time.Now).
+func NewTokenBuckets(burst int, interval time.Duration, maxKeys int, now func() time.Time) *TokenBuckets {
+	if now == nil {
+		now = time.Now
+	}
+	return &TokenBuckets{burst: float64(burst), interval: interval, max: maxKeys, now: now, buckets: map[string]*loginBucket{}}
 }
 
 // refill brings b up to now; l.mu is held.
-func (l *loginLimiter) refill(b *loginBucket, now time.Time) {
+func (l *TokenBuckets) refill(b *loginBucket, now time.Time) {
 	b.tokens = min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.interval)*l.burst)
 	b.at = now
 }
 
-// take takes a token of key's bucket. Without one it returns when the
+// Take takes a token of key's bucket. Without one it returns when the
 // next refills, and a channel closed when one is given back sooner.
-func (l *loginLimiter) take(key string) (ok bool, retry time.Duration, freed <-chan struct{}) {
+func (l *TokenBuckets) Take(key string) (ok bool, retry time.Duration, freed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	b := l.buckets[key]
 	if b == nil {
-		if len(l.buckets) >= loginLimiterMax {
+		if len(l.buckets) >= l.max {
 			l.prune(now)
 		}
 		b = &loginBucket{tokens: l.burst, at: now}
@@ -96,8 +106,8 @@ func (l *loginLimiter) take(key string) (ok bool, retry time.Duration, freed <-c
 	return false, time.Duration((1 - b.tokens) / l.burst * float64(l.interval)), b.freed
 }
 
-// refund gives back a token taken from key's bucket.
-func (l *loginLimiter) refund(key string) {
+// Refund gives back a token taken from key's bucket.
+func (l *TokenBuckets) Refund(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[key]
@@ -114,7 +124,7 @@ func (l *loginLimiter) refund(key string) {
 
 // prune forgets the buckets that are full again, and the fullest if none
 // is; l.mu is held.
-func (l *loginLimiter) prune(now time.Time) {
+func (l *TokenBuckets) prune(now time.Time) {
 	fullest, most := "", -1.0
 	for key, b := range l.buckets {
 		l.refill(b, now)
@@ -126,7 +136,7 @@ func (l *loginLimiter) prune(now time.Time) {
 			fullest, most = key, b.tokens
 		}
 	}
-	if len(l.buckets) >= loginLimiterMax {
+	if len(l.buckets) >= l.max {
 		if b := l.buckets[fullest]; b.freed != nil {
 			close(b.freed) // its waiters take from a new bucket
 		}
@@ -160,7 +170,7 @@ func (a *authenticator) admitAddr(ctx context.Context, addr string) (*loginAdmis
 func (a *authenticator) admitUser(ctx context.Context, adm *loginAdmission, user string) *authFailure {
 	key := userLimitKey(adm.addr, user)
 	if f := a.wait(ctx, a.perUser, key, "for this user from "+adm.addr); f != nil {
-		a.perAddr.refund(adm.addr)
+		a.perAddr.Refund(adm.addr)
 		adm.addr = ""
 		return f
 	}
@@ -174,19 +184,19 @@ func (a *authenticator) release(adm *loginAdmission) {
 		return
 	}
 	if adm.addr != "" {
-		a.perAddr.refund(adm.addr)
+		a.perAddr.Refund(adm.addr)
 	}
 	if adm.userKey != "" {
-		a.perUser.refund(adm.userKey)
+		a.perUser.Refund(adm.userKey)
 	}
 	adm.addr, adm.userKey = "", ""
 }
 
 // wait takes a token of key in l, waiting up to loginAdmissionWait for one.
-func (a *authenticator) wait(ctx context.Context, l *loginLimiter, key, who string) *authFailure {
+func (a *authenticator) wait(ctx context.Context, l *TokenBuckets, key, who string) *authFailure {
 	deadline := time.Now().Add(a.cfg.admitWait)
 	for {
-		ok, retry, freed := l.take(key)
+		ok, retry, freed := l.Take(key)
 		if ok {
 			return nil
 		}

@@ -2,20 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // TestServeConnectionsPersonalData: `ferry serve` with SASL and an admin
@@ -25,57 +18,21 @@ import (
 // refuses the principal filter; with the token (the API, and `ferry
 // connections` with FERRY_ADMIN_TOKEN) it shows them.
 func TestServeConnectionsPersonalData(t *testing.T) {
-	dir := t.TempDir()
-	ca, certFile, keyFile := listenerTLS(t, dir, "personal-ca")
-	store := usersStore(t, dir, map[string]string{"svc": "svc-password"})
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kf.Close)
 	const token = "personal-data-token"
-	p := startFerry(t, "serve", "--config", writeConfig(t, fmt.Sprintf(`
-cluster_id: ferry-personal-test
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-admin_token_file: %s
-clusters: [{name: main, bootstrap: [%s]}]
-tls: {cert_file: %s, key_file: %s}
-sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
-`, tokenFile(t, token), strings.Join(kf.ListenAddrs(), ", "), certFile, keyFile, store)))
-	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
-	addr := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)[1]
-	tlsCfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	config, _, ca := scramServeConfig(t, "ferry-personal-test", "SCRAM-SHA-512", "admin_token_file: "+tokenFile(t, token)+"\n")
+	p, adminAddr, addr, tlsCfg := startScramServe(t, config, ca)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	unknown := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "mallory", Pass: "guess"}.AsSha512Mechanism()))
-	if err := unknown.Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+	if err := scramClient(t, addr, tlsCfg, "mallory", "guess").Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
 		t.Fatalf("an unknown user: %v", err)
 	}
-	cl := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "svc-password"}.AsSha512Mechanism()))
-	if err := cl.Ping(ctx); err != nil {
+	if err := scramClient(t, addr, tlsCfg, "svc", "svc-password").Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	get := func(path, auth string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, "http://"+adminAddr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
+		return httpGetToken(t, "http://"+adminAddr+path, auth)
 	}
 	// The failed login is among the closed connections once retired.
 	deadline := time.Now().Add(30 * time.Second)

@@ -174,46 +174,68 @@ func usersStore(t *testing.T, dir string, passwords map[string]string) string {
 	return store
 }
 
+// scramServeConfig is the configuration of a `ferry serve` in front of a
+// new in-process cluster, with TLS and SASL (mechanisms, a YAML list's
+// items) on its listener and one user, svc (password svc-password), and
+// extra lines; store is the credentials file, ca signed the listener's
+// certificate.
+func scramServeConfig(t *testing.T, clusterID, mechanisms, extra string) (config, store string, ca *testpki.CA) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, certFile, keyFile := listenerTLS(t, dir, clusterID+"-ca")
+	store = usersStore(t, dir, map[string]string{"svc": "svc-password"})
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	return fmt.Sprintf(`
+cluster_id: %s
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+clusters: [{name: main, bootstrap: [%s]}]
+tls: {cert_file: %s, key_file: %s}
+sasl: {mechanisms: [%s], credentials_file: %s}
+%s`, clusterID, strings.Join(kf.ListenAddrs(), ", "), certFile, keyFile, mechanisms, store, extra), store, ca
+}
+
+// startScramServe starts `ferry serve` with a scramServeConfig and returns
+// it, its admin and Kafka addresses, and a client TLS configuration that
+// trusts ca.
+func startScramServe(t *testing.T, config string, ca *testpki.CA) (p *proc, adminAddr, addr string, tlsCfg *tls.Config) {
+	t.Helper()
+	p = startFerry(t, "serve", "--config", writeConfig(t, config))
+	adminAddr = p.waitFor(t, adminLog, 30*time.Second)[1]
+	addr = p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)[1]
+	return p, adminAddr, addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+}
+
+// scramClient is a client of addr over tlsCfg that logs in as user with
+// SCRAM-SHA-512.
+func scramClient(t *testing.T, addr string, tlsCfg *tls.Config, user, pass string) *kgo.Client {
+	t.Helper()
+	return newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+}
+
 // TestServeClientSecurity: `ferry users add` makes a user, `ferry serve`
 // with tls and sasl serves it over TLS and SCRAM-SHA-512 (and nobody with
 // a wrong password), /connections shows the principal, /metrics counts
 // the authentications; a credentials_file that does not exist stops the
 // start with an error naming it.
 func TestServeClientSecurity(t *testing.T) {
-	dir := t.TempDir()
-	ca, certFile, keyFile := listenerTLS(t, dir, "serve-ca")
-	store := usersStore(t, dir, map[string]string{"svc": "svc-password"})
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kf.Close)
-	config := fmt.Sprintf(`
-cluster_id: ferry-sec-test
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-clusters: [{name: main, bootstrap: [%s]}]
-tls: {cert_file: %s, key_file: %s}
-sasl: {mechanisms: [SCRAM-SHA-512, PLAIN], credentials_file: %s}
-`, strings.Join(kf.ListenAddrs(), ", "), certFile, keyFile, store)
-
-	bad := ferryCmd(t, "serve", "--config", writeConfig(t, strings.Replace(config, store, filepath.Join(dir, "missing.yaml"), 1)))
+	config, store, ca := scramServeConfig(t, "ferry-sec-test", "SCRAM-SHA-512, PLAIN", "")
+	bad := ferryCmd(t, "serve", "--config", writeConfig(t, strings.Replace(config, store, filepath.Join(filepath.Dir(store), "missing.yaml"), 1)))
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "credentials_file") {
 		t.Fatalf("a missing credentials_file: %v\n%s", err, out)
 	}
 
-	p := startFerry(t, "serve", "--config", writeConfig(t, config))
-	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
-	addr := p.waitFor(t, regexp.MustCompile(`"msg":"serving Kafka clients".*"bootstrap":"([^"]+)"`), 60*time.Second)[1]
-	tlsCfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+	p, adminAddr, addr, tlsCfg := startScramServe(t, config, ca)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	wrong := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "nope"}.AsSha512Mechanism()))
-	if err := wrong.Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+	if err := scramClient(t, addr, tlsCfg, "svc", "nope").Ping(ctx); !errors.Is(err, kerr.SaslAuthenticationFailed) {
 		t.Fatalf("wrong password: %v", err)
 	}
-	cl := newClient(t, kgo.SeedBrokers(addr), kgo.DialTLSConfig(tlsCfg), kgo.SASL(scram.Auth{User: "svc", Pass: "svc-password"}.AsSha512Mechanism()))
-	if err := cl.Ping(ctx); err != nil {
+	if err := scramClient(t, addr, tlsCfg, "svc", "svc-password").Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, body := httpGet(t, "http://"+adminAddr+"/connections"); !strings.Contains(body, `"principal": "User:svc"`) {

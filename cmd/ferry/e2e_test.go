@@ -234,7 +234,21 @@ func roundTrip(t *testing.T, addr, topic string) {
 
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	return httpGetToken(t, url, "")
+}
+
+// httpGetToken GETs url with the admin token, when not empty, and returns
+// the status and body.
+func httpGetToken(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

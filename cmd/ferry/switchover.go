@@ -153,10 +153,11 @@ func getAdmin(ctx context.Context, cmd, endpoint, token string, hc *http.Client,
 	if err != nil {
 		return false, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusTooManyRequests {
-			return false, refusal(cmd, resp, raw)
-		}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusTooManyRequests:
+		return false, refusal(cmd, resp, raw)
+	default:
 		return false, fmt.Errorf("%s: %s answered %s: %s", cmd, endpoint, resp.Status, truncate(raw))
 	}
 	if asJSON {

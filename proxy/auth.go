@@ -212,14 +212,11 @@ func (c *ClientSASL) Validate(tlsOn bool) error {
 	case c.FailedDelay < 0:
 		return fmt.Errorf("sasl.failed_login_delay %s: must not be negative", c.FailedDelay)
 	}
-	return nil
+	return c.PreAuth.Validate()
 }
 
 func newAuthenticator(cfg ClientSASL, tlsOn bool, log *zap.Logger) (*authenticator, error) {
 	if err := cfg.Validate(tlsOn); err != nil {
-		return nil, err
-	}
-	if err := cfg.PreAuth.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.PreAuth = cfg.PreAuth.withDefaults()

@@ -344,9 +344,7 @@ func (c *Config) validateListener() []error {
 		if c.SASL.FailedLoginInterval < time.Second && c.SASL.FailedLoginInterval != 0 {
 			errs = append(errs, fmt.Errorf("sasl.failed_login_interval %s: must be at least 1s", c.SASL.FailedLoginInterval))
 		}
-		if err := ps.PreAuth.Validate(); err != nil {
-			errs = append(errs, err)
-		} else if d := c.SASL.AuthenticationTimeout; d != 0 && d < time.Second {
+		if d := c.SASL.AuthenticationTimeout; d > 0 && d < time.Second {
 			errs = append(errs, fmt.Errorf("sasl.authentication_timeout %s: must be at least 1s", d))
 		}
 	}

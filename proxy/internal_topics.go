@@ -31,6 +31,15 @@ package proxy
 //     all topics, ListConfigResources, DescribeLogDirs, and the
 //     assignments ConsumerGroupDescribe shows, leave them out.
 //
+// The transactional ID under which members write the routing state
+// (routing.StoreTransactionalID, the topic's name and "/") is Ferry's too:
+// a client that initialised it would fence Ferry's writes of the state,
+// and one that knew its producer's epoch could abort them. Every request
+// naming it (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+// TxnOffsetCommit, DescribeTransactions) is answered
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED by Ferry, reason
+// internal_transactional_id (takeTxnIDs).
+//
 // Left as they are: the group offset APIs (OffsetCommit, OffsetFetch,
 // TxnOffsetCommit: a group's offsets for the topic change nothing in it),
 // ElectLeaders for every partition (a preferred leader election moves no
@@ -49,6 +58,7 @@ package proxy
 import (
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -88,6 +98,49 @@ func (it *internalTopics) has(name string) bool {
 
 func (it *internalTopics) hasID(id [16]byte) bool {
 	return slices.Contains(it.ids, id)
+}
+
+// hasTxnID reports whether id is the transactional ID of an internal
+// topic's writes (routing.StoreTransactionalID).
+func (it *internalTopics) hasTxnID(id string) bool {
+	for _, n := range it.names {
+		if strings.HasPrefix(id, routing.StoreTransactionalID(n, "")) {
+			return true
+		}
+	}
+	return false
+}
+
+const internalTxnIDMessage = "ferry: the transactional ID is Ferry's own and not open to clients"
+
+// takeTxnIDs refuses a request naming a transactional ID that reserved
+// picks, as takeTopics does: DescribeTransactions has those IDs taken out;
+// a request of one transaction (or AddPartitionsToTxn v4+ batching one
+// such) is refused whole.
+func takeTxnIDs(kr kmsg.Request, reserved func(string) bool) (kmsg.Request, bool) {
+	var named bool
+	switch r := kr.(type) {
+	case *kmsg.InitProducerIDRequest:
+		named = r.TransactionalID != nil && reserved(*r.TransactionalID)
+	case *kmsg.AddPartitionsToTxnRequest:
+		named = reserved(r.TransactionalID) || slices.ContainsFunc(r.Transactions, func(t kmsg.AddPartitionsToTxnRequestTransaction) bool { return reserved(t.TransactionalID) })
+	case *kmsg.AddOffsetsToTxnRequest:
+		named = reserved(r.TransactionalID)
+	case *kmsg.EndTxnRequest:
+		named = reserved(r.TransactionalID)
+	case *kmsg.TxnOffsetCommitRequest:
+		named = reserved(r.TransactionalID)
+	case *kmsg.DescribeTransactionsRequest:
+		if out := take(&r.TransactionalIDs, func(id *string) bool { return reserved(*id) }); out != nil {
+			cp := *r
+			cp.TransactionalIDs = out
+			return &cp, len(r.TransactionalIDs) == 0
+		}
+	}
+	if named {
+		return kr, true
+	}
+	return nil, false
 }
 
 // internalRefused counts and logs (sampled) a request that named an

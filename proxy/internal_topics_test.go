@@ -694,3 +694,62 @@ func TestInternalTopicNotAddedToTransactions(t *testing.T) {
 		t.Fatalf("AddPartitionsToTxn answered %v, want %s TOPIC_AUTHORIZATION_FAILED and app the broker's answer", codes, ownTopic)
 	}
 }
+
+// TestInternalTransactionalIDRefused: the transactional ID under which
+// members write the routing state is never initialised, ended, described
+// or used by a client through Ferry (a client that initialised it would
+// fence Ferry's writes of the state): each request naming it is answered
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED and counted; a client's own
+// transactional ID beside it is forwarded.
+func TestInternalTransactionalIDRefused(t *testing.T) {
+	_, s, addr, direct := internalFixture(t)
+	ferryTxnID := routing.StoreTransactionalID(ownTopic, "ferry-test")
+	call := caller(t, addr)
+
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.TransactionalID, init.TransactionTimeoutMillis = kmsg.StringPtr(ferryTxnID), 60000
+	if r := call(init).(*kmsg.InitProducerIDResponse); r.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Errorf("InitProducerId(%s) answered %v, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", ferryTxnID, kerr.ErrorForCode(r.ErrorCode))
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch = ferryTxnID, 1, 0
+	if r := call(end).(*kmsg.EndTxnResponse); r.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Errorf("EndTxn(%s) answered %v, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", ferryTxnID, kerr.ErrorForCode(r.ErrorCode))
+	}
+	addOffsets := kmsg.NewPtrAddOffsetsToTxnRequest()
+	addOffsets.TransactionalID, addOffsets.Group = ferryTxnID, "g"
+	if r := call(addOffsets).(*kmsg.AddOffsetsToTxnResponse); r.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Errorf("AddOffsetsToTxn(%s) answered %v, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", ferryTxnID, kerr.ErrorForCode(r.ErrorCode))
+	}
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.Version = 3
+	add.TransactionalID = ferryTxnID
+	add.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "app", Partitions: []int32{0}}}
+	if r := call(add).(*kmsg.AddPartitionsToTxnResponse); len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Errorf("AddPartitionsToTxn(%s) answered %+v, want app[0] TRANSACTIONAL_ID_AUTHORIZATION_FAILED", ferryTxnID, r.Topics)
+	}
+	describe := kmsg.NewPtrDescribeTransactionsRequest()
+	describe.TransactionalIDs = []string{ferryTxnID, "app-txn"}
+	r := call(describe).(*kmsg.DescribeTransactionsResponse)
+	codes := map[string]int16{}
+	for _, st := range r.TransactionStates {
+		codes[st.TransactionalID] = st.ErrorCode
+	}
+	if len(codes) != 2 || codes[ferryTxnID] != kerr.TransactionalIDAuthorizationFailed.Code || codes["app-txn"] == kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Errorf("DescribeTransactions answered %v, want %s TRANSACTIONAL_ID_AUTHORIZATION_FAILED and app-txn the broker's answer", codes, ferryTxnID)
+	}
+	if n := refusals(s, "InitProducerID", reasonInternalTxnID); n != 1 {
+		t.Errorf("ferry_refusals_total{api=InitProducerID,reason=%s} = %v, want 1", reasonInternalTxnID, n)
+	}
+
+	// Nothing reached the cluster for Ferry's transactional ID.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dt, err := direct.DescribeTransactions(ctx, ferryTxnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := dt[ferryTxnID]; ok && d.Err == nil && d.ProducerID >= 0 {
+		t.Errorf("the cluster knows %s (producer ID %d): a client's request for it was forwarded", ferryTxnID, d.ProducerID)
+	}
+}

@@ -15,16 +15,17 @@ import (
 
 // Refusal reasons, the reason label of ferry_refusals_total.
 const (
-	reasonBadFrame           = "bad_frame"            // oversized or malformed frame or header: closed
-	reasonUnknownKey         = "unknown_key"          // an API key Ferry does not serve: closed
-	reasonUnsupportedVersion = "unsupported_version"  // a served key at a version Ferry does not advertise: closed (ApiVersions: answered)
-	reasonMalformedBody      = "malformed_body"       // a body that does not decode: closed
-	reasonSASL               = "sasl"                 // SaslHandshake: answered; SaslAuthenticate: closed
-	reasonPolicy             = "policy"               // refused by the request policy: answered
-	reasonInternalTopic      = "internal_topic"       // named one of Ferry's own topics: answered (internal_topics.go)
-	reasonUnknownTopicID     = "unknown_topic_id"     // a topic ID Ferry did not issue: answered (topic_refusals.go)
-	reasonKafkaInternalTopic = "kafka_internal_topic" // deletes or changes of one of Kafka's internal topics: answered (topic_refusals.go)
-	reasonUpstream           = "upstream"             // answered in the broker's place (also ferry_upstream_failures_total)
+	reasonBadFrame           = "bad_frame"                 // oversized or malformed frame or header: closed
+	reasonUnknownKey         = "unknown_key"               // an API key Ferry does not serve: closed
+	reasonUnsupportedVersion = "unsupported_version"       // a served key at a version Ferry does not advertise: closed (ApiVersions: answered)
+	reasonMalformedBody      = "malformed_body"            // a body that does not decode: closed
+	reasonSASL               = "sasl"                      // SaslHandshake: answered; SaslAuthenticate: closed
+	reasonPolicy             = "policy"                    // refused by the request policy: answered
+	reasonInternalTopic      = "internal_topic"            // named one of Ferry's own topics: answered (internal_topics.go)
+	reasonInternalTxnID      = "internal_transactional_id" // named the transactional ID of Ferry's routing state writes: answered (internal_topics.go)
+	reasonUnknownTopicID     = "unknown_topic_id"          // a topic ID Ferry did not issue: answered (topic_refusals.go)
+	reasonKafkaInternalTopic = "kafka_internal_topic"      // deletes or changes of one of Kafka's internal topics: answered (topic_refusals.go)
+	reasonUpstream           = "upstream"                  // answered in the broker's place (also ferry_upstream_failures_total)
 )
 
 // refusal is an error that refuses a client's request or frame: already

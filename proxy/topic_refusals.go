@@ -57,6 +57,8 @@ var (
 		kmsg.ConsumerGroupHeartbeat)
 	kafkaInternalKeys = keySet(kmsg.DeleteTopics, kmsg.DeleteRecords, kmsg.CreatePartitions,
 		kmsg.AlterConfigs, kmsg.IncrementalAlterConfigs)
+	txnIDKeys = keySet(kmsg.InitProducerID, kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn,
+		kmsg.TxnOffsetCommit, kmsg.DescribeTransactions)
 )
 
 func keySet(keys ...kmsg.Key) map[int16]bool {
@@ -70,10 +72,16 @@ func keySet(keys ...kmsg.Key) map[int16]bool {
 // itemRules are the rules that apply to req, in order.
 func (s *Server) itemRules(c *clientConn, req *request) []itemRule {
 	key := req.hdr.Key
-	if !namedTopicKeys[key] && !topicIDKeys[key] {
+	if !namedTopicKeys[key] && !topicIDKeys[key] && !txnIDKeys[key] {
 		return nil
 	}
 	var rules []itemRule
+	if len(s.internal.names) > 0 && txnIDKeys[key] {
+		it := &s.internal
+		rules = append(rules, itemRule{reasonInternalTxnID, kerr.TransactionalIDAuthorizationFailed.Code, internalTxnIDMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
+			return takeTxnIDs(kr, it.hasTxnID)
+		}})
+	}
 	if len(s.internal.names) > 0 && namedTopicKeys[key] {
 		it := &s.internal
 		rules = append(rules, itemRule{reasonInternalTopic, topicAuthFailed, internalTopicMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
@@ -205,6 +213,13 @@ func (s *Server) refuseItems(c *clientConn, req *request, kr kmsg.Request) (whol
 			resp.SetVersion(req.hdr.Version)
 			msg := rule.msg
 			resp.ErrorCode, resp.ErrorMessage = rule.code, &msg
+			addRefused(resp)
+			return localReply(req, resp), nil
+		}
+		if empty && taken == kr {
+			// Refused whole (a request of one transactional ID): the
+			// answer's own error code says so.
+			resp := refusedAnswers(taken, rule.code, rule.msg)
 			addRefused(resp)
 			return localReply(req, resp), nil
 		}

@@ -44,6 +44,17 @@ const maxStateBytes = 8 << 20
 // retryBackoff is the pause between attempts on one cluster.
 const retryBackoff = 200 * time.Millisecond
 
+// storeTxnTimeout is the transaction timeout of a state write: a write
+// whose member died mid-way is aborted by the next writer, or at the
+// latest after this.
+const storeTxnTimeout = time.Minute
+
+// StoreTransactionalID is the transactional ID under which every member
+// writes the routing state of the virtual cluster clusterID to topic: one
+// for the fleet, so that each write fences the others (writeIf). The
+// proxy refuses clients' InitProducerId for it.
+func StoreTransactionalID(topic, clusterID string) string { return topic + "/" + clusterID }
+
 // rewriteMaxBackoff bounds the pause between the background attempts to
 // write a state to a cluster that missed it (Save): it starts at a second
 // and doubles up to this.
@@ -87,12 +98,18 @@ func StoreTimeout(d time.Duration) StoreOption { return func(c *storeConfig) { c
 // two Ferry deployments in front of the same physical clusters never read
 // each other's state.
 type KafkaStore struct {
-	key      []byte // the virtual cluster ID
-	topic    string
-	timeout  time.Duration
-	log      *zap.Logger
-	names    []string // sorted
-	clusters map[string]*storeCluster
+	key   []byte // the virtual cluster ID
+	topic string
+	txnID string // every member's writes' transactional ID (writeIf)
+
+	// beforeCommit, set by tests, runs in writeIf once the condition has
+	// accepted what a cluster holds and before the write commits: where
+	// another member's write can come between.
+	beforeCommit func(cluster string)
+	timeout      time.Duration
+	log          *zap.Logger
+	names        []string // sorted
+	clusters     map[string]*storeCluster
 
 	// bg ends at Close: the writes of a state to the clusters that
 	// missed it (rewriteLater).
@@ -159,6 +176,7 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 	s := &KafkaStore{
 		key:      []byte(clusterID),
 		topic:    cfg.topic,
+		txnID:    StoreTransactionalID(cfg.topic, clusterID),
 		timeout:  cfg.timeout,
 		log:      cfg.log.With(zap.String("topic", cfg.topic)),
 		clusters: make(map[string]*storeCluster, len(clusters)),
@@ -212,8 +230,11 @@ func (s *KafkaStore) Close() {
 // cluster has it. It first reads every cluster and writes nothing if one
 // holds a state st must not replace (a newer generation, or another
 // switch's state of the same generation: supersedes); the error then wraps
-// ErrSuperseded. A cluster other than the active one that holds such a
-// state is skipped. A failure on another cluster does not fail Save (a forced
+// ErrSuperseded. Each write checks again, in the transaction that writes
+// (writeIf): a state another member saved between the check and the
+// write is never replaced, on the active cluster (Save then fails with
+// ErrSuperseded) or another (skipped, as is one the check found holding
+// such a state). A failure on another cluster does not fail Save (a forced
 // switch finds the old cluster dead): st is written there again in the
 // background (rewriteLater) until that cluster holds st's generation or a
 // newer one, the store closes, or a later Save writes to it.
@@ -242,12 +263,27 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	// that lost a race (a planned switch's rollback after a forced one
 	// flipped, two switches at once) must not put back an older
 	// routing state, which would stop every member's write lease and
-	// send members restarted later to the old cluster.
+	// send members restarted later to the old cluster. The check reads
+	// every cluster first, so that a Save refused writes nowhere; each
+	// write checks again, atomically (writeIf).
 	reads, err := s.checkAll(ctx, st)
 	if err != nil {
 		return err
 	}
-	if err := s.write(ctx, active, val); err != nil {
+	unlessSuperseded := func(c *storeCluster) func(State, bool) error {
+		return func(held State, found bool) error {
+			if found {
+				if why := supersedes(held, st); why != "" {
+					return &SupersededError{Cluster: c.name, Held: held, Why: why}
+				}
+			}
+			return nil
+		}
+	}
+	if err := s.writeIf(ctx, active, val, unlessSuperseded(active)); err != nil {
+		if errors.Is(err, ErrSuperseded) {
+			return err
+		}
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
 	var wg sync.WaitGroup
@@ -257,17 +293,10 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 		}
 		c := s.clusters[r.name]
 		wg.Go(func() {
-			stopped := c.stopRewrite()
+			c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			var err error
-			if r.err == nil && !stopped {
-				// The check read what c holds: nothing st must not
-				// replace, and no background write has landed since.
-				err = s.write(cctx, c, val)
-			} else {
-				err = s.writeUnlessSuperseded(cctx, c, st, val)
-			}
+			err := s.writeIf(cctx, c, val, unlessSuperseded(c))
 			var sup *SupersededError
 			switch {
 			case err == nil:
@@ -393,25 +422,6 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) ([]readResult, erro
 	return reads, nil
 }
 
-// writeUnlessSuperseded writes st (encoded as val) to c unless c holds a
-// state st must not replace (a *SupersededError): for a cluster Save's
-// check could not read, or that a background write went to since. Kafka has no
-// conditional write: a state another switch writes between the read and
-// the write is replaced; the members' hold, one switch at a time
-// (Table.UpdateFor), keeps two live switches from getting here together.
-func (s *KafkaStore) writeUnlessSuperseded(ctx context.Context, c *storeCluster, st State, val []byte) error {
-	held, found, err := s.read(ctx, c)
-	if err != nil {
-		return err
-	}
-	if found {
-		if why := supersedes(held, st); why != "" {
-			return &SupersededError{Cluster: c.name, Held: held, Why: why}
-		}
-	}
-	return s.write(ctx, c, val)
-}
-
 // rewriteLater writes st (encoded as val) to c in the background until c
 // holds st's generation or a newer one: a planned switch's save that
 // missed the old cluster left it holding the old generation draining,
@@ -449,17 +459,18 @@ func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
 			}
 			backoff = min(2*backoff, rewriteMaxBackoff)
 			actx, acancel := context.WithTimeout(ctx, s.timeout)
-			held, found, err := s.read(actx, c)
-			switch {
-			case err != nil:
-			case found && held.Generation >= st.Generation:
-				acancel()
-				c.log.Info("the routing state a save missed is no longer needed on a cluster: it holds that generation or a newer one", zap.Stringer("routing", st), zap.Stringer("held", held))
-				return
-			default:
-				err = s.write(actx, c, val)
-			}
+			err := s.writeIf(actx, c, val, func(held State, found bool) error {
+				if found && held.Generation >= st.Generation {
+					return &SupersededError{Cluster: c.name, Held: held, Why: fmt.Sprintf("generation %d, not older than %d", held.Generation, st.Generation)}
+				}
+				return nil
+			})
 			acancel()
+			var sup *SupersededError
+			if errors.As(err, &sup) {
+				c.log.Info("the routing state a save missed is no longer needed on a cluster: it holds that generation or a newer one", zap.Stringer("routing", st), zap.Stringer("held", sup.Held))
+				return
+			}
 			if err == nil {
 				c.log.Info("the routing state a save missed was written to a cluster", zap.Stringer("routing", st), zap.Int("attempt", attempt))
 				return
@@ -508,38 +519,105 @@ func (s *KafkaStore) Prepare(ctx context.Context) {
 	wg.Wait()
 }
 
-func (s *KafkaStore) write(ctx context.Context, c *storeCluster, val []byte) error {
+// writeIf writes val to c if cond, given what c holds just before the
+// write, returns nil; else it writes nothing and returns cond's error.
+// Kafka has no conditional append, but a transaction gives one: every
+// member writes under one transactional ID (txnID), so each write's
+// InitProducerId fences the write of any other member under way, and
+// aborts the transaction it left open. The record is sent in a
+// transaction, which fences the others; what c held before it is then
+// read (read committed: up to the record, which is the last stable
+// offset while the transaction is open); the transaction commits only if
+// cond accepts that, and only if no later writer fenced this one meanwhile.
+// Readers read committed records only, so a write refused, fenced or
+// abandoned is never read. A write fenced is tried again, reading again,
+// until ctx ends.
+func (s *KafkaStore) writeIf(ctx context.Context, c *storeCluster, val []byte, cond func(held State, found bool) error) error {
 	if err := c.ensureTopic(ctx, s.topic); err != nil {
 		return err
 	}
-	// A producer of its own for each write, closed when the write ends: an
-	// idempotent producer does not give up a record it may have sent before
-	// its broker answers, whatever the record's context says, so a write to
-	// a dead cluster would outlive ctx, and could land later, once the
-	// cluster is back, after Save has reported it failed. Closing the
-	// client fails what it still holds.
+	for {
+		err := s.writeOnceIf(ctx, c, val, cond)
+		if err == nil || !fencedWrite(err) {
+			if err != nil {
+				// The topic may have been deleted: look again next time.
+				c.mu.Lock()
+				c.ready = false
+				c.mu.Unlock()
+			}
+			return err
+		}
+		c.log.Debug("a routing state write was fenced by another member's; reading and trying again", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(retryBackoff):
+		}
+	}
+}
+
+// fencedWrite reports whether a transactional write failed because
+// another writer of the same transactional ID started meanwhile, or the
+// coordinator aborted it: worth reading again and retrying.
+func fencedWrite(err error) bool {
+	for _, e := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.TransactionAbortable, kerr.ConcurrentTransactions, kerr.InvalidTxnState} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byte, cond func(State, bool) error) error {
+	// A producer of its own for each write, closed when the write ends: a
+	// producer does not give up a record it may have sent before its
+	// broker answers, whatever the record's context says, so a write to a
+	// dead cluster would outlive ctx. Closing the client fails what it
+	// still holds; a transaction it leaves open is never committed (the
+	// next writer's InitProducerId, or the transaction timeout, aborts it).
 	p, err := c.sec.NewClient(c.addrs, slices.Concat(c.opts, []kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), // Load reads partition 0
 		kgo.ProducerBatchMaxBytes(maxStateBytes),
+		kgo.TransactionalID(s.txnID),
+		kgo.TransactionTimeout(storeTxnTimeout),
 	})...)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if err := p.BeginTransaction(); err != nil {
+		return err
+	}
+	abort := func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		if err := p.EndTransaction(actx, kgo.TryAbort); err != nil {
+			c.log.Debug("aborting a routing state write", zap.Error(err))
+		}
+	}
+	rec := &kgo.Record{Topic: s.topic, Partition: 0, Key: s.key, Value: val}
 	done := make(chan error, 1)
-	p.Produce(ctx, &kgo.Record{Topic: s.topic, Partition: 0, Key: s.key, Value: val}, func(_ *kgo.Record, err error) { done <- err })
+	p.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
 	select {
 	case err = <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	if err != nil {
-		// The topic may have been deleted: look again next time.
-		c.mu.Lock()
-		c.ready = false
-		c.mu.Unlock()
+		return err
 	}
-	return err
+	held, found, err := s.readCommitted(ctx, c, rec.Offset)
+	if err == nil {
+		err = cond(held, found)
+	}
+	if err != nil {
+		abort()
+		return err
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit(c.name)
+	}
+	return p.EndTransaction(ctx, kgo.TryCommit)
 }
 
 // Load returns the state of the highest generation found on the clusters it
@@ -615,8 +693,15 @@ func finished(st State) time.Time {
 // cluster. A missing topic holds no state. Retriable failures (no leader yet,
 // a broker that does not answer) are tried again until ctx ends.
 func (s *KafkaStore) read(ctx context.Context, c *storeCluster) (State, bool, error) {
+	return s.readCommitted(ctx, c, -1)
+}
+
+// readCommitted returns the last committed state recorded before offset
+// before on one cluster (before < 0: the last committed one), retrying as
+// read does.
+func (s *KafkaStore) readCommitted(ctx context.Context, c *storeCluster, before int64) (State, bool, error) {
 	for {
-		st, found, err := s.readOnce(ctx, c)
+		st, found, err := s.readOnce(ctx, c, before)
 		if err == nil || !retriable(err) {
 			return st, found, err
 		}
@@ -632,6 +717,9 @@ func (s *KafkaStore) read(ctx context.Context, c *storeCluster) (State, bool, er
 // repeating: a Kafka error that says so (or a log start that moved while it
 // was read), or a failure to reach a broker.
 func retriable(err error) bool {
+	if errors.Is(err, errNotStable) {
+		return true
+	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
 		return ke.Retriable || ke == kerr.OffsetOutOfRange
@@ -639,7 +727,11 @@ func retriable(err error) bool {
 	return true
 }
 
-func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster) (State, bool, error) {
+// errNotStable is a read before an offset that is not yet stable: a
+// transaction opened before it has not ended.
+var errNotStable = errors.New("the log is not yet stable up to the write")
+
+func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster, before int64) (State, bool, error) {
 	md, err := c.metadata(ctx, s.topic)
 	if err != nil {
 		return State{}, false, err
@@ -671,9 +763,10 @@ func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster) (State, bool
 		return State{}, false, fmt.Errorf("ListOffsets: %w", err)
 	}
 
-	// From the log start to the high watermark the first fetch reports: the
-	// topic is compacted and holds a record per virtual cluster, so this is
-	// a fetch or two.
+	// From the log start to the last stable offset the first fetch
+	// reports, committed records only (a write that was refused, fenced
+	// or abandoned is never read: writeIf): the topic is compacted and
+	// holds a record per virtual cluster, so this is a fetch or two.
 	var st State
 	found := false
 	at, end := lpr.Offset, int64(-1)
@@ -683,9 +776,15 @@ func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster) (State, bool
 			return State{}, false, err
 		}
 		if end < 0 {
-			end = rp.HighWatermark
+			end = rp.LastStableOffset
+			if before >= 0 {
+				if end < before {
+					return State{}, false, errNotStable
+				}
+				end = before
+			}
 		}
-		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: at, Topic: s.topic, Partition: 0}, rp, kgo.DefaultDecompressor(), nil)
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: at, Topic: s.topic, Partition: 0, IsolationLevel: kgo.ReadCommitted()}, rp, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
 			return State{}, false, fmt.Errorf("fetch at %d: %w", at, fp.Err)
 		}
@@ -783,7 +882,8 @@ func (c *storeCluster) fetch(ctx context.Context, leader *kgo.Broker, topic stri
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0 // never wait for more: an empty topic answers at once
 	req.MaxBytes = 2 * maxStateBytes
-	req.SessionEpoch = -1 // no fetch session
+	req.SessionEpoch = -1  // no fetch session
+	req.IsolationLevel = 1 // read committed (writeIf)
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = topic // up to v12
 	rt.TopicID = id  // from v13

@@ -499,3 +499,59 @@ func TestKafkaStoreNeverReplacesNewer(t *testing.T) {
 	mustSave(t, s, uBack)
 	both(uBack)
 }
+
+// TestKafkaStoreRaceBetweenCheckAndWrite: two members save at once, as a
+// planned switch's draining state and a forced switch's flip did in
+// TestSwitchRaceRealKafka. The planned switch's save read both clusters
+// (generation 0, serving) and wrote a; before its write to b commits, the
+// forced switch saves generation 1 on b and a. The planned switch's write
+// to b must not land after it: both clusters end with generation 1, and
+// every member loads it. (Before writes were conditional in one
+// transaction, b held the draining state of generation 0, written last,
+// and every member's write lease stopped: the active cluster held an older
+// state than theirs.)
+func TestKafkaStoreRaceBetweenCheckAndWrite(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_race"
+	clusters := map[string]*kafkatest.Cluster{"a": a, "b": b}
+	plannedStore := newTestStore(t, "vc1", topic, clusters)
+	forcedStore := newTestStore(t, "vc1", topic, clusters)
+	withID := func(st State, id, outcome string, phase Phase) State {
+		st.Last.ID, st.Last.Outcome, st.Phase = id, outcome, phase
+		return st
+	}
+	mustSave(t, forcedStore, withID(fullState(0, "a", "b"), "start", OutcomeSwitched, PhaseServing))
+
+	draining := withID(fullState(0, "a", "b"), "planned", "", PhaseDraining)
+	flipped := withID(fullState(1, "b", "a"), "forced", OutcomeSwitched, PhaseServing)
+	var raced []string
+	plannedStore.beforeCommit = func(cluster string) {
+		raced = append(raced, cluster)
+		if cluster != "b" || len(raced) > 2 {
+			return
+		}
+		if err := forcedStore.Save(ctxFor(t, 60*time.Second), flipped); err != nil {
+			t.Errorf("the forced switch's save: %v", err)
+		}
+	}
+	// a is the draining state's active cluster: written first, before the
+	// forced save; b's write is refused, which Save logs.
+	if err := plannedStore.Save(ctxFor(t, 60*time.Second), draining); err != nil {
+		t.Fatalf("the planned switch's save: %v", err)
+	}
+	for _, name := range []string{"a", "b"} {
+		got, found, err := plannedStore.LoadFrom(ctxFor(t, 60*time.Second), name)
+		if err != nil || !found || got.Generation != 1 || got.Active != "b" || got.SwitchID() != "forced" {
+			t.Errorf("cluster %s holds %s of switch %s (found %v, %v), want generation 1 active on b of switch forced", name, got, got.SwitchID(), found, err)
+		}
+	}
+	for _, s := range []*KafkaStore{plannedStore, forcedStore} {
+		got, found, err := s.Load(ctxFor(t, 60*time.Second))
+		if err != nil || !found || got.Generation != 1 || got.Active != "b" {
+			t.Errorf("Load: %s (found %v, %v), want generation 1 active on b", got, found, err)
+		}
+	}
+	if want := []string{"a", "b"}; !reflect.DeepEqual(raced, want) {
+		t.Errorf("the planned switch's writes got to commit on %v, want %v (once on each; the retry on b finds generation 1)", raced, want)
+	}
+}

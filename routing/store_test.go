@@ -176,10 +176,11 @@ func TestKafkaStoreSaveRewritesMissedCluster(t *testing.T) {
 	}
 }
 
-// TestKafkaStoreSaveReadsEachClusterOnce: a save reads every cluster once,
-// for its check, and writes to the clusters it does not make active by
-// that reading, not by another.
-func TestKafkaStoreSaveReadsEachClusterOnce(t *testing.T) {
+// TestKafkaStoreSaveReadsEachClusterTwice: a save reads every cluster
+// twice, no more: once for its check, before anything is written, and once
+// in the write's transaction, where what the cluster holds cannot change
+// before the write commits (writeIf).
+func TestKafkaStoreSaveReadsEachClusterTwice(t *testing.T) {
 	addrs := map[string][]string{}
 	reads := map[string]*atomic.Int32{}
 	for _, name := range []string{"a", "b"} {
@@ -214,8 +215,8 @@ func TestKafkaStoreSaveReadsEachClusterOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, n := range reads {
-		if got := n.Load(); got != 1 {
-			t.Errorf("the save read cluster %s %d times, want once", name, got)
+		if got := n.Load(); got != 2 {
+			t.Errorf("the save read cluster %s %d times, want twice", name, got)
 		}
 	}
 	for _, name := range []string{"a", "b"} {

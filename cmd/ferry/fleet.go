@@ -455,8 +455,8 @@ func (fm fleetMirror) Stop() []routing.Position {
 // answered for: their writer ran on a member the call did not reach (alive
 // to gossip, but cut off or dying). Each gets the standby's end offset, so
 // that the ended generation's fence covers it (what OffsetForLeaderEpoch
-// answers); what the source acknowledged beyond it was known only to that
-// member, so no lost range is listed, and the log says so.
+// answers), and what the source's end, listed, holds beyond it is a lost
+// range; the log names them.
 func (fm fleetMirror) unanswered(local *runningMirror, got []routing.Position) []routing.Position {
 	have := map[string]map[int32]bool{}
 	for _, p := range got {
@@ -469,26 +469,27 @@ func (fm fleetMirror) unanswered(local *runningMirror, got []routing.Position) [
 	for t, n := range local.m.Partitions() {
 		for p := range n {
 			if !have[t][p] {
-				missing = append(missing, mirror.PartitionStatus{Topic: t, Partition: p})
+				missing = append(missing, mirror.PartitionStatus{Topic: t, Partition: p, Mirrored: -1, SourceEnd: -1})
 			}
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	ends := fm.local.r.endOffsets(local.target, missing)
-	out := make([]routing.Position, 0, len(missing))
+	var out []routing.Position
 	var names []string
-	for _, st := range missing {
-		e, ok := ends[st.Topic][st.Partition]
-		if !ok {
-			continue
+	for _, p := range fm.local.r.positions(local.source, local.target, missing) {
+		if p.Standby < 0 {
+			continue // the standby's end could not be listed: no fence
 		}
-		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: e, Source: e})
-		names = append(names, fmt.Sprintf("%s[%d]", st.Topic, st.Partition))
+		if p.Source < 0 {
+			p.Source = p.Standby // nor the source's: nothing known lost
+		}
+		out = append(out, p)
+		names = append(names, fmt.Sprintf("%s[%d]", p.Topic, p.Partition))
 	}
 	sort.Strings(names)
-	fm.f.log.Error("no member answered for some mirrored partitions at the switch: their fence is the standby's end, and what the source acknowledged beyond it is not listed as lost",
+	fm.f.log.Error("no member answered for some mirrored partitions at the switch: their fence is the standby's end, and what the source holds beyond it, where it could be listed, is reported lost",
 		zap.Strings("partitions", names), zap.Int("unlisted", len(missing)-len(out)))
 	return out
 }

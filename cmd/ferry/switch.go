@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -65,26 +66,49 @@ func (m switchMirror) Stop() []routing.Position {
 		return nil
 	}
 	m.r.Stop()
-	sts := c.m.Status()
-	ends := m.r.endOffsets(c.target, sts)
+	return m.r.positions(c.source, c.target, c.m.Status())
+}
+
+// sourceEndsTimeout bounds the listing of the source's end offsets when
+// the mirror stops: a forced switch is asked for most often because the
+// source is gone, and must not wait long on it.
+const sourceEndsTimeout = 3 * time.Second
+
+// positions is where each partition in sts stands once the mirror from
+// source to target has stopped. On the standby: its end offset, listed, or
+// what the writer mirrored if larger or the listing failed. On the source:
+// its end offset, listed, or the writer's last reading if larger or the
+// listing failed. A writer that has not fetched yet has read no source
+// end at all (-1): without the listing, what the source acknowledged in
+// that partition would be lost unreported. Both are listed at once.
+func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionStatus) []routing.Position {
+	var standbyEnds, sourceEnds map[string]map[int32]int64
+	var wg sync.WaitGroup
+	wg.Go(func() { standbyEnds = r.endOffsets(target, "standby", sts, 10*time.Second) })
+	wg.Go(func() { sourceEnds = r.endOffsets(source, "source", sts, sourceEndsTimeout) })
+	wg.Wait()
 	out := make([]routing.Position, 0, len(sts))
 	for _, st := range sts {
-		standby := st.Mirrored
-		if e, ok := ends[st.Topic][st.Partition]; ok {
+		standby, src := st.Mirrored, st.SourceEnd
+		if e, ok := standbyEnds[st.Topic][st.Partition]; ok {
 			standby = max(standby, e)
 		}
-		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: standby, Source: st.SourceEnd})
+		if e, ok := sourceEnds[st.Topic][st.Partition]; ok {
+			src = max(src, e)
+		}
+		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: standby, Source: src})
 	}
 	return out
 }
 
 // endOffsets lists the end offsets of the partitions in sts on cluster
-// (the standby a stopped mirror wrote to), by topic and partition; on
-// error, what it could, logged. A writer stopped with appends in flight
-// may have had them written without reading the answers, so its mirrored
-// offset can be below the standby's end: the end is what the new
-// generation's fence must hold, and where the lost ranges start.
-func (r *mirrorRunner) endOffsets(cluster string, sts []mirror.PartitionStatus) map[string]map[int32]int64 {
+// (role names it in the log), within timeout, by topic and partition; on
+// error, what it could, logged. On the standby a stopped mirror wrote to:
+// a writer stopped with appends in flight may have had them written
+// without reading the answers, so its mirrored offset can be below the
+// standby's end; the end is what the new generation's fence must hold, and
+// where the lost ranges start.
+func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration) map[string]map[int32]int64 {
 	out := map[string]map[int32]int64{}
 	var topics []string
 	for _, st := range sts {
@@ -98,15 +122,15 @@ func (r *mirrorRunner) endOffsets(cluster string, sts []mirror.PartitionStatus) 
 	}
 	cl, err := r.client(cluster, kgo.ClientID("ferry-switch"))
 	if err != nil {
-		r.log.Error("listing the standby's end offsets at the switch", zap.String("cluster", cluster), zap.Error(err))
+		r.log.Error("listing end offsets at the switch", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
 		return out
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
 	if err != nil {
-		r.log.Error("listing the standby's end offsets at the switch: the mirror's own positions are used", zap.String("cluster", cluster), zap.Error(err))
+		r.log.Warn("listing end offsets at the switch: the mirror's own readings are used", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
 		return out
 	}
 	listed.Each(func(o kadm.ListedOffset) {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -154,5 +155,82 @@ mirror: {sync_interval: 1s}
 	}
 	for _, e := range logs.All() {
 		t.Errorf("logged at the switch: %s %v", e.Message, e.ContextMap())
+	}
+}
+
+// TestSwitchListsSourceEnds: when the mirror stops at a switch, what the
+// source holds beyond the standby is taken from the source's end offsets,
+// listed then, not from the writers' last readings: a writer that had not
+// fetched yet (source end -1) or read its end before the last records
+// came (a reading up to a second old) would leave acknowledged records
+// missing from the reported lost ranges (issue 18: 16 records missing
+// and "lost: []"). With the source gone, the writers' readings are used,
+// within the listing's bound.
+func TestSwitchListsSourceEnds(t *testing.T) {
+	src, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fill := func(addrs []string, counts ...int) {
+		cl := newClient(t, kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		for p, n := range counts {
+			for j := range n {
+				if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: int32(p), Value: fmt.Appendf(nil, "%d-%d", p, j)}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	fill(src.ListenAddrs(), 10, 10, 10)
+	fill(dst.ListenAddrs(), 10, 4, 0)
+	cfg, err := configFrom(fmt.Sprintf(`
+cluster_id: vc
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: a, bootstrap: [%s]}
+  - {name: b, bootstrap: [%s]}
+`, src.ListenAddrs()[0], dst.ListenAddrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, err := cfg.security()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newMirrorRunner(cfg, zap.New(zapcoreTest(t)), prometheus.NewRegistry(), secs, nil, nil)
+	t.Cleanup(r.Close)
+	// What the writers had read when they stopped: partition 1's end read
+	// before its last 6 records, partition 2's writer not yet fetching.
+	sts := []mirror.PartitionStatus{
+		{Topic: "t", Partition: 0, Mirrored: 10, SourceEnd: 10},
+		{Topic: "t", Partition: 1, Mirrored: 4, SourceEnd: 4},
+		{Topic: "t", Partition: 2, Mirrored: -1, SourceEnd: -1},
+	}
+	check := func(want map[int32][2]int64) {
+		t.Helper()
+		got := map[int32][2]int64{}
+		for _, p := range r.positions("a", "b", sts) {
+			got[p.Partition] = [2]int64{p.Standby, p.Source}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("positions (standby, source) by partition: %v, want %v", got, want)
+		}
+	}
+	// Lost: t[1] offsets 4 to 10, t[2] 0 to 10.
+	check(map[int32][2]int64{0: {10, 10}, 1: {4, 10}, 2: {0, 10}})
+
+	src.Close()
+	start := time.Now()
+	check(map[int32][2]int64{0: {10, 10}, 1: {4, 4}, 2: {0, -1}})
+	if took := time.Since(start); took > sourceEndsTimeout+5*time.Second {
+		t.Errorf("with the source gone the positions took %v, want about the listing's bound, %v", took, sourceEndsTimeout)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -182,6 +183,95 @@ func TestPlannedSwitchLosesToAForcedOne(t *testing.T) {
 	for name, st := range store.held {
 		if st.Generation != 1 || st.Active != "b" || st.SwitchID() != forcedSt.SwitchID() || len(st.Last.Lost) != 1 {
 			t.Errorf("cluster %s holds %s of switch %s, want the forced switch's generation 1 on b with its lost range", name, st, st.SwitchID())
+		}
+	}
+	for i, tb := range fleet.tables {
+		if cur := tb.Current(); cur.Generation != 1 || cur.Active != "b" || cur.Phase != PhaseServing {
+			t.Errorf("member %d routes by %s, want generation 1 on b, serving", i, cur)
+		}
+	}
+}
+
+// hooked is a script whose drain and stop run hooks first.
+type hooked struct {
+	*script
+	onDrain, onStop func()
+}
+
+func (h hooked) Drain(ctx context.Context) error {
+	if h.onDrain != nil {
+		h.onDrain()
+	}
+	return h.script.Drain(ctx)
+}
+
+func (h hooked) Stop() []Position {
+	if h.onStop != nil {
+		h.onStop()
+	}
+	return h.script.Stop()
+}
+
+// slowInstall is Members whose install waits for release first.
+type slowInstall struct {
+	*memFleet
+	installing chan struct{} // closed when the install is asked for
+	release    chan struct{}
+}
+
+func (f slowInstall) Install(ctx context.Context, st State) error {
+	close(f.installing)
+	<-f.release
+	return f.memFleet.Install(ctx, st)
+}
+
+// TestPlannedSwitchStoppedByAForcedOneAnswersSuperseded: a forced switch
+// on member 1, begun before the planned switch on member 0 held it, stops
+// the mirror under the planned switch's drain and saves its generation;
+// its install has not reached member 0 when the drain fails. The planned
+// switch answers superseded (409: another switch flipped), not
+// drain_timeout (504: try again), and its rollback puts nothing back: the
+// clusters keep the forced switch's generation, and once the install
+// lands both members route by it.
+func TestPlannedSwitchStoppedByAForcedOneAnswersSuperseded(t *testing.T) {
+	serving := State{Generation: 0, Active: "a", Phase: PhaseServing}
+	store := &condStore{held: map[string]State{"a": serving, "b": serving}}
+	fleet := &memFleet{tables: []*Table{NewTable(serving), NewTable(serving)}}
+	forcedStopping, proceed := make(chan struct{}), make(chan struct{})
+	members := slowInstall{fleet, make(chan struct{}), make(chan struct{})}
+	forcedMirror := hooked{script: &script{table: fleet.tables[1]}, onStop: func() {
+		close(forcedStopping)
+		<-proceed
+	}}
+	forced := NewSwitcher(fleet.tables[1], members, forcedMirror, store, []string{"a", "b"}, zap.NewNop())
+	var forcedSt State
+	var forcedErr error
+	forcedDone := make(chan struct{})
+	go func() {
+		defer close(forcedDone)
+		forcedSt, forcedErr = forced.Switch(context.Background(), Request{To: "b", Mode: Forced})
+	}()
+	<-forcedStopping
+
+	plannedMirror := hooked{script: &script{table: fleet.tables[0], drainErr: errors.New("the mirror was stopped")}, onDrain: func() {
+		close(proceed)
+		<-members.installing // the forced switch has saved
+	}}
+	planned := NewSwitcher(fleet.tables[0], fleet, plannedMirror, store, []string{"a", "b"}, zap.NewNop())
+	planned.SetWriteLease(1)
+	_, err := planned.Switch(context.Background(), Request{To: "b", Timeout: 5 * time.Second})
+	close(members.release)
+	<-forcedDone
+	if forcedErr != nil || forcedSt.Generation != 1 {
+		t.Fatalf("forced switch: %s, %v", forcedSt, forcedErr)
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonSuperseded {
+		t.Errorf("the planned switch whose drain the forced one stopped: %v, want superseded", err)
+	}
+	for name, st := range store.held {
+		if st.Generation != 1 || st.Active != "b" || st.SwitchID() != forcedSt.SwitchID() {
+			t.Errorf("cluster %s holds %s of switch %s, want the forced switch's generation 1 on b", name, st, st.SwitchID())
 		}
 	}
 	for i, tb := range fleet.tables {

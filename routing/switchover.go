@@ -312,7 +312,14 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		if (s.lease > 0 || voided) && !superseded {
 			// Leases renew only once the serving state is back; a
 			// voided generation must reach the clusters.
-			s.saveUntilDone(back, log)
+			if sup := s.saveUntilDone(back, log); sup != nil {
+				// Another switch flipped and saved, its install not
+				// yet here (a forced one that stopped the mirror
+				// under this one's drain): that is what stopped
+				// this one.
+				superseded = true
+				why = &Error{Reason: ReasonSuperseded, err: why, Msg: fmt.Sprintf("another switch's routing state was saved meanwhile (%v); this one did not flip: %v", sup, why)}
+			}
 		}
 		// A fresh context: the caller's may be what ended.
 		ictx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -507,27 +514,29 @@ func voidGeneration(voided []uint32, gen uint32) []uint32 {
 // leases, no member writes until the clusters hold a serving state again.
 // Past that the draining state left behind is taken for an abandoned
 // switch's, once a member has read it for a minute longer than the
-// switch's timeout and read every cluster (lease.go).
-func (s *Switcher) saveUntilDone(st State, log *zap.Logger) {
+// switch's timeout and read every cluster (lease.go). It returns the
+// store's refusal when a cluster holds a state st must not replace, else
+// nil.
+func (s *Switcher) saveUntilDone(st State, log *zap.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		err := s.save(ctx, st)
 		if err == nil {
-			return
+			return nil
 		}
 		if errors.Is(err, ErrSuperseded) {
 			// A newer state is saved: the leases renew from it.
 			log.Warn("the serving state of the rollback was not saved: the clusters hold a newer one", zap.Error(err))
-			return
+			return err
 		}
 		if ctx.Err() != nil {
 			log.Error("the serving state could not be saved after a rollback; members write again once the abandoned switch's draining state expires", zap.Error(err))
-			return
+			return nil
 		}
 		log.Error("saving the serving state after a rollback; no member writes until it lands; retrying", zap.Int("attempt", attempt), zap.Error(err))
 		if sleepUntil(ctx, s.now().Add(time.Second), s.now) != nil {
-			return
+			return nil
 		}
 	}
 }

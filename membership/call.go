@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -122,20 +123,50 @@ func (f *Fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([
 	return resp, err
 }
 
+// ErrNotAlive is in the error of a CallAll reply whose member stopped
+// being alive (gossip finds it suspect, dead or gone) before it answered:
+// CallAll does not wait for a member that cannot answer.
+var ErrNotAlive = errors.New("no longer alive")
+
 // CallAll calls every Alive member (this one included) in parallel and
-// returns their replies sorted by node ID.
+// returns their replies sorted by node ID. A member that stops being alive
+// before it answers is not waited for: its reply's error wraps
+// ErrNotAlive.
 func (f *Fleet) CallAll(ctx context.Context, kind string, body []byte) []Reply {
 	ms := f.Alive()
 	out := make([]Reply, len(ms))
 	var wg sync.WaitGroup
 	for i, m := range ms {
 		wg.Go(func() {
-			b, err := f.Call(ctx, m.NodeID, kind, body)
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go f.cancelUnlessAlive(cctx, cancel, m.NodeID)
+			b, err := f.Call(cctx, m.NodeID, kind, body)
+			if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("call %s to member %d: %w", kind, m.NodeID, ErrNotAlive)
+			}
 			out[i] = Reply{NodeID: m.NodeID, Body: b, Err: err}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// cancelUnlessAlive calls cancel once member id is no longer alive, or
+// returns when ctx ends.
+func (f *Fleet) cancelUnlessAlive(ctx context.Context, cancel context.CancelFunc, id int32) {
+	for {
+		ch := f.Changed()
+		if !slices.ContainsFunc(f.Alive(), func(m Member) bool { return m.NodeID == id }) {
+			cancel()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
 }
 
 type pendingCall struct {

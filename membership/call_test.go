@@ -336,3 +336,47 @@ func TestControlCallRetriedWhenBusy(t *testing.T) {
 		t.Errorf("ferry_fleet_calls_total{kind=install,outcome=busy} = %v, want the refusals counted", n)
 	}
 }
+
+// TestCallAllDoesNotWaitForAMemberGone: a member that stops being alive
+// while it holds a call is not waited for: CallAll returns, well before
+// its context ends, with the others' answers and an error for it.
+func TestCallAllDoesNotWaitForAMemberGone(t *testing.T) {
+	a, b, c := threeMembers(t)
+	for _, m := range []*member{a, b, c} {
+		m.Handle("answer-unless-3", func(ctx context.Context, from int32, body []byte) ([]byte, error) {
+			if m.id == 3 {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return fmt.Appendf(nil, "%d", m.id), nil
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	done := make(chan []Reply, 1)
+	go func() { done <- a.CallAll(ctx, "answer-unless-3", nil) }()
+	eventually(t, "member 3 serving the call", func() error {
+		if len(c.sem) != 1 {
+			return fmt.Errorf("%d handlers running", len(c.sem))
+		}
+		return nil
+	})
+	c.kill()
+	var replies []Reply
+	select {
+	case replies = <-done:
+	case <-ctx.Done():
+		t.Fatal("CallAll waited for a member that died until its context ended")
+	}
+	if len(replies) != 3 {
+		t.Fatalf("CallAll: %d replies, want 3: %+v", len(replies), replies)
+	}
+	for i, want := range []string{"1", "2"} {
+		if r := replies[i]; r.Err != nil || string(r.Body) != want || r.NodeID != int32(i+1) {
+			t.Errorf("reply %d: {%d %q %v}, want %q from member %d", i, r.NodeID, r.Body, r.Err, want, i+1)
+		}
+	}
+	if r := replies[2]; r.NodeID != 3 || r.Err == nil {
+		t.Errorf("member 3's reply: {%d %q %v}, want an error", r.NodeID, r.Body, r.Err)
+	}
+}

@@ -302,63 +302,26 @@ func decodeState(body []byte) (routing.State, error) {
 }
 
 // callLive calls every alive member and waits for each to answer, or to
-// stop being alive (gossip finds it suspect, dead or gone): a member that
-// cannot answer is not waited for. Its answers are keyed by node ID; the
-// members that did not answer are listed apart.
+// stop being alive (membership.CallAll). Its answers are keyed by node ID;
+// the members that did not answer are listed apart: those that failed,
+// and those no longer alive.
 func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
-	members := f.m.Alive()
 	answers, failed = map[int32][]byte{}, map[int32]error{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, m := range members {
-		wg.Go(func() {
-			cctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			go func() {
-				// Give up on the member once gossip no longer has
-				// it alive.
-				for {
-					ch := f.m.Changed()
-					if !f.alive(m.NodeID) {
-						cancel()
-						return
-					}
-					select {
-					case <-cctx.Done():
-						return
-					case <-ch:
-					}
-				}
-			}()
-			out, err := f.m.Call(cctx, m.NodeID, kind, body)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				answers[m.NodeID] = out
-			case cctx.Err() != nil && ctx.Err() == nil:
-				unreached = append(unreached, m.NodeID)
-			default:
-				failed[m.NodeID] = err
-			}
-		})
+	for _, r := range f.m.CallAll(ctx, kind, body) {
+		switch {
+		case r.Err == nil:
+			answers[r.NodeID] = r.Body
+		case errors.Is(r.Err, membership.ErrNotAlive):
+			unreached = append(unreached, r.NodeID)
+		default:
+			failed[r.NodeID] = r.Err
+		}
 	}
-	wg.Wait()
-	sort.Slice(unreached, func(i, j int) bool { return unreached[i] < unreached[j] })
 	if len(unreached) > 0 {
 		f.log.Warn("members did not answer and are no longer alive; not waiting for them",
 			zap.String("call", kind), zap.Int32s("members", unreached))
 	}
 	return answers, failed, unreached
-}
-
-func (f *fleet) alive(id int32) bool {
-	for _, m := range f.m.Alive() {
-		if m.NodeID == id {
-			return true
-		}
-	}
-	return false
 }
 
 // callErr is the first failure among failed, naming the member.

@@ -15,7 +15,13 @@ import (
 // it is handled (so a connection's requests still reach the upstream in the
 // order sent), and is handled under the state in force once the hold ends:
 // the new active cluster after a switch, the old one after a rollback.
-// Reads (fetches, metadata, group heartbeats) are never held.
+// Reads (fetches, metadata, group heartbeats) are never held themselves,
+// but one sent on a connection behind a held write waits with it: the
+// connection's reader waits, and Kafka answers a connection's requests in
+// the order sent, so reading it sooner could not answer it sooner. A
+// consumer's heartbeat shares its coordinator connection with its commits:
+// it is delayed by at most the hold's bound (heldAnswerAfter), well
+// inside a session timeout.
 //
 // Writes in flight are counted from the moment one passes the hold until
 // its answer is written to the client (or abandoned), so the switch knows

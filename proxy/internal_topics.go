@@ -74,12 +74,16 @@ const internalTopicMessage = "ferry: the topic is Ferry's own and not open to cl
 type internalTopics struct {
 	names []string
 	ids   [][16]byte
+	// txnPrefixes start the transactional IDs of their writes
+	// (routing.StoreTransactionalID).
+	txnPrefixes []string
 }
 
 func newInternalTopics(clusterID string, names []string) internalTopics {
 	it := internalTopics{names: slices.Clone(names)}
 	for _, n := range names {
 		it.ids = append(it.ids, routing.VirtualTopicID(clusterID, n))
+		it.txnPrefixes = append(it.txnPrefixes, routing.StoreTransactionalID(n, ""))
 	}
 	return it
 }
@@ -103,12 +107,7 @@ func (it *internalTopics) hasID(id [16]byte) bool {
 // hasTxnID reports whether id is the transactional ID of an internal
 // topic's writes (routing.StoreTransactionalID).
 func (it *internalTopics) hasTxnID(id string) bool {
-	for _, n := range it.names {
-		if strings.HasPrefix(id, routing.StoreTransactionalID(n, "")) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(it.txnPrefixes, func(p string) bool { return strings.HasPrefix(id, p) })
 }
 
 const internalTxnIDMessage = "ferry: the transactional ID is Ferry's own and not open to clients"

@@ -37,6 +37,20 @@ func physicalIDs(ctx context.Context, t *testing.T, kf *kfake.Cluster, topics ..
 
 // wantVersion fails unless Ferry advertises key at v or later: the
 // request under test carries topic IDs from v on.
+// scratchOnlyDeleted: of the topics a DeleteTopics named, only scratch is
+// gone from the cluster; Ferry's own topic and app are intact.
+func scratchOnlyDeleted(ctx context.Context, t *testing.T, kf *kfake.Cluster, direct *kadm.Client) {
+	t.Helper()
+	ownTopicIntact(ctx, t, direct)
+	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !td.Has("app") || td.Has("scratch") {
+		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
+	}
+}
+
 func wantVersion(t *testing.T, s *Server, key kmsg.Key, v int16) {
 	t.Helper()
 	if got := maxVersion(t, s, key); got < v {
@@ -186,14 +200,7 @@ func TestUnknownTopicIDsRefused(t *testing.T) {
 	if len(got) != 3 || got[phys[ownTopic]] != unknown || got[phys["app"]] != unknown || got[vid("scratch")] != 0 {
 		t.Fatalf("DeleteTopics v6 answered %v; want both physical IDs UNKNOWN_TOPIC_ID and scratch deleted", got)
 	}
-	ownTopicIntact(ctx, t, direct)
-	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !td.Has("app") || td.Has("scratch") {
-		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
-	}
+	scratchOnlyDeleted(ctx, t, kf, direct)
 
 	for _, api := range []string{"DeleteTopics", "OffsetCommit", "OffsetFetch", "TxnOffsetCommit", "ConsumerGroupHeartbeat"} {
 		if n := refusals(s, api, reasonUnknownTopicID); n != 1 {
@@ -443,14 +450,7 @@ func TestItemRulesInOneRequest(t *testing.T) {
 	if got := deleteTopics(refusedItems...); !maps.Equal(got, want) {
 		t.Fatalf("DeleteTopics v6 of refused items only answered %v; want %v", got, want)
 	}
-	ownTopicIntact(ctx, t, direct)
-	td, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !td.Has("app") || td.Has("scratch") {
-		t.Fatalf("topics on the cluster %v; want app kept and scratch deleted", td.Names())
-	}
+	scratchOnlyDeleted(ctx, t, kf, direct)
 	for reason, n := range map[string]float64{reasonInternalTopic: 2, reasonUnknownTopicID: 2, reasonKafkaInternalTopic: 2} {
 		if got := refusals(s, "DeleteTopics", reason); got != n {
 			t.Fatalf("ferry_refusals_total{api=DeleteTopics,reason=%s} = %v, want %v", reason, got, n)

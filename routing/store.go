@@ -98,18 +98,13 @@ func StoreTimeout(d time.Duration) StoreOption { return func(c *storeConfig) { c
 // two Ferry deployments in front of the same physical clusters never read
 // each other's state.
 type KafkaStore struct {
-	key   []byte // the virtual cluster ID
-	topic string
-	txnID string // every member's writes' transactional ID (writeIf)
-
-	// beforeCommit, set by tests, runs in writeIf once the condition has
-	// accepted what a cluster holds and before the write commits: where
-	// another member's write can come between.
-	beforeCommit func(cluster string)
-	timeout      time.Duration
-	log          *zap.Logger
-	names        []string // sorted
-	clusters     map[string]*storeCluster
+	key      []byte // the virtual cluster ID
+	topic    string
+	txnID    string // every member's writes' transactional ID (writeIf)
+	timeout  time.Duration
+	log      *zap.Logger
+	names    []string // sorted
+	clusters map[string]*storeCluster
 
 	// bg ends at Close: the writes of a state to the clusters that
 	// missed it (rewriteLater).
@@ -120,6 +115,11 @@ type KafkaStore struct {
 	bgWG     sync.WaitGroup
 
 	closeOnce sync.Once
+
+	// beforeCommit, set by tests, runs in writeIf once the condition has
+	// accepted what a cluster holds and before the write commits: where
+	// another member's write can come between.
+	beforeCommit func(cluster string)
 }
 
 var _ Store = (*KafkaStore)(nil)
@@ -266,8 +266,7 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	// send members restarted later to the old cluster. The check reads
 	// every cluster first, so that a Save refused writes nowhere; each
 	// write checks again, atomically (writeIf).
-	reads, err := s.checkAll(ctx, st)
-	if err != nil {
+	if err := s.checkAll(ctx, st); err != nil {
 		return err
 	}
 	unlessSuperseded := func(c *storeCluster) func(State, bool) error {
@@ -287,11 +286,11 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
 	var wg sync.WaitGroup
-	for _, r := range reads {
-		if r.name == st.Active {
+	for _, name := range s.names {
+		if name == st.Active {
 			continue
 		}
-		c := s.clusters[r.name]
+		c := s.clusters[name]
 		wg.Go(func() {
 			c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -395,13 +394,11 @@ func voidedIn(results []readResult, gen uint32) bool {
 }
 
 // checkAll reads every cluster and refuses st if one holds a state st
-// must not replace; else it returns what it read, which Save's writes to
-// the other clusters go by. The active cluster must be read; another that
-// cannot be (a forced switch finds the old one dead) is left to its write.
-func (s *KafkaStore) checkAll(ctx context.Context, st State) ([]readResult, error) {
-	reads := s.readAll(ctx)
+// must not replace. The active cluster must be read; another that cannot
+// be (a forced switch finds the old one dead) is left to its write.
+func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 	var errs []error
-	for _, r := range reads {
+	for _, r := range s.readAll(ctx) {
 		switch {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
@@ -413,13 +410,10 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) ([]readResult, erro
 	}
 	for _, err := range errs {
 		if errors.Is(err, ErrSuperseded) {
-			return nil, err
+			return err
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return reads, nil
+	return errors.Join(errs...)
 }
 
 // rewriteLater writes st (encoded as val) to c in the background until c
@@ -487,18 +481,16 @@ func (s *KafkaStore) rewriteLater(c *storeCluster, st State, val []byte) {
 }
 
 // stopRewrite stops the background write to c, if any, and waits for it
-// to end (its producer closed); it reports whether there was one.
-func (c *storeCluster) stopRewrite() bool {
+// to end (its producer closed).
+func (c *storeCluster) stopRewrite() {
 	c.rewriteMu.Lock()
 	rw := c.rewrite
 	c.rewrite = nil
 	c.rewriteMu.Unlock()
-	if rw == nil {
-		return false
+	if rw != nil {
+		rw.cancel()
+		<-rw.done
 	}
-	rw.cancel()
-	<-rw.done
-	return true
 }
 
 // Prepare creates the state topic on every cluster that lacks it, so that
@@ -539,12 +531,6 @@ func (s *KafkaStore) writeIf(ctx context.Context, c *storeCluster, val []byte, c
 	for {
 		err := s.writeOnceIf(ctx, c, val, cond)
 		if err == nil || !fencedWrite(err) {
-			if err != nil {
-				// The topic may have been deleted: look again next time.
-				c.mu.Lock()
-				c.ready = false
-				c.mu.Unlock()
-			}
 			return err
 		}
 		c.log.Debug("a routing state write was fenced by another member's; reading and trying again", zap.Error(err))
@@ -604,9 +590,13 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 		err = ctx.Err()
 	}
 	if err != nil {
+		// The topic may have been deleted: look again next time.
+		c.mu.Lock()
+		c.ready = false
+		c.mu.Unlock()
 		return err
 	}
-	held, found, err := s.readCommitted(ctx, c, rec.Offset)
+	held, found, err := s.read(ctx, c, rec.Offset)
 	if err == nil {
 		err = cond(held, found)
 	}
@@ -679,7 +669,7 @@ func (s *KafkaStore) LoadFrom(ctx context.Context, cluster string) (State, bool,
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.read(cctx, c)
+	return s.read(cctx, c, -1)
 }
 
 func finished(st State) time.Time {
@@ -689,17 +679,12 @@ func finished(st State) time.Time {
 	return st.Last.Finished
 }
 
-// read returns the last state recorded for this virtual cluster on one
-// cluster. A missing topic holds no state. Retriable failures (no leader yet,
-// a broker that does not answer) are tried again until ctx ends.
-func (s *KafkaStore) read(ctx context.Context, c *storeCluster) (State, bool, error) {
-	return s.readCommitted(ctx, c, -1)
-}
-
-// readCommitted returns the last committed state recorded before offset
-// before on one cluster (before < 0: the last committed one), retrying as
-// read does.
-func (s *KafkaStore) readCommitted(ctx context.Context, c *storeCluster, before int64) (State, bool, error) {
+// read returns the last state committed for this virtual cluster on one
+// cluster before offset before (before < 0: the last one). A missing topic
+// holds no state. Retriable failures (no leader yet, a broker that does
+// not answer, the log not yet stable up to before) are tried again until
+// ctx ends.
+func (s *KafkaStore) read(ctx context.Context, c *storeCluster, before int64) (State, bool, error) {
 	for {
 		st, found, err := s.readOnce(ctx, c, before)
 		if err == nil || !retriable(err) {

@@ -445,9 +445,6 @@ func (fm fleetMirror) unanswered(local *runningMirror, got []routing.Position) [
 		if p.Standby < 0 {
 			continue // the standby's end could not be listed: no fence
 		}
-		if p.Source < 0 {
-			p.Source = p.Standby // nor the source's: nothing known lost
-		}
 		out = append(out, p)
 		names = append(names, fmt.Sprintf("%s[%d]", p.Topic, p.Partition))
 	}

@@ -29,17 +29,7 @@ import (
 // switch lists as lost exactly the acknowledged offsets the standby lacks.
 func TestLagCoversSourceAcks(t *testing.T) {
 	a, b := kfakeCluster(t), kfakeCluster(t)
-	cfg, err := configFrom(fmt.Sprintf(`
-cluster_id: vc
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: a, bootstrap: [%s]}
-  - {name: b, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
-`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kfakePairConfig(t, a, b, `mirror: {sync_interval: 1s}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topic = "lag"

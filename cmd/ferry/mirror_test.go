@@ -58,14 +58,32 @@ func produceTo(t *testing.T, addrs []string, topic string, partition int32, valu
 	return offsets
 }
 
-func kfakeCluster(t *testing.T) *kfake.Cluster {
+func kfakeCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// kfakePairConfig is the configuration of clusters a and b, with mirror
+// its mirror section ("" for the defaults).
+func kfakePairConfig(t *testing.T, a, b *kfake.Cluster, mirror string) *Config {
+	t.Helper()
+	cfg, err := configFrom(fmt.Sprintf(`
+cluster_id: vc
+admin_listen: 127.0.0.1:0
+clusters:
+  - {name: a, bootstrap: [%s]}
+  - {name: b, bootstrap: [%s]}
+%s
+`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ","), mirror))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // gathered returns the names of the metric families in reg.
@@ -107,17 +125,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 // metrics without a clash, and stops cleanly.
 func TestMirrorRunnerFollowsRouting(t *testing.T) {
 	a, b := kfakeCluster(t), kfakeCluster(t)
-	cfg, err := configFrom(fmt.Sprintf(`
-cluster_id: vc
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: a, bootstrap: [%s]}
-  - {name: b, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
-`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kfakePairConfig(t, a, b, `mirror: {sync_interval: 1s}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(a.ListenAddrs()...)))
@@ -220,17 +228,7 @@ mirror: {sync_interval: 1s}
 // what it had.
 func TestMirrorRunnerSetFilters(t *testing.T) {
 	a, b := kfakeCluster(t), kfakeCluster(t)
-	cfg, err := configFrom(fmt.Sprintf(`
-cluster_id: vc
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: a, bootstrap: [%s]}
-  - {name: b, bootstrap: [%s]}
-mirror: {sync_interval: 1s, topics: {include: ["orders"]}}
-`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := kfakePairConfig(t, a, b, `mirror: {sync_interval: 1s, topics: {include: ["orders"]}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(a.ListenAddrs()...)))

@@ -167,45 +167,19 @@ mirror: {sync_interval: 1s}
 // and "lost: []"). With the source gone, the writers' readings are used,
 // within the listing's bound.
 func TestSwitchListsSourceEnds(t *testing.T) {
-	src, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	fill := func(addrs []string, counts ...int) {
-		cl := newClient(t, kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	src, dst := kfakeCluster(t, kfake.SeedTopics(3, "t")), kfakeCluster(t, kfake.SeedTopics(3, "t"))
+	fill := func(c *kfake.Cluster, counts ...int) {
 		for p, n := range counts {
-			for j := range n {
-				if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: int32(p), Value: fmt.Appendf(nil, "%d-%d", p, j)}).FirstErr(); err != nil {
-					t.Fatal(err)
-				}
+			values := make([]string, n)
+			for j := range values {
+				values[j] = fmt.Sprintf("%d-%d", p, j)
 			}
+			produceTo(t, c.ListenAddrs(), "t", int32(p), values...)
 		}
 	}
-	fill(src.ListenAddrs(), 10, 10, 10)
-	fill(dst.ListenAddrs(), 10, 4, 0)
-	cfg, err := configFrom(fmt.Sprintf(`
-cluster_id: vc
-admin_listen: 127.0.0.1:0
-clusters:
-  - {name: a, bootstrap: [%s]}
-  - {name: b, bootstrap: [%s]}
-`, src.ListenAddrs()[0], dst.ListenAddrs()[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secs, err := cfg.security()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newMirrorRunner(cfg, zap.New(zapcoreTest(t)), prometheus.NewRegistry(), secs, nil, nil)
+	fill(src, 10, 10, 10)
+	fill(dst, 10, 4, 0)
+	r := newMirrorRunner(kfakePairConfig(t, src, dst, ""), zap.New(zapcoreTest(t)), prometheus.NewRegistry(), nil, nil, nil)
 	t.Cleanup(r.Close)
 	// What the writers had read when they stopped: partition 1's end read
 	// before its last 6 records, partition 2's writer not yet fetching.

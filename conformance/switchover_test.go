@@ -197,6 +197,16 @@ type ferryServe struct {
 	seat   *fleetSeat
 }
 
+// keepStamp tells apart the logs FERRY_KEEP_LOGS keeps from each run of a
+// test (with -count, a failure's logs would overwrite another's): the time
+// the run first asked.
+func keepStamp(t *testing.T) string {
+	v, _ := keepStamps.LoadOrStore(t, time.Now().Format("150405.000"))
+	return v.(string)
+}
+
+var keepStamps sync.Map
+
 // fleetSeat is a member's place in a fleet: its node ID and gossip
 // address, every member's gossip address (the seeds) and the gossip key.
 type fleetSeat struct {
@@ -278,6 +288,13 @@ mirror: {sync_interval: 1s}
 		}
 		if t.Failed() {
 			t.Logf("%s log (%s), its warnings and errors and its last lines:\n%s", f.name(), f.log, f.logTail(200))
+			if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" {
+				// The whole log outlives the test's temporary directory.
+				if b, err := os.ReadFile(f.log); err == nil && os.MkdirAll(keep, 0o755) == nil {
+					name := filepath.Join(keep, fmt.Sprintf("%s-%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), keepStamp(t), strings.ReplaceAll(f.name(), " ", "-")))
+					os.WriteFile(name, b, 0o644)
+				}
+			}
 		}
 	})
 	for deadline := time.Now().Add(90 * time.Second); f.addr == "" || f.admin == ""; time.Sleep(100 * time.Millisecond) {
@@ -401,6 +418,9 @@ func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("kafkatest: cluster %s (%s) logs:\n%s", names[i], c.Dir(), c.LogTail(60))
+				if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" {
+					exec.Command("cp", "-r", c.Dir(), filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+keepStamp(t)+"-"+names[i])).Run()
+				}
 			}
 			c.Close()
 		})
@@ -538,6 +558,9 @@ func switchoverClients(t *testing.T, members int) {
 			for _, p := range procs {
 				p.mu.Lock()
 				t.Logf("%s stderr:\n%s\nunexpected lines: %q", p.name, tail(p.stderr.String(), 3000), p.bad[:min(5, len(p.bad))])
+				if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" && os.MkdirAll(keep, 0o755) == nil {
+					os.WriteFile(filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+keepStamp(t)+"-"+p.name+".stderr"), p.stderr.Bytes(), 0o644)
+				}
 				p.mu.Unlock()
 			}
 		}
@@ -658,7 +681,10 @@ func switchoverClients(t *testing.T, members int) {
 
 	for _, p := range procs {
 		prod, txn := p.roles["produce"], p.roles["txn"]
-		checkStreamProduced(t, prod, onPrimary[prod.topic])
+		if bad := checkStreamProduced(t, prod, onPrimary[prod.topic]); len(bad) > 0 {
+			logProducers(t, ctx, primary, prod.topic, bad)
+			logProducers(t, ctx, standby, prod.topic, bad)
+		}
 		checkTxn(t, txn, "primary", onPrimary[txn.topic])
 		checkTxn(t, txn, "standby", onStandby[txn.topic])
 		for _, name := range p.order {
@@ -885,7 +911,7 @@ func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topi
 
 // checkStreamProduced: no error; every acknowledged record on the cluster at its
 // offset, nothing else there, each partition in the order sent.
-func checkStreamProduced(t *testing.T, r *streamRole, on map[partOff]string) {
+func checkStreamProduced(t *testing.T, r *streamRole, on map[partOff]string) (badAt []partOff) {
 	t.Helper()
 	for _, e := range r.errs {
 		t.Errorf("%s: error (window %d): %s %s", r.label(), e.window, e.Code, head(e.Error, 500))
@@ -894,18 +920,28 @@ func checkStreamProduced(t *testing.T, r *streamRole, on map[partOff]string) {
 	if len(acked) != len(r.acks) {
 		t.Errorf("%s: %d acknowledgments for %d offsets", r.label(), len(r.acks), len(acked))
 	}
+	where := make(map[string][]partOff, len(on))
+	for at, v := range on {
+		where[v] = append(where[v], at)
+	}
 	bad := 0
 	for at, v := range acked {
 		if got, ok := on[at]; !ok || got != v {
 			if bad++; bad <= 3 {
-				t.Errorf("%s: acknowledged %s at %d/%d; the cluster holds %q there", r.label(), v, at.p, at.o, got)
+				held := "nowhere: lost"
+				if ats := where[v]; len(ats) > 0 {
+					held = fmt.Sprintf("at %v", ats)
+				}
+				t.Errorf("%s: acknowledged %s at %d/%d; the cluster holds %q there, and the record %s", r.label(), v, at.p, at.o, got, held)
 			}
+			badAt = append(badAt, at)
 		}
 	}
 	if len(on) != len(acked) {
 		t.Errorf("%s: %d records on the cluster, %d acknowledged", r.label(), len(on), len(acked))
 	}
 	checkOrder(t, r.label(), on)
+	return badAt
 }
 
 // checkOrder: in each partition, the sequence numbers grow with the offsets.
@@ -1093,4 +1129,60 @@ func connectionCounts(t *testing.T, ms []*ferryServe) (closed map[string]float64
 		}
 	}
 	return closed, accepted
+}
+
+// logProducers, for a failed check, logs who wrote the records of c around
+// the offsets at: each record's producer ID and epoch, read directly, and
+// the producers the partition's leader holds state for.
+func logProducers(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic string, at []partOff) {
+	t.Helper()
+	near := map[int32]map[int64]bool{}
+	for _, a := range at[:min(len(at), 5)] {
+		if near[a.p] == nil {
+			near[a.p] = map[int64]bool{}
+		}
+		for o := max(0, a.o-3); o <= a.o+3; o++ {
+			near[a.p][o] = true
+		}
+		for o := int64(0); o < 4; o++ {
+			near[a.p][o] = true
+		}
+	}
+	parts := map[int32]kgo.Offset{}
+	for p := range near {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer cl.Close()
+	var lines []string
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for rctx.Err() == nil {
+		fs := cl.PollFetches(rctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if near[r.Partition][r.Offset] {
+				lines = append(lines, fmt.Sprintf("%d/%d %q producer %d epoch %d", r.Partition, r.Offset, r.Value, r.ProducerID, r.ProducerEpoch))
+			}
+		})
+	}
+	sort.Strings(lines)
+	t.Logf("%s on %s, records near the failed acknowledgments:\n%s", topic, c.Bootstrap(), strings.Join(lines, "\n"))
+	ps := map[int32]struct{}{}
+	for p := range near {
+		ps[p] = struct{}{}
+	}
+	var set kadm.TopicsSet = map[string]map[int32]struct{}{topic: ps}
+	dp, err := admin(t, c).DescribeProducers(ctx, set)
+	if err != nil {
+		t.Logf("describing producers on %s: %v", c.Bootstrap(), err)
+		return
+	}
+	dp.EachProducer(func(p kadm.DescribedProducer) {
+		t.Logf("%s: %s/%d producer %d epoch %d last sequence %d last timestamp %d", c.Bootstrap(), p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.LastSequence, p.LastTimestamp)
+	})
 }

@@ -427,11 +427,26 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		if err == nil {
 			err = resp.Error()
 		}
+		if ce := m.log.Check(zap.DebugLevel, "copied a group's committed offsets"); ce != nil {
+			ce.Write(zap.String("group", g.Group), zap.Bool("switch", evict), zap.Any("offsets", commitAts(commit)), zap.Error(err))
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("committing offsets of group %s on the standby: %w", g.Group, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// commitAts is commit as topic → partition → offset, for a log line.
+func commitAts(commit kadm.Offsets) map[string]map[int32]int64 {
+	out := make(map[string]map[int32]int64, len(commit))
+	commit.Each(func(o kadm.Offset) {
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]int64{}
+		}
+		out[o.Topic][o.Partition] = o.At
+	})
+	return out
 }
 
 // evictMembers removes every member of a group on the standby, so that the

@@ -150,6 +150,11 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		if mapped != nil {
 			mapped.answered(resp) // physical IDs yet
 		}
+		if oc, ok := kr.(*kmsg.OffsetCommitRequest); ok && s.carriesStaleCommits(gen) {
+			if r := resp.(*kmsg.OffsetCommitResponse); staleMemberCommit(oc, r) {
+				s.carryStaleCommit(c.ctx, req.up, oc, r)
+			}
+		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
 		switch r := resp.(type) {
 		case *kmsg.ConsumerGroupHeartbeatResponse:

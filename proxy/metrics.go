@@ -15,7 +15,10 @@ type metrics struct {
 	// heldTooLong counts requests answered with a retriable error after
 	// waiting in a switch's hold for heldAnswerAfter.
 	heldTooLong prometheus.Counter
-	connsTotal  prometheus.Counter
+	// staleCommits counts OffsetCommits of group members from before a
+	// switch applied on the new cluster (stale_commit.go).
+	staleCommits prometheus.Counter
+	connsTotal   prometheus.Counter
 	badFrames   prometheus.Counter
 	bytesOut    prometheus.Counter
 	bytesUp     prometheus.Counter
@@ -62,6 +65,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		held:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "requests_held", Help: "Client writes waiting for a switch of the active cluster to finish."}),
 		heldTooLong: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_held_too_long_total",
 			Help: "Client writes answered with their retriable error after waiting 10 s in a switch's hold (the client sends them again), before a client's own request timeout would close its connection."}),
+		staleCommits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "group_commits_carried_total",
+			Help: "OffsetCommits of group members that joined before a switch, refused by the new cluster as from unknown members and applied there as commits from outside the group while the group had no members."}),
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_connections_total", Help: "Client connections accepted."}),
 		badFrames:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "bad_frames_total", Help: "Client connections closed for an oversized or malformed frame or header."}),
 		bytesOut:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "client_bytes_sent_total", Help: "Bytes of responses sent to clients."}),
@@ -92,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Entries dropped from Ferry's bounded tables to stay within their bound, by table: coordinators, txn_timeouts, txn_mappings, pid_mappings."}, []string{"table"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.staleCommits, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -219,7 +219,7 @@ func TestFetchAnswersWithoutWaitingForIdleBrokers(t *testing.T) {
 	// machine: answered when a part brings records takes milliseconds;
 	// waiting for the idle brokers would take all of it.
 	const maxWait = 10 * time.Second
-	cons := newClient(t, addr, kgo.ConsumeTopics("latency"), kgo.FetchMaxWait(maxWait), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	cons := newClient(t, addr, kgo.ConsumeTopics("latency"), kgo.FetchMaxWait(maxWait), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("latency"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 
 	got := make(chan time.Time, 10)
@@ -228,7 +228,24 @@ func TestFetchAnswersWithoutWaitingForIdleBrokers(t *testing.T) {
 			cons.PollFetches(ctx).EachRecord(func(*kgo.Record) { got <- time.Now() })
 		}
 	}()
-	time.Sleep(1500 * time.Millisecond) // the consumer's fetch is parked upstream
+	// A record in every partition, consumed: every partition then has
+	// its position and is in the consumer's fetch. (A partition whose
+	// position the client was still looking up would join only the
+	// fetch after the one parked, a client's MaxWait later, however a
+	// busy machine stretched the look-up.)
+	for p := int32(0); p < 6; p++ {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte("warm")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 6 {
+		select {
+		case <-got:
+		case <-ctx.Done():
+			t.Fatal("the first records were never consumed")
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the consumer's next fetch is parked upstream
 	for i := 0; i < 3; i++ {
 		sent := time.Now()
 		if err := prod.ProduceSync(ctx, &kgo.Record{Partition: int32(i), Value: []byte("x")}).FirstErr(); err != nil {

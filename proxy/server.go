@@ -73,6 +73,9 @@ type Server struct {
 	// (the most recent maxTxnTimeouts).
 	remapped    remappedPIDs
 	txns        txnRemaps
+	// genSince is when this member took the generation in force
+	// (stale_commit.go).
+	genSince atomic.Pointer[genStart]
 	txnTimeouts *lru.Cache[string, int32]
 	// carried and switchFences: the transactional IDs this member's
 	// clients name, and those a switch's drain fenced (switch_fence.go).

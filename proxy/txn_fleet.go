@@ -168,6 +168,8 @@ func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, vir
 		if err := s.callTxnOwner(ctx, owner, call, &p); err != nil {
 			return -1, fmt.Errorf("member %d allocating the producer ID: %w", owner, err)
 		}
+		s.log.Debug("a producer of another generation writes under a producer ID another member allocated",
+			zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", p.Phys), zap.Int32("member", owner))
 		return p.Phys, nil
 	})
 }

@@ -20,13 +20,15 @@ import (
 // warmBatch is how many keys one FindCoordinator asks for (v4 takes many).
 const warmBatch = 100
 
-// warmLoop warms the target of every switch that starts, until the server
+// warmLoop warms the target of every switch that starts, and notes when
+// this member takes each generation (stale_commit.go), until the server
 // closes.
 func (s *Server) warmLoop() {
 	var warmed *routing.Switch
 	for {
 		changed := s.routes.Changed()
 		st := s.routes.Current()
+		s.noteGeneration(st.Generation)
 		if st.Phase != routing.PhaseServing && st.Last != nil && st.Last != warmed && st.Last.To != st.Active {
 			warmed = st.Last
 			if from, to := s.ups[st.Active], s.ups[st.Last.To]; from != nil && to != nil && to.started.Load() {

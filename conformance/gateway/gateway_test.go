@@ -62,9 +62,15 @@ func client(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
 
 func createTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) {
 	t.Helper()
+	createTopicRF(t, adm, topic, partitions, 3, configs)
+}
+
+// createTopicRF is createTopic with rf replicas (-1: the broker's default).
+func createTopicRF(t *testing.T, adm *kadm.Client, topic string, partitions int32, rf int16, configs map[string]*string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 3, configs, topic)
+	resp, err := adm.CreateTopic(ctx, partitions, rf, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

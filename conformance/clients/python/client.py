@@ -300,6 +300,9 @@ def produce_role(a, topic, stop):
         "enable.idempotence": True,
         "acks": "all",
         "error_cb": log_role(role),
+        # LIBRDKAFKA_DEBUG (e.g. "eos,msg") turns on librdkafka's debug
+        # log, on standard error, when a run needs explaining.
+        **({"debug": os.environ["LIBRDKAFKA_DEBUG"]} if os.environ.get("LIBRDKAFKA_DEBUG") else {}),
     })
     run = secrets.token_hex(6)
     seq = [0] * a.partitions
@@ -350,6 +353,9 @@ def txn_role(a, spec, stop):
         "enable.idempotence": True,
         "acks": "all",
         "error_cb": log_role(role),
+        # LIBRDKAFKA_DEBUG (e.g. "eos,msg") turns on librdkafka's debug
+        # log, on standard error, when a run needs explaining.
+        **({"debug": os.environ["LIBRDKAFKA_DEBUG"]} if os.environ.get("LIBRDKAFKA_DEBUG") else {}),
     })
     run = secrets.token_hex(6)
     seq = [0] * a.partitions

@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Commits of members from before a switch are carried only under a
+// generation after a switch, within staleCommitWindow of this member taking
+// it, and only when the broker refused every partition as from an unknown
+// member or generation.
+func TestStaleCommitsCarriedOnlyWhenAndWhereMeant(t *testing.T) {
+	s := &Server{}
+	if s.carriesStaleCommits(1) {
+		t.Error("carried before any generation was noted")
+	}
+	s.noteGeneration(0)
+	if s.carriesStaleCommits(0) {
+		t.Error("carried under generation 0, before any switch")
+	}
+	s.noteGeneration(1)
+	if !s.carriesStaleCommits(1) {
+		t.Error("not carried just after taking generation 1")
+	}
+	if s.carriesStaleCommits(2) {
+		t.Error("carried for a generation this member has not taken")
+	}
+	s.noteGeneration(1) // the same generation again: its start stays
+	s.genSince.Store(&genStart{gen: 1, at: time.Now().Add(-staleCommitWindow - time.Second)})
+	s.noteGeneration(1)
+	if s.carriesStaleCommits(1) {
+		t.Error("carried past the window")
+	}
+
+	answer := func(codes ...int16) *kmsg.OffsetCommitResponse {
+		r := kmsg.NewPtrOffsetCommitResponse()
+		rt := kmsg.OffsetCommitResponseTopic{Topic: "t"}
+		for i, c := range codes {
+			rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: int32(i), ErrorCode: c})
+		}
+		r.Topics = []kmsg.OffsetCommitResponseTopic{rt}
+		return r
+	}
+	member := kmsg.NewPtrOffsetCommitRequest()
+	member.MemberID, member.Generation = "m", 3
+	outside := kmsg.NewPtrOffsetCommitRequest()
+	outside.MemberID, outside.Generation = "", -1
+	unknown, illegal := kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code
+	for _, c := range []struct {
+		req  *kmsg.OffsetCommitRequest
+		resp *kmsg.OffsetCommitResponse
+		want bool
+	}{
+		{member, answer(unknown, unknown), true},
+		{member, answer(illegal, unknown), true},
+		{member, answer(unknown, 0), false},
+		{member, answer(unknown, kerr.TopicAuthorizationFailed.Code), false},
+		{member, answer(kerr.StaleMemberEpoch.Code), false},
+		{member, answer(), false},
+		{outside, answer(unknown), false},
+	} {
+		if got := staleMemberCommit(c.req, c.resp); got != c.want {
+			t.Errorf("member %q generation %d answered %+v: carried %v, want %v", c.req.MemberID, c.req.Generation, c.resp.Topics, got, c.want)
+		}
+	}
+}

@@ -19,9 +19,9 @@ type metrics struct {
 	// switch applied on the new cluster (stale_commit.go).
 	staleCommits prometheus.Counter
 	connsTotal   prometheus.Counter
-	badFrames   prometheus.Counter
-	bytesOut    prometheus.Counter
-	bytesUp     prometheus.Counter
+	badFrames    prometheus.Counter
+	bytesOut     prometheus.Counter
+	bytesUp      prometheus.Counter
 	// splicedBytes counts record bytes moved from a broker's socket to a
 	// client's without entering Ferry's memory.
 	splicedBytes prometheus.Counter

@@ -71,11 +71,11 @@ type Server struct {
 	// of an earlier generation (producer_ids.go); txnTimeouts holds the
 	// transaction timeout each transactional ID last initialised with
 	// (the most recent maxTxnTimeouts).
-	remapped    remappedPIDs
-	txns        txnRemaps
+	remapped remappedPIDs
+	txns     txnRemaps
 	// genSince is when this member took the generation in force
 	// (stale_commit.go).
-	genSince atomic.Pointer[genStart]
+	genSince    atomic.Pointer[genStart]
 	txnTimeouts *lru.Cache[string, int32]
 	// carried and switchFences: the transactional IDs this member's
 	// clients name, and those a switch's drain fenced (switch_fence.go).

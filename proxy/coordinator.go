@@ -150,9 +150,14 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		if mapped != nil {
 			mapped.answered(resp) // physical IDs yet
 		}
-		if oc, ok := kr.(*kmsg.OffsetCommitRequest); ok && s.carriesStaleCommits(gen) {
-			if r := resp.(*kmsg.OffsetCommitResponse); staleMemberCommit(oc, r) {
-				s.carryStaleCommit(c.ctx, req.up, oc, r)
+		if s.carriesStaleCommits(gen) {
+			switch r := resp.(type) {
+			case *kmsg.OffsetCommitResponse:
+				if oc := kr.(*kmsg.OffsetCommitRequest); staleMemberCommit(oc, r) {
+					s.carryStaleCommit(c.ctx, req.up, oc, r)
+				}
+			case *kmsg.HeartbeatResponse:
+				staleMemberHeartbeat(r)
 			}
 		}
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)

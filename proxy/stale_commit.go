@@ -40,6 +40,14 @@ import (
 // and each topic, and Ferry's principal holds the same rights for the
 // switch's copy.
 
+// A classic member's heartbeat meets the same: UNKNOWN_MEMBER_ID, on which
+// the clients drop their partitions as lost, without committing what they
+// read (franz-go, Java, librdkafka), and resume at the last commit. Within
+// the same window it is answered REBALANCE_IN_PROGRESS instead: the member
+// rejoins as in any rebalance, committing first (that commit is carried as
+// above), and its JoinGroup under its old member ID is refused
+// UNKNOWN_MEMBER_ID by the new cluster, on which it joins afresh.
+
 // staleCommitWindow is how long after taking a generation this member
 // carries commits of members from before it.
 const staleCommitWindow = time.Minute
@@ -86,6 +94,16 @@ func staleMemberCommit(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitRes
 		}
 	}
 	return n > 0
+}
+
+// staleMemberHeartbeat answers REBALANCE_IN_PROGRESS for UNKNOWN_MEMBER_ID
+// or ILLEGAL_GENERATION to a classic member's heartbeat, when carried.
+func staleMemberHeartbeat(resp *kmsg.HeartbeatResponse) bool {
+	if resp.ErrorCode != kerr.UnknownMemberID.Code && resp.ErrorCode != kerr.IllegalGeneration.Code {
+		return false
+	}
+	resp.ErrorCode = kerr.RebalanceInProgress.Code
+	return true
 }
 
 // carryStaleCommit re-sends in (already physical) as a commit from outside

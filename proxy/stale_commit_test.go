@@ -67,3 +67,25 @@ func TestStaleCommitsCarriedOnlyWhenAndWhereMeant(t *testing.T) {
 		}
 	}
 }
+
+// A classic member's heartbeat refused as from an unknown member or
+// generation is told a rebalance is under way; any other answer stands.
+func TestStaleHeartbeatAnsweredRebalance(t *testing.T) {
+	for _, c := range []struct {
+		code, want int16
+	}{
+		{kerr.UnknownMemberID.Code, kerr.RebalanceInProgress.Code},
+		{kerr.IllegalGeneration.Code, kerr.RebalanceInProgress.Code},
+		{0, 0},
+		{kerr.RebalanceInProgress.Code, kerr.RebalanceInProgress.Code},
+		{kerr.FencedInstanceID.Code, kerr.FencedInstanceID.Code},
+		{kerr.GroupAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code},
+	} {
+		r := kmsg.NewPtrHeartbeatResponse()
+		r.ErrorCode = c.code
+		staleMemberHeartbeat(r)
+		if r.ErrorCode != c.want {
+			t.Errorf("broker's %v answered %v, want %v", kerr.ErrorForCode(c.code), kerr.ErrorForCode(r.ErrorCode), kerr.ErrorForCode(c.want))
+		}
+	}
+}

@@ -24,8 +24,9 @@ import (
 // group there has no members (as the switch's own copy did), so that the
 // member, once it rejoins, resumes where it committed rather than at the
 // switch's copy. Once the group has members again, they own its offsets: a
-// late commit of the old member is refused as a broker refuses it. For a
-// classic member and a KIP-848 one, on real Kafka.
+// late commit of the old member is refused as a broker refuses it. A
+// classic member's heartbeat meanwhile is told to rejoin as in a rebalance.
+// For a classic member and a KIP-848 one, on real Kafka.
 func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 	primary := cluster(t)
 	standby, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: "carry-standby"})
@@ -135,6 +136,22 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 			}
 			table.Update(routing.State{Generation: 1, Active: "standby", Last: &routing.Switch{From: "primary", To: "standby"}})
 			before := counter(t, f.Registry, "ferry_group_commits_carried_total")
+
+			if tc.name == "classic" {
+				// Its heartbeat is told to rejoin as in any
+				// rebalance (REBALANCE_IN_PROGRESS), on which
+				// clients commit first, rather than that it is
+				// unknown, on which they drop what they read.
+				hb := kmsg.NewPtrHeartbeatRequest()
+				hb.Group, hb.MemberID, hb.Generation = group, old.id, old.gen
+				resp, err := hb.RequestWith(ctx, via)
+				if err != nil {
+					t.Fatalf("Heartbeat through Ferry: %v", err)
+				}
+				if resp.ErrorCode != kerr.RebalanceInProgress.Code {
+					t.Errorf("heartbeat of the member from before the switch answered %v, want REBALANCE_IN_PROGRESS", kerr.ErrorForCode(resp.ErrorCode))
+				}
+			}
 
 			// The old member commits under its old identity: it
 			// lands, and the client is told so.

@@ -100,6 +100,11 @@ type bench struct {
 	planned      map[string][]time.Duration
 	forced       []time.Duration
 	forcedAnswer []time.Duration
+	// reread is, per planned switch, the most records any group read
+	// again; rereadOK whether that was within the records produced while
+	// the switch ran.
+	reread   []int
+	rereadOK []bool
 	lastSteps    string // the last switch's steps, as it answered them
 }
 
@@ -405,6 +410,38 @@ func (r *recorder) first(t0 time.Time, ends map[int32]int64) (time.Time, bool) {
 	return best, !best.IsZero()
 }
 
+// readAgain counts the events after t0 and before t1 (zero: no end) at an
+// offset already read before them: records a group read again.
+func (r *recorder) readAgain(t0, t1 time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[int32]map[int64]bool{}
+	n := 0
+	for _, e := range r.events {
+		if seen[e.partition] == nil {
+			seen[e.partition] = map[int64]bool{}
+		}
+		if seen[e.partition][e.offset] && e.at.After(t0) && (t1.IsZero() || e.at.Before(t1)) {
+			n++
+		}
+		seen[e.partition][e.offset] = true
+	}
+	return n
+}
+
+// sentBetween counts the acknowledged records produced after t0 and before t1.
+func (r *recorder) sentBetween(t0, t1 time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.sent.After(t0) && e.sent.Before(t1) {
+			n++
+		}
+	}
+	return n
+}
+
 // firstSent returns the time of the first ack of a record produced at or
 // after t.
 func (r *recorder) firstSent(t time.Time) (time.Time, bool) {
@@ -473,12 +510,14 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		})
 	}
 	time.Sleep(3 * time.Second) // groups joined, traffic flowing
+	var lastCall time.Time // the last planned switch's call
 	planned := func() (answer, firstAck, allGroups time.Duration, err error) {
 		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
 			return 0, 0, 0, err
 		}
 		left := b.active
 		t0 := time.Now()
+		lastCall = t0
 		answer, err = b.switchTo(ctx, b.other(), "planned")
 		if err != nil {
 			return 0, 0, 0, err
@@ -508,16 +547,38 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	var starts []time.Time // each planned switch's call
+	var holds []int        // records produced from each call to its answer
 	for r := range b.o.rounds {
 		answer, ack, grp, err := planned()
 		if err != nil {
 			return err
 		}
+		starts = append(starts, lastCall)
+		holds = append(holds, acks.sentBetween(lastCall, lastCall.Add(answer)))
 		b.planned["answer"] = append(b.planned["answer"], answer)
 		b.planned["ack"] = append(b.planned["ack"], ack)
 		b.planned["groups"] = append(b.planned["groups"], grp)
 		step("planned %d → %s: answer %v, first ack %v, every group consuming %v (steps: %s)", r+1, b.active, answer, ack, grp, b.lastSteps)
 		time.Sleep(2 * time.Second)
+	}
+	// Records each group read again after each planned switch (until the
+	// next one), against the records produced while it ran: what a group
+	// can have read and not committed when it moves. Read once the last
+	// round's reads have settled.
+	time.Sleep(3 * time.Second)
+	for r, t0 := range starts {
+		var t1 time.Time
+		if r+1 < len(starts) {
+			t1 = starts[r+1]
+		}
+		worst := 0
+		for _, g := range groups {
+			worst = max(worst, g.readAgain(t0, t1))
+		}
+		b.reread = append(b.reread, worst)
+		b.rereadOK = append(b.rereadOK, worst <= holds[r])
+		step("planned %d: the most any group read again %d, records produced while it ran %d", r+1, worst, holds[r])
 	}
 	// Forced: the producer pauses until the mirror has everything (so the
 	// switch loses nothing and the mirror the other way finds the clusters
@@ -620,6 +681,8 @@ func (b *bench) report(w io.Writer) error {
 	fmt.Fprintf(&sb, "| planned: call → answer | %s | | |\n", dur(b.planned["answer"]))
 	fmt.Fprintf(&sb, "| planned: call → first produce acknowledged by the new active cluster | %s | ≤ 2 s | %s |\n", dur(b.planned["ack"]), pass(pa <= 2*time.Second))
 	fmt.Fprintf(&sb, "| planned: call → every consumer group consuming again | %s | ≤ 5 s | %s |\n", dur(b.planned["groups"]), pass(pg <= 5*time.Second))
+	within := !slices.Contains(b.rereadOK, false)
+	fmt.Fprintf(&sb, "| planned: records any group read again, per switch | %s | ≤ records produced while the switch ran, every switch | %s |\n", ints(b.reread), pass(len(b.reread) > 0 && within))
 	fmt.Fprintf(&sb, "| forced: call → answer | %s | | |\n", dur(b.forcedAnswer))
 	fmt.Fprintf(&sb, "| forced: call → first produce acknowledged by the new active cluster | %s | ≤ 2 s | %s |\n", dur(b.forced), pass(fa <= 2*time.Second))
 	fmt.Fprintf(&sb, "| consume through Ferry before any switch (generation 0), MB/s | %.1f (%.1f – %.1f) | | |\n", c0, c0lo, c0hi)
@@ -632,6 +695,16 @@ func (b *bench) report(w io.Writer) error {
 		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
 	}
 	return nil
+}
+
+// ints is xs's median with its lowest and highest.
+func ints(xs []int) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return fmt.Sprintf("%d (%d – %d)", s[len(s)/2], s[0], s[len(s)-1])
 }
 
 func humanBytes(n int64) string {

@@ -103,9 +103,9 @@ type bench struct {
 	// reread is, per planned switch, the most records any group read
 	// again; rereadOK whether that was within the records produced while
 	// the switch ran.
-	reread   []int
-	rereadOK []bool
-	lastSteps    string // the last switch's steps, as it answered them
+	reread    []int
+	rereadOK  []bool
+	lastSteps string // the last switch's steps, as it answered them
 }
 
 func run(ctx context.Context, o options) error {
@@ -510,7 +510,7 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		})
 	}
 	time.Sleep(3 * time.Second) // groups joined, traffic flowing
-	var lastCall time.Time // the last planned switch's call
+	var lastCall time.Time      // the last planned switch's call
 	planned := func() (answer, firstAck, allGroups time.Duration, err error) {
 		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
 			return 0, 0, 0, err

@@ -201,17 +201,7 @@ func TestFleetMemberKillClients(t *testing.T) {
 		mustExist(t, filepath.Join(cacheDir(t), "clients", "py-venv", "bin", "python")),
 		mustExist(t, filepath.Join("clients", "python", "client.py")))
 	begin := time.Now()
-	var bin string
-	var buildErr error
-	built := make(chan struct{})
-	binDir := t.TempDir()
-	go func() { defer close(built); bin, buildErr = buildFerry(binDir) }()
-	cs := startClusters(t, "fleet-primary", "fleet-standby")
-	primary, standby := cs[0], cs[1]
-	<-built
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bin, primary, standby := startPair(t, "fleet-primary", "fleet-standby")
 	members := startFerryFleet(t, bin, primary, standby, fleetSize)
 	var addrs []string
 	for _, m := range members {

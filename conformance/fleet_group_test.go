@@ -28,16 +28,8 @@ func TestFleetGroupAcrossCoordinatorDeathAndSwitch(t *testing.T) {
 		topic, group = "fleet-group", "fleet-group"
 		rate         = 500 // records a second
 	)
-	var bin string
-	var buildErr error
-	built := make(chan struct{})
-	go func() { defer close(built); bin, buildErr = buildFerry(t.TempDir()) }()
-	cs := startClusters(t, "fleet-group-primary", "fleet-group-standby")
-	<-built
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	ms := startFerryFleet(t, bin, cs[0], cs[1], fleetSize)
+	bin, primary, standby := startPair(t, "fleet-group-primary", "fleet-group-standby")
+	ms := startFerryFleet(t, bin, primary, standby, fleetSize)
 	var addrs []string
 	for _, m := range ms {
 		addrs = append(addrs, m.addr)
@@ -53,10 +45,7 @@ func TestFleetGroupAcrossCoordinatorDeathAndSwitch(t *testing.T) {
 		return cl
 	}
 	adm := kadm.NewClient(client())
-	if r, err := adm.CreateTopic(ctx, 6, 1, nil, topic); err != nil || r.Err != nil {
-		t.Fatalf("creating %s through Ferry: %v %v", topic, err, r.Err)
-	}
-	waitTopicReady(ctx, t, adm, topic, 6)
+	createReadyTopic(ctx, t, adm, topic, 6, 1)
 
 	var mu sync.Mutex
 	sent := map[int64]time.Time{} // by sequence: when produced

@@ -122,10 +122,7 @@ func createTopic(t *testing.T, adm *kadm.Client, prefix string) string {
 	topic := prefix + "-" + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := adm.CreateTopic(ctx, partitions, replication, nil, topic); err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
-	}
-	waitTopicReady(ctx, t, adm, topic, partitions)
+	createReadyTopic(ctx, t, adm, topic, partitions, replication)
 	return topic
 }
 

@@ -197,12 +197,17 @@ type ferryServe struct {
 	seat   *fleetSeat
 }
 
-// keepStamp tells apart the logs FERRY_KEEP_LOGS keeps from each run of a
-// test (with -count, a failure's logs would overwrite another's): the time
-// the run first asked.
-func keepStamp(t *testing.T) string {
-	v, _ := keepStamps.LoadOrStore(t, time.Now().Format("150405.000"))
-	return v.(string)
+// keepPath is where a failed run keeps one of its logs, named name, beyond
+// its temporary directory: under FERRY_KEEP_LOGS, or "" when that is unset.
+// Each run of a test gets its own prefix (with -count, a failure's logs
+// would overwrite another's): the time the run first asked.
+func keepPath(t *testing.T, name string) string {
+	keep := os.Getenv("FERRY_KEEP_LOGS")
+	if keep == "" || os.MkdirAll(keep, 0o755) != nil {
+		return ""
+	}
+	stamp, _ := keepStamps.LoadOrStore(t, time.Now().Format("150405.000"))
+	return filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+stamp.(string)+"-"+name)
 }
 
 var keepStamps sync.Map
@@ -288,11 +293,9 @@ mirror: {sync_interval: 1s}
 		}
 		if t.Failed() {
 			t.Logf("%s log (%s), its warnings and errors and its last lines:\n%s", f.name(), f.log, f.logTail(200))
-			if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" {
-				// The whole log outlives the test's temporary directory.
-				if b, err := os.ReadFile(f.log); err == nil && os.MkdirAll(keep, 0o755) == nil {
-					name := filepath.Join(keep, fmt.Sprintf("%s-%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), keepStamp(t), strings.ReplaceAll(f.name(), " ", "-")))
-					os.WriteFile(name, b, 0o644)
+			if keep := keepPath(t, strings.ReplaceAll(f.name(), " ", "-")+".log"); keep != "" {
+				if b, err := os.ReadFile(f.log); err == nil {
+					os.WriteFile(keep, b, 0o644)
 				}
 			}
 		}
@@ -401,6 +404,36 @@ func (f *ferryServe) waitMirrorCaughtUp(t *testing.T, timeout time.Duration) {
 	t.Fatalf("mirror not caught up within %v: %s", timeout, head(last, 3000))
 }
 
+// startPair starts two one-broker clusters, a primary and a standby, while
+// cmd/ferry builds, and returns the binary and both.
+func startPair(t *testing.T, primaryName, standbyName string) (bin string, primary, standby *kafkatest.Cluster) {
+	t.Helper()
+	var buildErr error
+	built := make(chan struct{})
+	binDir := t.TempDir()
+	go func() { defer close(built); bin, buildErr = buildFerry(binDir) }()
+	cs := startClusters(t, primaryName, standbyName)
+	<-built
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bin, cs[0], cs[1]
+}
+
+// createReadyTopic creates topic with rf replicas through adm and waits
+// until every partition answers ListOffsets.
+func createReadyTopic(ctx context.Context, t *testing.T, adm *kadm.Client, topic string, partitions int32, rf int16) {
+	t.Helper()
+	resp, err := adm.CreateTopic(ctx, partitions, rf, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s: %v", topic, err)
+	}
+	waitTopicReady(ctx, t, adm, topic, int(partitions))
+}
+
 // startClusters starts two one-broker clusters at once.
 func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 	t.Helper()
@@ -418,8 +451,8 @@ func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("kafkatest: cluster %s (%s) logs:\n%s", names[i], c.Dir(), c.LogTail(60))
-				if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" {
-					exec.Command("cp", "-r", c.Dir(), filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+keepStamp(t)+"-"+names[i])).Run()
+				if keep := keepPath(t, names[i]); keep != "" {
+					exec.Command("cp", "-r", c.Dir(), keep).Run()
 				}
 			}
 			c.Close()
@@ -472,17 +505,7 @@ func switchoverClients(t *testing.T, members int) {
 	cls := clients(t)
 	javaClasses(t)
 	begin := time.Now()
-	var bin string
-	var buildErr error
-	built := make(chan struct{})
-	binDir := t.TempDir()
-	go func() { defer close(built); bin, buildErr = buildFerry(binDir) }()
-	cs := startClusters(t, "switch-primary", "switch-standby")
-	primary, standby := cs[0], cs[1]
-	<-built
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bin, primary, standby := startPair(t, "switch-primary", "switch-standby")
 	var ms []*ferryServe
 	if members == 1 {
 		ms = []*ferryServe{startFerryServe(t, bin, primary, standby)}
@@ -520,14 +543,7 @@ func switchoverClients(t *testing.T, members int) {
 	for _, fam := range families {
 		topic, txnTopic := fmt.Sprintf("sw-%s-%s", fam.name, sfx), fmt.Sprintf("sw-%s-txn-%s", fam.name, sfx)
 		for _, tp := range []string{topic, txnTopic} {
-			resp, err := adm.CreateTopic(ctx, switchPartitions, 1, nil, tp)
-			if err == nil {
-				err = resp.Err
-			}
-			if err != nil {
-				t.Fatalf("creating %s through Ferry: %v", tp, err)
-			}
-			waitTopicReady(ctx, t, adm, tp, switchPartitions)
+			createReadyTopic(ctx, t, adm, tp, switchPartitions, 1)
 			topics = append(topics, tp)
 		}
 		p := &streamProc{name: fam.name, window: &window, roles: map[string]*streamRole{}}
@@ -558,8 +574,8 @@ func switchoverClients(t *testing.T, members int) {
 			for _, p := range procs {
 				p.mu.Lock()
 				t.Logf("%s stderr:\n%s\nunexpected lines: %q", p.name, tail(p.stderr.String(), 3000), p.bad[:min(5, len(p.bad))])
-				if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" && os.MkdirAll(keep, 0o755) == nil {
-					os.WriteFile(filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+keepStamp(t)+"-"+p.name+".stderr"), p.stderr.Bytes(), 0o644)
+				if keep := keepPath(t, p.name+".stderr"); keep != "" {
+					os.WriteFile(keep, p.stderr.Bytes(), 0o644)
 				}
 				p.mu.Unlock()
 			}
@@ -920,13 +936,16 @@ func checkStreamProduced(t *testing.T, r *streamRole, on map[partOff]string) (ba
 	if len(acked) != len(r.acks) {
 		t.Errorf("%s: %d acknowledgments for %d offsets", r.label(), len(r.acks), len(acked))
 	}
-	where := make(map[string][]partOff, len(on))
-	for at, v := range on {
-		where[v] = append(where[v], at)
-	}
+	var where map[string][]partOff // where each value is, once an ack is not at its offset
 	bad := 0
 	for at, v := range acked {
 		if got, ok := on[at]; !ok || got != v {
+			if where == nil {
+				where = make(map[string][]partOff, len(on))
+				for at, v := range on {
+					where[v] = append(where[v], at)
+				}
+			}
 			if bad++; bad <= 3 {
 				held := "nowhere: lost"
 				if ats := where[v]; len(ats) > 0 {
@@ -1149,8 +1168,12 @@ func logProducers(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic
 		}
 	}
 	parts := map[int32]kgo.Offset{}
-	for p := range near {
+	last := map[int32]int64{} // the highest offset of interest, per partition
+	for p, offs := range near {
 		parts[p] = kgo.NewOffset().AtStart()
+		for o := range offs {
+			last[p] = max(last[p], o)
+		}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
@@ -1162,11 +1185,14 @@ func logProducers(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic
 	var lines []string
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	for rctx.Err() == nil {
+	for len(last) > 0 && rctx.Err() == nil {
 		fs := cl.PollFetches(rctx)
 		fs.EachRecord(func(r *kgo.Record) {
 			if near[r.Partition][r.Offset] {
 				lines = append(lines, fmt.Sprintf("%d/%d %q producer %d epoch %d", r.Partition, r.Offset, r.Value, r.ProducerID, r.ProducerEpoch))
+			}
+			if r.Offset >= last[r.Partition] {
+				delete(last, r.Partition)
 			}
 		})
 	}

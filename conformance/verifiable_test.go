@@ -33,16 +33,7 @@ func TestVerifiableClientsAcrossSwitches(t *testing.T) {
 		rate       = 300 // records a second
 		total      = 9000
 	)
-	var bin string
-	var buildErr error
-	built := make(chan struct{})
-	go func() { defer close(built); bin, buildErr = buildFerry(t.TempDir()) }()
-	cs := startClusters(t, "verifiable-primary", "verifiable-standby")
-	primary, standby := cs[0], cs[1]
-	<-built
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bin, primary, standby := startPair(t, "verifiable-primary", "verifiable-standby")
 	m := startFerryServe(t, bin, primary, standby)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -51,14 +42,10 @@ func TestVerifiableClientsAcrossSwitches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer viaCl.Close()
-	via := kadm.NewClient(viaCl)
-	if resp, err := via.CreateTopic(ctx, partitions, 1, nil, topic); err != nil || resp.Err != nil {
-		t.Fatalf("creating %s through Ferry: %v %v", topic, err, resp.Err)
-	}
-	waitTopicReady(ctx, t, via, topic, partitions)
+	createReadyTopic(ctx, t, kadm.NewClient(viaCl), topic, partitions, 1)
 
 	prod := verifiable.StartProducer(ctx, t, verifiable.ProducerConfig{Bootstrap: m.addr, Topic: topic, Throughput: rate, Max: total,
-		Properties: map[string]string{"enable.idempotence": "true", "retries": "2147483647"}, Dir: t.TempDir()})
+		Properties: map[string]string{"enable.idempotence": "true", "retries": "2147483647"}})
 	cons := []*verifiable.Consumer{
 		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: m.addr, Topic: topic, Group: "verifiable-classic", Protocol: "classic"}),
 		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: m.addr, Topic: topic, Group: "verifiable-consumer", Protocol: "consumer"}),
@@ -102,6 +89,9 @@ func TestVerifiableClientsAcrossSwitches(t *testing.T) {
 	}
 	if len(acks) != total {
 		t.Errorf("the producer had %d of %d records acknowledged", len(acks), total)
+	}
+	if bad := prod.NotEvents(); len(bad) > 0 {
+		t.Errorf("the producer printed %d lines that are not events, e.g. %q", len(bad), bad[0])
 	}
 
 	// Each consumer reads every acknowledged offset.

@@ -19,7 +19,6 @@ import (
 	"reflect"
 	"sort"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -150,16 +149,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		if mapped != nil {
 			mapped.answered(resp) // physical IDs yet
 		}
-		if s.carriesStaleCommits(gen) {
-			switch r := resp.(type) {
-			case *kmsg.OffsetCommitResponse:
-				if oc := kr.(*kmsg.OffsetCommitRequest); staleMemberCommit(oc, r) {
-					s.carryStaleCommit(c.ctx, req.up, oc, r)
-				}
-			case *kmsg.HeartbeatResponse:
-				staleMemberHeartbeat(r)
-			}
-		}
+		s.memberFromBeforeSwitch(c.ctx, req.up, gen, kr, resp)
 		s.translate(context.Background(), req.up, gen, resp, toVirtual)
 		switch r := resp.(type) {
 		case *kmsg.ConsumerGroupHeartbeatResponse:
@@ -167,7 +157,6 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		case *kmsg.ConsumerGroupDescribeResponse:
 			s.hideInternalDescribed(r)
 		}
-		memberOfOtherCluster(gen, kr, resp)
 		return nil
 	}
 	if len(keys) == 0 {
@@ -246,23 +235,4 @@ func mergeSlices(into, from kmsg.Response, field string) {
 	if t := iv.FieldByName("ThrottleMillis"); t.IsValid() && fv.FieldByName("ThrottleMillis").Int() > t.Int() {
 		t.SetInt(fv.FieldByName("ThrottleMillis").Int())
 	}
-}
-
-// memberOfOtherCluster answers UNKNOWN_MEMBER_ID for GROUP_ID_NOT_FOUND to a
-// KIP-848 member heartbeating with an epoch after a switch: it joined the
-// group on the cluster active then. The cluster active now has no consumer
-// group of that name, or only the classic one holding the offsets the
-// mirror copied, and Kafka answers a heartbeat with an epoch
-// GROUP_ID_NOT_FOUND either way ("is not a consumer group"), which the Java
-// and librdkafka consumers take as fatal. UNKNOWN_MEMBER_ID makes them
-// rejoin with epoch 0, which creates the consumer group over the classic
-// one and keeps its committed offsets.
-func memberOfOtherCluster(gen uint32, kr kmsg.Request, resp kmsg.Response) {
-	hb, ok := kr.(*kmsg.ConsumerGroupHeartbeatRequest)
-	r, ok2 := resp.(*kmsg.ConsumerGroupHeartbeatResponse)
-	if !ok || !ok2 || gen == 0 || hb.MemberEpoch <= 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
-		return
-	}
-	msg := "member unknown to the cluster active since a switchover: rejoin"
-	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -35,6 +36,88 @@ func TestMemberOfOtherCluster(t *testing.T) {
 		memberOfOtherCluster(c.gen, req, resp)
 		if resp.ErrorCode != c.want {
 			t.Errorf("generation %d, member epoch %d, broker's code %d: answered %d, want %d", c.gen, c.epoch, c.code, resp.ErrorCode, c.want)
+		}
+	}
+}
+
+// Commits of members from before a switch are carried only under a
+// generation after a switch, within staleCommitWindow of this member taking
+// it, and only when the broker refused every partition as from an unknown
+// member or generation.
+func TestStaleCommitsCarriedOnlyWhenAndWhereMeant(t *testing.T) {
+	s := &Server{}
+	if s.carriesStaleCommits(1) {
+		t.Error("carried before any generation was noted")
+	}
+	s.noteGeneration(0)
+	if s.carriesStaleCommits(0) {
+		t.Error("carried under generation 0, before any switch")
+	}
+	s.noteGeneration(1)
+	if !s.carriesStaleCommits(1) {
+		t.Error("not carried just after taking generation 1")
+	}
+	if s.carriesStaleCommits(2) {
+		t.Error("carried for a generation this member has not taken")
+	}
+	s.noteGeneration(1) // the same generation again: its start stays
+	s.genSince.Store(&genStart{gen: 1, at: time.Now().Add(-staleCommitWindow - time.Second)})
+	s.noteGeneration(1)
+	if s.carriesStaleCommits(1) {
+		t.Error("carried past the window")
+	}
+
+	answer := func(codes ...int16) *kmsg.OffsetCommitResponse {
+		r := kmsg.NewPtrOffsetCommitResponse()
+		rt := kmsg.OffsetCommitResponseTopic{Topic: "t"}
+		for i, c := range codes {
+			rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: int32(i), ErrorCode: c})
+		}
+		r.Topics = []kmsg.OffsetCommitResponseTopic{rt}
+		return r
+	}
+	member := kmsg.NewPtrOffsetCommitRequest()
+	member.MemberID, member.Generation = "m", 3
+	outside := kmsg.NewPtrOffsetCommitRequest()
+	outside.MemberID, outside.Generation = "", -1
+	unknown, illegal := kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code
+	for _, c := range []struct {
+		req  *kmsg.OffsetCommitRequest
+		resp *kmsg.OffsetCommitResponse
+		want bool
+	}{
+		{member, answer(unknown, unknown), true},
+		{member, answer(illegal, unknown), true},
+		{member, answer(unknown, 0), false},
+		{member, answer(unknown, kerr.TopicAuthorizationFailed.Code), false},
+		{member, answer(kerr.StaleMemberEpoch.Code), false},
+		{member, answer(), false},
+		{outside, answer(unknown), false},
+	} {
+		if got := staleMemberCommit(c.req, c.resp); got != c.want {
+			t.Errorf("member %q generation %d answered %+v: carried %v, want %v", c.req.MemberID, c.req.Generation, c.resp.Topics, got, c.want)
+		}
+	}
+}
+
+// A classic member's heartbeat refused as from an unknown member or
+// generation is told a rebalance is under way; any other answer stands.
+func TestStaleHeartbeatAnsweredRebalance(t *testing.T) {
+	for _, c := range []struct {
+		code, want int16
+	}{
+		{kerr.UnknownMemberID.Code, kerr.RebalanceInProgress.Code},
+		{kerr.IllegalGeneration.Code, kerr.RebalanceInProgress.Code},
+		{0, 0},
+		{kerr.RebalanceInProgress.Code, kerr.RebalanceInProgress.Code},
+		{kerr.FencedInstanceID.Code, kerr.FencedInstanceID.Code},
+		{kerr.GroupAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code},
+	} {
+		r := kmsg.NewPtrHeartbeatResponse()
+		r.ErrorCode = c.code
+		staleMemberHeartbeat(r)
+		if r.ErrorCode != c.want {
+			t.Errorf("broker's %v answered %v, want %v", kerr.ErrorForCode(c.code), kerr.ErrorForCode(r.ErrorCode), kerr.ErrorForCode(c.want))
 		}
 	}
 }

@@ -16,7 +16,7 @@ type metrics struct {
 	// waiting in a switch's hold for heldAnswerAfter.
 	heldTooLong prometheus.Counter
 	// staleCommits counts OffsetCommits of group members from before a
-	// switch applied on the new cluster (stale_commit.go).
+	// switch applied on the new cluster (group_member.go).
 	staleCommits prometheus.Counter
 	connsTotal   prometheus.Counter
 	badFrames    prometheus.Counter

@@ -67,7 +67,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -155,14 +154,7 @@ const maxRemapped = 1 << 16
 // generation's ID, under gen: allocated once (concurrent callers wait for
 // the same allocation), again after a failure.
 func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
-	return r.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) {
-		phys, err := allocatePID(ctx, u)
-		if err == nil {
-			u.log.Debug("a producer of another generation writes under a producer ID allocated for it",
-				zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", phys))
-		}
-		return phys, err
-	})
+	return r.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) { return allocatePID(ctx, u) })
 }
 
 // physicalBy is physical with the ID got by alloc (another member's).

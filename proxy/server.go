@@ -74,7 +74,7 @@ type Server struct {
 	remapped remappedPIDs
 	txns     txnRemaps
 	// genSince is when this member took the generation in force
-	// (stale_commit.go).
+	// (group_member.go).
 	genSince    atomic.Pointer[genStart]
 	txnTimeouts *lru.Cache[string, int32]
 	// carried and switchFences: the transactional IDs this member's

@@ -159,18 +159,24 @@ func (s *Server) ownTxn(gen uint32, txnID string) bool {
 // this member keeps the answer.
 func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
 	owner, remote := s.peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
-	if !remote {
-		return s.remapped.physical(ctx, u, gen, virt)
+	alloc := func(ctx context.Context) (int64, error) { return allocatePID(ctx, u) }
+	if remote {
+		alloc = func(ctx context.Context) (int64, error) {
+			var p txnProduced
+			call := txnCall{Op: "pid", Query: txnQuery{Gen: gen, PID: virt}}
+			if err := s.callTxnOwner(ctx, owner, call, &p); err != nil {
+				return -1, fmt.Errorf("member %d allocating the producer ID: %w", owner, err)
+			}
+			return p.Phys, nil
+		}
 	}
 	return s.remapped.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) {
-		var p txnProduced
-		call := txnCall{Op: "pid", Query: txnQuery{Gen: gen, PID: virt}}
-		if err := s.callTxnOwner(ctx, owner, call, &p); err != nil {
-			return -1, fmt.Errorf("member %d allocating the producer ID: %w", owner, err)
+		phys, err := alloc(ctx)
+		if err == nil {
+			s.log.Debug("a producer of another generation writes under a producer ID allocated for it",
+				zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", phys), zap.Int32("allocated_by", owner))
 		}
-		s.log.Debug("a producer of another generation writes under a producer ID another member allocated",
-			zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", p.Phys), zap.Int32("member", owner))
-		return p.Phys, nil
+		return phys, err
 	})
 }
 

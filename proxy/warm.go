@@ -21,7 +21,7 @@ import (
 const warmBatch = 100
 
 // warmLoop warms the target of every switch that starts, and notes when
-// this member takes each generation (stale_commit.go), until the server
+// this member takes each generation (group_member.go), until the server
 // closes.
 func (s *Server) warmLoop() {
 	var warmed *routing.Switch

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,13 +43,14 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const topic = "carry"
-	createTopic(t, kadm.NewClient(client(t, primary.Bootstrap())), topic, 2, nil)
-	createTopicRF(t, kadm.NewClient(client(t, standby.Bootstrap())), topic, 2, 1, nil)
 	onStandby := kadm.NewClient(client(t, standby.Bootstrap()))
+	createTopic(t, kadm.NewClient(client(t, primary.Bootstrap())), topic, 2, nil)
+	createTopicRF(t, onStandby, topic, 2, 1, nil)
 
 	// commit commits at to both partitions through Ferry as member (id,
-	// gen) and returns the answer's codes.
-	commit := func(via *kgo.Client, topicID [16]byte, group, id string, gen int32, at int64) []int16 {
+	// gen) and returns the answer's codes. (The helpers take the subtest's
+	// t: FailNow only from the test's own goroutine.)
+	commit := func(t *testing.T, via *kgo.Client, topicID [16]byte, group, id string, gen int32, at int64) []int16 {
 		t.Helper()
 		req := kmsg.NewPtrOffsetCommitRequest()
 		req.Group, req.MemberID, req.Generation = group, id, gen
@@ -69,7 +71,7 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 		}
 		return codes
 	}
-	committed := func(group string) []int64 {
+	committed := func(t *testing.T, group string) []int64 {
 		t.Helper()
 		offs, err := onStandby.FetchOffsets(ctx, group)
 		if err == nil {
@@ -87,11 +89,7 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 	}
 	allCode := func(codes []int16, want ...int16) bool {
 		for _, c := range codes {
-			ok := false
-			for _, w := range want {
-				ok = ok || c == w
-			}
-			if !ok {
+			if !slices.Contains(want, c) {
 				return false
 			}
 		}
@@ -100,10 +98,12 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		join func(via *kgo.Client, group string) groupMember // joins through Ferry
+		join func(t *testing.T, via *kgo.Client, group string) groupMember // joins through Ferry
 	}{
-		{"classic", func(via *kgo.Client, group string) groupMember { return joinClassic(t, ctx, via, group) }},
-		{"consumer", func(via *kgo.Client, group string) groupMember { return joinConsumer(t, ctx, via, group, topic) }},
+		{"classic", func(t *testing.T, via *kgo.Client, group string) groupMember { return joinClassic(t, ctx, via, group) }},
+		{"consumer", func(t *testing.T, via *kgo.Client, group string) groupMember {
+			return joinConsumer(t, ctx, via, group, topic)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			group := "carry-" + tc.name
@@ -120,8 +120,8 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 			}
 			topicID := td[topic].ID
 
-			old := tc.join(via, group)
-			if codes := commit(via, topicID, group, old.id, old.gen, 5); !allCode(codes, 0) {
+			old := tc.join(t, via, group)
+			if codes := commit(t, via, topicID, group, old.id, old.gen, 5); !allCode(codes, 0) {
 				t.Fatalf("commit on the primary answered %v", codes)
 			}
 
@@ -155,10 +155,10 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 
 			// The old member commits under its old identity: it
 			// lands, and the client is told so.
-			if codes := commit(via, topicID, group, old.id, old.gen, 9); !allCode(codes, 0) {
+			if codes := commit(t, via, topicID, group, old.id, old.gen, 9); !allCode(codes, 0) {
 				t.Errorf("commit of the member from before the switch answered %v, want success", codes)
 			}
-			if got := committed(group); got[0] != 9 || got[1] != 9 {
+			if got := committed(t, group); got[0] != 9 || got[1] != 9 {
 				t.Errorf("the standby holds %v committed, want the member's 9 on both partitions", got)
 			}
 			if n := counter(t, f.Registry, "ferry_group_commits_carried_total") - before; n != 1 {
@@ -168,11 +168,11 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 			// A member joins on the standby: the group's offsets are
 			// its own now, and a late commit of the old member is
 			// refused and changes nothing.
-			tc.join(via, group)
-			if codes := commit(via, topicID, group, old.id, old.gen, 12); !allCode(codes, kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code, kerr.StaleMemberEpoch.Code) {
+			tc.join(t, via, group)
+			if codes := commit(t, via, topicID, group, old.id, old.gen, 12); !allCode(codes, kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code, kerr.StaleMemberEpoch.Code) {
 				t.Errorf("commit of the old member once the group has members answered %v, want it refused", codes)
 			}
-			if got := committed(group); got[0] != 9 || got[1] != 9 {
+			if got := committed(t, group); got[0] != 9 || got[1] != 9 {
 				t.Errorf("the standby holds %v committed after the refused commit, want 9 still", got)
 			}
 		})

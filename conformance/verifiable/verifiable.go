@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,10 +161,9 @@ type ProducerConfig struct {
 	Topic      string
 	Throughput int // records a second
 	Max        int // records in all (-1: until stopped)
-	// Properties are producer configs, written to a --command-config
-	// file in Dir.
+	// Properties are producer configs, passed in a --command-config
+	// file.
 	Properties map[string]string
-	Dir        string
 }
 
 // StartProducer runs a VerifiableProducer with acks=all until it has sent
@@ -173,7 +173,7 @@ func StartProducer(ctx context.Context, t testing.TB, cfg ProducerConfig) *Produ
 	p := &Producer{proc: proc{name: "VerifiableProducer"}}
 	args := []string{"--bootstrap-server", cfg.Bootstrap, "--topic", cfg.Topic, "--acks", "-1",
 		"--throughput", strconv.Itoa(cfg.Throughput), "--max-messages", strconv.Itoa(cfg.Max)}
-	if path := writeProps(t, cfg.Dir, "producer.properties", cfg.Properties); path != "" {
+	if path := writeProps(t, "producer.properties", cfg.Properties); path != "" {
 		args = append(args, "--command-config", path)
 	}
 	p.start(ctx, t, "org.apache.kafka.tools.VerifiableProducer", args, func(name string, raw []byte, at time.Time) {
@@ -334,7 +334,9 @@ func Read(ranges []Range) (read map[int32]map[int64]bool, again int) {
 	return read, again
 }
 
-func writeProps(t testing.TB, dir, name string, props map[string]string) string {
+// writeProps writes props as a Java properties file in a temporary
+// directory of the test and returns its path, or "" when there are none.
+func writeProps(t testing.TB, name string, props map[string]string) string {
 	t.Helper()
 	if len(props) == 0 {
 		return ""
@@ -343,7 +345,7 @@ func writeProps(t testing.TB, dir, name string, props map[string]string) string 
 	for k, v := range props {
 		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
-	path := dir + "/" + name
+	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}

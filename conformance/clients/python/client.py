@@ -281,6 +281,13 @@ def emit_error(role, err, fatal=False):
         emit(ev(role, "error", code=type(err).__name__, error=str(err), fatal=fatal))
 
 
+def debug():
+    """librdkafka's debug log, on standard error, when LIBRDKAFKA_DEBUG names
+    its contexts (e.g. "eos,msg"): for a run that needs explaining."""
+    contexts = os.environ.get("LIBRDKAFKA_DEBUG", "")
+    return {"debug": contexts} if contexts else {}
+
+
 def log_role(role):
     # librdkafka's error_cb reports client-level conditions (a broker down,
     # a fatal idempotence error); only a fatal one is the application's.
@@ -300,9 +307,7 @@ def produce_role(a, topic, stop):
         "enable.idempotence": True,
         "acks": "all",
         "error_cb": log_role(role),
-        # LIBRDKAFKA_DEBUG (e.g. "eos,msg") turns on librdkafka's debug
-        # log, on standard error, when a run needs explaining.
-        **({"debug": os.environ["LIBRDKAFKA_DEBUG"]} if os.environ.get("LIBRDKAFKA_DEBUG") else {}),
+        **debug(),
     })
     run = secrets.token_hex(6)
     seq = [0] * a.partitions
@@ -353,9 +358,7 @@ def txn_role(a, spec, stop):
         "enable.idempotence": True,
         "acks": "all",
         "error_cb": log_role(role),
-        # LIBRDKAFKA_DEBUG (e.g. "eos,msg") turns on librdkafka's debug
-        # log, on standard error, when a run needs explaining.
-        **({"debug": os.environ["LIBRDKAFKA_DEBUG"]} if os.environ.get("LIBRDKAFKA_DEBUG") else {}),
+        **debug(),
     })
     run = secrets.token_hex(6)
     seq = [0] * a.partitions

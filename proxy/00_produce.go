@@ -116,7 +116,8 @@ func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte)
 // transactional producer's batch goes under its transactional ID's mapping
 // (txnRemaps), or is refused; an idempotent one writes on under an ID Ferry
 // allocates for it, and is told NOT_LEADER_OR_FOLLOWER (retry) when that
-// allocation fails.
+// allocation fails, and OUT_OF_ORDER_SEQUENCE_NUMBER (retry, behind the
+// one resent) while a batch before it in the partition was so refused.
 func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, topic string, topicID [16]byte, partition int32, records []byte) int16 {
 	gen := req.state.Generation
 	var code int16
@@ -129,21 +130,26 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 		phys, ok := routing.PhysicalPID(gen, pid)
 		if !ok {
 			s.metrics.refused(int16(kmsg.Produce), reasonOtherGeneration)
+			// The partition as the client names it (by name, or by ID
+			// from v13).
+			part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
 			if txnID != nil {
-				// The partition as the client names it (by name, or
-				// by ID from v13): its sequences' base.
-				part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
 				phys, epoch, seq, code = s.txnProduce(c.ctx, gen, *txnID, pid, epoch, part, seq)
 				if code != 0 {
 					return errStop
 				}
 			} else {
+				if s.remapped.blocks(gen, pid, part, epoch, seq) {
+					code = kerr.OutOfOrderSequenceNumber.Code
+					return errStop
+				}
 				ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 				var err error
 				phys, err = s.idempotentPID(ctx, req.up, gen, pid)
 				cancel()
 				if err != nil {
 					c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))
+					s.remapped.refused(gen, pid, part, epoch, seq)
 					code = kerr.NotLeaderForPartition.Code
 					return errStop
 				}

@@ -139,7 +139,72 @@ type remappedPIDs struct {
 	mu      sync.Mutex
 	gen     uint32
 	m       *simplelru.LRU[int64, *remapped]
+	gaps    *simplelru.LRU[gapKey, gap]
 	evicted prometheus.Counter
+}
+
+// A gap is a batch of an idempotent producer of another generation that
+// Ferry refused without writing it (no physical ID could be had), kept
+// until the client sends that batch again. The first batch the broker
+// gets under a freshly allocated ID sets that ID's sequence, whatever it
+// is; were a later batch, already in flight behind the refused one,
+// written first, the refused one would only ever meet
+// OUT_OF_ORDER_SEQUENCE_NUMBER, and be written out of order under the
+// next generation's ID. Later batches of the partition are refused as a
+// broker refuses a batch after a missing one (blocks), which every client
+// retries behind the batch it resends.
+type gapKey struct {
+	virt int64
+	part string // topic name, ID and partition as the client names them
+}
+
+type gap struct {
+	epoch int16
+	seq   int32
+}
+
+// reset empties r for gen; r.mu is held.
+func (r *remappedPIDs) reset(gen uint32) {
+	if r.m == nil || r.gen != gen {
+		r.gen = gen
+		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
+		r.gaps, _ = simplelru.NewLRU[gapKey, gap](maxRemapped, nil)
+	}
+}
+
+// refused notes that a batch (epoch, seq) of virt to part was refused
+// unwritten under gen.
+func (r *remappedPIDs) refused(gen uint32, virt int64, part string, epoch int16, seq int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reset(gen)
+	k := gapKey{virt, part}
+	if g, ok := r.gaps.Peek(k); ok && g.epoch == epoch && g.seq <= seq {
+		return // an earlier batch is still missing
+	}
+	if r.gaps.Add(k, gap{epoch, seq}) && r.evicted != nil {
+		r.evicted.Inc()
+	}
+}
+
+// blocks reports whether a batch (epoch, seq) of virt to part comes after
+// one refused unwritten under gen and not sent again since. A batch at or
+// before the refused one clears it: the client is resending.
+func (r *remappedPIDs) blocks(gen uint32, virt int64, part string, epoch int16, seq int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reset(gen)
+	k := gapKey{virt, part}
+	g, ok := r.gaps.Peek(k)
+	if !ok {
+		return false
+	}
+	if g.epoch != epoch || seq <= g.seq {
+		// Another epoch starts its sequences afresh.
+		r.gaps.Remove(k)
+		return false
+	}
+	return true
 }
 
 type remapped struct {
@@ -160,10 +225,7 @@ func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, vi
 // physicalBy is physical with the ID got by alloc (another member's).
 func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, alloc func(context.Context) (int64, error)) (int64, error) {
 	r.mu.Lock()
-	if r.m == nil || r.gen != gen {
-		r.gen = gen
-		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
-	}
+	r.reset(gen)
 	e, _ := r.m.Get(virt)
 	if e != nil {
 		r.mu.Unlock()

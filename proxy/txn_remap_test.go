@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,4 +485,78 @@ func TestStaleIdempotentProducerAcrossMembers(t *testing.T) {
 	if o := endOffset(t, kf, "t"); o != 1 {
 		t.Fatalf("the partition holds %d records after a batch and its retry through another member, want 1", o)
 	}
+}
+
+// TestIdempotentBatchRefusedKeepsItsPlace: an idempotent producer of the
+// generation before a switch has a batch refused because its physical ID
+// could not be had yet (the member its ID hashes to had not taken the
+// generation); the next batch, in flight behind it, must not be written
+// first. It was: the broker takes any first sequence from an ID it holds
+// no state for, so the second batch set the sequence, the refused one met
+// OUT_OF_ORDER_SEQUENCE_NUMBER until the next switch's fresh ID took it,
+// and the Java producer's partition held it hundreds of offsets late
+// (TestFleetSwitchoverClients, "order broken").
+func TestIdempotentBatchRefusedKeepsItsPlace(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	members := map[int32]*Server{}
+	addrs := map[int32]string{}
+	var refuse atomic.Int32
+	refuse.Store(1)
+	for id := range int32(2) {
+		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
+			WithPeers(refusingPeers{inProcessPeers{self: id, members: members}, &refuse}))
+	}
+	// A partition that held records: the broker takes any first sequence
+	// from a producer ID it holds no state for (kfake, as Kafka).
+	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Through the member that asks another for the client's ID.
+	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(stalePID, 10))
+	via := dialRaw(t, addrs[1-owner])
+	corr := int32(0)
+	produce := func(seq int32, v string) int16 {
+		t.Helper()
+		p := kmsg.NewPtrProduceRequest()
+		p.Version = 7
+		p.Acks, p.TimeoutMillis = -1, 5000
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, seq, false, v)}}}}
+		corr++
+		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	if code := produce(5, "first"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("the batch whose producer ID could not be had: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{5, "first"}, {6, "second"}} {
+		if code := produce(b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
+}
+
+// refusingPeers refuses the first n calls allocating a producer ID.
+type refusingPeers struct {
+	inProcessPeers
+	n *atomic.Int32
+}
+
+func (p refusingPeers) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
+	if bytes.Contains(body, []byte(`"op":"pid"`)) && p.n.Add(-1) >= 0 {
+		return nil, fmt.Errorf("member %d: %w (%d, asked under %d)", to, errOtherGeneration, idGen-1, idGen)
+	}
+	return p.inProcessPeers.Call(ctx, to, kind, body)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -150,6 +151,36 @@ func (f *Fleet) CallAll(ctx context.Context, kind string, body []byte) []Reply {
 	}
 	wg.Wait()
 	return out
+}
+
+// Split sorts CallAll's replies: the answers by node ID, the members that
+// failed with why, and those that stopped being alive before answering.
+func Split(replies []Reply) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
+	answers, failed = map[int32][]byte{}, map[int32]error{}
+	for _, r := range replies {
+		switch {
+		case r.Err == nil:
+			answers[r.NodeID] = r.Body
+		case errors.Is(r.Err, ErrNotAlive):
+			unreached = append(unreached, r.NodeID)
+		default:
+			failed[r.NodeID] = r.Err
+		}
+	}
+	return answers, failed, unreached
+}
+
+// FirstErr is the failure of the lowest node ID among failed, naming the
+// member; nil when there is none.
+func FirstErr(failed map[int32]error) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	first := int32(math.MaxInt32)
+	for id := range failed {
+		first = min(first, id)
+	}
+	return fmt.Errorf("member %d: %w", first, failed[first])
 }
 
 // cancelUnlessAlive calls cancel once member id is no longer alive, or

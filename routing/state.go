@@ -253,6 +253,11 @@ var ErrOtherSwitch = errors.New("writes are held for another switch")
 // So a member holds for one switch at a time, and a switch's rollback
 // releases only its own hold. A newer generation is always taken: it was
 // saved, and routes by it are in force.
+//
+// A step of a switch that this table has passed (a hold arriving after the
+// switch's next hold, or after its rollback released the writes) is
+// refused too (ReasonSuperseded): a call that comes late must not hold
+// writes again for a switch that ended.
 func (t *Table) UpdateFor(next State) error {
 	var held State
 	ok := t.install(next, func(cur State) bool {
@@ -260,16 +265,40 @@ func (t *Table) UpdateFor(next State) error {
 		if next.Generation < cur.Generation {
 			return false
 		}
-		return next.Generation > cur.Generation || !holdsForOther(cur, next)
+		return next.Generation > cur.Generation || !holdsForOther(cur, next) && !passedStep(cur, next)
 	})
 	switch {
 	case ok:
 		return nil
 	case next.Generation < held.Generation:
 		return &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("%s (%s) than %s of switch %s", newerStateText, held, next, next.SwitchID())}
+	case passedStep(held, next):
+		return &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("switch %s's step to %s comes late: this member is past it (%s)", next.SwitchID(), next.Phase, held)}
 	}
 	return &Error{Reason: ReasonRunning, Switch: held.SwitchID(), err: ErrOtherSwitch,
 		Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s); switch %s is refused", held.SwitchID(), held, next.SwitchID())}
+}
+
+// passedStep reports whether next, of the same generation and switch as
+// cur, is a step of that switch that cur is already past: the switch's
+// phases within a generation run draining, switching, then serving (its
+// rollback); none goes back. Either ID missing: no.
+func passedStep(cur, next State) bool {
+	id := cur.SwitchID()
+	if id == "" || id != next.SwitchID() || cur.Generation != next.Generation {
+		return false
+	}
+	return phaseOrder(next.Phase) < phaseOrder(cur.Phase)
+}
+
+func phaseOrder(p Phase) int {
+	switch p {
+	case PhaseDraining:
+		return 1
+	case PhaseSwitching:
+		return 2
+	}
+	return 3 // serving: the switch is over
 }
 
 // holdsForOther reports whether cur holds writes for a switch other than

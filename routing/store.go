@@ -272,7 +272,7 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	unlessSuperseded := func(c *storeCluster) func(State, bool) error {
 		return func(held State, found bool) error {
 			if found {
-				if why := supersedes(held, st); why != "" {
+				if why := Supersedes(held, st); why != "" {
 					return &SupersededError{Cluster: c.name, Held: held, Why: why}
 				}
 			}
@@ -331,7 +331,7 @@ func (e *SupersededError) Error() string {
 // Is makes errors.Is(err, ErrSuperseded) hold.
 func (e *SupersededError) Is(target error) bool { return target == ErrSuperseded }
 
-// supersedes says why held, found on a cluster, must not be replaced by
+// Supersedes says why held, found on a cluster, must not be replaced by
 // st, or "" when it may be. A newer generation is never replaced. Within
 // one generation, a state is replaced by its own switch's next step, or
 // by a switch beginning from it; never by another switch that made the
@@ -339,7 +339,7 @@ func (e *SupersededError) Is(target error) bool { return target == ErrSuperseded
 // serving state while held is a switch's draining one: that would reopen
 // the writes the running switch holds. Either switch ID missing (a state
 // saved by a Ferry that did not write IDs): replaced, as before.
-func supersedes(held, st State) string {
+func Supersedes(held, st State) string {
 	switch {
 	case held.Generation > st.Generation:
 		return fmt.Sprintf("generation %d, newer than %d", held.Generation, st.Generation)
@@ -403,7 +403,7 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
 		case r.err == nil && r.found:
-			if why := supersedes(r.st, st); why != "" {
+			if why := Supersedes(r.st, st); why != "" {
 				errs = append(errs, &SupersededError{Cluster: r.name, Held: r.st, Why: why})
 			}
 		}

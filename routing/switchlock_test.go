@@ -53,7 +53,7 @@ func (m *condStore) Save(_ context.Context, st State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, h := range m.held {
-		if why := supersedes(h, st); why != "" {
+		if why := Supersedes(h, st); why != "" {
 			return &SupersededError{Cluster: name, Held: h, Why: why}
 		}
 	}
@@ -108,9 +108,23 @@ func TestMemberHoldsForOneSwitch(t *testing.T) {
 	if cur := m.Table.Current(); cur.Phase != PhaseServing {
 		t.Fatalf("after x's rollback: %s", cur)
 	}
+	// x's hold arriving after its rollback (a late call) is refused, and
+	// the writes stay released.
+	if err := m.Hold(ctx, hold("x")); !errors.As(err, &e) || e.Reason != ReasonSuperseded || m.Table.Current().Phase != PhaseServing {
+		t.Fatalf("x's hold after its rollback: %v, now %s; want superseded, serving", err, m.Table.Current())
+	}
 	// Holding again, for y: a forced switch's newer generation is taken.
 	if err := m.Hold(ctx, hold("y")); err != nil {
 		t.Fatalf("hold for y once x rolled back: %v", err)
+	}
+	// y's second hold (EndTxn too), then its first once more, late.
+	switching := hold("y")
+	switching.Phase = PhaseSwitching
+	if err := m.Hold(ctx, switching); err != nil {
+		t.Fatalf("y's second hold: %v", err)
+	}
+	if err := m.Hold(ctx, hold("y")); !errors.As(err, &e) || e.Reason != ReasonSuperseded || m.Table.Current().Phase != PhaseSwitching {
+		t.Fatalf("y's first hold after its second: %v, now %s; want superseded, switching", err, m.Table.Current())
 	}
 	forced := State{Generation: 4, Active: "b", Phase: PhaseServing, Last: &Switch{ID: "z", Mode: Forced, Outcome: OutcomeSwitched}}
 	if err := m.Install(ctx, forced); err != nil {

@@ -15,26 +15,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/fleetswitch"
 	"github.com/ferry-gw/ferry/membership"
-	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
 
 // fleet is this member's part in a fleet (the fleet section): the members
 // gossip knows (membership), the brokers clients see (routing.Fleet), the
-// switch's steps carried to every live member (routing.Members and
-// routing.Mirror over membership's acknowledged calls), the write lease
-// (routing.Lease), and the mirror's partitions spread over the members
-// (mirror.Ownership).
-//
-// Why calls over memberlist rather than HTTP between admin addresses: they
-// travel on the gossip transport, encrypted and authenticated by the
-// fleet's key, so the switch needs no second credential and no member
-// exposes an internal endpoint on its admin API; and each call is a
-// request with an answer, which is the barrier a switch needs ("every live
-// member holds"). Gossip itself (memberlist's broadcasts) has no
-// acknowledgement.
+// switch's steps carried to every live member (fleetswitch), the write
+// lease (routing.Lease), and the mirror's partitions spread over the
+// members (mirror.Ownership).
 type fleet struct {
 	n     *node
 	m     *membership.Fleet
@@ -50,11 +41,9 @@ type fleet struct {
 }
 
 // Fleet calls between members.
+// (The switch's own, hold, install and the mirror's stop and start, are
+// fleetswitch's.)
 const (
-	callHold         = "routing.hold"
-	callInstall      = "routing.install"
-	callMirrorStop   = "mirror.stop"
-	callMirrorFollow = "mirror.follow"
 	callMirrorStatus = "mirror.status"
 	// callMirrorRestart: each member restarts the halted writers it runs
 	// (POST /mirror/restart on any member reaches every one).
@@ -234,39 +223,16 @@ func (f *fleet) mayMirror() bool {
 // Changed implements mirror.Ownership.
 func (f *fleet) Changed() <-chan struct{} { return f.m.Changed() }
 
-// handle answers the other members' calls: the switch's control (hold,
-// install, mirror stop and follow) on handler slots of its own, so that
-// transactional forwarding cannot crowd it out.
+// handle answers the other members' calls: the switch's control on
+// handler slots of its own (fleetswitch.Register), so that transactional
+// forwarding cannot crowd it out, and the rest.
 func (f *fleet) handle() {
 	n := f.n
-	local := routing.Local{Table: n.routes, Settled: n.proxy.Settled}
-	f.m.HandleControl(callHold, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
-		st, err := decodeState(body)
-		if err != nil {
-			return nil, err
-		}
-		return nil, local.Hold(ctx, st)
-	})
-	f.m.HandleControl(callInstall, func(ctx context.Context, _ int32, body []byte) ([]byte, error) {
-		st, err := decodeState(body)
-		if err != nil {
-			return nil, err
-		}
-		return nil, local.Install(ctx, st)
-	})
-	f.m.HandleControl(callMirrorStop, func(context.Context, int32, []byte) ([]byte, error) {
-		if n.mirror == nil {
-			return json.Marshal([]routing.Position{})
-		}
-		return json.Marshal(switchMirror{n.mirror}.Stop())
-	})
-	f.m.HandleControl(callMirrorFollow, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
-		st, err := decodeState(body)
-		if err != nil || n.mirror == nil {
-			return nil, err
-		}
-		return nil, n.mirror.Follow(st)
-	})
+	var sm fleetswitch.LocalMirror
+	if n.mirror != nil {
+		sm = switchMirror{n.mirror}
+	}
+	fleetswitch.Register(f.m, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm)
 	f.m.Handle(callMirrorStatus, func(context.Context, int32, []byte) ([]byte, error) {
 		return json.Marshal(n.admin.LocalMirror())
 	})
@@ -293,30 +259,10 @@ func (f *fleet) handle() {
 	})
 }
 
-func decodeState(body []byte) (routing.State, error) {
-	var st routing.State
-	if err := json.Unmarshal(body, &st); err != nil {
-		return st, fmt.Errorf("decoding a routing state: %w", err)
-	}
-	return st, nil
-}
-
 // callLive calls every alive member and waits for each to answer, or to
-// stop being alive (membership.CallAll). Its answers are keyed by node ID;
-// the members that did not answer are listed apart: those that failed,
-// and those no longer alive.
+// stop being alive (membership.CallAll, membership.Split).
 func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
-	answers, failed = map[int32][]byte{}, map[int32]error{}
-	for _, r := range f.m.CallAll(ctx, kind, body) {
-		switch {
-		case r.Err == nil:
-			answers[r.NodeID] = r.Body
-		case errors.Is(r.Err, membership.ErrNotAlive):
-			unreached = append(unreached, r.NodeID)
-		default:
-			failed[r.NodeID] = r.Err
-		}
-	}
+	answers, failed, unreached = membership.Split(f.m.CallAll(ctx, kind, body))
 	if len(unreached) > 0 {
 		f.log.Warn("members did not answer and are no longer alive; not waiting for them",
 			zap.String("call", kind), zap.Int32s("members", unreached))
@@ -324,145 +270,16 @@ func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers
 	return answers, failed, unreached
 }
 
-// callErr is the first failure among failed, naming the member.
-func callErr(failed map[int32]error) error {
-	ids := make([]int32, 0, len(failed))
-	for id := range failed {
-		ids = append(ids, id)
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return fmt.Errorf("member %d: %w", ids[0], failed[ids[0]])
-}
-
-// fleetMembers is routing.Members over the fleet: each step on every alive
-// member. A member that cannot be reached is not waited for: the write
-// lease has it stop writing before the flip (routing/lease.go).
-type fleetMembers struct{ f *fleet }
-
-var _ routing.Members = fleetMembers{}
-
-func (fm fleetMembers) Hold(ctx context.Context, st routing.State) error {
-	body, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	_, failed, _ := fm.f.callLive(ctx, callHold, body)
-	return callErr(failed)
-}
-
-func (fm fleetMembers) Install(ctx context.Context, st routing.State) error {
-	body, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	// This member first: its table is what the switch answers with. A
-	// rollback releases only its own switch's hold (UpdateFor).
-	self := fm.f.n.routes.UpdateFor(st)
-	_, failed, _ := fm.f.callLive(ctx, callInstall, body)
-	if self != nil {
-		return self
-	}
-	return callErr(failed)
-}
-
-// fleetMirror is routing.Mirror over the fleet: the drain and the group
-// sync read the clusters, so this member does them; stopping and starting
-// reach the writers on every member.
-type fleetMirror struct {
-	f     *fleet
-	local switchMirror
-}
-
-var _ routing.Mirror = fleetMirror{}
-
-func (fm fleetMirror) Halted() []string {
+// halted lists the halted mirror partitions of every alive member.
+func (f *fleet) halted() []string {
 	var out []string
-	for _, p := range fm.f.mirrorStatus(context.Background()).Partitions {
+	for _, p := range f.mirrorStatus(context.Background()).Partitions {
 		if p.State == "halted" {
 			out = append(out, fmt.Sprintf("%s[%d]: %s (member %d)", p.Topic, p.Partition, p.Error, p.Owner))
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-func (fm fleetMirror) Drain(ctx context.Context) error { return fm.local.Drain(ctx) }
-
-func (fm fleetMirror) SyncGroups(ctx context.Context) error { return fm.local.SyncGroups(ctx) }
-
-func (fm fleetMirror) Stop() []routing.Position {
-	local := fm.local.r.cur.Load() // before the call stops it
-	ctx, cancel := context.WithTimeout(fm.f.ctx, 30*time.Second)
-	defer cancel()
-	answers, failed, _ := fm.f.callLive(ctx, callMirrorStop, nil)
-	for id, err := range failed {
-		fm.f.log.Error("a member's mirror did not stop", zap.Int32("member", id), zap.Error(err))
-	}
-	var out []routing.Position
-	for _, b := range answers {
-		var ps []routing.Position
-		if err := json.Unmarshal(b, &ps); err == nil {
-			out = append(out, ps...)
-		}
-	}
-	if local != nil {
-		out = append(out, fm.unanswered(local, out)...)
-	}
-	return out
-}
-
-// unanswered is the positions of the mirrored partitions no member
-// answered for: their writer ran on a member the call did not reach (alive
-// to gossip, but cut off or dying). Each gets the standby's end offset, so
-// that the ended generation's fence covers it (what OffsetForLeaderEpoch
-// answers), and what the source's end, listed, holds beyond it is a lost
-// range; the log names them.
-func (fm fleetMirror) unanswered(local *runningMirror, got []routing.Position) []routing.Position {
-	have := map[string]map[int32]bool{}
-	for _, p := range got {
-		if have[p.Topic] == nil {
-			have[p.Topic] = map[int32]bool{}
-		}
-		have[p.Topic][p.Partition] = true
-	}
-	var missing []mirror.PartitionStatus
-	for t, n := range local.m.Partitions() {
-		for p := range n {
-			if !have[t][p] {
-				missing = append(missing, mirror.PartitionStatus{Topic: t, Partition: p, Mirrored: -1, SourceEnd: -1})
-			}
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	var out []routing.Position
-	var names []string
-	for _, p := range fm.local.r.positions(local.source, local.target, missing) {
-		if p.Standby < 0 {
-			continue // the standby's end could not be listed: no fence
-		}
-		out = append(out, p)
-		names = append(names, fmt.Sprintf("%s[%d]", p.Topic, p.Partition))
-	}
-	sort.Strings(names)
-	fm.f.log.Error("no member answered for some mirrored partitions at the switch: their fence is the standby's end, and what the source holds beyond it, where it could be listed, is reported lost",
-		zap.Strings("partitions", names), zap.Int("unlisted", len(missing)-len(out)))
-	return out
-}
-
-func (fm fleetMirror) Follow(st routing.State) error {
-	body, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(fm.f.ctx, 30*time.Second)
-	defer cancel()
-	_, failed, _ := fm.f.callLive(ctx, callMirrorFollow, body)
-	return callErr(failed)
 }
 
 // mirrorStatus is the fleet's mirror: every alive member's partitions.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/membership"
 	"github.com/ferry-gw/ferry/mirror"
 )
 
@@ -58,7 +59,7 @@ func (f *fleet) restartMirror(ctx context.Context, req admin.MirrorRestartReques
 		f.log.Warn("a member did not answer the mirror restart", zap.Int32("member", id), zap.Error(err))
 	}
 	if len(answers) == 0 {
-		if err := callErr(failed); err != nil {
+		if err := membership.FirstErr(failed); err != nil {
 			return admin.MirrorRestartResult{}, err
 		}
 		return admin.MirrorRestartResult{}, fmt.Errorf("no member answered (unreached: %v)", unreached)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/fleetswitch"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
@@ -207,7 +208,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		n.mirror.opts = append(n.mirror.opts, mirror.WithTxnCarrier(n.txnCarrier))
 		sm = switchMirror{n.mirror}
 		if n.fleet != nil {
-			sm = fleetMirror{f: n.fleet, local: switchMirror{n.mirror}}
+			sm = fleetswitch.NewMirror(n.fleet.ctx, n.fleet.m, switchMirror{n.mirror}, n.fleet.halted, log.Named("switch"))
 		}
 	}
 	names := make([]string, len(cfg.Clusters))
@@ -216,7 +217,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	}
 	var members routing.Members = routing.Local{Table: n.routes, Settled: n.proxy.Settled}
 	if n.fleet != nil {
-		members = fleetMembers{n.fleet}
+		members = fleetswitch.NewMembers(n.fleet.m, n.routes, log.Named("switch"))
 	}
 	n.switcher = routing.NewSwitcher(n.routes, members, sm, n.store, names, log.Named("switch"))
 	n.switcher.SaveVersions(n.proxy.SavedVersions)

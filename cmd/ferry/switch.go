@@ -142,3 +142,49 @@ func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionSt
 }
 
 func (m switchMirror) Follow(st routing.State) error { return m.r.Follow(st) }
+
+// Unanswered implements fleetswitch.LocalMirror: each mirrored partition
+// no member answered for at the stop (its writer ran on a member the call
+// did not reach: alive to gossip, but cut off or dying) gets the standby's
+// end offset, so that the ended generation's fence covers it (what
+// OffsetForLeaderEpoch answers), and what the source's end, listed, holds
+// beyond it is a lost range; the log names them.
+func (m switchMirror) Unanswered() func(got []routing.Position) []routing.Position {
+	local := m.r.cur.Load()
+	if local == nil {
+		return nil
+	}
+	return func(got []routing.Position) []routing.Position {
+		have := map[string]map[int32]bool{}
+		for _, p := range got {
+			if have[p.Topic] == nil {
+				have[p.Topic] = map[int32]bool{}
+			}
+			have[p.Topic][p.Partition] = true
+		}
+		var missing []mirror.PartitionStatus
+		for t, n := range local.m.Partitions() {
+			for p := range n {
+				if !have[t][p] {
+					missing = append(missing, mirror.PartitionStatus{Topic: t, Partition: p, Mirrored: -1, SourceEnd: -1})
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		var out []routing.Position
+		var names []string
+		for _, p := range m.r.positions(local.source, local.target, missing) {
+			if p.Standby < 0 {
+				continue // the standby's end could not be listed: no fence
+			}
+			out = append(out, p)
+			names = append(names, fmt.Sprintf("%s[%d]", p.Topic, p.Partition))
+		}
+		sort.Strings(names)
+		m.r.log.Error("no member answered for some mirrored partitions at the switch: their fence is the standby's end, and what the source holds beyond it, where it could be listed, is reported lost",
+			zap.Strings("partitions", names), zap.Int("unlisted", len(missing)-len(out)))
+		return out
+	}
+}

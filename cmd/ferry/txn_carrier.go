@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/ferry-gw/ferry/membership"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 )
@@ -46,5 +47,5 @@ func (n *node) txnCarrier(ctx context.Context, txns []mirror.OpenTxn) ([]string,
 		out = append(out, x)
 	}
 	sort.Strings(out)
-	return out, callErr(failed)
+	return out, membership.FirstErr(failed)
 }

@@ -55,7 +55,8 @@ func freeGossipAddr(t *testing.T) string {
 
 // startFerryFleet runs n `ferry serve` members seeded with each other and
 // sharing a gossip key, and returns once every member lists all n alive.
-func startFerryFleet(t *testing.T, bin string, primary, standby *kafkatest.Cluster, n int) []*ferryServe {
+// Each seat is handed to configure, if any, first.
+func startFerryFleet(t *testing.T, bin string, primary, standby *kafkatest.Cluster, n int, configure ...func(*fleetSeat)) []*ferryServe {
 	t.Helper()
 	keyFile, err := benchutil.WriteGossipKey(t.TempDir(), 0)
 	if err != nil {
@@ -70,6 +71,9 @@ func startFerryFleet(t *testing.T, bin string, primary, standby *kafkatest.Clust
 	var ms []*ferryServe
 	for _, s := range seats {
 		s.seeds = seeds
+		for _, c := range configure {
+			c(s)
+		}
 		ms = append(ms, startFerryMember(t, bin, primary, standby, s))
 	}
 	waitAlive(t, ms, nil, time.Minute)

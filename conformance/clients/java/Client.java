@@ -46,6 +46,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -448,6 +449,15 @@ public final class Client {
             return m;
         }
 
+        /** Prints the offsets a commit that succeeded acknowledged. */
+        static void committed(String role, Map<TopicPartition, OffsetAndMetadata> offsets) {
+            Map<String, Object> m = ev(role, "committed");
+            Map<String, Object> offs = new LinkedHashMap<>();
+            offsets.forEach((tp, o) -> offs.put(String.valueOf(tp.partition()), o.offset()));
+            m.put("offsets", offs);
+            emit(m);
+        }
+
         static void ack(String role, String ev, int partition, long offset, String value, int txn) {
             Map<String, Object> m = ev(role, ev);
             m.put("partition", partition);
@@ -730,11 +740,16 @@ public final class Client {
                 while (!stop.get()) {
                     try {
                         ConsumerRecords<String, String> recs = consumer.poll(Duration.ofMillis(200));
+                        Map<TopicPartition, OffsetAndMetadata> next = new LinkedHashMap<>();
                         for (ConsumerRecord<String, String> r : recs) {
                             ack(name, "rec", r.partition(), r.offset(), r.value(), 0);
+                            next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                         }
                         if (!recs.isEmpty()) {
-                            consumer.commitSync(Duration.ofSeconds(30));
+                            // What was read, explicitly: the event then
+                            // names exactly what the group acknowledged.
+                            consumer.commitSync(next, Duration.ofSeconds(30));
+                            committed(name, next);
                         }
                     } catch (org.apache.kafka.common.KafkaException e) {
                         error(name, e, false);

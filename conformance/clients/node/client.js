@@ -467,6 +467,7 @@ async function consumeRole (a, spec, stop) {
       const next = BigInt(batch.messages[batch.messages.length - 1].offset) + 1n
       try {
         await consumer.commitOffsets([{ topic, partition: batch.partition, offset: String(next) }])
+        emit({ role, ev: 'committed', offsets: { [batch.partition]: Number(next) } })
       } catch (err) {
         emitError(role, err, false)
       }

@@ -443,10 +443,15 @@ def consume_role(a, spec, stop):
 
     def commit():
         try:
-            c.commit(asynchronous=False)
+            done = c.commit(asynchronous=False)
         except ck.KafkaException as e:
             if e.args[0].code() != ck.KafkaError._NO_OFFSET:
                 emit_error(role, e)
+            return
+        offsets = {str(tp.partition): tp.offset for tp in done or []
+                   if tp.error is None and tp.offset >= 0}
+        if offsets:
+            emit(ev(role, "committed", offsets=offsets))
 
     while not stop.is_set():
         got = False

@@ -1,0 +1,48 @@
+package chaos
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestDrawReplays: a seed draws the same schedule every time; another seed
+// another one; every kind comes once before any comes again; the waits fit
+// the run and the pauses their bounds.
+func TestDrawReplays(t *testing.T) {
+	cfg := Config{Seed: 42, Duration: 10 * time.Minute, Members: 3, WriteLease: 1500 * time.Millisecond, MinGap: 3 * time.Second, MaxGap: 8 * time.Second}
+	a, b := Draw(cfg), Draw(cfg)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("one seed drew two schedules")
+	}
+	cfg.Seed = 43
+	if reflect.DeepEqual(a, Draw(cfg)) {
+		t.Fatal("seeds 42 and 43 drew the same schedule")
+	}
+	if len(a) < 2*len(Kinds) {
+		t.Fatalf("%d faults in 10 minutes at 3-8 s apart", len(a))
+	}
+	seen := map[Kind]bool{}
+	var total time.Duration
+	for i, f := range a {
+		if i < len(Kinds) {
+			if seen[f.Kind] {
+				t.Errorf("fault %d, %s, drawn again before every kind was", i, f.Kind)
+			}
+			seen[f.Kind] = true
+		}
+		total += f.After
+		if f.After < cfg.MinGap || f.After >= cfg.MaxGap {
+			t.Errorf("fault %d waits %v, outside [%v, %v)", i, f.After, cfg.MinGap, cfg.MaxGap)
+		}
+		if f.Member == f.Other || f.Member < 0 || f.Member >= cfg.Members || f.Other < 0 || f.Other >= cfg.Members {
+			t.Errorf("fault %d: members %d and %d of %d", i, f.Member, f.Other, cfg.Members)
+		}
+		if f.Kind == PauseMember && f.Pause > 2*cfg.WriteLease {
+			t.Errorf("fault %d pauses a member %v, past twice the lease", i, f.Pause)
+		}
+	}
+	if total > cfg.Duration {
+		t.Errorf("the waits add up to %v, past the run's %v", total, cfg.Duration)
+	}
+}

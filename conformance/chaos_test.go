@@ -1,0 +1,537 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/conformance/chaos"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/conformance/verifiable"
+)
+
+var (
+	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: the schedule's seed (0: drawn from the clock and printed)")
+	chaosDuration = flag.Duration("chaos.duration", 75*time.Second, "TestChaos: how long faults are injected")
+	chaosReport   = flag.String("chaos.report", "", "TestChaos: write the run's report (Markdown) to this file")
+)
+
+// chaosWriteLease is the members' write lease (the default): a paused
+// member is stopped for up to twice it.
+const chaosWriteLease = 1500 * time.Millisecond
+
+// TestChaos runs a seeded, randomized schedule of faults (conformance/chaos)
+// against three `ferry serve` members in front of two real Kafka clusters,
+// under a workload all through the fleet — Kafka's VerifiableProducer
+// (idempotent, acks=all) and a VerifiableConsumer in a classic and one in a
+// KIP-848 group — and, beside Ferry, a transactional producer writing
+// directly to the primary on a topic Ferry does not mirror (a bystander).
+//
+// Checked at the end, from the clusters read directly: every acknowledged
+// record is on the active cluster at its acknowledged offset, and on the
+// standby once the mirror caught up; each group read every acknowledged
+// offset and never read below an offset it had committed; duplicates only
+// where a member was cut off or killed mid-write, counted; the bystander
+// was never fenced; every switch that answered 200 answered the one
+// generation; no member panicked; every member ends on one generation.
+//
+// A failing run prints its seed; -chaos.seed replays its schedule. `make
+// chaos` runs a long one and writes docs/CHAOS.md.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("conformance: real Kafka is not run in -short mode")
+	}
+	const (
+		topic      = "chaos"
+		bystander  = "bystander"
+		partitions = 6
+		rate       = 200 // records a second
+	)
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	faults := chaos.Draw(chaos.Config{Seed: seed, Duration: *chaosDuration, Members: 3, WriteLease: chaosWriteLease,
+		MinGap: 3 * time.Second, MaxGap: 8 * time.Second})
+	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v", seed, *chaosDuration)
+	t.Logf("chaos seed %d, %d faults (replay: %s)", seed, len(faults), replay)
+	defer func() {
+		if t.Failed() {
+			t.Logf("chaos seed %d failed; replay: %s", seed, replay)
+		}
+	}()
+
+	bin, primary, standby := startPair(t, "chaos-primary", "chaos-standby")
+	clusters := map[string]*kafkatest.Cluster{"primary": primary, "standby": standby}
+	fl := &chaosFleet{t: t, bin: bin, primary: primary, standby: standby}
+	fl.ms = startFerryFleet(t, bin, primary, standby, 3, func(s *fleetSeat) { s.unmirrored = bystander })
+	for _, m := range fl.ms {
+		fl.logs = append(fl.logs, m.log)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *chaosDuration+10*time.Minute)
+	defer cancel()
+
+	viaCl, err := kgo.NewClient(kgo.SeedBrokers(fl.ms[0].addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaCl.Close()
+	createReadyTopic(ctx, t, kadm.NewClient(viaCl), topic, partitions, 1)
+	by := startBystander(ctx, t, primary, bystander)
+
+	bootstrap := fl.bootstrap()
+	prod := verifiable.StartProducer(ctx, t, verifiable.ProducerConfig{Bootstrap: bootstrap, Topic: topic, Throughput: rate, Max: -1,
+		Properties: map[string]string{"enable.idempotence": "true", "retries": "2147483647", "delivery.timeout.ms": "300000"}})
+	cons := []*verifiable.Consumer{
+		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: bootstrap, Topic: topic, Group: "chaos-classic", Protocol: "classic"}),
+		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: bootstrap, Topic: topic, Group: "chaos-consumer", Protocol: "consumer"}),
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("VerifiableProducer stderr:\n%s", tail(prod.Stderr(), 3000))
+			for _, c := range cons {
+				t.Logf("%s stderr:\n%s", c.Group, tail(c.Stderr(), 3000))
+			}
+		}
+	}()
+	for deadline := time.Now().Add(time.Minute); prod.Acked() < rate; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer had %d acknowledged a minute after it started", prod.Acked())
+		}
+	}
+
+	report := &chaos.Report{Seed: seed, Duration: *chaosDuration, Faults: map[chaos.Kind]int{}, Outcomes: map[string]int{}}
+	var answered []switchResult // every 200 a switch answered
+	for i, f := range faults {
+		select {
+		case <-time.After(f.After):
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		start := time.Now()
+		met := fl.inject(ctx, f, clusters, report, &answered)
+		report.Faults[f.Kind]++
+		line := fmt.Sprintf("%d. after %v: %s — %s (%v)", i+1, f.After.Round(time.Millisecond), f, met, time.Since(start).Round(time.Millisecond))
+		report.Log = append(report.Log, line)
+		t.Log(line)
+		// The next fault meets a whole fleet: every member back and
+		// listing the others.
+		waitAlive(t, fl.ms, nil, 90*time.Second)
+	}
+
+	// Every member ends on one generation.
+	gen, active, agreed := fl.agree(60 * time.Second)
+	report.Check("every member ends on one generation", agreed, fmt.Sprintf("generation %d, %s active", gen, active))
+
+	// Every 200 named the one state of its generation: two switches never
+	// made one generation twice.
+	byGen := map[uint32]string{}
+	twice := ""
+	for _, a := range answered {
+		if prev, ok := byGen[a.Generation]; ok && prev != a.Active {
+			twice = fmt.Sprintf("generation %d answered with %s and %s active", a.Generation, prev, a.Active)
+		}
+		byGen[a.Generation] = a.Active
+	}
+	report.Check("no two switches made the same generation", twice == "", fmt.Sprintf("%d switches answered 200 %s", len(answered), twice))
+
+	if err := prod.Stop(60 * time.Second); err != nil {
+		t.Error(err)
+	}
+	acks := prod.Acks()
+	report.Records = len(acks)
+	if len(acks) == 0 {
+		t.Fatal("no record was acknowledged")
+	}
+
+	// Each group reads every acknowledged offset.
+	want := map[int32]map[int64]bool{}
+	for _, a := range acks {
+		if want[a.Partition] == nil {
+			want[a.Partition] = map[int64]bool{}
+		}
+		want[a.Partition][a.Offset] = true
+	}
+	unread := func(c *verifiable.Consumer) int {
+		read, _ := verifiable.Read(c.Ranges())
+		n := 0
+		for p, offs := range want {
+			for o := range offs {
+				if !read[p][o] {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if unread(cons[0])+unread(cons[1]) == 0 {
+			break
+		}
+	}
+	for _, c := range cons {
+		if err := c.Stop(60 * time.Second); err != nil {
+			t.Error(err)
+		}
+		n := unread(c)
+		_, again := verifiable.Read(c.Ranges())
+		report.Check(c.Group+" read every acknowledged record", n == 0, fmt.Sprintf("%d of %d unread; %d read again", n, len(acks), again))
+		rewinds := belowCommitted(c)
+		report.Check(c.Group+" never read below an offset it had committed", len(rewinds) == 0, strings.Join(head3(rewinds), "; "))
+	}
+
+	// Every acknowledged record is on the active cluster at its offset,
+	// and on the standby once the mirror caught up.
+	fl.ms[0].waitMirrorCaughtUp(t, 2*time.Minute)
+	other := "primary"
+	if active == "primary" {
+		other = "standby"
+	}
+	for _, name := range []string{active, other} {
+		on := readCommitted(t, ctx, clusters[name], []string{topic})[topic]
+		bad := []string{}
+		for _, a := range acks {
+			if got := on[partOff{a.Partition, a.Offset}]; got != a.Value {
+				bad = append(bad, fmt.Sprintf("%q acknowledged at %d/%d, %q there", a.Value, a.Partition, a.Offset, got))
+			}
+		}
+		role := "active"
+		if name == other {
+			role = "standby"
+		}
+		report.Check(fmt.Sprintf("every acknowledged record is on the %s cluster (%s) at its offset", role, name), len(bad) == 0,
+			fmt.Sprintf("%d of %d not %s", len(bad), len(acks), strings.Join(head3(bad), "; ")))
+		if name == active {
+			dups := duplicates(on)
+			cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember]
+			report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
+				fmt.Sprintf("%d records written twice; %d member kills and pauses", dups, cutOff))
+		}
+	}
+
+	byErrs, byTxns := by.stop()
+	report.Check("the bystander's transactions are never fenced", len(byErrs) == 0,
+		fmt.Sprintf("%d transactions committed directly on the primary; errors: %s", byTxns, strings.Join(head3(byErrs), "; ")))
+	panics := fl.panics()
+	report.Check("no member panics", len(panics) == 0, strings.Join(head3(panics), "; "))
+
+	md := report.Markdown(replay)
+	t.Logf("\n%s", md)
+	if *chaosReport != "" {
+		if err := os.WriteFile(*chaosReport, []byte(md), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, inv := range report.Invariants {
+		if !inv.OK {
+			t.Errorf("invariant violated: %s: %s", inv.Name, inv.Detail)
+		}
+	}
+}
+
+// chaosFleet is the members under the schedule, and every log any of
+// their incarnations wrote.
+type chaosFleet struct {
+	t                *testing.T
+	bin              string
+	primary, standby *kafkatest.Cluster
+	ms               []*ferryServe
+	logs             []string
+}
+
+func (fl *chaosFleet) bootstrap() string {
+	var addrs []string
+	for _, m := range fl.ms {
+		addrs = append(addrs, m.addr)
+	}
+	return strings.Join(addrs, ",")
+}
+
+// switchResult is a switch's 200.
+type switchResult struct {
+	Generation uint32
+	Active     string
+}
+
+// inject runs fault f and says what it met.
+func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[string]*kafkatest.Cluster, report *chaos.Report, answered *[]switchResult) string {
+	t := fl.t
+	_, active, _ := fl.agree(0)
+	to := "standby"
+	if active == "standby" {
+		to = "primary"
+	}
+	note := func(a switchAnswer, code int) string {
+		if code != http.StatusOK {
+			out := fmt.Sprintf("refused %d %s", code, a.Error)
+			report.Outcomes[out]++
+			return out
+		}
+		*answered = append(*answered, switchResult{a.Generation, a.Active})
+		report.Outcomes["switched"]++
+		return fmt.Sprintf("switched (generation %d, %s active)", a.Generation, a.Active)
+	}
+	switch f.Kind {
+	case chaos.PlannedSwitch:
+		a, code := fl.ms[f.Member].askSwitch(ctx, to)
+		return note(a, code)
+	case chaos.TwoSwitches:
+		var wg sync.WaitGroup
+		answers := make([]string, 2)
+		var mu sync.Mutex
+		for i, m := range []int{f.Member, f.Other} {
+			wg.Go(func() {
+				a, code := fl.ms[m].askSwitch(ctx, to)
+				mu.Lock()
+				defer mu.Unlock()
+				answers[i] = fmt.Sprintf("member %d: %s", m, note(a, code))
+			})
+		}
+		wg.Wait()
+		return strings.Join(answers, "; ")
+	case chaos.KillMember:
+		m := fl.ms[f.Member]
+		m.kill(t)
+		time.Sleep(f.Pause)
+		fl.ms[f.Member] = startFerryMember(t, fl.bin, fl.primary, fl.standby, m.seat)
+		fl.logs = append(fl.logs, fl.ms[f.Member].log)
+		return "killed, restarted"
+	case chaos.PauseMember:
+		p := fl.ms[f.Member].cmd.Process
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP member %d: %v", f.Member, err)
+		}
+		time.Sleep(f.Pause)
+		if err := p.Signal(syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT member %d: %v", f.Member, err)
+		}
+		return "stopped, continued"
+	case chaos.PauseBroker:
+		name := active
+		if f.Cluster == 1 {
+			name = to
+		}
+		c := clusters[name]
+		pid := c.Pid(c.NodeIDs()[0])
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP %s's broker: %v", name, err)
+		}
+		time.Sleep(f.Pause)
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT %s's broker: %v", name, err)
+		}
+		return name + "'s broker stopped, continued"
+	}
+	t.Fatalf("fault kind %q not known", f.Kind)
+	return ""
+}
+
+// agree waits up to timeout for every member to route by one serving
+// state, and returns it (with timeout 0: asks once, and returns member 0's
+// view if they differ).
+func (fl *chaosFleet) agree(timeout time.Duration) (gen uint32, active string, ok bool) {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(250 * time.Millisecond) {
+		var states []string
+		for i, m := range fl.ms {
+			st, err := m.status()
+			if err != nil {
+				states = append(states, err.Error())
+				continue
+			}
+			if i == 0 || active == "" {
+				gen, active = st.Routing.Generation, st.Routing.Active
+			}
+			states = append(states, fmt.Sprintf("%d/%s/%s", st.Routing.Generation, st.Routing.Active, st.Routing.Phase))
+		}
+		same := true
+		for _, s := range states {
+			same = same && s == states[0] && strings.HasSuffix(s, "/serving")
+		}
+		if same {
+			return gen, active, true
+		}
+		if time.Now().After(deadline) {
+			fl.t.Logf("members route by %v", states)
+			return gen, active, false
+		}
+	}
+}
+
+// panics lists the panics and fatal errors in every member's logs.
+func (fl *chaosFleet) panics() []string {
+	var out []string
+	for _, path := range fl.logs {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.Contains(l, `"level":"panic"`) {
+				out = append(out, path+": "+l)
+			}
+		}
+	}
+	return out
+}
+
+// askSwitch asks the member for a planned switch to `to` and returns its
+// answer and status code (0 when it did not answer).
+func (f *ferryServe) askSwitch(ctx context.Context, to string) (switchAnswer, int) {
+	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":"30s"}`, to)
+	var a switchAnswer
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
+	if err != nil {
+		a.Error = err.Error()
+		return a, 0
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		a.Error = err.Error()
+		return a, 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &a); err != nil {
+		a.Error = string(b)
+	}
+	return a, resp.StatusCode
+}
+
+// belowCommitted lists each read of a consumer that began below an offset
+// it had committed before (a commit that succeeded, on the same
+// partition): its group went back past its commit.
+func belowCommitted(c *verifiable.Consumer) []string {
+	type ev struct {
+		at     time.Time
+		commit map[int32]int64
+		r      *verifiable.Range
+	}
+	var evs []ev
+	for _, cm := range c.Commits() {
+		if cm.Success {
+			evs = append(evs, ev{at: cm.At, commit: cm.Offsets})
+		}
+	}
+	for _, r := range c.Ranges() {
+		evs = append(evs, ev{at: r.At, r: &r})
+	}
+	// Events are stamped as the consumer's one output stream is read:
+	// in the order it printed them (a commit before the read it
+	// precedes, on equal stamps).
+	slices.SortStableFunc(evs, func(a, b ev) int { return a.at.Compare(b.at) })
+	committed := map[int32]int64{}
+	var out []string
+	for _, e := range evs {
+		if e.r == nil {
+			for p, o := range e.commit {
+				committed[p] = max(committed[p], o)
+			}
+			continue
+		}
+		if c, ok := committed[e.r.Partition]; ok && e.r.Min < c {
+			out = append(out, fmt.Sprintf("partition %d read from %d after committing %d", e.r.Partition, e.r.Min, c))
+		}
+	}
+	return out
+}
+
+// duplicates counts the records whose value is on the partition more than
+// once.
+func duplicates(on map[partOff]string) int {
+	seen := map[string]bool{}
+	n := 0
+	for at, v := range on {
+		k := fmt.Sprint(at.p) + "/" + v
+		if seen[k] {
+			n++
+		}
+		seen[k] = true
+	}
+	return n
+}
+
+func head3(s []string) []string { return s[:min(3, len(s))] }
+
+// chaosBystander is a transactional producer writing directly to a
+// cluster, never through Ferry, on a topic Ferry does not mirror.
+type chaosBystander struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	errs   []string
+	txns   int
+}
+
+func startBystander(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string) *chaosBystander {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("chaos-bystander"), kgo.DefaultProduceTopic(topic),
+		kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	createReadyTopic(ctx, t, kadm.NewClient(cl), topic, 1, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	b := &chaosBystander{cancel: cancel, done: make(chan struct{})}
+	fail := func(what string, err error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.errs = append(b.errs, what+": "+err.Error())
+	}
+	go func() {
+		defer close(b.done)
+		defer cl.Close()
+		for n := 0; ctx.Err() == nil; n++ {
+			if err := cl.BeginTransaction(); err != nil {
+				fail("begin", err)
+				return
+			}
+			for i := range 3 {
+				cl.Produce(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, "by-%d-%d", n, i)}, func(_ *kgo.Record, err error) {
+					if err != nil {
+						fail("produce", err)
+					}
+				})
+			}
+			// A transaction stays open a while: a switch's drain meets
+			// it open.
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+			ectx, ecancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := cl.Flush(ectx)
+			if err == nil {
+				err = cl.EndTransaction(ectx, kgo.TryCommit)
+			}
+			ecancel()
+			if err != nil {
+				fail("commit", err)
+				return
+			}
+			b.mu.Lock()
+			b.txns++
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+// stop ends the bystander and returns its errors and how many
+// transactions it committed.
+func (b *chaosBystander) stop() ([]string, int) {
+	b.cancel()
+	<-b.done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.errs, b.txns
+}

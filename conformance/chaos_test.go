@@ -153,6 +153,11 @@ func TestChaos(t *testing.T) {
 	}
 	acks := prod.Acks()
 	report.Records = len(acks)
+	// The producer retries without end for 5 minutes: a send that failed
+	// met something stuck that long.
+	sendErrs := prod.Errors()
+	report.Check("no send of the producer failed", len(sendErrs) == 0,
+		fmt.Sprintf("%d failed, %d acknowledged %s", len(sendErrs), len(acks), strings.Join(head3(sendErrs), "; ")))
 	if len(acks) == 0 {
 		t.Fatal("no record was acknowledged")
 	}
@@ -188,7 +193,14 @@ func TestChaos(t *testing.T) {
 		}
 		n := unread(c)
 		_, again := verifiable.Read(c.Ranges())
-		report.Check(c.Group+" read every acknowledged record", n == 0, fmt.Sprintf("%d of %d unread; %d read again", n, len(acks), again))
+		failed := 0
+		for _, cm := range c.Commits() {
+			if !cm.Success {
+				failed++
+			}
+		}
+		report.Check(c.Group+" read every acknowledged record", n == 0,
+			fmt.Sprintf("%d of %d unread; %d read again; %d of %d commits failed", n, len(acks), again, failed, len(c.Commits())))
 		rewinds := belowCommitted(c)
 		report.Check(c.Group+" never read below an offset it had committed", len(rewinds) == 0, strings.Join(head3(rewinds), "; "))
 	}

@@ -187,6 +187,15 @@ func TestChaos(t *testing.T) {
 			break
 		}
 	}
+	// Issue 18's floor: a group reads again no more than the records
+	// produced while the switches ran (what a consumer can have read and
+	// not yet committed when its group moves), half a second's worth of
+	// slack per switch.
+	var switching time.Duration
+	for _, a := range answered {
+		switching += a.Took + 500*time.Millisecond
+	}
+	floor := int(switching.Seconds() * rate)
 	for _, c := range cons {
 		if err := c.Stop(60 * time.Second); err != nil {
 			t.Error(err)
@@ -201,6 +210,8 @@ func TestChaos(t *testing.T) {
 		}
 		report.Check(c.Group+" read every acknowledged record", n == 0,
 			fmt.Sprintf("%d of %d unread; %d read again; %d of %d commits failed", n, len(acks), again, failed, len(c.Commits())))
+		report.Check(c.Group+" read again no more than was produced while switches ran", again <= floor,
+			fmt.Sprintf("%d read again; %d produced in the %v the %d switches took", again, floor, switching.Round(time.Millisecond), len(answered)))
 		rewinds := belowCommitted(c)
 		report.Check(c.Group+" never read below an offset it had committed", len(rewinds) == 0, strings.Join(head3(rewinds), "; "))
 	}
@@ -276,6 +287,7 @@ func (fl *chaosFleet) bootstrap() string {
 type switchResult struct {
 	Generation uint32
 	Active     string
+	Took       time.Duration // asked to answered
 }
 
 // inject runs fault f and says what it met.
@@ -286,30 +298,33 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 	if active == "standby" {
 		to = "primary"
 	}
-	note := func(a switchAnswer, code int) string {
+	note := func(a switchAnswer, code int, took time.Duration) string {
 		if code != http.StatusOK {
 			out := fmt.Sprintf("refused %d %s", code, a.Error)
 			report.Outcomes[out]++
 			return out
 		}
-		*answered = append(*answered, switchResult{a.Generation, a.Active})
+		*answered = append(*answered, switchResult{a.Generation, a.Active, took})
 		report.Outcomes["switched"]++
 		return fmt.Sprintf("switched (generation %d, %s active)", a.Generation, a.Active)
 	}
 	switch f.Kind {
 	case chaos.PlannedSwitch:
+		start := time.Now()
 		a, code := fl.ms[f.Member].askSwitch(ctx, to)
-		return note(a, code)
+		return note(a, code, time.Since(start))
 	case chaos.TwoSwitches:
 		var wg sync.WaitGroup
 		answers := make([]string, 2)
 		var mu sync.Mutex
 		for i, m := range []int{f.Member, f.Other} {
 			wg.Go(func() {
+				start := time.Now()
 				a, code := fl.ms[m].askSwitch(ctx, to)
+				took := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
-				answers[i] = fmt.Sprintf("member %d: %s", m, note(a, code))
+				answers[i] = fmt.Sprintf("member %d: %s", m, note(a, code, took))
 			})
 		}
 		wg.Wait()

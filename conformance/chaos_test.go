@@ -163,25 +163,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	// Each group reads every acknowledged offset.
-	want := map[int32]map[int64]bool{}
-	for _, a := range acks {
-		if want[a.Partition] == nil {
-			want[a.Partition] = map[int64]bool{}
-		}
-		want[a.Partition][a.Offset] = true
-	}
-	unread := func(c *verifiable.Consumer) int {
-		read, _ := verifiable.Read(c.Ranges())
-		n := 0
-		for p, offs := range want {
-			for o := range offs {
-				if !read[p][o] {
-					n++
-				}
-			}
-		}
-		return n
-	}
+	unread := func(c *verifiable.Consumer) int { return verifiable.Unread(acks, c.Ranges()) }
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
 		if unread(cons[0])+unread(cons[1]) == 0 {
 			break

@@ -334,6 +334,19 @@ func Read(ranges []Range) (read map[int32]map[int64]bool, again int) {
 	return read, again
 }
 
+// Unread counts the acknowledged records of acks at offsets ranges never
+// read.
+func Unread(acks []Ack, ranges []Range) int {
+	read, _ := Read(ranges)
+	n := 0
+	for _, a := range acks {
+		if !read[a.Partition][a.Offset] {
+			n++
+		}
+	}
+	return n
+}
+
 // writeProps writes props as a Java properties file in a temporary
 // directory of the test and returns its path, or "" when there are none.
 func writeProps(t testing.TB, name string, props map[string]string) string {

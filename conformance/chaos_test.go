@@ -343,6 +343,21 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 			t.Fatalf("SIGCONT %s's broker: %v", name, err)
 		}
 		return name + "'s broker stopped, continued"
+	case chaos.KillBroker:
+		name := active
+		if f.Cluster == 1 {
+			name = to
+		}
+		c := clusters[name]
+		id := c.NodeIDs()[0]
+		if err := c.Kill(id); err != nil {
+			t.Fatalf("kill -9 %s's broker: %v", name, err)
+		}
+		time.Sleep(f.Pause)
+		if err := c.Restart(id); err != nil {
+			t.Fatalf("restarting %s's broker: %v", name, err)
+		}
+		return name + "'s broker killed, restarted"
 	}
 	t.Fatalf("fault kind %q not known", f.Kind)
 	return ""

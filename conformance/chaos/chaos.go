@@ -35,10 +35,12 @@ const (
 	PauseMember Kind = "pause_member"
 	// PauseBroker: SIGSTOP of a cluster's broker for Pause, then SIGCONT.
 	PauseBroker Kind = "pause_broker"
+	// KillBroker: kill -9 of a cluster's broker, restarted after Pause.
+	KillBroker Kind = "kill_broker"
 )
 
 // Kinds is every kind, in the order reports list them.
-var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker}
+var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker, KillBroker}
 
 // Fault is one step of a schedule.
 type Fault struct {
@@ -49,8 +51,8 @@ type Fault struct {
 	// Member and Other are the members concerned (Other: TwoSwitches'
 	// second member).
 	Member, Other int
-	// Cluster is PauseBroker's cluster: 0 the one active when the fault
-	// is injected, 1 the other.
+	// Cluster is PauseBroker's and KillBroker's cluster: 0 the one active
+	// when the fault is injected, 1 the other.
 	Cluster int
 	// Pause is how long a member or broker stays stopped or dead.
 	Pause time.Duration
@@ -62,7 +64,7 @@ func (f Fault) String() string {
 		return fmt.Sprintf("%s via member %d", f.Kind, f.Member)
 	case TwoSwitches:
 		return fmt.Sprintf("%s via members %d and %d", f.Kind, f.Member, f.Other)
-	case PauseBroker:
+	case PauseBroker, KillBroker:
 		which := "active"
 		if f.Cluster == 1 {
 			which = "standby"
@@ -118,6 +120,8 @@ func Draw(cfg Config) []Fault {
 			f.Pause = between(cfg.WriteLease/4, 2*cfg.WriteLease)
 		case PauseBroker:
 			f.Pause = between(500*time.Millisecond, 3*time.Second)
+		case KillBroker:
+			f.Pause = between(time.Second, 5*time.Second)
 		}
 		out = append(out, f)
 	}

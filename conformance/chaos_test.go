@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/chaos"
@@ -36,15 +38,17 @@ const chaosWriteLease = 1500 * time.Millisecond
 // TestChaos runs a seeded, randomized schedule of faults (conformance/chaos)
 // against three `ferry serve` members in front of two real Kafka clusters,
 // under a workload all through the fleet — Kafka's VerifiableProducer
-// (idempotent, acks=all) and a VerifiableConsumer in a classic and one in a
-// KIP-848 group — and, beside Ferry, a transactional producer writing
+// (idempotent, acks=all), a VerifiableConsumer in a classic and one in a
+// KIP-848 group, and a transactional copy loop (read_committed in, one
+// transaction per round out and its offsets) — and, beside Ferry, a transactional producer writing
 // directly to the primary on a topic Ferry does not mirror (a bystander).
 //
 // Checked at the end, from the clusters read directly: every acknowledged
 // record is on the active cluster at its acknowledged offset, and on the
 // standby once the mirror caught up; each group read every acknowledged
 // offset and never read below an offset it had committed; duplicates only
-// where a member was cut off or killed mid-write, counted; the bystander
+// where a member was cut off or killed mid-write, counted; the copy loop's
+// output holds each input record once; the bystander
 // was never fenced; every switch that answered 200 answered the one
 // generation; no member panicked; every member ends on one generation.
 //
@@ -56,6 +60,7 @@ func TestChaos(t *testing.T) {
 	}
 	const (
 		topic      = "chaos"
+		copyTopic  = "chaos-copy"
 		bystander  = "bystander"
 		partitions = 6
 		rate       = 200 // records a second
@@ -90,6 +95,7 @@ func TestChaos(t *testing.T) {
 	}
 	defer viaCl.Close()
 	createReadyTopic(ctx, t, kadm.NewClient(viaCl), topic, partitions, 1)
+	createReadyTopic(ctx, t, kadm.NewClient(viaCl), copyTopic, partitions, 1)
 	by := startBystander(ctx, t, primary, bystander)
 
 	bootstrap := fl.bootstrap()
@@ -99,6 +105,7 @@ func TestChaos(t *testing.T) {
 		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: bootstrap, Topic: topic, Group: "chaos-classic", Protocol: "classic"}),
 		verifiable.StartConsumer(ctx, t, verifiable.ConsumerConfig{Bootstrap: bootstrap, Topic: topic, Group: "chaos-consumer", Protocol: "consumer"}),
 	}
+	cp := startCopy(ctx, t, bootstrap, topic, copyTopic)
 	defer func() {
 		if t.Failed() {
 			t.Logf("VerifiableProducer stderr:\n%s", tail(prod.Stderr(), 3000))
@@ -205,6 +212,21 @@ func TestChaos(t *testing.T) {
 	if active == "primary" {
 		other = "standby"
 	}
+	// The copy loop catches up with its input, then each input record is
+	// in its output once, read_committed.
+	var lack, dup, foreign []string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+		both := readCommitted(t, ctx, clusters[active], []string{topic, copyTopic})
+		lack, dup, foreign = copiedOnce(both[topic], both[copyTopic])
+		if len(lack) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	copyErrs, copied := cp.stop()
+	report.Check("the transactional copy loop's output holds each input record once", len(lack)+len(dup)+len(foreign) == 0,
+		fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v; errors met: %d %s",
+			copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), len(copyErrs), strings.Join(head3(copyErrs), "; ")))
+
 	for _, name := range []string{active, other} {
 		on := readCommitted(t, ctx, clusters[name], []string{topic})[topic]
 		bad := []string{}
@@ -227,9 +249,10 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	byErrs, byTxns := by.stop()
-	report.Check("the bystander's transactions are never fenced", len(byErrs) == 0,
-		fmt.Sprintf("%d transactions committed directly on the primary; errors: %s", byTxns, strings.Join(head3(byErrs), "; ")))
+	byFenced, byTransient, byTxns := by.stop()
+	report.Check("the bystander's transactions are never fenced", len(byFenced) == 0,
+		fmt.Sprintf("%d transactions committed directly on the primary, %d other errors met (its broker paused or killed); fenced: %s",
+			byTxns, byTransient, strings.Join(head3(byFenced), "; ")))
 	panics := fl.panics()
 	report.Check("no member panics", len(panics) == 0, strings.Join(head3(panics), "; "))
 
@@ -487,42 +510,61 @@ func duplicates(on map[partOff]string) int {
 func head3(s []string) []string { return s[:min(3, len(s))] }
 
 // chaosBystander is a transactional producer writing directly to a
-// cluster, never through Ferry, on a topic Ferry does not mirror.
+// cluster, never through Ferry, on a topic Ferry does not mirror. What
+// fences it (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) is what the switch
+// must never do; anything else (its broker paused or killed by the
+// schedule) it aborts and goes on from.
 type chaosBystander struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	errs   []string
-	txns   int
+	cancel    context.CancelFunc
+	done      chan struct{}
+	mu        sync.Mutex
+	fenced    []string
+	transient int
+	txns      int
 }
 
 func startBystander(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string) *chaosBystander {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("chaos-bystander"), kgo.DefaultProduceTopic(topic),
-		kgo.AllowAutoTopicCreation())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.TransactionalID("chaos-bystander"), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
 	createReadyTopic(ctx, t, kadm.NewClient(cl), topic, 1, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	b := &chaosBystander{cancel: cancel, done: make(chan struct{})}
-	fail := func(what string, err error) {
+	note := func(what string, err error) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		b.errs = append(b.errs, what+": "+err.Error())
+		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+			b.fenced = append(b.fenced, what+": "+err.Error())
+		} else {
+			b.transient++
+		}
+	}
+	abort := func() {
+		actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer acancel()
+		if err := cl.AbortBufferedRecords(actx); err != nil {
+			note("aborting buffered records", err)
+		}
+		if err := cl.EndTransaction(actx, kgo.TryAbort); err != nil {
+			note("abort", err)
+		}
 	}
 	go func() {
 		defer close(b.done)
 		defer cl.Close()
 		for n := 0; ctx.Err() == nil; n++ {
 			if err := cl.BeginTransaction(); err != nil {
-				fail("begin", err)
-				return
+				note("begin", err)
+				abort()
+				time.Sleep(200 * time.Millisecond)
+				continue
 			}
 			for i := range 3 {
 				cl.Produce(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, "by-%d-%d", n, i)}, func(_ *kgo.Record, err error) {
 					if err != nil {
-						fail("produce", err)
+						note("produce", err)
 					}
 				})
 			}
@@ -539,8 +581,9 @@ func startBystander(ctx context.Context, t *testing.T, c *kafkatest.Cluster, top
 			}
 			ecancel()
 			if err != nil {
-				fail("commit", err)
-				return
+				note("commit", err)
+				abort()
+				continue
 			}
 			b.mu.Lock()
 			b.txns++
@@ -550,12 +593,159 @@ func startBystander(ctx context.Context, t *testing.T, c *kafkatest.Cluster, top
 	return b
 }
 
-// stop ends the bystander and returns its errors and how many
-// transactions it committed.
-func (b *chaosBystander) stop() ([]string, int) {
+// stop ends the bystander and returns what fenced it, how many other
+// errors it met and how many transactions it committed.
+func (b *chaosBystander) stop() (fenced []string, transient, txns int) {
 	b.cancel()
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.errs, b.txns
+	return b.fenced, b.transient, b.txns
+}
+
+// chaosCopy is the workload's transactional copy loop, through the fleet:
+// it reads a topic read_committed in a consumer group and, in one
+// transaction each round, writes to another topic the input position of
+// every record read ("partition/offset", to the same partition) and
+// commits the group's offsets (franz-go's GroupTransactSession). Its
+// output must hold each input record once.
+type chaosCopy struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	errs   []string
+	rounds int
+	// aborted counts the rounds End aborted without an error (the group
+	// moved under them); last is when a round last committed; restarts
+	// the sessions opened again after an error.
+	aborted  int
+	last     time.Time
+	restarts int
+}
+
+func startCopy(ctx context.Context, t *testing.T, bootstrap, in, out string) *chaosCopy {
+	t.Helper()
+	open := func() (*kgo.GroupTransactSession, error) {
+		return kgo.NewGroupTransactSession(
+			kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+			kgo.TransactionalID("chaos-copy"),
+			kgo.ConsumerGroup("chaos-copy"),
+			kgo.ConsumeTopics(in),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.RequireStableFetchOffsets(),
+			kgo.DefaultProduceTopic(out),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		)
+	}
+	sess, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	c := &chaosCopy{cancel: cancel, done: make(chan struct{})}
+	note := func(what string, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.errs = append(c.errs, head(what+": "+err.Error(), 160))
+	}
+	go func() {
+		defer close(c.done)
+		defer func() { sess.Close() }()
+		// restart is what franz-go asks of an application after a
+		// failed Begin or End ("no returned error is retryable"): a new
+		// session, whose InitProducerId fences the old one and whose
+		// group member resumes at the group's committed offsets.
+		restart := func() bool {
+			sess.Close()
+			for ctx.Err() == nil {
+				var err error
+				if sess, err = open(); err == nil {
+					c.mu.Lock()
+					c.restarts++
+					c.mu.Unlock()
+					return true
+				}
+				note("reopening", err)
+				time.Sleep(time.Second)
+			}
+			return false
+		}
+		for ctx.Err() == nil {
+			fs := sess.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			fs.EachError(func(_ string, _ int32, err error) { note("fetch", err) })
+			if fs.NumRecords() == 0 {
+				continue
+			}
+			if err := sess.Begin(); err != nil {
+				note("begin", err)
+				if !restart() {
+					return
+				}
+				continue
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				sess.Produce(ctx, &kgo.Record{Partition: r.Partition, Value: fmt.Appendf(nil, "%d/%d", r.Partition, r.Offset)}, nil)
+			})
+			ectx, ecancel := context.WithTimeout(context.Background(), time.Minute)
+			committed, err := sess.End(ectx, kgo.TryCommit)
+			ecancel()
+			if err != nil {
+				note("end", err)
+				if !restart() {
+					return
+				}
+				continue
+			}
+			c.mu.Lock()
+			if committed {
+				c.rounds++
+				c.last = time.Now()
+			} else {
+				c.aborted++
+			}
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+// stop ends the copy loop and says what it did.
+func (c *chaosCopy) stop() (errs []string, summary string) {
+	c.cancel()
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errs, fmt.Sprintf("%d transactions committed (the last %v before the end), %d aborted as the group moved, %d sessions opened again after an error",
+		c.rounds, time.Since(c.last).Round(time.Millisecond), c.aborted, c.restarts)
+}
+
+// copiedOnce checks the copy loop's output against its input, both as the
+// cluster holds them read_committed: each input position once, nothing
+// else. It returns what is wrong, the first few of each kind.
+func copiedOnce(in, out map[partOff]string) (missing, twice, extra []string) {
+	seen := map[string]int{}
+	for _, v := range out {
+		seen[v]++
+	}
+	for at := range in {
+		k := fmt.Sprintf("%d/%d", at.p, at.o)
+		switch n := seen[k]; {
+		case n == 0:
+			missing = append(missing, k)
+		case n > 1:
+			twice = append(twice, fmt.Sprintf("%s ×%d", k, n))
+		}
+		delete(seen, k)
+	}
+	for k := range seen {
+		extra = append(extra, k)
+	}
+	slices.Sort(missing)
+	slices.Sort(twice)
+	slices.Sort(extra)
+	return missing, twice, extra
 }

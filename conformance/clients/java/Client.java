@@ -745,13 +745,17 @@ public final class Client {
                             ack(name, "rec", r.partition(), r.offset(), r.value(), 0);
                             next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                         }
-                        if (!recs.isEmpty()) {
-                            // What was read, explicitly: the event then
-                            // names exactly what the group acknowledged.
+                        // What was read of the partitions still assigned,
+                        // explicitly: the event then names exactly what the
+                        // group acknowledged.
+                        next.keySet().retainAll(consumer.assignment());
+                        if (!next.isEmpty()) {
                             consumer.commitSync(next, Duration.ofSeconds(30));
                             committed(name, next);
                         }
-                    } catch (org.apache.kafka.common.KafkaException e) {
+                    } catch (org.apache.kafka.common.KafkaException | IllegalStateException e) {
+                        // IllegalStateException: a partition was taken
+                        // away between the check and the commit.
                         error(name, e, false);
                     }
                 }

@@ -681,7 +681,6 @@ func startCopy(ctx context.Context, t *testing.T, bootstrap, in, out string) *ch
 			kgo.ConsumeTopics(in),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RequireStableFetchOffsets(),
 			kgo.DefaultProduceTopic(out),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		)

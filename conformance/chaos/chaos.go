@@ -77,7 +77,7 @@ func (f Fault) String() string {
 // Config shapes a schedule.
 type Config struct {
 	Seed     uint64
-	Duration time.Duration // faults are drawn until their waits add up to it
+	Duration time.Duration // faults are drawn until their waits add up to it (the run stops at it on the wall)
 	Members  int
 	// WriteLease bounds PauseMember: up to twice it.
 	WriteLease time.Duration

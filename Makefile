@@ -77,7 +77,7 @@ CHAOS_DURATION ?= 30m
 CHAOS_SEED     ?= 0
 chaos:
 	$(GO) test -count=1 -timeout 4h -run 'TestChaos$$' -v ./conformance \
-		-args -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED) -chaos.report=$(CURDIR)/docs/CHAOS.md
+		-args -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED) -chaos.copy=true -chaos.report=$(CURDIR)/docs/CHAOS.md
 
 lint:
 	$(GO) vet ./...

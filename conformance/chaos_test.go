@@ -383,12 +383,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		}
 		return "stopped, continued"
 	case chaos.PauseBroker:
-		name := active
-		if f.Cluster == 1 {
-			name = to
-		}
-		c := clusters[name]
-		fl.brokerFaults[name]++
+		name, c := fl.brokerOf(f, active, to, clusters)
 		pid := c.Pid(c.NodeIDs()[0])
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP %s's broker: %v", name, err)
@@ -403,12 +398,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		}
 		return name + "'s broker stopped, continued"
 	case chaos.KillBroker:
-		name := active
-		if f.Cluster == 1 {
-			name = to
-		}
-		c := clusters[name]
-		fl.brokerFaults[name]++
+		name, c := fl.brokerOf(f, active, to, clusters)
 		id := c.NodeIDs()[0]
 		if err := c.Kill(id); err != nil {
 			t.Fatalf("kill -9 %s's broker: %v", name, err)
@@ -425,6 +415,17 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 	}
 	t.Fatalf("fault kind %q not known", f.Kind)
 	return ""
+}
+
+// brokerOf is the cluster whose broker fault f concerns (the active one,
+// or the other, to), counted among the broker faults.
+func (fl *chaosFleet) brokerOf(f chaos.Fault, active, to string, clusters map[string]*kafkatest.Cluster) (string, *kafkatest.Cluster) {
+	name := active
+	if f.Cluster == 1 {
+		name = to
+	}
+	fl.brokerFaults[name]++
+	return name, clusters[name]
 }
 
 // agree waits up to timeout for every member to route by one serving

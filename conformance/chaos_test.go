@@ -2,11 +2,9 @@ package conformance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -35,6 +33,9 @@ var (
 	// found, it runs in `make chaos` only, where its failure is reported.
 	chaosCopyLoop = flag.Bool("chaos.copy", false, "TestChaos: run the transactional copy loop too")
 )
+
+// chaosSwitchTimeout is each planned switch's timeout.
+const chaosSwitchTimeout = 30 * time.Second
 
 // chaosWriteLease is the members' write lease (the default): a paused
 // member is stopped for up to twice it.
@@ -77,7 +78,7 @@ func TestChaos(t *testing.T) {
 	}
 	faults := chaos.Draw(chaos.Config{Seed: seed, Duration: *chaosDuration, Members: 3, WriteLease: chaosWriteLease,
 		MinGap: 3 * time.Second, MaxGap: 8 * time.Second})
-	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v", seed, *chaosDuration)
+	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v -chaos.copy=%v", seed, *chaosDuration, *chaosCopyLoop)
 	t.Logf("chaos seed %d, %d faults (replay: %s)", seed, len(faults), replay)
 	defer func() {
 		if t.Failed() {
@@ -86,8 +87,7 @@ func TestChaos(t *testing.T) {
 	}()
 
 	bin, primary, standby := startPair(t, "chaos-primary", "chaos-standby")
-	clusters := map[string]*kafkatest.Cluster{"primary": primary, "standby": standby}
-	fl := &chaosFleet{t: t, bin: bin, primary: primary, standby: standby, brokerFaults: map[string]int{}}
+	fl := &chaosFleet{t: t, bin: bin, clusters: map[string]*kafkatest.Cluster{"primary": primary, "standby": standby}, brokerFaults: map[string]int{}}
 	fl.ms = startFerryFleet(t, bin, primary, standby, 3, func(s *fleetSeat) { s.unmirrored = bystander })
 	for _, m := range fl.ms {
 		fl.logs = append(fl.logs, m.log)
@@ -101,10 +101,9 @@ func TestChaos(t *testing.T) {
 	}
 	defer viaCl.Close()
 	createReadyTopic(ctx, t, kadm.NewClient(viaCl), topic, partitions, 1)
-	createReadyTopic(ctx, t, kadm.NewClient(viaCl), copyTopic, partitions, 1)
 	by := startBystander(ctx, t, primary, bystander)
 
-	bootstrap := fl.bootstrap()
+	bootstrap := strings.Join(fleetAddrs(fl.ms), ",")
 	prod := verifiable.StartProducer(ctx, t, verifiable.ProducerConfig{Bootstrap: bootstrap, Topic: topic, Throughput: rate, Max: -1,
 		Properties: map[string]string{"enable.idempotence": "true", "retries": "2147483647", "delivery.timeout.ms": "300000"}})
 	cons := []*verifiable.Consumer{
@@ -113,6 +112,7 @@ func TestChaos(t *testing.T) {
 	}
 	var cp *chaosCopy
 	if *chaosCopyLoop {
+		createReadyTopic(ctx, t, kadm.NewClient(viaCl), copyTopic, partitions, 1)
 		cp = startCopy(ctx, t, bootstrap, topic, copyTopic)
 	}
 	defer func() {
@@ -146,7 +146,7 @@ func TestChaos(t *testing.T) {
 			t.Fatal(ctx.Err())
 		}
 		start := time.Now()
-		met := fl.inject(ctx, f, clusters, report, &answered)
+		met := fl.inject(ctx, f, report, &answered)
 		report.Faults[f.Kind]++
 		line := fmt.Sprintf("%d. after %v: %s — %s (%v)", i+1, f.After.Round(time.Millisecond), f, met, time.Since(start).Round(time.Millisecond))
 		report.Log = append(report.Log, line)
@@ -226,34 +226,19 @@ func TestChaos(t *testing.T) {
 	}
 
 	// Every acknowledged record is on the active cluster at its offset,
-	// and on the standby once the mirror caught up.
+	// and on the standby once the mirror caught up. (Nothing writes the
+	// topic any more: each cluster is read once.)
 	fl.ms[0].waitMirrorCaughtUp(t, 2*time.Minute)
 	other := "primary"
 	if active == "primary" {
 		other = "standby"
 	}
-	// The copy loop catches up with its input, then each input record is
-	// in its output once, read_committed.
-	var lack, dup, foreign []string
-	for deadline := time.Now().Add(2 * time.Minute); cp != nil; time.Sleep(2 * time.Second) {
-		both := readCommitted(t, ctx, clusters[active], []string{topic, copyTopic})
-		lack, dup, foreign = copiedOnce(both[topic], both[copyTopic])
-		if len(lack) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if cp != nil {
-		copyErrs, copied := cp.stop()
-		report.Check("the transactional copy loop's output holds each input record once", len(lack)+len(dup)+len(foreign) == 0,
-			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v; errors met: %d %s",
-				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), len(copyErrs), strings.Join(head3(copyErrs), "; ")))
-	}
-
+	on := map[string]map[partOff]string{}
 	for _, name := range []string{active, other} {
-		on := readCommitted(t, ctx, clusters[name], []string{topic})[topic]
+		on[name] = readCommitted(t, ctx, fl.clusters[name], []string{topic})[topic]
 		bad := []string{}
 		for _, a := range acks {
-			if got := on[partOff{a.Partition, a.Offset}]; got != a.Value {
+			if got := on[name][partOff{a.Partition, a.Offset}]; got != a.Value {
 				bad = append(bad, fmt.Sprintf("%q acknowledged at %d/%d, %q there", a.Value, a.Partition, a.Offset, got))
 			}
 		}
@@ -263,12 +248,27 @@ func TestChaos(t *testing.T) {
 		}
 		report.Check(fmt.Sprintf("every acknowledged record is on the %s cluster (%s) at its offset", role, name), len(bad) == 0,
 			fmt.Sprintf("%d of %d not %s", len(bad), len(acks), strings.Join(head3(bad), "; ")))
-		if name == active {
-			dups := duplicates(on)
-			cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember]
-			report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
-				fmt.Sprintf("%d records written twice; %d member kills and pauses", dups, cutOff))
+	}
+	dups := duplicates(on[active])
+	cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember]
+	report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
+		fmt.Sprintf("%d records written twice; %d member kills and pauses", dups, cutOff))
+
+	// The copy loop catches up with its input, then each input record is
+	// in its output once, read_committed.
+	if cp != nil {
+		var lack, dup, foreign []string
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+			out := readCommitted(t, ctx, fl.clusters[active], []string{copyTopic})[copyTopic]
+			lack, dup, foreign = copiedOnce(on[active], out)
+			if len(lack) == 0 || time.Now().After(deadline) {
+				break
+			}
 		}
+		copyErrs, copied := cp.stop()
+		report.Check("the transactional copy loop's output holds each input record once", len(lack)+len(dup)+len(foreign) == 0,
+			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v; errors met: %d %s",
+				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), len(copyErrs), strings.Join(head3(copyErrs), "; ")))
 	}
 
 	// The bystander is never fenced by Ferry: no member names its
@@ -277,12 +277,12 @@ func TestChaos(t *testing.T) {
 	// client then bumps its epoch itself, and a request of the old one
 	// in flight is fenced).
 	byFenced, byTransient, byTxns := by.stop()
-	touched := fl.named(bystanderTxnID)
+	touched := fl.logLines(func(l string) bool { return strings.Contains(l, bystanderTxnID) })
 	ownBroker := fl.brokerFaults["primary"]
 	report.Check("the bystander's transactions are never fenced", len(touched) == 0 && (len(byFenced) == 0 || ownBroker > 0),
 		fmt.Sprintf("%d transactions committed directly on the primary; %d errors met, %d fences, with %d faults of its broker; Ferry's logs name it %d times %s %s",
 			byTxns, byTransient, len(byFenced), ownBroker, len(touched), strings.Join(head3(touched), "; "), strings.Join(head3(byFenced), "; ")))
-	panics := fl.panics()
+	panics := fl.logLines(isPanic)
 	report.Check("no member panics", len(panics) == 0, strings.Join(head3(panics), "; "))
 
 	md := report.Markdown(replay)
@@ -299,24 +299,16 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// chaosFleet is the members under the schedule, and every log any of
-// their incarnations wrote.
+// chaosFleet is the members under the schedule, the clusters by name, and
+// every log any of the members' incarnations wrote.
 type chaosFleet struct {
-	t                *testing.T
-	bin              string
-	primary, standby *kafkatest.Cluster
-	ms               []*ferryServe
-	logs             []string
-	brokerFaults     map[string]int // brokers paused or killed, by cluster
-	activeDown       time.Duration  // how long the active cluster's broker was paused or dead
-}
-
-func (fl *chaosFleet) bootstrap() string {
-	var addrs []string
-	for _, m := range fl.ms {
-		addrs = append(addrs, m.addr)
-	}
-	return strings.Join(addrs, ",")
+	t            *testing.T
+	bin          string
+	clusters     map[string]*kafkatest.Cluster
+	ms           []*ferryServe
+	logs         []string
+	brokerFaults map[string]int // brokers paused or killed, by cluster
+	activeDown   time.Duration  // how long the active cluster's broker was paused or dead
 }
 
 // switchResult is a switch's 200.
@@ -327,7 +319,7 @@ type switchResult struct {
 }
 
 // inject runs fault f and says what it met.
-func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[string]*kafkatest.Cluster, report *chaos.Report, answered *[]switchResult) string {
+func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.Report, answered *[]switchResult) string {
 	t := fl.t
 	_, active, _ := fl.agree(0)
 	to := "standby"
@@ -347,7 +339,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 	switch f.Kind {
 	case chaos.PlannedSwitch:
 		start := time.Now()
-		a, code := fl.ms[f.Member].askSwitch(ctx, to)
+		a, code, _ := fl.ms[f.Member].askSwitch(ctx, to, chaosSwitchTimeout)
 		return note(a, code, time.Since(start))
 	case chaos.TwoSwitches:
 		var wg sync.WaitGroup
@@ -356,7 +348,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		for i, m := range []int{f.Member, f.Other} {
 			wg.Go(func() {
 				start := time.Now()
-				a, code := fl.ms[m].askSwitch(ctx, to)
+				a, code, _ := fl.ms[m].askSwitch(ctx, to, chaosSwitchTimeout)
 				took := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
@@ -369,7 +361,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		m := fl.ms[f.Member]
 		m.kill(t)
 		time.Sleep(f.Pause)
-		fl.ms[f.Member] = startFerryMember(t, fl.bin, fl.primary, fl.standby, m.seat)
+		fl.ms[f.Member] = startFerryMember(t, fl.bin, fl.clusters["primary"], fl.clusters["standby"], m.seat)
 		fl.logs = append(fl.logs, fl.ms[f.Member].log)
 		return "killed, restarted"
 	case chaos.PauseMember:
@@ -383,7 +375,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		}
 		return "stopped, continued"
 	case chaos.PauseBroker:
-		name, c := fl.brokerOf(f, active, to, clusters)
+		name, c := fl.brokerOf(f, active, to)
 		pid := c.Pid(c.NodeIDs()[0])
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP %s's broker: %v", name, err)
@@ -398,7 +390,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 		}
 		return name + "'s broker stopped, continued"
 	case chaos.KillBroker:
-		name, c := fl.brokerOf(f, active, to, clusters)
+		name, c := fl.brokerOf(f, active, to)
 		id := c.NodeIDs()[0]
 		if err := c.Kill(id); err != nil {
 			t.Fatalf("kill -9 %s's broker: %v", name, err)
@@ -419,13 +411,13 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, clusters map[st
 
 // brokerOf is the cluster whose broker fault f concerns (the active one,
 // or the other, to), counted among the broker faults.
-func (fl *chaosFleet) brokerOf(f chaos.Fault, active, to string, clusters map[string]*kafkatest.Cluster) (string, *kafkatest.Cluster) {
+func (fl *chaosFleet) brokerOf(f chaos.Fault, active, to string) (string, *kafkatest.Cluster) {
 	name := active
 	if f.Cluster == 1 {
 		name = to
 	}
 	fl.brokerFaults[name]++
-	return name, clusters[name]
+	return name, fl.clusters[name]
 }
 
 // agree waits up to timeout for every member to route by one serving
@@ -459,55 +451,24 @@ func (fl *chaosFleet) agree(timeout time.Duration) (gen uint32, active string, o
 	}
 }
 
-// named lists the lines of every member's logs that name s.
-func (fl *chaosFleet) named(s string) []string {
+// logLines lists the lines of every member's logs that match, each after
+// its file's path.
+func (fl *chaosFleet) logLines(match func(string) bool) []string {
 	var out []string
 	for _, path := range fl.logs {
 		b, _ := os.ReadFile(path)
 		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, s) {
-				out = append(out, head(l, 300))
+			if match(l) {
+				out = append(out, path+": "+head(l, 300))
 			}
 		}
 	}
 	return out
 }
 
-// panics lists the panics and fatal errors in every member's logs.
-func (fl *chaosFleet) panics() []string {
-	var out []string
-	for _, path := range fl.logs {
-		b, _ := os.ReadFile(path)
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.Contains(l, `"level":"panic"`) {
-				out = append(out, path+": "+l)
-			}
-		}
-	}
-	return out
-}
-
-// askSwitch asks the member for a planned switch to `to` and returns its
-// answer and status code (0 when it did not answer).
-func (f *ferryServe) askSwitch(ctx context.Context, to string) (switchAnswer, int) {
-	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":"30s"}`, to)
-	var a switchAnswer
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
-	if err != nil {
-		a.Error = err.Error()
-		return a, 0
-	}
-	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
-	if err != nil {
-		a.Error = err.Error()
-		return a, 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, &a); err != nil {
-		a.Error = string(b)
-	}
-	return a, resp.StatusCode
+// isPanic matches a panic or fatal error in a member's log.
+func isPanic(l string) bool {
+	return strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.Contains(l, `"level":"panic"`)
 }
 
 // belowCommitted lists each read of a consumer that began below an offset
@@ -515,23 +476,21 @@ func (f *ferryServe) askSwitch(ctx context.Context, to string) (switchAnswer, in
 // partition): its group went back past its commit.
 func belowCommitted(c *verifiable.Consumer) []string {
 	type ev struct {
-		at     time.Time
+		seq    int
 		commit map[int32]int64
 		r      *verifiable.Range
 	}
 	var evs []ev
 	for _, cm := range c.Commits() {
 		if cm.Success {
-			evs = append(evs, ev{at: cm.At, commit: cm.Offsets})
+			evs = append(evs, ev{seq: cm.Seq, commit: cm.Offsets})
 		}
 	}
 	for _, r := range c.Ranges() {
-		evs = append(evs, ev{at: r.At, r: &r})
+		evs = append(evs, ev{seq: r.Seq, r: &r})
 	}
-	// Events are stamped as the consumer's one output stream is read:
-	// in the order it printed them (a commit before the read it
-	// precedes, on equal stamps).
-	slices.SortStableFunc(evs, func(a, b ev) int { return a.at.Compare(b.at) })
+	// In the order the consumer printed them.
+	slices.SortFunc(evs, func(a, b ev) int { return a.seq - b.seq })
 	committed := map[int32]int64{}
 	var out []string
 	for _, e := range evs {
@@ -551,10 +510,14 @@ func belowCommitted(c *verifiable.Consumer) []string {
 // duplicates counts the records whose value is on the partition more than
 // once.
 func duplicates(on map[partOff]string) int {
-	seen := map[string]bool{}
+	type key struct {
+		p int32
+		v string
+	}
+	seen := map[key]bool{}
 	n := 0
 	for at, v := range on {
-		k := fmt.Sprint(at.p) + "/" + v
+		k := key{at.p, v}
 		if seen[k] {
 			n++
 		}
@@ -803,7 +766,7 @@ func (c *chaosCopy) stop() (errs []string, summary string) {
 
 // copiedOnce checks the copy loop's output against its input, both as the
 // cluster holds them read_committed: each input position once, nothing
-// else. It returns what is wrong, the first few of each kind.
+// else. It returns what is wrong, sorted.
 func copiedOnce(in, out map[partOff]string) (missing, twice, extra []string) {
 	seen := map[string]int{}
 	for _, v := range out {

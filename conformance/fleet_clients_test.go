@@ -80,6 +80,15 @@ func startFerryFleet(t *testing.T, bin string, primary, standby *kafkatest.Clust
 	return ms
 }
 
+// fleetAddrs is the members' Kafka addresses, a client's bootstrap list.
+func fleetAddrs(ms []*ferryServe) []string {
+	addrs := make([]string, len(ms))
+	for i, m := range ms {
+		addrs[i] = m.addr
+	}
+	return addrs
+}
+
 // status reads the member's /status.
 func (f *ferryServe) status() (adminapi.Status, error) {
 	c := http.Client{Timeout: 10 * time.Second}
@@ -207,10 +216,7 @@ func TestFleetMemberKillClients(t *testing.T) {
 	begin := time.Now()
 	bin, primary, standby := startPair(t, "fleet-primary", "fleet-standby")
 	members := startFerryFleet(t, bin, primary, standby, fleetSize)
-	var addrs []string
-	for _, m := range members {
-		addrs = append(addrs, m.addr)
-	}
+	addrs := fleetAddrs(members)
 	bootstrap := strings.Join(addrs, ",")
 	t.Logf("clusters, ferry binary and a fleet of %d members (%s) up in %v", fleetSize, bootstrap, time.Since(begin).Round(time.Millisecond))
 

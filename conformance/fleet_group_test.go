@@ -30,10 +30,7 @@ func TestFleetGroupAcrossCoordinatorDeathAndSwitch(t *testing.T) {
 	)
 	bin, primary, standby := startPair(t, "fleet-group-primary", "fleet-group-standby")
 	ms := startFerryFleet(t, bin, primary, standby, fleetSize)
-	var addrs []string
-	for _, m := range ms {
-		addrs = append(addrs, m.addr)
-	}
+	addrs := fleetAddrs(ms)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	client := func(opts ...kgo.Opt) *kgo.Client {

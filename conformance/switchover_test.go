@@ -374,24 +374,37 @@ type switchAnswer struct {
 	Message string `json:"message"`
 }
 
+// askSwitch asks the member for a planned switch to `to` within timeout
+// and returns its answer, its status code (0 when it did not answer) and
+// its body (or why there was none).
+func (f *ferryServe) askSwitch(ctx context.Context, to string, timeout time.Duration) (switchAnswer, int, string) {
+	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":%q}`, to, timeout)
+	var a switchAnswer
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
+	if err != nil {
+		a.Error = err.Error()
+		return a, 0, a.Error
+	}
+	resp, err := (&http.Client{Timeout: timeout + 2*time.Minute}).Do(req)
+	if err != nil {
+		a.Error = err.Error()
+		return a, 0, a.Error
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &a); err != nil {
+		a.Error = string(b)
+	}
+	return a, resp.StatusCode, string(b)
+}
+
 // switchover asks for a planned switch to `to` and returns how long the
 // switch took by Ferry's account.
 func (f *ferryServe) switchover(t *testing.T, ctx context.Context, to string, gen uint32) string {
 	t.Helper()
-	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":"60s"}`, to)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
-	if err != nil {
-		t.Fatalf("POST /switchover to %s: %v", to, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var a switchAnswer
-	if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /switchover to %s: %s %s (%v)", to, resp.Status, b, err)
+	a, code, b := f.askSwitch(ctx, to, time.Minute)
+	if code != http.StatusOK {
+		t.Fatalf("POST /switchover to %s: %d %s", to, code, b)
 	}
 	if a.Generation != gen || a.Active != to || a.Phase != "serving" || a.LastSwitch == nil || a.LastSwitch.Outcome != "switched" {
 		t.Fatalf("switch to %s answered %s, want generation %d, %s active, serving, switched", to, b, gen, to)
@@ -533,10 +546,7 @@ func switchoverClients(t *testing.T, members int) {
 	} else {
 		ms = startFerryFleet(t, bin, primary, standby, members)
 	}
-	var addrs []string
-	for _, m := range ms {
-		addrs = append(addrs, m.addr)
-	}
+	addrs := fleetAddrs(ms)
 	bootstrap := strings.Join(addrs, ",")
 	t.Logf("clusters, ferry binary and %d Ferry member(s) up in %v", len(ms), time.Since(begin).Round(time.Millisecond))
 

@@ -116,13 +116,9 @@ func decodeState(body []byte) (routing.State, error) {
 }
 
 // callLive calls every alive member and sorts the replies
-// (membership.Split), logging the members no longer alive.
+// (membership.Split).
 func callLive(ctx context.Context, c Calls, log *zap.Logger, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error) {
-	answers, failed, unreached := membership.Split(c.CallAll(ctx, kind, body))
-	if len(unreached) > 0 {
-		log.Warn("members did not answer and are no longer alive; not waiting for them",
-			zap.String("call", kind), zap.Int32s("members", unreached))
-	}
+	answers, failed, _ = membership.Split(log, kind, c.CallAll(ctx, kind, body))
 	return answers, failed
 }
 

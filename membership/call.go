@@ -153,9 +153,11 @@ func (f *Fleet) CallAll(ctx context.Context, kind string, body []byte) []Reply {
 	return out
 }
 
-// Split sorts CallAll's replies: the answers by node ID, the members that
-// failed with why, and those that stopped being alive before answering.
-func Split(replies []Reply) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
+// Split sorts the replies to a CallAll of kind: the answers by node ID,
+// the members that failed with why, and those that stopped being alive
+// before answering, which it logs on log (unless nil): the caller goes on
+// without them.
+func Split(log *zap.Logger, kind string, replies []Reply) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
 	answers, failed = map[int32][]byte{}, map[int32]error{}
 	for _, r := range replies {
 		switch {
@@ -166,6 +168,10 @@ func Split(replies []Reply) (answers map[int32][]byte, failed map[int32]error, u
 		default:
 			failed[r.NodeID] = r.Err
 		}
+	}
+	if len(unreached) > 0 && log != nil {
+		log.Warn("members did not answer and are no longer alive; not waiting for them",
+			zap.String("call", kind), zap.Int32s("members", unreached))
 	}
 	return answers, failed, unreached
 }

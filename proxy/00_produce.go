@@ -130,16 +130,17 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 		phys, ok := routing.PhysicalPID(gen, pid)
 		if !ok {
 			s.metrics.refused(int16(kmsg.Produce), reasonOtherGeneration)
-			// The partition as the client names it (by name, or by ID
-			// from v13).
-			part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
 			if txnID != nil {
+				// The partition as the client names it (by name, or
+				// by ID from v13): its sequences' base.
+				part := topic + "\x00" + string(topicID[:]) + "\x00" + strconv.Itoa(int(partition))
 				phys, epoch, seq, code = s.txnProduce(c.ctx, gen, *txnID, pid, epoch, part, seq)
 				if code != 0 {
 					return errStop
 				}
 			} else {
-				if s.remapped.blocks(gen, pid, part, epoch, seq) {
+				gk := gapKey{virt: pid, topic: topic, topicID: topicID, partition: partition}
+				if s.remapped.blocks(gen, gk, epoch, seq) {
 					code = kerr.OutOfOrderSequenceNumber.Code
 					return errStop
 				}
@@ -149,7 +150,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 				cancel()
 				if err != nil {
 					c.log.Debug("no producer ID for a producer of another generation", zap.Int64("producer_id", pid), zap.Error(err))
-					s.remapped.refused(gen, pid, part, epoch, seq)
+					s.remapped.refused(gen, gk, epoch, seq)
 					code = kerr.NotLeaderForPartition.Code
 					return errStop
 				}

@@ -155,7 +155,10 @@ type remappedPIDs struct {
 // retries behind the batch it resends.
 type gapKey struct {
 	virt int64
-	part string // topic name, ID and partition as the client names them
+	// The partition as the client names it (by name, or by ID from v13).
+	topic     string
+	topicID   [16]byte
+	partition int32
 }
 
 type gap struct {
@@ -172,13 +175,12 @@ func (r *remappedPIDs) reset(gen uint32) {
 	}
 }
 
-// refused notes that a batch (epoch, seq) of virt to part was refused
-// unwritten under gen.
-func (r *remappedPIDs) refused(gen uint32, virt int64, part string, epoch int16, seq int32) {
+// refused notes that a batch (epoch, seq) of k.virt to k's partition was
+// refused unwritten under gen.
+func (r *remappedPIDs) refused(gen uint32, k gapKey, epoch int16, seq int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reset(gen)
-	k := gapKey{virt, part}
 	if g, ok := r.gaps.Peek(k); ok && g.epoch == epoch && g.seq <= seq {
 		return // an earlier batch is still missing
 	}
@@ -187,14 +189,13 @@ func (r *remappedPIDs) refused(gen uint32, virt int64, part string, epoch int16,
 	}
 }
 
-// blocks reports whether a batch (epoch, seq) of virt to part comes after
-// one refused unwritten under gen and not sent again since. A batch at or
-// before the refused one clears it: the client is resending.
-func (r *remappedPIDs) blocks(gen uint32, virt int64, part string, epoch int16, seq int32) bool {
+// blocks reports whether a batch (epoch, seq) of k.virt to k's partition
+// comes after one refused unwritten under gen and not sent again since. A
+// batch at or before the refused one clears it: the client is resending.
+func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reset(gen)
-	k := gapKey{virt, part}
 	g, ok := r.gaps.Peek(k)
 	if !ok {
 		return false

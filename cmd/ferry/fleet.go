@@ -262,12 +262,7 @@ func (f *fleet) handle() {
 // callLive calls every alive member and waits for each to answer, or to
 // stop being alive (membership.CallAll, membership.Split).
 func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
-	answers, failed, unreached = membership.Split(f.m.CallAll(ctx, kind, body))
-	if len(unreached) > 0 {
-		f.log.Warn("members did not answer and are no longer alive; not waiting for them",
-			zap.String("call", kind), zap.Int32s("members", unreached))
-	}
-	return answers, failed, unreached
+	return membership.Split(f.log, kind, f.m.CallAll(ctx, kind, body))
 }
 
 // halted lists the halted mirror partitions of every alive member.

@@ -47,6 +47,7 @@ type Range struct {
 	Partition int32
 	Min, Max  int64
 	At        time.Time
+	Seq       int // the event's place among the client's events
 }
 
 // Commit is one commit a consumer made, and whether it succeeded.
@@ -55,6 +56,7 @@ type Commit struct {
 	Success bool
 	Error   string
 	At      time.Time
+	Seq     int // the event's place among the client's events
 }
 
 // proc is a running verifiable client and the events it printed.
@@ -64,13 +66,15 @@ type proc struct {
 	mu     sync.Mutex
 	stderr strings.Builder
 	bad    []string // standard output lines that are not events
+	events int      // events read so far
 	exited chan struct{}
 	err    error
 }
 
 // start runs main with args through kafkatest.JavaCmd and hands each event
-// line of its standard output, decoded, to on (under p.mu).
-func (p *proc) start(ctx context.Context, t testing.TB, main string, args []string, on func(name string, raw []byte, at time.Time)) {
+// line of its standard output, decoded, to on (under p.mu), with its place
+// among the events (seq, from 1).
+func (p *proc) start(ctx context.Context, t testing.TB, main string, args []string, on func(name string, raw []byte, at time.Time, seq int)) {
 	t.Helper()
 	p.exited = make(chan struct{})
 	p.cmd = kafkatest.JavaCmd(ctx, t, main, args...)
@@ -101,7 +105,8 @@ func (p *proc) start(ctx context.Context, t testing.TB, main string, args []stri
 			if json.Unmarshal(line, &ev) != nil || ev.Name == "" {
 				p.bad = append(p.bad, string(line))
 			} else {
-				on(ev.Name, line, time.Now())
+				p.events++
+				on(ev.Name, line, time.Now(), p.events)
 			}
 			p.mu.Unlock()
 		}
@@ -176,7 +181,7 @@ func StartProducer(ctx context.Context, t testing.TB, cfg ProducerConfig) *Produ
 	if path := writeProps(t, "producer.properties", cfg.Properties); path != "" {
 		args = append(args, "--command-config", path)
 	}
-	p.start(ctx, t, "org.apache.kafka.tools.VerifiableProducer", args, func(name string, raw []byte, at time.Time) {
+	p.start(ctx, t, "org.apache.kafka.tools.VerifiableProducer", args, func(name string, raw []byte, at time.Time, seq int) {
 		switch name {
 		case "producer_send_success":
 			var e struct {
@@ -263,7 +268,7 @@ func StartConsumer(ctx context.Context, t testing.TB, cfg ConsumerConfig) *Consu
 	c := &Consumer{proc: proc{name: "VerifiableConsumer " + cfg.Group}, Group: cfg.Group}
 	args := []string{"--bootstrap-server", cfg.Bootstrap, "--topic", cfg.Topic, "--group-id", cfg.Group,
 		"--group-protocol", cfg.Protocol, "--reset-policy", "earliest"}
-	c.start(ctx, t, "org.apache.kafka.tools.VerifiableConsumer", args, func(name string, raw []byte, at time.Time) {
+	c.start(ctx, t, "org.apache.kafka.tools.VerifiableConsumer", args, func(name string, raw []byte, at time.Time, seq int) {
 		switch name {
 		case "records_consumed":
 			var e struct {
@@ -275,7 +280,7 @@ func StartConsumer(ctx context.Context, t testing.TB, cfg ConsumerConfig) *Consu
 			}
 			if json.Unmarshal(raw, &e) == nil {
 				for _, p := range e.Partitions {
-					c.ranges = append(c.ranges, Range{Partition: p.Partition, Min: p.Min, Max: p.Max, At: at})
+					c.ranges = append(c.ranges, Range{Partition: p.Partition, Min: p.Min, Max: p.Max, At: at, Seq: seq})
 				}
 			}
 		case "offsets_committed":
@@ -288,7 +293,7 @@ func StartConsumer(ctx context.Context, t testing.TB, cfg ConsumerConfig) *Consu
 				Error   string `json:"error"`
 			}
 			if json.Unmarshal(raw, &e) == nil {
-				cm := Commit{Offsets: map[int32]int64{}, Success: e.Success, Error: e.Error, At: at}
+				cm := Commit{Offsets: map[int32]int64{}, Success: e.Success, Error: e.Error, At: at, Seq: seq}
 				for _, o := range e.Offsets {
 					cm.Offsets[o.Partition] = o.Offset
 				}

@@ -118,8 +118,10 @@ func TestChaos(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			t.Logf("VerifiableProducer stderr:\n%s", tail(prod.Stderr(), 3000))
+			keepLog(t, "VerifiableProducer.log", prod.Stderr())
 			for _, c := range cons {
 				t.Logf("%s stderr:\n%s", c.Group, tail(c.Stderr(), 3000))
+				keepLog(t, c.Group+".log", c.Stderr())
 			}
 		}
 	}()

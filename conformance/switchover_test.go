@@ -222,6 +222,13 @@ func keepPath(t *testing.T, name string) string {
 
 var keepStamps sync.Map
 
+// keepLog keeps a failed run's log text as name under FERRY_KEEP_LOGS.
+func keepLog(t *testing.T, name, text string) {
+	if keep := keepPath(t, name); keep != "" {
+		os.WriteFile(keep, []byte(text), 0o644)
+	}
+}
+
 // fleetSeat is a member's place in a fleet: its node ID and gossip
 // address, every member's gossip address (the seeds) and the gossip key.
 type fleetSeat struct {
@@ -314,7 +321,9 @@ mirror: {sync_interval: 1s%s}
 		}
 		if t.Failed() {
 			t.Logf("%s log (%s), its warnings and errors and its last lines:\n%s", f.name(), f.log, f.logTail(200))
-			if keep := keepPath(t, strings.ReplaceAll(f.name(), " ", "-")+".log"); keep != "" {
+			// The temporary directory's name tells a restarted member's
+			// logs apart.
+			if keep := keepPath(t, strings.ReplaceAll(f.name(), " ", "-")+"-"+filepath.Base(dir)+".log"); keep != "" {
 				if b, err := os.ReadFile(f.log); err == nil {
 					os.WriteFile(keep, b, 0o644)
 				}

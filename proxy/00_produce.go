@@ -71,6 +71,11 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		return sub
 	})
 	names, local := sp.names, sp.local
+	if len(local) > 0 && in.TransactionID == nil {
+		// Refused here, unwritten: an idempotent producer's later
+		// batches to these partitions wait for them.
+		s.remapped.refuseStale(gen, in, func(ti int, p int32) bool { return local[ti][p] != 0 })
+	}
 
 	// The common case (with lanes, nearly every request): one leader,
 	// nothing refused. The client's own bytes go upstream, rewritten in
@@ -154,6 +159,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 					code = kerr.NotLeaderForPartition.Code
 					return errStop
 				}
+				req.remaps = append(req.remaps, remapBatch{key: gk, epoch: epoch, seq: seq})
 			}
 		}
 		b.SetProducer(phys, epoch, seq)
@@ -207,12 +213,30 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		}
 		out := kmsg.NewPtrProduceResponse()
 		out.ThrottleMillis = throttle
+		var failed map[gapPart]bool
 		for ti, t := range in.Topics {
 			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 			for _, p := range t.Partitions {
-				rt.Partitions = append(rt.Partitions, answerFor(local, answers, ti, names[ti], p.Partition, produceError))
+				a := answerFor(local, answers, ti, names[ti], p.Partition, produceError)
+				if a.ErrorCode != 0 && len(req.remaps) > 0 {
+					if failed == nil {
+						failed = map[gapPart]bool{}
+					}
+					failed[gapPart{t.Topic, t.TopicID, p.Partition}] = true
+				}
+				rt.Partitions = append(rt.Partitions, a)
 			}
 			out.Topics = append(out.Topics, rt)
+		}
+		// A batch written under an ID Ferry allocated and answered with
+		// an error: the client sends it again, and the partition's later
+		// batches wait for it. (Later ones already sent behind it on
+		// the same connection met the broker after it, which answers them
+		// alike.)
+		for _, r := range req.remaps {
+			if failed[r.key.part()] {
+				s.remapped.refused(gen, r.key, r.epoch, r.seq)
+			}
 		}
 		if hinted {
 			for _, b := range s.virtualBrokers() {

@@ -123,6 +123,11 @@ type request struct {
 	// stats, when set, counts the error codes of the answer Ferry encodes
 	// (encodeResponse).
 	stats *connStats
+	// remaps are the batches of idempotent producers of another
+	// generation that a Produce rewrote to a physical ID Ferry allocated
+	// (physicalProducerIDs): one answered with an error was not written,
+	// and the partition's later batches wait for it (remappedPIDs.gaps).
+	remaps []remapBatch
 }
 
 // reply is the answer to one request, produced when the writer asks for it.

@@ -163,8 +163,13 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	req.kr = kr
 	if req.heldTooLong {
 		s.metrics.heldTooLong.Inc()
-		if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
-			return nil, nil
+		if p, ok := kr.(*kmsg.ProduceRequest); ok {
+			if p.Acks == 0 {
+				return nil, nil
+			}
+			// Unwritten: an idempotent producer's later batches wait
+			// for these, which the client sends again.
+			s.remapped.refuseStale(s.routes.Current().Generation, p, func(int, int32) bool { return true })
 		}
 		return localReply(req, errorResponse(kr, upstreamErrorCode(kr), "ferry: "+errHeldTooLong.Error())), nil
 	}
@@ -228,6 +233,11 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 	}
 	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
 		return nil
+	}
+	for _, r := range req.remaps {
+		// Not written, or not known to be: sent again by the client,
+		// and waited for by the partition's later batches.
+		s.remapped.refused(req.state.Generation, r.key, r.epoch, r.seq)
 	}
 	var ue *unreachableError
 	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {

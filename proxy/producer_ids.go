@@ -68,6 +68,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -144,15 +145,19 @@ type remappedPIDs struct {
 }
 
 // A gap is a batch of an idempotent producer of another generation that
-// Ferry refused without writing it (no physical ID could be had), kept
-// until the client sends that batch again. The first batch the broker
+// was answered with an error — refused by Ferry unwritten (no physical ID
+// could be had, held by a switch too long, the write lease lapsed, the
+// leader unreachable) or by the broker — kept until the client sends that
+// batch again. The first batch the broker
 // gets under a freshly allocated ID sets that ID's sequence, whatever it
 // is; were a later batch, already in flight behind the refused one,
 // written first, the refused one would only ever meet
 // OUT_OF_ORDER_SEQUENCE_NUMBER, and be written out of order under the
 // next generation's ID. Later batches of the partition are refused as a
 // broker refuses a batch after a missing one (blocks), which every client
-// retries behind the batch it resends.
+// retries behind the batch it resends. The gaps are this member's: a
+// batch refused here whose successor goes to another member (its
+// partition moved between members in between) is not waited for there.
 type gapKey struct {
 	virt int64
 	// The partition as the client names it (by name, or by ID from v13).
@@ -164,6 +169,48 @@ type gapKey struct {
 type gap struct {
 	epoch int16
 	seq   int32
+}
+
+// gapPart is a gapKey's partition.
+type gapPart struct {
+	topic     string
+	topicID   [16]byte
+	partition int32
+}
+
+func (k gapKey) part() gapPart { return gapPart{k.topic, k.topicID, k.partition} }
+
+// remapBatch is a batch written under an ID allocated for its producer.
+type remapBatch struct {
+	key   gapKey
+	epoch int16
+	seq   int32
+}
+
+// refuseStale notes as refused unwritten, under gen, every batch of an
+// idempotent producer of another generation in the partitions of in that
+// refused names (by topic index and partition): the request, or those
+// partitions of it, were answered without being sent.
+func (r *remappedPIDs) refuseStale(gen uint32, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
+	if in.TransactionID != nil || in.Acks == 0 {
+		return
+	}
+	for ti := range in.Topics {
+		t := &in.Topics[ti]
+		for _, p := range t.Partitions {
+			if !refused(ti, p.Partition) {
+				continue
+			}
+			protocol.WalkBatches(p.Records, func(b protocol.Batch) error {
+				pid := b.ProducerID()
+				if _, ok := routing.PhysicalPID(gen, pid); pid < 0 || ok || b.IsTransactional() {
+					return nil
+				}
+				r.refused(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
+				return nil
+			})
+		}
+	}
 }
 
 // reset empties r for gen; r.mu is held.

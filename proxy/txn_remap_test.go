@@ -560,3 +560,120 @@ func (p refusingPeers) Call(ctx context.Context, to int32, kind string, body []b
 	}
 	return p.inProcessPeers.Call(ctx, to, kind, body)
 }
+
+// A batch of an idempotent producer of another generation answered
+// without being written — held by a switch longer than heldAnswerAfter,
+// as when the write lease lapsed with the active cluster's broker down —
+// keeps its place too: the batch after it, sent on the same connection
+// once writes flow again, would otherwise be the first the broker sees
+// under the freshly allocated ID and set its sequence there, leaving the
+// held one refused OUT_OF_ORDER_SEQUENCE_NUMBER for good (seen in
+// TestChaos: the Java producer retried it for minutes).
+func TestIdempotentBatchHeldTooLongKeepsItsPlace(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	table := routing.NewTable(routing.State{Generation: idGen, Active: "a", Phase: routing.PhaseDraining})
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table), WithHeldAnswerAfter(200*time.Millisecond))
+	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	via := dialRaw(t, addr)
+	via.SetDeadline(time.Now().Add(30 * time.Second))
+	corr := int32(0)
+	produce := func(seq int32, v string) int16 {
+		t.Helper()
+		p := kmsg.NewPtrProduceRequest()
+		p.Version = 7
+		p.Acks, p.TimeoutMillis = -1, 5000
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, seq, false, v)}}}}
+		corr++
+		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	if code := produce(5, "first"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("the held batch: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	st := table.Current()
+	st.Phase = routing.PhaseServing
+	table.Update(st)
+	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the held one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{5, "first"}, {6, "second"}} {
+		if code := produce(b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
+}
+
+// So does one the broker answered with an error: the batches after it
+// wait until it is sent again.
+func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
+	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The broker refuses the next produce to the partition.
+	var failOnce atomic.Bool
+	failOnce.Store(true)
+	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		if !failOnce.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	via := dialRaw(t, addr)
+	via.SetDeadline(time.Now().Add(30 * time.Second))
+	corr := int32(0)
+	produce := func(seq int32, v string) int16 {
+		t.Helper()
+		p := kmsg.NewPtrProduceRequest()
+		p.Version = 7
+		p.Acks, p.TimeoutMillis = -1, 5000
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, seq, false, v)}}}}
+		corr++
+		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	if code := produce(5, "first"); code != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
+	}
+	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{5, "first"}, {6, "second"}} {
+		if code := produce(b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
+}

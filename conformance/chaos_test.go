@@ -25,7 +25,13 @@ import (
 )
 
 var (
-	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: the schedule's seed (0: drawn from the clock and printed)")
+	// The suite replays one schedule, so that a run of it judges the
+	// change under test rather than the luck of a draw: this seed's (two
+	// switches at once, a member killed and one paused, both clusters'
+	// brokers paused and killed) found a held batch of the Java producer
+	// refused for good after the active broker came back. `make chaos`
+	// draws new ones (0).
+	chaosSeed     = flag.Uint64("chaos.seed", 1796246214782181586, "TestChaos: the schedule's seed (0: drawn from the clock and printed)")
 	chaosDuration = flag.Duration("chaos.duration", 75*time.Second, "TestChaos: how long faults are injected")
 	chaosReport   = flag.String("chaos.report", "", "TestChaos: write the run's report (Markdown) to this file")
 	// The copy loop stalled for good after about 6 minutes of faults in

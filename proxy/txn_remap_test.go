@@ -510,42 +510,17 @@ func TestIdempotentBatchRefusedKeepsItsPlace(t *testing.T) {
 	}
 	// A partition that held records: the broker takes any first sequence
 	// from a producer ID it holds no state for (kfake, as Kafka).
-	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	seedPartition(t, kf)
 	// Through the member that asks another for the client's ID.
 	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(stalePID, 10))
-	via := dialRaw(t, addrs[1-owner])
-	corr := int32(0)
-	produce := func(seq int32, v string) int16 {
-		t.Helper()
-		p := kmsg.NewPtrProduceRequest()
-		p.Version = 7
-		p.Acks, p.TimeoutMillis = -1, 5000
-		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, seq, false, v)}}}}
-		corr++
-		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
-	}
+	produce := staleProduce(t, addrs[1-owner])
 	if code := produce(5, "first"); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("the batch whose producer ID could not be had: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
 	}
 	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
 	}
-	for _, b := range []struct {
-		seq int32
-		v   string
-	}{{5, "first"}, {6, "second"}} {
-		if code := produce(b.seq, b.v); code != 0 {
-			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
-		}
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
-		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
-	}
+	resendInOrder(t, kf, produce)
 }
 
 // refusingPeers refuses the first n calls allocating a producer ID.
@@ -573,24 +548,8 @@ func TestIdempotentBatchHeldTooLongKeepsItsPlace(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	table := routing.NewTable(routing.State{Generation: idGen, Active: "a", Phase: routing.PhaseDraining})
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table), WithHeldAnswerAfter(200*time.Millisecond))
-	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	via := dialRaw(t, addr)
-	via.SetDeadline(time.Now().Add(30 * time.Second))
-	corr := int32(0)
-	produce := func(seq int32, v string) int16 {
-		t.Helper()
-		p := kmsg.NewPtrProduceRequest()
-		p.Version = 7
-		p.Acks, p.TimeoutMillis = -1, 5000
-		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(stalePID, 0, seq, false, v)}}}}
-		corr++
-		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
-	}
+	seedPartition(t, kf)
+	produce := staleProduce(t, addr)
 	if code := produce(5, "first"); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("the held batch: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
 	}
@@ -600,17 +559,7 @@ func TestIdempotentBatchHeldTooLongKeepsItsPlace(t *testing.T) {
 	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the batch after the held one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
 	}
-	for _, b := range []struct {
-		seq int32
-		v   string
-	}{{5, "first"}, {6, "second"}} {
-		if code := produce(b.seq, b.v); code != 0 {
-			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
-		}
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
-		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
-	}
+	resendInOrder(t, kf, produce)
 }
 
 // So does one the broker answered with an error: the batches after it
@@ -618,12 +567,7 @@ func TestIdempotentBatchHeldTooLongKeepsItsPlace(t *testing.T) {
 func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
-	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	seedPartition(t, kf)
 	// The broker refuses the next produce to the partition.
 	var failOnce atomic.Bool
 	failOnce.Store(true)
@@ -647,10 +591,37 @@ func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
 		}
 		return resp, nil, true
 	})
+	produce := staleProduce(t, addr)
+	if code := produce(5, "first"); code != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
+	}
+	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	resendInOrder(t, kf, produce)
+}
+
+// seedPartition writes "before" to t[0] directly: the broker takes any
+// first sequence from a producer ID it holds no state for (kfake, as
+// Kafka), on a partition that held records.
+func seedPartition(t *testing.T, kf *kfake.Cluster) {
+	t.Helper()
+	seed := newClient(t, kf.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := seed.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// staleProduce returns a call producing one batch (seq, v) to t[0] through
+// Ferry at addr, under an idempotent producer ID of another generation,
+// and answering the partition's error code.
+func staleProduce(t *testing.T, addr string) func(seq int32, v string) int16 {
 	via := dialRaw(t, addr)
 	via.SetDeadline(time.Now().Add(30 * time.Second))
 	corr := int32(0)
-	produce := func(seq int32, v string) int16 {
+	return func(seq int32, v string) int16 {
 		t.Helper()
 		p := kmsg.NewPtrProduceRequest()
 		p.Version = 7
@@ -659,12 +630,12 @@ func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
 		corr++
 		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 	}
-	if code := produce(5, "first"); code != kerr.NotEnoughReplicas.Code {
-		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
-	}
-	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
-		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
-	}
+}
+
+// resendInOrder resends batches 5 ("first") and 6 ("second") and checks
+// that t[0] holds them after "before", in order.
+func resendInOrder(t *testing.T, kf *kfake.Cluster, produce func(int32, string) int16) {
+	t.Helper()
 	for _, b := range []struct {
 		seq int32
 		v   string

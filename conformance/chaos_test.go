@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,6 +260,10 @@ func TestChaos(t *testing.T) {
 		report.Check(fmt.Sprintf("every acknowledged record is on the %s cluster (%s) at its offset", role, name), len(bad) == 0,
 			fmt.Sprintf("%d of %d not %s", len(bad), len(acks), strings.Join(head3(bad), "; ")))
 	}
+	// The idempotent producer's records keep their order in each
+	// partition (a record written twice counts where it first landed).
+	disorder := outOfOrder(on[active])
+	report.Check("each partition holds the producer's records in the order sent", len(disorder) == 0, strings.Join(head3(disorder), "; "))
 	dups := duplicates(on[active])
 	cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember]
 	report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
@@ -675,8 +682,24 @@ type chaosCopy struct {
 
 func startCopy(ctx context.Context, t *testing.T, bootstrap, in, out string) *chaosCopy {
 	t.Helper()
+	// franz-go's account of the sessions (groups joined, partitions
+	// assigned and revoked, transactions), kept with a failed run's logs.
+	logPath := filepath.Join(t.TempDir(), "copy.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				keepLog(t, "copy-loop.log", string(b))
+			}
+		}
+	})
 	open := func() (*kgo.GroupTransactSession, error) {
 		return kgo.NewGroupTransactSession(
+			kgo.WithLogger(kgo.BasicLogger(logf, kgo.LogLevelInfo, nil)),
 			kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
 			kgo.TransactionalID("chaos-copy"),
 			kgo.ConsumerGroup("chaos-copy"),
@@ -797,4 +820,31 @@ func copiedOnce(in, out map[partOff]string) (missing, twice, extra []string) {
 	slices.Sort(twice)
 	slices.Sort(extra)
 	return missing, twice, extra
+}
+
+// outOfOrder names the records of VerifiableProducer (values counting up
+// across partitions) that landed in a partition after a later one, each
+// record at its first offset.
+func outOfOrder(on map[partOff]string) []string {
+	ats := make([]partOff, 0, len(on))
+	for at := range on {
+		ats = append(ats, at)
+	}
+	sort.Slice(ats, func(i, j int) bool { return ats[i].p < ats[j].p || ats[i].p == ats[j].p && ats[i].o < ats[j].o })
+	seen := map[string]bool{}
+	last := map[int32]int64{}
+	var bad []string
+	for _, at := range ats {
+		v := on[at]
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || seen[v] {
+			continue
+		}
+		seen[v] = true
+		if prev, ok := last[at.p]; ok && n < prev {
+			bad = append(bad, fmt.Sprintf("%d/%d holds %q after %d", at.p, at.o, v, prev))
+		}
+		last[at.p] = max(last[at.p], n)
+	}
+	return bad
 }

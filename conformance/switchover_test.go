@@ -239,6 +239,11 @@ type fleetSeat struct {
 	// unmirrored, when set, is a regular expression of topics the mirror
 	// leaves alone.
 	unmirrored string
+	// listen is the address the member served clients at when it first
+	// started: a restarted member listens there again, as a member
+	// behind a fixed address would, so that a client bootstrapping
+	// afresh still finds the fleet.
+	listen string
 }
 
 // mirrorExclude is the mirror section's topic selection for seat.
@@ -249,10 +254,11 @@ func mirrorExclude(seat *fleetSeat) string {
 	return fmt.Sprintf(", topics: {exclude: [%q]}", seat.unmirrored)
 }
 
-// buildFerry builds cmd/ferry once into dir.
-func buildFerry(dir string) (string, error) {
+// buildFerry builds cmd/ferry once into dir, with the build tags given
+// ("faults": the fault-injection hooks of cmd/ferry/faults.go).
+func buildFerry(dir string, tags ...string) (string, error) {
 	bin := filepath.Join(dir, "ferry")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags="+strings.Join(tags, ","), "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/ferry: %w\n%s", err, out)
 	}
@@ -281,15 +287,19 @@ func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Clus
 	if l := os.Getenv("FERRY_SWITCH_LOG"); l != "" {
 		level = l
 	}
+	listen := "127.0.0.1:0"
+	if seat != nil && seat.listen != "" {
+		listen = seat.listen
+	}
 	cfg := fmt.Sprintf(`cluster_id: ferry-switch-clients
-listen: 127.0.0.1:0
+listen: %s
 admin_listen: 127.0.0.1:0
 log_level: %s
 clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
 mirror: {sync_interval: 1s%s}
-`, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "), mirrorExclude(seat))
+`, listen, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "), mirrorExclude(seat))
 	if seat != nil {
 		cfg += fmt.Sprintf("node_id: %d\nfleet: {bind: %q, seeds: [%s], key_file: %q}\n",
 			seat.nodeID, seat.gossip, strings.Join(seat.seeds, ", "), seat.keyFile)
@@ -346,6 +356,9 @@ mirror: {sync_interval: 1s%s}
 		if time.Now().After(deadline) {
 			t.Fatalf("ferry serve not serving after 90 s:\n%s", b)
 		}
+	}
+	if seat != nil {
+		seat.listen = f.addr
 	}
 	return f
 }
@@ -448,13 +461,13 @@ func (f *ferryServe) waitMirrorCaughtUp(t *testing.T, timeout time.Duration) {
 }
 
 // startPair starts two one-broker clusters, a primary and a standby, while
-// cmd/ferry builds, and returns the binary and both.
-func startPair(t *testing.T, primaryName, standbyName string) (bin string, primary, standby *kafkatest.Cluster) {
+// cmd/ferry builds (with tags), and returns the binary and both.
+func startPair(t *testing.T, primaryName, standbyName string, tags ...string) (bin string, primary, standby *kafkatest.Cluster) {
 	t.Helper()
 	var buildErr error
 	built := make(chan struct{})
 	binDir := t.TempDir()
-	go func() { defer close(built); bin, buildErr = buildFerry(binDir) }()
+	go func() { defer close(built); bin, buildErr = buildFerry(binDir, tags...) }()
 	cs := startClusters(t, primaryName, standbyName)
 	<-built
 	if buildErr != nil {

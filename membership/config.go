@@ -54,6 +54,10 @@ type Config struct {
 	// LeaveTimeout bounds how long Close waits for the leave to be
 	// gossiped (default 2s).
 	LeaveTimeout time.Duration
+
+	// Transport, when set, carries the gossip in place of one bound on
+	// Bind: a CutTransport, for fault injection only.
+	Transport *CutTransport
 }
 
 const (
@@ -131,6 +135,15 @@ func memberlistConfig(cfg Config, name string) (*memberlist.Config, error) {
 			return nil, fmt.Errorf("advertise address %q: want an IP address", cfg.Advertise)
 		}
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	}
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+		if mc.BindPort == 0 {
+			mc.BindPort = cfg.Transport.Port()
+		}
+		if cfg.Advertise == "" {
+			mc.AdvertisePort = mc.BindPort
+		}
 	}
 	if cfg.Key != nil {
 		kr, err := memberlist.NewKeyring(nil, cfg.Key)

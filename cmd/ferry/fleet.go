@@ -77,11 +77,16 @@ func (f *fleet) init(n *node, cfg *Config, port int, reg prometheus.Registerer) 
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	ports := []int32{int32(port)}
 	f.ports.Store(&ports)
+	transport, err := gossipTransport(fc.Bind, log)
+	if err != nil {
+		return fmt.Errorf("fleet.bind %s: %w", fc.Bind, err)
+	}
 	m, err := membership.New(membership.Config{
 		Bind:      fc.Bind,
 		Advertise: fc.Advertise,
 		Seeds:     fc.Seeds,
 		Key:       key,
+		Transport: transport,
 	}, membership.Meta{
 		NodeID:     cfg.NodeID,
 		Host:       cfg.AdvertisedHost,

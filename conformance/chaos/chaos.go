@@ -37,10 +37,15 @@ const (
 	PauseBroker Kind = "pause_broker"
 	// KillBroker: kill -9 of a cluster's broker, restarted after Pause.
 	KillBroker Kind = "kill_broker"
+	// CutGossip: a member cut off from the others' gossip and calls for
+	// Pause while it still reaches its clients and the clusters (a
+	// network partition), with a planned switch asked of member Other
+	// halfway through: the switch cannot reach the member cut off.
+	CutGossip Kind = "cut_gossip"
 )
 
 // Kinds is every kind, in the order reports list them.
-var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker, KillBroker}
+var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker, KillBroker, CutGossip}
 
 // Fault is one step of a schedule.
 type Fault struct {
@@ -70,6 +75,8 @@ func (f Fault) String() string {
 			which = "standby"
 		}
 		return fmt.Sprintf("%s of the %s cluster's broker for %v", f.Kind, which, f.Pause.Round(time.Millisecond))
+	case CutGossip:
+		return fmt.Sprintf("%s of member %d for %v, a planned switch via member %d halfway", f.Kind, f.Member, f.Pause.Round(time.Millisecond), f.Other)
 	}
 	return fmt.Sprintf("%s of member %d for %v", f.Kind, f.Member, f.Pause.Round(time.Millisecond))
 }
@@ -122,6 +129,10 @@ func Draw(cfg Config) []Fault {
 			f.Pause = between(500*time.Millisecond, 3*time.Second)
 		case KillBroker:
 			f.Pause = between(time.Second, 5*time.Second)
+		case CutGossip:
+			// Long enough, at the top, for the others to find the
+			// member dead (memberlist's LAN timings: a few seconds).
+			f.Pause = between(2*time.Second, 10*time.Second)
 		}
 		out = append(out, f)
 	}

@@ -86,7 +86,11 @@ func TestChaos(t *testing.T) {
 	faults := chaos.Draw(chaos.Config{Seed: seed, Duration: *chaosDuration, Members: 3, WriteLease: chaosWriteLease,
 		MinGap: 3 * time.Second, MaxGap: 8 * time.Second})
 	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v -chaos.copy=%v", seed, *chaosDuration, *chaosCopyLoop)
-	t.Logf("chaos seed %d, %d faults (replay: %s)", seed, len(faults), replay)
+	// One member's wall clock is off all run long: the switches it runs
+	// are stamped by it (cmd/ferry/faults.go), and no decision may rest
+	// on two members' clocks agreeing.
+	skewed, skew := chaos.DrawSkew(seed, 3)
+	t.Logf("chaos seed %d, %d faults, member %d's clock %v off (replay: %s)", seed, len(faults), skewed, skew, replay)
 	defer func() {
 		if t.Failed() {
 			t.Logf("chaos seed %d failed; replay: %s", seed, replay)
@@ -95,7 +99,12 @@ func TestChaos(t *testing.T) {
 
 	bin, primary, standby := startPair(t, "chaos-primary", "chaos-standby", "faults")
 	fl := &chaosFleet{t: t, bin: bin, clusters: map[string]*kafkatest.Cluster{"primary": primary, "standby": standby}, brokerFaults: map[string]int{}}
-	fl.ms = startFerryFleet(t, bin, primary, standby, 3, func(s *fleetSeat) { s.unmirrored = bystander })
+	fl.ms = startFerryFleet(t, bin, primary, standby, 3, func(s *fleetSeat) {
+		s.unmirrored = bystander
+		if s.nodeID == int32(skewed) {
+			s.env = []string{"FERRY_FAULT_CLOCK_SKEW=" + skew.String()}
+		}
+	})
 	for _, m := range fl.ms {
 		fl.logs = append(fl.logs, m.log)
 	}
@@ -138,7 +147,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	report := &chaos.Report{Seed: seed, Duration: *chaosDuration, Faults: map[chaos.Kind]int{}, Outcomes: map[string]int{}}
+	report := &chaos.Report{Seed: seed, Duration: *chaosDuration, Faults: map[chaos.Kind]int{}, Outcomes: map[string]int{}, Skewed: skewed, Skew: skew}
 	var answered []switchResult // every 200 a switch answered
 	// The schedule's waits add up to the run's length; the faults take
 	// time of their own (a broker's restart, 15 s here): the run stops

@@ -244,6 +244,9 @@ type fleetSeat struct {
 	// behind a fixed address would, so that a client bootstrapping
 	// afresh still finds the fleet.
 	listen string
+	// env is added to the member's environment (the fault hooks of a
+	// -tags faults build read theirs there).
+	env []string
 }
 
 // mirrorExclude is the mirror section's topic selection for seat.
@@ -314,6 +317,9 @@ mirror: {sync_interval: 1s%s}
 		t.Fatal(err)
 	}
 	f.cmd = exec.Command(bin, "serve", "--config", path)
+	if seat != nil && len(seat.env) > 0 {
+		f.cmd.Env = append(os.Environ(), seat.env...)
+	}
 	f.cmd.Stdout, f.cmd.Stderr = logf, logf
 	f.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := f.cmd.Start(); err != nil {

@@ -156,6 +156,8 @@ type Switcher struct {
 	clusters []string
 	log      *zap.Logger
 	now      func() time.Time
+	// skew is added to the wall-clock stamps a switch saves (SkewClock).
+	skew time.Duration
 	// advertised, when set, gives the API versions saved with each new
 	// state (State.APIVersions).
 	advertised func() map[int16][2]int16
@@ -172,6 +174,18 @@ type Switcher struct {
 	mu      sync.Mutex             // one switch at a time (TryLock)
 	running atomic.Pointer[string] // the ID of the switch mu is held for
 }
+
+// SkewClock makes this member stamp the switches it runs (Started,
+// Deadline, Finished: the wall-clock times saved in the routing state,
+// which other members read) as a machine whose wall clock is d off would;
+// its durations and deadlines keep counting on the monotonic clock, as a
+// skewed machine's do. For fault injection only (the chaos run): no
+// member's decision may depend on two machines' wall clocks agreeing.
+func (s *Switcher) SkewClock(d time.Duration) { s.skew = d }
+
+// wall is t as this member's wall clock reads it, without the monotonic
+// reading: what a switch saves.
+func (s *Switcher) wall(t time.Time) time.Time { return t.Add(s.skew).UTC() }
 
 // NewSwitcher returns a switcher over the given table and members. mirror
 // and store may be nil.
@@ -259,7 +273,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	// start keeps the monotonic reading: the switch's own deadline is
 	// counted on it, never on the wall clock (which may step).
 	start := s.now()
-	sw := &Switch{ID: id, Mode: req.Mode, From: cur.Active, To: req.To, Started: start.UTC()}
+	sw := &Switch{ID: id, Mode: req.Mode, From: cur.Active, To: req.To, Started: s.wall(start)}
 	// Every state this switch installs, whatever its outcome, has sw as
 	// Last and the switch before it in the history.
 	cur.History = pushHistory(cur.History, cur.Last)
@@ -602,7 +616,7 @@ func (s *Switcher) follow(st State, log *zap.Logger, what string) {
 }
 
 func (s *Switcher) finish(sw *Switch) {
-	sw.Finished = s.now().UTC()
+	sw.Finished = s.wall(s.now())
 	sw.Duration = sw.Finished.Sub(sw.Started).Round(time.Millisecond).String()
 }
 

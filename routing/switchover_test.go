@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -310,5 +311,29 @@ func TestSwitchRefusedAtTheGenerationLimit(t *testing.T) {
 				t.Fatalf("%s: the state changed to %v", tc.name, got)
 			}
 		}
+	}
+}
+
+// TestSkewedClockStampsOnly: a member whose wall clock is two hours behind
+// stamps its switch two hours back (what other members read), while the
+// switch's timeout and its duration count on the monotonic clock: the
+// switch runs and answers as on a true clock.
+func TestSkewedClockStampsOnly(t *testing.T) {
+	_, sw := newScript(State{Generation: 4, Active: "a"})
+	sw.SkewClock(-2 * time.Hour)
+	before := time.Now()
+	st, err := sw.Switch(context.Background(), Request{To: "b", Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := st.Last
+	if lag := before.Sub(l.Started); lag < 2*time.Hour-time.Minute || lag > 2*time.Hour+time.Minute {
+		t.Fatalf("started %v, %v before the true clock; want two hours", l.Started, lag)
+	}
+	if l.timeout() != 30*time.Second || l.Outcome != "switched" {
+		t.Fatalf("timeout %v, outcome %q; want 30s, switched", l.timeout(), l.Outcome)
+	}
+	if d, err := time.ParseDuration(l.Duration); err != nil || d < 0 || d > 10*time.Second {
+		t.Fatalf("duration %q (%v)", l.Duration, err)
 	}
 }

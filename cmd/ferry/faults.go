@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -31,4 +32,21 @@ func gossipTransport(bind string, log *zap.Logger) (*membership.CutTransport, er
 		}
 	}()
 	return t, nil
+}
+
+// clockSkew is, in a member built for fault injection, how far off its
+// wall clock is to be taken (FERRY_FAULT_CLOCK_SKEW, a Go duration such
+// as -2h): the switches it runs are stamped so (routing.Switcher.SkewClock).
+func clockSkew(log *zap.Logger) time.Duration {
+	v := os.Getenv("FERRY_FAULT_CLOCK_SKEW")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		log.Error("fault injection: FERRY_FAULT_CLOCK_SKEW is not a duration; the clock is left true", zap.String("value", v), zap.Error(err))
+		return 0
+	}
+	log.Warn("fault injection: this member's wall clock is taken as skewed", zap.Duration("skew", d))
+	return d
 }

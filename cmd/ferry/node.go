@@ -220,6 +220,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		members = fleetswitch.NewMembers(n.fleet.m, n.routes, log.Named("switch"))
 	}
 	n.switcher = routing.NewSwitcher(n.routes, members, sm, n.store, names, log.Named("switch"))
+	n.switcher.SkewClock(clockSkew(log))
 	n.switcher.SaveVersions(n.proxy.SavedVersions)
 	n.switcher.SaveFeatures(n.proxy.SavedFeatures)
 	if len(mapped) > 0 {

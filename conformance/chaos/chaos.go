@@ -138,6 +138,20 @@ func Draw(cfg Config) []Fault {
 	}
 }
 
+// DrawSkew returns the member whose wall clock a run takes as skewed, for
+// the whole run, and by how much: from one minute to three hours, either
+// way. It draws from the seed apart from Draw, so that a seed's faults are
+// the same with it.
+func DrawSkew(seed uint64, members int) (member int, skew time.Duration) {
+	r := rand.New(rand.NewPCG(seed^0xc10c, seed))
+	member = r.IntN(members)
+	skew = time.Minute + time.Duration(r.Int64N(int64(3*time.Hour-time.Minute)))
+	if r.IntN(2) == 0 {
+		skew = -skew
+	}
+	return member, skew.Round(time.Second)
+}
+
 // Invariant is one property checked at the end of a run.
 type Invariant struct {
 	Name   string
@@ -155,6 +169,9 @@ type Report struct {
 	Outcomes map[string]int
 	// Records is how many acknowledged records were checked.
 	Records int
+	// Skewed is the member whose wall clock the run took as Skew off.
+	Skewed int
+	Skew   time.Duration
 	// Log is each fault as injected, with what it met.
 	Log        []string
 	Invariants []Invariant
@@ -179,7 +196,7 @@ func (r *Report) OK() bool {
 func (r *Report) Markdown(command string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Chaos run\n\n")
-	fmt.Fprintf(&b, "`%s` — seed %d, %v of faults.\n\n", command, r.Seed, r.Duration.Round(time.Second))
+	fmt.Fprintf(&b, "`%s` — seed %d, %v of faults; member %d's wall clock %v off throughout.\n\n", command, r.Seed, r.Duration.Round(time.Second), r.Skewed, r.Skew)
 	fmt.Fprintf(&b, "## Faults injected\n\n| kind | count |\n|---|---|\n")
 	for _, k := range Kinds {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, r.Faults[k])

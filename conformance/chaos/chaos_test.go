@@ -46,3 +46,23 @@ func TestDrawReplays(t *testing.T) {
 		t.Errorf("the waits add up to %v, past the run's %v", total, cfg.Duration)
 	}
 }
+
+// TestDrawSkewReplays: a seed skews one member's clock by the same amount
+// every time, within its bounds; the faults it draws do not depend on it.
+func TestDrawSkewReplays(t *testing.T) {
+	m, d := DrawSkew(42, 3)
+	if m2, d2 := DrawSkew(42, 3); m2 != m || d2 != d {
+		t.Fatalf("seed 42 skewed member %d by %v, then member %d by %v", m, d, m2, d2)
+	}
+	signs := map[bool]bool{}
+	for seed := uint64(0); seed < 64; seed++ {
+		m, d := DrawSkew(seed, 3)
+		if m < 0 || m >= 3 || d.Abs() < time.Minute || d.Abs() > 3*time.Hour {
+			t.Fatalf("seed %d: member %d skewed by %v", seed, m, d)
+		}
+		signs[d > 0] = true
+	}
+	if len(signs) != 2 {
+		t.Fatal("64 seeds skewed every clock the same way")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -39,6 +40,7 @@ var (
 	chaosDuration = flag.Duration("chaos.duration", 75*time.Second, "TestChaos: how long faults are injected")
 	chaosReport   = flag.String("chaos.report", "", "TestChaos: write the run's report (Markdown) to this file")
 	chaosCopyLoop = flag.Bool("chaos.copy", true, "TestChaos: run the transactional copy loop too")
+	chaosForced   = flag.Bool("chaos.forced", false, "TestChaos: draw forced switches too, with the active cluster stopped")
 )
 
 // chaosSwitchTimeout is each planned switch's timeout.
@@ -84,8 +86,8 @@ func TestChaos(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	faults := chaos.Draw(chaos.Config{Seed: seed, Duration: *chaosDuration, Members: 3, WriteLease: chaosWriteLease,
-		MinGap: 3 * time.Second, MaxGap: 8 * time.Second})
-	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v -chaos.copy=%v", seed, *chaosDuration, *chaosCopyLoop)
+		MinGap: 3 * time.Second, MaxGap: 8 * time.Second, Forced: *chaosForced})
+	replay := fmt.Sprintf("go test ./conformance -run 'TestChaos$' -v -args -chaos.seed=%d -chaos.duration=%v -chaos.copy=%v -chaos.forced=%v", seed, *chaosDuration, *chaosCopyLoop, *chaosForced)
 	// One member's wall clock is off all run long: the switches it runs
 	// are stamped by it (cmd/ferry/faults.go), and no decision may rest
 	// on two members' clocks agreeing.
@@ -130,6 +132,7 @@ func TestChaos(t *testing.T) {
 	if *chaosCopyLoop {
 		createReadyTopic(ctx, t, kadm.NewClient(viaCl), copyTopic, partitions, 1)
 		cp = startCopy(ctx, t, bootstrap, topic, copyTopic)
+		fl.copyTopic = copyTopic
 	}
 	defer func() {
 		if t.Failed() {
@@ -204,8 +207,16 @@ func TestChaos(t *testing.T) {
 		t.Fatal("no record was acknowledged")
 	}
 
-	// Each group reads every acknowledged offset.
-	unread := func(c *verifiable.Consumer) int { return verifiable.Unread(acks, c.Ranges()) }
+	// Each group reads every acknowledged offset, but for what a forced
+	// switch lost (checked below: inside the ranges it reported, or in
+	// the residue before the stop).
+	kept := acks
+	if len(fl.forced) > 0 {
+		kept = slices.DeleteFunc(slices.Clone(acks), func(a verifiable.Ack) bool {
+			return fl.lostAt(topic, a.Partition, a.Offset) || fl.forcedResidue(a.At)
+		})
+	}
+	unread := func(c *verifiable.Consumer) int { return verifiable.Unread(kept, c.Ranges()) }
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
 		if unread(cons[0])+unread(cons[1]) == 0 {
 			break
@@ -222,6 +233,19 @@ func TestChaos(t *testing.T) {
 		switching += a.Took + 500*time.Millisecond
 	}
 	floor := int((switching + fl.activeDown).Seconds() * rate)
+	// A forced switch also takes a group back to the offsets the mirror
+	// had copied (a second behind), and its readers past the fence read
+	// the new records there: what it lost, and two seconds' worth more.
+	var resets []time.Time
+	for _, fs := range fl.forced {
+		resets = append(resets, fs.stopped)
+		floor += int(2 * rate)
+		for _, r := range fs.lost {
+			if r.Topic == topic {
+				floor += int(r.To - r.From)
+			}
+		}
+	}
 	for _, c := range cons {
 		if err := c.Stop(60 * time.Second); err != nil {
 			t.Error(err)
@@ -235,18 +259,32 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		report.Check(c.Group+" read every acknowledged record", n == 0,
-			fmt.Sprintf("%d of %d unread; %d read again; %d of %d commits failed", n, len(acks), again, failed, len(c.Commits())))
+			fmt.Sprintf("%d of %d unread; %d read again; %d of %d commits failed", n, len(kept), again, failed, len(c.Commits())))
 		report.Check(c.Group+" read again no more than was produced while switches ran", again <= floor,
 			fmt.Sprintf("%d read again; %d produced in the %v the %d switches took and the %v the active cluster's broker was down",
 				again, floor, switching.Round(time.Millisecond), len(answered), fl.activeDown.Round(time.Millisecond)))
-		rewinds := belowCommitted(c)
+		rewinds := belowCommitted(c, resets)
 		report.Check(c.Group+" never read below an offset it had committed", len(rewinds) == 0, strings.Join(head3(rewinds), "; "))
 	}
 
 	// Every acknowledged record is on the active cluster at its offset,
 	// and on the standby once the mirror caught up. (Nothing writes the
 	// topic any more: each cluster is read once.)
-	fl.ms[0].waitMirrorCaughtUp(t, 2*time.Minute)
+	caught, halted := false, []string{}
+	for deadline := time.Now().Add(2 * time.Minute); !caught && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		st, err := fl.ms[0].mirrorStatus(ctx)
+		if err != nil {
+			continue
+		}
+		caught, halted = st.Summary.AllCaughtUp, halted[:0]
+		for _, p := range st.Partitions {
+			if p.State == "halted" {
+				halted = append(halted, fmt.Sprintf("%s[%d]: %s", p.Topic, p.Partition, p.Error))
+			}
+		}
+	}
+	report.Check("the mirror catches up with the active cluster", caught,
+		fmt.Sprintf("%d partitions halted %s", len(halted), strings.Join(head3(halted), "; ")))
 	other := "primary"
 	if active == "primary" {
 		other = "standby"
@@ -255,24 +293,36 @@ func TestChaos(t *testing.T) {
 	for _, name := range []string{active, other} {
 		on[name] = readCommitted(t, ctx, fl.clusters[name], []string{topic})[topic]
 		bad := []string{}
+		listed, residue := 0, 0
 		for _, a := range acks {
 			if got := on[name][partOff{a.Partition, a.Offset}]; got != a.Value {
-				bad = append(bad, fmt.Sprintf("%q acknowledged at %d/%d, %q there", a.Value, a.Partition, a.Offset, got))
+				switch {
+				case fl.lostAt(topic, a.Partition, a.Offset):
+					listed++
+				case fl.forcedResidue(a.At):
+					residue++
+				default:
+					bad = append(bad, fmt.Sprintf("%q acknowledged at %d/%d, %q there", a.Value, a.Partition, a.Offset, got))
+				}
 			}
 		}
 		role := "active"
 		if name == other {
 			role = "standby"
 		}
+		forced := ""
+		if len(fl.forced) > 0 {
+			forced = fmt.Sprintf("; lost by %d forced switches: %d inside the ranges reported, %d acknowledged in the second before the stop and not reported", len(fl.forced), listed, residue)
+		}
 		report.Check(fmt.Sprintf("every acknowledged record is on the %s cluster (%s) at its offset", role, name), len(bad) == 0,
-			fmt.Sprintf("%d of %d not %s", len(bad), len(acks), strings.Join(head3(bad), "; ")))
+			fmt.Sprintf("%d of %d not %s%s", len(bad), len(acks), strings.Join(head3(bad), "; "), forced))
 	}
 	// The idempotent producer's records keep their order in each
 	// partition (a record written twice counts where it first landed).
 	disorder := outOfOrder(on[active])
 	report.Check("each partition holds the producer's records in the order sent", len(disorder) == 0, strings.Join(head3(disorder), "; "))
 	dups := duplicates(on[active])
-	cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember] + report.Faults[chaos.CutGossip]
+	cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember] + report.Faults[chaos.CutGossip] + len(fl.forced)
 	report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
 		fmt.Sprintf("%d records written twice; %d member kills, pauses and cuts", dups, cutOff))
 
@@ -287,10 +337,37 @@ func TestChaos(t *testing.T) {
 				break
 			}
 		}
+		// A forced switch loses input and output the mirror had not
+		// copied, and the group's offsets back to where the mirror had
+		// copied them: input positions it lost were taken by new
+		// records (copied again), copies it lost are missing or made
+		// again. Those positions are counted, not failed.
+		forgiven := 0
+		if len(fl.forced) > 0 {
+			forgive := func(k string) bool {
+				var p int32
+				var o int64
+				fmt.Sscanf(k, "%d/%d", &p, &o)
+				for _, fs := range fl.forced {
+					if fs.lostCopies[strings.Fields(k)[0]] {
+						forgiven++
+						return true
+					}
+				}
+				if fl.lostAt(topic, p, o) {
+					forgiven++
+					return true
+				}
+				return false
+			}
+			lack = slices.DeleteFunc(lack, forgive)
+			dup = slices.DeleteFunc(dup, forgive)
+			foreign = slices.DeleteFunc(foreign, forgive)
+		}
 		copyErrs, copied := cp.stop()
 		report.Check("the transactional copy loop's output holds each input record once", len(lack)+len(dup)+len(foreign) == 0,
-			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v; errors met: %d %s",
-				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), len(copyErrs), strings.Join(head3(copyErrs), "; ")))
+			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v (%d positions a forced switch lost, counted apart); errors met: %d %s",
+				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), forgiven, len(copyErrs), strings.Join(head3(copyErrs), "; ")))
 	}
 
 	// The bystander is never fenced by Ferry: no member names its
@@ -331,6 +408,134 @@ type chaosFleet struct {
 	logs         []string
 	brokerFaults map[string]int // brokers paused or killed, by cluster
 	activeDown   time.Duration  // how long the active cluster's broker was paused or dead
+	forced       []forcedSwitch // the forced switches made, in order
+	copyTopic    string         // the copy loop's output ("" without it)
+}
+
+// forcedSwitch is a forced switch the schedule made.
+type forcedSwitch struct {
+	stopped time.Time     // when the old active cluster's broker was stopped
+	took    time.Duration // asked to answered
+	lost    []lostRange   // what the answer reported lost
+	// lostCopies are the input positions ("partition/offset") whose
+	// copies the switch lost: on the old cluster's copy of the output,
+	// nowhere on the new one's, read before the repair deleted it.
+	lostCopies map[string]bool
+}
+
+// lostAt reports whether the forced switches reported offset o of topic's
+// partition p lost.
+func (fl *chaosFleet) lostAt(topic string, p int32, o int64) bool {
+	for _, fs := range fl.forced {
+		for _, r := range fs.lost {
+			if r.Topic == topic && r.Partition == p && o >= r.From && o < r.To {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forcedResidue reports whether a record acknowledged at at falls in the
+// residue a forced switch's lost ranges may miss: what the old cluster
+// acknowledged in the last listing interval of its end offsets (1 s)
+// before it stopped, with a second's slack for the client's report.
+func (fl *chaosFleet) forcedResidue(at time.Time) bool {
+	for _, fs := range fl.forced {
+		if at.After(fs.stopped.Add(-2*time.Second)) && at.Before(fs.stopped.Add(time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
+// other is the cluster that is not name.
+func (fl *chaosFleet) other(name string) string {
+	if name == "primary" {
+		return "standby"
+	}
+	return "primary"
+}
+
+// repairAfterForced brings the old active cluster back as a standby the
+// way docs/RUNBOOK.md (section 5.4) says: the topics the mirror halted as
+// diverged are deleted on it directly, the mirror creates them again and
+// its halted partitions are restarted, until every partition is caught
+// up. It first notes the copies the switch lost (fs.lostCopies).
+func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *forcedSwitch) string {
+	t := fl.t
+	c := fl.clusters[old]
+	fs.lostCopies = map[string]bool{}
+	if fl.copyTopic != "" {
+		// Read uncommitted: what the copy loop wrote on the old cluster
+		// and the new one holds nowhere (aborted copies too, which only
+		// forgives more).
+		now := map[string]bool{}
+		for _, v := range readTopics(t, ctx, fl.clusters[fl.other(old)], []string{fl.copyTopic}, kgo.ReadUncommitted())[fl.copyTopic] {
+			now[v] = true
+		}
+		for _, v := range readTopics(t, ctx, c, []string{fl.copyTopic}, kgo.ReadUncommitted())[fl.copyTopic] {
+			if !now[v] {
+				fs.lostCopies[v] = true
+			}
+		}
+	}
+	var deleted []string
+	restarts := 0
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old active cluster %s not repaired within 3 minutes of the forced switch (topics deleted: %v, restarts %d)", old, deleted, restarts)
+		}
+		st, err := fl.ms[0].mirrorStatus(ctx)
+		if err != nil {
+			continue
+		}
+		if st.Summary.AllCaughtUp {
+			return fmt.Sprintf("repaired: %d topics deleted on %s and copied again %v, %d restarts of the halted", len(deleted), old, deleted, restarts)
+		}
+		// A topic is deleted only once every partition of it is halted
+		// (the runbook's rule): a writer still running would append
+		// into the topic created again at its own offset, and what it
+		// appended there before halting diverges from the source.
+		halted, running := map[string]bool{}, map[string]bool{}
+		for _, p := range st.Partitions {
+			if p.State == "halted" {
+				halted[p.Topic] = true
+			} else {
+				running[p.Topic] = true
+			}
+		}
+		for tp := range running {
+			delete(halted, tp)
+		}
+		if len(halted) == 0 {
+			continue
+		}
+		topics := slices.Sorted(maps.Keys(halted))
+		adm := admin(t, c)
+		if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
+			t.Logf("deleting %v on %s: %v", topics, old, err)
+			continue
+		}
+		deleted = append(deleted, topics...)
+		// The mirror's sync creates them again (a second apart); then
+		// every partition is there, empty.
+		for again := time.Now().Add(time.Minute); time.Now().Before(again); time.Sleep(500 * time.Millisecond) {
+			ends, err := adm.ListEndOffsets(ctx, topics...)
+			if err != nil || ends.Error() != nil {
+				continue
+			}
+			n := 0
+			ends.Each(func(o kadm.ListedOffset) { n++ })
+			if n > 0 {
+				break
+			}
+		}
+		if err := fl.ms[0].restartHalted(ctx); err != nil {
+			t.Logf("restarting the halted mirror partitions: %v", err)
+		}
+		restarts++
+	}
 }
 
 // switchResult is a switch's 200.
@@ -426,6 +631,31 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.R
 			fl.activeDown += time.Since(start)
 		}
 		return name + "'s broker killed, restarted"
+	case chaos.ForcedSwitch:
+		c := fl.clusters[active]
+		pid := c.Pid(c.NodeIDs()[0])
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP %s's broker: %v", active, err)
+		}
+		stopped := time.Now()
+		a, code, _ := fl.ms[f.Member].askSwitchMode(ctx, to, "forced", chaosSwitchTimeout)
+		took := time.Since(stopped)
+		answer := note(a, code, took)
+		time.Sleep(f.Pause - time.Since(stopped))
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT %s's broker: %v", active, err)
+		}
+		fl.activeDown += time.Since(stopped)
+		if code != http.StatusOK {
+			return fmt.Sprintf("%s's broker stopped; %s", active, answer)
+		}
+		fs := forcedSwitch{stopped: stopped, took: took}
+		if a.LastSwitch != nil {
+			fs.lost = a.LastSwitch.Lost
+		}
+		repaired := fl.repairAfterForced(ctx, active, &fs)
+		fl.forced = append(fl.forced, fs)
+		return fmt.Sprintf("%s's broker stopped %v; %s, lost %v; %s", active, time.Since(stopped).Round(time.Millisecond), answer, fs.lost, repaired)
 	case chaos.CutGossip:
 		// The member built with -tags faults cuts its gossip off on
 		// SIGUSR1 and joins up again on SIGUSR2 (cmd/ferry/faults.go).
@@ -513,26 +743,33 @@ func isPanic(l string) bool {
 // belowCommitted lists each read of a consumer that began below an offset
 // it had committed before (a commit that succeeded, on the same
 // partition): its group went back past its commit.
-func belowCommitted(c *verifiable.Consumer) []string {
+func belowCommitted(c *verifiable.Consumer, resets []time.Time) []string {
 	type ev struct {
 		seq    int
+		at     time.Time
 		commit map[int32]int64
 		r      *verifiable.Range
 	}
 	var evs []ev
 	for _, cm := range c.Commits() {
 		if cm.Success {
-			evs = append(evs, ev{seq: cm.Seq, commit: cm.Offsets})
+			evs = append(evs, ev{seq: cm.Seq, at: cm.At, commit: cm.Offsets})
 		}
 	}
 	for _, r := range c.Ranges() {
-		evs = append(evs, ev{seq: r.Seq, r: &r})
+		evs = append(evs, ev{seq: r.Seq, at: r.At, r: &r})
 	}
 	// In the order the consumer printed them.
 	slices.SortFunc(evs, func(a, b ev) int { return a.seq - b.seq })
 	committed := map[int32]int64{}
 	var out []string
 	for _, e := range evs {
+		// A forced switch takes the group back to what the mirror had
+		// copied of its offsets: what it committed before the stop no
+		// longer binds it.
+		for len(resets) > 0 && e.at.After(resets[0]) {
+			committed, resets = map[int32]int64{}, resets[1:]
+		}
 		if e.r == nil {
 			for p, o := range e.commit {
 				committed[p] = max(committed[p], o)

@@ -397,6 +397,8 @@ type switchAnswer struct {
 	LastSwitch *struct {
 		Duration string `json:"duration"`
 		Outcome  string `json:"outcome"`
+		// Lost is a forced switch's lost ranges.
+		Lost []lostRange `json:"lost"`
 	} `json:"last_switch"`
 	Error   string `json:"error"`
 	Message string `json:"message"`
@@ -406,7 +408,21 @@ type switchAnswer struct {
 // and returns its answer, its status code (0 when it did not answer) and
 // its body (or why there was none).
 func (f *ferryServe) askSwitch(ctx context.Context, to string, timeout time.Duration) (switchAnswer, int, string) {
-	body := fmt.Sprintf(`{"to":%q,"mode":"planned","timeout":%q}`, to, timeout)
+	return f.askSwitchMode(ctx, to, "planned", timeout)
+}
+
+// lostRange is one range of a forced switch's answer: the offsets
+// [From, To) of a partition the old active cluster held beyond the new.
+type lostRange struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+}
+
+// askSwitchMode is askSwitch for a switch of mode "planned" or "forced".
+func (f *ferryServe) askSwitchMode(ctx context.Context, to, mode string, timeout time.Duration) (switchAnswer, int, string) {
+	body := fmt.Sprintf(`{"to":%q,"mode":%q,"timeout":%q}`, to, mode, timeout)
 	var a switchAnswer
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/switchover", strings.NewReader(body))
 	if err != nil {
@@ -438,6 +454,57 @@ func (f *ferryServe) switchover(t *testing.T, ctx context.Context, to string, ge
 		t.Fatalf("switch to %s answered %s, want generation %d, %s active, serving, switched", to, b, gen, to)
 	}
 	return a.LastSwitch.Duration
+}
+
+// mirrorStatus is what GET /status/mirror says of the fleet's mirror.
+type mirrorStatus struct {
+	Summary struct {
+		AllCaughtUp bool `json:"all_caught_up"`
+	} `json:"summary"`
+	Partitions []struct {
+		Topic     string `json:"topic"`
+		Partition int32  `json:"partition"`
+		State     string `json:"state"`
+		Error     string `json:"error"`
+	} `json:"partitions"`
+}
+
+// mirrorStatus reads the fleet's mirror status from the member.
+func (f *ferryServe) mirrorStatus(ctx context.Context) (mirrorStatus, error) {
+	var m mirrorStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.admin+"/status/mirror", nil)
+	if err != nil {
+		return m, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("/status/mirror: %v: %s", err, head(string(b), 300))
+	}
+	return m, nil
+}
+
+// restartHalted asks the member to restart every halted mirror partition
+// of the fleet (POST /mirror/restart).
+func (f *ferryServe) restartHalted(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/mirror/restart", strings.NewReader(`{"halted":true}`))
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /mirror/restart: %d %s", resp.StatusCode, head(string(b), 300))
+	}
+	return nil
 }
 
 // waitMirrorCaughtUp waits until the mirror reports every partition caught
@@ -906,6 +973,13 @@ func seqOf(v string) int {
 // mirror's fillers left out.
 func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topics []string) map[string]map[partOff]string {
 	t.Helper()
+	return readTopics(t, ctx, c, topics, kgo.ReadCommitted())
+}
+
+// readTopics is readCommitted at the isolation level given: read
+// uncommitted, it holds records of transactions aborted or still open.
+func readTopics(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topics []string, isolation kgo.IsolationLevel) map[string]map[partOff]string {
+	t.Helper()
 	ends, err := admin(t, c).ListEndOffsets(ctx, topics...)
 	if err == nil {
 		err = ends.Error()
@@ -923,7 +997,7 @@ func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topi
 		}
 	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(isolation),
 		kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
@@ -938,7 +1012,7 @@ func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topi
 	for len(left) > 0 {
 		fs := cl.PollFetches(rctx)
 		if rctx.Err() != nil {
-			t.Fatalf("reading %s read_committed: partitions short of their end offsets: %v", c.Bootstrap(), left)
+			t.Fatalf("reading %s (%v): partitions short of their end offsets: %v", c.Bootstrap(), isolation, left)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			// Fillers are the mirror's (one stands where the source has a

@@ -570,9 +570,30 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	if err != nil {
 		return err
 	}
-	defer p.Close()
-	if err := p.BeginTransaction(); err != nil {
-		return err
+	defer func() {
+		if ctx.Err() != nil {
+			// A cluster that does not answer (a frozen host, a
+			// partition: connections open, nothing answered) holds
+			// Close until its requests time out; the write has given
+			// up, and so does the caller.
+			go p.Close()
+			return
+		}
+		p.Close()
+	}()
+	// BeginTransaction takes no context: it waits for the producer ID,
+	// which InitProducerId to such a cluster never brings (a forced
+	// switch away from a frozen cluster waited 50 s on it for the write
+	// that only informs the old cluster).
+	began := make(chan error, 1)
+	go func() { began <- p.BeginTransaction() }()
+	select {
+	case err := <-began:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	abort := func() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
@@ -601,7 +622,12 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 		err = cond(held, found)
 	}
 	if err != nil {
-		abort()
+		if ctx.Err() == nil {
+			// Past ctx the cluster is not answering: the next
+			// writer's InitProducerId, or the transaction timeout,
+			// aborts what is left open.
+			abort()
+		}
 		return err
 	}
 	if s.beforeCommit != nil {

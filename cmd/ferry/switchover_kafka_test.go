@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -724,4 +726,63 @@ func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]i
 		out[f.Name] = f.MaxVersionLevel
 	}
 	return out
+}
+
+// TestForcedSwitchOldClusterHung: the primary's broker is frozen (SIGSTOP,
+// as a hung host or a network partition leaves it: connections open,
+// nothing answered) and Ferry is switched forced to the standby. The
+// switch answers within its own bounds — the source's end offsets listed
+// for 3 s, the save's 30 s, the install — and the first produce after it
+// is acknowledged on the standby. Before, the write that tells the frozen
+// cluster of the new generation waited in kgo's BeginTransaction, which
+// takes no context, and then in the client's Close: 53 s in the chaos
+// run, this test's 40 s passed, writes refused all along. (Now about
+// 23 s: 3 s listing, 10 s reading the frozen cluster's state before the
+// save, 10 s trying to write it there; killed outright, the primary
+// refuses connections and the switch takes a few seconds.)
+func TestForcedSwitchOldClusterHung(t *testing.T) {
+	primary, _, yaml := primaryAndStandby(t, "ferry-forced-hung")
+	n, addr := startNode(t, yaml)
+	const topic = "forced-hung"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produceNumbered(t, ctx, prod, "before", 20)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+
+	pid := primary.Pid(primary.NodeIDs()[0])
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	type answer struct {
+		st  routing.State
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		st, err := n.switchover(ctx, routing.Request{To: "standby", Mode: routing.Forced})
+		done <- answer{st, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(time.Minute):
+		buf := make([]byte, 1<<22)
+		t.Fatalf("the forced switch had not answered after a minute; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	took := time.Since(start)
+	if a.err != nil || a.st.Active != "standby" {
+		t.Fatalf("forced switch: %+v, %v", a.st, a.err)
+	}
+	if took > 40*time.Second {
+		t.Fatalf("the forced switch answered after %v, past its bounds (3 s listing, 30 s save, the install)", took)
+	}
+	after := produceNumbered(t, ctx, prod, "after", 1)
+	t.Logf("forced switch with the primary frozen answered in %v; the first produce after it acknowledged at offset %d, %v after the call",
+		took.Round(time.Millisecond), after[0], time.Since(start).Round(time.Millisecond))
 }

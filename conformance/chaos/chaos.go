@@ -42,10 +42,16 @@ const (
 	// network partition), with a planned switch asked of member Other
 	// halfway through: the switch cannot reach the member cut off.
 	CutGossip Kind = "cut_gossip"
+	// ForcedSwitch: the active cluster's broker stopped (SIGSTOP), a
+	// forced switch to the other asked of member Member, the broker
+	// continued after Pause, and the old cluster, now the standby,
+	// repaired as the runbook says (its diverged topics deleted, copied
+	// again). Drawn only with Config.Forced.
+	ForcedSwitch Kind = "forced_switch"
 )
 
 // Kinds is every kind, in the order reports list them.
-var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker, KillBroker, CutGossip}
+var Kinds = []Kind{PlannedSwitch, TwoSwitches, KillMember, PauseMember, PauseBroker, KillBroker, CutGossip, ForcedSwitch}
 
 // Fault is one step of a schedule.
 type Fault struct {
@@ -77,6 +83,8 @@ func (f Fault) String() string {
 		return fmt.Sprintf("%s of the %s cluster's broker for %v", f.Kind, which, f.Pause.Round(time.Millisecond))
 	case CutGossip:
 		return fmt.Sprintf("%s of member %d for %v, a planned switch via member %d halfway", f.Kind, f.Member, f.Pause.Round(time.Millisecond), f.Other)
+	case ForcedSwitch:
+		return fmt.Sprintf("%s via member %d, the active cluster's broker stopped for %v", f.Kind, f.Member, f.Pause.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%s of member %d for %v", f.Kind, f.Member, f.Pause.Round(time.Millisecond))
 }
@@ -90,6 +98,9 @@ type Config struct {
 	WriteLease time.Duration
 	// Gap is the range of the wait before each fault.
 	MinGap, MaxGap time.Duration
+	// Forced draws ForcedSwitch too (`make chaos`); without it the
+	// other kinds are drawn as they were before it existed.
+	Forced bool
 }
 
 // Draw returns the schedule cfg's seed draws: a fault after each wait in
@@ -114,6 +125,9 @@ func Draw(cfg Config) []Fault {
 		total += f.After
 		if len(bag) == 0 {
 			bag = slices.Clone(Kinds)
+			if !cfg.Forced {
+				bag = slices.DeleteFunc(bag, func(k Kind) bool { return k == ForcedSwitch })
+			}
 			r.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
 		}
 		f.Kind, bag = bag[0], bag[1:]
@@ -133,6 +147,8 @@ func Draw(cfg Config) []Fault {
 			// Long enough, at the top, for the others to find the
 			// member dead (memberlist's LAN timings: a few seconds).
 			f.Pause = between(2*time.Second, 10*time.Second)
+		case ForcedSwitch:
+			f.Pause = between(3*time.Second, 8*time.Second)
 		}
 		out = append(out, f)
 	}

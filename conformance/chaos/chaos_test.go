@@ -25,7 +25,10 @@ func TestDrawReplays(t *testing.T) {
 	seen := map[Kind]bool{}
 	var total time.Duration
 	for i, f := range a {
-		if i < len(Kinds) {
+		if i < len(Kinds)-1 { // every kind but ForcedSwitch
+			if f.Kind == ForcedSwitch {
+				t.Errorf("fault %d: a forced switch drawn without Forced", i)
+			}
 			if seen[f.Kind] {
 				t.Errorf("fault %d, %s, drawn again before every kind was", i, f.Kind)
 			}
@@ -41,6 +44,21 @@ func TestDrawReplays(t *testing.T) {
 		if f.Kind == PauseMember && f.Pause > 2*cfg.WriteLease {
 			t.Errorf("fault %d pauses a member %v, past twice the lease", i, f.Pause)
 		}
+	}
+	for _, f := range a {
+		if f.Kind == ForcedSwitch {
+			t.Fatal("a forced switch drawn without Forced")
+		}
+	}
+	cfg.Seed, cfg.Forced = 42, true
+	forced := 0
+	for _, f := range Draw(cfg) {
+		if f.Kind == ForcedSwitch {
+			forced++
+		}
+	}
+	if forced == 0 {
+		t.Error("no forced switch drawn with Forced")
 	}
 	if total > cfg.Duration {
 		t.Errorf("the waits add up to %v, past the run's %v", total, cfg.Duration)

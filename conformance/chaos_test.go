@@ -482,6 +482,10 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 	}
 	var deleted []string
 	restarts := 0
+	// Caught up for 10 s on end: a writer of the new direction that has
+	// not yet compared the old cluster's tail with the source reports
+	// caught up until it does.
+	var settled time.Time
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the old active cluster %s not repaired within 3 minutes of the forced switch (topics deleted: %v, restarts %d)", old, deleted, restarts)
@@ -490,7 +494,12 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 		if err != nil {
 			continue
 		}
-		if st.Summary.AllCaughtUp {
+		if !st.Summary.AllCaughtUp {
+			settled = time.Time{}
+		} else if settled.IsZero() {
+			settled = time.Now()
+		}
+		if !settled.IsZero() && time.Since(settled) >= 10*time.Second {
 			return fmt.Sprintf("repaired: %d topics deleted on %s and copied again %v, %d restarts of the halted", len(deleted), old, deleted, restarts)
 		}
 		// A topic is deleted only once every partition of it is halted

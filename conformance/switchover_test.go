@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	ferryadmin "github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -456,22 +457,10 @@ func (f *ferryServe) switchover(t *testing.T, ctx context.Context, to string, ge
 	return a.LastSwitch.Duration
 }
 
-// mirrorStatus is what GET /status/mirror says of the fleet's mirror.
-type mirrorStatus struct {
-	Summary struct {
-		AllCaughtUp bool `json:"all_caught_up"`
-	} `json:"summary"`
-	Partitions []struct {
-		Topic     string `json:"topic"`
-		Partition int32  `json:"partition"`
-		State     string `json:"state"`
-		Error     string `json:"error"`
-	} `json:"partitions"`
-}
-
-// mirrorStatus reads the fleet's mirror status from the member.
-func (f *ferryServe) mirrorStatus(ctx context.Context) (mirrorStatus, error) {
-	var m mirrorStatus
+// mirrorStatus reads the fleet's mirror status from the member (GET
+// /status/mirror).
+func (f *ferryServe) mirrorStatus(ctx context.Context) (ferryadmin.MirrorStatus, error) {
+	var m ferryadmin.MirrorStatus
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.admin+"/status/mirror", nil)
 	if err != nil {
 		return m, err

@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/chaos"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/verifiable"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 var (
@@ -270,25 +271,16 @@ func TestChaos(t *testing.T) {
 	// Every acknowledged record is on the active cluster at its offset,
 	// and on the standby once the mirror caught up. (Nothing writes the
 	// topic any more: each cluster is read once.)
-	caught, halted := false, []string{}
-	for deadline := time.Now().Add(2 * time.Minute); !caught && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		st, err := fl.ms[0].mirrorStatus(ctx)
-		if err != nil {
-			continue
-		}
-		caught, halted = st.Summary.AllCaughtUp, halted[:0]
-		for _, p := range st.Partitions {
-			if p.State == "halted" {
-				halted = append(halted, fmt.Sprintf("%s[%d]: %s", p.Topic, p.Partition, p.Error))
-			}
+	st, caught, _ := fl.ms[0].mirrorCaughtUp(ctx, 2*time.Minute)
+	var halted []string
+	for _, p := range st.Partitions {
+		if p.State == "halted" {
+			halted = append(halted, fmt.Sprintf("%s[%d]: %s", p.Topic, p.Partition, p.Error))
 		}
 	}
 	report.Check("the mirror catches up with the active cluster", caught,
 		fmt.Sprintf("%d partitions halted %s", len(halted), strings.Join(head3(halted), "; ")))
-	other := "primary"
-	if active == "primary" {
-		other = "standby"
-	}
+	other := fl.other(active)
 	on := map[string]map[partOff]string{}
 	for _, name := range []string{active, other} {
 		on[name] = readCommitted(t, ctx, fl.clusters[name], []string{topic})[topic]
@@ -414,9 +406,8 @@ type chaosFleet struct {
 
 // forcedSwitch is a forced switch the schedule made.
 type forcedSwitch struct {
-	stopped time.Time     // when the old active cluster's broker was stopped
-	took    time.Duration // asked to answered
-	lost    []lostRange   // what the answer reported lost
+	stopped time.Time           // when the old active cluster's broker was stopped
+	lost    []routing.LostRange // what the answer reported lost
 	// lostCopies are the input positions ("partition/offset") whose
 	// copies the switch lost: on the old cluster's copy of the output,
 	// nowhere on the new one's, read before the repair deleted it.
@@ -558,10 +549,7 @@ type switchResult struct {
 func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.Report, answered *[]switchResult) string {
 	t := fl.t
 	_, active, _ := fl.agree(0)
-	to := "standby"
-	if active == "standby" {
-		to = "primary"
-	}
+	to := fl.other(active)
 	note := func(a switchAnswer, code int, took time.Duration) string {
 		if code != http.StatusOK {
 			out := fmt.Sprintf("refused %d %s", code, a.Error)
@@ -658,7 +646,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.R
 		if code != http.StatusOK {
 			return fmt.Sprintf("%s's broker stopped; %s", active, answer)
 		}
-		fs := forcedSwitch{stopped: stopped, took: took}
+		fs := forcedSwitch{stopped: stopped}
 		if a.LastSwitch != nil {
 			fs.lost = a.LastSwitch.Lost
 		}
@@ -1062,12 +1050,19 @@ func startCopy(ctx context.Context, t *testing.T, bootstrap, in, out string) *ch
 type copyLogger struct{ kgo.Logger }
 
 func (l copyLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	if level == kgo.LogLevelDebug && (strings.Contains(msg, "identical") ||
-		!strings.Contains(msg, "metadata") && !strings.Contains(msg, "epoch") && !strings.Contains(msg, "offset") &&
-			!strings.Contains(msg, "stripped") && !strings.Contains(msg, "cursor") && !strings.Contains(msg, "load")) {
+	if level == kgo.LogLevelDebug && !copyDebugKept(msg) {
 		return
 	}
 	l.Logger.Log(level, msg, keyvals...)
+}
+
+// copyDebugKept reports whether copyLogger keeps a Debug line of franz-go.
+func copyDebugKept(msg string) bool {
+	if strings.Contains(msg, "identical") { // a metadata refresh that changed nothing
+		return false
+	}
+	return slices.ContainsFunc([]string{"metadata", "epoch", "offset", "stripped", "cursor", "load"},
+		func(w string) bool { return strings.Contains(msg, w) })
 }
 
 // stop ends the copy loop and says what it did.

@@ -28,6 +28,7 @@ import (
 	ferryadmin "github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // Planned switchovers under continuous traffic from the Java (classic and
@@ -399,7 +400,7 @@ type switchAnswer struct {
 		Duration string `json:"duration"`
 		Outcome  string `json:"outcome"`
 		// Lost is a forced switch's lost ranges.
-		Lost []lostRange `json:"lost"`
+		Lost []routing.LostRange `json:"lost"`
 	} `json:"last_switch"`
 	Error   string `json:"error"`
 	Message string `json:"message"`
@@ -410,15 +411,6 @@ type switchAnswer struct {
 // its body (or why there was none).
 func (f *ferryServe) askSwitch(ctx context.Context, to string, timeout time.Duration) (switchAnswer, int, string) {
 	return f.askSwitchMode(ctx, to, "planned", timeout)
-}
-
-// lostRange is one range of a forced switch's answer: the offsets
-// [From, To) of a partition the old active cluster held beyond the new.
-type lostRange struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	From      int64  `json:"from"`
-	To        int64  `json:"to"`
 }
 
 // askSwitchMode is askSwitch for a switch of mode "planned" or "forced".
@@ -496,30 +488,33 @@ func (f *ferryServe) restartHalted(ctx context.Context) error {
 	return nil
 }
 
+// mirrorCaughtUp polls the member's mirror status until every partition
+// is caught up or timeout passes, and returns the last status read and
+// whether it was caught up (lastErr: why the last poll read nothing).
+func (f *ferryServe) mirrorCaughtUp(ctx context.Context, timeout time.Duration) (last ferryadmin.MirrorStatus, caught bool, lastErr error) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		st, err := f.mirrorStatus(ctx)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		last, lastErr = st, nil
+		if st.Summary.AllCaughtUp {
+			return last, true, nil
+		}
+	}
+	return last, false, lastErr
+}
+
 // waitMirrorCaughtUp waits until the mirror reports every partition caught
 // up.
 func (f *ferryServe) waitMirrorCaughtUp(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	var last string
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		resp, err := http.Get("http://" + f.admin + "/status/mirror")
-		if err != nil {
-			last = err.Error()
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var m struct {
-			Summary struct {
-				AllCaughtUp bool `json:"all_caught_up"`
-			} `json:"summary"`
-		}
-		if json.Unmarshal(b, &m) == nil && m.Summary.AllCaughtUp {
-			return
-		}
-		last = string(b)
+	last, caught, err := f.mirrorCaughtUp(context.Background(), timeout)
+	if !caught {
+		b, _ := json.MarshalIndent(last, "", "  ")
+		t.Fatalf("mirror not caught up within %v (%v): %s", timeout, err, head(string(b), 3000))
 	}
-	t.Fatalf("mirror not caught up within %v: %s", timeout, head(last, 3000))
 }
 
 // startPair starts two one-broker clusters, a primary and a standby, while

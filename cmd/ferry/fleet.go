@@ -96,6 +96,9 @@ func (f *fleet) init(n *node, cfg *Config, port int, reg prometheus.Registerer) 
 		Generation: n.routes.Current().Generation,
 	}, log, reg)
 	if err != nil {
+		if transport != nil {
+			transport.Shutdown() // memberlist never took it over
+		}
 		if errors.Is(err, membership.ErrBind) {
 			return usageError{fmt.Errorf("fleet.bind %s: %w", fc.Bind, err)}
 		}

@@ -783,6 +783,9 @@ func TestForcedSwitchOldClusterHung(t *testing.T) {
 		t.Fatalf("the forced switch answered after %v, past its bounds (3 s listing, 30 s save, the install)", took)
 	}
 	after := produceNumbered(t, ctx, prod, "after", 1)
+	if after[0] != 20 {
+		t.Fatalf("the first record after the switch acknowledged at %d, want 20 (the standby's end: the 20 records mirrored before)", after[0])
+	}
 	t.Logf("forced switch with the primary frozen answered in %v; the first produce after it acknowledged at offset %d, %v after the call",
 		took.Round(time.Millisecond), after[0], time.Since(start).Round(time.Millisecond))
 }

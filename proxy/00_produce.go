@@ -59,7 +59,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			if gen != 0 {
 				// In place: the records alias the client's frame.
 				t := &in.Topics[ti]
-				return s.physicalProducerIDs(c, req, in.TransactionID, t.Topic, t.TopicID, p.Partition, p.Records)
+				return s.physicalProducerIDs(c, req, in.TransactionID, in.Acks != 0, t.Topic, t.TopicID, p.Partition, p.Records)
 			}
 			return 0
 		})
@@ -121,9 +121,11 @@ func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte)
 // transactional producer's batch goes under its transactional ID's mapping
 // (txnRemaps), or is refused; an idempotent one writes on under an ID Ferry
 // allocates for it, and is told NOT_LEADER_OR_FOLLOWER (retry) when that
-// allocation fails, and OUT_OF_ORDER_SEQUENCE_NUMBER (retry, behind the
-// one resent) while a batch before it in the partition was so refused.
-func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, topic string, topicID [16]byte, partition int32, records []byte) int16 {
+// allocation fails or while the batch that sets the allocated ID's
+// sequence in the partition is unanswered, and OUT_OF_ORDER_SEQUENCE_NUMBER
+// (retry, behind the one resent) while a batch before it in the partition
+// was refused.
+func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, acked bool, topic string, topicID [16]byte, partition int32, records []byte) int16 {
 	gen := req.state.Generation
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
@@ -159,7 +161,13 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 					code = kerr.NotLeaderForPartition.Code
 					return errStop
 				}
-				req.remaps = append(req.remaps, remapBatch{key: gk, epoch: epoch, seq: seq})
+				if acked && !s.remapped.claim(gen, gk, phys, epoch, seq) {
+					// Retried in place, no epoch bump: once the
+					// first is answered this one is next.
+					code = kerr.NotLeaderForPartition.Code
+					return errStop
+				}
+				req.remaps = append(req.remaps, remapBatch{key: gk, phys: phys, epoch: epoch, seq: seq})
 			}
 		}
 		b.SetProducer(phys, epoch, seq)
@@ -218,7 +226,7 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 			for _, p := range t.Partitions {
 				a := answerFor(local, answers, ti, names[ti], p.Partition, produceError)
-				if a.ErrorCode != 0 && len(req.remaps) > 0 {
+				if a.ErrorCode != 0 && a.ErrorCode != kerr.DuplicateSequenceNumber.Code && len(req.remaps) > 0 {
 					if failed == nil {
 						failed = map[gapPart]bool{}
 					}
@@ -230,13 +238,12 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		}
 		// A batch written under an ID Ferry allocated and answered with
 		// an error: the client sends it again, and the partition's later
-		// batches wait for it. (Later ones already sent behind it on
-		// the same connection met the broker after it, which answers them
-		// alike.)
+		// batches wait for it (those already sent behind it were refused
+		// here while it was the partition's unanswered first, or met a
+		// broker holding its ID's sequence). Answered success, the
+		// broker orders what follows.
 		for _, r := range req.remaps {
-			if failed[r.key.part()] {
-				s.remapped.refused(gen, r.key, r.epoch, r.seq)
-			}
+			s.remapped.answered(gen, r, failed[r.key.part()])
 		}
 		if hinted {
 			for _, b := range s.virtualBrokers() {

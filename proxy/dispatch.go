@@ -237,7 +237,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 	for _, r := range req.remaps {
 		// Not written, or not known to be: sent again by the client,
 		// and waited for by the partition's later batches.
-		s.remapped.refused(req.state.Generation, r.key, r.epoch, r.seq)
+		s.remapped.answered(req.state.Generation, r, true)
 	}
 	var ue *unreachableError
 	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {

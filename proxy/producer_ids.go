@@ -59,9 +59,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,12 +139,39 @@ func (s *Server) otherGeneration(c *clientConn, req *request, kr kmsg.Request) (
 // allocated again, and only a batch retried across that could then be
 // written twice, so the producers still writing keep theirs.
 type remappedPIDs struct {
-	mu      sync.Mutex
-	gen     uint32
-	m       *simplelru.LRU[int64, *remapped]
-	gaps    *simplelru.LRU[gapKey, gap]
+	mu  sync.Mutex
+	gen uint32
+	m   *simplelru.LRU[int64, *remapped]
+	// gaps outlive a generation: a batch refused under one is sent
+	// again under the next, and the batches behind it still wait.
+	gaps *simplelru.LRU[gapKey, gap]
+	// firsts: per partition, the batch the broker met first under the
+	// ID allocated in this generation.
+	firsts  *simplelru.LRU[gapKey, first]
 	evicted prometheus.Counter
 }
+
+// A first is the batch that sets an allocated ID's sequence in a
+// partition: the broker takes whatever first sequence it gets from an ID
+// it holds no state for. Until that batch is answered the partition's
+// later batches are refused NOT_LEADER_OR_FOLLOWER, which every client
+// retries with the same sequence (OUT_OF_ORDER_SEQUENCE_NUMBER would make
+// the Java producer bump its epoch once the first is acknowledged): sent behind it on the same connection they reached the broker
+// before its answer, and had it failed (the broker refused it, or its
+// connection broke), the next one would have set the sequence and the
+// failed one been written after it, under the client's next epoch.
+type first struct {
+	phys  int64
+	epoch int16
+	seq   int32
+	done  bool      // answered success: the broker orders what follows
+	at    time.Time // sent; a first never answered stops blocking after firstAnswerWait
+}
+
+// firstAnswerWait bounds how long a first batch nobody answered (its
+// client left with it in flight) blocks its partition's later batches.
+// A client that reconnects sends that batch again first, which clears it.
+const firstAnswerWait = 30 * time.Second
 
 // A gap is a batch of an idempotent producer of another generation that
 // was answered with an error — refused by Ferry unwritten (no physical ID
@@ -183,6 +212,7 @@ func (k gapKey) part() gapPart { return gapPart{k.topic, k.topicID, k.partition}
 // remapBatch is a batch written under an ID allocated for its producer.
 type remapBatch struct {
 	key   gapKey
+	phys  int64
 	epoch int16
 	seq   int32
 }
@@ -213,13 +243,20 @@ func (r *remappedPIDs) refuseStale(gen uint32, in *kmsg.ProduceRequest, refused 
 	}
 }
 
-// reset empties r for gen; r.mu is held.
-func (r *remappedPIDs) reset(gen uint32) {
-	if r.m == nil || r.gen != gen {
-		r.gen = gen
-		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
+// reset moves r to gen when it is newer: the IDs allocated under an
+// earlier one are dropped, the gaps kept. It reports whether r serves gen
+// (false for an older one: a request decoded before a switch must not
+// throw away the mappings of the generation after it). r.mu is held.
+func (r *remappedPIDs) reset(gen uint32) bool {
+	if r.gaps == nil {
 		r.gaps, _ = simplelru.NewLRU[gapKey, gap](maxRemapped, nil)
 	}
+	if r.m == nil || gen > r.gen {
+		r.gen = gen
+		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
+		r.firsts, _ = simplelru.NewLRU[gapKey, first](maxRemapped, nil)
+	}
+	return gen == r.gen
 }
 
 // refused notes that a batch (epoch, seq) of k.virt to k's partition was
@@ -255,6 +292,54 @@ func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool
 	return true
 }
 
+// claim reports whether a batch (epoch, seq) of k.virt may go to the
+// broker under phys, allocated under gen: not while the partition's first
+// batch under phys is unanswered and this one comes after it. The first
+// batch met becomes the partition's first.
+func (r *remappedPIDs) claim(gen uint32, k gapKey, phys int64, epoch int16, seq int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.reset(gen) {
+		return false
+	}
+	f, ok := r.firsts.Peek(k)
+	switch {
+	case !ok || f.phys != phys || f.epoch != epoch || time.Since(f.at) > firstAnswerWait:
+	case f.done:
+		return true // the broker orders what follows
+	case seq > f.seq:
+		return false
+	}
+	if r.firsts.Add(k, first{phys: phys, epoch: epoch, seq: seq, at: time.Now()}) && r.evicted != nil {
+		r.evicted.Inc()
+	}
+	return true
+}
+
+// answered notes the broker's answer to a batch written under an
+// allocated ID: an error leaves a gap its successors wait behind, success
+// makes it the partition's first if it was the one awaited.
+func (r *remappedPIDs) answered(gen uint32, b remapBatch, failed bool) {
+	if failed {
+		r.refused(gen, b.key, b.epoch, b.seq)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.reset(gen) {
+		return
+	}
+	f, ok := r.firsts.Peek(b.key)
+	if !ok || f.phys != b.phys || f.epoch != b.epoch || f.done || f.seq != b.seq {
+		return
+	}
+	if failed {
+		r.firsts.Remove(b.key)
+		return
+	}
+	f.done = true
+	r.firsts.Add(b.key, f)
+}
+
 type remapped struct {
 	ready chan struct{}
 	phys  int64
@@ -263,17 +348,15 @@ type remapped struct {
 
 const maxRemapped = 1 << 16
 
-// physical returns the physical producer ID standing for virt, another
-// generation's ID, under gen: allocated once (concurrent callers wait for
-// the same allocation), again after a failure.
-func (r *remappedPIDs) physical(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
-	return r.physicalBy(ctx, gen, virt, func(ctx context.Context) (int64, error) { return allocatePID(ctx, u) })
-}
-
-// physicalBy is physical with the ID got by alloc (another member's).
+// physicalBy returns the physical producer ID standing for virt, another
+// generation's ID, under gen: got by alloc once (concurrent callers wait
+// for the same allocation), again after a failure.
 func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, alloc func(context.Context) (int64, error)) (int64, error) {
 	r.mu.Lock()
-	r.reset(gen)
+	if !r.reset(gen) {
+		r.mu.Unlock()
+		return -1, fmt.Errorf("%w (%d, asked under %d)", errOtherGeneration, r.gen, gen)
+	}
 	e, _ := r.m.Get(virt)
 	if e != nil {
 		r.mu.Unlock()
@@ -300,6 +383,28 @@ func (r *remappedPIDs) physicalBy(ctx context.Context, gen uint32, virt int64, a
 		r.mu.Unlock()
 	}
 	return e.phys, e.err
+}
+
+// held is the physical ID virt writes under in gen, if allocated and
+// ready here; -1 otherwise. It never waits for an allocation.
+func (r *remappedPIDs) held(gen uint32, virt int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || r.gen != gen {
+		return -1
+	}
+	e, ok := r.m.Peek(virt)
+	if !ok {
+		return -1
+	}
+	select {
+	case <-e.ready:
+		if e.err == nil {
+			return e.phys
+		}
+	default:
+	}
+	return -1
 }
 
 // allocatePID asks the cluster for an idempotent producer ID.

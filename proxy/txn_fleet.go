@@ -44,7 +44,7 @@ const TxnCallKind = "proxy.txn"
 
 // txnCall is one call to the member keeping a transactional ID's mapping.
 type txnCall struct {
-	Op    string   `json:"op"` // "decide", "answered", "produce", "own", "pid"
+	Op    string   `json:"op"` // "decide", "answered", "produce", "own", "pid", "pidheld"
 	Query txnQuery `json:"query"`
 	// Answered: "answered"'s broker answer.
 	Answered txnAnswered `json:"answered"`
@@ -154,12 +154,12 @@ func (s *Server) ownTxn(gen uint32, txnID string) bool {
 	return true
 }
 
-// idempotentPID is remappedPIDs.physical where the client's ID is kept:
+// idempotentPID is remappedPIDs.physicalBy where the client's ID is kept:
 // the member its virtual ID hashes to allocates the physical one, and
 // this member keeps the answer.
 func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
 	owner, remote := s.peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
-	alloc := func(ctx context.Context) (int64, error) { return allocatePID(ctx, u) }
+	alloc := func(ctx context.Context) (int64, error) { return s.ownerPID(ctx, u, gen, virt) }
 	if remote {
 		alloc = func(ctx context.Context) (int64, error) {
 			var p txnProduced
@@ -178,6 +178,64 @@ func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, vir
 		}
 		return phys, err
 	})
+}
+
+// ownerPID allocates, on the member virt hashes to, the physical ID virt
+// writes under in gen — unless another member already writes it under
+// one: this member took over the ID from one that died, or restarted and
+// lost what it allocated. Two IDs for one producer in one generation
+// would let a batch retried through another member be written twice, or
+// out of order (the broker takes any first sequence from a fresh ID).
+func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
+	if s.cfg.peers != nil {
+		if phys := s.heldByPeers(ctx, gen, virt); phys >= 0 {
+			s.log.Debug("a producer of another generation goes on under the producer ID another member holds for it",
+				zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", phys))
+			return phys, nil
+		}
+	}
+	return allocatePID(ctx, u)
+}
+
+// pidHeldWait bounds the question to the other members in ownerPID: a
+// member that does not answer in time is taken to hold nothing.
+const pidHeldWait = time.Second
+
+// heldByPeers asks every other live member for the physical ID it writes
+// virt under in gen; -1 when none holds one.
+func (s *Server) heldByPeers(ctx context.Context, gen uint32, virt int64) int64 {
+	ctx, cancel := context.WithTimeout(ctx, pidHeldWait)
+	defer cancel()
+	self := s.cfg.peers.Self()
+	found := make(chan int64)
+	n := 0
+	for _, b := range s.fleet.Brokers() {
+		if b.NodeID == self {
+			continue
+		}
+		n++
+		go func(to int32) {
+			p := txnProduced{Phys: -1}
+			if err := s.callTxnOwner(ctx, to, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}}, &p); err != nil {
+				p.Phys = -1
+			}
+			select {
+			case found <- p.Phys:
+			case <-ctx.Done():
+			}
+		}(b.NodeID)
+	}
+	for range n {
+		select {
+		case phys := <-found:
+			if phys >= 0 {
+				return phys
+			}
+		case <-ctx.Done():
+			return -1
+		}
+	}
+	return -1
 }
 
 // HandleTxnCall answers another member's call about a transactional ID's
@@ -220,11 +278,14 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 		if u == nil {
 			return nil, fmt.Errorf("no upstream for the active cluster %q", st.Active)
 		}
-		phys, err := s.remapped.physical(ctx, u, q.Gen, q.PID)
+		phys, err := s.remapped.physicalBy(ctx, q.Gen, q.PID, func(ctx context.Context) (int64, error) { return s.ownerPID(ctx, u, q.Gen, q.PID) })
 		if err != nil {
 			return nil, err
 		}
 		return json.Marshal(txnProduced{Phys: phys})
+	case "pidheld":
+		// Never waits: the caller may be the member this one waits on.
+		return json.Marshal(txnProduced{Phys: s.remapped.held(q.Gen, q.PID)})
 	}
 	return nil, fmt.Errorf("unknown transactional ID call %q", call.Op)
 }

@@ -38,6 +38,9 @@ type config struct {
 	endsInterval time.Duration // see ends.go
 	// gate, when set, is asked before every append (WithWriteGate).
 	gate func() bool
+	// syncGate, when set, is asked before the sync loop writes on the
+	// standby (WithSyncGate).
+	syncGate func() bool
 	// carrier, when set, names the open transactions Ferry carries
 	// (WithTxnCarrier); nil: every one on a mirrored partition.
 	carrier TxnCarrier

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +138,72 @@ func TestMirrorSyncGroupsEvictsConsumerMembers(t *testing.T) {
 	}
 	if o, _ := got.Lookup(topic, 0); o.At != 7 {
 		t.Fatalf("%s on the standby is at %d, want the source's 7", group, o.At)
+	}
+}
+
+// TestMirrorSyncGateShutCopiesNoOffsets: while the sync gate is shut (the
+// mirror's target may be the active cluster: a switch flipped, or this
+// member was paused or restarted through one), the periodic group sync
+// writes nothing on the standby; a group rejoining there, empty for a
+// moment, would otherwise take the old cluster's offsets over the commits
+// its members made since (the 30-minute chaos run: a classic group read
+// from 3 and 9 offsets below commits answered success). The switch's own
+// copy (SyncGroups) is not gated.
+func TestMirrorSyncGateShutCopiesNoOffsets(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, group = "grp-gated", "gg-gated"
+	createTopic(t, a, topic, 1, nil)
+	cl := newClient(t, a, manualPartitioner())
+	produceN(t, cl, topic, 0, 10, 5, "grp")
+	var open atomic.Bool
+	open.Store(true)
+	m := startMirror(t, Topics([]string{topic}, nil), Groups([]string{"gg-.*"}, nil), SyncACLs(false), WithSyncGate(open.Load))
+	waitCaughtUp(t, m, topic)
+
+	// What the group committed on the standby, now the active cluster.
+	dstAdm := kadm.NewClient(newClient(t, s))
+	commit := func(adm *kadm.Client, at int64) {
+		t.Helper()
+		var o kadm.Offsets
+		o.AddOffset(topic, 0, at, -1)
+		if resp, err := adm.CommitOffsets(ctx, group, o); err != nil || resp.Error() != nil {
+			t.Fatalf("commit %d: %v %v", at, err, resp.Error())
+		}
+	}
+	at := func() int64 {
+		t.Helper()
+		got, err := dstAdm.FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := got.Lookup(topic, 0)
+		return o.At
+	}
+	open.Store(false)
+	commit(dstAdm, 9)
+	commit(kadm.NewClient(cl), 4) // the old cluster's, older
+	m.syncOnce(ctx)
+	if err := m.syncGroups(ctx, false); err != nil {
+		t.Fatalf("group sync round: %v", err)
+	}
+	if got := at(); got != 9 {
+		t.Fatalf("the standby's offset is %d after sync rounds with the gate shut, want the 9 committed there", got)
+	}
+	// The switch's copy goes through; so do the rounds once it opens.
+	if err := m.SyncGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := at(); got != 4 {
+		t.Fatalf("the standby's offset is %d after the switch's copy, want the source's 4", got)
+	}
+	commit(kadm.NewClient(cl), 7)
+	open.Store(true)
+	if err := m.syncGroups(ctx, false); err != nil {
+		t.Fatalf("group sync round: %v", err)
+	}
+	if got := at(); got != 7 {
+		t.Fatalf("the standby's offset is %d after a round with the gate open, want the source's 7", got)
 	}
 }

@@ -40,6 +40,20 @@ func WithOwnership(o Ownership) Option { return func(c *config) { c.ownership = 
 // not append to the cluster that has since become active.
 func WithWriteGate(gate func() bool) Option { return func(c *config) { c.gate = gate } }
 
+// WithSyncGate makes the metadata sync loop only read while gate reports
+// false: no topic, config, ACL or group offset is written on the standby.
+// It is asked at each round and again before each group's offsets are
+// copied. The owner shuts it whenever the mirror's target may be the
+// active cluster — from a switch's flip until this mirror is stopped, or
+// while a member restarted or paused through a switch has not learnt the
+// generation after it: the offsets copied then are the old cluster's, and
+// would move back a group whose members are rejoining on the new one (it
+// is empty there, so it takes the commit) past what they committed since.
+func WithSyncGate(gate func() bool) Option { return func(c *config) { c.syncGate = gate } }
+
+// syncOpen reports whether the sync loop may write on the standby.
+func (m *Mirror) syncOpen() bool { return m.cfg.syncGate == nil || m.cfg.syncGate() }
+
 // owns reports whether this member writes the partition.
 // Partitions returns every mirrored topic with its partition count, the
 // partitions whose writers run on other members included.

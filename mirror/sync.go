@@ -86,7 +86,7 @@ func carried(key string) bool {
 // (Ownership.Syncs) only reads the topics, to run the writers of the
 // partitions it owns; it writes nothing on the standby but through them.
 func (m *Mirror) syncOnce(ctx context.Context) {
-	syncs := m.syncs()
+	syncs := m.syncs() && m.syncOpen()
 	if err := m.syncTopics(ctx, syncs); err != nil && ctx.Err() == nil {
 		m.metrics.syncErrors.WithLabelValues("topics").Inc()
 		m.log.Warn("mirror topic sync failed", zap.Error(err))
@@ -422,6 +422,9 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		}
 		if have, err := m.dstAdm.FetchOffsets(ctx, g.Group); err == nil && sameOffsets(have, commit) {
 			continue
+		}
+		if !evict && !m.syncOpen() {
+			break // the switch copies them itself (evict)
 		}
 		resp, err := m.dstAdm.CommitOffsets(ctx, g.Group, commit)
 		if err == nil {

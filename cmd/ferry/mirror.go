@@ -33,6 +33,13 @@ type mirrorRunner struct {
 	opts     []mirror.Option                  // from the mirror section of the config
 	security map[string]*clusterauth.Security // by cluster name; nil entries: plaintext
 
+	// routes, when set, is the member's routing state: the sync loop of a
+	// mirror whose source is not the active cluster writes nothing
+	// (mirror.WithSyncGate).
+	routes func() routing.State
+	// gate is the write gate given to newMirrorRunner (nil: always open).
+	gate func() bool
+
 	mu     sync.Mutex // serialises Start, Stop and Close; guards closed
 	closed bool
 	cur    atomic.Pointer[runningMirror] // written under mu; read without it
@@ -52,7 +59,7 @@ type runningMirror struct {
 // member writes and gate when it may append (both nil: a member on its own
 // writes every partition, always).
 func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, secs map[string]*clusterauth.Security, own mirror.Ownership, gate func() bool) *mirrorRunner {
-	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}, security: secs}
+	r := &mirrorRunner{log: log, reg: reg, clusters: map[string][]string{}, security: secs, gate: gate}
 	for _, c := range cfg.Clusters {
 		r.clusters[c.Name] = c.Bootstrap
 	}
@@ -136,6 +143,7 @@ func (r *mirrorRunner) startLocked(source, target string) error {
 	// (bootstrap addresses).
 	log := r.log.With(zap.String("from", source), zap.String("to", target))
 	m, err := mirror.New(append([]mirror.Option{
+		mirror.WithSyncGate(r.syncGate(source)),
 		mirror.Source(src...),
 		mirror.Target(dst...),
 		mirror.SourceSecurity(r.security[source]),
@@ -158,6 +166,21 @@ func (r *mirrorRunner) startLocked(source, target string) error {
 	r.cur.Store(c)
 	log.Info("mirror started")
 	return nil
+}
+
+// syncGate is the sync gate of a mirror from source: open while source is
+// the active cluster, no switch runs and, in a fleet, the write lease
+// holds (a member paused or restarted through a switch may still mirror
+// the old direction).
+func (r *mirrorRunner) syncGate(source string) func() bool {
+	return func() bool {
+		if r.routes != nil {
+			if st := r.routes(); st.Active != source || st.Phase != routing.PhaseServing {
+				return false
+			}
+		}
+		return r.gate == nil || r.gate()
+	}
 }
 
 // SetFilters changes the topics mirrored and the groups whose offsets are

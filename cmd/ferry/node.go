@@ -204,6 +204,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			own, gate = n.fleet, n.fleet.mayMirror
 		}
 		n.mirror = newMirrorRunner(cfg, log.Named("mirror"), n.reg, secs, own, gate)
+		n.mirror.routes = n.routes.Current
 		// The drain fences only transactions Ferry's clients write.
 		n.mirror.opts = append(n.mirror.opts, mirror.WithTxnCarrier(n.txnCarrier))
 		sm = switchMirror{n.mirror}

@@ -328,3 +328,38 @@ func TestREADMEListsMirrorMetrics(t *testing.T) {
 		t.Fatalf("after unregisterAll: %s", names)
 	}
 }
+
+// The sync gate of a mirror is open only while its source is the active
+// cluster, no switch runs and the member's write gate is open: between a
+// switch's flip and the mirror's stop, or on a member that was paused or
+// restarted through a switch, the old direction's sync would copy the old
+// cluster's offsets onto the cluster now active.
+func TestMirrorSyncGate(t *testing.T) {
+	st := routing.State{Generation: 3, Active: "a", Phase: routing.PhaseServing}
+	leased := true
+	r := &mirrorRunner{routes: func() routing.State { return st }, gate: func() bool { return leased }}
+	fromA, fromB := r.syncGate("a"), r.syncGate("b")
+	for _, c := range []struct {
+		what         string
+		active       string
+		phase        routing.Phase
+		leased       bool
+		wantA, wantB bool
+	}{
+		{"a active, serving, leased", "a", routing.PhaseServing, true, true, false},
+		{"a switch draining", "a", routing.PhaseDraining, true, false, false},
+		{"flipped to b, the mirror from a not stopped yet", "b", routing.PhaseServing, true, false, true},
+		{"the write lease lapsed", "a", routing.PhaseServing, false, false, false},
+	} {
+		st.Active, st.Phase, leased = c.active, c.phase, c.leased
+		if got := fromA(); got != c.wantA {
+			t.Errorf("%s: the mirror from a may sync: %v, want %v", c.what, got, c.wantA)
+		}
+		if got := fromB(); got != c.wantB {
+			t.Errorf("%s: the mirror from b may sync: %v, want %v", c.what, got, c.wantB)
+		}
+	}
+	if !(&mirrorRunner{}).syncGate("a")() {
+		t.Error("a runner with no routing state and no write gate (a mirror on its own) must sync")
+	}
+}

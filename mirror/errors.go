@@ -31,6 +31,15 @@ var (
 	// different things at the same offset.
 	ErrDiverged = errors.New("mirror: standby log diverges from the source")
 
+	// ErrMarkerTwice means the standby holds one transaction marker twice,
+	// one after the other, where the source has it once: the standby's
+	// transaction coordinator wrote it again after its broker restarted
+	// between writing it and recording the transaction complete (Kafka
+	// resends such markers, and a partition takes the copy). From there
+	// the standby is one offset ahead of the source, which no writer can
+	// take back: the topic is copied again (docs/RUNBOOK.md, 5.4).
+	ErrMarkerTwice = errors.New("mirror: standby holds a transaction marker twice")
+
 	// ErrRejected means the standby refused a batch for a reason retrying
 	// cannot fix (invalid record, timestamp out of range, too large).
 	ErrRejected = errors.New("mirror: standby rejected a batch")
@@ -73,6 +82,8 @@ func haltReason(err error) string {
 		return "unsupported_batch"
 	case errors.Is(err, ErrSourceTruncated):
 		return "source_truncated"
+	case errors.Is(err, ErrMarkerTwice):
+		return "marker_twice"
 	case errors.Is(err, ErrDiverged):
 		return "diverged"
 	case errors.Is(err, ErrRejected):

@@ -576,6 +576,11 @@ func (w *writer) checkTail(ctx context.Context) error {
 			return nil
 		}
 		if !rb.IsControl() {
+			if twice, err := w.markerTwice(ctx, sb, at); err != nil {
+				return err
+			} else if twice {
+				return w.halt(ErrMarkerTwice, at, "standby has the transaction marker at %d again at %d, where the source has data: the standby's coordinator wrote it twice (its broker restarted before the transaction was recorded complete); the standby is one offset ahead from %d, copy the topic again", at-1, at, at)
+			}
 			return w.halt(ErrDiverged, at, "standby has a transaction marker at %d where the source has data (writer crashed inside a transaction)", at)
 		}
 		st, _ := protocol.ControlType(sb)
@@ -598,6 +603,47 @@ func (w *writer) checkTail(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// markerTwice reports whether the standby's marker sb at at repeats the
+// one just before it: the standby holds a marker of the same producer,
+// epoch and kind at at-1, and the source a marker of that kind there. A
+// writer that crashed inside a transaction leaves an ABORT of a new epoch
+// (its InitProducerId) after data; a coordinator that resent a marker
+// leaves the same marker twice.
+func (w *writer) markerTwice(ctx context.Context, sb protocol.Batch, at int64) (bool, error) {
+	if at == 0 {
+		return false, nil
+	}
+	pid, epoch := sb.ProducerID(), sb.ProducerEpoch()
+	kind, err := protocol.ControlType(sb)
+	if err != nil {
+		return false, nil
+	}
+	// markerAt reports whether c holds a marker of kind at at-1 (of pid
+	// and epoch when ours: the source's markers are its producers').
+	markerAt := func(c *conn, ours bool) (bool, error) {
+		r, err := w.fetch(ctx, c, at-1, 0, 0, 1<<20)
+		if err != nil {
+			return false, err
+		}
+		if kerr.ErrorForCode(r.ErrorCode) != nil {
+			return false, nil
+		}
+		b, err := firstBatchAt(r.RecordBatches, at-1)
+		if err != nil || b == nil || !b.IsControl() || b.BaseOffset() != at-1 {
+			return false, nil
+		}
+		if ours && (b.ProducerID() != pid || b.ProducerEpoch() != epoch) {
+			return false, nil
+		}
+		k, err := protocol.ControlType(b)
+		return err == nil && k == kind, nil
+	}
+	if twice, err := markerAt(w.dst, true); err != nil || !twice {
+		return false, err
+	}
+	return markerAt(w.src, false)
 }
 
 // copyLoop fetches and appends until an error.

@@ -1,0 +1,114 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestMirrorMarkerTwice: the standby's transaction coordinator writes a
+// writer transaction's COMMIT marker a second time, as it does when its
+// broker restarts after writing the marker and before recording the
+// transaction complete (seen in the 30-minute fault schedule with the
+// standby's broker killed; Kafka accepts the resent marker under
+// transaction version 0 and, since KAFKA-19999, under version 2 too).
+// Here the resend is the coordinator's own request, WriteTxnMarkers with
+// the marker's producer, epoch and coordinator epoch. The standby is then
+// one offset ahead of the source; the writer halts, naming that cause
+// (marker_twice), not a crash inside a transaction, and appends nothing.
+func TestMirrorMarkerTwice(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "marker-twice"
+	createTopic(t, a, topic, 1, nil)
+	tx := txnClient(t, "marker-twice-tx")
+	begin(t, tx)
+	produceN(t, tx, topic, 0, 3, 1, "txn")
+	end(t, tx, true) // the source: data at 0..2, COMMIT at 3
+	m := startMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false))
+	waitCaughtUp(t, m, topic)
+	m.Close()
+
+	// The standby's COMMIT at 3: its producer and epoch from the batch,
+	// its coordinator epoch from the partition's producer state.
+	var marker *struct {
+		pid   int64
+		epoch int16
+	}
+	for _, b := range rawBatches(t, s, topic, 0) {
+		if b.IsControl() && b.BaseOffset() == 3 {
+			marker = &struct {
+				pid   int64
+				epoch int16
+			}{b.ProducerID(), b.ProducerEpoch()}
+		}
+	}
+	if marker == nil {
+		t.Fatal("the standby holds no marker at 3")
+	}
+	sadm := kadm.NewClient(newClient(t, s))
+	dp, err := sadm.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordEpoch := int32(-1)
+	dp.EachProducer(func(p kadm.DescribedProducer) {
+		if p.ProducerID == marker.pid {
+			coordEpoch = p.CoordinatorEpoch
+		}
+	})
+	if coordEpoch < 0 {
+		t.Fatalf("the standby's partition has no state for the writer's producer %d", marker.pid)
+	}
+	w := kmsg.NewPtrWriteTxnMarkersRequest()
+	wm := kmsg.NewWriteTxnMarkersRequestMarker()
+	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = marker.pid, marker.epoch, true, coordEpoch
+	wm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: topic, Partitions: []int32{0}}}
+	w.Markers = append(w.Markers, wm)
+	resp, err := w.RequestWith(ctx, newClient(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range resp.Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					t.Fatalf("the resent marker: %v", err)
+				}
+			}
+		}
+	}
+	if _, end := offsetsOf(t, s, topic, 0); end != 5 {
+		t.Fatalf("the standby ends at %d after the resent marker, want 5 (the marker at 3 and again at 4)", end)
+	}
+
+	// The source goes on with data where the standby holds the copy.
+	plain := newClient(t, a, manualPartitioner())
+	produceN(t, plain, topic, 0, 2, 1, "after")
+	m = startMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false))
+	eventually2(t, time.Minute, "the partition halted", func() error {
+		st := m.Status()
+		if len(st) != 1 || st[0].State != StateHalted {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	herr := m.Status()[0].Err
+	if !errors.Is(herr, ErrMarkerTwice) || haltReason(herr) != "marker_twice" {
+		t.Fatalf("halted with %v (reason %s), want ErrMarkerTwice (marker_twice)", herr, haltReason(herr))
+	}
+	if msg := herr.Error(); !strings.Contains(msg, "at 3 again at 4") {
+		t.Errorf("the halt does not say where the marker is twice: %s", msg)
+	}
+	if _, end := offsetsOf(t, s, topic, 0); end != 5 {
+		t.Fatalf("the standby moved from 5 to %d after the halt", end)
+	}
+}

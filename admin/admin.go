@@ -15,6 +15,7 @@
 //	GET  /connections     JSON: client connections, open and recently closed (WithConnections); personal fields need the token
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
 //	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
+//	POST /mirror/halt     halt mirror partitions, to copy a topic again (WithMirrorHalt); needs the token
 //
 // Endpoints that read are open; those that change something need
 // "Authorization: Bearer <token>" when a token is configured, and so do the
@@ -90,6 +91,7 @@ type config struct {
 	connz     ConnzFunc
 	switchFn  SwitchFunc
 	restartFn MirrorRestartFunc
+	haltFn    MirrorHaltFunc
 	token     string
 	// publicRead shows principals, client addresses and close errors
 	// without the token too.
@@ -263,6 +265,9 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if cfg.restartFn != nil {
 		s.HandleMutating(http.MethodPost, "/mirror/restart", http.HandlerFunc(s.HandleMirrorRestart))
+	}
+	if cfg.haltFn != nil {
+		s.HandleMutating(http.MethodPost, "/mirror/halt", http.HandlerFunc(s.HandleMirrorHalt))
 	}
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_accept_errors_total",
 		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})

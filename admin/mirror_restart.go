@@ -102,41 +102,56 @@ const (
 // unknown fields, exactly one selection.
 func ParseMirrorRestart(r io.Reader) (MirrorRestartRequest, error) {
 	var req MirrorRestartRequest
+	const want = `want {"partitions": [{"topic": "t", "partition": 0}]}, {"topic": "t"} or {"halted": true}`
+	if err := decodeStrict(r, &req, "restart", want); err != nil {
+		return req, err
+	}
+	return req, checkSelection(want, req.Partitions, req.Topic, req.Halted)
+}
+
+// decodeStrict reads exactly one JSON value into v, refusing unknown
+// fields; what names the request and want shows its shape in errors.
+func decodeStrict(r io.Reader, v any, what, want string) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	const want = `want {"partitions": [{"topic": "t", "partition": 0}]}, {"topic": "t"} or {"halted": true}`
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.Is(err, io.EOF):
-			return req, fmt.Errorf("the body is empty; %s", want)
+			return fmt.Errorf("the body is empty; %s", want)
 		case errors.As(err, &mbe):
-			return req, fmt.Errorf("the body is larger than %d bytes", mbe.Limit)
+			return fmt.Errorf("the body is larger than %d bytes", mbe.Limit)
 		}
-		return req, fmt.Errorf("the body is not a restart request (%v); %s", err, want)
+		return fmt.Errorf("the body is not a %s request (%v); %s", what, err, want)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, errors.New("the body holds more than one JSON value")
+		return errors.New("the body holds more than one JSON value")
 	}
+	return nil
+}
+
+// checkSelection requires exactly one of partitions, topic and all, and
+// well-formed partitions.
+func checkSelection(want string, partitions []TopicPartition, topic string, all bool) error {
 	n := 0
-	if len(req.Partitions) > 0 {
+	if len(partitions) > 0 {
 		n++
 	}
-	if req.Topic != "" {
+	if topic != "" {
 		n++
 	}
-	if req.Halted {
+	if all {
 		n++
 	}
 	if n != 1 {
-		return req, fmt.Errorf("name exactly one selection; %s", want)
+		return fmt.Errorf("name exactly one selection; %s", want)
 	}
-	for _, p := range req.Partitions {
+	for _, p := range partitions {
 		if p.Topic == "" || p.Partition < 0 {
-			return req, fmt.Errorf("partition %+v: a topic and a partition of 0 or more are needed", p)
+			return fmt.Errorf("partition %+v: a topic and a partition of 0 or more are needed", p)
 		}
 	}
-	return req, nil
+	return nil
 }
 
 // HandleMirrorRestart runs POST /mirror/restart: 200 with what was
@@ -193,23 +208,29 @@ func RestartLocal(req MirrorRestartRequest, node int32, statuses []mirror.Partit
 			res.Restarted = append(res.Restarted, rp)
 			continue
 		}
-		ref := RefusedPartition{Topic: tp.Topic, Partition: tp.Partition, Member: node, Message: err.Error()}
-		switch {
-		case errors.Is(err, mirror.ErrNotHalted):
-			ref.Reason, ref.State = RestartNotHalted, stateName(was.State)
-			ref.Message = fmt.Sprintf("%s[%d] is %s, not halted", tp.Topic, tp.Partition, stateName(was.State))
-		case errors.Is(err, mirror.ErrNotOwned):
-			ref.Reason = RestartNotOwned
-			ref.Message = fmt.Sprintf("%s[%d] is written by another member", tp.Topic, tp.Partition)
-		case errors.Is(err, mirror.ErrNotRunning), errors.Is(err, mirror.ErrClosed):
-			ref.Reason = RestartNotRunning
-		default:
-			ref.Reason = RestartUnknown
-			ref.Message = fmt.Sprintf("%s[%d] is not a mirrored partition", tp.Topic, tp.Partition)
-		}
-		res.Refused = append(res.Refused, ref)
+		res.Refused = append(res.Refused, refusal(tp, node, was, err))
 	}
 	return res
+}
+
+// refusal is the refusal of tp by member node for err, the partition's
+// status was.
+func refusal(tp TopicPartition, node int32, was mirror.PartitionStatus, err error) RefusedPartition {
+	ref := RefusedPartition{Topic: tp.Topic, Partition: tp.Partition, Member: node, Message: err.Error()}
+	switch {
+	case errors.Is(err, mirror.ErrNotHalted):
+		ref.Reason, ref.State = RestartNotHalted, stateName(was.State)
+		ref.Message = fmt.Sprintf("%s[%d] is %s, not halted", tp.Topic, tp.Partition, stateName(was.State))
+	case errors.Is(err, mirror.ErrNotOwned):
+		ref.Reason = RestartNotOwned
+		ref.Message = fmt.Sprintf("%s[%d] is written by another member", tp.Topic, tp.Partition)
+	case errors.Is(err, mirror.ErrNotRunning), errors.Is(err, mirror.ErrClosed):
+		ref.Reason = RestartNotRunning
+	default:
+		ref.Reason = RestartUnknown
+		ref.Message = fmt.Sprintf("%s[%d] is not a mirrored partition", tp.Topic, tp.Partition)
+	}
+	return ref
 }
 
 // restartRank orders a partition's answers from several members: the
@@ -222,35 +243,48 @@ var restartRank = map[string]int{RestartNotHalted: 1, RestartNotRunning: 2, Rest
 // and restarted nowhere the most telling refusal (see restartRank).
 // Sorted by topic and partition.
 func MergeRestart(answers ...MirrorRestartResult) MirrorRestartResult {
-	out := MirrorRestartResult{Restarted: []RestartedPartition{}, Refused: []RefusedPartition{}}
-	restarted := map[TopicPartition]bool{}
-	refused := map[TopicPartition]RefusedPartition{}
+	out := MirrorRestartResult{Restarted: []RestartedPartition{}}
+	done := map[TopicPartition]bool{}
+	var refused [][]RefusedPartition
 	for _, a := range answers {
 		for _, r := range a.Restarted {
 			out.Restarted = append(out.Restarted, r)
-			restarted[TopicPartition{r.Topic, r.Partition}] = true
+			done[TopicPartition{r.Topic, r.Partition}] = true
 		}
-		for _, r := range a.Refused {
+		refused = append(refused, a.Refused)
+	}
+	out.Refused = mergeRefused(done, len(answers), refused...)
+	sort.Slice(out.Restarted, func(i, j int) bool {
+		return lessTP(out.Restarted[i].Topic, out.Restarted[i].Partition, out.Restarted[j].Topic, out.Restarted[j].Partition)
+	})
+	return out
+}
+
+// mergeRefused is, for each partition refused by some member and done by
+// none (done), the most telling refusal (restartRank); answers is how
+// many members answered. Sorted by topic and partition.
+func mergeRefused(done map[TopicPartition]bool, answers int, lists ...[]RefusedPartition) []RefusedPartition {
+	refused := map[TopicPartition]RefusedPartition{}
+	for _, l := range lists {
+		for _, r := range l {
 			k := TopicPartition{r.Topic, r.Partition}
 			if have, ok := refused[k]; !ok || restartRank[r.Reason] < restartRank[have.Reason] {
 				refused[k] = r
 			}
 		}
 	}
+	out := []RefusedPartition{}
 	for k, r := range refused {
-		if restarted[k] {
+		if done[k] {
 			continue
 		}
-		if r.Reason == RestartNotOwned && len(answers) > 1 {
+		if r.Reason == RestartNotOwned && answers > 1 {
 			r.Message = fmt.Sprintf("%s[%d]: no member that answered writes it (is its owner down?)", r.Topic, r.Partition)
 		}
-		out.Refused = append(out.Refused, r)
+		out = append(out, r)
 	}
-	sort.Slice(out.Restarted, func(i, j int) bool {
-		return lessTP(out.Restarted[i].Topic, out.Restarted[i].Partition, out.Restarted[j].Topic, out.Restarted[j].Partition)
-	})
-	sort.Slice(out.Refused, func(i, j int) bool {
-		return lessTP(out.Refused[i].Topic, out.Refused[i].Partition, out.Refused[j].Topic, out.Refused[j].Partition)
+	sort.Slice(out, func(i, j int) bool {
+		return lessTP(out[i].Topic, out[i].Partition, out[j].Topic, out[j].Partition)
 	})
 	return out
 }

@@ -92,6 +92,8 @@ func haltReason(err error) string {
 		return "fenced"
 	case errors.Is(err, ErrTooManyOpenTxns):
 		return "too_many_open_txns"
+	case errors.Is(err, ErrHaltedOnRequest):
+		return "requested"
 	}
 	return "other"
 }

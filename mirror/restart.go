@@ -80,3 +80,52 @@ func (m *Mirror) Restart(topic string, partition int32) (PartitionStatus, error)
 	m.startWriter(ctx, topic, partition)
 	return st, nil
 }
+
+// ErrHaltedOnRequest is the halt Halt gives a partition: an operator
+// stopped its writer, to copy its topic again (the standby topic can be
+// deleted only once none of its partitions is written).
+var ErrHaltedOnRequest = errors.New("mirror: halted on request")
+
+// Halt stops a partition's writer and leaves it halted, as a writer that
+// found a fault does: it appends nothing more once Halt returns, and
+// Restart gives it a new one. It returns the status the writer had. A
+// partition already halted stays as it is (its reason kept). Ownership
+// moving the partition to another member starts a writer there, which
+// knows nothing of this halt.
+//
+// Errors: ErrNotOwned, ErrUnknownPartition, ErrNotRunning.
+func (m *Mirror) Halt(topic string, partition int32) (PartitionStatus, error) {
+	m.assignMu.Lock()
+	defer m.assignMu.Unlock()
+	key := topicPartition{topic, partition}
+	m.mu.Lock()
+	ctx := m.runCtx
+	if m.closed || ctx == nil || ctx.Err() != nil {
+		m.mu.Unlock()
+		return PartitionStatus{}, ErrNotRunning
+	}
+	h := m.writers[key]
+	n, known := m.parts[topic]
+	m.mu.Unlock()
+	if h == nil {
+		if known && partition >= 0 && partition < n && !m.owns(topic, partition) {
+			return PartitionStatus{}, ErrNotOwned
+		}
+		return PartitionStatus{}, ErrUnknownPartition
+	}
+	st := h.w.Status()
+	if st.State == StateHalted {
+		return st, nil
+	}
+	// Its goroutine returns between appends; wait for it, so that
+	// nothing reaches the standby after the answer.
+	h.cancel()
+	<-h.done
+	why := &HaltError{Topic: topic, Partition: partition, Offset: st.Mirrored, Err: ErrHaltedOnRequest,
+		Detail: "halted on request; restart it (ferry mirror restart) once the standby is repaired"}
+	h.w.setState(StateHalted, why)
+	m.metrics.halt(topic, partition, why)
+	m.log.Info("mirror partition writer halted by request", zap.String("topic", topic), zap.Int32("partition", partition),
+		zap.Int64("mirrored_offset", st.Mirrored))
+	return st, nil
+}

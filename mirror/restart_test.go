@@ -278,3 +278,75 @@ func TestRestartHalted(t *testing.T) {
 		t.Fatalf("Restart of a running partition: %v, want ErrNotHalted", err)
 	}
 }
+
+// TestHaltOnRequest: Halt stops a partition's writer as a fault would —
+// nothing reaches the standby from it afterwards while the others go on —
+// keeps the reason of a partition already halted, refuses what is not
+// mirrored, and Restart gives the partition a writer again, which copies
+// what the source got meanwhile at its offsets.
+func TestHaltOnRequest(t *testing.T) {
+	a, b := fakeCluster(t), fakeCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const topic = "halt"
+	acl := fakeClient(t, a)
+	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produceFake(t, acl, topic, 0, "a0", "a1", "a2")
+	reg := prometheus.NewRegistry()
+	m, _ := runFakeMirror(t, a, b, reg, Topics([]string{topic}, nil))
+	eventually2(t, 30*time.Second, "partition 0 mirrored", func() error {
+		if e := fakeEnd(t, b, topic, 0); e != 3 {
+			return fmt.Errorf("standby end %d", e)
+		}
+		return nil
+	})
+	was, err := m.Halt(topic, 0)
+	if err != nil || was.State == StateHalted {
+		t.Fatalf("Halt: %v (was %v)", err, was.State)
+	}
+	st := statusOf(t, m, topic, 0)
+	if st.State != StateHalted || !errors.Is(st.Err, ErrHaltedOnRequest) || HaltReason(st.Err) != "requested" {
+		t.Fatalf("after Halt: %v %v", st.State, st.Err)
+	}
+	// Partition 1 is copied, partition 0 not.
+	produceFake(t, acl, topic, 0, "a3", "a4")
+	produceFake(t, acl, topic, 1, "b0")
+	eventually2(t, 30*time.Second, "partition 1 mirrored", func() error {
+		if e := fakeEnd(t, b, topic, 1); e != 1 {
+			return fmt.Errorf("standby end %d", e)
+		}
+		return nil
+	})
+	if e := fakeEnd(t, b, topic, 0); e != 3 {
+		t.Fatalf("the halted partition's standby end moved from 3 to %d", e)
+	}
+	if was, err := m.Halt(topic, 0); err != nil || was.State != StateHalted || HaltReason(was.Err) != "requested" {
+		t.Fatalf("Halt of a halted partition: %v, was %v %v", err, was.State, was.Err)
+	}
+	if _, err := m.Halt(topic, 9); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("Halt of a partition not mirrored: %v, want ErrUnknownPartition", err)
+	}
+	if _, err := m.Restart(topic, 0); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	eventually2(t, 30*time.Second, "partition 0 mirrored again", func() error {
+		if e := fakeEnd(t, b, topic, 0); e != 5 {
+			return fmt.Errorf("standby end %d", e)
+		}
+		return nil
+	})
+}
+
+// statusOf is the status of one partition's writer in m.
+func statusOf(t *testing.T, m *Mirror, topic string, partition int32) PartitionStatus {
+	t.Helper()
+	for _, st := range m.Status() {
+		if st.Topic == topic && st.Partition == partition {
+			return st
+		}
+	}
+	t.Fatalf("no writer for %s[%d]", topic, partition)
+	return PartitionStatus{}
+}

@@ -255,6 +255,7 @@ func (f *fleet) handle() {
 		}
 		return json.Marshal(res)
 	})
+	f.m.Handle(callMirrorHalt, n.handleMirrorHalt)
 	f.m.Handle(proxy.TxnCallKind, n.proxy.HandleTxnCall)
 	f.m.Handle(proxy.SwitchFenceCallKind, n.proxy.HandleSwitchFencing)
 	f.m.Handle(callInfo, func(context.Context, int32, []byte) ([]byte, error) {

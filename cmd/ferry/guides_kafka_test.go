@@ -594,11 +594,18 @@ mirror: {sync_interval: 1s}
 	}
 	t.Logf("failback refused:\n%s", errOut)
 
-	// §5.4 Repair, Ferry running: delete the diverged topic on east
-	// directly (the halted writers append nothing meanwhile); the mirror's
+	// §5.4 Repair, Ferry running: halt what still mirrors of the topic
+	// (here every partition already is: the answer keeps each one's
+	// reason), delete it on east directly (the halted writers append
+	// nothing meanwhile); the mirror's
 	// sync loop creates it again on east; `ferry mirror restart --halted`
 	// starts a new writer for each halted partition, which copies it from
 	// west at the same offsets. Clients go on throughout.
+	code, out, errOut = runCLI(t, "mirror", "halt", "--admin", g.admin, "--topic", topic)
+	if code != 0 || !strings.Contains(out, "Halted 3 partitions") || !strings.Contains(out, "  "+topic+"[0]  member ") || !strings.Contains(out, "was halted (diverged)") {
+		t.Fatalf("ferry mirror halt --topic %s: exit %d\n%s%s", topic, code, out, errOut)
+	}
+	t.Logf("ferry mirror halt --topic %s:\n%s", topic, out)
 	resp, err := kadm.NewClient(newClient(t, kgo.SeedBrokers(east.Addrs()...))).DeleteTopic(ctx, topic)
 	if err == nil {
 		err = resp.Err

@@ -7,6 +7,7 @@
 //	ferry status                print a running member's status (its admin API)
 //	ferry connections           list a running member's client connections, like top
 //	ferry mirror restart        restart halted mirror partitions (its admin API)
+//	ferry mirror halt           halt mirror partitions of a topic (its admin API)
 //	ferry users add|list|delete manage the SASL credential store
 //	ferry version               print the version
 package main

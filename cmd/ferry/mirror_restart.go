@@ -50,30 +50,37 @@ func (n *node) mirrorRestart(ctx context.Context, req admin.MirrorRestartRequest
 // restartMirror forwards a restart to every live member and merges their
 // answers.
 func (f *fleet) restartMirror(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
+	return callMerged(ctx, f, callMirrorRestart, req, admin.MergeRestart)
+}
+
+// callMerged sends req to every live member's handler of kind (this
+// member's included) and merges the answers that decode.
+func callMerged[T any](ctx context.Context, f *fleet, kind string, req any, merge func(...T) T) (T, error) {
+	var zero T
 	body, err := json.Marshal(req)
 	if err != nil {
-		return admin.MirrorRestartResult{}, err
+		return zero, err
 	}
-	answers, failed, unreached := f.callLive(ctx, callMirrorRestart, body)
+	answers, failed, unreached := f.callLive(ctx, kind, body)
 	for id, err := range failed {
-		f.log.Warn("a member did not answer the mirror restart", zap.Int32("member", id), zap.Error(err))
+		f.log.Warn("a member did not answer", zap.String("call", kind), zap.Int32("member", id), zap.Error(err))
 	}
 	if len(answers) == 0 {
 		if err := membership.FirstErr(failed); err != nil {
-			return admin.MirrorRestartResult{}, err
+			return zero, err
 		}
-		return admin.MirrorRestartResult{}, fmt.Errorf("no member answered (unreached: %v)", unreached)
+		return zero, fmt.Errorf("no member answered (unreached: %v)", unreached)
 	}
-	var rs []admin.MirrorRestartResult
+	var rs []T
 	for id, b := range answers {
-		var r admin.MirrorRestartResult
+		var r T
 		if err := json.Unmarshal(b, &r); err != nil {
-			f.log.Warn("a member's mirror restart answer", zap.Int32("member", id), zap.Error(err))
+			f.log.Warn("a member's answer", zap.String("call", kind), zap.Int32("member", id), zap.Error(err))
 			continue
 		}
 		rs = append(rs, r)
 	}
-	return admin.MergeRestart(rs...), nil
+	return merge(rs...), nil
 }
 
 type mirrorRestartFlags struct {
@@ -117,10 +124,15 @@ func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFla
 
 // mirrorCmd runs `ferry mirror SUBCOMMAND`.
 func mirrorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "restart" {
-		return usageError{errors.New("mirror: want a subcommand: restart")}
+	if len(args) > 0 {
+		switch args[0] {
+		case "restart":
+			return mirrorRestartCmd(ctx, args[1:], stdout, stderr)
+		case "halt":
+			return mirrorHaltCmd(ctx, args[1:], stdout, stderr)
+		}
 	}
-	return mirrorRestartCmd(ctx, args[1:], stdout, stderr)
+	return usageError{errors.New("mirror: want a subcommand: restart or halt")}
 }
 
 // mirrorRestartCmd asks a member's admin API to restart halted mirror

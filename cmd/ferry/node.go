@@ -261,7 +261,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithLogger(log.Named("admin")),
 	}
 	if n.mirror != nil {
-		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart))
+		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart), admin.WithMirrorHalt(n.mirrorHalt))
 	}
 	if n.fleet != nil {
 		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)

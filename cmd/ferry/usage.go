@@ -12,6 +12,7 @@ Commands:
                         (--admin HOST:PORT, --sort FIELD, --limit N, --watch, --json,
                         --token-file F)
   mirror restart        restart halted mirror partitions of a running member
+  mirror halt           halt mirror partitions of a topic, to copy it again (RUNBOOK 5.4)
                         (--admin HOST:PORT, --halted | --topic T [--partition N],
                         --json, --token-file F)
   users add|list|delete manage the SASL/SCRAM credential store

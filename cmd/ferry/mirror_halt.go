@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/mirror"
+)
+
+// callMirrorHalt: each member halts the writers it runs (POST /mirror/halt
+// on any member reaches every one).
+const callMirrorHalt = "mirror.halt"
+
+// Halt runs a POST /mirror/halt request against this member's running
+// mirror (see admin.HaltLocal).
+func (r *mirrorRunner) Halt(req admin.MirrorHaltRequest, node int32) admin.MirrorHaltResult {
+	c := r.cur.Load()
+	if c == nil {
+		return admin.HaltLocal(req, node, nil, func(string, int32) (mirror.PartitionStatus, error) {
+			return mirror.PartitionStatus{}, mirror.ErrNotRunning
+		})
+	}
+	return admin.HaltLocal(req, node, c.m.Status(), c.m.Halt)
+}
+
+// mirrorHalt is POST /mirror/halt: on its own the member halts its
+// writers; in a fleet every live member halts those it runs, and the
+// answers are merged.
+func (n *node) mirrorHalt(ctx context.Context, req admin.MirrorHaltRequest) (admin.MirrorHaltResult, error) {
+	if n.fleet != nil {
+		return callMerged(ctx, n.fleet, callMirrorHalt, req, admin.MergeHalt)
+	}
+	if n.mirror.cur.Load() == nil {
+		return admin.MirrorHaltResult{}, admin.ErrMirrorNotRunning
+	}
+	return n.mirror.Halt(req, n.cfg.NodeID), nil
+}
+
+// handleMirrorHalt answers another member's callMirrorHalt.
+func (n *node) handleMirrorHalt(_ context.Context, _ int32, body []byte) ([]byte, error) {
+	var req admin.MirrorHaltRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("decoding a mirror halt: %w", err)
+	}
+	res := admin.MirrorHaltResult{Halted: []admin.HaltedPartition{}, Refused: []admin.RefusedPartition{}}
+	if n.mirror != nil {
+		res = n.mirror.Halt(req, n.cfg.NodeID)
+	}
+	return json.Marshal(res)
+}
+
+type mirrorHaltFlags struct {
+	adminConn
+	topic     string
+	partition int
+	json      bool
+	tokenFile string
+}
+
+func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorHaltFlags, error) {
+	f := mirrorHaltFlags{partition: -1}
+	fs := flag.NewFlagSet("ferry mirror halt", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.register(fs, "the member's admin API, `host:port` (or a URL); in a fleet any member")
+	fs.StringVar(&f.topic, "topic", "", "halt every partition of this `topic` (with --partition: that one partition)")
+	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to halt")
+	fs.BoolVar(&f.json, "json", false, "print the answer as the member gives it (JSON)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
+		fs.PrintDefaults()
+	}
+	if err := parseArgs(fs, "mirror halt", args); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.topic == "":
+		return nil, usageError{errors.New("mirror halt: say what to halt: --topic T [--partition N]")}
+	case f.partition < -1:
+		return nil, usageError{fmt.Errorf("mirror halt: --partition %d: must be 0 or more", f.partition)}
+	}
+	return &f, nil
+}
+
+// mirrorHaltCmd asks a member's admin API to halt mirror partitions and
+// prints what was halted and what refused. It exits 1 when anything was
+// refused.
+func mirrorHaltCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseMirrorHaltFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return usageError{err}
+	}
+	token, err := cliToken(f.tokenFile)
+	if err != nil {
+		return usageError{err}
+	}
+	req := admin.MirrorHaltRequest{Topic: f.topic}
+	if f.partition >= 0 {
+		req = admin.MirrorHaltRequest{Partitions: []admin.TopicPartition{{Topic: f.topic, Partition: int32(f.partition)}}}
+	}
+	body, _ := json.Marshal(req)
+	endpoint := f.url("/mirror/halt")
+	hc, err := f.client(45 * time.Second)
+	if err != nil {
+		return err
+	}
+	resp, raw, err := callAdmin(ctx, "mirror halt", http.MethodPost, endpoint, body, token, hc)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return refusal("mirror halt", resp, raw)
+	}
+	var res admin.MirrorHaltResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("mirror halt: %s answered 200 with %q: %w", endpoint, truncate(raw), err)
+	}
+	if f.json {
+		if _, err := stdout.Write(raw); err != nil {
+			return err
+		}
+	} else {
+		printHalt(stdout, f.topic, res)
+	}
+	if len(res.Refused) > 0 {
+		return fmt.Errorf("mirror halt: %d partitions refused", len(res.Refused))
+	}
+	return nil
+}
+
+func printHalt(w io.Writer, topic string, res admin.MirrorHaltResult) {
+	if len(res.Halted) == 0 && len(res.Refused) == 0 {
+		fmt.Fprintf(w, "No mirrored partition of %s to halt.\n", topic)
+		return
+	}
+	if len(res.Halted) > 0 {
+		fmt.Fprintf(w, "Halted %d partitions: their writers append nothing more until restarted (ferry mirror restart).\n", len(res.Halted))
+		for _, p := range res.Halted {
+			was := p.Was
+			if p.HaltReason != "" {
+				was += " (" + p.HaltReason + ")"
+			}
+			fmt.Fprintf(w, "  %s[%d]  member %d, was %s, standby end %d\n", p.Topic, p.Partition, p.Member, was, p.MirroredOffset)
+		}
+	}
+	if len(res.Refused) > 0 {
+		fmt.Fprintf(w, "Refused %d partitions:\n", len(res.Refused))
+		for _, p := range res.Refused {
+			fmt.Fprintf(w, "  %s[%d]  %s: %s\n", p.Topic, p.Partition, p.Reason, p.Message)
+		}
+	}
+}

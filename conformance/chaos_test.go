@@ -176,6 +176,11 @@ func TestChaos(t *testing.T) {
 		// The next fault meets a whole fleet: every member back and
 		// listing the others.
 		waitAlive(t, fl.ms, nil, 90*time.Second)
+		for _, l := range fl.repairMarkerTwice(ctx) {
+			fl.markerRepairs = append(fl.markerRepairs, l)
+			report.Log = append(report.Log, "   repaired: "+l)
+			t.Log(l)
+		}
 	}
 
 	// Every member ends on one generation.
@@ -271,6 +276,7 @@ func TestChaos(t *testing.T) {
 	// Every acknowledged record is on the active cluster at its offset,
 	// and on the standby once the mirror caught up. (Nothing writes the
 	// topic any more: each cluster is read once.)
+	fl.markerRepairs = append(fl.markerRepairs, fl.repairMarkerTwice(ctx)...)
 	st, caught, _ := fl.ms[0].mirrorCaughtUp(ctx, 2*time.Minute)
 	var halted []string
 	for _, p := range st.Partitions {
@@ -279,7 +285,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	report.Check("the mirror catches up with the active cluster", caught,
-		fmt.Sprintf("%d partitions halted %s", len(halted), strings.Join(head3(halted), "; ")))
+		fmt.Sprintf("%d partitions halted %s; %d topics copied again after a marker written twice by the standby's coordinator (Kafka, RUNBOOK 5.4) %s",
+			len(halted), strings.Join(head3(halted), "; "), len(fl.markerRepairs), strings.Join(fl.markerRepairs, "; ")))
 	other := fl.other(active)
 	on := map[string]map[partOff]string{}
 	for _, name := range []string{active, other} {
@@ -402,6 +409,9 @@ type chaosFleet struct {
 	activeDown   time.Duration  // how long the active cluster's broker was paused or dead
 	forced       []forcedSwitch // the forced switches made, in order
 	copyTopic    string         // the copy loop's output ("" without it)
+	// markerRepairs: the topics copied again after the standby's
+	// coordinator wrote a marker twice (repairMarkerTwice).
+	markerRepairs []string
 }
 
 // forcedSwitch is a forced switch the schedule made.
@@ -518,24 +528,96 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 			continue
 		}
 		deleted = append(deleted, topics...)
-		// The mirror's sync creates them again (a second apart); then
-		// every partition is there, empty.
-		for again := time.Now().Add(time.Minute); time.Now().Before(again); time.Sleep(500 * time.Millisecond) {
-			ends, err := adm.ListEndOffsets(ctx, topics...)
-			if err != nil || ends.Error() != nil {
-				continue
-			}
-			n := 0
-			ends.Each(func(o kadm.ListedOffset) { n++ })
-			if n > 0 {
-				break
-			}
-		}
+		waitRecreated(ctx, adm, topics)
 		if err := fl.ms[0].restartHalted(ctx); err != nil {
 			t.Logf("restarting the halted mirror partitions: %v", err)
 		}
 		restarts++
 	}
+}
+
+// waitRecreated waits up to a minute until the mirror's sync has created
+// topics again on the cluster adm reaches (a second apart): every
+// partition there, empty.
+func waitRecreated(ctx context.Context, adm *kadm.Client, topics []string) {
+	for again := time.Now().Add(time.Minute); time.Now().Before(again); time.Sleep(500 * time.Millisecond) {
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err != nil || ends.Error() != nil {
+			continue
+		}
+		n := 0
+		ends.Each(func(o kadm.ListedOffset) { n++ })
+		if n > 0 {
+			return
+		}
+	}
+}
+
+// repairMarkerTwice copies again, as docs/RUNBOOK.md 5.4 says, each topic
+// with a partition halted marker_twice: the standby's broker was killed
+// between a mirrored transaction's marker and its coordinator recording
+// the transaction complete, and the coordinator wrote the marker again
+// (a Kafka residue: nothing lost, the standby one offset ahead). Halted
+// as a whole (ferry mirror halt), deleted on the standby, created again
+// by the mirror and restarted, then caught up. It returns a line per
+// topic repaired.
+func (fl *chaosFleet) repairMarkerTwice(ctx context.Context) []string {
+	t := fl.t
+	st, err := fl.ms[0].mirrorStatus(ctx)
+	if err != nil {
+		return nil
+	}
+	twice, parts := map[string][]int32{}, map[string]int{}
+	for _, p := range st.Partitions {
+		parts[p.Topic]++
+		if p.State == "halted" && p.HaltReason == "marker_twice" {
+			twice[p.Topic] = append(twice[p.Topic], p.Partition)
+		}
+	}
+	if len(twice) == 0 {
+		return nil
+	}
+	_, active, ok := fl.agree(time.Minute)
+	if !ok {
+		t.Fatal("the members do not agree on the active cluster: cannot tell the standby to repair")
+	}
+	standby := fl.other(active)
+	adm := admin(t, fl.clusters[standby])
+	var lines []string
+	for _, topic := range slices.Sorted(maps.Keys(twice)) {
+		start := time.Now()
+		if err := fl.ms[0].haltTopic(ctx, topic); err != nil {
+			t.Fatalf("halting %s to copy it again: %v", topic, err)
+		}
+		if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+			t.Fatalf("deleting %s on %s: %v", topic, standby, err)
+		}
+		// Gone, then created again by the mirror's sync: every
+		// partition there and empty (the deleted topic's ends are not).
+		for again := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			if time.Now().After(again) {
+				t.Fatalf("%s not created again empty on %s within a minute of its deletion", topic, standby)
+			}
+			ends, err := adm.ListEndOffsets(ctx, topic)
+			if err != nil || ends.Error() != nil {
+				continue
+			}
+			n, empty := 0, true
+			ends.Each(func(o kadm.ListedOffset) { n, empty = n+1, empty && o.Offset == 0 })
+			if n == parts[topic] && empty {
+				break
+			}
+		}
+		if err := fl.ms[0].restartHalted(ctx); err != nil {
+			t.Fatalf("restarting the halted mirror partitions: %v", err)
+		}
+		if _, caught, err := fl.ms[0].mirrorCaughtUp(ctx, 3*time.Minute); !caught {
+			t.Fatalf("%s copied again on %s: the mirror not caught up within 3 minutes (%v)", topic, standby, err)
+		}
+		lines = append(lines, fmt.Sprintf("%s%v held a transaction marker twice on %s (its broker killed): halted, deleted there, copied again and caught up in %v",
+			topic, twice[topic], standby, time.Since(start).Round(time.Millisecond)))
+	}
+	return lines
 }
 
 // switchResult is a switch's 200.

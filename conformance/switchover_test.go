@@ -472,7 +472,18 @@ func (f *ferryServe) mirrorStatus(ctx context.Context) (ferryadmin.MirrorStatus,
 // restartHalted asks the member to restart every halted mirror partition
 // of the fleet (POST /mirror/restart).
 func (f *ferryServe) restartHalted(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+"/mirror/restart", strings.NewReader(`{"halted":true}`))
+	return f.postAdmin(ctx, "/mirror/restart", `{"halted":true}`)
+}
+
+// haltTopic asks the member to halt every mirror partition of topic in the
+// fleet (POST /mirror/halt).
+func (f *ferryServe) haltTopic(ctx context.Context, topic string) error {
+	return f.postAdmin(ctx, "/mirror/halt", `{"topic":`+strconv.Quote(topic)+`}`)
+}
+
+// postAdmin posts body to the member's admin API at path and wants a 200.
+func (f *ferryServe) postAdmin(ctx context.Context, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.admin+path, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -483,7 +494,7 @@ func (f *ferryServe) restartHalted(ctx context.Context) error {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST /mirror/restart: %d %s", resp.StatusCode, head(string(b), 300))
+		return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, head(string(b), 300))
 	}
 	return nil
 }

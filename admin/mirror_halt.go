@@ -2,11 +2,9 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sort"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -69,26 +67,9 @@ func ParseMirrorHalt(r io.Reader) (MirrorHaltRequest, error) {
 // what refused, 400 for a body that is not a request, 409 when no mirror
 // runs.
 func (s *Server) HandleMirrorHalt(w http.ResponseWriter, r *http.Request) {
-	req, err := ParseMirrorHalt(http.MaxBytesReader(w, r.Body, maxRestartBody))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "bad_request", Message: err.Error()})
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
-	defer cancel()
-	log := s.cfg.log.With(zap.Any("request", req), zap.String("remote", r.RemoteAddr))
-	res, err := s.cfg.haltFn(ctx, req)
-	if errors.Is(err, ErrMirrorNotRunning) {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: ReasonMirrorNotRunning, Message: err.Error()})
-		return
-	}
-	if err != nil {
-		log.Warn("mirror halt failed", zap.Error(err))
-		writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ReasonInternal, Message: err.Error()})
-		return
-	}
-	log.Info("mirror partitions halted", zap.Int("halted", len(res.Halted)), zap.Int("refused", len(res.Refused)))
-	writeJSON(w, http.StatusOK, res)
+	serveMirrorAction(s, w, r, "halt", ParseMirrorHalt, s.cfg.haltFn, func(res MirrorHaltResult) []zap.Field {
+		return []zap.Field{zap.Int("halted", len(res.Halted)), zap.Int("refused", len(res.Refused))}
+	})
 }
 
 // HaltLocal runs req against one member's mirror: statuses are its

@@ -158,26 +158,36 @@ func checkSelection(want string, partitions []TopicPartition, topic string, all 
 // restarted and what refused, 400 for a body that is not a request, 409
 // when no mirror runs.
 func (s *Server) HandleMirrorRestart(w http.ResponseWriter, r *http.Request) {
-	req, err := ParseMirrorRestart(http.MaxBytesReader(w, r.Body, maxRestartBody))
+	serveMirrorAction(s, w, r, "restart", ParseMirrorRestart, s.cfg.restartFn, func(res MirrorRestartResult) []zap.Field {
+		return []zap.Field{zap.Int("restarted", len(res.Restarted)), zap.Int("refused", len(res.Refused))}
+	})
+}
+
+// serveMirrorAction runs a request on mirror partitions (restart, halt):
+// the body parsed strictly (400 if it is not a request), fn run on it for
+// at most 30 s and not cancelled by the client going away, as a
+// switchover; 200 with its answer, 409 when no mirror runs.
+func serveMirrorAction[Req, Res any](s *Server, w http.ResponseWriter, r *http.Request, what string,
+	parse func(io.Reader) (Req, error), fn func(context.Context, Req) (Res, error), counts func(Res) []zap.Field) {
+	req, err := parse(http.MaxBytesReader(w, r.Body, maxRestartBody))
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "bad_request", Message: err.Error()})
 		return
 	}
-	// Like the switchover, not cancelled by a client going away midway.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
 	log := s.cfg.log.With(zap.Any("request", req), zap.String("remote", r.RemoteAddr))
-	res, err := s.cfg.restartFn(ctx, req)
+	res, err := fn(ctx, req)
 	if errors.Is(err, ErrMirrorNotRunning) {
 		writeJSON(w, http.StatusConflict, ErrorBody{Error: ReasonMirrorNotRunning, Message: err.Error()})
 		return
 	}
 	if err != nil {
-		log.Warn("mirror restart failed", zap.Error(err))
+		log.Warn("mirror "+what+" failed", zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ReasonInternal, Message: err.Error()})
 		return
 	}
-	log.Info("mirror partitions restarted", zap.Int("restarted", len(res.Restarted)), zap.Int("refused", len(res.Refused)))
+	log.Info("mirror "+what+" done", counts(res)...)
 	writeJSON(w, http.StatusOK, res)
 }
 

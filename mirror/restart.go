@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"errors"
 
 	"go.uber.org/zap"
@@ -41,21 +42,9 @@ func (m *Mirror) Restart(topic string, partition int32) (PartitionStatus, error)
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
 	key := topicPartition{topic, partition}
-	m.mu.Lock()
-	ctx := m.runCtx
-	if m.closed || ctx == nil || ctx.Err() != nil {
-		m.mu.Unlock()
-		return PartitionStatus{}, ErrNotRunning
-	}
-	h := m.writers[key]
-	n, known := m.parts[topic]
-	m.mu.Unlock()
-	if h == nil {
-		// Owns is the caller's code: not called under m.mu.
-		if known && partition >= 0 && partition < n && !m.owns(topic, partition) {
-			return PartitionStatus{}, ErrNotOwned
-		}
-		return PartitionStatus{}, ErrUnknownPartition
+	ctx, h, err := m.writerOf(key)
+	if err != nil {
+		return PartitionStatus{}, err
 	}
 	st := h.w.Status()
 	if st.State != StateHalted {
@@ -97,21 +86,9 @@ var ErrHaltedOnRequest = errors.New("mirror: halted on request")
 func (m *Mirror) Halt(topic string, partition int32) (PartitionStatus, error) {
 	m.assignMu.Lock()
 	defer m.assignMu.Unlock()
-	key := topicPartition{topic, partition}
-	m.mu.Lock()
-	ctx := m.runCtx
-	if m.closed || ctx == nil || ctx.Err() != nil {
-		m.mu.Unlock()
-		return PartitionStatus{}, ErrNotRunning
-	}
-	h := m.writers[key]
-	n, known := m.parts[topic]
-	m.mu.Unlock()
-	if h == nil {
-		if known && partition >= 0 && partition < n && !m.owns(topic, partition) {
-			return PartitionStatus{}, ErrNotOwned
-		}
-		return PartitionStatus{}, ErrUnknownPartition
+	_, h, err := m.writerOf(topicPartition{topic, partition})
+	if err != nil {
+		return PartitionStatus{}, err
 	}
 	st := h.w.Status()
 	if st.State == StateHalted {
@@ -128,4 +105,27 @@ func (m *Mirror) Halt(topic string, partition int32) (PartitionStatus, error) {
 	m.log.Info("mirror partition writer halted by request", zap.String("topic", topic), zap.Int32("partition", partition),
 		zap.Int64("mirrored_offset", st.Mirrored))
 	return st, nil
+}
+
+// writerOf is the writer this member runs for key and the mirror's run
+// context; m.assignMu is held. Errors: ErrNotRunning, ErrNotOwned,
+// ErrUnknownPartition.
+func (m *Mirror) writerOf(key topicPartition) (context.Context, *writerHandle, error) {
+	m.mu.Lock()
+	ctx := m.runCtx
+	if m.closed || ctx == nil || ctx.Err() != nil {
+		m.mu.Unlock()
+		return nil, nil, ErrNotRunning
+	}
+	h := m.writers[key]
+	n, known := m.parts[key.topic]
+	m.mu.Unlock()
+	if h == nil {
+		// Owns is the caller's code: not called under m.mu.
+		if known && key.partition >= 0 && key.partition < n && !m.owns(key.topic, key.partition) {
+			return nil, nil, ErrNotOwned
+		}
+		return nil, nil, ErrUnknownPartition
+	}
+	return ctx, h, nil
 }

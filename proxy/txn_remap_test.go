@@ -570,12 +570,30 @@ func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
 	seedPartition(t, kf)
 	// The broker refuses the next produce to the partition.
+	refuseNextProduce(kf, 0)
+	produce := staleProduce(t, addr)
+	if code := produce(5, "first"); code != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
+	}
+	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	resendInOrder(t, kf, produce)
+}
+
+// refuseNextProduce makes kf answer the next Produce NOT_ENOUGH_REPLICAS
+// on every partition, after taking delay over it (other connections are
+// served meanwhile, the same one waits).
+func refuseNextProduce(kf *kfake.Cluster, delay time.Duration) {
 	var failOnce atomic.Bool
 	failOnce.Store(true)
 	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		kf.KeepControl()
 		if !failOnce.CompareAndSwap(true, false) {
 			return nil, nil, false
+		}
+		if delay > 0 {
+			kf.SleepControl(func() { time.Sleep(delay) })
 		}
 		req := kreq.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -592,14 +610,6 @@ func TestIdempotentBatchFailedUpstreamKeepsItsPlace(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	produce := staleProduce(t, addr)
-	if code := produce(5, "first"); code != kerr.NotEnoughReplicas.Code {
-		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
-	}
-	if code := produce(6, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
-		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
-	}
-	resendInOrder(t, kf, produce)
 }
 
 // seedPartition writes "before" to t[0] directly: the broker takes any
@@ -681,29 +691,7 @@ func TestIdempotentBatchBehindUnansweredFirstWaits(t *testing.T) {
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
 	seedPartition(t, kf)
 	// The broker takes its time over the next produce, then refuses it.
-	var failOnce atomic.Bool
-	failOnce.Store(true)
-	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		kf.KeepControl()
-		if !failOnce.CompareAndSwap(true, false) {
-			return nil, nil, false
-		}
-		kf.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	refuseNextProduce(kf, 500*time.Millisecond)
 	// Both batches on one connection, the second sent before the first
 	// is answered, as a client with several requests in flight does.
 	c := dialRaw(t, addr)

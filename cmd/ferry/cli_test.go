@@ -240,6 +240,13 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"status", "--jsn"}, "flag provided but not defined"},
 		{[]string{"connections", "extra"}, "unexpected arguments"},
 		{[]string{"connections", "--limit", "many"}, "invalid value"},
+		{[]string{"mirror"}, "want a subcommand: restart or halt"},
+		{[]string{"mirror", "stop"}, "want a subcommand: restart or halt"},
+		{[]string{"mirror", "halt"}, "say what to halt: --topic T"},
+		{[]string{"mirror", "halt", "--topic", "t", "--partition", "-2"}, "--partition -2: must be 0 or more"},
+		{[]string{"mirror", "halt", "--halted"}, "flag provided but not defined"},
+		{[]string{"mirror", "restart"}, "say what to restart"},
+		{[]string{"mirror", "restart", "--halted", "--topic", "t"}, "exclude each other"},
 	} {
 		code, out, errs := runCLI(t, tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errs, tc.want) {

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"time"
 
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/mirror"
@@ -56,23 +54,9 @@ func (n *node) handleMirrorHalt(_ context.Context, _ int32, body []byte) ([]byte
 	return json.Marshal(res)
 }
 
-type mirrorHaltFlags struct {
-	adminConn
-	topic     string
-	partition int
-	json      bool
-	tokenFile string
-}
-
-func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorHaltFlags, error) {
-	f := mirrorHaltFlags{partition: -1}
-	fs := flag.NewFlagSet("ferry mirror halt", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, "the member's admin API, `host:port` (or a URL); in a fleet any member")
-	fs.StringVar(&f.topic, "topic", "", "halt every partition of this `topic` (with --partition: that one partition)")
-	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to halt")
-	fs.BoolVar(&f.json, "json", false, "print the answer as the member gives it (JSON)")
-	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
+func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorFlags, error) {
+	var f mirrorFlags
+	fs := f.flagSet("halt", "halt every partition of this `topic` (with --partition: that one partition)", stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
 		fs.PrintDefaults()
@@ -99,42 +83,13 @@ func mirrorHaltCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	} else if err != nil {
 		return usageError{err}
 	}
-	token, err := cliToken(f.tokenFile)
-	if err != nil {
-		return usageError{err}
-	}
 	req := admin.MirrorHaltRequest{Topic: f.topic}
 	if f.partition >= 0 {
 		req = admin.MirrorHaltRequest{Partitions: []admin.TopicPartition{{Topic: f.topic, Partition: int32(f.partition)}}}
 	}
-	body, _ := json.Marshal(req)
-	endpoint := f.url("/mirror/halt")
-	hc, err := f.client(45 * time.Second)
-	if err != nil {
-		return err
-	}
-	resp, raw, err := callAdmin(ctx, "mirror halt", http.MethodPost, endpoint, body, token, hc)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return refusal("mirror halt", resp, raw)
-	}
-	var res admin.MirrorHaltResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return fmt.Errorf("mirror halt: %s answered 200 with %q: %w", endpoint, truncate(raw), err)
-	}
-	if f.json {
-		if _, err := stdout.Write(raw); err != nil {
-			return err
-		}
-	} else {
-		printHalt(stdout, f.topic, res)
-	}
-	if len(res.Refused) > 0 {
-		return fmt.Errorf("mirror halt: %d partitions refused", len(res.Refused))
-	}
-	return nil
+	return mirrorCall(ctx, "mirror halt", "/mirror/halt", f.adminConn, f.tokenFile, f.json, req, stdout,
+		func(w io.Writer, res admin.MirrorHaltResult) { printHalt(w, f.topic, res) },
+		func(res admin.MirrorHaltResult) int { return len(res.Refused) })
 }
 
 func printHalt(w io.Writer, topic string, res admin.MirrorHaltResult) {

@@ -83,25 +83,39 @@ func callMerged[T any](ctx context.Context, f *fleet, kind string, req any, merg
 	return merge(rs...), nil
 }
 
-type mirrorRestartFlags struct {
+// mirrorFlags are the flags `ferry mirror restart` and `ferry mirror
+// halt` share.
+type mirrorFlags struct {
 	adminConn
 	topic     string
 	partition int
-	halted    bool
 	json      bool
 	tokenFile string
 }
 
-func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFlags, error) {
-	f := mirrorRestartFlags{partition: -1}
-	fs := flag.NewFlagSet("ferry mirror restart", flag.ContinueOnError)
+// flagSet is the flag set of `ferry mirror verb`, with the shared flags;
+// topicUse says what --topic selects.
+func (f *mirrorFlags) flagSet(verb, topicUse string, stderr io.Writer) *flag.FlagSet {
+	f.partition = -1
+	fs := flag.NewFlagSet("ferry mirror "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, "the member's admin API, `host:port` (or a URL); in a fleet any member")
-	fs.StringVar(&f.topic, "topic", "", "restart the halted partitions of this `topic` (with --partition: that one partition)")
-	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to restart")
-	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
+	fs.StringVar(&f.topic, "topic", "", topicUse)
+	fs.IntVar(&f.partition, "partition", -1, "with --topic, the partition `N` to "+verb)
 	fs.BoolVar(&f.json, "json", false, "print the answer as the member gives it (JSON)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
+	return fs
+}
+
+type mirrorRestartFlags struct {
+	mirrorFlags
+	halted bool
+}
+
+func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFlags, error) {
+	var f mirrorRestartFlags
+	fs := f.flagSet("restart", "restart the halted partitions of this `topic` (with --partition: that one partition)", stderr)
+	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
 		fs.PrintDefaults()
@@ -145,10 +159,6 @@ func mirrorRestartCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	} else if err != nil {
 		return usageError{err}
 	}
-	token, err := cliToken(f.tokenFile)
-	if err != nil {
-		return usageError{err}
-	}
 	var req admin.MirrorRestartRequest
 	switch {
 	case f.halted:
@@ -158,32 +168,46 @@ func mirrorRestartCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	default:
 		req.Topic = f.topic
 	}
+	return mirrorCall(ctx, "mirror restart", "/mirror/restart", f.adminConn, f.tokenFile, f.json, req, stdout,
+		func(w io.Writer, res admin.MirrorRestartResult) { printRestart(w, req, res) },
+		func(res admin.MirrorRestartResult) int { return len(res.Refused) })
+}
+
+// mirrorCall posts req to the member's admin API at path for `ferry what`,
+// prints a 200's answer (as given with asJSON, else with print), and fails
+// when the answer refused anything.
+func mirrorCall[Res any](ctx context.Context, what, path string, c adminConn, tokenFile string, asJSON bool, req any, stdout io.Writer,
+	print func(io.Writer, Res), refused func(Res) int) error {
+	token, err := cliToken(tokenFile)
+	if err != nil {
+		return usageError{err}
+	}
 	body, _ := json.Marshal(req)
-	endpoint := f.url("/mirror/restart")
-	hc, err := f.client(45 * time.Second)
+	endpoint := c.url(path)
+	hc, err := c.client(45 * time.Second)
 	if err != nil {
 		return err
 	}
-	resp, raw, err := callAdmin(ctx, "mirror restart", http.MethodPost, endpoint, body, token, hc)
+	resp, raw, err := callAdmin(ctx, what, http.MethodPost, endpoint, body, token, hc)
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return refusal("mirror restart", resp, raw)
+		return refusal(what, resp, raw)
 	}
-	var res admin.MirrorRestartResult
+	var res Res
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return fmt.Errorf("mirror restart: %s answered 200 with %q: %w", endpoint, truncate(raw), err)
+		return fmt.Errorf("%s: %s answered 200 with %q: %w", what, endpoint, truncate(raw), err)
 	}
-	if f.json {
+	if asJSON {
 		if _, err := stdout.Write(raw); err != nil {
 			return err
 		}
 	} else {
-		printRestart(stdout, req, res)
+		print(stdout, res)
 	}
-	if len(res.Refused) > 0 {
-		return fmt.Errorf("mirror restart: %d partitions refused", len(res.Refused))
+	if n := refused(res); n > 0 {
+		return fmt.Errorf("%s: %d partitions refused", what, n)
 	}
 	return nil
 }

@@ -329,8 +329,9 @@ func TestChaos(t *testing.T) {
 	// in its output once, read_committed.
 	if cp != nil {
 		var lack, dup, foreign []string
+		var out map[partOff]string
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
-			out := readCommitted(t, ctx, fl.clusters[active], []string{copyTopic})[copyTopic]
+			out = readCommitted(t, ctx, fl.clusters[active], []string{copyTopic})[copyTopic]
 			lack, dup, foreign = copiedOnce(on[active], out)
 			if len(lack) == 0 || time.Now().After(deadline) {
 				break
@@ -341,7 +342,7 @@ func TestChaos(t *testing.T) {
 		// copied them: input positions it lost were taken by new
 		// records (copied again), copies it lost are missing or made
 		// again. Those positions are counted, not failed.
-		forgiven := 0
+		forgiven, recopied := 0, 0
 		if len(fl.forced) > 0 {
 			forgive := func(k string) bool {
 				var p int32
@@ -362,11 +363,19 @@ func TestChaos(t *testing.T) {
 			lack = slices.DeleteFunc(lack, forgive)
 			dup = slices.DeleteFunc(dup, forgive)
 			foreign = slices.DeleteFunc(foreign, forgive)
+			// The group's offsets reach the new cluster by the mirror's
+			// periodic sync, its output as it is written: copied
+			// before the stop and not yet in the synced offsets, an
+			// input is copied again after the switch. Such a copy pair
+			// straddles the switch's fence on the output.
+			before := len(dup)
+			dup = slices.DeleteFunc(dup, func(d string) bool { return fl.recopiedAcrossForced(out, strings.Fields(d)[0]) })
+			recopied = before - len(dup)
 		}
 		copyErrs, copied := cp.stop()
 		report.Check("the transactional copy loop's output holds each input record once", len(lack)+len(dup)+len(foreign) == 0,
-			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v (%d positions a forced switch lost, counted apart); errors met: %d %s",
-				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), forgiven, len(copyErrs), strings.Join(head3(copyErrs), "; ")))
+			fmt.Sprintf("%s; missing %d %v, twice %d %v, not of the input %d %v (%d positions a forced switch lost, %d copied again across one as the group's offsets went back to the last synced, counted apart); errors met: %d %s",
+				copied, len(lack), head3(lack), len(dup), head3(dup), len(foreign), head3(foreign), forgiven, recopied, len(copyErrs), strings.Join(head3(copyErrs), "; ")))
 	}
 
 	// The bystander is never fenced by Ferry: no member names its
@@ -422,6 +431,10 @@ type forcedSwitch struct {
 	// copies the switch lost: on the old cluster's copy of the output,
 	// nowhere on the new one's, read before the repair deleted it.
 	lostCopies map[string]bool
+	// copyFence is the copy loop's output's end on the new active
+	// cluster at the flip, by partition (the fence of the generation
+	// that ended): copies below it were made before the switch.
+	copyFence []int64
 }
 
 // lostAt reports whether the forced switches reported offset o of topic's
@@ -432,6 +445,29 @@ func (fl *chaosFleet) lostAt(topic string, p int32, o int64) bool {
 			if r.Topic == topic && r.Partition == p && o >= r.From && o < r.To {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// recopiedAcrossForced reports whether the copies of input position k in
+// out straddle a forced switch: one below its fence on the output, one at
+// or above it.
+func (fl *chaosFleet) recopiedAcrossForced(out map[partOff]string, k string) bool {
+	for _, fs := range fl.forced {
+		var below, above bool
+		for at, v := range out {
+			if v != k || int(at.p) >= len(fs.copyFence) || fs.copyFence[at.p] < 0 {
+				continue
+			}
+			if at.o < fs.copyFence[at.p] {
+				below = true
+			} else {
+				above = true
+			}
+		}
+		if below && above {
+			return true
 		}
 	}
 	return false
@@ -731,6 +767,16 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.R
 		fs := forcedSwitch{stopped: stopped}
 		if a.LastSwitch != nil {
 			fs.lost = a.LastSwitch.Lost
+		}
+		if st, err := fl.ms[f.Member].routingState(ctx); err == nil {
+			// The fence of the generation that ended: the latest
+			// below the new one (a voided one is numbered past).
+			var ended uint32
+			for _, fe := range st.Fences {
+				if fe.Generation < a.Generation && fe.Generation >= ended {
+					ended, fs.copyFence = fe.Generation, fe.Ends[fl.copyTopic]
+				}
+			}
 		}
 		repaired := fl.repairAfterForced(ctx, active, &fs)
 		fl.forced = append(fl.forced, fs)

@@ -469,6 +469,26 @@ func (f *ferryServe) mirrorStatus(ctx context.Context) (ferryadmin.MirrorStatus,
 	return m, nil
 }
 
+// routingState reads the member's routing state in full (GET
+// /status/routing).
+func (f *ferryServe) routingState(ctx context.Context) (routing.State, error) {
+	var st routing.State
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.admin+"/status/routing", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("/status/routing: %v: %s", err, head(string(b), 300))
+	}
+	return st, nil
+}
+
 // restartHalted asks the member to restart every halted mirror partition
 // of the fleet (POST /mirror/restart).
 func (f *ferryServe) restartHalted(ctx context.Context) error {

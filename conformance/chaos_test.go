@@ -542,22 +542,24 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 		// A topic is deleted only once every partition of it is halted
 		// (the runbook's rule): a writer still running would append
 		// into the topic created again at its own offset, and what it
-		// appended there before halting diverges from the source.
-		halted, running := map[string]bool{}, map[string]bool{}
+		// appended there before halting diverges from the source. The
+		// partitions of a topic that still mirror are halted first
+		// (ferry mirror halt), as the runbook says.
+		halted := map[string]bool{}
 		for _, p := range st.Partitions {
 			if p.State == "halted" {
 				halted[p.Topic] = true
-			} else {
-				running[p.Topic] = true
 			}
-		}
-		for tp := range running {
-			delete(halted, tp)
 		}
 		if len(halted) == 0 {
 			continue
 		}
 		topics := slices.Sorted(maps.Keys(halted))
+		for _, tp := range topics {
+			if err := fl.ms[0].haltTopic(ctx, tp); err != nil {
+				t.Fatalf("halting %s to copy it again: %v", tp, err)
+			}
+		}
 		adm := admin(t, c)
 		if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
 			t.Logf("deleting %v on %s: %v", topics, old, err)

@@ -169,13 +169,16 @@ func (r *mirrorRunner) startLocked(source, target string) error {
 }
 
 // syncGate is the sync gate of a mirror from source: open while source is
-// the active cluster, no switch runs and, in a fleet, the write lease
-// holds (a member paused or restarted through a switch may still mirror
-// the old direction).
+// the active cluster (after a switch's install it is not, until this
+// mirror stops), no switch is flipping and, in a fleet, the write gate is
+// open (a member paused or restarted through a switch may still mirror
+// the old direction, its lease lapsed). A draining switch keeps it open:
+// the target is still the standby, and the drain may need the topics the
+// sync creates there.
 func (r *mirrorRunner) syncGate(source string) func() bool {
 	return func() bool {
 		if r.routes != nil {
-			if st := r.routes(); st.Active != source || st.Phase != routing.PhaseServing {
+			if st := r.routes(); st.Active != source || st.Phase == routing.PhaseSwitching {
 				return false
 			}
 		}

@@ -330,10 +330,13 @@ func TestREADMEListsMirrorMetrics(t *testing.T) {
 }
 
 // The sync gate of a mirror is open only while its source is the active
-// cluster, no switch runs and the member's write gate is open: between a
-// switch's flip and the mirror's stop, or on a member that was paused or
-// restarted through a switch, the old direction's sync would copy the old
-// cluster's offsets onto the cluster now active.
+// cluster, no switch is flipping and the member's write gate is open:
+// between a switch's flip and the mirror's stop, or on a member that was
+// paused or restarted through a switch, the old direction's sync would
+// copy the old cluster's offsets onto the cluster now active. A draining
+// switch leaves it open: the drain may wait for a topic the sync creates
+// on the standby (TestSwitchRolledBackWhenTheMirrorCannotDrain: a topic
+// the standby was down for).
 func TestMirrorSyncGate(t *testing.T) {
 	st := routing.State{Generation: 3, Active: "a", Phase: routing.PhaseServing}
 	leased := true
@@ -347,7 +350,8 @@ func TestMirrorSyncGate(t *testing.T) {
 		wantA, wantB bool
 	}{
 		{"a active, serving, leased", "a", routing.PhaseServing, true, true, false},
-		{"a switch draining", "a", routing.PhaseDraining, true, false, false},
+		{"a switch draining", "a", routing.PhaseDraining, true, true, false},
+		{"a switch flipping", "a", routing.PhaseSwitching, true, false, false},
 		{"flipped to b, the mirror from a not stopped yet", "b", routing.PhaseServing, true, false, true},
 		{"the write lease lapsed", "a", routing.PhaseServing, false, false, false},
 	} {

@@ -41,6 +41,9 @@ type config struct {
 	// syncGate, when set, is asked before the sync loop writes on the
 	// standby (WithSyncGate).
 	syncGate func() bool
+	// groupGate, when set, is asked too before the sync loop copies a
+	// group's offsets (WithGroupSyncGate).
+	groupGate func() bool
 	// carrier, when set, names the open transactions Ferry carries
 	// (WithTxnCarrier); nil: every one on a mirrored partition.
 	carrier TxnCarrier

@@ -51,8 +51,20 @@ func WithWriteGate(gate func() bool) Option { return func(c *config) { c.gate = 
 // is empty there, so it takes the commit) past what they committed since.
 func WithSyncGate(gate func() bool) Option { return func(c *config) { c.syncGate = gate } }
 
+// WithGroupSyncGate adds a gate the periodic copy of group offsets must
+// pass besides the sync gate: the owner shuts it while a switch runs,
+// which copies the offsets itself with commits held — a round that read
+// the source's offsets before the hold must not write them over the
+// switch's copy.
+func WithGroupSyncGate(gate func() bool) Option { return func(c *config) { c.groupGate = gate } }
+
 // syncOpen reports whether the sync loop may write on the standby.
 func (m *Mirror) syncOpen() bool { return m.cfg.syncGate == nil || m.cfg.syncGate() }
+
+// groupSyncOpen reports whether the sync loop may copy group offsets.
+func (m *Mirror) groupSyncOpen() bool {
+	return m.syncOpen() && (m.cfg.groupGate == nil || m.cfg.groupGate())
+}
 
 // owns reports whether this member writes the partition.
 // Partitions returns every mirrored topic with its partition count, the

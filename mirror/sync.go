@@ -91,7 +91,7 @@ func (m *Mirror) syncOnce(ctx context.Context) {
 		m.metrics.syncErrors.WithLabelValues("topics").Inc()
 		m.log.Warn("mirror topic sync failed", zap.Error(err))
 	}
-	if syncs && m.cfg.syncGroups {
+	if syncs && m.cfg.syncGroups && m.groupSyncOpen() {
 		if err := m.syncGroups(ctx, false); err != nil && ctx.Err() == nil {
 			m.metrics.syncErrors.WithLabelValues("groups").Inc()
 			m.log.Warn("mirror group offset sync failed", zap.Error(err))
@@ -423,7 +423,7 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		if have, err := m.dstAdm.FetchOffsets(ctx, g.Group); err == nil && sameOffsets(have, commit) {
 			continue
 		}
-		if !evict && !m.syncOpen() {
+		if !evict && !m.groupSyncOpen() {
 			break // the switch copies them itself (evict)
 		}
 		resp, err := m.dstAdm.CommitOffsets(ctx, g.Group, commit)

@@ -144,6 +144,7 @@ func (r *mirrorRunner) startLocked(source, target string) error {
 	log := r.log.With(zap.String("from", source), zap.String("to", target))
 	m, err := mirror.New(append([]mirror.Option{
 		mirror.WithSyncGate(r.syncGate(source)),
+		mirror.WithGroupSyncGate(r.groupSyncGate()),
 		mirror.Source(src...),
 		mirror.Target(dst...),
 		mirror.SourceSecurity(r.security[source]),
@@ -184,6 +185,14 @@ func (r *mirrorRunner) syncGate(source string) func() bool {
 		}
 		return r.gate == nil || r.gate()
 	}
+}
+
+// groupSyncGate is the gate of the periodic copy of group offsets: shut
+// while a switch runs (it copies them itself, commits held; a round that
+// read the source's offsets before the hold would write them over its
+// copy, and the group would resume below its commits).
+func (r *mirrorRunner) groupSyncGate() func() bool {
+	return func() bool { return r.routes == nil || r.routes().Phase == routing.PhaseServing }
 }
 
 // SetFilters changes the topics mirrored and the groups whose offsets are

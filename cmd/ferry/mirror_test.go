@@ -363,6 +363,16 @@ func TestMirrorSyncGate(t *testing.T) {
 			t.Errorf("%s: the mirror from b may sync: %v, want %v", c.what, got, c.wantB)
 		}
 	}
+	groups := r.groupSyncGate()
+	for _, c := range []struct {
+		phase routing.Phase
+		want  bool
+	}{{routing.PhaseServing, true}, {routing.PhaseDraining, false}, {routing.PhaseSwitching, false}} {
+		st.Active, st.Phase, leased = "a", c.phase, true
+		if got := groups(); got != c.want {
+			t.Errorf("%s: the periodic group copy may run: %v, want %v", c.phase, got, c.want)
+		}
+	}
 	if !(&mirrorRunner{}).syncGate("a")() {
 		t.Error("a runner with no routing state and no write gate (a mirror on its own) must sync")
 	}

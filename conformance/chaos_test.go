@@ -545,8 +545,9 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 		// appended there before halting diverges from the source. The
 		// partitions of a topic that still mirror are halted first
 		// (ferry mirror halt), as the runbook says.
-		halted := map[string]bool{}
+		halted, parts := map[string]bool{}, map[string]int{}
 		for _, p := range st.Partitions {
+			parts[p.Topic]++
 			if p.State == "halted" {
 				halted[p.Topic] = true
 			}
@@ -566,7 +567,7 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 			continue
 		}
 		deleted = append(deleted, topics...)
-		waitRecreated(ctx, adm, topics)
+		waitRecreated(ctx, adm, topics, parts)
 		if err := fl.ms[0].restartHalted(ctx); err != nil {
 			t.Logf("restarting the halted mirror partitions: %v", err)
 		}
@@ -575,20 +576,25 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 }
 
 // waitRecreated waits up to a minute until the mirror's sync has created
-// topics again on the cluster adm reaches (a second apart): every
-// partition there, empty.
-func waitRecreated(ctx context.Context, adm *kadm.Client, topics []string) {
+// topics again on the cluster adm reaches after their deletion: every
+// partition there (parts, by topic, from the mirror's status) and empty
+// (the deleted topics' ends are not). It reports whether it saw that.
+func waitRecreated(ctx context.Context, adm *kadm.Client, topics []string, parts map[string]int) bool {
 	for again := time.Now().Add(time.Minute); time.Now().Before(again); time.Sleep(500 * time.Millisecond) {
 		ends, err := adm.ListEndOffsets(ctx, topics...)
 		if err != nil || ends.Error() != nil {
 			continue
 		}
-		n := 0
-		ends.Each(func(o kadm.ListedOffset) { n++ })
-		if n > 0 {
-			return
+		n, want, empty := 0, 0, true
+		ends.Each(func(o kadm.ListedOffset) { n, empty = n+1, empty && o.Offset == 0 })
+		for _, t := range topics {
+			want += parts[t]
+		}
+		if n == want && empty {
+			return true
 		}
 	}
+	return false
 }
 
 // repairMarkerTwice copies again, as docs/RUNBOOK.md 5.4 says, each topic
@@ -630,21 +636,8 @@ func (fl *chaosFleet) repairMarkerTwice(ctx context.Context) []string {
 		if _, err := adm.DeleteTopics(ctx, topic); err != nil {
 			t.Fatalf("deleting %s on %s: %v", topic, standby, err)
 		}
-		// Gone, then created again by the mirror's sync: every
-		// partition there and empty (the deleted topic's ends are not).
-		for again := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-			if time.Now().After(again) {
-				t.Fatalf("%s not created again empty on %s within a minute of its deletion", topic, standby)
-			}
-			ends, err := adm.ListEndOffsets(ctx, topic)
-			if err != nil || ends.Error() != nil {
-				continue
-			}
-			n, empty := 0, true
-			ends.Each(func(o kadm.ListedOffset) { n, empty = n+1, empty && o.Offset == 0 })
-			if n == parts[topic] && empty {
-				break
-			}
+		if !waitRecreated(ctx, adm, []string{topic}, parts) {
+			t.Fatalf("%s not created again empty on %s within a minute of its deletion", topic, standby)
 		}
 		if err := fl.ms[0].restartHalted(ctx); err != nil {
 			t.Fatalf("restarting the halted mirror partitions: %v", err)

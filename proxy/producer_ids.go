@@ -156,10 +156,11 @@ type remappedPIDs struct {
 // it holds no state for. Until that batch is answered the partition's
 // later batches are refused NOT_LEADER_OR_FOLLOWER, which every client
 // retries with the same sequence (OUT_OF_ORDER_SEQUENCE_NUMBER would make
-// the Java producer bump its epoch once the first is acknowledged): sent behind it on the same connection they reached the broker
-// before its answer, and had it failed (the broker refused it, or its
-// connection broke), the next one would have set the sequence and the
-// failed one been written after it, under the client's next epoch.
+// the Java producer bump its epoch once the first is acknowledged). Sent
+// behind it on the same connection they would reach the broker before
+// its answer, and had it failed (the broker refused it, or its connection
+// broke), the next one would set the sequence and the failed one be
+// written after it, under the client's next epoch.
 type first struct {
 	phys  int64
 	epoch int16

@@ -321,7 +321,7 @@ func newSwitchMetrics(routes *routing.Table) *switchMetrics {
 		}, []string{"mode"}),
 		lost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_switchover_lost_offsets",
-			Help: "Offsets the old active cluster held that the new one never received, per partition, at the last forced switchover.",
+			Help: "Offsets the old active cluster held that the new one never received, per partition, at the last forced switchover (-1: from the range's start on, how many unknown: the old cluster could not be read).",
 		}, []string{"topic", "partition"}),
 	}
 	for _, mode := range []routing.Mode{routing.Planned, routing.Forced} {
@@ -387,7 +387,11 @@ func (m *switchMetrics) observe(mode routing.Mode, before, after routing.State, 
 	if err == nil && last.Mode == routing.Forced {
 		m.lost.Reset()
 		for _, l := range last.Lost {
-			m.lost.WithLabelValues(l.Topic, strconv.Itoa(int(l.Partition))).Set(float64(l.To - l.From))
+			n := float64(l.To - l.From)
+			if l.To == routing.UnknownEnd {
+				n = -1 // the old cluster's end is unknown
+			}
+			m.lost.WithLabelValues(l.Topic, strconv.Itoa(int(l.Partition))).Set(n)
 		}
 	}
 }

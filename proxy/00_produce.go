@@ -42,7 +42,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			return t.Topic, t.TopicID, t.Partitions
 		},
 		func(p *kmsg.ProduceRequestTopicPartition) int32 { return p.Partition },
-		func(ti int, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
+		func(ti int, name string, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
 			if c.lane >= 0 && s.lanes > 1 && req.up.lane(leader, s.lanes) != c.lane {
 				// Sent to a lane that does not lead it (the client's
 				// metadata is older than the move): forwarding it
@@ -59,7 +59,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			if gen != 0 {
 				// In place: the records alias the client's frame.
 				t := &in.Topics[ti]
-				return s.physicalProducerIDs(c, req, in.TransactionID, in.Acks != 0, t.Topic, t.TopicID, p.Partition, p.Records)
+				return s.physicalProducerIDs(c, req, in.TransactionID, in.Acks != 0, name, t, p.Partition, p.Records)
 			}
 			return 0
 		})
@@ -73,8 +73,12 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 	names, local := sp.names, sp.local
 	if len(local) > 0 && in.TransactionID == nil {
 		// Refused here, unwritten: an idempotent producer's later
-		// batches to these partitions wait for them.
-		s.remapped.refuseStale(gen, in, func(ti int, p int32) bool { return local[ti][p] != 0 })
+		// batches to these partitions wait for them. (A duplicate was
+		// written before.)
+		s.remapped.refuseStale(gen, in, func(ti int, p int32) bool {
+			code := local[ti][p]
+			return code != 0 && code != kerr.DuplicateSequenceNumber.Code
+		})
 	}
 
 	// The common case (with lanes, nearly every request): one leader,
@@ -124,9 +128,12 @@ func physicalTopicIDs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte)
 // allocation fails or while the batch that sets the allocated ID's
 // sequence in the partition is unanswered, and OUT_OF_ORDER_SEQUENCE_NUMBER
 // (retry, behind the one resent) while a batch before it in the partition
-// was refused.
-func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, acked bool, topic string, topicID [16]byte, partition int32, records []byte) int16 {
+// was refused. Its first batch in a partition under a generation continues
+// where it stopped there on the cluster taken over from (continues).
+func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string, acked bool, name string, t *kmsg.ProduceRequestTopic, partition int32, records []byte) int16 {
 	gen := req.state.Generation
+	// The partition as the client names it (by name, or by ID from v13).
+	topic, topicID := t.Topic, t.TopicID
 	var code int16
 	protocol.WalkBatches(records, func(b protocol.Batch) error {
 		pid := b.ProducerID()
@@ -160,6 +167,16 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 					s.remapped.refused(gen, gk, epoch, seq)
 					code = kerr.NotLeaderForPartition.Code
 					return errStop
+				}
+				if acked {
+					// The first batch under phys continues where the
+					// producer stopped on the cluster taken over from.
+					ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+					code = s.continues(ctx, c, req, gk, name, phys, epoch, seq)
+					cancel()
+					if code != 0 {
+						return errStop
+					}
 				}
 				if acked && !s.remapped.claim(gen, gk, phys, epoch, seq) {
 					// Retried in place, no epoch bump: once the

@@ -53,7 +53,7 @@ func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*repl
 			return t.Topic, t.TopicID, t.Partitions
 		},
 		func(p *kmsg.FetchRequestTopicPartition) int32 { return p.Partition },
-		func(_ int, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
+		func(_ int, _ string, p *kmsg.FetchRequestTopicPartition, _ int32) int16 {
 			return physicalEpochs(gen, &p.CurrentLeaderEpoch, &p.LastFetchedEpoch)
 		})
 	parts := sp.requests(func(ts []splitTopic[kmsg.FetchRequestTopicPartition]) kmsg.Request {

@@ -147,7 +147,18 @@ type remappedPIDs struct {
 	gaps *simplelru.LRU[gapKey, gap]
 	// firsts: per partition, the batch the broker met first under the
 	// ID allocated in this generation.
-	firsts  *simplelru.LRU[gapKey, first]
+	firsts *simplelru.LRU[gapKey, first]
+	// conts: per partition, whether a producer's first batches under
+	// gen continue where it stopped on the cluster taken over from, and
+	// olds what that cluster holds of a partition's producers
+	// (producer_continue.go).
+	conts *simplelru.LRU[gapKey, continuation]
+	olds  *simplelru.LRU[partKey, *partProducers]
+	// prev is the IDs allocated under prevGen, the generation before
+	// gen here: where a producer's first batches of gen look for its
+	// last sequence.
+	prevGen uint32
+	prev    *simplelru.LRU[int64, *remapped]
 	evicted prometheus.Counter
 }
 
@@ -245,7 +256,8 @@ func (r *remappedPIDs) refuseStale(gen uint32, in *kmsg.ProduceRequest, refused 
 }
 
 // reset moves r to gen when it is newer: the IDs allocated under an
-// earlier one are dropped, the gaps kept. It reports whether r serves gen
+// earlier one are dropped (those of the one before kept as prev), the
+// gaps kept. It reports whether r serves gen
 // (false for an older one: a request decoded before a switch must not
 // throw away the mappings of the generation after it). r.mu is held.
 func (r *remappedPIDs) reset(gen uint32) bool {
@@ -253,9 +265,14 @@ func (r *remappedPIDs) reset(gen uint32) bool {
 		r.gaps, _ = simplelru.NewLRU[gapKey, gap](maxRemapped, nil)
 	}
 	if r.m == nil || gen > r.gen {
+		if r.m != nil {
+			r.prevGen, r.prev = r.gen, r.m
+		}
 		r.gen = gen
 		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
 		r.firsts, _ = simplelru.NewLRU[gapKey, first](maxRemapped, nil)
+		r.conts, _ = simplelru.NewLRU[gapKey, continuation](maxRemapped, nil)
+		r.olds, _ = simplelru.NewLRU[partKey, *partProducers](maxRemapped, nil)
 	}
 	return gen == r.gen
 }

@@ -141,10 +141,10 @@ func (sp *leaderSplit[P]) fail(ti int, p int32, code int16) {
 // or from v13 by virtual topic ID — and groups its partitions by upstream
 // leader. topic gives a request topic's name, ID and partitions, partition
 // a partition's number. check, called with each routable partition (a
-// copy, which is what goes upstream) and its leader, returns the error
-// code Ferry answers it with instead, or 0.
+// copy, which is what goes upstream), its topic's name and its leader,
+// returns the error code Ferry answers it with instead, or 0.
 func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*T) (string, [16]byte, []P), partition func(*P) int32,
-	check func(ti int, p *P, leader int32) int16) *leaderSplit[P] {
+	check func(ti int, name string, p *P, leader int32) int16) *leaderSplit[P] {
 	sp := &leaderSplit[P]{
 		names:   make([]string, len(topics)),
 		physIDs: make([][16]byte, len(topics)),
@@ -186,7 +186,7 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 				sp.fail(ti, pn, kerr.NotLeaderForPartition.Code)
 				continue
 			}
-			if code := check(ti, &p, pinfo.leader); code != 0 {
+			if code := check(ti, name, &p, pinfo.leader); code != 0 {
 				sp.fail(ti, pn, code)
 				continue
 			}

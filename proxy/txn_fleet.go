@@ -44,7 +44,7 @@ const TxnCallKind = "proxy.txn"
 
 // txnCall is one call to the member keeping a transactional ID's mapping.
 type txnCall struct {
-	Op    string   `json:"op"` // "decide", "answered", "produce", "own", "pid", "pidheld"
+	Op    string   `json:"op"` // "decide", "answered", "produce", "own", "pid", "pidheld", "pidprev"
 	Query txnQuery `json:"query"`
 	// Answered: "answered"'s broker answer.
 	Answered txnAnswered `json:"answered"`
@@ -188,7 +188,7 @@ func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, vir
 // out of order (the broker takes any first sequence from a fresh ID).
 func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
 	if s.cfg.peers != nil {
-		if phys := s.heldByPeers(ctx, gen, virt); phys >= 0 {
+		if phys := s.heldByPeers(ctx, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}}); phys >= 0 {
 			s.log.Debug("a producer of another generation goes on under the producer ID another member holds for it",
 				zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", phys))
 			return phys, nil
@@ -201,9 +201,10 @@ func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int
 // member that does not answer in time is taken to hold nothing.
 const pidHeldWait = time.Second
 
-// heldByPeers asks every other live member for the physical ID it writes
-// virt under in gen; -1 when none holds one.
-func (s *Server) heldByPeers(ctx context.Context, gen uint32, virt int64) int64 {
+// heldByPeers asks every other live member for the physical ID a producer
+// writes under (call: "pidheld" in this generation, "pidprev" in the one
+// before); -1 when none holds one.
+func (s *Server) heldByPeers(ctx context.Context, call txnCall) int64 {
 	ctx, cancel := context.WithTimeout(ctx, pidHeldWait)
 	defer cancel()
 	self := s.cfg.peers.Self()
@@ -216,7 +217,7 @@ func (s *Server) heldByPeers(ctx context.Context, gen uint32, virt int64) int64 
 		n++
 		go func(to int32) {
 			p := txnProduced{Phys: -1}
-			if err := s.callTxnOwner(ctx, to, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}}, &p); err != nil {
+			if err := s.callTxnOwner(ctx, to, call, &p); err != nil {
 				p.Phys = -1
 			}
 			select {
@@ -286,6 +287,9 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 	case "pidheld":
 		// Never waits: the caller may be the member this one waits on.
 		return json.Marshal(txnProduced{Phys: s.remapped.held(q.Gen, q.PID)})
+	case "pidprev":
+		phys, _ := s.remapped.prevHeld(q.PrevGen, q.PID)
+		return json.Marshal(txnProduced{Phys: phys})
 	}
 	return nil, fmt.Errorf("unknown transactional ID call %q", call.Op)
 }

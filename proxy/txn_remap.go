@@ -376,6 +376,8 @@ type txnQuery struct {
 	Version int16  `json:"version"`
 	// Commit: an EndTxn that commits.
 	Commit bool `json:"commit,omitempty"`
+	// PrevGen: the generation a "pidprev" call asks about.
+	PrevGen uint32 `json:"prev_gen,omitempty"`
 }
 
 // txnVerdict is what becomes of a txnQuery's request.

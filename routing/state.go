@@ -75,16 +75,33 @@ type State struct {
 // IsVoided reports whether s voids generation gen.
 func (s State) IsVoided(gen uint32) bool { return slices.Contains(s.Voided, gen) }
 
+// Previous is the generation s took over from and the cluster it was
+// active on, when s is the state a planned switch made: that cluster
+// stopped taking writes at the flip and still holds what its producers
+// last wrote there. ok is false for any other state (a forced switch's old
+// cluster may be gone; a rolled-back switch's Last is not what made s).
+func (s State) Previous() (gen uint32, cluster string, ok bool) {
+	l := s.Last
+	if l == nil || l.Mode != Planned || l.Outcome != OutcomeSwitched || l.To != s.Active || l.From == s.Active ||
+		l.FromGeneration == nil || *l.FromGeneration >= s.Generation {
+		return 0, "", false
+	}
+	return *l.FromGeneration, l.From, true
+}
+
 // Switch describes one switch of the active cluster.
 type Switch struct {
 	// ID tells this switch from any other (random): members hold writes
 	// for one switch at a time (Table.UpdateFor) and the store never
 	// replaces one switch's state with another's of the same generation.
-	ID      string    `json:"id,omitempty"`
-	Mode    Mode      `json:"mode"`
-	From    string    `json:"from"`
-	To      string    `json:"to"`
-	Started time.Time `json:"started"`
+	ID   string `json:"id,omitempty"`
+	Mode Mode   `json:"mode"`
+	From string `json:"from"`
+	// FromGeneration is the generation the switch ended (nil in states
+	// saved before it was recorded).
+	FromGeneration *uint32   `json:"from_generation,omitempty"`
+	To             string    `json:"to"`
+	Started        time.Time `json:"started"`
 	// Deadline is when a planned switch gives up, on the switcher's wall
 	// clock: for people to read. No member compares it with its own
 	// clock; they count TimeoutMillis (lease.go).
@@ -140,12 +157,22 @@ type Step struct {
 }
 
 // LostRange is the offsets [From, To) of a partition that the old active
-// cluster held and the new one did not receive.
+// cluster held and the new one did not receive. To is UnknownEnd when the
+// old cluster's end could not be read (it was down, and the mirror had
+// not read the partition yet): anything it acknowledged from From on.
 type LostRange struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	From      int64  `json:"from"`
 	To        int64  `json:"to"`
+}
+
+// UnknownEnd is a LostRange's To when the old cluster's end is unknown.
+const UnknownEnd = -1
+
+// Contains reports whether offset o of the range's partition is in it.
+func (r LostRange) Contains(o int64) bool {
+	return o >= r.From && (r.To == UnknownEnd || o < r.To)
 }
 
 // Fence is the end of a generation: each partition's end offset on the

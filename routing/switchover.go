@@ -479,6 +479,8 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 // cur's generation recorded.
 func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) State {
 	sw.Outcome = OutcomeSwitched
+	from := cur.Generation
+	sw.FromGeneration = &from
 	s.finish(sw)
 	next := State{Generation: nextGeneration(cur), Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
 		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided}
@@ -632,8 +634,14 @@ func positions(ps []Position) (map[string][]int64, []LostRange) {
 		}
 		e[p.Partition] = p.Standby
 		ends[p.Topic] = e
-		if p.Source > p.Standby && p.Standby >= 0 {
+		switch {
+		case p.Standby < 0:
+		case p.Source > p.Standby:
 			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: p.Standby, To: p.Source})
+		case p.Source < 0:
+			// Neither listed nor read by the mirror: what the old
+			// cluster acknowledged there is unknown, and may be lost.
+			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: p.Standby, To: UnknownEnd})
 		}
 	}
 	sort.Slice(lost, func(i, j int) bool {

@@ -98,6 +98,11 @@ func TestPlannedSwitchSteps(t *testing.T) {
 	if end, ok := st.FenceEnd(4, "t", 1); !ok || end != 7 {
 		t.Fatalf("fence of generation 4 for t[1]: %d, %v", end, ok)
 	}
+	// The state names what it took over from: where an idempotent
+	// producer's last batches were written.
+	if gen, from, ok := st.Previous(); !ok || gen != 4 || from != "a" {
+		t.Fatalf("previous: %d on %q, %v; want 4 on a", gen, from, ok)
+	}
 	// The same call again answers the same state and does nothing.
 	sc.calls = nil
 	again, err := sw.Switch(context.Background(), Request{To: "b"})
@@ -119,6 +124,9 @@ func TestPlannedSwitchRollsBack(t *testing.T) {
 	}
 	if st := sc.table.Current(); st.Generation != 1 || st.Active != "a" || st.Phase != PhaseServing || !strings.HasPrefix(st.Last.Outcome, "rolled back") {
 		t.Fatalf("after the rollback: %+v", st)
+	}
+	if _, _, ok := sc.table.Current().Previous(); ok {
+		t.Fatal("a rolled-back switch's state names a previous cluster")
 	}
 
 	// A save to the new cluster that fails may still land there: its
@@ -147,7 +155,11 @@ func TestPlannedSwitchRollsBack(t *testing.T) {
 // come before anything is touched.
 func TestForcedSwitchReportsLost(t *testing.T) {
 	sc, sw := newScript(State{Generation: 0, Active: "a"})
-	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 4, Source: 4}}
+	// t[2]: the old cluster could not be listed and the mirror had not
+	// read it yet (a writer not started): whatever it acknowledged from
+	// the standby's end on may be lost, and is reported so.
+	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 4, Source: 4},
+		{Topic: "t", Partition: 2, Standby: 3, Source: -1}}
 	st, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +167,14 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 	if got := strings.Join(sc.calls, ", "); got != "stop mirror, save 1, install 1 b serving, follow b" {
 		t.Fatalf("steps: %s", got)
 	}
-	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}}) {
+	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}, {Topic: "t", Partition: 2, From: 3, To: UnknownEnd}}) {
 		t.Fatalf("lost %v", st.Last.Lost)
+	}
+	if open := st.Last.Lost[1]; open.Contains(2) || !open.Contains(3) || !open.Contains(1<<40) {
+		t.Fatalf("%+v: an unknown end holds every offset from its start", open)
+	}
+	if _, _, ok := st.Previous(); ok {
+		t.Fatal("a forced switch's state names a previous cluster to read producers from; its old cluster may be gone")
 	}
 
 	for _, tc := range []struct {

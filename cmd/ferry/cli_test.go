@@ -46,7 +46,8 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 		start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 		sw := &routing.Switch{Mode: req.Mode, From: cur.Active, To: req.To, Started: start, Finished: start.Add(1234 * time.Millisecond), Duration: "1.234s", Outcome: "switched"}
 		if req.Mode == routing.Forced {
-			sw.Lost = []routing.LostRange{{Topic: "audit", Partition: 2, From: 7, To: 10}, {Topic: "orders", Partition: 0, From: 100, To: 120}}
+			sw.Lost = []routing.LostRange{{Topic: "audit", Partition: 2, From: 7, To: 10}, {Topic: "orders", Partition: 0, From: 100, To: 120},
+				{Topic: "orders", Partition: 1, From: 40, To: routing.UnknownEnd}}
 		}
 		next := routing.State{Generation: cur.Generation + 1, Active: req.To, Last: sw, History: cur.History}
 		if l := cur.Last; l != nil { // as routing's Switcher keeps it
@@ -155,9 +156,10 @@ func TestCLISwitchover(t *testing.T) {
 	for _, w := range []string{
 		"Switched from standby to primary (forced) in 1.234s.",
 		"generation  2",
-		"lost        offsets standby acknowledged and primary never received, in 2 partitions:",
+		"lost        offsets standby acknowledged and primary never received, in 3 partitions:",
 		"    audit[2]   offsets 7 to 9 (3)\n",
 		"    orders[0]  offsets 100 to 119 (20)\n",
+		"    orders[1]  offsets 40 on (the old cluster's end unknown)\n",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("forced output does not say %q:\n%s", w, out)

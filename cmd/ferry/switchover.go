@@ -197,7 +197,12 @@ func printLost(w io.Writer, indent string, lost []routing.LostRange) {
 		width = max(width, len(fmt.Sprintf("%s[%d]", r.Topic, r.Partition)))
 	}
 	for _, r := range lost {
-		fmt.Fprintf(w, "%s%-*s  offsets %d to %d (%d)\n", indent, width, fmt.Sprintf("%s[%d]", r.Topic, r.Partition), r.From, r.To-1, r.To-r.From)
+		name := fmt.Sprintf("%s[%d]", r.Topic, r.Partition)
+		if r.To == routing.UnknownEnd {
+			fmt.Fprintf(w, "%s%-*s  offsets %d on (the old cluster's end unknown)\n", indent, width, name, r.From)
+			continue
+		}
+		fmt.Fprintf(w, "%s%-*s  offsets %d to %d (%d)\n", indent, width, name, r.From, r.To-1, r.To-r.From)
 	}
 }
 

@@ -1,0 +1,302 @@
+package proxy
+
+// An idempotent producer continued across a switch. Under a new generation
+// a producer of an earlier one writes under an ID Ferry allocates on the
+// new active cluster (remappedPIDs), and a broker takes any first sequence
+// from an ID it holds no state for. Were the first batch it meets there one
+// sent after a batch still outstanding elsewhere (on a member cut off from
+// the fleet through the switch, or paused), that earlier batch would meet
+// OUT_OF_ORDER_SEQUENCE_NUMBER when it came, and the Java producer would
+// bump its epoch and write it after its successors (the 30-minute chaos
+// run: "2/53258 holds 305788 after 306303").
+//
+// The cluster a planned switch took over from still holds each producer's
+// last written sequence per partition (DescribeProducers, KIP-664): it took
+// no write after the flip (the write lease), and the drain copied all it
+// had. So the first batch of a (producer, partition) under a generation
+// must continue it, whichever member it comes through:
+//   - the same epoch and the next sequence: written (it becomes the
+//     partition's first, remappedPIDs.claim);
+//   - the same epoch and a sequence at or below the last: written before the
+//     switch, its answer lost. DUPLICATE_SEQUENCE_NUMBER, which the Java
+//     producer, franz-go and librdkafka take for success (offset unknown);
+//     writing it again would write it twice;
+//   - the same epoch and beyond the next: NOT_LEADER_OR_FOLLOWER (retried
+//     in place, no epoch bump) until the missing batch comes — unless the
+//     active cluster already holds the allocated ID's state in the
+//     partition (another member wrote the missing batch, and the broker
+//     orders what follows), or continueWait has passed (the client gave
+//     that batch up: a new epoch would start afresh anyway);
+//   - another epoch, or nothing known of the producer there: written.
+//
+// Only a planned switch's state names the cluster taken over from
+// (routing.State.Previous): after a forced switch (the old cluster may be
+// gone), a rolled-back one, or for a producer idle through a whole
+// generation, the first batch is written as before.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// continueWait bounds how long a producer's partition waits for the batch
+// after the last one written on the cluster taken over from: beyond the
+// Java producer's request timeout (30 s), after which it sends the
+// outstanding batch again.
+const continueWait = 45 * time.Second
+
+// prodState is a producer's last written batch in a partition.
+type prodState struct {
+	epoch int16
+	last  int32 // its last sequence
+}
+
+// partKey is a partition by its physical topic name.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+// partProducers is what the cluster taken over from holds of a partition's
+// producers, read once per generation (concurrent callers wait for the
+// same read).
+type partProducers struct {
+	ready chan struct{}
+	by    map[int64]prodState
+	err   error
+}
+
+// continuation is where the first batches of a (producer, partition)
+// under a generation stand.
+type continuation struct {
+	passed bool      // continued, or nothing to continue: checked
+	since  time.Time // first refused, waiting for the batch after the last written
+}
+
+// continues checks an idempotent producer's batch (epoch, seq), of another
+// generation and written under phys, against where the producer stopped in
+// that partition on the cluster the current generation took over from. It
+// answers 0 to write it, or the code to answer it with.
+func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k gapKey, topic string, phys int64, epoch int16, seq int32) int16 {
+	gen := req.state.Generation
+	if s.remapped.passed(gen, k) {
+		return 0
+	}
+	pass := func() int16 { s.remapped.pass(gen, k); return 0 }
+	prevGen, from, ok := req.state.Previous()
+	u := s.ups[from]
+	if !ok || u == nil {
+		return pass()
+	}
+	old, ok := s.previousPID(ctx, gen, prevGen, k.virt)
+	if !ok {
+		return pass()
+	}
+	pk := partKey{topic, k.partition}
+	states, err := s.remapped.producersOf(ctx, gen, pk, func(ctx context.Context) (map[int64]prodState, error) {
+		return describeProducers(ctx, u, topic, k.partition)
+	})
+	if err != nil {
+		c.log.Debug("where a producer of another generation stopped is unknown: its batch is written",
+			zap.String("cluster", from), zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Error(err))
+		return pass()
+	}
+	st, found := states[old]
+	if !found || st.epoch != epoch {
+		return pass() // nothing to continue, or a new epoch starts afresh
+	}
+	next := st.last + 1
+	if st.last == math.MaxInt32 {
+		next = 0 // sequences wrap
+	}
+	switch {
+	case seq == next:
+		return pass()
+	case seq <= st.last:
+		return kerr.DuplicateSequenceNumber.Code
+	}
+	// Beyond the next: the batches between are outstanding, unless
+	// another member wrote them already.
+	if now, err := describeProducers(ctx, req.up, topic, k.partition); err == nil {
+		if _, ok := now[phys]; ok {
+			return pass()
+		}
+	}
+	if waited := s.remapped.waiting(gen, k); waited > continueWait {
+		c.log.Warn("a producer of another generation never sent the batch after its last one on the cluster taken over from: its later batch is written",
+			zap.Int64("producer_id", k.virt), zap.String("topic", topic), zap.Int32("partition", k.partition),
+			zap.Int32("last_sequence", st.last), zap.Int32("sequence", seq), zap.Duration("waited", waited))
+		return pass()
+	}
+	return kerr.NotLeaderForPartition.Code
+}
+
+// previousPID is the physical ID virt wrote under in prevGen: its own, if
+// issued then, or the one allocated for it then (kept here, or asked of
+// the other members).
+func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int64) (int64, bool) {
+	if phys, ok := routing.PhysicalPID(prevGen, virt); ok {
+		return phys, true
+	}
+	if phys, known := s.remapped.prevHeld(prevGen, virt); known {
+		return phys, phys >= 0
+	}
+	phys := int64(-1)
+	if s.cfg.peers != nil {
+		phys = s.heldByPeers(ctx, txnCall{Op: "pidprev", Query: txnQuery{Gen: gen, PID: virt, PrevGen: prevGen}})
+	}
+	s.remapped.notePrev(prevGen, virt, phys)
+	return phys, phys >= 0
+}
+
+// describeProducers reads what the cluster behind u holds of a partition's
+// producers: the epoch and last sequence of each.
+func describeProducers(ctx context.Context, u *upstream, topic string, partition int32) (map[int64]prodState, error) {
+	req := kmsg.NewPtrDescribeProducersRequest()
+	rt := kmsg.NewDescribeProducersRequestTopic()
+	rt.Topic, rt.Partitions = topic, []int32{partition}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, u.cl)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if t.Topic != topic || p.Partition != partition {
+				continue
+			}
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, err
+			}
+			by := make(map[int64]prodState, len(p.ActiveProducers))
+			for _, ap := range p.ActiveProducers {
+				by[ap.ProducerID] = prodState{epoch: int16(ap.ProducerEpoch), last: ap.LastSequence}
+			}
+			return by, nil
+		}
+	}
+	return nil, errors.New("DescribeProducers answered without the partition")
+}
+
+// passed reports whether the first batches of k under gen were checked.
+func (r *remappedPIDs) passed(gen uint32, k gapKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.reset(gen) {
+		return false
+	}
+	c, _ := r.conts.Peek(k)
+	return c.passed
+}
+
+// pass notes that k's batches under gen go on unchecked.
+func (r *remappedPIDs) pass(gen uint32, k gapKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reset(gen) && r.conts.Add(k, continuation{passed: true}) && r.evicted != nil {
+		r.evicted.Inc()
+	}
+}
+
+// waiting is how long k's batches under gen have waited for the one after
+// the last written on the cluster taken over from, counted from now at the
+// first call.
+func (r *remappedPIDs) waiting(gen uint32, k gapKey) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.reset(gen) {
+		return 0
+	}
+	c, ok := r.conts.Peek(k)
+	if !ok || c.since.IsZero() {
+		c.since = time.Now()
+		if r.conts.Add(k, c) && r.evicted != nil {
+			r.evicted.Inc()
+		}
+	}
+	return time.Since(c.since)
+}
+
+// producersOf is what the cluster taken over from holds of pk's producers,
+// read by read once under gen.
+func (r *remappedPIDs) producersOf(ctx context.Context, gen uint32, pk partKey, read func(context.Context) (map[int64]prodState, error)) (map[int64]prodState, error) {
+	r.mu.Lock()
+	if !r.reset(gen) {
+		r.mu.Unlock()
+		return nil, errOtherGeneration
+	}
+	e, _ := r.olds.Get(pk)
+	if e != nil {
+		r.mu.Unlock()
+		select {
+		case <-e.ready:
+			return e.by, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e = &partProducers{ready: make(chan struct{})}
+	if r.olds.Add(pk, e) && r.evicted != nil {
+		r.evicted.Inc()
+	}
+	r.mu.Unlock()
+	e.by, e.err = read(ctx)
+	close(e.ready)
+	return e.by, e.err
+}
+
+// prevHeld is the physical ID virt wrote under in prevGen, allocated by or
+// learned on this member (-1: known to be none); known is false when this
+// member does not know.
+func (r *remappedPIDs) prevHeld(prevGen uint32, virt int64) (phys int64, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var m *simplelru.LRU[int64, *remapped]
+	switch {
+	case r.m != nil && r.gen == prevGen:
+		m = r.m
+	case r.prev != nil && r.prevGen == prevGen:
+		m = r.prev
+	default:
+		return -1, false
+	}
+	e, ok := m.Peek(virt)
+	if !ok {
+		return -1, false
+	}
+	select {
+	case <-e.ready:
+		if e.err == nil {
+			return e.phys, true
+		}
+	default:
+	}
+	return -1, false
+}
+
+// notePrev keeps what the other members said virt wrote under in prevGen.
+func (r *remappedPIDs) notePrev(prevGen uint32, virt, phys int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prev == nil || r.prevGen != prevGen {
+		if r.gen == prevGen {
+			return // not moved past it yet
+		}
+		r.prevGen = prevGen
+		r.prev, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
+	}
+	e := &remapped{ready: make(chan struct{}), phys: phys}
+	close(e.ready)
+	if r.prev.Add(virt, e) && r.evicted != nil {
+		r.evicted.Inc()
+	}
+}

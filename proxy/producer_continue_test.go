@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// producersAnswer makes kf answer DescribeProducers for t[0] with one
+// producer's state, pid() (skipped while negative) at epoch 0 and last
+// sequence last, as a broker does for every producer it holds state for
+// (kfake lists transactional ones only). It counts the calls.
+func producersAnswer(kf *kfake.Cluster, pid func() int64, last int32) *atomic.Int32 {
+	var calls atomic.Int32
+	kf.ControlKey(int16(kmsg.DescribeProducers), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		calls.Add(1)
+		req := kr.(*kmsg.DescribeProducersRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewDescribeProducersResponseTopic()
+			st.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewDescribeProducersResponseTopicPartition()
+				sp.Partition = p
+				if id := pid(); rt.Topic == "t" && p == 0 && id >= 0 {
+					ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
+					ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = id, 0, last
+					sp.ActiveProducers = append(sp.ActiveProducers, ap)
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	return &calls
+}
+
+// produceAs returns a call producing one batch (seq, v) of producer pid,
+// epoch 0, to t[0] through Ferry at addr, answering the partition's code.
+func produceAs(t *testing.T, addr string, pid int64) func(seq int32, v string) int16 {
+	var via net.Conn = dialRaw(t, addr)
+	via.SetDeadline(time.Now().Add(30 * time.Second))
+	corr := int32(0)
+	return func(seq int32, v string) int16 {
+		t.Helper()
+		p := kmsg.NewPtrProduceRequest()
+		p.Version = 7
+		p.Acks, p.TimeoutMillis = -1, 5000
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(pid, 0, seq, false, v)}}}}
+		corr++
+		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+}
+
+// An idempotent producer's first batch under a new generation continues
+// where the producer stopped on the cluster the switch took over from,
+// whichever member it comes through. A producer issued two generations
+// back writes v0..v4 through one member of three, under an ID allocated
+// for it on cluster a; a planned switch moves the fleet to b. Batch 5 is
+// outstanding on that member (cut off from the fleet, or paused: the
+// 30-minute chaos run's "2/53258 holds 305788 after 306303") when batch 6
+// comes through a member that never saw the producer: it is refused
+// (retried in place), or the broker would take 6 as the first of the
+// fresh ID, and 5, sent again, would only meet OUT_OF_ORDER_SEQUENCE_NUMBER
+// and be written after it under a new epoch. Batch 3, written before the
+// switch (its answer lost), is answered DUPLICATE_SEQUENCE_NUMBER, not
+// written twice. Once 5 is written through the first member, 6 goes
+// through the other: b holds v5 v6 v7 after what was there, in order,
+// once each.
+func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
+	prevGen := uint32(idGen - 1)
+	virt := routing.VirtualPID(idGen-2, 9)
+	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
+		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
+	peers := &lockedPeers{members: map[int32]*Server{}}
+	var (
+		members [3]*Server
+		addrs   [3]string
+		tables  [3]*routing.Table
+	)
+	for id := range int32(3) {
+		tables[id] = routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
+		members[id], addrs[id] = startFerry(t, a.ListenAddrs(), WithFleet(fleet),
+			WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}),
+			WithRoutingTable(tables[id]), WithPeers(peerAs{peers, id}))
+		peers.set(id, members[id])
+	}
+	// The member writing before the switch is not the one allocating
+	// the producer's IDs; the third knows nothing of the producer.
+	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
+	writer, third := (owner+1)%3, (owner+2)%3
+	before := produceAs(t, addrs[writer], virt)
+	for seq := range int32(5) {
+		if code := before(seq, fmt.Sprintf("v%d", seq)); code != 0 {
+			t.Fatalf("v%d under generation %d: %v", seq, prevGen, kerr.ErrorForCode(code))
+		}
+	}
+	old := members[writer].remapped.held(prevGen, virt)
+	if old < 0 {
+		t.Fatal("no ID was allocated for the producer under the first generation")
+	}
+	if members[third].remapped.held(prevGen, virt) >= 0 {
+		t.Fatal("the third member holds the producer's ID: it must learn it from the others")
+	}
+	// On cluster a the producer stopped at sequence 4 (what a broker
+	// answers; kfake lists transactional producers only). On b, the ID
+	// allocated under the new generation holds state once v5 is written.
+	olds := producersAnswer(a, func() int64 { return old }, 4)
+	var v5 atomic.Bool
+	producersAnswer(b, func() int64 {
+		if !v5.Load() {
+			return -1
+		}
+		return members[owner].remapped.held(idGen, virt)
+	}, 5)
+
+	// What the mirror copied to b (KAFKA-15591: a partition that never
+	// held a record takes only sequence 0 from a producer it does not
+	// know).
+	seedPartition(t, b)
+	from := prevGen
+	next := routing.State{Generation: idGen, Active: "b", Last: &routing.Switch{
+		Mode: routing.Planned, From: "a", To: "b", FromGeneration: &from, Outcome: routing.OutcomeSwitched}}
+	for _, tb := range tables {
+		tb.Update(next)
+	}
+	m, o := produceAs(t, addrs[third], virt), produceAs(t, addrs[writer], virt)
+	if code := m(6, "v6"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("v6 with v5 outstanding, through another member: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if code := m(3, "v3"); code != kerr.DuplicateSequenceNumber.Code {
+		t.Fatalf("v3, written before the switch: %v, want DUPLICATE_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	if code := o(5, "v5"); code != 0 {
+		t.Fatalf("v5 sent again through the member it waited on: %v", kerr.ErrorForCode(code))
+	}
+	v5.Store(true)
+	if code := m(6, "v6"); code != 0 {
+		t.Fatalf("v6 after v5 was written: %v", kerr.ErrorForCode(code))
+	}
+	if code := m(7, "v7"); code != 0 {
+		t.Fatalf("v7: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v5 v6 v7]" {
+		t.Fatalf("b's t[0] holds %q; want [before v5 v6 v7]", got[0])
+	}
+	if got := readCommitted(t, a); fmt.Sprint(got[0]) != "[v0 v1 v2 v3 v4]" {
+		t.Fatalf("a's t[0] holds %q; want [v0 v1 v2 v3 v4]", got[0])
+	}
+	// Read once per member and generation, not per batch.
+	if n := olds.Load(); n > 2 {
+		t.Errorf("cluster a was asked for t[0]'s producers %d times; want once per member that checked", n)
+	}
+}

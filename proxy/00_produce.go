@@ -56,6 +56,13 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 					return code
 				}
 			}
+			if in.TransactionID == nil && in.Acks != 0 {
+				// Behind a batch of this generation's producer
+				// refused unwritten here.
+				if code := s.remapped.nativeGaps(gen, &in.Topics[ti], p.Partition, p.Records); code != 0 {
+					return code
+				}
+			}
 			if gen != 0 {
 				// In place: the records alias the client's frame.
 				t := &in.Topics[ti]
@@ -75,7 +82,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		// Refused here, unwritten: an idempotent producer's later
 		// batches to these partitions wait for them. (A duplicate was
 		// written before.)
-		s.remapped.refuseStale(gen, in, func(ti int, p int32) bool {
+		s.remapped.refuseUnwritten(gen, in, func(ti int, p int32) bool {
 			code := local[ti][p]
 			return code != 0 && code != kerr.DuplicateSequenceNumber.Code
 		})

@@ -169,7 +169,7 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 			}
 			// Unwritten: an idempotent producer's later batches wait
 			// for these, which the client sends again.
-			s.remapped.refuseStale(s.routes.Current().Generation, p, func(int, int32) bool { return true })
+			s.remapped.refuseUnwritten(s.routes.Current().Generation, p, func(int, int32) bool { return true })
 		}
 		return localReply(req, errorResponse(kr, upstreamErrorCode(kr), "ferry: "+errHeldTooLong.Error())), nil
 	}

@@ -27,7 +27,12 @@ package proxy
 //     partition (another member wrote the missing batch, and the broker
 //     orders what follows), or continueWait has passed (the client gave
 //     that batch up: a new epoch would start afresh anyway);
-//   - another epoch, or nothing known of the producer there: written.
+//   - an older epoch: sent before the client bumped its epoch and kept
+//     since by a member paused or cut off (the 30-minute chaos run: a batch
+//     of epoch 45 written after the producer's epoch-47 batches);
+//     NOT_LEADER_OR_FOLLOWER, so a client still waiting for it sends it
+//     again under its current epoch;
+//   - a newer epoch, or nothing known of the producer there: written.
 //
 // Only a planned switch's state names the cluster taken over from
 // (routing.State.Previous): after a forced switch (the old cluster may be
@@ -111,8 +116,16 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		return pass()
 	}
 	st, found := states[old]
-	if !found || st.epoch != epoch {
+	switch {
+	case !found || st.epoch < epoch:
 		return pass() // nothing to continue, or a new epoch starts afresh
+	case st.epoch > epoch:
+		// Sent before the client bumped its epoch, and kept since by a
+		// member paused or cut off: the client has moved the batch to
+		// its new epoch (the broker, holding the ID's state, would
+		// refuse it). Retriable: a client still waiting for it sends it
+		// again under its current epoch.
+		return kerr.NotLeaderForPartition.Code
 	}
 	next := st.last + 1
 	if st.last == math.MaxInt32 {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -15,11 +16,19 @@ import (
 	"github.com/ferry-gw/ferry/routing"
 )
 
-// producersAnswer makes kf answer DescribeProducers for t[0] with one
-// producer's state, pid() (skipped while negative) at epoch 0 and last
-// sequence last, as a broker does for every producer it holds state for
-// (kfake lists transactional ones only). It counts the calls.
-func producersAnswer(kf *kfake.Cluster, pid func() int64, last int32) *atomic.Int32 {
+// producerState is a producer's state in a partition as DescribeProducers
+// answers it.
+type producerState struct {
+	pid   int64
+	epoch int16
+	last  int32
+}
+
+// producersAnswer makes kf answer DescribeProducers for t[0] with the
+// producers' states states() gives (those with a negative ID skipped), as a
+// broker does for every producer it holds state for (kfake lists
+// transactional ones only). It counts the calls.
+func producersAnswer(kf *kfake.Cluster, states func() []producerState) *atomic.Int32 {
 	var calls atomic.Int32
 	kf.ControlKey(int16(kmsg.DescribeProducers), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kf.KeepControl()
@@ -32,9 +41,12 @@ func producersAnswer(kf *kfake.Cluster, pid func() int64, last int32) *atomic.In
 			for _, p := range rt.Partitions {
 				sp := kmsg.NewDescribeProducersResponseTopicPartition()
 				sp.Partition = p
-				if id := pid(); rt.Topic == "t" && p == 0 && id >= 0 {
+				for _, ps := range states() {
+					if rt.Topic != "t" || p != 0 || ps.pid < 0 {
+						continue
+					}
 					ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
-					ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = id, 0, last
+					ap.ProducerID, ap.ProducerEpoch, ap.LastSequence = ps.pid, int32(ps.epoch), ps.last
 					sp.ActiveProducers = append(sp.ActiveProducers, ap)
 				}
 				st.Partitions = append(st.Partitions, sp)
@@ -49,15 +61,21 @@ func producersAnswer(kf *kfake.Cluster, pid func() int64, last int32) *atomic.In
 // produceAs returns a call producing one batch (seq, v) of producer pid,
 // epoch 0, to t[0] through Ferry at addr, answering the partition's code.
 func produceAs(t *testing.T, addr string, pid int64) func(seq int32, v string) int16 {
+	p := produceAsEpoch(t, addr, pid)
+	return func(seq int32, v string) int16 { t.Helper(); return p(0, seq, v) }
+}
+
+// produceAsEpoch is produceAs with the batch's epoch.
+func produceAsEpoch(t *testing.T, addr string, pid int64) func(epoch int16, seq int32, v string) int16 {
 	var via net.Conn = dialRaw(t, addr)
 	via.SetDeadline(time.Now().Add(30 * time.Second))
 	corr := int32(0)
-	return func(seq int32, v string) int16 {
+	return func(epoch int16, seq int32, v string) int16 {
 		t.Helper()
 		p := kmsg.NewPtrProduceRequest()
 		p.Version = 7
 		p.Acks, p.TimeoutMillis = -1, 5000
-		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(pid, 0, seq, false, v)}}}}
+		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(pid, epoch, seq, false, v)}}}}
 		corr++
 		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 	}
@@ -118,14 +136,16 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	// On cluster a the producer stopped at sequence 4 (what a broker
 	// answers; kfake lists transactional producers only). On b, the ID
 	// allocated under the new generation holds state once v5 is written.
-	olds := producersAnswer(a, func() int64 { return old }, 4)
+	// A second producer, of the first generation, stopped at epoch 3.
+	bumped := routing.VirtualPID(prevGen, 12)
+	olds := producersAnswer(a, func() []producerState { return []producerState{{old, 0, 4}, {12, 3, 9}} })
 	var v5 atomic.Bool
-	producersAnswer(b, func() int64 {
+	producersAnswer(b, func() []producerState {
 		if !v5.Load() {
-			return -1
+			return nil
 		}
-		return members[owner].remapped.held(idGen, virt)
-	}, 5)
+		return []producerState{{members[owner].remapped.held(idGen, virt), 0, 5}}
+	})
 
 	// What the mirror copied to b (KAFKA-15591: a partition that never
 	// held a record takes only sequence 0 from a producer it does not
@@ -154,8 +174,18 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	if code := m(7, "v7"); code != 0 {
 		t.Fatalf("v7: %v", kerr.ErrorForCode(code))
 	}
-	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v5 v6 v7]" {
-		t.Fatalf("b's t[0] holds %q; want [before v5 v6 v7]", got[0])
+	// A batch of an epoch older than the one the producer wrote last
+	// (kept by a member through the client's epoch bump) is refused,
+	// retriable: written, it would land after the newer epoch's batches.
+	z := produceAsEpoch(t, addrs[third], bumped)
+	if code := z(2, 0, "z-old"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("a batch of epoch 2 after epoch 3: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if code := z(3, 10, "z10"); code != 0 {
+		t.Fatalf("the next batch of epoch 3: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v5 v6 v7 z10]" {
+		t.Fatalf("b's t[0] holds %q; want [before v5 v6 v7 z10]", got[0])
 	}
 	if got := readCommitted(t, a); fmt.Sprint(got[0]) != "[v0 v1 v2 v3 v4]" {
 		t.Fatalf("a's t[0] holds %q; want [v0 v1 v2 v3 v4]", got[0])
@@ -163,5 +193,49 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	// Read once per member and generation, not per batch.
 	if n := olds.Load(); n > 2 {
 		t.Errorf("cluster a was asked for t[0]'s producers %d times; want once per member that checked", n)
+	}
+}
+
+// A batch of a producer of the current generation refused unwritten by
+// Ferry (here: held by a switch longer than a client waits) keeps its
+// place too: for an ID the broker holds no state for in the partition —
+// the producer's first batch there — the broker takes any first sequence,
+// and the batch sent behind the refused one would be written first (the
+// 30-minute chaos run: the VerifiableProducer's first batch to a partition
+// held by a switch at the start, its second written at offset 0, the first
+// 2,063 records later). The next batch is refused
+// OUT_OF_ORDER_SEQUENCE_NUMBER until the refused one comes again.
+func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseDraining})
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table), WithHeldAnswerAfter(200*time.Millisecond))
+	seedPartition(t, kf)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionTimeoutMillis = 60000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	produce := produceAsEpoch(t, addr, resp.ProducerID)
+	epoch := resp.ProducerEpoch
+	if code := produce(epoch, 0, "first"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("the held batch: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing}) // rolled back
+	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the held one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{0, "first"}, {1, "second"}} {
+		if code := produce(epoch, b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
 	}
 }

@@ -63,6 +63,7 @@ import (
 	"math"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -160,6 +161,9 @@ type remappedPIDs struct {
 	prevGen uint32
 	prev    *simplelru.LRU[int64, *remapped]
 	evicted prometheus.Counter
+	// anyGaps: gaps holds any; read without the lock on the produce
+	// path of every idempotent producer.
+	anyGaps atomic.Bool
 }
 
 // A first is the batch that sets an allocated ID's sequence in a
@@ -229,11 +233,13 @@ type remapBatch struct {
 	seq   int32
 }
 
-// refuseStale notes as refused unwritten, under gen, every batch of an
-// idempotent producer of another generation in the partitions of in that
-// refused names (by topic index and partition): the request, or those
-// partitions of it, were answered without being sent.
-func (r *remappedPIDs) refuseStale(gen uint32, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
+// refuseUnwritten notes as refused unwritten, under gen, every batch of an
+// idempotent producer in the partitions of in that refused names (by topic
+// index and partition): the request, or those partitions of it, were
+// answered without being sent. A producer of this generation too: for an
+// ID the broker holds no state for in the partition (its first batch
+// there), the broker would take the next batch as the first.
+func (r *remappedPIDs) refuseUnwritten(gen uint32, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
 	if in.TransactionID != nil || in.Acks == 0 {
 		return
 	}
@@ -245,7 +251,7 @@ func (r *remappedPIDs) refuseStale(gen uint32, in *kmsg.ProduceRequest, refused 
 			}
 			protocol.WalkBatches(p.Records, func(b protocol.Batch) error {
 				pid := b.ProducerID()
-				if _, ok := routing.PhysicalPID(gen, pid); pid < 0 || ok || b.IsTransactional() {
+				if pid < 0 || b.IsTransactional() {
 					return nil
 				}
 				r.refused(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
@@ -289,6 +295,7 @@ func (r *remappedPIDs) refused(gen uint32, k gapKey, epoch int16, seq int32) {
 	if r.gaps.Add(k, gap{epoch, seq}) && r.evicted != nil {
 		r.evicted.Inc()
 	}
+	r.anyGaps.Store(true)
 }
 
 // blocks reports whether a batch (epoch, seq) of k.virt to k's partition
@@ -305,9 +312,39 @@ func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool
 	if g.epoch != epoch || seq <= g.seq {
 		// Another epoch starts its sequences afresh.
 		r.gaps.Remove(k)
+		if r.gaps.Len() == 0 {
+			r.anyGaps.Store(false)
+		}
 		return false
 	}
 	return true
+}
+
+// nativeGaps answers OUT_OF_ORDER_SEQUENCE_NUMBER for a partition's
+// records when a batch of an idempotent producer of gen in them comes
+// after one of its batches refused unwritten (refuseUnwritten); 0
+// otherwise. Producers of other generations are checked as their IDs are
+// mapped (physicalProducerIDs). Nothing is walked while no gap is noted.
+func (r *remappedPIDs) nativeGaps(gen uint32, t *kmsg.ProduceRequestTopic, partition int32, records []byte) int16 {
+	if !r.anyGaps.Load() {
+		return 0
+	}
+	var code int16
+	protocol.WalkBatches(records, func(b protocol.Batch) error {
+		pid := b.ProducerID()
+		if pid < 0 || b.IsTransactional() {
+			return nil
+		}
+		if _, ok := routing.PhysicalPID(gen, pid); gen != 0 && !ok {
+			return nil // of another generation: checked as mapped
+		}
+		if r.blocks(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: partition}, b.ProducerEpoch(), b.BaseSequence()) {
+			code = kerr.OutOfOrderSequenceNumber.Code
+			return errStop
+		}
+		return nil
+	})
+	return code
 }
 
 // claim reports whether a batch (epoch, seq) of k.virt may go to the

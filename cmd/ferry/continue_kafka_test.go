@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -34,7 +35,13 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 	defer cancel()
 	const topic = "continue"
 	createTopicVia(t, ctx, f.members[0].kafka, topic, 1)
-	cl := newClient(t, kgo.SeedBrokers(f.bootstrap()))
+	// One client per member, each request to that member (its seed);
+	// Produce before v13, which names topics by ID.
+	var via []*kgo.Client
+	for _, m := range f.members {
+		via = append(via, newClient(t, kgo.SeedBrokers(m.kafka), kgo.MaxVersions(kversion.V3_9_0())))
+	}
+	cl := via[0]
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.TransactionTimeoutMillis = 60000
 	ipr, err := ip.RequestWith(ctx, cl)
@@ -51,7 +58,7 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 		p.Acks, p.TimeoutMillis = -1, 10000
 		p.Topics = []kmsg.ProduceRequestTopic{{Topic: topic, Partitions: []kmsg.ProduceRequestTopicPartition{
 			{Partition: 0, Records: oneRecordBatch(pid, epoch, seq, fmt.Sprintf("v%d", seq))}}}}
-		resp, err := cl.Broker(member).Request(ctx, p)
+		resp, err := via[member].SeedBrokers()[0].Request(ctx, p)
 		if err != nil {
 			t.Fatalf("produce v%d through member %d: %v", seq, member, err)
 		}

@@ -42,6 +42,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -65,20 +66,22 @@ type prodState struct {
 	last  int32 // its last sequence
 }
 
-// partKey is a partition by its physical topic name.
-type partKey struct {
-	topic     string
-	partition int32
+// topicProducers is what the cluster taken over from holds of a topic's
+// producers, by partition: read once per generation, in one request for
+// the whole topic (a producer writes most of a topic's partitions, and one
+// request per partition would cost a round trip each on the client's
+// connection); concurrent callers wait for the same read.
+type topicProducers struct {
+	ready chan struct{}
+	parts map[int32]map[int64]prodState
+	err   error // the whole read's
 }
 
-// partProducers is what the cluster taken over from holds of a partition's
-// producers, read once per generation (concurrent callers wait for the
-// same read).
-type partProducers struct {
-	ready chan struct{}
-	by    map[int64]prodState
-	err   error
-}
+// prevReadWait bounds a read of the cluster taken over from. Once one
+// fails as a whole (the cluster unreachable), none is tried again under
+// the generation: every first batch waiting on it would stall its client's
+// connection.
+const prevReadWait = 2 * time.Second
 
 // continuation is where the first batches of a (producer, partition)
 // under a generation stand.
@@ -106,16 +109,23 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	if !ok {
 		return pass()
 	}
-	pk := partKey{topic, k.partition}
-	states, err := s.remapped.producersOf(ctx, gen, pk, func(ctx context.Context) (map[int64]prodState, error) {
-		return describeProducers(ctx, u, topic, k.partition)
+	parts, err := s.remapped.producersOf(ctx, gen, topic, func(ctx context.Context) (map[int32]map[int64]prodState, error) {
+		ctx, cancel := context.WithTimeout(ctx, prevReadWait)
+		defer cancel()
+		// The old cluster's own count (the mirror keeps them alike),
+		// else the active one's.
+		n := u.snapshot().topics[topic].partitionCount()
+		if n <= k.partition {
+			n = req.up.snapshot().topics[topic].partitionCount()
+		}
+		return describeProducers(ctx, u, topic, max(n, k.partition+1))
 	})
 	if err != nil {
-		c.log.Debug("where a producer of another generation stopped is unknown: its batch is written",
-			zap.String("cluster", from), zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Error(err))
+		c.log.Debug("where producers of another generation stopped is unknown: their first batches are written",
+			zap.String("cluster", from), zap.String("topic", topic), zap.Error(err))
 		return pass()
 	}
-	st, found := states[old]
+	st, found := parts[k.partition][old]
 	switch {
 	case !found || st.epoch < epoch:
 		return pass() // nothing to continue, or a new epoch starts afresh
@@ -139,8 +149,8 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	}
 	// Beyond the next: the batches between are outstanding, unless
 	// another member wrote them already.
-	if now, err := describeProducers(ctx, req.up, topic, k.partition); err == nil {
-		if _, ok := now[phys]; ok {
+	if now, err := describeProducers(ctx, req.up, topic, k.partition+1); err == nil {
+		if _, ok := now[k.partition][phys]; ok {
 			return pass()
 		}
 	}
@@ -171,33 +181,39 @@ func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int6
 	return phys, phys >= 0
 }
 
-// describeProducers reads what the cluster behind u holds of a partition's
-// producers: the epoch and last sequence of each.
-func describeProducers(ctx context.Context, u *upstream, topic string, partition int32) (map[int64]prodState, error) {
+// describeProducers reads what the cluster behind u holds of the producers
+// of partitions 0 to n-1 of topic, by partition: the epoch and last
+// sequence of each. A partition answered with an error is left out (its
+// first batches are written unchecked); an error is the whole read's.
+func describeProducers(ctx context.Context, u *upstream, topic string, n int32) (map[int32]map[int64]prodState, error) {
 	req := kmsg.NewPtrDescribeProducersRequest()
 	rt := kmsg.NewDescribeProducersRequestTopic()
-	rt.Topic, rt.Partitions = topic, []int32{partition}
+	rt.Topic = topic
+	for p := range n {
+		rt.Partitions = append(rt.Partitions, p)
+	}
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, u.cl)
+	resp, err := req.RequestWith(ctx, u.cl) // split by leader, answers merged (kgo)
 	if err != nil {
 		return nil, err
 	}
+	out := map[int32]map[int64]prodState{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
-			if t.Topic != topic || p.Partition != partition {
+			if t.Topic != topic || p.ErrorCode != 0 {
 				continue
-			}
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, err
 			}
 			by := make(map[int64]prodState, len(p.ActiveProducers))
 			for _, ap := range p.ActiveProducers {
 				by[ap.ProducerID] = prodState{epoch: int16(ap.ProducerEpoch), last: ap.LastSequence}
 			}
-			return by, nil
+			out[p.Partition] = by
 		}
 	}
-	return nil, errors.New("DescribeProducers answered without the partition")
+	if len(out) == 0 {
+		return nil, errors.New("DescribeProducers answered no partition of the topic")
+	}
+	return out, nil
 }
 
 // passed reports whether the first batches of k under gen were checked.
@@ -239,32 +255,45 @@ func (r *remappedPIDs) waiting(gen uint32, k gapKey) time.Duration {
 	return time.Since(c.since)
 }
 
-// producersOf is what the cluster taken over from holds of pk's producers,
-// read by read once under gen.
-func (r *remappedPIDs) producersOf(ctx context.Context, gen uint32, pk partKey, read func(context.Context) (map[int64]prodState, error)) (map[int64]prodState, error) {
+// producersOf is what the cluster taken over from holds of topic's
+// producers, read by read once under gen; nothing more is read under gen
+// once a read failed as a whole.
+func (r *remappedPIDs) producersOf(ctx context.Context, gen uint32, topic string, read func(context.Context) (map[int32]map[int64]prodState, error)) (map[int32]map[int64]prodState, error) {
 	r.mu.Lock()
 	if !r.reset(gen) {
 		r.mu.Unlock()
 		return nil, errOtherGeneration
 	}
-	e, _ := r.olds.Get(pk)
+	if r.oldsDown != nil {
+		err := r.oldsDown
+		r.mu.Unlock()
+		return nil, err
+	}
+	e, _ := r.olds.Get(topic)
 	if e != nil {
 		r.mu.Unlock()
 		select {
 		case <-e.ready:
-			return e.by, e.err
+			return e.parts, e.err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	e = &partProducers{ready: make(chan struct{})}
-	if r.olds.Add(pk, e) && r.evicted != nil {
+	e = &topicProducers{ready: make(chan struct{})}
+	if r.olds.Add(topic, e) && r.evicted != nil {
 		r.evicted.Inc()
 	}
 	r.mu.Unlock()
-	e.by, e.err = read(ctx)
+	e.parts, e.err = read(ctx)
 	close(e.ready)
-	return e.by, e.err
+	if e.err != nil {
+		r.mu.Lock()
+		if r.gen == gen && r.oldsDown == nil {
+			r.oldsDown = fmt.Errorf("reading the producers of %s: %w", topic, e.err)
+		}
+		r.mu.Unlock()
+	}
+	return e.parts, e.err
 }
 
 // prevHeld is the physical ID virt wrote under in prevGen, allocated by or
@@ -312,4 +341,12 @@ func (r *remappedPIDs) notePrev(prevGen uint32, virt, phys int64) {
 	if r.prev.Add(virt, e) && r.evicted != nil {
 		r.evicted.Inc()
 	}
+}
+
+// partitionCount is how many partitions t has; 0 for nil (unknown).
+func (t *topicInfo) partitionCount() int32 {
+	if t == nil {
+		return 0
+	}
+	return int32(len(t.parts))
 }

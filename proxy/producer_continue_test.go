@@ -239,3 +239,36 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
 	}
 }
+
+// Once a read of the cluster taken over from fails as a whole (it is
+// unreachable), no other is tried under the generation: each would stall
+// a client's connection for the read's bound. A topic read once is not
+// read again.
+func TestPreviousClusterReadOncePerGeneration(t *testing.T) {
+	var r remappedPIDs
+	reads := 0
+	ok := func(context.Context) (map[int32]map[int64]prodState, error) {
+		reads++
+		return map[int32]map[int64]prodState{0: {7: {epoch: 1, last: 4}}}, nil
+	}
+	down := func(context.Context) (map[int32]map[int64]prodState, error) {
+		reads++
+		return nil, context.DeadlineExceeded
+	}
+	ctx := context.Background()
+	for range 2 {
+		if parts, err := r.producersOf(ctx, 3, "a", ok); err != nil || parts[0][7].last != 4 {
+			t.Fatalf("topic a: %v, %v", parts, err)
+		}
+	}
+	if _, err := r.producersOf(ctx, 3, "b", down); err == nil {
+		t.Fatal("topic b: the failed read answered no error")
+	}
+	if _, err := r.producersOf(ctx, 3, "c", ok); err == nil || reads != 2 {
+		t.Fatalf("topic c after a failed read: %v, %d reads; want the failure and no read", err, reads)
+	}
+	// A new generation reads again.
+	if _, err := r.producersOf(ctx, 4, "c", ok); err != nil || reads != 3 {
+		t.Fatalf("topic c under the next generation: %v, %d reads", err, reads)
+	}
+}

@@ -154,7 +154,9 @@ type remappedPIDs struct {
 	// olds what that cluster holds of a partition's producers
 	// (producer_continue.go).
 	conts *simplelru.LRU[gapKey, continuation]
-	olds  *simplelru.LRU[partKey, *partProducers]
+	olds  *simplelru.LRU[string, *topicProducers]
+	// oldsDown: a read of the cluster taken over from failed under gen.
+	oldsDown error
 	// prev is the IDs allocated under prevGen, the generation before
 	// gen here: where a producer's first batches of gen look for its
 	// last sequence.
@@ -193,7 +195,9 @@ const firstAnswerWait = 30 * time.Second
 // was answered with an error — refused by Ferry unwritten (no physical ID
 // could be had, held by a switch too long, the write lease lapsed, the
 // leader unreachable) or by the broker — kept until the client sends that
-// batch again. The first batch the broker
+// batch again; or one of a producer of this generation refused by Ferry
+// unwritten (nativeGaps: its first batch to a partition would be exposed
+// the same way). The first batch the broker
 // gets under a freshly allocated ID sets that ID's sequence, whatever it
 // is; were a later batch, already in flight behind the refused one,
 // written first, the refused one would only ever meet
@@ -278,7 +282,8 @@ func (r *remappedPIDs) reset(gen uint32) bool {
 		r.m, _ = simplelru.NewLRU[int64, *remapped](maxRemapped, nil)
 		r.firsts, _ = simplelru.NewLRU[gapKey, first](maxRemapped, nil)
 		r.conts, _ = simplelru.NewLRU[gapKey, continuation](maxRemapped, nil)
-		r.olds, _ = simplelru.NewLRU[partKey, *partProducers](maxRemapped, nil)
+		r.olds, _ = simplelru.NewLRU[string, *topicProducers](maxRemapped, nil)
+		r.oldsDown = nil
 	}
 	return gen == r.gen
 }

@@ -118,7 +118,11 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		if n <= k.partition {
 			n = req.up.snapshot().topics[topic].partitionCount()
 		}
-		return describeProducers(ctx, u, topic, max(n, k.partition+1))
+		all := make([]int32, max(n, k.partition+1))
+		for i := range all {
+			all[i] = int32(i)
+		}
+		return describeProducers(ctx, u, topic, all)
 	})
 	if err != nil {
 		c.log.Debug("where producers of another generation stopped is unknown: their first batches are written",
@@ -149,7 +153,7 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	}
 	// Beyond the next: the batches between are outstanding, unless
 	// another member wrote them already.
-	if now, err := describeProducers(ctx, req.up, topic, k.partition+1); err == nil {
+	if now, err := describeProducers(ctx, req.up, topic, []int32{k.partition}); err == nil {
 		if _, ok := now[k.partition][phys]; ok {
 			return pass()
 		}
@@ -182,16 +186,13 @@ func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int6
 }
 
 // describeProducers reads what the cluster behind u holds of the producers
-// of partitions 0 to n-1 of topic, by partition: the epoch and last
-// sequence of each. A partition answered with an error is left out (its
-// first batches are written unchecked); an error is the whole read's.
-func describeProducers(ctx context.Context, u *upstream, topic string, n int32) (map[int32]map[int64]prodState, error) {
+// of partitions of topic, by partition: the epoch and last sequence of
+// each. A partition answered with an error is left out (its first batches
+// are written unchecked); an error is the whole read's.
+func describeProducers(ctx context.Context, u *upstream, topic string, partitions []int32) (map[int32]map[int64]prodState, error) {
 	req := kmsg.NewPtrDescribeProducersRequest()
 	rt := kmsg.NewDescribeProducersRequestTopic()
-	rt.Topic = topic
-	for p := range n {
-		rt.Partitions = append(rt.Partitions, p)
-	}
+	rt.Topic, rt.Partitions = topic, partitions
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, u.cl) // split by leader, answers merged (kgo)
 	if err != nil {

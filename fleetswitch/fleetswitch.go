@@ -216,6 +216,16 @@ func (m *Mirror) Stop() []routing.Position {
 	return out
 }
 
+// AbortLeftOpen implements routing.LeftOpenAborter once every member's
+// writers stopped: this member aborts, on cluster, what any of them left
+// open (the transactional IDs name no member), if its mirror can.
+func (m *Mirror) AbortLeftOpen(ctx context.Context, cluster string) error {
+	if a, ok := m.local.(routing.LeftOpenAborter); ok {
+		return a.AbortLeftOpen(ctx, cluster)
+	}
+	return nil
+}
+
 // Follow starts the writers on every member the way st says.
 func (m *Mirror) Follow(st routing.State) error {
 	body, err := json.Marshal(st)

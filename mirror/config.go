@@ -63,7 +63,7 @@ func defaultConfig() config {
 		fetchBytes:   8 << 20,
 		syncGroups:   true,
 		syncACLs:     true,
-		idPrefix:     "ferry-mirror",
+		idPrefix:     DefaultTransactionalIDPrefix,
 		lease:        2 * time.Second,
 		recompress:   true,
 		endsInterval: defaultEndsInterval,

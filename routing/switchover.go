@@ -56,6 +56,21 @@ type Position struct {
 	Standby int64
 	// Source is the source's end offset last seen.
 	Source int64
+	// Committed is the standby's last stable offset when below Standby
+	// (nil: not read, or no transaction open): from there the standby
+	// holds records of a source transaction whose end it never received.
+	// A forced switch aborts that transaction (LeftOpenAborter), so they
+	// count as lost.
+	Committed *int64 `json:",omitempty"`
+}
+
+// LeftOpenAborter is a Mirror that can abort, on the cluster a forced
+// switch makes active, the transactions its stopped writers left open
+// there: their source's outcome will never come, and until the broker's
+// timeout every read_committed reader of those partitions would stop at
+// them.
+type LeftOpenAborter interface {
+	AbortLeftOpen(ctx context.Context, cluster string) error
 }
 
 // Store keeps the routing state durable.
@@ -447,6 +462,11 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 	var ends map[string][]int64
 	if s.mirror != nil {
 		ends, sw.Lost = positions(s.mirror.Stop())
+		if a, ok := s.mirror.(LeftOpenAborter); ok {
+			if err := a.AbortLeftOpen(ctx, sw.To); err != nil {
+				log.Error("the transactions the mirror left open on the new active cluster could not all be aborted: read_committed readers of their partitions wait for the broker to time them out", zap.Error(err))
+			}
+		}
 	}
 	mark := s.stepper(sw)
 	next := s.nextState(cur, sw, ends)
@@ -634,14 +654,18 @@ func positions(ps []Position) (map[string][]int64, []LostRange) {
 		}
 		e[p.Partition] = p.Standby
 		ends[p.Topic] = e
+		from := p.Standby
+		if p.Committed != nil && *p.Committed >= 0 && *p.Committed < from {
+			from = *p.Committed // a transaction left open is aborted
+		}
 		switch {
 		case p.Standby < 0:
-		case p.Source > p.Standby:
-			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: p.Standby, To: p.Source})
 		case p.Source < 0:
 			// Neither listed nor read by the mirror: what the old
 			// cluster acknowledged there is unknown, and may be lost.
-			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: p.Standby, To: UnknownEnd})
+			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: from, To: UnknownEnd})
+		case max(p.Source, p.Standby) > from:
+			lost = append(lost, LostRange{Topic: p.Topic, Partition: p.Partition, From: from, To: max(p.Source, p.Standby)})
 		}
 	}
 	sort.Slice(lost, func(i, j int) bool {

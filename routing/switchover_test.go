@@ -53,6 +53,13 @@ func (s *script) Stop() []Position {
 	return s.pos
 }
 
+// AbortLeftOpen: a forced switch ends what the stopped writers left open
+// on its target.
+func (s *script) AbortLeftOpen(_ context.Context, cluster string) error {
+	s.calls = append(s.calls, "abort left open on "+cluster)
+	return nil
+}
+
 func (s *script) Follow(st State) error {
 	s.calls = append(s.calls, "follow "+st.Active)
 	return nil
@@ -158,16 +165,20 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 	// t[2]: the old cluster could not be listed and the mirror had not
 	// read it yet (a writer not started): whatever it acknowledged from
 	// the standby's end on may be lost, and is reported so.
+	// t[3]: the standby held 6, from 2 in a transaction the mirror had
+	// left open (aborted by the switch): lost from 2.
+	committed := int64(2)
 	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 4, Source: 4},
-		{Topic: "t", Partition: 2, Standby: 3, Source: -1}}
+		{Topic: "t", Partition: 2, Standby: 3, Source: -1}, {Topic: "t", Partition: 3, Standby: 6, Source: 6, Committed: &committed}}
 	st, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(sc.calls, ", "); got != "stop mirror, save 1, install 1 b serving, follow b" {
+	if got := strings.Join(sc.calls, ", "); got != "stop mirror, abort left open on b, save 1, install 1 b serving, follow b" {
 		t.Fatalf("steps: %s", got)
 	}
-	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}, {Topic: "t", Partition: 2, From: 3, To: UnknownEnd}}) {
+	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}, {Topic: "t", Partition: 2, From: 3, To: UnknownEnd},
+		{Topic: "t", Partition: 3, From: 2, To: 6}}) {
 		t.Fatalf("lost %v", st.Last.Lost)
 	}
 	if open := st.Last.Lost[1]; open.Contains(2) || !open.Contains(3) || !open.Contains(1<<40) {

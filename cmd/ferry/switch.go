@@ -82,10 +82,11 @@ const sourceEndsTimeout = 3 * time.Second
 // end at all (-1): without the listing, what the source acknowledged in
 // that partition would be lost unreported. Both are listed at once.
 func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionStatus) []routing.Position {
-	var standbyEnds, sourceEnds map[string]map[int32]int64
+	var standbyEnds, standbyStable, sourceEnds map[string]map[int32]int64
 	var wg sync.WaitGroup
-	wg.Go(func() { standbyEnds = r.endOffsets(target, "standby", sts, 10*time.Second) })
-	wg.Go(func() { sourceEnds = r.endOffsets(source, "source", sts, sourceEndsTimeout) })
+	wg.Go(func() { standbyEnds = r.endOffsets(target, "standby", sts, 10*time.Second, false) })
+	wg.Go(func() { standbyStable = r.endOffsets(target, "standby", sts, 10*time.Second, true) })
+	wg.Go(func() { sourceEnds = r.endOffsets(source, "source", sts, sourceEndsTimeout, false) })
 	wg.Wait()
 	out := make([]routing.Position, 0, len(sts))
 	for _, st := range sts {
@@ -96,7 +97,11 @@ func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionSt
 		if e, ok := sourceEnds[st.Topic][st.Partition]; ok {
 			src = max(src, e)
 		}
-		out = append(out, routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: standby, Source: src})
+		pos := routing.Position{Topic: st.Topic, Partition: st.Partition, Standby: standby, Source: src}
+		if e, ok := standbyStable[st.Topic][st.Partition]; ok && e < standby {
+			pos.Committed = &e
+		}
+		out = append(out, pos)
 	}
 	return out
 }
@@ -108,7 +113,7 @@ func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionSt
 // without reading the answers, so its mirrored offset can be below the
 // standby's end; the end is what the new generation's fence must hold, and
 // where the lost ranges start.
-func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration) map[string]map[int32]int64 {
+func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration, stable bool) map[string]map[int32]int64 {
 	out := map[string]map[int32]int64{}
 	var topics []string
 	for _, st := range sts {
@@ -128,7 +133,11 @@ func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionSt
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	list := kadm.NewClient(cl).ListEndOffsets
+	if stable {
+		list = kadm.NewClient(cl).ListCommittedOffsets // the last stable offsets
+	}
+	listed, err := list(ctx, topics...)
 	if err != nil {
 		r.log.Warn("listing end offsets at the switch: the mirror's own readings are used", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
 		return out
@@ -142,6 +151,24 @@ func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionSt
 }
 
 func (m switchMirror) Follow(st routing.State) error { return m.r.Follow(st) }
+
+var _ routing.LeftOpenAborter = switchMirror{}
+
+// AbortLeftOpen implements routing.LeftOpenAborter: the transactions the
+// stopped writers left open on cluster (mirror.AbortLeftOpen).
+func (m switchMirror) AbortLeftOpen(ctx context.Context, cluster string) error {
+	cl, err := m.r.client(cluster, kgo.ClientID("ferry-switch"))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ids, err := mirror.AbortLeftOpen(ctx, cl, mirror.DefaultTransactionalIDPrefix)
+	if len(ids) > 0 {
+		m.r.log.Warn("aborted the transactions the mirror left open on the new active cluster: their source's outcome never came, and what they held is in the lost ranges",
+			zap.String("cluster", cluster), zap.Strings("transactional_ids", ids))
+	}
+	return err
+}
 
 // Unanswered implements fleetswitch.LocalMirror: each mirrored partition
 // no member answered for at the stop (its writer ran on a member the call

@@ -1,0 +1,73 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultTransactionalIDPrefix is the prefix of the writers' transactional
+// IDs on the target unless TransactionalIDPrefix says otherwise.
+const DefaultTransactionalIDPrefix = "ferry-mirror"
+
+// AbortLeftOpen aborts every transaction the writers (transactional IDs
+// prefix.*) left open on target, a cluster they will not write to again
+// in that direction: a forced switch made it the active cluster while
+// writers were copying source transactions whose outcome the old cluster,
+// gone, never told. A writer keeps such a transaction open across its own
+// restarts to resume it, so nothing else ends it before the broker's
+// timeout (txnTimeout, 15 minutes) — and until then every read_committed
+// reader of the partition, the mirror of the other direction included,
+// stops at its first offset. Each is aborted by initialising its
+// transactional ID (which fences the writer too). It returns the IDs
+// aborted.
+func AbortLeftOpen(ctx context.Context, target *kgo.Client, prefix string) ([]string, error) {
+	listed, err := kadm.NewClient(target).ListTransactions(ctx, nil, []string{"Ongoing", "PrepareAbort", "PrepareCommit"})
+	if err != nil {
+		return nil, fmt.Errorf("listing the transactions open on the new active cluster: %w", err)
+	}
+	var aborted []string
+	var errs []error
+	for _, t := range listed.Sorted() {
+		if !strings.HasPrefix(t.TxnID, prefix+".") {
+			continue
+		}
+		if err := initTxnID(ctx, target, t.TxnID); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", t.TxnID, err))
+			continue
+		}
+		aborted = append(aborted, t.TxnID)
+	}
+	slices.Sort(aborted)
+	return aborted, errors.Join(errs...)
+}
+
+// initTxnID initialises txnID, which aborts its open transaction: the
+// coordinator answers CONCURRENT_TRANSACTIONS until the abort completes.
+func initTxnID(ctx context.Context, cl *kgo.Client, txnID string) error {
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &txnID
+		req.TransactionTimeoutMillis = int32(txnTimeout / time.Millisecond)
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err == nil || !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+	}
+}

@@ -312,18 +312,7 @@ func (r *remappedPIDs) prevHeld(prevGen uint32, virt int64) (phys int64, known b
 	default:
 		return -1, false
 	}
-	e, ok := m.Peek(virt)
-	if !ok {
-		return -1, false
-	}
-	select {
-	case <-e.ready:
-		if e.err == nil {
-			return e.phys, true
-		}
-	default:
-	}
-	return -1, false
+	return readyIn(m, virt)
 }
 
 // notePrev keeps what the other members said virt wrote under in prevGen.

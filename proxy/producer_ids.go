@@ -453,18 +453,25 @@ func (r *remappedPIDs) held(gen uint32, virt int64) int64 {
 	if r.m == nil || r.gen != gen {
 		return -1
 	}
-	e, ok := r.m.Peek(virt)
-	if !ok {
-		return -1
+	phys, _ := readyIn(r.m, virt)
+	return phys
+}
+
+// readyIn is the physical ID m holds for virt, allocated and ready; ok is
+// false (and the ID -1) otherwise.
+func readyIn(m *simplelru.LRU[int64, *remapped], virt int64) (phys int64, ok bool) {
+	e, found := m.Peek(virt)
+	if !found {
+		return -1, false
 	}
 	select {
 	case <-e.ready:
 		if e.err == nil {
-			return e.phys
+			return e.phys, true
 		}
 	default:
 	}
-	return -1
+	return -1, false
 }
 
 // allocatePID asks the cluster for an idempotent producer ID.

@@ -320,7 +320,7 @@ func TestCLIStatus(t *testing.T) {
 	_, out, _ = runCLI(t, "status", "--admin", a.addr())
 	for _, w := range []string{
 		"last       planned switch standby -> primary at 2025-01-02T03:04:05Z, took 1.234s: switched\n",
-		"earlier    forced switch primary -> standby at 2025-01-02T03:04:05Z, took 1.234s: switched, lost 2 ranges\n",
+		"earlier    forced switch primary -> standby at 2025-01-02T03:04:05Z, took 1.234s: switched, lost 3 ranges\n",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("status after the switch back does not say %q:\n%s", w, out)

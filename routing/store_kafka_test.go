@@ -555,3 +555,40 @@ func TestKafkaStoreRaceBetweenCheckAndWrite(t *testing.T) {
 		t.Errorf("the planned switch's writes got to commit on %v, want %v (once on each; the retry on b finds generation 1)", raced, want)
 	}
 }
+
+// A Load right after a Save reads the state it wrote: the Save's
+// transaction answered committed has its marker written a moment later,
+// and a read in between took the state before it (CI, under load: a fresh
+// store found nothing; a member restarted right after a switch would route
+// by the generation before). Here the newer state's transaction is still
+// open when Load starts and commits a second later: Load waits for it.
+func TestKafkaStoreLoadWaitsForAStableLog(t *testing.T) {
+	a, _ := kafkaClusters(t)
+	const topic = "__ferry_routing_stable"
+	only := map[string]*kafkatest.Cluster{"a": a}
+	mustSave(t, newTestStore(t, "vc1", topic, only), fullState(5, "a", "b"))
+
+	next := fullState(6, "a", "b")
+	val, err := json.Marshal(storedState{Format: storeFormat, State: next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := kgo.NewClient(kgo.SeedBrokers(a.Addrs()...), kgo.TransactionalID("store-stable-test"), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	ctx := ctxFor(t, 60*time.Second)
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Key: []byte("vc1"), Value: val}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	time.AfterFunc(time.Second, func() { committed <- tx.EndTransaction(ctx, kgo.TryCommit) })
+	mustLoad(t, newTestStore(t, "vc1", topic, only), &next)
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+}

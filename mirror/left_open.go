@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DefaultTransactionalIDPrefix is the prefix of the writers' transactional
@@ -27,8 +23,8 @@ const DefaultTransactionalIDPrefix = "ferry-mirror"
 // timeout (txnTimeout, 15 minutes) — and until then every read_committed
 // reader of the partition, the mirror of the other direction included,
 // stops at its first offset. Each is aborted by initialising its
-// transactional ID (which fences the writer too). It returns the IDs
-// aborted.
+// transactional ID (which fences the writer too), as a writer's own start
+// does (initProducer). It returns the IDs aborted.
 func AbortLeftOpen(ctx context.Context, target *kgo.Client, prefix string) ([]string, error) {
 	listed, err := kadm.NewClient(target).ListTransactions(ctx, nil, []string{"Ongoing", "PrepareAbort", "PrepareCommit"})
 	if err != nil {
@@ -40,34 +36,12 @@ func AbortLeftOpen(ctx context.Context, target *kgo.Client, prefix string) ([]st
 		if !strings.HasPrefix(t.TxnID, prefix+".") {
 			continue
 		}
-		if err := initTxnID(ctx, target, t.TxnID); err != nil {
+		id := t.TxnID
+		if _, err := initProducerOn(ctx, target, &id); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", t.TxnID, err))
 			continue
 		}
-		aborted = append(aborted, t.TxnID)
+		aborted = append(aborted, t.TxnID) // sorted, as listed
 	}
-	slices.Sort(aborted)
 	return aborted, errors.Join(errs...)
-}
-
-// initTxnID initialises txnID, which aborts its open transaction: the
-// coordinator answers CONCURRENT_TRANSACTIONS until the abort completes.
-func initTxnID(ctx context.Context, cl *kgo.Client, txnID string) error {
-	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-		req := kmsg.NewPtrInitProducerIDRequest()
-		req.TransactionalID = &txnID
-		req.TransactionTimeoutMillis = int32(txnTimeout / time.Millisecond)
-		resp, err := req.RequestWith(ctx, cl)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.ErrorCode)
-		}
-		if err == nil || !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
-		case <-time.After(delay):
-		}
-	}
 }

@@ -454,6 +454,11 @@ func retryTxn(ctx context.Context, what string, fn func() error) error {
 // nil, else for that transactional ID (bumping its epoch, which fences an
 // older holder and aborts a transaction it left open).
 func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, error) {
+	return initProducerOn(ctx, m.dst, txnID)
+}
+
+// initProducerOn is initProducer on the cluster cl reaches.
+func initProducerOn(ctx context.Context, cl *kgo.Client, txnID *string) (producer, error) {
 	var p producer
 	err := retryTxn(ctx, "InitProducerId", func() error {
 		req := kmsg.NewPtrInitProducerIDRequest()
@@ -461,7 +466,7 @@ func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, err
 		req.TransactionTimeoutMillis = int32(txnTimeout / time.Millisecond)
 		req.ProducerID = -1
 		req.ProducerEpoch = -1
-		resp, err := req.RequestWith(ctx, m.dst)
+		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
 			return err
 		}

@@ -112,13 +112,10 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	parts, err := s.remapped.producersOf(ctx, gen, topic, func(ctx context.Context) (map[int32]map[int64]prodState, error) {
 		ctx, cancel := context.WithTimeout(ctx, prevReadWait)
 		defer cancel()
-		// The old cluster's own count (the mirror keeps them alike),
-		// else the active one's.
-		n := u.snapshot().topics[topic].partitionCount()
-		if n <= k.partition {
-			n = req.up.snapshot().topics[topic].partitionCount()
-		}
-		all := make([]int32, max(n, k.partition+1))
+		// Every partition either cluster knows (the mirror keeps the
+		// counts alike).
+		n := max(u.snapshot().topics[topic].partitionCount(), req.up.snapshot().topics[topic].partitionCount(), k.partition+1)
+		all := make([]int32, n)
 		for i := range all {
 			all[i] = int32(i)
 		}
@@ -152,7 +149,9 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		return kerr.DuplicateSequenceNumber.Code
 	}
 	// Beyond the next: the batches between are outstanding, unless
-	// another member wrote them already.
+	// another member wrote them already. Asked at each of the client's
+	// retries, so that it goes on as soon as they are written; only while
+	// a batch is outstanding elsewhere, for continueWait at most.
 	if now, err := describeProducers(ctx, req.up, topic, []int32{k.partition}); err == nil {
 		if _, ok := now[k.partition][phys]; ok {
 			return pass()
@@ -187,14 +186,21 @@ func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int6
 
 // describeProducers reads what the cluster behind u holds of the producers
 // of partitions of topic, by partition: the epoch and last sequence of
-// each. A partition answered with an error is left out (its first batches
-// are written unchecked); an error is the whole read's.
+// each. A partition or topic answered with an error (the topic missing
+// there, say) is left out, and its first batches are written unchecked;
+// an error is the cluster's (unreachable).
 func describeProducers(ctx context.Context, u *upstream, topic string, partitions []int32) (map[int32]map[int64]prodState, error) {
 	req := kmsg.NewPtrDescribeProducersRequest()
 	rt := kmsg.NewDescribeProducersRequestTopic()
 	rt.Topic, rt.Partitions = topic, partitions
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, u.cl) // split by leader, answers merged (kgo)
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		// The cluster answered, for the topic (unknown there, not
+		// authorized): no partition of it is known.
+		return map[int32]map[int64]prodState{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -210,9 +216,6 @@ func describeProducers(ctx context.Context, u *upstream, topic string, partition
 			}
 			out[p.Partition] = by
 		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("DescribeProducers answered no partition of the topic")
 	}
 	return out, nil
 }
@@ -246,8 +249,8 @@ func (r *remappedPIDs) waiting(gen uint32, k gapKey) time.Duration {
 	if !r.reset(gen) {
 		return 0
 	}
-	c, ok := r.conts.Peek(k)
-	if !ok || c.since.IsZero() {
+	c, _ := r.conts.Peek(k)
+	if c.since.IsZero() {
 		c.since = time.Now()
 		if r.conts.Add(k, c) && r.evicted != nil {
 			r.evicted.Inc()

@@ -272,3 +272,22 @@ func TestPreviousClusterReadOncePerGeneration(t *testing.T) {
 		t.Fatalf("topic c under the next generation: %v, %d reads", err, reads)
 	}
 }
+
+// A topic the cluster taken over from answers with an error for (missing
+// there, say) leaves only its own first batches unchecked: the read is
+// not a failure of the cluster, which would stop every topic's checks
+// for the generation.
+func TestDescribeProducersPartitionErrorIsNotTheClusters(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	s, _ := startFerry(t, kf.ListenAddrs())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	parts, err := describeProducers(ctx, s.ups["a"], "not-there", []int32{0, 1})
+	if err != nil || len(parts) != 0 {
+		t.Fatalf("a topic missing on the cluster: %v, %v; want no partition and no error", parts, err)
+	}
+	parts, err = describeProducers(ctx, s.ups["a"], "t", []int32{0})
+	if _, ok := parts[0]; err != nil || !ok {
+		t.Fatalf("a topic there: %v, %v; want partition 0", parts, err)
+	}
+}

@@ -307,6 +307,9 @@ func (r *remappedPIDs) refused(gen uint32, k gapKey, epoch int16, seq int32) {
 // comes after one refused unwritten under gen and not sent again since. A
 // batch at or before the refused one clears it: the client is resending.
 func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool {
+	if !r.anyGaps.Load() {
+		return false // the common case, without the lock
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reset(gen)
@@ -329,7 +332,8 @@ func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool
 // records when a batch of an idempotent producer of gen in them comes
 // after one of its batches refused unwritten (refuseUnwritten); 0
 // otherwise. Producers of other generations are checked as their IDs are
-// mapped (physicalProducerIDs). Nothing is walked while no gap is noted.
+// mapped (physicalProducerIDs). Nothing is walked while no gap is noted
+// (blocks checks that too, for each batch).
 func (r *remappedPIDs) nativeGaps(gen uint32, t *kmsg.ProduceRequestTopic, partition int32, records []byte) int16 {
 	if !r.anyGaps.Load() {
 		return 0

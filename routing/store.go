@@ -711,11 +711,12 @@ func finished(st State) time.Time {
 // not answer, the log not yet stable up to before) are tried again until
 // ctx ends.
 func (s *KafkaStore) read(ctx context.Context, c *storeCluster, before int64) (State, bool, error) {
-	stableBy := time.Now().Add(stableWait)
+	wait := stableWait
 	if dl, ok := ctx.Deadline(); ok {
 		// Half the read's time at most: then what is committed is read.
-		stableBy = minTime(stableBy, time.Now().Add(time.Until(dl)/2))
+		wait = min(wait, time.Until(dl)/2)
 	}
+	stableBy := time.Now().Add(wait)
 	for {
 		st, found, err := s.readOnce(ctx, c, before, time.Now().Before(stableBy))
 		if err == nil || !retriable(err) {
@@ -1006,11 +1007,4 @@ func (c *storeCluster) create(ctx context.Context, topic string, brokers int) er
 	default:
 		return fmt.Errorf("creating %s: %w", topic, err)
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -84,9 +84,8 @@ const sourceEndsTimeout = 3 * time.Second
 func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionStatus) []routing.Position {
 	var standbyEnds, standbyStable, sourceEnds map[string]map[int32]int64
 	var wg sync.WaitGroup
-	wg.Go(func() { standbyEnds = r.endOffsets(target, "standby", sts, 10*time.Second, false) })
-	wg.Go(func() { standbyStable = r.endOffsets(target, "standby", sts, 10*time.Second, true) })
-	wg.Go(func() { sourceEnds = r.endOffsets(source, "source", sts, sourceEndsTimeout, false) })
+	wg.Go(func() { standbyEnds, standbyStable = r.endOffsets(target, "standby", sts, 10*time.Second, true) })
+	wg.Go(func() { sourceEnds, _ = r.endOffsets(source, "source", sts, sourceEndsTimeout, false) })
 	wg.Wait()
 	out := make([]routing.Position, 0, len(sts))
 	for _, st := range sts {
@@ -107,47 +106,52 @@ func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionSt
 }
 
 // endOffsets lists the end offsets of the partitions in sts on cluster
-// (role names it in the log), within timeout, by topic and partition; on
-// error, what it could, logged. On the standby a stopped mirror wrote to:
+// (role names it in the log), within timeout, by topic and partition, and
+// with stable their last stable offsets too (a transaction left open
+// below the end); on error, what it could, logged. On the standby a
+// stopped mirror wrote to:
 // a writer stopped with appends in flight may have had them written
 // without reading the answers, so its mirrored offset can be below the
 // standby's end; the end is what the new generation's fence must hold, and
 // where the lost ranges start.
-func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration, stable bool) map[string]map[int32]int64 {
-	out := map[string]map[int32]int64{}
+func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration, stable bool) (ends, stableEnds map[string]map[int32]int64) {
+	ends, stableEnds = map[string]map[int32]int64{}, map[string]map[int32]int64{}
 	var topics []string
 	for _, st := range sts {
-		if out[st.Topic] == nil {
-			out[st.Topic] = map[int32]int64{}
+		if ends[st.Topic] == nil {
+			ends[st.Topic], stableEnds[st.Topic] = map[int32]int64{}, map[int32]int64{}
 			topics = append(topics, st.Topic)
 		}
 	}
 	if len(topics) == 0 {
-		return out
+		return ends, stableEnds
 	}
 	cl, err := r.client(cluster, kgo.ClientID("ferry-switch"))
 	if err != nil {
 		r.log.Error("listing end offsets at the switch", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
-		return out
+		return ends, stableEnds
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	list := kadm.NewClient(cl).ListEndOffsets
-	if stable {
-		list = kadm.NewClient(cl).ListCommittedOffsets // the last stable offsets
-	}
-	listed, err := list(ctx, topics...)
-	if err != nil {
-		r.log.Warn("listing end offsets at the switch: the mirror's own readings are used", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
-		return out
-	}
-	listed.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			out[o.Topic][o.Partition] = o.Offset
+	listInto := func(list func(context.Context, ...string) (kadm.ListedOffsets, error), into map[string]map[int32]int64) bool {
+		listed, err := list(ctx, topics...)
+		if err != nil {
+			r.log.Warn("listing end offsets at the switch: the mirror's own readings are used", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
+			return false
 		}
-	})
-	return out
+		listed.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil {
+				into[o.Topic][o.Partition] = o.Offset
+			}
+		})
+		return true
+	}
+	adm := kadm.NewClient(cl)
+	if listInto(adm.ListEndOffsets, ends) && stable {
+		listInto(adm.ListCommittedOffsets, stableEnds) // the last stable offsets
+	}
+	return ends, stableEnds
 }
 
 func (m switchMirror) Follow(st routing.State) error { return m.r.Follow(st) }

@@ -661,6 +661,7 @@ mirror: {sync_interval: 1s}
 	for p, offs := range tr.acked {
 		final[p] = maps.Clone(offs)
 	}
+	unplaced := maps.Clone(tr.unplaced) // acknowledged at -1 (written before, in the failback)
 	tr.mu.Unlock()
 	if len(failed) > 0 {
 		t.Fatalf("%d produces failed, e.g. %v", len(failed), failed[0])
@@ -670,6 +671,20 @@ mirror: {sync_interval: 1s}
 		onEast[l] = true
 	}
 	total := 0
+	heldOnEast := map[string]bool{} // "partition/value"
+	for l := range onEast {
+		p, rest, _ := strings.Cut(l, "/")
+		_, v, _ := strings.Cut(rest, "=")
+		heldOnEast[p+"/"+v] = true
+	}
+	for p, vs := range unplaced {
+		for _, v := range vs {
+			total++
+			if !heldOnEast[fmt.Sprintf("%d/%s", p, v)] {
+				t.Fatalf("%s[%d]: %s, acknowledged (at -1), is not on east after the failback", topic, p, v)
+			}
+		}
+	}
 	for p, offs := range final {
 		for o, v := range offs {
 			if lost[p][o] == v {
@@ -688,6 +703,14 @@ mirror: {sync_interval: 1s}
 			for o, v := range offs {
 				if lost[p][o] != v && tr.seen[p][o] != v {
 					return fmt.Errorf("%s[%d] offset %d (%s) not read (read %q there)", topic, p, o, v, tr.seen[p][o])
+				}
+			}
+		}
+		for p, vs := range unplaced {
+			read := valuesOf(tr.seen[p])
+			for _, v := range vs {
+				if !read[v] {
+					return fmt.Errorf("%s[%d]: %s (acknowledged at -1) not read", topic, p, v)
 				}
 			}
 		}

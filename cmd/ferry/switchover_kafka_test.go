@@ -89,6 +89,7 @@ type traffic struct {
 
 	mu       sync.Mutex
 	acked    map[int32]map[int64]string // partition → offset → value
+	unplaced map[int32][]string         // acknowledged at offset -1, by partition
 	nAcked   int
 	failed   []error
 	seen     map[int32]map[int64]string
@@ -102,7 +103,7 @@ type traffic struct {
 
 func startTraffic(t *testing.T, addr, topic string, parts int32, group string) *traffic {
 	tr := &traffic{t: t, topic: topic, parts: parts, stopped: make(chan struct{}), prodStop: make(chan struct{}), prodDone: make(chan struct{}),
-		acked: map[int32]map[int64]string{}, seen: map[int32]map[int64]string{}}
+		acked: map[int32]map[int64]string{}, unplaced: map[int32][]string{}, seen: map[int32]map[int64]string{}}
 	prod := newClient(t, kgo.SeedBrokers(strings.Split(addr, ",")...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.RecordDeliveryTimeout(2*time.Minute))
@@ -131,11 +132,18 @@ func startTraffic(t *testing.T, addr, topic string, parts int32, group string) *
 					tr.failed = append(tr.failed, fmt.Errorf("%s: %w", v, err))
 					return
 				}
+				tr.nAcked++
+				if r.Offset < 0 {
+					// DUPLICATE_SEQUENCE_NUMBER: written before (a
+					// batch whose answer was lost in a switch), where
+					// is not said; the client reports success at -1.
+					tr.unplaced[r.Partition] = append(tr.unplaced[r.Partition], v)
+					return
+				}
 				if tr.acked[r.Partition] == nil {
 					tr.acked[r.Partition] = map[int64]string{}
 				}
 				tr.acked[r.Partition][r.Offset] = v
-				tr.nAcked++
 			})
 		}
 	}()
@@ -216,7 +224,24 @@ func (tr *traffic) unseen() string {
 			}
 		}
 	}
+	for p, vs := range tr.unplaced {
+		seen := valuesOf(tr.seen[p])
+		for _, v := range vs {
+			if !seen[v] {
+				return fmt.Sprintf("%d/? (%s, acknowledged at -1)", p, v)
+			}
+		}
+	}
 	return ""
+}
+
+// valuesOf is the set of values of offs.
+func valuesOf(offs map[int64]string) map[string]bool {
+	out := make(map[string]bool, len(offs))
+	for _, v := range offs {
+		out[v] = true
+	}
+	return out
 }
 
 func (tr *traffic) counts() (acked, seen int) {
@@ -618,16 +643,16 @@ func TestSwitchRolledBackWhenTheMirrorCannotDrain(t *testing.T) {
 	}
 	ends := endOffsets(t, standby.Addrs(), topic)
 	for p := int32(0); p < parts; p++ {
-		if int64(len(tr.acked[p])) != ends[p] {
-			t.Fatalf("partition %d: %d acknowledged, standby's end %d", p, len(tr.acked[p]), ends[p])
+		if n := len(tr.acked[p]) + len(tr.unplaced[p]); int64(n) != ends[p] {
+			t.Fatalf("partition %d: %d acknowledged, standby's end %d", p, n, ends[p])
 		}
 	}
 }
 
 // verifyOn asserts, reading the cluster at addrs directly, that no produce
 // failed and that the cluster holds every acknowledged record at its
-// acknowledged offset, once, in order, and nothing else, and that the
-// consumer saw each; it returns how many were acknowledged.
+// acknowledged offset (one acknowledged at -1, at some offset), once, in
+// order, and nothing else, and that the consumer saw each; it returns how many were acknowledged.
 func (tr *traffic) verifyOn(ctx context.Context, addrs []string) int {
 	tr.t.Helper()
 	total, dups := tr.verify(ctx, addrs, false)
@@ -648,7 +673,7 @@ func (tr *traffic) verify(ctx context.Context, addrs []string, dupsAllowed bool)
 		tr.t.Fatalf("%d produces failed, e.g. %v", len(tr.failed), tr.failed[0])
 	}
 	for p := int32(0); p < tr.parts; p++ {
-		total += len(tr.acked[p])
+		total += len(tr.acked[p]) + len(tr.unplaced[p])
 	}
 	ends := endOffsets(tr.t, addrs, tr.topic)
 	onCluster := map[int32]map[int64]string{}
@@ -667,9 +692,11 @@ func (tr *traffic) verify(ctx context.Context, addrs []string, dupsAllowed bool)
 		})
 	}
 	for p := int32(0); p < tr.parts; p++ {
-		ackedValues := map[string]bool{}
-		for _, v := range tr.acked[p] {
-			ackedValues[v] = true
+		ackedValues := valuesOf(tr.acked[p])
+		// Acknowledged at -1: each once at some offset, in order.
+		unplaced := map[string]bool{}
+		for _, v := range tr.unplaced[p] {
+			ackedValues[v], unplaced[v] = true, true
 		}
 		for o, v := range tr.acked[p] {
 			if got, ok := onCluster[p][o]; !ok || got != v {
@@ -682,13 +709,14 @@ func (tr *traffic) verify(ctx context.Context, addrs []string, dupsAllowed bool)
 			if !ok {
 				tr.t.Fatalf("partition %d: no record at offset %d", p, o)
 			}
-			if a, acked := tr.acked[p][o]; !acked || a != v {
+			if a, acked := tr.acked[p][o]; (!acked || a != v) && !unplaced[v] {
 				dups = append(dups, fmt.Sprintf("%d/%d=%s", p, o, v))
 				if !dupsAllowed || !ackedValues[v] {
 					tr.t.Fatalf("partition %d offset %d: %q on the cluster, not acknowledged there nor anywhere (acknowledged there: %q)", p, o, v, a)
 				}
 				continue
 			}
+			delete(unplaced, v)
 			seq, _ := strconv.Atoi(v[len(v)-6:])
 			if seq <= last {
 				tr.t.Fatalf("partition %d offset %d: %q after sequence %d: order broken", p, o, v, last)
@@ -697,6 +725,9 @@ func (tr *traffic) verify(ctx context.Context, addrs []string, dupsAllowed bool)
 			if s := tr.seen[p][o]; s != v {
 				tr.t.Fatalf("partition %d offset %d: consumer saw %q, want %q", p, o, s, v)
 			}
+		}
+		for v := range unplaced {
+			tr.t.Fatalf("partition %d: %q, acknowledged (at -1), is not on the cluster", p, v)
 		}
 	}
 	return total, dups

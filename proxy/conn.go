@@ -362,6 +362,12 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 			out, release, err = ur.finish(c.ctx)
 		}
 	}
+	if err == nil && r.req.write && forcedAwayKeys[r.req.hdr.Key] && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+		if release != nil {
+			release()
+		}
+		out, release = c.s.forcedAway(r.req)
+	}
 	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
 	if err != nil {
 		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)

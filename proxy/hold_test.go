@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -43,5 +44,63 @@ func TestHeldTooLongAnsweredRetriable(t *testing.T) {
 	table.Update(st)
 	if p := rawProduce(t, c, "t", 2); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("the retry after the switch: %v at %d, want offset 0", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
+	}
+}
+
+// TestAnswerAfterAForcedSwitchHeldRefused: a produce in flight to the old
+// cluster when a forced switch holds the member's writes, which that
+// cluster writes and answers only afterwards (a paused broker resumed), is
+// answered NOT_LEADER_OR_FOLLOWER, not acknowledged: the switch stopped the
+// mirror before that write, and its lost ranges do not name it. The
+// client's retry, once the forced switch installs, is written on the new
+// active cluster.
+func TestAnswerAfterAForcedSwitchHeldRefused(t *testing.T) {
+	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	a.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		a.KeepControl()
+		select {
+		case entered <- struct{}{}:
+			a.SleepControl(func() { <-release }) // the broker paused
+		default:
+		}
+		return nil, nil, false
+	})
+	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing})
+	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
+		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
+	c := dialRaw(t, addr)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+
+	answered := make(chan kmsg.ProduceResponseTopicPartition, 1)
+	go func() { answered <- rawProduce(t, c, "t", 1) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the produce never reached the old cluster")
+	}
+	forced := &routing.Switch{ID: "f", Mode: routing.Forced, From: "a", To: "b"}
+	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseSwitching, Last: forced})
+	close(release)
+	if p := <-answered; p.ErrorCode != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("the old cluster's late answer was passed on: %v at %d, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
+	}
+	if o := endOffset(t, a, "t"); o != 1 {
+		t.Fatalf("the old cluster's end offset is %d: the test did not make it write the produce", o)
+	}
+	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("Produce", reasonForcedSwitch)); n != 1 {
+		t.Fatalf("ferry_refusals_total{api=Produce,reason=forced_switch} = %v, want 1", n)
+	}
+
+	from := uint32(0)
+	done := *forced
+	done.Outcome, done.FromGeneration = routing.OutcomeSwitched, &from
+	table.Update(routing.State{Generation: 1, Active: "b", Phase: routing.PhaseServing, Last: &done})
+	if p := rawProduce(t, c, "t", 2); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("the retry after the forced switch: %v at %d, want offset 0 on the new cluster", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
+	}
+	if o := endOffset(t, b, "t"); o != 1 {
+		t.Fatalf("the new active cluster's end offset is %d, want 1", o)
 	}
 }

@@ -69,6 +69,9 @@ type Lease struct {
 	// draining is the switch whose draining state the renewals read, and
 	// when (this member's clock) one first did.
 	draining drainingSeen
+	// forcedHold: this member's writes held for a forced switch (never
+	// saved until it flips), and since when, on this member's clock.
+	forcedHold drainingSeen
 }
 
 // drainingSeen identifies a switch's draining state and when it was first
@@ -184,8 +187,49 @@ func (l *Lease) renew(ctx context.Context) {
 				l.log.Warn("the switch that held writes was abandoned past its deadline; serving again", zap.Stringer("routing", back))
 			}
 		}
+	case l.forcedHoldAbandoned(cur):
+		// The forced switch that holds this member's writes saves
+		// nothing until it flips: held past any forced switch's run,
+		// it died. Take the generation it saved, if it did; else serve
+		// this one again, once every cluster was read.
+		newer, all := l.readEvery(ctx, cur)
+		if newer.Generation > cur.Generation {
+			if l.table.Advance(newer) {
+				l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", newer))
+			}
+			return
+		}
+		if all {
+			back := cur
+			back.Phase = PhaseServing
+			if l.table.Update(back) {
+				l.log.Warn("the forced switch that held writes never flipped; serving again", zap.Stringer("routing", back))
+			}
+		}
 	}
 	l.extend(sent)
+}
+
+// forcedHoldAbandonedAfter is how long a member holds writes for a forced
+// switch before it takes the switch for dead: well past a forced switch's
+// run (its hold's wait, the mirror's stop, a save and the install).
+const forcedHoldAbandonedAfter = 2 * time.Minute
+
+// forcedHoldAbandoned reports whether cur, this member's state, has held
+// writes for the same forced switch for forcedHoldAbandonedAfter, on this
+// member's clock.
+func (l *Lease) forcedHoldAbandoned(cur State) bool {
+	key := ""
+	if cur.Phase != PhaseServing && cur.Last != nil && cur.Last.Mode == Forced {
+		key = fmt.Sprintf("%d %s", cur.Generation, cur.SwitchID())
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.forcedHold.key != key {
+		l.forcedHold = drainingSeen{key: key, since: now}
+	}
+	return key != "" && now.Sub(l.forcedHold.since) > forcedHoldAbandonedAfter
 }
 
 // watchElsewhere reads every cluster once a lease, and installs a newer

@@ -355,6 +355,44 @@ func TestLeaseAbandonedSwitch(t *testing.T) {
 	}
 }
 
+// TestLeaseForcedHoldAbandoned: a member whose writes a forced switch
+// holds (a state saved nowhere) while the old cluster still serves its
+// generation keeps holding for forcedHoldAbandonedAfter on its own clock,
+// then takes the generation the switch saved if it did, and otherwise
+// serves again, once every cluster was read.
+func TestLeaseForcedHoldAbandoned(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		flipped, unreach bool
+	}{{"never flipped", false, false}, {"flipped", true, false}, {"never flipped, b unreachable", false, true}} {
+		store := newMemStore()
+		store.set("a", State{Generation: 3, Active: "a", Phase: PhaseServing})
+		held := State{Generation: 3, Active: "a", Phase: PhaseSwitching, Last: &Switch{ID: "f", Mode: Forced, From: "a", To: "b"}}
+		l, table, clock := newTestLease(t, held, store)
+		if c.flipped {
+			store.set("b", State{Generation: 4, Active: "b"})
+		}
+		store.setDown("b", c.unreach)
+		l.renew(context.Background())
+		clock.add(forcedHoldAbandonedAfter - time.Second)
+		l.renew(context.Background())
+		if st := table.Current(); st.Phase != PhaseSwitching {
+			t.Fatalf("%s: before the bound the member routes by %s", c.name, st)
+		}
+		clock.add(2 * time.Second)
+		l.renew(context.Background())
+		st := table.Current()
+		switch {
+		case c.unreach && st.Phase != PhaseSwitching:
+			t.Fatalf("%s: b, which may hold the next generation, was not read; the member routes by %s", c.name, st)
+		case c.flipped && (st.Generation != 4 || st.Active != "b"):
+			t.Fatalf("%s: the forced switch saved generation 4 on b; the member routes by %s", c.name, st)
+		case !c.flipped && !c.unreach && (st.Generation != 3 || st.Active != "a" || st.Phase != PhaseServing):
+			t.Fatalf("%s: the forced switch never flipped; the member routes by %s", c.name, st)
+		}
+	}
+}
+
 // TestLeaseAbandonmentCountsOwnClock: whether a switch is abandoned is
 // decided by how long this member has read its draining state, on its own
 // clock, never by comparing the switcher's deadline with this member's

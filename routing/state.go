@@ -89,6 +89,34 @@ func (s State) Previous() (gen uint32, cluster string, ok bool) {
 	return *l.FromGeneration, l.From, true
 }
 
+// ForcedFrom reports whether s, the state a member routes by, holds writes
+// for a forced switch out of generation gen, or routes by a generation a
+// forced switch made from gen. From then on what the old cluster answers to
+// a write sent under gen may lie past where the switch stopped the mirror,
+// beyond the ranges it reports lost: such an answer is not passed on as a
+// success (the proxy answers it retriable, and the write goes to the new
+// active cluster).
+func (s State) ForcedFrom(gen uint32) bool {
+	switch {
+	case s.Generation < gen:
+		return false
+	case s.Generation == gen:
+		return s.Phase != PhaseServing && s.Last != nil && s.Last.Mode == Forced
+	}
+	forcedFrom := func(sw *Switch) bool {
+		return sw.Mode == Forced && sw.Outcome == OutcomeSwitched && sw.FromGeneration != nil && *sw.FromGeneration == gen
+	}
+	if s.Last != nil && forcedFrom(s.Last) {
+		return true
+	}
+	for i := range s.History {
+		if forcedFrom(&s.History[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // Switch describes one switch of the active cluster.
 type Switch struct {
 	// ID tells this switch from any other (random): members hold writes
@@ -275,7 +303,8 @@ var ErrOtherSwitch = errors.New("writes are held for another switch")
 
 // UpdateFor is Update for a switch's hold and install: while the table
 // holds writes for one switch (its phase is not serving), a state of the
-// same generation from another switch is refused with an *Error
+// same generation from another switch (but a forced switch's hold over a
+// planned one's, forcedOverPlanned) is refused with an *Error
 // (ReasonRunning) naming the switch held for, wrapping ErrOtherSwitch.
 // So a member holds for one switch at a time, and a switch's rollback
 // releases only its own hold. A newer generation is always taken: it was
@@ -292,7 +321,7 @@ func (t *Table) UpdateFor(next State) error {
 		if next.Generation < cur.Generation {
 			return false
 		}
-		return next.Generation > cur.Generation || !holdsForOther(cur, next) && !passedStep(cur, next)
+		return next.Generation > cur.Generation || (!holdsForOther(cur, next) || forcedOverPlanned(cur, next)) && !passedStep(cur, next)
 	})
 	switch {
 	case ok:
@@ -304,6 +333,16 @@ func (t *Table) UpdateFor(next State) error {
 	}
 	return &Error{Reason: ReasonRunning, Switch: held.SwitchID(), err: ErrOtherSwitch,
 		Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s); switch %s is refused", held.SwitchID(), held, next.SwitchID())}
+}
+
+// forcedOverPlanned reports whether next is a forced switch's hold and cur
+// a planned switch's: the forced one takes the hold over (it is for an old
+// cluster that is gone, which the planned one's drain waits on), so that
+// the planned switch's rollback, refused here from then on, cannot release
+// writes to that cluster while the forced switch saves.
+func forcedOverPlanned(cur, next State) bool {
+	return next.Phase != PhaseServing && next.Last != nil && next.Last.Mode == Forced &&
+		cur.Phase != PhaseServing && cur.Last != nil && cur.Last.Mode == Planned
 }
 
 // passedStep reports whether next, of the same generation and switch as

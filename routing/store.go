@@ -293,7 +293,7 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 		c := s.clusters[name]
 		wg.Go(func() {
 			c.stopRewrite()
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			cctx, cancel := context.WithTimeout(ctx, s.otherWait(st))
 			defer cancel()
 			err := s.writeIf(cctx, c, val, unlessSuperseded(c))
 			var sup *SupersededError
@@ -310,6 +310,21 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	wg.Wait()
 	s.log.Info("routing state saved", zap.Stringer("routing", st))
 	return nil
+}
+
+// forcedOtherWait bounds a forced switch's read and write of the clusters
+// it does not make active: the old one is likely gone (or paused, which
+// costs a whole timeout each), every member's writes are held meanwhile,
+// and a write that misses is made again in the background (rewriteLater).
+const forcedOtherWait = 2 * time.Second
+
+// otherWait bounds st's save's read and write of a cluster it does not
+// make active.
+func (s *KafkaStore) otherWait(st State) time.Duration {
+	if st.Last != nil && st.Last.Mode == Forced {
+		return min(s.timeout, forcedOtherWait)
+	}
+	return s.timeout
 }
 
 // ErrSuperseded is what Save's error wraps (as a *SupersededError) when a
@@ -398,7 +413,15 @@ func voidedIn(results []readResult, gen uint32) bool {
 // be (a forced switch finds the old one dead) is left to its write.
 func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 	var errs []error
-	for _, r := range s.readAll(ctx) {
+	load := func(ctx context.Context, name string) (State, bool, error) {
+		if name != st.Active {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.otherWait(st))
+			defer cancel()
+		}
+		return s.LoadFrom(ctx, name)
+	}
+	for _, r := range readEach(ctx, s.names, load) {
 		switch {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))

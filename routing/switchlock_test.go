@@ -239,25 +239,37 @@ func (f slowInstall) Install(ctx context.Context, st State) error {
 	return f.memFleet.Install(ctx, st)
 }
 
+// beforeHolding is slowInstall whose Hold runs hook first.
+type beforeHolding struct {
+	slowInstall
+	hook func()
+}
+
+func (f beforeHolding) Hold(ctx context.Context, st State) error {
+	f.hook()
+	return f.slowInstall.Hold(ctx, st)
+}
+
 // TestPlannedSwitchStoppedByAForcedOneAnswersSuperseded: a forced switch
-// on member 1, begun before the planned switch on member 0 held it, stops
+// on member 1, begun before the planned switch on member 0 held it, holds
+// once the planned switch drains: it takes the members' hold over, stops
 // the mirror under the planned switch's drain and saves its generation;
 // its install has not reached member 0 when the drain fails. The planned
 // switch answers superseded (409: another switch flipped), not
 // drain_timeout (504: try again), and its rollback puts nothing back: the
-// clusters keep the forced switch's generation, and once the install
-// lands both members route by it.
+// clusters keep the forced switch's generation, member 0's writes stay
+// held for the forced switch (not released to the old cluster), and once
+// the install lands both members route by it.
 func TestPlannedSwitchStoppedByAForcedOneAnswersSuperseded(t *testing.T) {
 	serving := State{Generation: 0, Active: "a", Phase: PhaseServing}
 	store := &condStore{held: map[string]State{"a": serving, "b": serving}}
 	fleet := &memFleet{tables: []*Table{NewTable(serving), NewTable(serving)}}
-	forcedStopping, proceed := make(chan struct{}), make(chan struct{})
-	members := slowInstall{fleet, make(chan struct{}), make(chan struct{})}
-	forcedMirror := hooked{script: &script{table: fleet.tables[1]}, onStop: func() {
-		close(forcedStopping)
-		<-proceed
+	forcedHolding, plannedDraining := make(chan struct{}), make(chan struct{})
+	members := beforeHolding{slowInstall{fleet, make(chan struct{}), make(chan struct{})}, func() {
+		close(forcedHolding)
+		<-plannedDraining
 	}}
-	forced := NewSwitcher(fleet.tables[1], members, forcedMirror, store, []string{"a", "b"}, zap.NewNop())
+	forced := NewSwitcher(fleet.tables[1], members, &script{table: fleet.tables[1]}, store, []string{"a", "b"}, zap.NewNop())
 	var forcedSt State
 	var forcedErr error
 	forcedDone := make(chan struct{})
@@ -265,15 +277,18 @@ func TestPlannedSwitchStoppedByAForcedOneAnswersSuperseded(t *testing.T) {
 		defer close(forcedDone)
 		forcedSt, forcedErr = forced.Switch(context.Background(), Request{To: "b", Mode: Forced})
 	}()
-	<-forcedStopping
+	<-forcedHolding
 
 	plannedMirror := hooked{script: &script{table: fleet.tables[0], drainErr: errors.New("the mirror was stopped")}, onDrain: func() {
-		close(proceed)
-		<-members.installing // the forced switch has saved
+		close(plannedDraining)
+		<-members.installing // the forced switch has held, stopped the mirror and saved
 	}}
 	planned := NewSwitcher(fleet.tables[0], fleet, plannedMirror, store, []string{"a", "b"}, zap.NewNop())
 	planned.SetWriteLease(1)
 	_, err := planned.Switch(context.Background(), Request{To: "b", Timeout: 5 * time.Second})
+	if cur := fleet.tables[0].Current(); cur.Phase == PhaseServing || cur.SwitchID() == "" || cur.Last.Mode != Forced {
+		t.Errorf("after the planned switch's rollback member 0 routes by %s: the writes are not held for the forced switch", cur)
+	}
 	close(members.release)
 	<-forcedDone
 	if forcedErr != nil || forcedSt.Generation != 1 {

@@ -458,7 +458,39 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	return s.install(next, log)
 }
 
+// forcedHoldWait bounds how long a forced switch waits for the writes the
+// members had in flight to be answered before it stops the mirror: the old
+// cluster is likely dead, and what it answers later is refused by the
+// members (State.ForcedFrom).
+const forcedHoldWait = 2 * time.Second
+
 func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.Logger) (State, error) {
+	// Writes are held on every member reached before the mirror stops:
+	// an old cluster that comes back while the switch saves (a paused
+	// broker, a partition healed) would otherwise acknowledge writes past
+	// the mirror's position that no lost range names. What it answers
+	// from here to a write sent before is refused by the member that sent
+	// it (State.ForcedFrom), and the client sends it again, to the new
+	// active cluster. A member the hold misses writes on until its write
+	// lease, renewed from wherever the newest state is, ends.
+	mark := s.stepper(sw)
+	held := cur
+	held.Phase = PhaseSwitching
+	held.Last = sw
+	hctx, cancel := context.WithTimeout(ctx, forcedHoldWait)
+	if err := s.members.Hold(hctx, held); err != nil {
+		log.Warn("writes held on the members reached; some had writes still in flight to the old cluster, or were not reached", zap.Error(err))
+	}
+	cancel()
+	mark("hold")
+	// The hold is released by the install, or on a failed save below.
+	release := func(back State) {
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := s.members.Install(ictx, back); err != nil {
+			log.Error("releasing held writes after the forced switch failed", zap.Error(err))
+		}
+	}
 	var ends map[string][]int64
 	if s.mirror != nil {
 		ends, sw.Lost = positions(s.mirror.Stop())
@@ -468,13 +500,14 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 			}
 		}
 	}
-	mark := s.stepper(sw)
+	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
 	err := s.save(ctx, next)
 	mark("save")
 	if errors.Is(err, ErrSuperseded) {
 		// Another switch's newer state is saved: it is in force, and
-		// the mirror is that switch's to start.
+		// the mirror is that switch's to start; its install releases
+		// the writes held here.
 		sw.Outcome = "failed: " + err.Error()
 		s.finish(sw)
 		return State{}, &Error{Reason: ReasonSuperseded, err: err, Msg: "another switch's routing state is saved; this one did not flip: " + err.Error()}
@@ -490,6 +523,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 		// after all, a restarted member routes there, as was asked.
 		back.Voided = voidGeneration(back.Voided, next.Generation)
 		s.table.Update(back)
+		release(back)
 		return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state on " + sw.To + ": " + err.Error()}
 	}
 	return s.install(next, log)

@@ -174,8 +174,13 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(sc.calls, ", "); got != "stop mirror, abort left open on b, save 1, install 1 b serving, follow b" {
+	// Writes are held before the mirror stops: nothing the old cluster
+	// takes from there on is passed on as acknowledged.
+	if got := strings.Join(sc.calls, ", "); got != "hold switching, stop mirror, abort left open on b, save 1, install 1 b serving, follow b" {
 		t.Fatalf("steps: %s", got)
+	}
+	if !st.ForcedFrom(0) || st.ForcedFrom(1) {
+		t.Fatalf("%s: the forced switch's state must refuse answers to writes of generation 0 only", st)
 	}
 	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}, {Topic: "t", Partition: 2, From: 3, To: UnknownEnd},
 		{Topic: "t", Partition: 3, From: 2, To: 6}}) {
@@ -202,6 +207,61 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 		_, err := sw.Switch(context.Background(), tc.req)
 		if !errors.As(err, new(*Error)) || err.(*Error).Reason != tc.reason || len(sc.calls) != 0 {
 			t.Errorf("%+v: %v, calls %v; want %s and nothing done", tc.req, err, sc.calls, tc.reason)
+		}
+	}
+}
+
+// TestForcedSwitchReleasesItsHoldWhenTheSaveFails: a forced switch whose
+// save fails releases the writes it held, on every member, to the old
+// cluster (its generation voided); while it held, answers to writes of the
+// old generation were refused, and after the release they are not.
+func TestForcedSwitchReleasesItsHoldWhenTheSaveFails(t *testing.T) {
+	sc, sw := newScript(State{Generation: 3, Active: "a", Phase: PhaseServing})
+	sc.saveErr = errors.New("b unreachable")
+	var during State
+	sc.pos = []Position{{Topic: "t", Standby: 1, Source: 1}}
+	hk := hooked{script: sc, onStop: func() { during = sc.table.Current() }}
+	sw = NewSwitcher(sc.table, sc, hk, sc, []string{"a", "b"}, zap.NewNop())
+	_, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonSaveFailed {
+		t.Fatalf("forced switch with the save failing: %v, want %s", err, ReasonSaveFailed)
+	}
+	if got := strings.Join(sc.calls, ", "); got != "hold switching, stop mirror, abort left open on b, save 4, follow a, install 3 a serving" {
+		t.Fatalf("steps: %s", got)
+	}
+	if during.Phase != PhaseSwitching || !during.ForcedFrom(3) {
+		t.Fatalf("while the mirror stopped the member routed by %s: answers to generation 3's writes not refused", during)
+	}
+	cur := sc.table.Current()
+	if cur.Phase != PhaseServing || cur.Active != "a" || cur.ForcedFrom(3) || !cur.IsVoided(4) {
+		t.Fatalf("after the failed save the member routes by %s (voided %v): writes still held or refused", cur, cur.Voided)
+	}
+}
+
+// TestForcedFrom: answers to writes of a generation are refused while a
+// forced switch out of it holds and under every generation it led to, not
+// for a planned switch's or a rolled-back one's.
+func TestForcedFrom(t *testing.T) {
+	g := func(n uint32) *uint32 { return &n }
+	forced := Switch{ID: "f", Mode: Forced, Outcome: OutcomeSwitched, FromGeneration: g(2)}
+	planned := Switch{ID: "p", Mode: Planned, Outcome: OutcomeSwitched, FromGeneration: g(3)}
+	for _, tc := range []struct {
+		st   State
+		gen  uint32
+		want bool
+	}{
+		{State{Generation: 2, Phase: PhaseSwitching, Last: &Switch{ID: "f", Mode: Forced}}, 2, true},
+		{State{Generation: 2, Phase: PhaseSwitching, Last: &Switch{ID: "p", Mode: Planned}}, 2, false},
+		{State{Generation: 2, Phase: PhaseServing, Last: &Switch{ID: "f", Mode: Forced, Outcome: "failed: x"}}, 2, false},
+		{State{Generation: 3, Phase: PhaseServing, Last: &forced}, 2, true},
+		{State{Generation: 3, Phase: PhaseServing, Last: &forced}, 3, false},
+		{State{Generation: 4, Phase: PhaseServing, Last: &planned, History: []Switch{forced}}, 2, true},
+		{State{Generation: 4, Phase: PhaseServing, Last: &planned, History: []Switch{forced}}, 3, false},
+		{State{Generation: 1, Phase: PhaseServing}, 2, false},
+	} {
+		if got := tc.st.ForcedFrom(tc.gen); got != tc.want {
+			t.Errorf("%s (last %+v, history %d): ForcedFrom(%d) = %v, want %v", tc.st, tc.st.Last, len(tc.st.History), tc.gen, got, tc.want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryadmin "github.com/ferry-gw/ferry/admin"
@@ -995,9 +996,18 @@ func readCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topi
 // uncommitted, it holds records of transactions aborted or still open.
 func readTopics(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topics []string, isolation kgo.IsolationLevel) map[string]map[partOff]string {
 	t.Helper()
-	ends, err := admin(t, c).ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
+	// A broker just continued or restarted may still be electing its
+	// partitions' leaders: retried for up to 30 s.
+	var ends kadm.ListedOffsets
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		ends, err = admin(t, c).ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -216,12 +216,12 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 // cluster (its generation voided); while it held, answers to writes of the
 // old generation were refused, and after the release they are not.
 func TestForcedSwitchReleasesItsHoldWhenTheSaveFails(t *testing.T) {
-	sc, sw := newScript(State{Generation: 3, Active: "a", Phase: PhaseServing})
+	sc, _ := newScript(State{Generation: 3, Active: "a", Phase: PhaseServing})
 	sc.saveErr = errors.New("b unreachable")
 	var during State
 	sc.pos = []Position{{Topic: "t", Standby: 1, Source: 1}}
 	hk := hooked{script: sc, onStop: func() { during = sc.table.Current() }}
-	sw = NewSwitcher(sc.table, sc, hk, sc, []string{"a", "b"}, zap.NewNop())
+	sw := NewSwitcher(sc.table, sc, hk, sc, []string{"a", "b"}, zap.NewNop())
 	_, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonSaveFailed {

@@ -1142,6 +1142,22 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	return nil
 }
 
+// describeAt says what the standby holds at offset, for a halt's detail:
+// which batch took an offset the writer did not write (a marker written
+// twice by the coordinator is a control batch of the writer's own
+// producer, as the one before it).
+func (w *writer) describeAt(ctx context.Context, offset int64) string {
+	b, err := w.batchAt(ctx, w.dst, offset)
+	if err != nil || b == nil {
+		return ""
+	}
+	kind := "data"
+	if b.IsControl() {
+		kind = "a control batch"
+	}
+	return fmt.Sprintf(" (at %d the standby holds %s of producer %d, epoch %d, from %d)", offset, kind, b.ProducerID(), b.ProducerEpoch(), b.BaseOffset())
+}
+
 // waitEnd polls the standby's high watermark until it reaches want.
 func (w *writer) waitEnd(ctx context.Context, want int64) error {
 	delay := 2 * time.Millisecond
@@ -1155,7 +1171,7 @@ func (w *writer) waitEnd(ctx context.Context, want int64) error {
 		case hw == want:
 			return nil
 		case hw > want:
-			return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker", hw, want)
+			return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker%s", hw, want, w.describeAt(ctx, want))
 		case time.Now().After(deadline):
 			return fmt.Errorf("transaction marker at %d not in the standby log after a minute", want-1)
 		}

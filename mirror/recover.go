@@ -46,6 +46,12 @@ import (
 // kill the process there).
 var testHookEndTxn func(commit bool)
 
+// testHookEndedTxn, if set, runs once a writer's EndTxn for the marker at
+// offset at is answered, before it waits for the marker (waited false)
+// and once the marker is there (true): tests write the marker a second
+// time there.
+var testHookEndedTxn func(at int64, waited bool)
+
 func (w *writer) slotTxnID(i int) string {
 	return fmt.Sprintf("%s.%s.%d.%d", w.m.cfg.idPrefix, w.topic, w.partition, i)
 }

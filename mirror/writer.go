@@ -1064,7 +1064,12 @@ func (w *writer) waitOldest(ctx context.Context) error {
 		return fmt.Errorf("Produce at %d: %w %s", pp.base, perr, msg)
 	}
 	if rp.BaseOffset != pp.base {
-		return w.halt(ErrOffsetMismatch, pp.base, "standby appended the batch %d..%d at offset %d", pp.base, pp.next-1, rp.BaseOffset)
+		if rp.BaseOffset > pp.base {
+			if err := w.markerTwiceAt(ctx, pp.base, "before the writer's next append"); err != nil {
+				return err
+			}
+		}
+		return w.halt(ErrOffsetMismatch, pp.base, "standby appended the batch %d..%d at offset %d%s", pp.base, pp.next-1, rp.BaseOffset, w.describeAt(ctx, pp.base))
 	}
 	w.acked = pp.next
 	w.m.metrics.batches.WithLabelValues(pp.kind).Inc()
@@ -1133,13 +1138,35 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)
 	}
+	if testHookEndedTxn != nil {
+		testHookEndedTxn(at, false)
+	}
 	s.open = false
 	// The coordinator writes the marker after answering EndTxn.
 	if err := w.waitEnd(ctx, at+1); err != nil {
 		return err
 	}
+	if testHookEndedTxn != nil {
+		testHookEndedTxn(at, true)
+	}
 	w.next, w.acked = at+1, at+1
 	return nil
+}
+
+// markerTwiceAt returns the marker_twice halt when the standby holds at
+// offset the marker it holds at offset-1 (the writer's own, and the
+// source's there): the standby's coordinator wrote it again, found when
+// an offset the writer did not write appeared (when, for the message).
+// Else nil.
+func (w *writer) markerTwiceAt(ctx context.Context, offset int64, when string) error {
+	sb, err := w.batchAt(ctx, w.dst, offset)
+	if err != nil || sb == nil || !sb.IsControl() || sb.BaseOffset() != offset {
+		return nil
+	}
+	if twice, err := w.markerTwice(ctx, sb, offset); err != nil || !twice {
+		return nil
+	}
+	return w.halt(ErrMarkerTwice, offset, "standby has the transaction marker at %d again at %d, %s: the standby's coordinator wrote it twice; the standby is one offset ahead from %d, copy the topic again", offset-1, offset, when, offset)
 }
 
 // describeAt says what the standby holds at offset, for a halt's detail:
@@ -1171,6 +1198,9 @@ func (w *writer) waitEnd(ctx context.Context, want int64) error {
 		case hw == want:
 			return nil
 		case hw > want:
+			if err := w.markerTwiceAt(ctx, want, "just after the writer ended its transaction"); err != nil {
+				return err
+			}
 			return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker%s", hw, want, w.describeAt(ctx, want))
 		case time.Now().After(deadline):
 			return fmt.Errorf("transaction marker at %d not in the standby log after a minute", want-1)

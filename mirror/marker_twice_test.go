@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
 // TestMirrorMarkerTwice: the standby's transaction coordinator writes a
@@ -56,37 +58,8 @@ func TestMirrorMarkerTwice(t *testing.T) {
 	if marker == nil {
 		t.Fatal("the standby holds no marker at 3")
 	}
-	sadm := kadm.NewClient(newClient(t, s))
-	dp, err := sadm.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}}})
-	if err != nil {
+	if err := resendCommit(ctx, t, s, topic, marker.pid, marker.epoch); err != nil {
 		t.Fatal(err)
-	}
-	coordEpoch := int32(-1)
-	dp.EachProducer(func(p kadm.DescribedProducer) {
-		if p.ProducerID == marker.pid {
-			coordEpoch = p.CoordinatorEpoch
-		}
-	})
-	if coordEpoch < 0 {
-		t.Fatalf("the standby's partition has no state for the writer's producer %d", marker.pid)
-	}
-	w := kmsg.NewPtrWriteTxnMarkersRequest()
-	wm := kmsg.NewWriteTxnMarkersRequestMarker()
-	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = marker.pid, marker.epoch, true, coordEpoch
-	wm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: topic, Partitions: []int32{0}}}
-	w.Markers = append(w.Markers, wm)
-	resp, err := w.RequestWith(ctx, newClient(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rm := range resp.Markers {
-		for _, rt := range rm.Topics {
-			for _, rp := range rt.Partitions {
-				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					t.Fatalf("the resent marker: %v", err)
-				}
-			}
-		}
 	}
 	if _, end := offsetsOf(t, s, topic, 0); end != 5 {
 		t.Fatalf("the standby ends at %d after the resent marker, want 5 (the marker at 3 and again at 4)", end)
@@ -140,7 +113,6 @@ func TestMirrorMarkerTwiceWhileCopying(t *testing.T) {
 			end(t, tx, true) // the source: data at 0..2, COMMIT at 3
 			produceN(t, newClient(t, a, manualPartitioner()), topic, 0, 2, 1, "after")
 
-			sadm := kadm.NewClient(newClient(t, s))
 			resend := func(at int64) error {
 				var pid int64 = -1
 				var epoch int16
@@ -154,35 +126,7 @@ func TestMirrorMarkerTwiceWhileCopying(t *testing.T) {
 						return fmt.Errorf("no marker at %d on the standby", at)
 					}
 				}
-				dp, err := sadm.DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}}})
-				if err != nil {
-					return err
-				}
-				coordEpoch := int32(-1)
-				dp.EachProducer(func(p kadm.DescribedProducer) {
-					if p.ProducerID == pid {
-						coordEpoch = p.CoordinatorEpoch
-					}
-				})
-				w := kmsg.NewPtrWriteTxnMarkersRequest()
-				wm := kmsg.NewWriteTxnMarkersRequestMarker()
-				wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = pid, epoch, true, coordEpoch
-				wm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: topic, Partitions: []int32{0}}}
-				w.Markers = append(w.Markers, wm)
-				resp, err := w.RequestWith(ctx, newClient(t, s))
-				if err != nil {
-					return err
-				}
-				for _, rm := range resp.Markers {
-					for _, rt := range rm.Topics {
-						for _, rp := range rt.Partitions {
-							if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-								return fmt.Errorf("the resent marker: %w", err)
-							}
-						}
-					}
-				}
-				return nil
+				return resendCommit(ctx, t, s, topic, pid, epoch)
 			}
 			var once sync.Once
 			var hookErr error
@@ -213,4 +157,43 @@ func TestMirrorMarkerTwiceWhileCopying(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resendCommit writes the COMMIT marker of producer pid at epoch to
+// partition 0 of topic on cluster c again, as its transaction coordinator
+// would: WriteTxnMarkers with the coordinator epoch the partition's
+// producer state holds.
+func resendCommit(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, pid int64, epoch int16) error {
+	dp, err := kadm.NewClient(newClient(t, c)).DescribeProducers(ctx, kadm.TopicsSet{topic: {0: {}}})
+	if err != nil {
+		return err
+	}
+	coordEpoch := int32(-1)
+	dp.EachProducer(func(p kadm.DescribedProducer) {
+		if p.ProducerID == pid {
+			coordEpoch = p.CoordinatorEpoch
+		}
+	})
+	if coordEpoch < 0 {
+		return fmt.Errorf("the partition has no state for producer %d", pid)
+	}
+	w := kmsg.NewPtrWriteTxnMarkersRequest()
+	wm := kmsg.NewWriteTxnMarkersRequestMarker()
+	wm.ProducerID, wm.ProducerEpoch, wm.Committed, wm.CoordinatorEpoch = pid, epoch, true, coordEpoch
+	wm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: topic, Partitions: []int32{0}}}
+	w.Markers = append(w.Markers, wm)
+	resp, err := w.RequestWith(ctx, newClient(t, c))
+	if err != nil {
+		return err
+	}
+	for _, rm := range resp.Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return fmt.Errorf("the resent marker: %w", err)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -1064,12 +1064,9 @@ func (w *writer) waitOldest(ctx context.Context) error {
 		return fmt.Errorf("Produce at %d: %w %s", pp.base, perr, msg)
 	}
 	if rp.BaseOffset != pp.base {
-		if rp.BaseOffset > pp.base {
-			if err := w.markerTwiceAt(ctx, pp.base, "before the writer's next append"); err != nil {
-				return err
-			}
-		}
-		return w.halt(ErrOffsetMismatch, pp.base, "standby appended the batch %d..%d at offset %d%s", pp.base, pp.next-1, rp.BaseOffset, w.describeAt(ctx, pp.base))
+		return w.haltUnwritten(ctx, pp.base, "before the writer's next append", func(held string) error {
+			return w.halt(ErrOffsetMismatch, pp.base, "standby appended the batch %d..%d at offset %d%s", pp.base, pp.next-1, rp.BaseOffset, held)
+		})
 	}
 	w.acked = pp.next
 	w.m.metrics.batches.WithLabelValues(pp.kind).Inc()
@@ -1153,36 +1150,25 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	return nil
 }
 
-// markerTwiceAt returns the marker_twice halt when the standby holds at
-// offset the marker it holds at offset-1 (the writer's own, and the
-// source's there): the standby's coordinator wrote it again, found when
-// an offset the writer did not write appeared (when, for the message).
-// Else nil.
-func (w *writer) markerTwiceAt(ctx context.Context, offset int64, when string) error {
-	sb, err := w.batchAt(ctx, w.dst, offset)
-	if err != nil || sb == nil || !sb.IsControl() || sb.BaseOffset() != offset {
-		return nil
-	}
-	if twice, err := w.markerTwice(ctx, sb, offset); err != nil || !twice {
-		return nil
-	}
-	return w.halt(ErrMarkerTwice, offset, "standby has the transaction marker at %d again at %d, %s: the standby's coordinator wrote it twice; the standby is one offset ahead from %d, copy the topic again", offset-1, offset, when, offset)
-}
-
-// describeAt says what the standby holds at offset, for a halt's detail:
-// which batch took an offset the writer did not write (a marker written
-// twice by the coordinator is a control batch of the writer's own
-// producer, as the one before it).
-func (w *writer) describeAt(ctx context.Context, offset int64) string {
+// haltUnwritten halts a writer that found at offset a batch it did not
+// write (when says at which step). The marker the standby holds at
+// offset-1 again (the writer's own, and the source's there) is the
+// standby's coordinator writing it twice: marker_twice. Anything else is
+// the offset mismatch mismatch builds, given what the standby holds there
+// ("" when it cannot be read).
+func (w *writer) haltUnwritten(ctx context.Context, offset int64, when string, mismatch func(held string) error) error {
 	b, err := w.batchAt(ctx, w.dst, offset)
 	if err != nil || b == nil {
-		return ""
+		return mismatch("")
 	}
 	kind := "data"
 	if b.IsControl() {
 		kind = "a control batch"
+		if twice, err := w.markerTwice(ctx, b, offset); err == nil && twice {
+			return w.halt(ErrMarkerTwice, offset, "standby has the transaction marker at %d again at %d, %s: the standby's coordinator wrote it twice; the standby is one offset ahead from %d, copy the topic again", offset-1, offset, when, offset)
+		}
 	}
-	return fmt.Sprintf(" (at %d the standby holds %s of producer %d, epoch %d, from %d)", offset, kind, b.ProducerID(), b.ProducerEpoch(), b.BaseOffset())
+	return mismatch(fmt.Sprintf(" (at %d the standby holds %s of producer %d, epoch %d, from %d)", offset, kind, b.ProducerID(), b.ProducerEpoch(), b.BaseOffset()))
 }
 
 // waitEnd polls the standby's high watermark until it reaches want.
@@ -1198,10 +1184,9 @@ func (w *writer) waitEnd(ctx context.Context, want int64) error {
 		case hw == want:
 			return nil
 		case hw > want:
-			if err := w.markerTwiceAt(ctx, want, "just after the writer ended its transaction"); err != nil {
-				return err
-			}
-			return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker%s", hw, want, w.describeAt(ctx, want))
+			return w.haltUnwritten(ctx, want, "just after the writer ended its transaction", func(held string) error {
+				return w.halt(ErrOffsetMismatch, want-1, "standby end moved to %d, expected %d after a transaction marker%s", hw, want, held)
+			})
 		case time.Now().After(deadline):
 			return fmt.Errorf("transaction marker at %d not in the standby log after a minute", want-1)
 		}

@@ -362,7 +362,7 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 			out, release, err = ur.finish(c.ctx)
 		}
 	}
-	if err == nil && r.req.write && forcedAwayKeys[r.req.hdr.Key] && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+	if err == nil && r.req.write && refusedAfterForced(r.req.hdr.Key) && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
 		if release != nil {
 			release()
 		}

@@ -163,15 +163,10 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	req.kr = kr
 	if req.heldTooLong {
 		s.metrics.heldTooLong.Inc()
-		if p, ok := kr.(*kmsg.ProduceRequest); ok {
-			if p.Acks == 0 {
-				return nil, nil
-			}
-			// Unwritten: an idempotent producer's later batches wait
-			// for these, which the client sends again.
-			s.remapped.refuseUnwritten(s.routes.Current().Generation, p, func(int, int32) bool { return true })
+		if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
+			return nil, nil
 		}
-		return localReply(req, errorResponse(kr, upstreamErrorCode(kr), "ferry: "+errHeldTooLong.Error())), nil
+		return localReply(req, s.unwrittenAnswer(req, "ferry: "+errHeldTooLong.Error())), nil
 	}
 	whole, part := s.enforcePolicy(c, req, kr)
 	if whole != nil {

@@ -143,12 +143,11 @@ func (s *Server) Settled(ctx context.Context) error {
 	return nil
 }
 
-// forcedAwayKeys are the writes whose answers a forced switch refuses once
-// it holds (State.ForcedFrom): the records and committed offsets a client
-// would count on.
-var forcedAwayKeys = map[int16]bool{
-	int16(kmsg.Produce):      true,
-	int16(kmsg.OffsetCommit): true,
+// refusedAfterForced reports whether the answers to writes of key are
+// refused once a forced switch holds (State.ForcedFrom): the records and
+// committed offsets a client would count on.
+func refusedAfterForced(key int16) bool {
+	return key == int16(kmsg.Produce) || key == int16(kmsg.OffsetCommit)
 }
 
 // reasonForcedSwitch counts the answers refused so (ferry_refusals_total).
@@ -157,14 +156,22 @@ const reasonForcedSwitch = "forced_switch"
 // forcedAway is the answer to a write sent under a generation a forced
 // switch has since left, in place of the old cluster's: that cluster may
 // have taken it after the switch stopped the mirror, past the ranges the
-// switch reports lost, and it will not be copied. Its API's retriable
-// error: the client sends it again, held until the new generation is
-// installed, and written to the new active cluster. A produce's later
-// batches wait for it as for one held too long.
+// switch reports lost, and it will not be copied. The client sends it
+// again, held until the new generation is installed, and written to the
+// new active cluster.
 func (s *Server) forcedAway(req *request) ([]byte, func()) {
 	s.metrics.refused(req.hdr.Key, reasonForcedSwitch)
+	return encodeResponse(req, s.unwrittenAnswer(req, "ferry: the active cluster was switched away from by force; send it again"))
+}
+
+// unwrittenAnswer is the answer to a write Ferry did not let through (held
+// too long, or answered by a cluster a forced switch left): its API's
+// retriable error with msg. A produce's batches are noted unwritten, so
+// that an idempotent producer's later batches wait for them, which the
+// client sends again.
+func (s *Server) unwrittenAnswer(req *request, msg string) kmsg.Response {
 	if p, ok := req.kr.(*kmsg.ProduceRequest); ok {
 		s.remapped.refuseUnwritten(s.routes.Current().Generation, p, func(int, int32) bool { return true })
 	}
-	return encodeResponse(req, errorResponse(req.kr, upstreamErrorCode(req.kr), "ferry: the active cluster was switched away from by force; send it again"))
+	return errorResponse(req.kr, upstreamErrorCode(req.kr), msg)
 }

@@ -169,45 +169,57 @@ func (l *Lease) renew(ctx context.Context) {
 		// this one: only a read of every cluster can tell. Take the
 		// newest if so; serve this generation again only when every
 		// cluster was read and none holds a newer one.
-		newer, all := l.readEvery(ctx, cur)
-		if newer.Generation > cur.Generation {
-			if l.table.Advance(newer) {
-				l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", newer))
-			}
+		advanced, all := l.takeNewerOrServe(ctx, cur, "the switch that held writes was abandoned past its deadline; serving again")
+		if advanced {
 			return
 		}
 		if !all {
 			l.fail("a switch's draining state outlived the switch, but not every cluster could be read to tell whether it flipped; the write lease is not renewed", zap.Stringer("saved", st))
 			return
 		}
-		if cur.Phase != PhaseServing {
-			back := cur
-			back.Phase = PhaseServing
-			if l.table.Update(back) {
-				l.log.Warn("the switch that held writes was abandoned past its deadline; serving again", zap.Stringer("routing", back))
-			}
-		}
 	case l.forcedHoldAbandoned(cur):
 		// The forced switch that holds this member's writes saves
 		// nothing until it flips: held past any forced switch's run,
-		// it died. Take the generation it saved, if it did; else serve
-		// this one again, once every cluster was read.
-		newer, all := l.readEvery(ctx, cur)
-		if newer.Generation > cur.Generation {
-			if l.table.Advance(newer) {
-				l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", newer))
-			}
+		// it died.
+		if advanced, _ := l.takeNewerOrServe(ctx, cur, "the forced switch that held writes never flipped; serving again"); advanced {
 			return
-		}
-		if all {
-			back := cur
-			back.Phase = PhaseServing
-			if l.table.Update(back) {
-				l.log.Warn("the forced switch that held writes never flipped; serving again", zap.Stringer("routing", back))
-			}
 		}
 	}
 	l.extend(sent)
+}
+
+// takeNewerOrServe reads every cluster for a switch that can no longer
+// flip. It may have saved the next generation somewhere before it went:
+// a newer generation found on any cluster is installed (advanced).
+// Otherwise, once every cluster was read (all), a member still holding
+// writes for it serves its generation again, logged as why.
+func (l *Lease) takeNewerOrServe(ctx context.Context, cur State, why string) (advanced, all bool) {
+	newer, all := l.readEvery(ctx, cur)
+	if newer.Generation > cur.Generation {
+		if l.table.Advance(newer) {
+			l.log.Warn("installed a newer routing state found on the clusters; this member missed the switch", zap.Stringer("routing", newer))
+		}
+		return true, all
+	}
+	if all && cur.Phase != PhaseServing {
+		back := cur
+		back.Phase = PhaseServing
+		if l.table.Update(back) {
+			l.log.Warn(why, zap.Stringer("routing", back))
+		}
+	}
+	return false, all
+}
+
+// seenSince is when this member first saw key in seen (its own clock):
+// now, if seen held another key, which key replaces.
+func (l *Lease) seenSince(seen *drainingSeen, key string, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seen.key != key {
+		*seen = drainingSeen{key: key, since: now}
+	}
+	return seen.since
 }
 
 // forcedHoldAbandonedAfter is how long a member holds writes for a forced
@@ -224,12 +236,7 @@ func (l *Lease) forcedHoldAbandoned(cur State) bool {
 		key = fmt.Sprintf("%d %s", cur.Generation, cur.SwitchID())
 	}
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.forcedHold.key != key {
-		l.forcedHold = drainingSeen{key: key, since: now}
-	}
-	return key != "" && now.Sub(l.forcedHold.since) > forcedHoldAbandonedAfter
+	return key != "" && now.Sub(l.seenSince(&l.forcedHold, key, now)) > forcedHoldAbandonedAfter
 }
 
 // watchElsewhere reads every cluster once a lease, and installs a newer
@@ -284,13 +291,7 @@ func (l *Lease) lookElsewhere(ctx context.Context) bool {
 func (l *Lease) abandoned(st State) bool {
 	key, timeout := drainingKey(st)
 	now := l.now()
-	l.mu.Lock()
-	if l.draining.key != key {
-		l.draining = drainingSeen{key: key, since: now}
-	}
-	since := l.draining.since
-	l.mu.Unlock()
-	return key != "" && timeout > 0 && now.Sub(since) > timeout+abandonedAfter
+	return key != "" && timeout > 0 && now.Sub(l.seenSince(&l.draining, key, now)) > timeout+abandonedAfter
 }
 
 // drainingKey identifies the switch that saved st (equal readings of the

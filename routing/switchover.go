@@ -482,15 +482,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 		log.Warn("writes held on the members reached; some had writes still in flight to the old cluster, or were not reached", zap.Error(err))
 	}
 	cancel()
-	mark("hold")
-	// The hold is released by the install, or on a failed save below.
-	release := func(back State) {
-		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := s.members.Install(ictx, back); err != nil {
-			log.Error("releasing held writes after the forced switch failed", zap.Error(err))
-		}
-	}
+	mark("hold") // released by the install, or on a failed save below
 	var ends map[string][]int64
 	if s.mirror != nil {
 		ends, sw.Lost = positions(s.mirror.Stop())
@@ -523,7 +515,12 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 		// after all, a restarted member routes there, as was asked.
 		back.Voided = voidGeneration(back.Voided, next.Generation)
 		s.table.Update(back)
-		release(back)
+		// A fresh context: the caller's may be what ended.
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := s.members.Install(ictx, back); err != nil {
+			log.Error("releasing held writes after the forced switch failed", zap.Error(err))
+		}
 		return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the new routing state on " + sw.To + ": " + err.Error()}
 	}
 	return s.install(next, log)

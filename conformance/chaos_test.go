@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	ferryadmin "github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/chaos"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/verifiable"
@@ -542,24 +543,27 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 	}
 	var deleted []string
 	restarts := 0
-	// Caught up for 10 s on end: a writer of the new direction that has
-	// not yet compared the old cluster's tail with the source reports
-	// caught up until it does.
-	var settled time.Time
+	// Repaired when every partition reports caught up at a poll 10 s or
+	// more after the last restart, none halted meanwhile: a writer of the
+	// new direction that has not yet compared the old cluster's tail with
+	// the source reports caught up until it does, and halts within those
+	// 10 s if they differ. Not 10 s of caught up without a break: the
+	// mirror copies decided records only, so under the copy loop's
+	// transactions some partition waits at an open transaction at almost
+	// every poll.
+	quiet := time.Now()
+	var last ferryadmin.MirrorStatus
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the old active cluster %s not repaired within 3 minutes of the forced switch (topics deleted: %v, restarts %d)", old, deleted, restarts)
+			t.Fatalf("the old active cluster %s not repaired within 3 minutes of the forced switch (topics deleted: %v, restarts %d); the mirror last said: %s",
+				old, deleted, restarts, notCaughtUp(last))
 		}
 		st, err := fl.ms[0].mirrorStatus(ctx)
 		if err != nil {
 			continue
 		}
-		if !st.Summary.AllCaughtUp {
-			settled = time.Time{}
-		} else if settled.IsZero() {
-			settled = time.Now()
-		}
-		if !settled.IsZero() && time.Since(settled) >= 10*time.Second {
+		last = st
+		if st.Summary.AllCaughtUp && time.Since(quiet) >= 10*time.Second {
 			return fmt.Sprintf("repaired: %d topics deleted on %s and copied again %v, %d restarts of the halted", len(deleted), old, deleted, restarts)
 		}
 		// A topic is deleted only once every partition of it is halted
@@ -595,7 +599,19 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 			t.Logf("restarting the halted mirror partitions: %v", err)
 		}
 		restarts++
+		quiet = time.Now()
 	}
+}
+
+// notCaughtUp says which partitions of st are not caught up, and why.
+func notCaughtUp(st ferryadmin.MirrorStatus) string {
+	var out []string
+	for _, p := range st.Partitions {
+		if p.State != "caught_up" {
+			out = append(out, fmt.Sprintf("%s[%d] %s, lag %d %s", p.Topic, p.Partition, p.State, p.LagRecords, p.Error))
+		}
+	}
+	return fmt.Sprintf("running %v, %d partitions: %s", st.Running, len(st.Partitions), strings.Join(out, "; "))
 }
 
 // waitRecreated waits up to a minute until the mirror's sync has created

@@ -39,6 +39,8 @@ type clientConn struct {
 	replies chan *reply
 	mem     *connMem // the bytes it holds, against the budgets
 
+	writeWaits writeWaits // the writer's, for answers to writes (forced_wait.go)
+
 	// upsMu guards ups and fetchUps (lease.go): the reader leases and
 	// sends under it; the writer and the server's lease loop return what
 	// has nothing in flight.
@@ -353,7 +355,22 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 			return n, err
 		}
 	}
-	out, release, err := r.finish(c.ctx)
+	// A write a forced switch may refuse waits under its generation's
+	// context, which the switch's hold ends (forced_wait.go): refused
+	// then, the old cluster's answer not awaited.
+	ctx, forceable := c.ctx, r.req.write && refusedAfterForced(r.req.hdr.Key)
+	var out []byte
+	var release func()
+	var err error
+	if forceable {
+		ctx = c.writeCtx(r.req.state.Generation)
+	}
+	if !forceable || !c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+		out, release, err = r.finish(ctx)
+		if err != nil && forceable && ctx.Err() != nil && c.ctx.Err() == nil && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+			out, release, err = nil, nil, nil // refused below
+		}
+	}
 	if err != nil && c.ctx.Err() == nil && r.req.kr != nil {
 		// The upstream failed with the request in flight: its outcome
 		// is unknown, as it would be to a client whose broker died, and
@@ -362,7 +379,7 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 			out, release, err = ur.finish(c.ctx)
 		}
 	}
-	if err == nil && r.req.write && refusedAfterForced(r.req.hdr.Key) && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+	if err == nil && forceable && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
 		if release != nil {
 			release()
 		}

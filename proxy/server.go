@@ -233,6 +233,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goTracked(s.refreshLoop)
 	s.goTracked(s.leaseLoop)
 	s.goTracked(s.warmLoop)
+	s.goTracked(s.forcedLoop)
 	return nil
 }
 

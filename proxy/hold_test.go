@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -47,6 +48,64 @@ func TestHeldTooLongAnsweredRetriable(t *testing.T) {
 	}
 }
 
+// forcedFixture is Ferry routing to cluster a, whose first Produce is
+// paused until release is closed (entered says it arrived), with b to be
+// forced to.
+type forcedFixture struct {
+	a, b             *kfake.Cluster
+	s                *Server
+	table            *routing.Table
+	c                net.Conn
+	entered, release chan struct{}
+	forced           *routing.Switch
+}
+
+func newForcedFixture(t *testing.T) *forcedFixture {
+	f := &forcedFixture{
+		a:       newKfake(t, 1, kfake.SeedTopics(1, "t")),
+		b:       newKfake(t, 1, kfake.SeedTopics(1, "t")),
+		entered: make(chan struct{}, 1),
+		release: make(chan struct{}),
+		table:   routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing}),
+		forced:  &routing.Switch{ID: "f", Mode: routing.Forced, From: "a", To: "b"},
+	}
+	f.a.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		f.a.KeepControl()
+		select {
+		case f.entered <- struct{}{}:
+			f.a.SleepControl(func() { <-f.release }) // the broker paused
+		default:
+		}
+		return nil, nil, false
+	})
+	var addr string
+	f.s, addr = startFerry(t, f.a.ListenAddrs(), WithRoutingTable(f.table),
+		WithClusters(Cluster{Name: "a", Bootstrap: f.a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: f.b.ListenAddrs(), MirrorTarget: true}))
+	f.c = dialRaw(t, addr)
+	f.c.SetDeadline(time.Now().Add(30 * time.Second))
+	return f
+}
+
+// hold waits for the paused produce to reach a, then holds for the forced
+// switch.
+func (f *forcedFixture) hold(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the produce never reached the old cluster")
+	}
+	f.table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseSwitching, Last: f.forced})
+}
+
+// install installs the forced switch's generation 1, b active.
+func (f *forcedFixture) install() {
+	from := uint32(0)
+	done := *f.forced
+	done.Outcome, done.FromGeneration = routing.OutcomeSwitched, &from
+	f.table.Update(routing.State{Generation: 1, Active: "b", Phase: routing.PhaseServing, Last: &done})
+}
+
 // TestWriteInFlightRefusedAtAForcedHold: an idempotent producer's batch in
 // flight to the old cluster when a forced switch holds is answered at once,
 // refused (retriable), while that cluster's broker is still paused, not
@@ -57,24 +116,9 @@ func TestHeldTooLongAnsweredRetriable(t *testing.T) {
 // to two minutes). The next batch waits behind it instead, and the two are
 // written in order.
 func TestWriteInFlightRefusedAtAForcedHold(t *testing.T) {
-	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	a.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		a.KeepControl()
-		select {
-		case entered <- struct{}{}:
-			a.SleepControl(func() { <-release }) // the broker paused
-		default:
-		}
-		return nil, nil, false
-	})
-	defer close(release)
-	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing})
-	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
-	c := dialRaw(t, addr)
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	f := newForcedFixture(t)
+	defer close(f.release)
+	s, b, c := f.s, f.b, f.c
 
 	init := kmsg.NewPtrInitProducerIDRequest()
 	init.Version = maxVersion(t, s, kmsg.InitProducerID)
@@ -90,13 +134,7 @@ func TestWriteInFlightRefusedAtAForcedHold(t *testing.T) {
 
 	answered := make(chan kmsg.ProduceResponseTopicPartition, 1)
 	go func() { answered <- produce(2, 0, "first") }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the produce never reached the old cluster")
-	}
-	forced := &routing.Switch{ID: "f", Mode: routing.Forced, From: "a", To: "b"}
-	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseSwitching, Last: forced})
+	f.hold(t)
 	select {
 	case p := <-answered:
 		if p.ErrorCode != kerr.NotLeaderForPartition.Code {
@@ -109,10 +147,7 @@ func TestWriteInFlightRefusedAtAForcedHold(t *testing.T) {
 		t.Fatalf("ferry_refusals_total{api=Produce,reason=forced_switch} = %v, want 1", n)
 	}
 
-	from := uint32(0)
-	done := *forced
-	done.Outcome, done.FromGeneration = routing.OutcomeSwitched, &from
-	table.Update(routing.State{Generation: 1, Active: "b", Phase: routing.PhaseServing, Last: &done})
+	f.install()
 	if p := produce(3, 1, "second"); p.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the next batch before the refused one is sent again: %v at %d, want OUT_OF_ORDER_SEQUENCE_NUMBER (wait behind it)", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}
@@ -135,34 +170,13 @@ func TestWriteInFlightRefusedAtAForcedHold(t *testing.T) {
 // client's retry, once the forced switch installs, is written on the new
 // active cluster.
 func TestAnswerAfterAForcedSwitchHeldRefused(t *testing.T) {
-	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	a.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		a.KeepControl()
-		select {
-		case entered <- struct{}{}:
-			a.SleepControl(func() { <-release }) // the broker paused
-		default:
-		}
-		return nil, nil, false
-	})
-	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing})
-	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
-	c := dialRaw(t, addr)
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	f := newForcedFixture(t)
+	s, a, b, c := f.s, f.a, f.b, f.c
 
 	answered := make(chan kmsg.ProduceResponseTopicPartition, 1)
 	go func() { answered <- rawProduce(t, c, "t", 1) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the produce never reached the old cluster")
-	}
-	forced := &routing.Switch{ID: "f", Mode: routing.Forced, From: "a", To: "b"}
-	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseSwitching, Last: forced})
-	close(release)
+	f.hold(t)
+	close(f.release)
 	if p := <-answered; p.ErrorCode != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("the old cluster's late answer was passed on: %v at %d, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}
@@ -173,10 +187,7 @@ func TestAnswerAfterAForcedSwitchHeldRefused(t *testing.T) {
 		t.Fatalf("ferry_refusals_total{api=Produce,reason=forced_switch} = %v, want 1", n)
 	}
 
-	from := uint32(0)
-	done := *forced
-	done.Outcome, done.FromGeneration = routing.OutcomeSwitched, &from
-	table.Update(routing.State{Generation: 1, Active: "b", Phase: routing.PhaseServing, Last: &done})
+	f.install()
 	if p := rawProduce(t, c, "t", 2); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("the retry after the forced switch: %v at %d, want offset 0 on the new cluster", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}

@@ -139,8 +139,9 @@ func WithRoutingTable(t *routing.Table) Option { return func(c *config) { c.rout
 
 // WriteLease is a fleet member's permission to write (routing.Lease).
 type WriteLease interface {
-	// Valid reports whether writes may be forwarded now.
-	Valid() bool
+	// Left is how long writes may still be forwarded from now; 0 or
+	// less: not now.
+	Left() time.Duration
 	// Changed returns a channel closed at the next renewal.
 	Changed() <-chan struct{}
 }

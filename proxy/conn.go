@@ -424,10 +424,10 @@ var errLeaseLapsed = errors.New("the member's write lease lapsed before the writ
 // write (req.write) is sent only while the member's write lease holds.
 func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*pending, error) {
 	u := req.up
-	var gate func() bool
+	var gate func() time.Duration
 	if req.write && c.s.cfg.lease != nil {
-		gate = c.s.cfg.lease.Valid
-		if !gate() {
+		gate = c.s.cfg.lease.Left
+		if gate() <= 0 {
 			return nil, errLeaseLapsed
 		}
 	}

@@ -94,7 +94,7 @@ func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error)
 			renewed = lease.Changed()
 		}
 		st := s.routes.Current()
-		if !holds(st.Phase, key) && (lease == nil || lease.Valid()) {
+		if !holds(st.Phase, key) && (lease == nil || lease.Left() > 0) {
 			return st, nil
 		}
 		s.writes.Add(-1)

@@ -13,7 +13,7 @@ import (
 // deadlineLease is in force until a time that the test moves.
 type deadlineLease struct{ until atomic.Int64 }
 
-func (l *deadlineLease) Valid() bool              { return time.Now().UnixNano() < l.until.Load() }
+func (l *deadlineLease) Left() time.Duration      { return time.Until(time.Unix(0, l.until.Load())) }
 func (l *deadlineLease) Changed() <-chan struct{} { return make(chan struct{}) }
 
 // TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed: a produce passes
@@ -55,5 +55,43 @@ func TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed(t *testing.T) {
 	}
 	if o := endOffset(t, kf, "t"); o != 0 {
 		t.Fatalf("the cluster's end offset is %d: the write was sent after the member's lease lapsed", o)
+	}
+}
+
+// TestWritePausedPastTheLeaseNotSent: a produce checked against the write
+// lease with 300 ms left, then held up just before its upstream write (a
+// member paused by SIGSTOP there) until the lease has lapsed, is not
+// written: the write's deadline is what the lease had left, so it fails,
+// and the client gets a retriable error. Before, the write went out on
+// waking with the usual 30 s deadline — in the fleet test with a member
+// paused through a planned switch, a produce landed on the old cluster
+// after the flip and the mirror of the new direction halted diverged.
+func TestWritePausedPastTheLeaseNotSent(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	lease := &deadlineLease{}
+	lease.until.Store(time.Now().Add(time.Hour).UnixNano())
+	_, addr := startFerry(t, kf.ListenAddrs(), WithWriteLease(lease))
+	c := dialRaw(t, addr)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if p := rawProduce(t, c, "t", 1); p.ErrorCode != 0 {
+		t.Fatalf("the first produce, the lease in force: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+
+	var paused atomic.Bool
+	testHookBeforeUpstreamWrite = func(gated bool) {
+		if gated && paused.CompareAndSwap(false, true) {
+			time.Sleep(700 * time.Millisecond) // the member stopped, woken past its lease
+		}
+	}
+	t.Cleanup(func() { testHookBeforeUpstreamWrite = nil })
+	lease.until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+	if e := kerr.ErrorForCode(rawProduce(t, c, "t", 2).ErrorCode); e == nil || !kerr.IsRetriable(e) {
+		t.Fatalf("the produce paused past the lease was answered %v, want a retriable error", e)
+	}
+	if !paused.Load() {
+		t.Fatal("the produce never reached its upstream write")
+	}
+	if o := endOffset(t, kf, "t"); o != 1 {
+		t.Fatalf("the cluster's end offset is %d, want 1: the write was sent after the member's lease lapsed", o)
 	}
 }

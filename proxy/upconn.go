@@ -383,28 +383,47 @@ func (c *upConn) quiet() bool {
 // open at the last moment it can still be held back: once its pending
 // answer is queued it must be written. Until then it may wait (for the
 // connection's lock, for room in flight), and the gate is asked again
-// after each wait.
-func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func() bool) (*pending, error) {
+// after each wait. The gate says how long the lease has left, and the
+// frame's write gets no longer: a member paused (SIGSTOP) between the last
+// check and the write, past the lease, and woken after a switch flipped
+// meanwhile must not write to the old cluster then (the fleet test with a
+// paused member: a produce written there after the flip, the mirror of the
+// new direction halted diverged). The write fails, the connection closes,
+// and the client gets a retriable error. What remains is a pause inside
+// the write system call's own few instructions.
+func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func() time.Duration) (*pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.alive() {
 		return nil, c.err
 	}
 	var p *pending
+	limit := 30 * time.Second
 	if expectResponse {
 		p = &pending{corr: c.corr + 1, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
-		if err := c.queue(p, gate); err != nil {
+		left, err := c.queue(p, gate)
+		if err != nil {
 			return nil, err
 		}
-	} else if gate != nil && !gate() {
-		return nil, errLeaseLapsed
+		if gate != nil {
+			limit = min(limit, left)
+		}
+	} else if gate != nil {
+		left := gate()
+		if left <= 0 {
+			return nil, errLeaseLapsed
+		}
+		limit = min(limit, left)
 	}
 	c.corr++
 	protocol.SetCorrelationID(frame, c.corr)
 	var size [4]byte
 	binary.BigEndian.PutUint32(size[:], uint32(len(frame)))
 	bufs := net.Buffers{size[:], frame}
-	c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	c.nc.SetWriteDeadline(time.Now().Add(limit))
+	if testHookBeforeUpstreamWrite != nil {
+		testHookBeforeUpstreamWrite(gate != nil)
+	}
 	if _, err := bufs.WriteTo(c.nc); err != nil {
 		c.close(fmt.Errorf("broker %d: write: %w", c.pool.broker, err))
 		return nil, c.err
@@ -416,32 +435,39 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 // gate again.
 const gatePoll = time.Millisecond
 
+// testHookBeforeUpstreamWrite, if set, runs just before a frame is written
+// upstream, told whether it is a write under the lease (tests pause the
+// member there).
+var testHookBeforeUpstreamWrite func(gated bool)
+
 // queue puts p among the answers awaited. Under a gate, only while the gate
-// is open when p goes in: a full queue is waited on gatePoll at a time,
-// asking the gate again before each try.
-func (c *upConn) queue(p *pending, gate func() bool) error {
+// is open when p goes in (it returns what the gate said was left then): a
+// full queue is waited on gatePoll at a time, asking the gate again before
+// each try.
+func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, error) {
 	if gate == nil {
 		select {
 		case c.inflight <- p:
-			return nil
+			return 0, nil
 		case <-c.dead:
-			return c.err
+			return 0, c.err
 		}
 	}
 	for {
-		if !gate() {
-			return errLeaseLapsed
+		left := gate()
+		if left <= 0 {
+			return 0, errLeaseLapsed
 		}
 		select {
 		case c.inflight <- p:
-			return nil
+			return left, nil
 		case <-c.dead:
-			return c.err
+			return 0, c.err
 		default:
 		}
 		select {
 		case <-c.dead:
-			return c.err
+			return 0, c.err
 		case <-time.After(gatePoll):
 		}
 	}

@@ -19,10 +19,13 @@ type switchLease struct {
 	changed chan struct{}
 }
 
-func (l *switchLease) Valid() bool {
+func (l *switchLease) Left() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.valid
+	if l.valid {
+		return time.Hour
+	}
+	return 0
 }
 
 func (l *switchLease) Changed() <-chan struct{} {
@@ -101,11 +104,14 @@ type lapsingLease struct {
 	n  int
 }
 
-func (l *lapsingLease) Valid() bool {
+func (l *lapsingLease) Left() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n--
-	return l.n >= 0
+	if l.n >= 0 {
+		return time.Hour
+	}
+	return 0
 }
 
 func (l *lapsingLease) Changed() <-chan struct{} { return make(chan struct{}) }

@@ -91,9 +91,17 @@ func NewLease(table *Table, store LeaseStore, ttl time.Duration, log *zap.Logger
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Valid reports whether the lease is in force now.
-func (l *Lease) Valid() bool {
+func (l *Lease) Valid() bool { return l.Left() > 0 }
+
+// Left is how long the lease stays in force from now: 0 or less when it
+// is not. A write sent under it is given no longer to reach its broker
+// (proxy: the upstream write's deadline).
+func (l *Lease) Left() time.Duration {
 	d := l.deadline.Load()
-	return d != 0 && l.now().Sub(l.base) < time.Duration(d)
+	if d == 0 {
+		return 0
+	}
+	return time.Duration(d) - l.now().Sub(l.base)
 }
 
 // Changed returns a channel closed at the next renewal: what a write

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -65,7 +66,14 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 		return kerr.ErrorForCode(resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode)
 	}
 	for seq := range int32(5) {
-		if err := produce(0, seq); err != nil {
+		err := produce(0, seq)
+		// A topic just created: its broker may not host the partition
+		// yet, and these raw requests are not retried by a client.
+		for deadline := time.Now().Add(30 * time.Second); seq == 0 && errors.Is(err, kerr.UnknownTopicOrPartition) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			err = produce(0, seq)
+		}
+		if err != nil {
 			t.Fatalf("v%d before the switch: %v", seq, err)
 		}
 	}

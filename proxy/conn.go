@@ -356,34 +356,26 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		}
 	}
 	// A write a forced switch may refuse waits under its generation's
-	// context, which the switch's hold ends (forced_wait.go): refused
-	// then, the old cluster's answer not awaited.
+	// context, which the switch ends (forced_wait.go): refused then,
+	// whatever the old cluster answers, or before it does.
 	ctx, forceable := c.ctx, r.req.write && refusedAfterForced(r.req.hdr.Key)
-	var out []byte
-	var release func()
-	var err error
 	if forceable {
 		ctx = c.writeCtx(r.req.state.Generation)
 	}
-	if !forceable || !c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
-		out, release, err = r.finish(ctx)
-		if err != nil && forceable && ctx.Err() != nil && c.ctx.Err() == nil && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
-			out, release, err = nil, nil, nil // refused below
+	out, release, err := r.finish(ctx)
+	if forceable && c.ctx.Err() == nil && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
+		if release != nil {
+			release()
 		}
-	}
-	if err != nil && c.ctx.Err() == nil && r.req.kr != nil {
+		out, release = c.s.forcedAway(r.req)
+		err = nil
+	} else if err != nil && c.ctx.Err() == nil && r.req.kr != nil {
 		// The upstream failed with the request in flight: its outcome
 		// is unknown, as it would be to a client whose broker died, and
 		// the client retries on the error the broker's absence means.
 		if ur := c.s.upstreamFailed(c, r.req, err); ur != nil {
 			out, release, err = ur.finish(c.ctx)
 		}
-	}
-	if err == nil && forceable && c.s.routes.Current().ForcedFrom(r.req.state.Generation) {
-		if release != nil {
-			release()
-		}
-		out, release = c.s.forcedAway(r.req)
 	}
 	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
 	if err != nil {

@@ -23,13 +23,22 @@ import (
 
 // writeWaits are a connection's contexts for waiting on the answers to its
 // writes, one per generation: a forced switch that leaves a generation
-// cancels its context (forcedLoop). Made once per generation; at most
-// maxWriteWaits are kept (the oldest cancelled: a write waiting under it
-// fails as if its broker had gone, retriable).
+// cancels its context (forcedLoop), and a write of a generation already
+// left waits under one cancelled from the start. Made once per
+// generation; at most maxWriteWaits are kept (the oldest cancelled: a
+// write waiting under it fails as if its broker had gone, retriable).
 type writeWaits struct {
-	mu    sync.Mutex
-	byGen []genWait
+	mu      sync.Mutex
+	byGen   []genWait
+	through uint32 // generations below it were left by a forced switch
 }
+
+// cancelled is the context of writes whose generation was already left.
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 type genWait struct {
 	gen    uint32
@@ -45,6 +54,9 @@ func (c *clientConn) writeCtx(gen uint32) context.Context {
 	w := &c.writeWaits
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if gen < w.through {
+		return cancelled
+	}
 	for _, g := range w.byGen {
 		if g.gen == gen {
 			return g.ctx
@@ -64,6 +76,7 @@ func (c *clientConn) forcedFrom(gen uint32) {
 	w := &c.writeWaits
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.through = max(w.through, gen+1)
 	kept := w.byGen[:0]
 	for _, g := range w.byGen {
 		if g.gen <= gen {

@@ -398,29 +398,24 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 		return nil, c.err
 	}
 	var p *pending
-	limit := 30 * time.Second
+	left := upstreamWriteTimeout // without a gate
 	if expectResponse {
 		p = &pending{corr: c.corr + 1, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
-		left, err := c.queue(p, gate)
-		if err != nil {
+		var err error
+		if left, err = c.queue(p, gate); err != nil {
 			return nil, err
 		}
-		if gate != nil {
-			limit = min(limit, left)
-		}
 	} else if gate != nil {
-		left := gate()
-		if left <= 0 {
+		if left = gate(); left <= 0 {
 			return nil, errLeaseLapsed
 		}
-		limit = min(limit, left)
 	}
 	c.corr++
 	protocol.SetCorrelationID(frame, c.corr)
 	var size [4]byte
 	binary.BigEndian.PutUint32(size[:], uint32(len(frame)))
 	bufs := net.Buffers{size[:], frame}
-	c.nc.SetWriteDeadline(time.Now().Add(limit))
+	c.nc.SetWriteDeadline(time.Now().Add(min(left, upstreamWriteTimeout)))
 	if testHookBeforeUpstreamWrite != nil {
 		testHookBeforeUpstreamWrite(gate != nil)
 	}
@@ -435,20 +430,23 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 // gate again.
 const gatePoll = time.Millisecond
 
+// upstreamWriteTimeout bounds the write of one frame upstream.
+const upstreamWriteTimeout = 30 * time.Second
+
 // testHookBeforeUpstreamWrite, if set, runs just before a frame is written
 // upstream, told whether it is a write under the lease (tests pause the
 // member there).
 var testHookBeforeUpstreamWrite func(gated bool)
 
 // queue puts p among the answers awaited. Under a gate, only while the gate
-// is open when p goes in (it returns what the gate said was left then): a
-// full queue is waited on gatePoll at a time, asking the gate again before
-// each try.
+// is open when p goes in (it returns what the gate said was left then,
+// upstreamWriteTimeout without one): a full queue is waited on gatePoll at
+// a time, asking the gate again before each try.
 func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, error) {
 	if gate == nil {
 		select {
 		case c.inflight <- p:
-			return 0, nil
+			return upstreamWriteTimeout, nil
 		case <-c.dead:
 			return 0, c.err
 		}

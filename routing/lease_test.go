@@ -207,7 +207,8 @@ func TestLeaseAdoptsMissedSwitch(t *testing.T) {
 // TestSwitchWaitsOutLeases: with write leases, a planned switch saves the
 // draining state before holding anyone, and when the next generation lands
 // the lease of a member the hold never reached, renewing all along from
-// the same store, has ended.
+// the same store, has ended; the mirror drains once more after that lease
+// ended, so what that member wrote in its last moments is copied.
 func TestSwitchWaitsOutLeases(t *testing.T) {
 	store := newMemStore()
 	store.set("a", State{Generation: 0, Active: "a"})
@@ -232,6 +233,8 @@ func TestSwitchWaitsOutLeases(t *testing.T) {
 
 	var saved []string
 	var validAtFlip *bool
+	var drainedAfterLease bool // the last drain began with the lease over
+	sc.onDrain = func() { drainedAfterLease = !cut.Valid() }
 	store.onSave = func(st State) {
 		saved = append(saved, string(st.Phase))
 		if st.Generation == 1 {
@@ -253,6 +256,9 @@ func TestSwitchWaitsOutLeases(t *testing.T) {
 	}
 	if validAtFlip == nil || *validAtFlip {
 		t.Fatal("a member the switch did not reach still held its write lease when the next generation was saved")
+	}
+	if !drainedAfterLease {
+		t.Fatalf("calls %v: the last drain began while a member the switch did not reach could still write to the old cluster", sc.calls)
 	}
 	if sc.calls[0] != "hold draining" {
 		t.Fatalf("first call %q: the draining state must be saved before anyone holds", sc.calls[0])

@@ -155,8 +155,9 @@ func (e *Error) Error() string {
 // Switcher runs switches of the active cluster, one at a time.
 //
 // Planned: hold writes on every member (EndTxn aside) → drain the mirror →
-// hold EndTxn too → drain what ending transactions added → copy the
-// groups' committed offsets → stop the mirror → save the next generation
+// hold EndTxn too → drain what ending transactions added → (in a fleet)
+// wait out the write leases and drain again → copy the groups' committed
+// offsets → stop the mirror → save the next generation
 // durably → install it on every member (which releases the held writes to
 // the new active cluster) → start the mirror the other way. A drain that
 // times out rolls back: the writes are released to the old cluster.
@@ -415,18 +416,26 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		return rollback(err)
 	}
 	mark("hold_endtxn_and_drain_again")
-	if err := s.mirror.SyncGroups(dctx); err != nil {
-		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
-	}
-	mark("sync_groups")
 	if s.lease > 0 {
 		// A member the hold did not reach may write until its lease
-		// ends.
+		// ends, and what it wrote must be copied too: drained once
+		// more, and its commits synced below, after the lease. (Before,
+		// the drains above came first, and a record such a member got
+		// acknowledged in the lease's last moments was left on the old
+		// cluster only.)
 		if err := sleepUntil(dctx, leaseEnds, s.now); err != nil {
 			return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "the switch's time ran out waiting for the members' write leases to end"})
 		}
 		mark("wait_write_leases")
+		if err := drain(); err != nil {
+			return rollback(err)
+		}
+		mark("drain_after_leases")
 	}
+	if err := s.mirror.SyncGroups(dctx); err != nil {
+		return rollback(&Error{Reason: ReasonDrainTimeout, Msg: "copying the groups' committed offsets: " + err.Error()})
+	}
+	mark("sync_groups")
 	ends, _ := positions(s.mirror.Stop())
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)

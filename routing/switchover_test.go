@@ -22,6 +22,7 @@ type script struct {
 	halted     []string
 	pos        []Position
 	table      *Table
+	onDrain    func() // called at each drain
 }
 
 func (s *script) Hold(_ context.Context, st State) error {
@@ -40,6 +41,9 @@ func (s *script) Halted() []string { return s.halted }
 
 func (s *script) Drain(context.Context) error {
 	s.calls = append(s.calls, "drain")
+	if s.onDrain != nil {
+		s.onDrain()
+	}
 	return s.drainErr
 }
 

@@ -130,6 +130,10 @@ type request struct {
 	// (physicalProducerIDs): one answered with an error was not written,
 	// and the partition's later batches wait for it (remappedPIDs.gaps).
 	remaps []remapBatch
+	// writtenAt are the offsets of batches answered
+	// DUPLICATE_SEQUENCE_NUMBER, found written before a switch
+	// (writtenBefore).
+	writtenAt map[gapPart]int64
 }
 
 // reply is the answer to one request, produced when the writer asks for it.

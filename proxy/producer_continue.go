@@ -18,9 +18,10 @@ package proxy
 //   - the same epoch and the next sequence: written (it becomes the
 //     partition's first, remappedPIDs.claim);
 //   - the same epoch and a sequence at or below the last: written before the
-//     switch, its answer lost. DUPLICATE_SEQUENCE_NUMBER, which the Java
-//     producer, franz-go and librdkafka take for success (offset unknown);
-//     writing it again would write it twice;
+//     switch, its answer lost — if that cluster holds it (writtenBefore).
+//     DUPLICATE_SEQUENCE_NUMBER at its offset, which the Java producer,
+//     franz-go and librdkafka take for success; writing it again would
+//     write it twice. Not there, it is written;
 //   - the same epoch and beyond the next: NOT_LEADER_OR_FOLLOWER (retried
 //     in place, no epoch bump) until the missing batch comes — unless the
 //     active cluster already holds the allocated ID's state in the
@@ -51,6 +52,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -146,7 +148,7 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	case seq == next:
 		return pass()
 	case seq <= st.last:
-		return kerr.DuplicateSequenceNumber.Code
+		return s.writtenBefore(ctx, c, req, k, topic, u, prevGen, old, epoch, seq)
 	}
 	// Beyond the next: the batches between are outstanding, unless
 	// another member wrote them already. Asked at each of the client's
@@ -342,4 +344,219 @@ func (t *topicInfo) partitionCount() int32 {
 		return 0
 	}
 	return int32(len(t.parts))
+}
+
+// writtenBefore answers a batch (epoch, seq) of k's producer at or below
+// the last sequence old, its ID under prevGen, wrote in the partition on
+// the cluster u taken over from. The producer's state there says only that
+// the batches from old's first in the partition up to that last one were
+// written: the broker takes any first sequence from an ID it holds no
+// state for, so a batch sent after this one may have been written first
+// under old (its first batch there let through unchecked: a member that
+// died, a producer idle through a generation), and this one never. Taken
+// for written, it was lost (the chaos run in CI on 2026-12-03: ten records
+// answered DUPLICATE_SEQUENCE_NUMBER, on neither cluster). So the batch is
+// looked for in that cluster's log, between where prevGen began there and
+// where the switch stopped the mirror: found, it is on the new cluster at
+// the same offset, and the answer is DUPLICATE_SEQUENCE_NUMBER at that
+// offset; not there (or only past where the mirror stopped), it is
+// written. A look that cannot finish (the cluster slow, the range too long
+// to read) is answered retriable, for continueWait at most; past that the
+// batch is written (a duplicate, were it written long before, rather than
+// a loss).
+func (s *Server) writtenBefore(ctx context.Context, c *clientConn, req *request, k gapKey, topic string, u *upstream, prevGen uint32, old int64, epoch int16, seq int32) int16 {
+	lo, hi := int64(0), int64(-1)
+	if end, ok := req.state.FenceEnd(prevGen, topic, k.partition); ok && end >= 0 {
+		hi = end
+	}
+	// Where prevGen began: the end of the generation before it.
+	bestGen := int64(-1)
+	for _, f := range req.state.Fences {
+		if f.Generation >= prevGen || int64(f.Generation) <= bestGen {
+			continue
+		}
+		if ends := f.Ends[topic]; int(k.partition) < len(ends) && ends[k.partition] >= 0 {
+			bestGen, lo = int64(f.Generation), ends[k.partition]
+		}
+	}
+	at, found, err := findBatch(ctx, u, topic, k.partition, lo, hi, old, epoch, seq)
+	gen := req.state.Generation
+	switch {
+	case err != nil:
+		if waited := s.remapped.waiting(gen, k); waited <= continueWait {
+			c.log.Debug("looking for a batch on the cluster taken over from failed: refused, retriable",
+				zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Int64("producer_id", k.virt), zap.Int32("sequence", seq), zap.Error(err))
+			return kerr.NotLeaderForPartition.Code
+		}
+		c.log.Warn("a batch below the producer's last sequence on the cluster taken over from could not be looked for there: written, perhaps twice",
+			zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Int64("producer_id", k.virt), zap.Int32("sequence", seq), zap.Error(err))
+	case found:
+		if req.writtenAt == nil {
+			req.writtenAt = map[gapPart]int64{}
+		}
+		req.writtenAt[gapPart{k.topic, k.topicID, k.partition}] = at
+		return kerr.DuplicateSequenceNumber.Code
+	default:
+		c.log.Warn("a batch below the producer's last sequence on the cluster taken over from is not there: written",
+			zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Int64("producer_id", k.virt),
+			zap.Int16("epoch", epoch), zap.Int32("sequence", seq))
+	}
+	s.remapped.pass(gen, k)
+	return 0
+}
+
+// findBatchBytes bounds what findBatch reads.
+const findBatchBytes = 64 << 20
+
+// findBatch looks in topic's partition on u, from hi (its high watermark
+// when negative) back to lo, for the batch of producer pid holding (epoch,
+// seq), and answers the offset of that sequence's record. The broker keeps
+// a producer's batches in sequence order, so the walk back ends at the
+// first batch of pid below seq, or of an older epoch. It reads only batch
+// headers.
+func findBatch(ctx context.Context, u *upstream, topic string, partition int32, lo, hi, pid int64, epoch int16, seq int32) (int64, bool, error) {
+	// The partition's leader and the topic's ID there, asked (the
+	// metadata this member keeps of a cluster it no longer routes to may
+	// be stale).
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	mreq.Topics = append(mreq.Topics, mt)
+	meta, err := mreq.RequestWith(ctx, u.cl)
+	if err != nil {
+		return 0, false, err
+	}
+	leader, id := int32(-1), [16]byte{}
+	for _, t := range meta.Topics {
+		if t.Topic == nil || *t.Topic != topic || t.ErrorCode != 0 {
+			continue
+		}
+		id = t.TopicID
+		for _, p := range t.Partitions {
+			if p.Partition == partition && p.ErrorCode == 0 {
+				leader = p.Leader
+			}
+		}
+	}
+	if leader < 0 {
+		return 0, false, fmt.Errorf("no leader known for %s[%d]", topic, partition)
+	}
+	br := u.cl.Broker(int(leader))
+	fetch := func(at int64) (*kmsg.FetchResponseTopicPartition, error) {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 0
+		req.MaxBytes = 1 << 20
+		req.SessionEpoch = -1 // no fetch session
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, id // by name to v12, by ID from v13
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset = partition, at
+		rp.CurrentLeaderEpoch, rp.LastFetchedEpoch, rp.LogStartOffset = -1, -1, -1
+		rp.PartitionMaxBytes = 1 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return nil, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return nil, errors.New("the Fetch answer does not name the partition")
+		}
+		p := &resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			return nil, fmt.Errorf("Fetch of %s[%d] at %d: %w", topic, partition, at, err)
+		}
+		return p, nil
+	}
+	listed := func(ts int64) (int64, error) {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = partition, -1, ts
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return 0, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, errors.New("the ListOffsets answer does not name the partition")
+		}
+		p := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			return 0, fmt.Errorf("ListOffsets of %s[%d]: %w", topic, partition, err)
+		}
+		return p.Offset, nil
+	}
+	// The log's bounds.
+	end, err := listed(-1)
+	if err != nil {
+		return 0, false, err
+	}
+	start, err := listed(-2)
+	if err != nil {
+		return 0, false, err
+	}
+	if hi < 0 || hi > end {
+		hi = end
+	}
+	lo = max(lo, start)
+	read := 0
+	for step := int64(1024); hi > lo; step = min(step*2, 1<<16) {
+		from := max(lo, hi-step)
+		var (
+			at     = int64(-1)
+			absent bool
+		)
+		for next := from; next < hi; {
+			p, err := fetch(next)
+			if err != nil {
+				return 0, false, err
+			}
+			read += len(p.RecordBatches)
+			if read > findBatchBytes {
+				return 0, false, fmt.Errorf("not found in the last %d bytes of %s[%d]", findBatchBytes, topic, partition)
+			}
+			moved := false
+			err = protocol.WalkBatches(p.RecordBatches, func(b protocol.Batch) error {
+				if b.BaseOffset() >= hi {
+					return errStop
+				}
+				if b.NextOffset() > next {
+					next, moved = b.NextOffset(), true
+				}
+				if b.ProducerID() != pid || b.IsControl() {
+					return nil
+				}
+				last := b.BaseSequence() + b.LastOffsetDelta()
+				switch {
+				case b.ProducerEpoch() == epoch && b.BaseSequence() <= seq && seq <= last:
+					at = b.BaseOffset() + int64(seq-b.BaseSequence())
+				case b.ProducerEpoch() < epoch || b.ProducerEpoch() == epoch && last < seq:
+					absent = true
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStop) {
+				return 0, false, err
+			}
+			if !moved || errors.Is(err, errStop) {
+				break
+			}
+		}
+		if at >= 0 {
+			return at, true, nil
+		}
+		if absent {
+			return 0, false, nil
+		}
+		hi = from
+	}
+	return 0, false, nil
 }

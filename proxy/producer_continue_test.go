@@ -67,17 +67,82 @@ func produceAs(t *testing.T, addr string, pid int64) func(seq int32, v string) i
 
 // produceAsEpoch is produceAs with the batch's epoch.
 func produceAsEpoch(t *testing.T, addr string, pid int64) func(epoch int16, seq int32, v string) int16 {
+	p := produceAnswered(t, addr, pid)
+	return func(epoch int16, seq int32, v string) int16 { t.Helper(); return p(epoch, seq, v).ErrorCode }
+}
+
+// produceAnswered is produceAsEpoch answering the partition's whole answer.
+func produceAnswered(t *testing.T, addr string, pid int64) func(epoch int16, seq int32, v string) kmsg.ProduceResponseTopicPartition {
 	var via net.Conn = dialRaw(t, addr)
 	via.SetDeadline(time.Now().Add(30 * time.Second))
 	corr := int32(0)
-	return func(epoch int16, seq int32, v string) int16 {
+	return func(epoch int16, seq int32, v string) kmsg.ProduceResponseTopicPartition {
 		t.Helper()
 		p := kmsg.NewPtrProduceRequest()
 		p.Version = 7
 		p.Acks, p.TimeoutMillis = -1, 5000
 		p.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: valueBatch(pid, epoch, seq, false, v)}}}}
 		corr++
-		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+		return rawCall(t, via, p, corr).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+	}
+}
+
+// A batch sent again after a planned switch at or below where its producer
+// stopped on the cluster taken over from (DescribeProducers' last
+// sequence) is answered DUPLICATE_SEQUENCE_NUMBER only when that cluster
+// holds it where the new one does, at its offset. A producer issued two
+// generations back wrote v4 and v5 on a under the ID allocated for it
+// there, its first batch at sequence 4 (the broker takes any first
+// sequence from an ID it does not know), while v3 was outstanding
+// elsewhere: a's last sequence for it is 5, yet v3 was never written.
+// Before, v3 sent again after the switch was answered
+// DUPLICATE_SEQUENCE_NUMBER and lost (the chaos run in CI on 2026-12-03:
+// ten records acknowledged so were on neither cluster). A second producer's
+// w1 landed on a past where the switch stopped the mirror (its fence): not
+// on b, so it is written there.
+func TestIdempotentRetryBelowTheLastSequenceLookedUp(t *testing.T) {
+	prevGen := uint32(idGen - 1)
+	virt, virt2 := routing.VirtualPID(idGen-2, 9), routing.VirtualPID(idGen-2, 10)
+	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	table := routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
+	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
+		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}))
+	seedPartition(t, a) // a: "before" at 0
+	p, q := produceAnswered(t, addr, virt), produceAnswered(t, addr, virt2)
+	for _, w := range []struct {
+		p   func(int16, int32, string) kmsg.ProduceResponseTopicPartition
+		seq int32
+		v   string
+		at  int64
+	}{{p, 4, "v4", 1}, {p, 5, "v5", 2}, {q, 0, "w0", 3}, {q, 1, "w1", 4}} {
+		if r := w.p(0, w.seq, w.v); r.ErrorCode != 0 || r.BaseOffset != w.at {
+			t.Fatalf("%s under generation %d: %v at %d, want written at %d", w.v, prevGen, kerr.ErrorForCode(r.ErrorCode), r.BaseOffset, w.at)
+		}
+	}
+	old, old2 := s.remapped.held(prevGen, virt), s.remapped.held(prevGen, virt2)
+	if old < 0 || old2 < 0 || old == old2 {
+		t.Fatalf("IDs allocated under generation %d: %d and %d", prevGen, old, old2)
+	}
+	producersAnswer(a, func() []producerState { return []producerState{{old, 0, 5}, {old2, 0, 1}} })
+
+	// The switch stopped the mirror at 4: b holds a's offsets 0..3.
+	seedPartition(t, b)
+	from := prevGen
+	table.Update(routing.State{Generation: idGen, Active: "b",
+		Last:   &routing.Switch{Mode: routing.Planned, From: "a", To: "b", FromGeneration: &from, Outcome: routing.OutcomeSwitched},
+		Fences: []routing.Fence{{Generation: prevGen, Ends: map[string][]int64{"t": {4}}}}})
+	if r := p(0, 4, "v4"); r.ErrorCode != kerr.DuplicateSequenceNumber.Code || r.BaseOffset != 1 {
+		t.Fatalf("v4, written on a at 1 before the switch: %v at %d, want DUPLICATE_SEQUENCE_NUMBER at 1", kerr.ErrorForCode(r.ErrorCode), r.BaseOffset)
+	}
+	if r := p(0, 3, "v3"); r.ErrorCode != 0 {
+		t.Fatalf("v3, never written: %v, want written", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if r := q(0, 1, "w1"); r.ErrorCode != 0 {
+		t.Fatalf("w1, on a past the fence only: %v, want written", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v3 w1]" {
+		t.Fatalf("b's t[0] holds %q; want [before v3 w1]", got[0])
 	}
 }
 

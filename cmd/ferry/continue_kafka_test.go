@@ -26,7 +26,8 @@ import (
 // v0..v4 through member 0; a planned switch moves the fleet to the
 // standby. With v5 outstanding on member 0, v6 through member 1 is
 // refused (retried in place), v3 (written before the switch, its answer
-// lost) is answered DUPLICATE_SEQUENCE_NUMBER; v5 through member 0, then
+// lost) is answered DUPLICATE_SEQUENCE_NUMBER at its offset, found in the
+// old cluster's log; v5 through member 0, then
 // v6 and v7 through member 1, are written. The standby holds v0..v7, in
 // order, once each. What the old cluster holds of the producer is read
 // with Kafka's DescribeProducers.
@@ -53,6 +54,7 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 		t.Fatalf("InitProducerId: %v", err)
 	}
 	pid, epoch := ipr.ProducerID, ipr.ProducerEpoch
+	var answeredAt int64 // the base offset of the last answer
 	produce := func(member int, seq int32) error {
 		t.Helper()
 		p := kmsg.NewPtrProduceRequest()
@@ -63,7 +65,9 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 		if err != nil {
 			t.Fatalf("produce v%d through member %d: %v", seq, member, err)
 		}
-		return kerr.ErrorForCode(resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode)
+		pr := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		answeredAt = pr.BaseOffset
+		return kerr.ErrorForCode(pr.ErrorCode)
 	}
 	for seq := range int32(5) {
 		err := produce(0, seq)
@@ -87,8 +91,8 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 	if err := produce(1, 6); err != kerr.NotLeaderForPartition {
 		t.Fatalf("v6 with v5 outstanding, through member 1: %v, want NOT_LEADER_OR_FOLLOWER", err)
 	}
-	if err := produce(1, 3); err != kerr.DuplicateSequenceNumber {
-		t.Fatalf("v3, written before the switch: %v, want DUPLICATE_SEQUENCE_NUMBER", err)
+	if err := produce(1, 3); err != kerr.DuplicateSequenceNumber || answeredAt != 3 {
+		t.Fatalf("v3, written before the switch: %v at %d, want DUPLICATE_SEQUENCE_NUMBER at 3 (where both clusters hold it)", err, answeredAt)
 	}
 	if err := produce(0, 5); err != nil {
 		t.Fatalf("v5 through member 0: %v", err)

@@ -250,8 +250,10 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 			for _, p := range t.Partitions {
 				a := answerFor(local, answers, ti, names[ti], p.Partition, produceError)
-				if at, ok := req.writtenAt[gapPart{t.Topic, t.TopicID, p.Partition}]; ok && a.ErrorCode == kerr.DuplicateSequenceNumber.Code {
-					a.BaseOffset = at // where it was written before the switch
+				if a.ErrorCode == kerr.DuplicateSequenceNumber.Code {
+					if at, ok := req.writtenAt[gapPart{t.Topic, t.TopicID, p.Partition}]; ok {
+						a.BaseOffset = at // where it was written before the switch
+					}
 				}
 				if a.ErrorCode != 0 && a.ErrorCode != kerr.DuplicateSequenceNumber.Code && len(req.remaps) > 0 {
 					if failed == nil {

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -365,20 +366,11 @@ func (t *topicInfo) partitionCount() int32 {
 // batch is written (a duplicate, were it written long before, rather than
 // a loss).
 func (s *Server) writtenBefore(ctx context.Context, c *clientConn, req *request, k gapKey, topic string, u *upstream, prevGen uint32, old int64, epoch int16, seq int32) int16 {
-	lo, hi := int64(0), int64(-1)
-	if end, ok := req.state.FenceEnd(prevGen, topic, k.partition); ok && end >= 0 {
-		hi = end
+	hi, ok := req.state.FenceEnd(prevGen, topic, k.partition)
+	if !ok {
+		hi = -1
 	}
-	// Where prevGen began: the end of the generation before it.
-	bestGen := int64(-1)
-	for _, f := range req.state.Fences {
-		if f.Generation >= prevGen || int64(f.Generation) <= bestGen {
-			continue
-		}
-		if ends := f.Ends[topic]; int(k.partition) < len(ends) && ends[k.partition] >= 0 {
-			bestGen, lo = int64(f.Generation), ends[k.partition]
-		}
-	}
+	lo, _ := req.state.FenceBefore(prevGen, topic, k.partition) // 0 if unknown
 	at, found, err := findBatch(ctx, u, topic, k.partition, lo, hi, old, epoch, seq)
 	gen := req.state.Generation
 	switch {
@@ -417,31 +409,41 @@ const findBatchBytes = 64 << 20
 func findBatch(ctx context.Context, u *upstream, topic string, partition int32, lo, hi, pid int64, epoch int16, seq int32) (int64, bool, error) {
 	// The partition's leader and the topic's ID there, asked (the
 	// metadata this member keeps of a cluster it no longer routes to may
-	// be stale).
-	mreq := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	mreq.Topics = append(mreq.Topics, mt)
-	meta, err := mreq.RequestWith(ctx, u.cl)
+	// be stale), and the log's bounds.
+	adm := kadm.NewClient(u.cl)
+	meta, err := adm.Metadata(ctx, topic)
 	if err != nil {
 		return 0, false, err
 	}
-	leader, id := int32(-1), [16]byte{}
-	for _, t := range meta.Topics {
-		if t.Topic == nil || *t.Topic != topic || t.ErrorCode != 0 {
-			continue
-		}
-		id = t.TopicID
-		for _, p := range t.Partitions {
-			if p.Partition == partition && p.ErrorCode == 0 {
-				leader = p.Leader
-			}
-		}
-	}
-	if leader < 0 {
+	td := meta.Topics[topic]
+	pd, ok := td.Partitions[partition]
+	if td.Err != nil || !ok || pd.Err != nil || pd.Leader < 0 {
 		return 0, false, fmt.Errorf("no leader known for %s[%d]", topic, partition)
 	}
-	br := u.cl.Broker(int(leader))
+	bound := func(list func(context.Context, ...string) (kadm.ListedOffsets, error)) (int64, error) {
+		listed, err := list(ctx, topic)
+		if err != nil {
+			return 0, err
+		}
+		o, ok := listed.Lookup(topic, partition)
+		if !ok {
+			return 0, fmt.Errorf("%s[%d] not listed", topic, partition)
+		}
+		return o.Offset, o.Err
+	}
+	start, err := bound(adm.ListStartOffsets)
+	if err != nil {
+		return 0, false, err
+	}
+	end, err := bound(adm.ListEndOffsets)
+	if err != nil {
+		return 0, false, err
+	}
+	if hi < 0 || hi > end {
+		hi = end
+	}
+	lo = max(lo, start)
+	br, id := u.cl.Broker(int(pd.Leader)), [16]byte(td.ID)
 	fetch := func(at int64) (*kmsg.FetchResponseTopicPartition, error) {
 		req := kmsg.NewPtrFetchRequest()
 		req.ReplicaID = -1
@@ -472,41 +474,6 @@ func findBatch(ctx context.Context, u *upstream, topic string, partition int32, 
 		}
 		return p, nil
 	}
-	listed := func(ts int64) (int64, error) {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.ReplicaID = -1
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = partition, -1, ts
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, br)
-		if err != nil {
-			return 0, err
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return 0, errors.New("the ListOffsets answer does not name the partition")
-		}
-		p := resp.Topics[0].Partitions[0]
-		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-			return 0, fmt.Errorf("ListOffsets of %s[%d]: %w", topic, partition, err)
-		}
-		return p.Offset, nil
-	}
-	// The log's bounds.
-	end, err := listed(-1)
-	if err != nil {
-		return 0, false, err
-	}
-	start, err := listed(-2)
-	if err != nil {
-		return 0, false, err
-	}
-	if hi < 0 || hi > end {
-		hi = end
-	}
-	lo = max(lo, start)
 	read := 0
 	for step := int64(1024); hi > lo; step = min(step*2, 1<<16) {
 		from := max(lo, hi-step)

@@ -258,6 +258,24 @@ func (s State) FenceEnd(gen uint32, topic string, partition int32) (int64, bool)
 	return 0, false
 }
 
+// FenceBefore returns where generation gen began in a partition: the end
+// recorded when the latest generation before it ended, and whether one
+// was (generations voided or forgotten are skipped).
+func (s State) FenceBefore(gen uint32, topic string, partition int32) (int64, bool) {
+	found, best := false, uint32(0)
+	var end int64
+	for i := range s.Fences {
+		g := s.Fences[i].Generation
+		if g >= gen || found && g <= best {
+			continue
+		}
+		if e, ok := s.FenceEnd(g, topic, partition); ok {
+			found, best, end = true, g, e
+		}
+	}
+	return end, found
+}
+
 // Table holds the current routing state; readers take a snapshot per
 // request, and Changed tells them when it moves.
 type Table struct {

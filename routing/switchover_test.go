@@ -430,3 +430,31 @@ func TestSkewedClockStampsOnly(t *testing.T) {
 		t.Fatalf("duration %q (%v)", l.Duration, err)
 	}
 }
+
+// TestFenceBefore: where a generation began in a partition is the end
+// recorded for the latest generation before it that has one, whatever the
+// fences' order; none before it (or only unknown ends) is not known.
+func TestFenceBefore(t *testing.T) {
+	st := State{Fences: []Fence{
+		{Generation: 5, Ends: map[string][]int64{"t": {50, -1}}},
+		{Generation: 2, Ends: map[string][]int64{"t": {20, 21}}},
+		{Generation: 7, Ends: map[string][]int64{"t": {70, 71}}},
+	}}
+	for _, c := range []struct {
+		gen       uint32
+		partition int32
+		want      int64
+		ok        bool
+	}{
+		{7, 0, 50, true}, // generation 5 ended where 7 began (6 voided)
+		{6, 0, 50, true},
+		{5, 0, 20, true},
+		{7, 1, 21, true}, // generation 5's end unknown there
+		{2, 0, 0, false},
+		{9, 2, 0, false}, // no such partition
+	} {
+		if got, ok := st.FenceBefore(c.gen, "t", c.partition); got != c.want || ok != c.ok {
+			t.Errorf("FenceBefore(%d, t, %d) = %d, %v; want %d, %v", c.gen, c.partition, got, ok, c.want, c.ok)
+		}
+	}
+}

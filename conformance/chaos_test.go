@@ -343,7 +343,26 @@ func TestChaos(t *testing.T) {
 	// The idempotent producer's records keep their order in each
 	// partition (a record written twice counts where it first landed).
 	disorder := outOfOrder(on[active])
-	report.Check("each partition holds the producer's records in the order sent", len(disorder) == 0, strings.Join(head3(disorder), "; "))
+	var disorderText []string
+	for _, d := range disorder {
+		disorderText = append(disorderText, d.String())
+	}
+	report.Check("each partition holds the producer's records in the order sent", len(disorder) == 0, strings.Join(head3(disorderText), "; "))
+	if len(disorder) > 0 {
+		// Which producer ID and epoch wrote each, on either cluster
+		// (the original write is on the cluster active then; the
+		// mirror's copy carries its own writer's), and what the
+		// members warned of producers: the trail to the cause.
+		for _, d := range disorder[:min(3, len(disorder))] {
+			for _, name := range []string{active, other} {
+				t.Logf("disorder %s on %s: %s", d.String(), name, batchesAt(ctx, fl.clusters[name], topic, d.p, d.at, d.prevAt))
+			}
+		}
+		warned := fl.logLines(producerWarning)
+		for _, l := range warned[:min(40, len(warned))] {
+			t.Logf("member warning: %s", l)
+		}
+	}
 	dups := duplicates(on[active])
 	cutOff := report.Faults[chaos.KillMember] + report.Faults[chaos.PauseMember] + report.Faults[chaos.CutGossip] + len(fl.forced)
 	report.Check("duplicates only where a member was cut off or killed mid-write", dups == 0 || cutOff > 0,
@@ -1273,15 +1292,19 @@ func copiedOnce(in, out map[partOff]string) (missing, twice, extra []string) {
 // outOfOrder names the records of VerifiableProducer (values counting up
 // across partitions) that landed in a partition after a later one, each
 // record at its first offset.
-func outOfOrder(on map[partOff]string) []string {
+func outOfOrder(on map[partOff]string) []disordered {
 	ats := make([]partOff, 0, len(on))
 	for at := range on {
 		ats = append(ats, at)
 	}
 	sort.Slice(ats, func(i, j int) bool { return ats[i].p < ats[j].p || ats[i].p == ats[j].p && ats[i].o < ats[j].o })
 	seen := map[string]bool{}
-	last := map[int32]int64{}
-	var bad []string
+	type highest struct {
+		n  int64
+		at int64
+	}
+	last := map[int32]highest{}
+	var bad []disordered
 	for _, at := range ats {
 		v := on[at]
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -1289,12 +1312,58 @@ func outOfOrder(on map[partOff]string) []string {
 			continue
 		}
 		seen[v] = true
-		if prev, ok := last[at.p]; ok && n < prev {
-			bad = append(bad, fmt.Sprintf("%d/%d holds %q after %d", at.p, at.o, v, prev))
+		if prev, ok := last[at.p]; ok && n < prev.n {
+			bad = append(bad, disordered{p: at.p, at: at.o, value: v, prev: prev.n, prevAt: prev.at})
 		}
-		last[at.p] = max(last[at.p], n)
+		if prev, ok := last[at.p]; !ok || n > prev.n {
+			last[at.p] = highest{n, at.o}
+		}
 	}
 	return bad
+}
+
+// disordered is a record found after a later one in its partition.
+type disordered struct {
+	p      int32
+	at     int64
+	value  string
+	prev   int64 // the highest value before it, at prevAt
+	prevAt int64
+}
+
+func (d disordered) String() string {
+	return fmt.Sprintf("%d/%d holds %q after %d", d.p, d.at, d.value, d.prev)
+}
+
+// batchesAt names the producer ID and epoch of the records at offsets at
+// and prevAt of a partition on c, for a failure's report.
+func batchesAt(ctx context.Context, c *kafkatest.Cluster, topic string, p int32, at, prevAt int64) string {
+	var out []string
+	for _, o := range []int64{prevAt, at} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(o)}}))
+		if err != nil {
+			return err.Error()
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		desc := "unread"
+		for desc == "unread" && rctx.Err() == nil {
+			cl.PollFetches(rctx).EachRecord(func(r *kgo.Record) {
+				if desc == "unread" && r.Offset >= o {
+					desc = fmt.Sprintf("%d: %q producer %d epoch %d", r.Offset, r.Value, r.ProducerID, r.ProducerEpoch)
+				}
+			})
+		}
+		cancel()
+		cl.Close()
+		out = append(out, desc)
+	}
+	return strings.Join(out, "; ")
+}
+
+// producerWarning matches a member's warning about a producer's batch.
+func producerWarning(l string) bool {
+	return strings.Contains(l, `"level":"warn"`) && (strings.Contains(l, "producer") || strings.Contains(l, "batch"))
 }
 
 // partValue is a record's value in a partition.

@@ -81,10 +81,14 @@ type topicProducers struct {
 }
 
 // prevReadWait bounds a read of the cluster taken over from. Once one
-// fails as a whole (the cluster unreachable), none is tried again under
-// the generation: every first batch waiting on it would stall its client's
-// connection.
-const prevReadWait = 2 * time.Second
+// fails as a whole (the cluster unreachable, or slow), none is tried again
+// for prevReadRetry: every first batch waiting on it would stall its
+// client's connection. They are refused, retriable, meanwhile
+// (unknownYet).
+const (
+	prevReadWait  = 2 * time.Second
+	prevReadRetry = 5 * time.Second
+)
 
 // continuation is where the first batches of a (producer, partition)
 // under a generation stand.
@@ -108,9 +112,12 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	if !ok || u == nil {
 		return pass()
 	}
-	old, ok := s.previousPID(ctx, gen, prevGen, k.virt)
-	if !ok {
-		return pass()
+	old, err := s.previousPID(ctx, gen, prevGen, k.virt)
+	if err != nil {
+		return s.unknownYet(c, gen, k, topic, err)
+	}
+	if old < 0 {
+		return pass() // it wrote nothing then
 	}
 	parts, err := s.remapped.producersOf(ctx, gen, topic, func(ctx context.Context) (map[int32]map[int64]prodState, error) {
 		ctx, cancel := context.WithTimeout(ctx, prevReadWait)
@@ -125,9 +132,7 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		return describeProducers(ctx, u, topic, all)
 	})
 	if err != nil {
-		c.log.Debug("where producers of another generation stopped is unknown: their first batches are written",
-			zap.String("cluster", from), zap.String("topic", topic), zap.Error(err))
-		return pass()
+		return s.unknownYet(c, gen, k, topic, fmt.Errorf("reading the producers of cluster %s: %w", from, err))
 	}
 	st, found := parts[k.partition][old]
 	switch {
@@ -169,22 +174,46 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	return kerr.NotLeaderForPartition.Code
 }
 
+// unknownYet answers a producer's first batch under gen while where it
+// stopped on the cluster taken over from cannot be learnt (that cluster,
+// or a member holding the ID it wrote under there, did not answer):
+// NOT_LEADER_OR_FOLLOWER, retried in place, for continueWait; then it is
+// written unchecked. Written at once, a later batch could become the
+// partition's first under the allocated ID while an earlier one is still
+// outstanding, and the earlier one land after it.
+func (s *Server) unknownYet(c *clientConn, gen uint32, k gapKey, topic string, err error) int16 {
+	if waited := s.remapped.waiting(gen, k); waited > continueWait {
+		c.log.Warn("where a producer of another generation stopped stayed unknown: its batch is written unchecked",
+			zap.Int64("producer_id", k.virt), zap.String("topic", topic), zap.Int32("partition", k.partition),
+			zap.Duration("waited", waited), zap.Error(err))
+		s.remapped.pass(gen, k)
+		return 0
+	}
+	c.log.Debug("where a producer of another generation stopped is unknown yet: refused, retriable",
+		zap.Int64("producer_id", k.virt), zap.String("topic", topic), zap.Int32("partition", k.partition), zap.Error(err))
+	return kerr.NotLeaderForPartition.Code
+}
+
 // previousPID is the physical ID virt wrote under in prevGen: its own, if
 // issued then, or the one allocated for it then (kept here, or asked of
-// the other members).
-func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int64) (int64, bool) {
+// the other members); -1 when none was. An error: a member that may hold
+// it did not answer, and nothing is known.
+func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int64) (int64, error) {
 	if phys, ok := routing.PhysicalPID(prevGen, virt); ok {
-		return phys, true
+		return phys, nil
 	}
 	if phys, known := s.remapped.prevHeld(prevGen, virt); known {
-		return phys, phys >= 0
+		return phys, nil
 	}
 	phys := int64(-1)
 	if s.cfg.peers != nil {
-		phys = s.heldByPeers(ctx, txnCall{Op: "pidprev", Query: txnQuery{Gen: gen, PID: virt, PrevGen: prevGen}})
+		var err error
+		if phys, err = s.heldByPeers(ctx, txnCall{Op: "pidprev", Query: txnQuery{Gen: gen, PID: virt, PrevGen: prevGen}}); err != nil {
+			return -1, err
+		}
 	}
 	s.remapped.notePrev(prevGen, virt, phys)
-	return phys, phys >= 0
+	return phys, nil
 }
 
 // describeProducers reads what the cluster behind u holds of the producers
@@ -263,15 +292,15 @@ func (r *remappedPIDs) waiting(gen uint32, k gapKey) time.Duration {
 }
 
 // producersOf is what the cluster taken over from holds of topic's
-// producers, read by read once under gen; nothing more is read under gen
-// once a read failed as a whole.
+// producers, read by read once under gen; nothing is read for
+// prevReadRetry after a read failed as a whole.
 func (r *remappedPIDs) producersOf(ctx context.Context, gen uint32, topic string, read func(context.Context) (map[int32]map[int64]prodState, error)) (map[int32]map[int64]prodState, error) {
 	r.mu.Lock()
 	if !r.reset(gen) {
 		r.mu.Unlock()
 		return nil, errOtherGeneration
 	}
-	if r.oldsDown != nil {
+	if r.oldsDown != nil && time.Since(r.oldsDownAt) < prevReadRetry {
 		err := r.oldsDown
 		r.mu.Unlock()
 		return nil, err
@@ -295,8 +324,11 @@ func (r *remappedPIDs) producersOf(ctx context.Context, gen uint32, topic string
 	close(e.ready)
 	if e.err != nil {
 		r.mu.Lock()
-		if r.gen == gen && r.oldsDown == nil {
-			r.oldsDown = fmt.Errorf("reading the producers of %s: %w", topic, e.err)
+		if r.gen == gen {
+			r.oldsDown, r.oldsDownAt = fmt.Errorf("reading the producers of %s: %w", topic, e.err), time.Now()
+			if cur, _ := r.olds.Peek(topic); cur == e {
+				r.olds.Remove(topic) // read again after prevReadRetry
+			}
 		}
 		r.mu.Unlock()
 	}

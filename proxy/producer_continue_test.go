@@ -306,9 +306,10 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 }
 
 // Once a read of the cluster taken over from fails as a whole (it is
-// unreachable), no other is tried under the generation: each would stall
-// a client's connection for the read's bound. A topic read once is not
-// read again.
+// unreachable, or slow), no other is tried for prevReadRetry: each would
+// stall a client's connection for the read's bound. Then it is read
+// again: one failure must not leave every first batch of the generation
+// unchecked. A topic read once is not read again.
 func TestPreviousClusterReadOncePerGeneration(t *testing.T) {
 	var r remappedPIDs
 	reads := 0
@@ -332,8 +333,14 @@ func TestPreviousClusterReadOncePerGeneration(t *testing.T) {
 	if _, err := r.producersOf(ctx, 3, "c", ok); err == nil || reads != 2 {
 		t.Fatalf("topic c after a failed read: %v, %d reads; want the failure and no read", err, reads)
 	}
+	r.mu.Lock()
+	r.oldsDownAt = r.oldsDownAt.Add(-prevReadRetry)
+	r.mu.Unlock()
+	if parts, err := r.producersOf(ctx, 3, "b", ok); err != nil || reads != 3 || parts[0][7].last != 4 {
+		t.Fatalf("topic b once prevReadRetry passed: %v, %v, %d reads; want it read again", parts, err, reads)
+	}
 	// A new generation reads again.
-	if _, err := r.producersOf(ctx, 4, "c", ok); err != nil || reads != 3 {
+	if _, err := r.producersOf(ctx, 4, "c", ok); err != nil || reads != 4 {
 		t.Fatalf("topic c under the next generation: %v, %d reads", err, reads)
 	}
 }
@@ -354,5 +361,95 @@ func TestDescribeProducersPartitionErrorIsNotTheClusters(t *testing.T) {
 	parts, err = describeProducers(ctx, s.ups["a"], "t", []int32{0})
 	if _, ok := parts[0]; err != nil || !ok {
 		t.Fatalf("a topic there: %v, %v; want partition 0", parts, err)
+	}
+}
+
+// A member that does not answer may hold what another asks it for: it is
+// never taken to hold nothing. Allocating a producer's ID while a member
+// that writes under one is silent would give the producer two IDs in one
+// generation, each taking any first sequence (a batch retried through the
+// other member written twice, or a later one first); asking where the
+// producer stopped on the cluster taken over from, its batch would be
+// written unchecked. Both are refused, retriable, until the member
+// answers.
+func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
+	prevGen := uint32(idGen - 1)
+	virt := routing.VirtualPID(idGen-2, 9)
+	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
+		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
+	peers := &lockedPeers{members: map[int32]*Server{}}
+	var (
+		members [3]*Server
+		addrs   [3]string
+		tables  [3]*routing.Table
+	)
+	for id := range int32(3) {
+		tables[id] = routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
+		members[id], addrs[id] = startFerry(t, a.ListenAddrs(), WithFleet(fleet),
+			WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}),
+			WithRoutingTable(tables[id]), WithPeers(peerAs{peers, id}))
+		peers.set(id, members[id])
+	}
+	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
+	writer, third := (owner+1)%3, (owner+2)%3
+	before := produceAs(t, addrs[writer], virt)
+	for seq := range int32(3) {
+		if code := before(seq, fmt.Sprintf("v%d", seq)); code != 0 {
+			t.Fatalf("v%d under generation %d: %v", seq, prevGen, kerr.ErrorForCode(code))
+		}
+	}
+	held := members[writer].remapped.held(prevGen, virt)
+	if held < 0 {
+		t.Fatal("no ID was allocated for the producer")
+	}
+
+	// The third member taking over the allocation (the owner gone, or
+	// cut off) while the members holding the ID are silent: no second ID.
+	peers.silence(writer, true)
+	peers.silence(owner, true)
+	ctx := context.Background()
+	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err == nil {
+		t.Fatalf("allocating with the members holding the ID silent: ID %d, no error; they hold %d", phys, held)
+	}
+	peers.silence(owner, false)
+	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err != nil || phys != held {
+		t.Fatalf("allocating with the owner answering: ID %d, %v; want the one it holds, %d", phys, err, held)
+	}
+	peers.silence(writer, false)
+	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err != nil || phys != held {
+		t.Fatalf("allocating with the writer answering: ID %d, %v; want the one it holds, %d", phys, err, held)
+	}
+
+	// A planned switch to b. The third member does not know the ID the
+	// producer wrote under on a; the members that do are silent.
+	olds := producersAnswer(a, func() []producerState { return []producerState{{held, 0, 2}} })
+	seedPartition(t, b)
+	from := prevGen
+	next := routing.State{Generation: idGen, Active: "b", Last: &routing.Switch{
+		Mode: routing.Planned, From: "a", To: "b", FromGeneration: &from, Outcome: routing.OutcomeSwitched}}
+	for _, tb := range tables {
+		tb.Update(next)
+	}
+	peers.silence(writer, true)
+	peers.silence(owner, true)
+	m := produceAs(t, addrs[third], virt)
+	if code := m(4, "v4"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("v4 (v3 outstanding) while where the producer stopped is unknown: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	peers.silence(writer, false)
+	peers.silence(owner, false)
+	if code := m(4, "v4"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("v4 (v3 outstanding) once known: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if olds.Load() == 0 {
+		t.Fatal("cluster a was never asked where the producer stopped")
+	}
+	if code := m(3, "v3"); code != 0 {
+		t.Fatalf("v3, the next: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v3]" {
+		t.Fatalf("b's t[0] holds %q; want [before v3]", got[0])
 	}
 }

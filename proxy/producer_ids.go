@@ -155,8 +155,10 @@ type remappedPIDs struct {
 	// (producer_continue.go).
 	conts *simplelru.LRU[gapKey, continuation]
 	olds  *simplelru.LRU[string, *topicProducers]
-	// oldsDown: a read of the cluster taken over from failed under gen.
-	oldsDown error
+	// oldsDown: a read of the cluster taken over from failed under gen,
+	// at oldsDownAt.
+	oldsDown   error
+	oldsDownAt time.Time
 	// prev is the IDs allocated under prevGen, the generation before
 	// gen here: where a producer's first batches of gen look for its
 	// last sequence.

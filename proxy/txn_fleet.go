@@ -185,10 +185,16 @@ func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, vir
 // one: this member took over the ID from one that died, or restarted and
 // lost what it allocated. Two IDs for one producer in one generation
 // would let a batch retried through another member be written twice, or
-// out of order (the broker takes any first sequence from a fresh ID).
+// out of order (the broker takes any first sequence from a fresh ID): a
+// member that does not answer fails the allocation (the client retries)
+// rather than count as holding none.
 func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
 	if s.cfg.peers != nil {
-		if phys := s.heldByPeers(ctx, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}}); phys >= 0 {
+		phys, err := s.heldByPeers(ctx, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}})
+		if err != nil {
+			return -1, err
+		}
+		if phys >= 0 {
 			s.log.Debug("a producer of another generation goes on under the producer ID another member holds for it",
 				zap.Uint32("generation", gen), zap.Int64("producer_id", virt), zap.Int64("physical_producer_id", phys))
 			return phys, nil
@@ -197,18 +203,24 @@ func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int
 	return allocatePID(ctx, u)
 }
 
-// pidHeldWait bounds the question to the other members in ownerPID: a
-// member that does not answer in time is taken to hold nothing.
+// pidHeldWait bounds the question to the other members in heldByPeers.
 const pidHeldWait = time.Second
 
 // heldByPeers asks every other live member for the physical ID a producer
 // writes under (call: "pidheld" in this generation, "pidprev" in the one
-// before); -1 when none holds one.
-func (s *Server) heldByPeers(ctx context.Context, call txnCall) int64 {
+// before): the first found, or -1 when every member answered it holds
+// none. A member that did not answer (in time, or under the same
+// generation) is an error, not a "none": it may hold one.
+func (s *Server) heldByPeers(ctx context.Context, call txnCall) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, pidHeldWait)
 	defer cancel()
 	self := s.cfg.peers.Self()
-	found := make(chan int64)
+	type answer struct {
+		member int32
+		phys   int64
+		err    error
+	}
+	found := make(chan answer)
 	n := 0
 	for _, b := range s.fleet.Brokers() {
 		if b.NodeID == self {
@@ -217,26 +229,28 @@ func (s *Server) heldByPeers(ctx context.Context, call txnCall) int64 {
 		n++
 		go func(to int32) {
 			p := txnProduced{Phys: -1}
-			if err := s.callTxnOwner(ctx, to, call, &p); err != nil {
-				p.Phys = -1
-			}
+			err := s.callTxnOwner(ctx, to, call, &p)
 			select {
-			case found <- p.Phys:
+			case found <- answer{to, p.Phys, err}:
 			case <-ctx.Done():
 			}
 		}(b.NodeID)
 	}
+	var unanswered error
 	for range n {
 		select {
-		case phys := <-found:
-			if phys >= 0 {
-				return phys
+		case a := <-found:
+			switch {
+			case a.err != nil:
+				unanswered = fmt.Errorf("member %d did not say whether it holds an ID for producer %d: %w", a.member, call.Query.PID, a.err)
+			case a.phys >= 0:
+				return a.phys, nil
 			}
 		case <-ctx.Done():
-			return -1
+			return -1, fmt.Errorf("asking the members whether they hold an ID for producer %d: %w", call.Query.PID, ctx.Err())
 		}
 	}
-	return -1
+	return -1, unanswered
 }
 
 // HandleTxnCall answers another member's call about a transactional ID's

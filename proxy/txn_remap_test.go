@@ -767,6 +767,18 @@ func TestStaleIdempotentProducerOwnerRestarted(t *testing.T) {
 type lockedPeers struct {
 	mu      sync.Mutex
 	members map[int32]*Server
+	silent  map[int32]bool // calls to these members fail
+}
+
+// silence makes calls to member id fail (it is paused, or cut off) or,
+// with off false, answer again.
+func (p *lockedPeers) silence(id int32, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.silent == nil {
+		p.silent = map[int32]bool{}
+	}
+	p.silent[id] = on
 }
 
 func (p *lockedPeers) set(id int32, s *Server) {
@@ -788,7 +800,10 @@ func (p peerAs) Call(ctx context.Context, to int32, kind string, body []byte) ([
 		return nil, fmt.Errorf("no handler for %q", kind)
 	}
 	p.mu.Lock()
-	s := p.members[to]
+	s, silent := p.members[to], p.silent[to]
 	p.mu.Unlock()
+	if silent {
+		return nil, fmt.Errorf("member %d does not answer", to)
+	}
 	return s.HandleTxnCall(ctx, p.self, body)
 }

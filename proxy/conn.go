@@ -130,10 +130,30 @@ type request struct {
 	// (physicalProducerIDs): one answered with an error was not written,
 	// and the partition's later batches wait for it (remappedPIDs.gaps).
 	remaps []remapBatch
+	// physicalIDs: a Produce's batch headers now carry physical producer
+	// IDs, written over the client's in place (physicalProducerIDs);
+	// clientPID maps them back.
+	physicalIDs bool
 	// writtenAt are the offsets of batches answered
 	// DUPLICATE_SEQUENCE_NUMBER, found written before a switch
 	// (writtenBefore).
 	writtenAt map[gapPart]int64
+}
+
+// clientPID is the producer ID the client sent for a batch of this
+// Produce now carrying pid: the batch headers are rewritten in place to
+// physical IDs once handled under a generation other than 0.
+func (req *request) clientPID(topic string, topicID [16]byte, partition int32, pid int64) int64 {
+	if !req.physicalIDs || pid < 0 {
+		return pid
+	}
+	at := gapPart{topic, topicID, partition}
+	for _, r := range req.remaps {
+		if r.phys == pid && r.key.part() == at {
+			return r.key.virt
+		}
+	}
+	return routing.VirtualPID(req.state.Generation, pid)
 }
 
 // reply is the answer to one request, produced when the writer asks for it.

@@ -171,7 +171,7 @@ func (s *Server) forcedAway(req *request) ([]byte, func()) {
 // client sends again.
 func (s *Server) unwrittenAnswer(req *request, msg string) kmsg.Response {
 	if p, ok := req.kr.(*kmsg.ProduceRequest); ok {
-		s.remapped.refuseUnwritten(s.routes.Current().Generation, p, func(int, int32) bool { return true })
+		s.remapped.refuseUnwritten(s.routes.Current().Generation, req, p, func(int, int32) bool { return true })
 	}
 	return errorResponse(req.kr, upstreamErrorCode(req.kr), msg)
 }

@@ -453,3 +453,73 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 		t.Fatalf("b's t[0] holds %q; want [before v3]", got[0])
 	}
 }
+
+// A batch of a producer of the current generation that the broker
+// refuses is waited for too: were it the producer's first in the
+// partition, the broker holds no state for the ID there and would take
+// the batch behind it as the first (a broker restarting with both in
+// flight), and the refused one would then only meet
+// OUT_OF_ORDER_SEQUENCE_NUMBER, to be written after it under a new epoch.
+// Only producers of another generation were waited for so.
+func TestIdempotentBatchOfThisGenerationFailedUpstreamKeepsItsPlace(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
+	seedPartition(t, kf)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionTimeoutMillis = 60000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	// The ID as a client of this generation holds it.
+	produce := produceAsEpoch(t, addr, routing.VirtualPID(idGen, resp.ProducerID))
+	epoch := resp.ProducerEpoch
+	refuseNextProduce(kf, 0)
+	if code := produce(epoch, 0, "first"); code != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
+	}
+	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
+	}
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{0, "first"}, {1, "second"}} {
+		if code := produce(epoch, b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
+}
+
+// A Produce refused after its batch headers were rewritten to physical
+// IDs (a forced switch refusing what the old cluster answered) leaves its
+// gaps under the IDs the client sends, so that its next batches meet
+// them. They were noted under the physical IDs, which no client sends,
+// and the 30-minute forced chaos run wrote a producer's batch first under
+// a fresh ID while the one before it, refused so, was still to come.
+func TestRefusedAfterRewriteKeepsTheClientsID(t *testing.T) {
+	var r remappedPIDs
+	gen := uint32(idGen)
+	native := routing.VirtualPID(gen, 41)
+	stale := routing.VirtualPID(gen-1, 9) // written under 77, allocated for it
+	in := kmsg.NewPtrProduceRequest()
+	in.Acks = -1
+	in.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{
+		{Partition: 0, Records: valueBatch(41, 0, 3, false, "n3")},
+		{Partition: 1, Records: valueBatch(77, 0, 5, false, "s5")},
+	}}}
+	req := &request{state: routing.State{Generation: gen}, physicalIDs: true,
+		remaps: []remapBatch{{key: gapKey{virt: stale, topic: "t", partition: 1}, phys: 77, seq: 5}}}
+	r.refuseUnwritten(gen, req, in, func(int, int32) bool { return true })
+	if !r.blocks(gen, gapKey{virt: native, topic: "t", partition: 0}, 0, 4) {
+		t.Error("the native producer's next batch does not wait for the refused one")
+	}
+	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) {
+		t.Error("the remapped producer's next batch does not wait for the refused one")
+	}
+}

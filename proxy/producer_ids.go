@@ -240,12 +240,15 @@ type remapBatch struct {
 }
 
 // refuseUnwritten notes as refused unwritten, under gen, every batch of an
-// idempotent producer in the partitions of in that refused names (by topic
-// index and partition): the request, or those partitions of it, were
-// answered without being sent. A producer of this generation too: for an
-// ID the broker holds no state for in the partition (its first batch
-// there), the broker would take the next batch as the first.
-func (r *remappedPIDs) refuseUnwritten(gen uint32, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
+// idempotent producer in the partitions of req's Produce in that refused
+// names (by topic index and partition): the request, or those partitions
+// of it, were answered without being sent, or failed. A producer of this
+// generation too: for an ID the broker holds no state for in the
+// partition (its first batch there), the broker would take the next batch
+// as the first. The gap is the producer's as the client names it (its
+// batches may carry physical IDs by now: req.clientPID), for the client's
+// next batches to meet it.
+func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
 	if in.TransactionID != nil || in.Acks == 0 {
 		return
 	}
@@ -260,7 +263,8 @@ func (r *remappedPIDs) refuseUnwritten(gen uint32, in *kmsg.ProduceRequest, refu
 				if pid < 0 || b.IsTransactional() {
 					return nil
 				}
-				r.refused(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
+				virt := req.clientPID(t.Topic, t.TopicID, p.Partition, pid)
+				r.refused(gen, gapKey{virt: virt, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
 				return nil
 			})
 		}

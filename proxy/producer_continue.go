@@ -33,7 +33,10 @@ package proxy
 //     of epoch 45 written after the producer's epoch-47 batches);
 //     NOT_LEADER_OR_FOLLOWER, so a client still waiting for it sends it
 //     again under its current epoch;
-//   - a newer epoch, or nothing known of the producer there: written.
+//   - a newer epoch: as the same one with nothing written yet (a client
+//     bumping its epoch starts every partition's sequence at 0): sequence
+//     0 is written, a later one waits for it as above;
+//   - nothing known of the producer there: written.
 //
 // Only a planned switch's state names the cluster taken over from
 // (routing.State.Previous): after a forced switch (the old cluster may be
@@ -136,8 +139,8 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	}
 	st, found := parts[k.partition][old]
 	switch {
-	case !found || st.epoch < epoch:
-		return pass() // nothing to continue, or a new epoch starts afresh
+	case !found:
+		return pass() // nothing to continue
 	case st.epoch > epoch:
 		// Sent before the client bumped its epoch, and kept since by a
 		// member paused or cut off: the client has moved the batch to
@@ -147,13 +150,16 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		return kerr.NotLeaderForPartition.Code
 	}
 	next := st.last + 1
-	if st.last == math.MaxInt32 {
+	switch {
+	case st.epoch < epoch:
+		next = 0 // a new epoch starts its sequences afresh, in every partition
+	case st.last == math.MaxInt32:
 		next = 0 // sequences wrap
 	}
 	switch {
 	case seq == next:
 		return pass()
-	case seq <= st.last:
+	case st.epoch == epoch && seq <= st.last:
 		return s.writtenBefore(ctx, c, req, k, topic, u, prevGen, old, epoch, seq)
 	}
 	// Beyond the next: the batches between are outstanding, unless

@@ -203,7 +203,7 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	// allocated under the new generation holds state once v5 is written.
 	// A second producer, of the first generation, stopped at epoch 3.
 	bumped := routing.VirtualPID(prevGen, 12)
-	olds := producersAnswer(a, func() []producerState { return []producerState{{old, 0, 4}, {12, 3, 9}} })
+	olds := producersAnswer(a, func() []producerState { return []producerState{{old, 0, 4}, {12, 3, 9}, {14, 0, 4}} })
 	var v5 atomic.Bool
 	producersAnswer(b, func() []producerState {
 		if !v5.Load() {
@@ -249,8 +249,22 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	if code := z(3, 10, "z10"); code != 0 {
 		t.Fatalf("the next batch of epoch 3: %v", kerr.ErrorForCode(code))
 	}
-	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v5 v6 v7 z10]" {
-		t.Fatalf("b's t[0] holds %q; want [before v5 v6 v7 z10]", got[0])
+	// A producer that bumped its epoch since it last wrote on a starts
+	// the new epoch at sequence 0 in every partition: a later batch of
+	// the new epoch waits for that one, which may be outstanding on
+	// another member (written first, it would set the fresh ID's
+	// sequence ahead of it).
+	f := produceAsEpoch(t, addrs[third], routing.VirtualPID(prevGen, 14))
+	if code := f(1, 1, "f1"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("sequence 1 of a new epoch before its 0: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	for seq := range int32(2) {
+		if code := f(1, seq, fmt.Sprintf("f%d", seq)); code != 0 {
+			t.Fatalf("sequence %d of the new epoch, in order: %v", seq, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, b); fmt.Sprint(got[0]) != "[before v5 v6 v7 z10 f0 f1]" {
+		t.Fatalf("b's t[0] holds %q; want [before v5 v6 v7 z10 f0 f1]", got[0])
 	}
 	if got := readCommitted(t, a); fmt.Sprint(got[0]) != "[v0 v1 v2 v3 v4]" {
 		t.Fatalf("a's t[0] holds %q; want [v0 v1 v2 v3 v4]", got[0])

@@ -164,37 +164,11 @@ func TestIdempotentRetryBelowTheLastSequenceLookedUp(t *testing.T) {
 func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	prevGen := uint32(idGen - 1)
 	virt := routing.VirtualPID(idGen-2, 9)
-	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
-		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
-	peers := &lockedPeers{members: map[int32]*Server{}}
-	var (
-		members [3]*Server
-		addrs   [3]string
-		tables  [3]*routing.Table
-	)
-	for id := range int32(3) {
-		tables[id] = routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
-		members[id], addrs[id] = startFerry(t, a.ListenAddrs(), WithFleet(fleet),
-			WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}),
-			WithRoutingTable(tables[id]), WithPeers(peerAs{peers, id}))
-		peers.set(id, members[id])
-	}
+	f := startThree(t, prevGen)
+	a, b, members, addrs := f.a, f.b, f.members, f.addrs
 	// The member writing before the switch is not the one allocating
 	// the producer's IDs; the third knows nothing of the producer.
-	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
-	writer, third := (owner+1)%3, (owner+2)%3
-	before := produceAs(t, addrs[writer], virt)
-	for seq := range int32(5) {
-		if code := before(seq, fmt.Sprintf("v%d", seq)); code != 0 {
-			t.Fatalf("v%d under generation %d: %v", seq, prevGen, kerr.ErrorForCode(code))
-		}
-	}
-	old := members[writer].remapped.held(prevGen, virt)
-	if old < 0 {
-		t.Fatal("no ID was allocated for the producer under the first generation")
-	}
+	owner, writer, third, old := f.writeBefore(t, virt, 5)
 	if members[third].remapped.held(prevGen, virt) >= 0 {
 		t.Fatal("the third member holds the producer's ID: it must learn it from the others")
 	}
@@ -216,12 +190,7 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	// held a record takes only sequence 0 from a producer it does not
 	// know).
 	seedPartition(t, b)
-	from := prevGen
-	next := routing.State{Generation: idGen, Active: "b", Last: &routing.Switch{
-		Mode: routing.Planned, From: "a", To: "b", FromGeneration: &from, Outcome: routing.OutcomeSwitched}}
-	for _, tb := range tables {
-		tb.Update(next)
-	}
+	f.switchTo(idGen, "b")
 	m, o := produceAs(t, addrs[third], virt), produceAs(t, addrs[writer], virt)
 	if code := m(6, "v6"); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("v6 with v5 outstanding, through another member: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
@@ -254,12 +223,12 @@ func TestIdempotentFirstBatchContinuesAcrossMembers(t *testing.T) {
 	// the new epoch waits for that one, which may be outstanding on
 	// another member (written first, it would set the fresh ID's
 	// sequence ahead of it).
-	f := produceAsEpoch(t, addrs[third], routing.VirtualPID(prevGen, 14))
-	if code := f(1, 1, "f1"); code != kerr.NotLeaderForPartition.Code {
+	bumper := produceAsEpoch(t, addrs[third], routing.VirtualPID(prevGen, 14))
+	if code := bumper(1, 1, "f1"); code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("sequence 1 of a new epoch before its 0: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
 	}
 	for seq := range int32(2) {
-		if code := f(1, seq, fmt.Sprintf("f%d", seq)); code != 0 {
+		if code := bumper(1, seq, fmt.Sprintf("f%d", seq)); code != 0 {
 			t.Fatalf("sequence %d of the new epoch, in order: %v", seq, kerr.ErrorForCode(code))
 		}
 	}
@@ -289,14 +258,7 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseDraining})
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table), WithHeldAnswerAfter(200*time.Millisecond))
 	seedPartition(t, kf)
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.TransactionTimeoutMillis = 60000
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
-	if err != nil || resp.ErrorCode != 0 {
-		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
-	}
+	resp := initProducerID(t, kf)
 	produce := produceAsEpoch(t, addr, resp.ProducerID)
 	epoch := resp.ProducerEpoch
 	if code := produce(epoch, 0, "first"); code != kerr.NotLeaderForPartition.Code {
@@ -306,17 +268,7 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the batch after the held one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
 	}
-	for _, b := range []struct {
-		seq int32
-		v   string
-	}{{0, "first"}, {1, "second"}} {
-		if code := produce(epoch, b.seq, b.v); code != 0 {
-			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
-		}
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
-		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
-	}
+	resendFirstSecond(t, kf, produce, epoch)
 }
 
 // Once a read of the cluster taken over from fails as a whole (it is
@@ -389,35 +341,9 @@ func TestDescribeProducersPartitionErrorIsNotTheClusters(t *testing.T) {
 func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 	prevGen := uint32(idGen - 1)
 	virt := routing.VirtualPID(idGen-2, 9)
-	a := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
-		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
-	peers := &lockedPeers{members: map[int32]*Server{}}
-	var (
-		members [3]*Server
-		addrs   [3]string
-		tables  [3]*routing.Table
-	)
-	for id := range int32(3) {
-		tables[id] = routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
-		members[id], addrs[id] = startFerry(t, a.ListenAddrs(), WithFleet(fleet),
-			WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}),
-			WithRoutingTable(tables[id]), WithPeers(peerAs{peers, id}))
-		peers.set(id, members[id])
-	}
-	owner, _ := members[0].peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
-	writer, third := (owner+1)%3, (owner+2)%3
-	before := produceAs(t, addrs[writer], virt)
-	for seq := range int32(3) {
-		if code := before(seq, fmt.Sprintf("v%d", seq)); code != 0 {
-			t.Fatalf("v%d under generation %d: %v", seq, prevGen, kerr.ErrorForCode(code))
-		}
-	}
-	held := members[writer].remapped.held(prevGen, virt)
-	if held < 0 {
-		t.Fatal("no ID was allocated for the producer")
-	}
+	f := startThree(t, prevGen)
+	a, b, peers, members, addrs := f.a, f.b, f.peers, f.members, f.addrs
+	owner, writer, third, held := f.writeBefore(t, virt, 3)
 
 	// The third member taking over the allocation (the owner gone, or
 	// cut off) while the members holding the ID are silent: no second ID.
@@ -440,12 +366,7 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 	// producer wrote under on a; the members that do are silent.
 	olds := producersAnswer(a, func() []producerState { return []producerState{{held, 0, 2}} })
 	seedPartition(t, b)
-	from := prevGen
-	next := routing.State{Generation: idGen, Active: "b", Last: &routing.Switch{
-		Mode: routing.Planned, From: "a", To: "b", FromGeneration: &from, Outcome: routing.OutcomeSwitched}}
-	for _, tb := range tables {
-		tb.Update(next)
-	}
+	f.switchTo(idGen, "b")
 	peers.silence(writer, true)
 	peers.silence(owner, true)
 	m := produceAs(t, addrs[third], virt)
@@ -479,14 +400,7 @@ func TestIdempotentBatchOfThisGenerationFailedUpstreamKeepsItsPlace(t *testing.T
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
 	seedPartition(t, kf)
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.TransactionTimeoutMillis = 60000
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
-	if err != nil || resp.ErrorCode != 0 {
-		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
-	}
+	resp := initProducerID(t, kf)
 	// The ID as a client of this generation holds it.
 	produce := produceAsEpoch(t, addr, routing.VirtualPID(idGen, resp.ProducerID))
 	epoch := resp.ProducerEpoch
@@ -497,17 +411,7 @@ func TestIdempotentBatchOfThisGenerationFailedUpstreamKeepsItsPlace(t *testing.T
 	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
 	}
-	for _, b := range []struct {
-		seq int32
-		v   string
-	}{{0, "first"}, {1, "second"}} {
-		if code := produce(epoch, b.seq, b.v); code != 0 {
-			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
-		}
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
-		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
-	}
+	resendFirstSecond(t, kf, produce, epoch)
 }
 
 // A Produce refused after its batch headers were rewritten to physical
@@ -536,4 +440,92 @@ func TestRefusedAfterRewriteKeepsTheClientsID(t *testing.T) {
 	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) {
 		t.Error("the remapped producer's next batch does not wait for the refused one")
 	}
+}
+
+// three is a fleet of three members over clusters a (active) and b, under
+// a generation, asking each other through peers.
+type three struct {
+	a, b    *kfake.Cluster
+	peers   *lockedPeers
+	members [3]*Server
+	addrs   [3]string
+	tables  [3]*routing.Table
+	gen     uint32
+}
+
+func startThree(t *testing.T, gen uint32) *three {
+	f := &three{gen: gen, peers: &lockedPeers{members: map[int32]*Server{}}}
+	f.a = newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	f.b = newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
+		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
+	for id := range int32(3) {
+		f.tables[id] = routing.NewTable(routing.State{Generation: gen, Active: "a"})
+		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithFleet(fleet),
+			WithClusters(Cluster{Name: "a", Bootstrap: f.a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: f.b.ListenAddrs()}),
+			WithRoutingTable(f.tables[id]), WithPeers(peerAs{f.peers, id}))
+		f.peers.set(id, f.members[id])
+	}
+	return f
+}
+
+// switchTo moves every member to generation gen, a planned switch from a
+// to active.
+func (f *three) switchTo(gen uint32, active string) {
+	from := f.gen
+	next := routing.State{Generation: gen, Active: active, Last: &routing.Switch{
+		Mode: routing.Planned, From: "a", To: active, FromGeneration: &from, Outcome: routing.OutcomeSwitched}}
+	for _, tb := range f.tables {
+		tb.Update(next)
+	}
+}
+
+// initProducerID asks kf for an idempotent producer ID, as a client does.
+func initProducerID(t *testing.T, kf *kfake.Cluster) *kmsg.InitProducerIDResponse {
+	t.Helper()
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionTimeoutMillis = 60000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	return resp
+}
+
+// resendFirstSecond resends sequences 0 ("first") and 1 ("second") of
+// epoch and checks that t[0] holds them after "before", in order.
+func resendFirstSecond(t *testing.T, kf *kfake.Cluster, produce func(int16, int32, string) int16, epoch int16) {
+	t.Helper()
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{0, "first"}, {1, "second"}} {
+		if code := produce(epoch, b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
+}
+
+// writeBefore writes v0..v(n-1) of producer virt, of an earlier
+// generation, through a member other than the one allocating its IDs
+// (owner); third is the member left. held is the ID written under.
+func (f *three) writeBefore(t *testing.T, virt int64, n int32) (owner, writer, third int32, held int64) {
+	t.Helper()
+	owner, _ = f.members[0].peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
+	writer, third = (owner+1)%3, (owner+2)%3
+	before := produceAs(t, f.addrs[writer], virt)
+	for seq := range n {
+		if code := before(seq, fmt.Sprintf("v%d", seq)); code != 0 {
+			t.Fatalf("v%d under generation %d: %v", seq, f.gen, kerr.ErrorForCode(code))
+		}
+	}
+	if held = f.members[writer].remapped.held(f.gen, virt); held < 0 {
+		t.Fatal("no ID was allocated for the producer under the first generation")
+	}
+	return owner, writer, third, held
 }

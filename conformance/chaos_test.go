@@ -945,23 +945,31 @@ func belowCommitted(c *verifiable.Consumer, resets []time.Time) []string {
 	}
 	// In the order the consumer printed them.
 	slices.SortFunc(evs, func(a, b ev) int { return a.seq - b.seq })
-	committed := map[int32]int64{}
+	type commit struct {
+		offset int64
+		at     time.Time
+	}
+	committed := map[int32]commit{}
 	var out []string
 	for _, e := range evs {
 		// A forced switch takes the group back to what the mirror had
 		// copied of its offsets: what it committed before the stop no
 		// longer binds it.
 		for len(resets) > 0 && e.at.After(resets[0]) {
-			committed, resets = map[int32]int64{}, resets[1:]
+			committed, resets = map[int32]commit{}, resets[1:]
 		}
 		if e.r == nil {
 			for p, o := range e.commit {
-				committed[p] = max(committed[p], o)
+				if o > committed[p].offset {
+					committed[p] = commit{o, e.at}
+				}
 			}
 			continue
 		}
-		if c, ok := committed[e.r.Partition]; ok && e.r.Min < c {
-			out = append(out, fmt.Sprintf("partition %d read from %d after committing %d", e.r.Partition, e.r.Min, c))
+		if c, ok := committed[e.r.Partition]; ok && e.r.Min < c.offset {
+			// When, for the members' logs.
+			out = append(out, fmt.Sprintf("partition %d read from %d at %s after committing %d at %s",
+				e.r.Partition, e.r.Min, e.at.UTC().Format("15:04:05.000"), c.offset, c.at.UTC().Format("15:04:05.000")))
 		}
 	}
 	return out

@@ -430,7 +430,11 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		if err == nil {
 			err = resp.Error()
 		}
-		if ce := m.log.Check(zap.DebugLevel, "copied a group's committed offsets"); ce != nil {
+		level := zap.DebugLevel
+		if evict {
+			level = zap.InfoLevel // once per group and switch: what its members resume at
+		}
+		if ce := m.log.Check(level, "copied a group's committed offsets"); ce != nil {
 			ce.Write(zap.String("group", g.Group), zap.Bool("switch", evict), zap.Any("offsets", commitAts(commit)), zap.Error(err))
 		}
 		if err != nil {

@@ -247,20 +247,10 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		out := kmsg.NewPtrProduceResponse()
 		out.ThrottleMillis = throttle
 		var failed map[gapPart]bool
-		var retried map[int]map[int32]bool // by the broker, or its absence
 		for ti, t := range in.Topics {
 			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
 			for _, p := range t.Partitions {
 				a := answerFor(local, answers, ti, names[ti], p.Partition, produceError)
-				if _, mine := local[ti][p.Partition]; !mine && a.ErrorCode != kerr.DuplicateSequenceNumber.Code && kerr.IsRetriable(kerr.ErrorForCode(a.ErrorCode)) {
-					if retried == nil {
-						retried = map[int]map[int32]bool{}
-					}
-					if retried[ti] == nil {
-						retried[ti] = map[int32]bool{}
-					}
-					retried[ti][p.Partition] = true
-				}
 				if a.ErrorCode == kerr.DuplicateSequenceNumber.Code {
 					if at, ok := req.writtenAt[gapPart{t.Topic, t.TopicID, p.Partition}]; ok {
 						a.BaseOffset = at // where it was written before the switch
@@ -284,14 +274,6 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		// broker orders what follows.
 		for _, r := range req.remaps {
 			s.remapped.answered(gen, r, failed[r.key.part()])
-		}
-		if retried != nil && in.TransactionID == nil {
-			// Any idempotent producer's batch the broker refused (or
-			// could not be reached for), to be sent again: were it the
-			// producer's first in the partition, the broker would take
-			// the batch behind it as the first (a broker restarting).
-			// Ferry's own refusals were noted as made.
-			s.remapped.refuseUnwritten(gen, req, in, func(ti int, p int32) bool { return retried[ti][p] })
 		}
 		if hinted {
 			for _, b := range s.virtualBrokers() {

@@ -234,11 +234,6 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		// and waited for by the partition's later batches.
 		s.remapped.answered(req.state.Generation, r, true)
 	}
-	if p, ok := kr.(*kmsg.ProduceRequest); ok {
-		// A producer of this generation's too (its first batch in a
-		// partition the broker holds no state for).
-		s.remapped.refuseUnwritten(req.state.Generation, req, p, func(int, int32) bool { return true })
-	}
 	var ue *unreachableError
 	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {
 		// The leader cannot be reached: Ferry says NOT_LEADER once the

@@ -389,31 +389,6 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 	}
 }
 
-// A batch of a producer of the current generation that the broker
-// refuses is waited for too: were it the producer's first in the
-// partition, the broker holds no state for the ID there and would take
-// the batch behind it as the first (a broker restarting with both in
-// flight), and the refused one would then only meet
-// OUT_OF_ORDER_SEQUENCE_NUMBER, to be written after it under a new epoch.
-// Only producers of another generation were waited for so.
-func TestIdempotentBatchOfThisGenerationFailedUpstreamKeepsItsPlace(t *testing.T) {
-	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})))
-	seedPartition(t, kf)
-	resp := initProducerID(t, kf)
-	// The ID as a client of this generation holds it.
-	produce := produceAsEpoch(t, addr, routing.VirtualPID(idGen, resp.ProducerID))
-	epoch := resp.ProducerEpoch
-	refuseNextProduce(kf, 0)
-	if code := produce(epoch, 0, "first"); code != kerr.NotEnoughReplicas.Code {
-		t.Fatalf("the batch the broker refused: %v, want NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(code))
-	}
-	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
-		t.Fatalf("the batch after the refused one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
-	}
-	resendFirstSecond(t, kf, produce, epoch)
-}
-
 // A Produce refused after its batch headers were rewritten to physical
 // IDs (a forced switch refusing what the old cluster answered) leaves its
 // gaps under the IDs the client sends, so that its next batches meet

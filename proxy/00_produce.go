@@ -82,7 +82,9 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		// Refused here, unwritten: an idempotent producer's later
 		// batches to these partitions wait for them. (A duplicate was
 		// written before.)
-		s.remapped.refuseUnwritten(gen, req, in, func(ti int, p int32) bool {
+		// Their batches still carry the client's IDs (refused before
+		// the rewrite), whatever other partitions of in now carry.
+		s.remapped.refuseUnwritten(gen, nil, in, func(ti int, p int32) bool {
 			code := local[ti][p]
 			return code != 0 && code != kerr.DuplicateSequenceNumber.Code
 		})

@@ -258,7 +258,14 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseDraining})
 	_, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table), WithHeldAnswerAfter(200*time.Millisecond))
 	seedPartition(t, kf)
-	resp := initProducerID(t, kf)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionTimeoutMillis = 60000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
+	}
 	produce := produceAsEpoch(t, addr, resp.ProducerID)
 	epoch := resp.ProducerEpoch
 	if code := produce(epoch, 0, "first"); code != kerr.NotLeaderForPartition.Code {
@@ -268,7 +275,17 @@ func TestIdempotentBatchOfThisGenerationRefusedKeepsItsPlace(t *testing.T) {
 	if code := produce(epoch, 1, "second"); code != kerr.OutOfOrderSequenceNumber.Code {
 		t.Fatalf("the batch after the held one: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", kerr.ErrorForCode(code))
 	}
-	resendFirstSecond(t, kf, produce, epoch)
+	for _, b := range []struct {
+		seq int32
+		v   string
+	}{{0, "first"}, {1, "second"}} {
+		if code := produce(epoch, b.seq, b.v); code != 0 {
+			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
+		}
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
+		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
+	}
 }
 
 // Once a read of the cluster taken over from fails as a whole (it is
@@ -455,37 +472,6 @@ func (f *three) switchTo(gen uint32, active string) {
 	}
 }
 
-// initProducerID asks kf for an idempotent producer ID, as a client does.
-func initProducerID(t *testing.T, kf *kfake.Cluster) *kmsg.InitProducerIDResponse {
-	t.Helper()
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.TransactionTimeoutMillis = 60000
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := ip.RequestWith(ctx, newClient(t, kf.ListenAddrs()[0]))
-	if err != nil || resp.ErrorCode != 0 {
-		t.Fatalf("InitProducerId: %v, %v", err, kerr.ErrorForCode(resp.ErrorCode))
-	}
-	return resp
-}
-
-// resendFirstSecond resends sequences 0 ("first") and 1 ("second") of
-// epoch and checks that t[0] holds them after "before", in order.
-func resendFirstSecond(t *testing.T, kf *kfake.Cluster, produce func(int16, int32, string) int16, epoch int16) {
-	t.Helper()
-	for _, b := range []struct {
-		seq int32
-		v   string
-	}{{0, "first"}, {1, "second"}} {
-		if code := produce(epoch, b.seq, b.v); code != 0 {
-			t.Fatalf("resending %s: %v", b.v, kerr.ErrorForCode(code))
-		}
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[before first second]" {
-		t.Fatalf("partition 0 holds %q; want [before first second]", got[0])
-	}
-}
-
 // writeBefore writes v0..v(n-1) of producer virt, of an earlier
 // generation, through a member other than the one allocating its IDs
 // (owner); third is the member left. held is the ID written under.
@@ -503,4 +489,31 @@ func (f *three) writeBefore(t *testing.T, virt int64, n int32) (owner, writer, t
 		t.Fatal("no ID was allocated for the producer under the first generation")
 	}
 	return owner, writer, third, held
+}
+
+// A partition Ferry refused before sending keeps the client's own IDs in
+// its batch headers even when the request rewrote its other partitions:
+// its gap is noted under the ID as it stands. Mapped back as a rewritten
+// one, a stale ID of generation 0 (the form of a physical ID) would be
+// taken for this generation's and noted under an ID no client sends.
+func TestRefusedBeforeRewriteKeepsTheClientsID(t *testing.T) {
+	var r remappedPIDs
+	gen := uint32(idGen)
+	const stale = 9 // issued under generation 0; written under 77 now
+	in := kmsg.NewPtrProduceRequest()
+	in.Acks = -1
+	in.Topics = []kmsg.ProduceRequestTopic{{Topic: "t", Partitions: []kmsg.ProduceRequestTopicPartition{
+		{Partition: 0, Records: valueBatch(77, 0, 3, false, "rewritten")},
+		{Partition: 1, Records: valueBatch(stale, 0, 5, false, "refused")},
+	}}}
+	req := &request{state: routing.State{Generation: gen}, physicalIDs: true,
+		remaps: []remapBatch{{key: gapKey{virt: stale, topic: "t", partition: 0}, phys: 77, seq: 3}}}
+	r.refuseUnwritten(gen, nil, in, func(_ int, p int32) bool { return p == 1 })
+	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) {
+		t.Error("the batch after the one refused before sending does not wait for it")
+	}
+	r.refuseUnwritten(gen, req, in, func(_ int, p int32) bool { return p == 0 })
+	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 0}, 0, 4) {
+		t.Error("the batch after the one refused after sending does not wait for it")
+	}
 }

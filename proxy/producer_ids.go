@@ -242,12 +242,16 @@ type remapBatch struct {
 // refuseUnwritten notes as refused unwritten, under gen, every batch of an
 // idempotent producer in the partitions of req's Produce in that refused
 // names (by topic index and partition): the request, or those partitions
-// of it, were answered without being sent, or failed. A producer of this
-// generation too: for an ID the broker holds no state for in the
-// partition (its first batch there), the broker would take the next batch
-// as the first. The gap is the producer's as the client names it (its
-// batches may carry physical IDs by now: req.clientPID), for the client's
-// next batches to meet it.
+// of it, were answered without being sent, or refused after (a forced
+// switch). A producer of this generation too: for an ID the broker holds
+// no state for in the partition (its first batch there), the broker would
+// take the next batch as the first. The gap is the producer's as the
+// client names it, for the client's next batches to meet it: req, when
+// the batches were sent, maps back the physical IDs written over the
+// client's (req.clientPID); nil when they still carry the client's own
+// (refused before being sent: that request may have rewritten other
+// partitions, and its mapping would take a stale ID of generation 0 for
+// a physical one).
 func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
 	if in.TransactionID != nil || in.Acks == 0 {
 		return
@@ -263,7 +267,10 @@ func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.Produc
 				if pid < 0 || b.IsTransactional() {
 					return nil
 				}
-				virt := req.clientPID(t.Topic, t.TopicID, p.Partition, pid)
+				virt := pid
+				if req != nil {
+					virt = req.clientPID(t.Topic, t.TopicID, p.Partition, pid)
+				}
 				r.refused(gen, gapKey{virt: virt, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
 				return nil
 			})

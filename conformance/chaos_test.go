@@ -245,7 +245,7 @@ func TestChaos(t *testing.T) {
 	// the new records there: what it lost, and two seconds' worth more.
 	var resets []time.Time
 	for _, fs := range fl.forced {
-		resets = append(resets, fs.stopped)
+		resets = append(resets, fs.oldAnswered)
 		floor += int(2 * rate)
 		for _, r := range fs.lost {
 			switch {
@@ -470,6 +470,13 @@ type chaosFleet struct {
 type forcedSwitch struct {
 	stopped time.Time           // when the old active cluster's broker was stopped
 	lost    []routing.LostRange // what the answer reported lost
+	// oldAnswered bounds the answers the old cluster gave: a client
+	// reports one it got just before the stop a moment after it, and
+	// the new cluster answers nothing before the flip, which the
+	// answer to the switch came after. (A second after the stop, or
+	// the switch's answer if sooner: a forced switch waits up to 3 s
+	// for the stopped cluster's end offsets.)
+	oldAnswered time.Time
 	// lostCopies are the input positions ("partition/offset") whose
 	// copies the switch lost: on the old cluster's copy of the output,
 	// nowhere on the new one's, read before the repair deleted it.
@@ -547,11 +554,12 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 	c := fl.clusters[old]
 	fs.lostCopies = map[string]bool{}
 	if fl.copyTopic != "" {
-		// Read uncommitted: what the copy loop wrote on the old cluster
-		// and the new one holds nowhere (aborted copies too, which only
-		// forgives more).
+		// What the copy loop wrote on the old cluster (read uncommitted:
+		// aborted copies too, which only forgives more) and the new one
+		// does not hold committed: a copy the mirror wrote there and
+		// aborted (its writer halted mid-transaction) is not held.
 		now := map[string]bool{}
-		for _, v := range readTopics(t, ctx, fl.clusters[fl.other(old)], []string{fl.copyTopic}, kgo.ReadUncommitted())[fl.copyTopic] {
+		for _, v := range readTopics(t, ctx, fl.clusters[fl.other(old)], []string{fl.copyTopic}, kgo.ReadCommitted())[fl.copyTopic] {
 			now[v] = true
 		}
 		for _, v := range readTopics(t, ctx, c, []string{fl.copyTopic}, kgo.ReadUncommitted())[fl.copyTopic] {
@@ -614,6 +622,12 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 			}
 		}
 		adm := admin(t, c)
+		// The runbook's advice: a transaction still open on the old
+		// cluster for these topics ends later, and its marker lands in
+		// the topic created again, which must then be copied once more.
+		if open := waitTxnsEnded(ctx, adm, topics, 3*time.Minute); len(open) > 0 {
+			t.Logf("deleting %v on %s with transactions still open for them after 3 minutes: %v", topics, old, open)
+		}
 		if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
 			t.Logf("deleting %v on %s: %v", topics, old, err)
 			continue
@@ -625,6 +639,31 @@ func (fl *chaosFleet) repairAfterForced(ctx context.Context, old string, fs *for
 		}
 		restarts++
 		quiet = time.Now()
+	}
+}
+
+// waitTxnsEnded waits up to bound until the cluster adm reaches has no
+// transaction open on any of topics (its coordinator aborts one whose
+// client went away once the transaction's timeout has passed) and returns
+// those still open then, as "transactional ID (state)".
+func waitTxnsEnded(ctx context.Context, adm *kadm.Client, topics []string, bound time.Duration) []string {
+	var open []string
+	for deadline := time.Now().Add(bound); ; time.Sleep(time.Second) {
+		open = open[:0]
+		described, err := adm.DescribeTransactions(ctx)
+		for _, d := range described.Sorted() {
+			switch d.State {
+			case "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence":
+			default:
+				continue
+			}
+			if slices.ContainsFunc(topics, func(tp string) bool { _, ok := d.Topics[tp]; return ok }) {
+				open = append(open, fmt.Sprintf("%s (%s)", d.TxnID, d.State))
+			}
+		}
+		if err == nil && len(open) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return open
+		}
 	}
 }
 
@@ -823,7 +862,7 @@ func (fl *chaosFleet) inject(ctx context.Context, f chaos.Fault, report *chaos.R
 		if code != http.StatusOK {
 			return fmt.Sprintf("%s's broker stopped; %s", active, answer)
 		}
-		fs := forcedSwitch{stopped: stopped}
+		fs := forcedSwitch{stopped: stopped, oldAnswered: stopped.Add(min(time.Second, took))}
 		if a.LastSwitch != nil {
 			fs.lost = a.LastSwitch.Lost
 		}
@@ -953,8 +992,8 @@ func belowCommitted(c *verifiable.Consumer, resets []time.Time) []string {
 	var out []string
 	for _, e := range evs {
 		// A forced switch takes the group back to what the mirror had
-		// copied of its offsets: what it committed before the stop no
-		// longer binds it.
+		// copied of its offsets: what the old cluster acknowledged of
+		// its commits no longer binds it.
 		for len(resets) > 0 && e.at.After(resets[0]) {
 			committed, resets = map[int32]commit{}, resets[1:]
 		}

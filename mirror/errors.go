@@ -72,6 +72,13 @@ func (e *HaltError) Error() string {
 
 func (e *HaltError) Unwrap() error { return e.Err }
 
+// Parted reports whether err halted a writer because the standby holds
+// something else than the source from the writer's mirrored offset on
+// (PartitionStatus.Mirrored): a batch at another offset, a stray marker.
+func Parted(err error) bool {
+	return errors.Is(err, ErrOffsetMismatch) || errors.Is(err, ErrDiverged) || errors.Is(err, ErrMarkerTwice)
+}
+
 // haltReason is the metric label of a halt error: the one place an error
 // class maps to a metric.
 func haltReason(err error) string {

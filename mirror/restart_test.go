@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -349,4 +350,55 @@ func statusOf(t *testing.T, m *Mirror, topic string, partition int32) PartitionS
 	}
 	t.Fatalf("no writer for %s[%d]", topic, partition)
 	return PartitionStatus{}
+}
+
+// TestHaltSaysWhereTheStandbyParts: a writer that finds the standby's
+// tail different from the source looks for where the two logs part and
+// reports it as its mirrored offset (what a forced switch then counts as
+// lost from), not the standby's end and not nothing.
+func TestHaltSaysWhereTheStandbyParts(t *testing.T) {
+	a, b := fakeCluster(t), fakeCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topic = "parts"
+	acl, bcl := fakeClient(t, a), fakeClient(t, b)
+	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	var first []string
+	for i := range 37 {
+		first = append(first, fmt.Sprintf("a%d", i))
+	}
+	produceFake(t, acl, topic, 0, first...)
+	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
+	eventually2(t, 30*time.Second, "mirrored", func() error {
+		if e := fakeEnd(t, b, topic, 0); e != 37 {
+			return fmt.Errorf("standby end %d", e)
+		}
+		return nil
+	})
+	stop()
+
+	// Three batches written to the standby directly, five more to the
+	// source: they part at 37, and the standby ends at 40.
+	produceFake(t, bcl, topic, 0, "x37", "x38", "x39")
+	produceFake(t, acl, topic, 0, "a37", "a38", "a39", "a40", "a41")
+	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
+	var st PartitionStatus
+	eventually2(t, 30*time.Second, "halted", func() error {
+		var ok bool
+		if st, ok = partitionStatus(m, topic, 0); !ok || st.State != StateHalted {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	if !errors.Is(st.Err, ErrDiverged) || !Parted(st.Err) {
+		t.Fatalf("halted with %v, want ErrDiverged", st.Err)
+	}
+	if st.Mirrored != 37 {
+		t.Fatalf("halted with mirrored offset %d, want 37 (where the standby parts from the source): %v", st.Mirrored, st.Err)
+	}
+	if !strings.Contains(st.Err.Error(), "below 37") {
+		t.Fatalf("the halt does not say where the logs part: %v", st.Err)
+	}
 }

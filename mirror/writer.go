@@ -518,22 +518,72 @@ var errStopWalk = errors.New("stop")
 // mirror. An ABORT where the source has a COMMIT (a crash between the last
 // batch of a committed transaction and its marker) keeps offsets equal: it
 // is reported and counted, and mirroring goes on.
+//
+// A tail that differs halts the writer. Before it does, it finds where the
+// two logs part (divergedFrom) and reports that as its mirrored offset: a
+// forced switch loses the source's records from there, whatever the
+// standby's end (routing.Position.Matches).
 func (w *writer) checkTail(ctx context.Context) error {
 	if w.next == 0 {
 		return nil
 	}
-	at := w.next - 1
+	err := w.compareAt(ctx, w.next-1, true)
+	if h := (*HaltError)(nil); errors.As(err, &h) && (errors.Is(h.Err, ErrDiverged) || errors.Is(h.Err, ErrMarkerTwice)) {
+		from, ferr := w.divergedFrom(ctx, w.next-1)
+		if ferr != nil {
+			return ferr // transient: the next session checks again
+		}
+		w.mu.Lock()
+		w.status.Mirrored = from
+		w.mu.Unlock()
+		h.Detail += fmt.Sprintf("; the standby holds what the source does below %d", from)
+	}
+	return err
+}
+
+// divergedFrom returns the first offset at or below at (where the standby
+// differs from the source) from which it differs: a binary search with
+// compareAt, as a log that parted from its source stays apart (a batch
+// that differs shifts or replaces everything after it). Offsets below
+// either log's start compare as equal.
+func (w *writer) divergedFrom(ctx context.Context, at int64) (int64, error) {
+	lo, hi := int64(0), at // the first differing offset is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		err := w.compareAt(ctx, mid, false)
+		var h *HaltError
+		switch {
+		case err == nil:
+			lo = mid + 1
+		case errors.As(err, &h):
+			hi = mid
+		default:
+			return 0, err
+		}
+	}
+	return lo, nil
+}
+
+// compareAt compares the standby's batch holding offset at with the
+// source's; nil when they hold the same, a *HaltError when not. At the
+// tail (tail) it also halts on a source shorter than the standby, takes
+// the source's leader epoch, and reports an ABORT where the source has a
+// COMMIT.
+func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 	st, err := w.fetch(ctx, w.dst, at, 0, 0, 1<<20)
 	if err != nil {
 		return err
 	}
+	if !tail && st.ErrorCode == kerr.OffsetOutOfRange.Code {
+		return nil // below the standby's log start: nothing to compare
+	}
 	if err := kerr.ErrorForCode(st.ErrorCode); err != nil {
-		return fmt.Errorf("standby tail fetch: %w", err)
+		return fmt.Errorf("standby fetch at %d: %w", at, err)
 	}
 	sb, err := firstBatchAt(st.RecordBatches, at)
 	if err != nil || sb == nil {
-		// Nothing readable at the tail (e.g. the standby's own log start
-		// is at its end): nothing to compare.
+		// Nothing readable there (e.g. the standby's own log start is
+		// at its end): nothing to compare.
 		return nil
 	}
 	sr, err := w.fetch(ctx, w.src, at, 0, 0, 1<<20)
@@ -541,6 +591,9 @@ func (w *writer) checkTail(ctx context.Context) error {
 		return err
 	}
 	if sr.ErrorCode == kerr.OffsetOutOfRange.Code {
+		if !tail {
+			return nil // below the source's log start: nothing to compare
+		}
 		hw, err := w.listOffset(ctx, w.src, -1)
 		if err != nil {
 			return err
@@ -551,9 +604,9 @@ func (w *writer) checkTail(ctx context.Context) error {
 		return nil // below the source's log start: nothing to compare
 	}
 	if err := kerr.ErrorForCode(sr.ErrorCode); err != nil {
-		return fmt.Errorf("source tail fetch: %w", err)
+		return fmt.Errorf("source fetch at %d: %w", at, err)
 	}
-	if sr.HighWatermark < w.next {
+	if tail && sr.HighWatermark < w.next {
 		return w.halt(ErrSourceTruncated, w.next, "standby holds offsets up to %d, source high watermark is %d", w.next, sr.HighWatermark)
 	}
 	rb, err := firstBatchAt(sr.RecordBatches, at)
@@ -561,7 +614,7 @@ func (w *writer) checkTail(ctx context.Context) error {
 		return err
 	}
 	covers := rb != nil && rb.BaseOffset() <= at
-	if rb != nil {
+	if rb != nil && tail {
 		w.epoch = rb.PartitionLeaderEpoch()
 	}
 	switch {
@@ -585,7 +638,7 @@ func (w *writer) checkTail(ctx context.Context) error {
 		}
 		st, _ := protocol.ControlType(sb)
 		rt, _ := protocol.ControlType(rb)
-		if st == protocol.ControlAbort && rt == protocol.ControlCommit {
+		if st == protocol.ControlAbort && rt == protocol.ControlCommit && tail {
 			w.m.metrics.lostCommit.Inc()
 			w.log.Error("source transaction committed but aborted on the standby (writer crashed before the commit): read_committed readers of the standby miss the last batch before this offset",
 				zap.Int64("marker_offset", at))

@@ -62,6 +62,12 @@ type Position struct {
 	// A forced switch aborts that transaction (LeftOpenAborter), so they
 	// count as lost.
 	Committed *int64 `json:",omitempty"`
+	// Matches, when set, is where the standby parts from the source: its
+	// writer halted finding something else there (a stray marker, a
+	// batch of another writer). Below it the standby holds what the
+	// source does; from it the source's records are lost to a forced
+	// switch, whatever the standby's end.
+	Matches *int64 `json:",omitempty"`
 }
 
 // LeftOpenAborter is a Mirror that can abort, on the cluster a forced
@@ -697,6 +703,9 @@ func positions(ps []Position) (map[string][]int64, []LostRange) {
 		from := p.Standby
 		if p.Committed != nil && *p.Committed >= 0 && *p.Committed < from {
 			from = *p.Committed // a transaction left open is aborted
+		}
+		if p.Matches != nil && *p.Matches >= 0 && *p.Matches < from {
+			from = *p.Matches
 		}
 		switch {
 		case p.Standby < 0:

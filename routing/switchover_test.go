@@ -171,9 +171,12 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 	// the standby's end on may be lost, and is reported so.
 	// t[3]: the standby held 6, from 2 in a transaction the mirror had
 	// left open (aborted by the switch): lost from 2.
-	committed := int64(2)
+	// t[4]: the standby held 8 but parted from the source at 6 (its
+	// writer halted on a stray marker there): lost from 6.
+	committed, parted := int64(2), int64(6)
 	sc.pos = []Position{{Topic: "t", Partition: 0, Standby: 5, Source: 9}, {Topic: "t", Partition: 1, Standby: 4, Source: 4},
-		{Topic: "t", Partition: 2, Standby: 3, Source: -1}, {Topic: "t", Partition: 3, Standby: 6, Source: 6, Committed: &committed}}
+		{Topic: "t", Partition: 2, Standby: 3, Source: -1}, {Topic: "t", Partition: 3, Standby: 6, Source: 6, Committed: &committed},
+		{Topic: "t", Partition: 4, Standby: 8, Source: 9, Matches: &parted}}
 	st, err := sw.Switch(context.Background(), Request{To: "b", Mode: Forced})
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +190,7 @@ func TestForcedSwitchReportsLost(t *testing.T) {
 		t.Fatalf("%s: the forced switch's state must refuse answers to writes of generation 0 only", st)
 	}
 	if fmt.Sprint(st.Last.Lost) != fmt.Sprint([]LostRange{{Topic: "t", Partition: 0, From: 5, To: 9}, {Topic: "t", Partition: 2, From: 3, To: UnknownEnd},
-		{Topic: "t", Partition: 3, From: 2, To: 6}}) {
+		{Topic: "t", Partition: 3, From: 2, To: 6}, {Topic: "t", Partition: 4, From: 6, To: 9}}) {
 		t.Fatalf("lost %v", st.Last.Lost)
 	}
 	if open := st.Last.Lost[1]; open.Contains(2) || !open.Contains(3) || !open.Contains(1<<40) {

@@ -100,6 +100,9 @@ func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionSt
 		if e, ok := standbyStable[st.Topic][st.Partition]; ok && e < standby {
 			pos.Committed = &e
 		}
+		if st.State == mirror.StateHalted && mirror.Parted(st.Err) && st.Mirrored >= 0 {
+			pos.Matches = &st.Mirrored
+		}
 		out = append(out, pos)
 	}
 	return out

@@ -200,6 +200,24 @@ func TestSwitchListsSourceEnds(t *testing.T) {
 	}
 	// Lost: t[1] offsets 4 to 10, t[2] 0 to 10.
 	check(map[int32][2]int64{0: {10, 10}, 1: {4, 10}, 2: {0, 10}})
+	// A writer halted where the standby parts from the source names
+	// where (Matches); one halted on request does not.
+	matches := func() map[int32]int64 {
+		out := map[int32]int64{}
+		for _, p := range r.positions("a", "b", sts) {
+			if p.Matches != nil {
+				out[p.Partition] = *p.Matches
+			}
+		}
+		return out
+	}
+	sts[0].State, sts[0].Err, sts[0].Mirrored = mirror.StateHalted, &mirror.HaltError{Topic: "t", Err: mirror.ErrDiverged}, 7
+	sts[1].State, sts[1].Err = mirror.StateHalted, &mirror.HaltError{Topic: "t", Partition: 1, Err: mirror.ErrHaltedOnRequest}
+	if got := matches(); fmt.Sprint(got) != "map[0:7]" {
+		t.Errorf("positions' Matches by partition: %v, want map[0:7]", got)
+	}
+	sts[0].State, sts[0].Err, sts[0].Mirrored = 0, nil, 10
+	sts[1].State, sts[1].Err = 0, nil
 
 	src.Close()
 	start := time.Now()

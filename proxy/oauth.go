@@ -5,9 +5,9 @@ package proxy
 // URL: the signature (RS256/384/512, PS256/384/512, ES256/384/512; never
 // "none" nor HMAC), exp (required), nbf and iat with 30 s of allowed clock
 // skew, as Kafka's default; iss and aud when configured. The principal is
-// the claim principal_claim names (default sub). Standard library only:
-// the parts of JOSE used here are small, and every choice (which
-// algorithms, which claims) is explicit.
+// the claim principal_claim names (default sub). The JOSE itself (JWK
+// parsing, JWS verification, the registered claims' checks) is go-jose's;
+// which algorithms, keys and claims are accepted is chosen here.
 //
 // A JWKS file is read again when it changes (checked at most once a
 // second); a URL is fetched at start, every jwksRefresh, and when a token
@@ -21,21 +21,19 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rsa"
-	_ "crypto/sha256" // the hashes of the JWS algorithms
-	_ "crypto/sha512"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 )
 
 // OAuthConfig configures SASL/OAUTHBEARER.
@@ -68,71 +66,48 @@ type jwks struct {
 	keys map[string]crypto.PublicKey
 }
 
-type jwkJSON struct {
-	Kty string `json:"kty"`
-	Kid string `json:"kid"`
-	Use string `json:"use"`
-	Alg string `json:"alg"`
-	N   string `json:"n"`
-	E   string `json:"e"`
-	Crv string `json:"crv"`
-	X   string `json:"x"`
-	Y   string `json:"y"`
-}
-
-// parseJWKS reads a JWKS document. Keys of a type Ferry cannot use, or for
-// encryption, are skipped; a set with no usable key is an error.
+// parseJWKS reads a JWKS document. Keys Ferry cannot use (symmetric ones,
+// types go-jose does not know, keys for encryption) are skipped; a
+// malformed RSA or EC key (an EC point off its curve), an RSA key under
+// 2048 bits, or a set with no usable key is an error. A private key's
+// public half is used.
 func parseJWKS(b []byte) (*jwks, error) {
 	var doc struct {
-		Keys []jwkJSON `json:"keys"`
+		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, fmt.Errorf("not a JWKS document: %w", err)
 	}
 	set := &jwks{keys: map[string]crypto.PublicKey{}}
-	for i, k := range doc.Keys {
+	for i, raw := range doc.Keys {
+		var k jose.JSONWebKey
+		if err := k.UnmarshalJSON(raw); err != nil {
+			if errors.Is(err, jose.ErrUnsupportedKeyType) {
+				continue
+			}
+			var named struct {
+				Kid string `json:"kid"`
+			}
+			json.Unmarshal(raw, &named)
+			return nil, fmt.Errorf("keys[%d] (kid %q): %w", i, named.Kid, err)
+		}
 		if k.Use != "" && k.Use != "sig" {
 			continue
 		}
-		var pub crypto.PublicKey
-		switch k.Kty {
-		case "RSA":
-			n, err1 := b64Int(k.N)
-			e, err2 := b64Int(k.E)
-			if err1 != nil || err2 != nil || !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 {
-				return nil, fmt.Errorf("keys[%d] (kid %q): bad RSA key", i, k.Kid)
-			}
-			if n.BitLen() < 2048 {
-				return nil, fmt.Errorf("keys[%d] (kid %q): RSA key of %d bits; at least 2048 are required", i, k.Kid, n.BitLen())
-			}
-			pub = &rsa.PublicKey{N: n, E: int(e.Int64())}
-		case "EC":
-			var curve elliptic.Curve
-			switch k.Crv {
-			case "P-256":
-				curve = elliptic.P256()
-			case "P-384":
-				curve = elliptic.P384()
-			case "P-521":
-				curve = elliptic.P521()
-			default:
-				return nil, fmt.Errorf("keys[%d] (kid %q): unsupported curve %q", i, k.Kid, k.Crv)
-			}
-			size := (curve.Params().BitSize + 7) / 8
-			x, err1 := b64Bytes(k.X)
-			y, err2 := b64Bytes(k.Y)
-			if err1 != nil || err2 != nil || len(x) != size || len(y) != size {
-				return nil, fmt.Errorf("keys[%d] (kid %q): bad EC key: want %d-byte coordinates", i, k.Kid, size)
-			}
-			ek, err := ecdsa.ParseUncompressedPublicKey(curve, append(append([]byte{4}, x...), y...)) // checks the point is on the curve
-			if err != nil {
-				return nil, fmt.Errorf("keys[%d] (kid %q): bad EC key: %w", i, k.Kid, err)
-			}
-			pub = ek
-		default:
-			continue
+		pub := k.Key
+		if !k.IsPublic() {
+			pub = k.Public().Key
 		}
-		set.keys[k.Kid] = pub
+		switch key := pub.(type) {
+		case *rsa.PublicKey:
+			if key.N.BitLen() < 2048 {
+				return nil, fmt.Errorf("keys[%d] (kid %q): RSA key of %d bits; at least 2048 are required", i, k.KeyID, key.N.BitLen())
+			}
+		case *ecdsa.PublicKey:
+		default:
+			continue // HMAC secrets, Ed25519, ...: never accepted
+		}
+		set.keys[k.KeyID] = pub
 	}
 	if len(set.keys) == 0 {
 		return nil, errors.New("the JWKS has no RSA or EC signing key")
@@ -140,31 +115,12 @@ func parseJWKS(b []byte) (*jwks, error) {
 	return set, nil
 }
 
-func b64Int(s string) (*big.Int, error) {
-	b, err := b64Bytes(s)
-	if err != nil {
-		return nil, err
-	}
-	return new(big.Int).SetBytes(b), nil
-}
-
-func b64Bytes(s string) ([]byte, error) {
-	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
-	if err != nil || len(b) == 0 {
-		return nil, errors.New("bad base64url value")
-	}
-	return b, nil
-}
-
-// jwtClaims are the claims Ferry reads; the principal claim is read from
-// the raw map.
-type jwtClaims struct {
-	raw map[string]any
-	exp *float64
-	nbf *float64
-	iat *float64
-	iss string
-	aud []string
+// acceptedAlgorithms are the JWS algorithms a token may be signed with:
+// never "none", never HMAC (whose key would be the JWKS's public key).
+var acceptedAlgorithms = []jose.SignatureAlgorithm{
+	jose.RS256, jose.RS384, jose.RS512,
+	jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512,
 }
 
 // oauthValidator checks tokens against the configured key set.
@@ -439,144 +395,52 @@ func (v *oauthValidator) validate(token string) (string, *authFailure) {
 	invalid := func(reason, format string, args ...any) (string, *authFailure) {
 		return "", &authFailure{reason: reason, msg: "invalid token: " + fmt.Sprintf(format, args...)}
 	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return invalid("invalid_token", "not a signed JWT (header.payload.signature)")
-	}
-	var hdr struct {
-		Alg string `json:"alg"`
-		Kid string `json:"kid"`
-		Typ string `json:"typ"`
-	}
-	if err := decodeSegment(parts[0], &hdr); err != nil {
-		return invalid("invalid_token", "header: %v", err)
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	tok, err := jwt.ParseSigned(token, acceptedAlgorithms)
 	if err != nil {
-		return invalid("invalid_token", "signature is not base64url")
+		if alg := (*jose.ErrUnexpectedSignatureAlgorithm)(nil); errors.As(err, &alg) {
+			return invalid("invalid_signature", "algorithm %q is not accepted (RS, PS or ES 256/384/512)", alg.Got)
+		}
+		return invalid("invalid_token", "not a signed JWT (header.payload.signature): %v", err)
 	}
-	key, f := v.key(hdr.Kid)
+	key, f := v.key(tok.Headers[0].KeyID)
 	if f != nil {
 		return "", f
 	}
-	if err := verifyJWS(hdr.Alg, key, []byte(parts[0]+"."+parts[1]), sig); err != nil {
-		return invalid("invalid_signature", "%v", err)
-	}
+	var c jwt.Claims
 	var raw map[string]any
-	if err := decodeSegment(parts[1], &raw); err != nil {
+	if err := tok.Claims(key, &c, &raw); err != nil {
+		if errors.Is(err, jose.ErrCryptoFailure) {
+			return invalid("invalid_signature", "bad signature")
+		}
 		return invalid("invalid_token", "claims: %v", err)
 	}
-	c := claimsOf(raw)
-	now := v.now()
-	switch {
-	case c.exp == nil:
+	if c.Expiry == nil {
 		return invalid("invalid_token", "no exp claim")
-	case now.After(unixTime(*c.exp).Add(jwtClockSkew)):
-		return invalid("expired_token", "expired at %s", unixTime(*c.exp).UTC().Format(time.RFC3339))
-	case c.nbf != nil && now.Add(jwtClockSkew).Before(unixTime(*c.nbf)):
-		return invalid("invalid_token", "not valid before %s", unixTime(*c.nbf).UTC().Format(time.RFC3339))
-	case c.iat != nil && now.Add(jwtClockSkew).Before(unixTime(*c.iat)):
-		return invalid("invalid_token", "issued in the future (%s)", unixTime(*c.iat).UTC().Format(time.RFC3339))
-	case v.cfg.Issuer != "" && c.iss != v.cfg.Issuer:
-		return invalid("invalid_token", "issuer %q is not the one expected", c.iss)
-	case v.cfg.Audience != "" && !contains(c.aud, v.cfg.Audience):
-		return invalid("invalid_token", "audience %q does not include the one expected", c.aud)
+	}
+	want := jwt.Expected{Issuer: v.cfg.Issuer, Time: v.now()}
+	if v.cfg.Audience != "" {
+		want.AnyAudience = jwt.Audience{v.cfg.Audience}
+	}
+	switch err := c.ValidateWithLeeway(want, jwtClockSkew); {
+	case err == nil:
+	case errors.Is(err, jwt.ErrExpired):
+		return invalid("expired_token", "expired at %s", c.Expiry.Time().UTC().Format(time.RFC3339))
+	case errors.Is(err, jwt.ErrNotValidYet):
+		return invalid("invalid_token", "not valid before %s", c.NotBefore.Time().UTC().Format(time.RFC3339))
+	case errors.Is(err, jwt.ErrIssuedInTheFuture):
+		return invalid("invalid_token", "issued in the future (%s)", c.IssuedAt.Time().UTC().Format(time.RFC3339))
+	case errors.Is(err, jwt.ErrInvalidIssuer):
+		return invalid("invalid_token", "issuer %q is not the one expected", c.Issuer)
+	case errors.Is(err, jwt.ErrInvalidAudience):
+		return invalid("invalid_token", "audience %q does not include the one expected", []string(c.Audience))
+	default:
+		return invalid("invalid_token", "%v", err)
 	}
 	p, _ := raw[v.cfg.PrincipalClaim].(string)
 	if p == "" {
 		return invalid("invalid_token", "no %s claim to name the principal", v.cfg.PrincipalClaim)
 	}
 	return p, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
-}
-
-func unixTime(f float64) time.Time { return time.Unix(0, int64(f*1e9)) }
-
-func decodeSegment(seg string, v any) error {
-	b, err := base64.RawURLEncoding.DecodeString(seg)
-	if err != nil {
-		return errors.New("not base64url")
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return errors.New("not JSON")
-	}
-	return nil
-}
-
-func claimsOf(raw map[string]any) jwtClaims {
-	c := jwtClaims{raw: raw}
-	num := func(k string) *float64 {
-		if f, ok := raw[k].(float64); ok {
-			return &f
-		}
-		return nil
-	}
-	c.exp, c.nbf, c.iat = num("exp"), num("nbf"), num("iat")
-	c.iss, _ = raw["iss"].(string)
-	switch a := raw["aud"].(type) {
-	case string:
-		c.aud = []string{a}
-	case []any:
-		for _, e := range a {
-			if s, ok := e.(string); ok {
-				c.aud = append(c.aud, s)
-			}
-		}
-	}
-	return c
-}
-
-// verifyJWS checks a JWS signature of one of the asymmetric algorithms.
-func verifyJWS(alg string, key crypto.PublicKey, signed, sig []byte) error {
-	var h crypto.Hash
-	switch alg {
-	case "RS256", "PS256", "ES256":
-		h = crypto.SHA256
-	case "RS384", "PS384", "ES384":
-		h = crypto.SHA384
-	case "RS512", "PS512", "ES512":
-		h = crypto.SHA512
-	default:
-		return fmt.Errorf("algorithm %q is not accepted (RS, PS or ES 256/384/512)", alg)
-	}
-	d := h.New()
-	d.Write(signed)
-	digest := d.Sum(nil)
-	switch k := key.(type) {
-	case *rsa.PublicKey:
-		var err error
-		switch alg[0] {
-		case 'R':
-			err = rsa.VerifyPKCS1v15(k, h, digest, sig)
-		case 'P':
-			err = rsa.VerifyPSS(k, h, digest, sig, &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash})
-		default:
-			return fmt.Errorf("algorithm %s does not fit the key's type (RSA)", alg)
-		}
-		if err != nil {
-			return errors.New("bad signature")
-		}
-	case *ecdsa.PublicKey:
-		size := (k.Curve.Params().BitSize + 7) / 8
-		if alg[0] != 'E' || len(sig) != 2*size {
-			return fmt.Errorf("algorithm %s does not fit the key's type (EC %s)", alg, k.Curve.Params().Name)
-		}
-		r, s := new(big.Int).SetBytes(sig[:size]), new(big.Int).SetBytes(sig[size:])
-		if !ecdsa.Verify(k, digest, r, s) {
-			return errors.New("bad signature")
-		}
-	default:
-		return errors.New("unusable key")
-	}
-	return nil
 }
 
 // parseOAuthBearer reads the client's initial response (RFC 7628 3.1):

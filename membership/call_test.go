@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // handlers installs the test kinds: echo answers "<member> got <body>
@@ -127,7 +129,7 @@ func TestCallTimeouts(t *testing.T) {
 	if n := testutil.ToFloat64(a.metrics.calls.WithLabelValues("hang", outcomeTimeout)); n != 1 {
 		t.Errorf("ferry_fleet_calls_total{kind=hang,outcome=timeout} = %v", n)
 	}
-	eventually(t, "member 2's handler ends with the caller's deadline", func() error {
+	testwait.Eventually(t, patience, "member 2's handler ends with the caller's deadline", func() error {
 		if len(b.sem) != 0 {
 			return fmt.Errorf("%d handlers running", len(b.sem))
 		}
@@ -143,7 +145,7 @@ func TestCallTimeouts(t *testing.T) {
 		_, err := a.Call(ctx2, 3, "hang", nil)
 		hung <- err
 	}()
-	eventually(t, "member 3 serving the call", func() error {
+	testwait.Eventually(t, patience, "member 3 serving the call", func() error {
 		if len(c.sem) != 1 {
 			return fmt.Errorf("%d handlers running", len(c.sem))
 		}
@@ -223,7 +225,7 @@ func TestControlCallsNotStarvedByAFlood(t *testing.T) {
 			flood <- err
 		}()
 	}
-	eventually(t, "member 2 running a full lane of forwarding calls", func() error {
+	testwait.Eventually(t, patience, "member 2 running a full lane of forwarding calls", func() error {
 		if n := ran.Load(); n != maxHandlers {
 			return fmt.Errorf("%d handlers running", n)
 		}
@@ -304,14 +306,14 @@ func TestControlCallRetriedWhenBusy(t *testing.T) {
 	for range maxControlHandlers {
 		go call()
 	}
-	eventually(t, "member 2 running a full control lane", func() error {
+	testwait.Eventually(t, patience, "member 2 running a full control lane", func() error {
 		if n := ran.Load(); n != maxControlHandlers {
 			return fmt.Errorf("%d control handlers running", n)
 		}
 		return nil
 	})
 	go call()
-	eventually(t, "member 2 answering the extra call busy", func() error {
+	testwait.Eventually(t, patience, "member 2 answering the extra call busy", func() error {
 		if n := testutil.ToFloat64(b.metrics.busy.WithLabelValues("install")); n < 1 {
 			return fmt.Errorf("%v calls answered busy", n)
 		}
@@ -357,7 +359,7 @@ func TestCallAllDoesNotWaitForAMemberGone(t *testing.T) {
 	defer cancel()
 	done := make(chan []Reply, 1)
 	go func() { done <- a.CallAll(ctx, "answer-unless-3", nil) }()
-	eventually(t, "member 3 serving the call", func() error {
+	testwait.Eventually(t, patience, "member 3 serving the call", func() error {
 		if len(c.sem) != 1 {
 			return fmt.Errorf("%d handlers running", len(c.sem))
 		}

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // patience bounds every wait: generous, for a busy 2-core machine under
@@ -109,23 +111,6 @@ func (m *member) kill() {
 	}
 }
 
-// eventually polls cond until it returns nil, failing with its last
-// error after patience.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %v after %v", what, err, patience)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // view renders members as "1@127.0.0.1:port/alive ...".
 func view(ms []Member) string {
 	var parts []string
@@ -146,7 +131,7 @@ func ids(ms []Member) []int32 {
 // sees waits until m's Alive members are exactly want.
 func (m *member) sees(want ...int32) {
 	m.t.Helper()
-	eventually(m.t, fmt.Sprintf("member %d sees alive %v", m.id, want), func() error {
+	testwait.Eventually(m.t, patience, fmt.Sprintf("member %d sees alive %v", m.id, want), func() error {
 		if got := m.Alive(); !slices.Equal(ids(got), want) {
 			return fmt.Errorf("alive: %s", view(got))
 		}
@@ -202,7 +187,7 @@ func TestThreeMembersJoinAndSeeMetadata(t *testing.T) {
 		if got, want := ms[m.id-1].Addr, m.Local().Addr; got != want {
 			t.Errorf("member %d: own address %s in Members, %s in Local", m.id, got, want)
 		}
-		eventually(t, "alive gauge", func() error {
+		testwait.Eventually(t, patience, "alive gauge", func() error {
 			if g := testutil.ToFloat64(m.metrics.members.WithLabelValues("alive")); g != 3 {
 				return fmt.Errorf("ferry_fleet_members{state=alive} = %v", g)
 			}
@@ -220,7 +205,7 @@ func TestFirstMemberReadyAtOnceAndNotBeforeRun(t *testing.T) {
 		t.Errorf("before Run: Ready() = %v, %q; want false with a reason", ok, reason)
 	}
 	a.run()
-	eventually(t, "ready", func() error {
+	testwait.Eventually(t, patience, "ready", func() error {
 		if ok, reason := a.Ready(); !ok {
 			return errors.New(reason)
 		}
@@ -244,7 +229,7 @@ func TestSeedsNamingOnlySelf(t *testing.T) {
 	cfg := testConfig("localhost:"+port, "127.0.0.1:"+port)
 	cfg.Bind = "127.0.0.1:" + port
 	a := start(t, cfg, testMeta(1))
-	eventually(t, "ready as the first member", func() error {
+	testwait.Eventually(t, patience, "ready as the first member", func() error {
 		if ok, reason := a.Ready(); !ok {
 			return errors.New(reason)
 		}
@@ -268,7 +253,7 @@ func freePort(t *testing.T) string {
 func TestUnreachableSeedsNotReady(t *testing.T) {
 	seed := "127.0.0.1:" + freePort(t) // nobody there
 	a := start(t, testConfig(seed), testMeta(1))
-	eventually(t, "not ready naming the seed", func() error {
+	testwait.Eventually(t, patience, "not ready naming the seed", func() error {
 		ok, reason := a.Ready()
 		if ok || !strings.Contains(reason, seed) {
 			return fmt.Errorf("Ready() = %v, %q", ok, reason)
@@ -293,7 +278,7 @@ func TestSetGenerationPropagates(t *testing.T) {
 		t.Fatal("member 1's Changed not closed after member 2's generation changed")
 	}
 	for _, m := range []*member{a, b, c} {
-		eventually(t, fmt.Sprintf("member %d sees generation 7 on member 2", m.id), func() error {
+		testwait.Eventually(t, patience, fmt.Sprintf("member %d sees generation 7 on member 2", m.id), func() error {
 			if x, _ := m.stateOf(2); x.Generation != 7 {
 				return fmt.Errorf("generation %d", x.Generation)
 			}
@@ -311,7 +296,7 @@ func TestKilledMemberTurnsSuspectThenDead(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, m := range []*member{a, b} {
 		wg.Go(func() {
-			eventually(t, fmt.Sprintf("member %d sees 3 dead", m.id), func() error {
+			testwait.Eventually(t, patience, fmt.Sprintf("member %d sees 3 dead", m.id), func() error {
 				x, ok := m.stateOf(3)
 				if x.State == Suspect {
 					mu.Lock()
@@ -336,7 +321,7 @@ func TestKilledMemberTurnsSuspectThenDead(t *testing.T) {
 	default:
 		t.Error("Changed not closed")
 	}
-	eventually(t, "gauges", func() error {
+	testwait.Eventually(t, patience, "gauges", func() error {
 		alive := testutil.ToFloat64(a.metrics.members.WithLabelValues("alive"))
 		dead := testutil.ToFloat64(a.metrics.members.WithLabelValues("dead"))
 		if alive != 2 || dead != 1 {
@@ -367,7 +352,7 @@ func TestLeaveShowsLeftAndCloseIsIdempotent(t *testing.T) {
 		t.Error("ready after Close")
 	}
 	for _, m := range []*member{a, b} {
-		eventually(t, fmt.Sprintf("member %d sees 3 left", m.id), func() error {
+		testwait.Eventually(t, patience, fmt.Sprintf("member %d sees 3 left", m.id), func() error {
 			if x, ok := m.stateOf(3); !ok || x.State != Left {
 				return fmt.Errorf("members: %s", view(m.Members()))
 			}
@@ -382,7 +367,7 @@ func TestRunEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
-	eventually(t, "a join attempt", func() error {
+	testwait.Eventually(t, patience, "a join attempt", func() error {
 		if !a.logged(zapcore.WarnLevel, "cannot join") {
 			return errors.New("none yet")
 		}
@@ -411,7 +396,7 @@ func TestRejoinHealsAfterDeadGossipEnds(t *testing.T) {
 	a.sees(1, 2)
 	b.sees(1, 2)
 	a.kill()
-	eventually(t, "member 2 forgets member 1", func() error {
+	testwait.Eventually(t, patience, "member 2 forgets member 1", func() error {
 		if _, ok := b.stateOf(1); ok {
 			return fmt.Errorf("members: %s", view(b.Members()))
 		}
@@ -420,7 +405,7 @@ func TestRejoinHealsAfterDeadGossipEnds(t *testing.T) {
 	a2 := start(t, cfg, testMeta(1)) // same address, no seeds
 	a2.sees(1, 2)
 	b.sees(1, 2)
-	eventually(t, "member 2 logs its rejoin", func() error {
+	testwait.Eventually(t, patience, "member 2 logs its rejoin", func() error {
 		if !b.logged(zapcore.InfoLevel, "joined seeds that were not live members") {
 			return errors.New("no log")
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 func TestDuplicateNodeIDRefusedUntilTheOldIsDead(t *testing.T) {
@@ -25,7 +27,7 @@ func TestDuplicateNodeIDRefusedUntilTheOldIsDead(t *testing.T) {
 	oldAddr := b.selfAddr
 	d := start(t, testConfig(a.selfAddr), testMeta(2)) // member 2 again, elsewhere
 
-	eventually(t, "the duplicate refused on both sides, and retrying", func() error {
+	testwait.Eventually(t, patience, "the duplicate refused on both sides, and retrying", func() error {
 		ok, reason := d.Ready()
 		if ok || !strings.Contains(reason, "node ID 2") {
 			return fmt.Errorf("joiner Ready() = %v, %q", ok, reason)
@@ -51,14 +53,14 @@ func TestDuplicateNodeIDRefusedUntilTheOldIsDead(t *testing.T) {
 	// The original dies (a pod gone, its replacement at a new IP): the
 	// newcomer gets in and everyone sees member 2 at its address.
 	b.kill()
-	eventually(t, "the newcomer ready", func() error {
+	testwait.Eventually(t, patience, "the newcomer ready", func() error {
 		if ok, reason := d.Ready(); !ok {
 			return errors.New(reason)
 		}
 		return nil
 	})
 	for _, m := range []*member{a, c, d} {
-		eventually(t, fmt.Sprintf("member %d sees 2 at the new address", m.id), func() error {
+		testwait.Eventually(t, patience, fmt.Sprintf("member %d sees 2 at the new address", m.id), func() error {
 			if x, _ := m.stateOf(2); x.Addr != d.selfAddr || x.State != Alive {
 				return fmt.Errorf("members: %s", view(m.Members()))
 			}
@@ -80,7 +82,7 @@ func TestRestartAtSameAddress(t *testing.T) {
 	b2.Handle("echo", func(ctx context.Context, from int32, body []byte) ([]byte, error) { return []byte("back"), nil })
 	a.sees(1, 2)
 	b2.sees(1, 2)
-	eventually(t, "a call to the restarted member", func() error {
+	testwait.Eventually(t, patience, "a call to the restarted member", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := a.Call(ctx, 2, "echo", nil)
@@ -106,7 +108,7 @@ func TestWrongOrMissingKeyRefused(t *testing.T) {
 	c := start(t, cfg, testMeta(3))
 	d := start(t, testConfig(a.selfAddr), testMeta(4)) // no key at all
 
-	eventually(t, "both outsiders refused, and logged by the keyed member", func() error {
+	testwait.Eventually(t, patience, "both outsiders refused, and logged by the keyed member", func() error {
 		for _, m := range []*member{c, d} {
 			if ok, _ := m.Ready(); ok || m.logs.FilterMessageSnippet("cannot join the fleet yet").Len() < 2 {
 				return fmt.Errorf("member %d: Ready()=%v after %d attempts", m.id, ok, m.logs.FilterMessageSnippet("cannot join the fleet yet").Len())
@@ -207,7 +209,7 @@ func TestGarbageOnTheGossipPort(t *testing.T) {
 		t.Errorf("Call after garbage = %q, %v", got, err)
 	}
 	b.SetGeneration(3)
-	eventually(t, "generation gossiped after garbage", func() error {
+	testwait.Eventually(t, patience, "generation gossiped after garbage", func() error {
 		if x, _ := a.stateOf(2); x.Generation != 3 {
 			return fmt.Errorf("generation %d", x.Generation)
 		}
@@ -329,7 +331,7 @@ func TestNotifyAliveRefusesDuplicates(t *testing.T) {
 		t.Error("a node that is not a Ferry member was let in")
 	}
 	b.kill()
-	eventually(t, "member 2 dead", func() error {
+	testwait.Eventually(t, patience, "member 2 dead", func() error {
 		if x, _ := a.stateOf(2); x.State != Dead {
 			return fmt.Errorf("members: %s", view(a.Members()))
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // startChild runs a Mirror in a child process (the test binary, see
@@ -117,7 +119,7 @@ func pacedTxnProducer(t *testing.T, topic string, stop <-chan struct{}, pause ti
 // for every partition.
 func waitEqualEnds(t *testing.T, topic string, partitions int32) {
 	t.Helper()
-	eventually2(t, 90*time.Second, "standby ends equal to source ends", func() error {
+	testwait.Eventually(t, 90*time.Second, "standby ends equal to source ends", func() error {
 		for p := range partitions {
 			_, se := offsetsOf(t, active, topic, p)
 			_, de := offsetsOf(t, standby, topic, p)
@@ -127,21 +129,6 @@ func waitEqualEnds(t *testing.T, topic string, partitions int32) {
 		}
 		return nil
 	})
-}
-
-func eventually2(t *testing.T, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // TestMirrorKillRestart: the mirror process is SIGKILLed twice mid-stream
@@ -183,7 +170,7 @@ func TestMirrorBrokerRestart(t *testing.T) {
 	m := startMirror(t, Topics([]string{topic}, nil))
 	stop := make(chan struct{})
 	wg := backgroundProducer(t, topic, 2, stop)
-	eventually2(t, time.Minute, "mirroring under way", func() error {
+	testwait.Eventually(t, time.Minute, "mirroring under way", func() error {
 		for _, st := range m.Status() {
 			if st.Mirrored <= 0 {
 				return fmt.Errorf("%+v", st)

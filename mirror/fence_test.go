@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestMirrorFencing: while a writer mirrors a partition under load, two
@@ -18,7 +20,7 @@ func TestMirrorFencing(t *testing.T) {
 	stop := make(chan struct{})
 	wg := backgroundProducer(t, topic, 1, stop)
 	m1 := startMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false))
-	eventually2(t, time.Minute, "first writer mirroring", func() error {
+	testwait.Eventually(t, time.Minute, "first writer mirroring", func() error {
 		if st := m1.Status(); len(st) != 1 || st[0].Mirrored <= 0 {
 			return fmt.Errorf("%+v", st)
 		}
@@ -32,7 +34,7 @@ func TestMirrorFencing(t *testing.T) {
 	wg.Wait()
 
 	var survivor *Mirror
-	eventually2(t, time.Minute, "one writer left, the others fenced", func() error {
+	testwait.Eventually(t, time.Minute, "one writer left, the others fenced", func() error {
 		survivor = nil
 		fenced := 0
 		for i, m := range ms {

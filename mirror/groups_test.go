@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestMirrorGroupActiveOnStandby: the group offset sync leaves alone a
@@ -30,7 +32,7 @@ func TestMirrorGroupActiveOnStandby(t *testing.T) {
 	// A member of ga-active on the standby, committing offset 3 itself.
 	member := newClient(t, s, kgo.ConsumerGroup("ga-active"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	eventually(t, "member consuming on the standby", func() error {
+	testwait.Eventually(t, 30*time.Second, "member consuming on the standby", func() error {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		defer pcancel()
 		if fs := member.PollFetches(pctx); fs.NumRecords() == 0 {
@@ -108,7 +110,7 @@ func TestMirrorSyncGroupsEvictsConsumerMembers(t *testing.T) {
 
 	member := newClient(t, s, kgo.ConsumerGroup(group), kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer()), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	eventually(t, "KIP-848 member consuming on the standby", func() error {
+	testwait.Eventually(t, 30*time.Second, "KIP-848 member consuming on the standby", func() error {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		defer pcancel()
 		if fs := member.PollFetches(pctx); fs.NumRecords() == 0 {

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // overlapWatch samples the members' writers every few milliseconds and
@@ -90,7 +92,7 @@ func (w *overlapWatch) finish(t *testing.T) {
 // past its start (mirroring or caught up) on the member that owns it.
 func mirroringAll(t *testing.T, sb *switchboard, ms []*Mirror, topic string, partitions int32) {
 	t.Helper()
-	eventually2(t, time.Minute, "every partition mirroring on its owner", func() error {
+	testwait.Eventually(t, time.Minute, "every partition mirroring on its owner", func() error {
 		sb.mu.Lock()
 		owner := sb.owner
 		sb.mu.Unlock()
@@ -209,7 +211,7 @@ func TestMirrorOwnershipDeadMember(t *testing.T) {
 
 	ms[0].Close()
 	sb.set(allTo(1), 1)
-	eventually2(t, 30*time.Second, "member 1 writing every partition", func() error {
+	testwait.Eventually(t, 30*time.Second, "member 1 writing every partition", func() error {
 		if got := localPartitions(ms[1], topic); !slices.Equal(got, []int32{0, 1, 2, 3}) {
 			return fmt.Errorf("member 1 writes %v", got)
 		}
@@ -354,7 +356,7 @@ func TestMirrorOwnershipSyncSplit(t *testing.T) {
 	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "123456789" {
 		t.Fatalf("the member that does not sync changed retention.ms to %q", got)
 	}
-	eventually(t, "the syncing member carrying the config change", func() error {
+	testwait.Eventually(t, 30*time.Second, "the syncing member carrying the config change", func() error {
 		syncer.syncOnce(ctx)
 		if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "987654321" {
 			return fmt.Errorf("standby retention.ms %q", got)
@@ -385,7 +387,7 @@ func TestMirrorOwnershipViewsDisagree(t *testing.T) {
 	mirroringAll(t, views[0], ms, topic, 1)
 
 	views[1].set(allTo(1), 1)
-	eventually2(t, 30*time.Second, "member 0's writer fenced, not halted", func() error {
+	testwait.Eventually(t, 30*time.Second, "member 0's writer fenced, not halted", func() error {
 		st := ms[0].Status()
 		if len(st) != 1 {
 			return fmt.Errorf("member 0: %+v", st)

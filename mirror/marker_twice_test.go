@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestMirrorMarkerTwice: the standby's transaction coordinator writes a
@@ -69,7 +70,7 @@ func TestMirrorMarkerTwice(t *testing.T) {
 	plain := newClient(t, a, manualPartitioner())
 	produceN(t, plain, topic, 0, 2, 1, "after")
 	m = startMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false))
-	eventually2(t, time.Minute, "the partition halted", func() error {
+	testwait.Eventually(t, time.Minute, "the partition halted", func() error {
 		st := m.Status()
 		if len(st) != 1 || st[0].State != StateHalted {
 			return fmt.Errorf("%+v", st)
@@ -138,7 +139,7 @@ func TestMirrorMarkerTwiceWhileCopying(t *testing.T) {
 			t.Cleanup(func() { testHookEndedTxn = nil })
 
 			m := startMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false))
-			eventually2(t, time.Minute, "the partition halted", func() error {
+			testwait.Eventually(t, time.Minute, "the partition halted", func() error {
 				st := m.Status()
 				if len(st) != 1 || st[0].State != StateHalted {
 					return fmt.Errorf("%+v", st)

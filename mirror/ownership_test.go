@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // switchboard is the ownership of a test's members: owner names the member
@@ -120,7 +122,7 @@ func localPartitions(m *Mirror, topic string) []int32 {
 // and the handovers counted so far (gained, lost).
 func wantOwned(t *testing.T, d time.Duration, topic string, ms []*Mirror, regs []*prometheus.Registry, want [][]int32, handovers [][2]float64) {
 	t.Helper()
-	eventually2(t, d, "writers following the ownership", func() error {
+	testwait.Eventually(t, d, "writers following the ownership", func() error {
 		for i, m := range ms {
 			if got := localPartitions(m, topic); !slices.Equal(got, want[i]) {
 				return fmt.Errorf("member %d writes %v, owns %v", i, got, want[i])
@@ -190,7 +192,7 @@ func TestOwnershipAssign(t *testing.T) {
 		m.mu.Unlock()
 	}
 	sb.set(byParity(0), 0)
-	eventually2(t, 10*time.Second, "the new topic assigned", func() error {
+	testwait.Eventually(t, 10*time.Second, "the new topic assigned", func() error {
 		for i, want := range [][]int32{{0}, {1}} {
 			if got := localPartitions(ms[i], "u"); !slices.Equal(got, want) {
 				return fmt.Errorf("member %d writes u%v, want u%v", i, got, want)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -126,7 +127,7 @@ func TestMirrorKillInTxn(t *testing.T) {
 	}
 	startChild(t, gapTopic)
 	waitEqualEnds(t, gapTopic, 1)
-	eventually2(t, 30*time.Second, "standby log start raised", func() error {
+	testwait.Eventually(t, 30*time.Second, "standby log start raised", func() error {
 		if start, _ := offsetsOf(t, standby, gapTopic, 0); start != 63 {
 			return fmt.Errorf("standby log start %d", start)
 		}

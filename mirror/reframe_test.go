@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -211,7 +212,7 @@ func TestMirrorCompactedInnerHolesCompressed(t *testing.T) {
 
 	// Recompressing turned off: a halt at the first batch with holes.
 	off := startMirror(t, Topics(names, nil), RecompressCompacted(false))
-	eventually2(t, 60*time.Second, "every partition halted", func() error {
+	testwait.Eventually(t, 60*time.Second, "every partition halted", func() error {
 		st := off.Status()
 		if len(st) != len(topics) {
 			return fmt.Errorf("%d writers", len(st))

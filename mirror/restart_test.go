@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // In-process clusters (kfake) for the tests that need no real broker.
@@ -168,7 +170,7 @@ func TestRestartHalted(t *testing.T) {
 	// Partition 1 is another member's: this member never writes it.
 	own := newSwitchboard(func(_ string, p int32) int { return int(p) }, 0).member(0)
 	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil), WithOwnership(own))
-	eventually2(t, 30*time.Second, "partition 0 mirrored", func() error {
+	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored", func() error {
 		if e := fakeEnd(t, b, topic, 0); e != 10 {
 			return fmt.Errorf("standby end %d", e)
 		}
@@ -185,7 +187,7 @@ func TestRestartHalted(t *testing.T) {
 	halted := func(what string) PartitionStatus {
 		t.Helper()
 		var st PartitionStatus
-		eventually2(t, 30*time.Second, what, func() error {
+		testwait.Eventually(t, 30*time.Second, what, func() error {
 			var ok bool
 			if st, ok = partitionStatus(m, topic, 0); !ok || st.State != StateHalted {
 				return fmt.Errorf("status %+v", st)
@@ -241,7 +243,7 @@ func TestRestartHalted(t *testing.T) {
 	if _, err := kadm.NewClient(bcl).DeleteTopic(ctx, topic); err != nil {
 		t.Fatal(err)
 	}
-	eventually2(t, 30*time.Second, "the standby topic created again by the sync loop", func() error {
+	testwait.Eventually(t, 30*time.Second, "the standby topic created again by the sync loop", func() error {
 		td, err := kadm.NewClient(fakeClient(t, b)).ListTopics(ctx, topic)
 		if err != nil || !td.Has(topic) || td[topic].Err != nil || len(td[topic].Partitions) != 2 {
 			return fmt.Errorf("topics %v %v", td, err)
@@ -261,7 +263,7 @@ func TestRestartHalted(t *testing.T) {
 	for i := range 14 {
 		want = append(want, fmt.Sprintf("%d=a%d", i, i))
 	}
-	eventually2(t, 30*time.Second, "the restarted writer copying from 0", func() error {
+	testwait.Eventually(t, 30*time.Second, "the restarted writer copying from 0", func() error {
 		st, _ := partitionStatus(m, topic, 0)
 		if st.State != StateCaughtUp || st.Mirrored != 14 {
 			return fmt.Errorf("status %+v", st)
@@ -297,7 +299,7 @@ func TestHaltOnRequest(t *testing.T) {
 	produceFake(t, acl, topic, 0, "a0", "a1", "a2")
 	reg := prometheus.NewRegistry()
 	m, _ := runFakeMirror(t, a, b, reg, Topics([]string{topic}, nil))
-	eventually2(t, 30*time.Second, "partition 0 mirrored", func() error {
+	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored", func() error {
 		if e := fakeEnd(t, b, topic, 0); e != 3 {
 			return fmt.Errorf("standby end %d", e)
 		}
@@ -314,7 +316,7 @@ func TestHaltOnRequest(t *testing.T) {
 	// Partition 1 is copied, partition 0 not.
 	produceFake(t, acl, topic, 0, "a3", "a4")
 	produceFake(t, acl, topic, 1, "b0")
-	eventually2(t, 30*time.Second, "partition 1 mirrored", func() error {
+	testwait.Eventually(t, 30*time.Second, "partition 1 mirrored", func() error {
 		if e := fakeEnd(t, b, topic, 1); e != 1 {
 			return fmt.Errorf("standby end %d", e)
 		}
@@ -332,7 +334,7 @@ func TestHaltOnRequest(t *testing.T) {
 	if _, err := m.Restart(topic, 0); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
-	eventually2(t, 30*time.Second, "partition 0 mirrored again", func() error {
+	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored again", func() error {
 		if e := fakeEnd(t, b, topic, 0); e != 5 {
 			return fmt.Errorf("standby end %d", e)
 		}
@@ -371,7 +373,7 @@ func TestHaltSaysWhereTheStandbyParts(t *testing.T) {
 	}
 	produceFake(t, acl, topic, 0, first...)
 	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
-	eventually2(t, 30*time.Second, "mirrored", func() error {
+	testwait.Eventually(t, 30*time.Second, "mirrored", func() error {
 		if e := fakeEnd(t, b, topic, 0); e != 37 {
 			return fmt.Errorf("standby end %d", e)
 		}
@@ -385,7 +387,7 @@ func TestHaltSaysWhereTheStandbyParts(t *testing.T) {
 	produceFake(t, acl, topic, 0, "a37", "a38", "a39", "a40", "a41")
 	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
 	var st PartitionStatus
-	eventually2(t, 30*time.Second, "halted", func() error {
+	testwait.Eventually(t, 30*time.Second, "halted", func() error {
 		var ok bool
 		if st, ok = partitionStatus(m, topic, 0); !ok || st.State != StateHalted {
 			return fmt.Errorf("status %+v", st)

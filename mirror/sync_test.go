@@ -11,22 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
-
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 func topicConfig(ctx context.Context, c *kafkatest.Cluster, t *testing.T, topic, key string) string {
 	adm := kadm.NewClient(newClient(t, c))
@@ -70,7 +56,7 @@ func TestMirrorMetadataSync(t *testing.T) {
 	if _, err := srcAdm.UpdatePartitions(ctx, 3, topic); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "config change on the standby", func() error {
+	testwait.Eventually(t, 30*time.Second, "config change on the standby", func() error {
 		if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "987654321" {
 			return errors.New("retention.ms is " + got)
 		}
@@ -89,7 +75,7 @@ func TestMirrorMetadataSync(t *testing.T) {
 		t.Fatalf("commit: %v %v", err, resp.Error())
 	}
 	dstAdm := kadm.NewClient(newClient(t, s))
-	eventually(t, "group offsets on the standby", func() error {
+	testwait.Eventually(t, 30*time.Second, "group offsets on the standby", func() error {
 		got, err := dstAdm.FetchOffsets(ctx, "g-1")
 		if err != nil {
 			return err
@@ -107,7 +93,7 @@ func TestMirrorMetadataSync(t *testing.T) {
 	if res, err := srcAdm.CreateACLs(ctx, b); err != nil || res[0].Err != nil {
 		t.Fatalf("creating ACL: %v %+v", err, res)
 	}
-	eventually(t, "ACL on the standby", func() error {
+	testwait.Eventually(t, 30*time.Second, "ACL on the standby", func() error {
 		d := kadm.NewACLs().Allow("User:alice").AllowHosts().Topics(topic).Operations(kadm.OpRead).ResourcePatternType(kadm.ACLPatternLiteral)
 		res, err := dstAdm.DescribeACLs(ctx, d)
 		if err != nil {
@@ -142,7 +128,7 @@ func TestMirrorSourceTruncated(t *testing.T) {
 	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "topics recreated", func() error {
+	testwait.Eventually(t, 30*time.Second, "topics recreated", func() error {
 		for _, tp := range topics {
 			if r, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil || (r.Err != nil && !errors.Is(r.Err, kerrTopicExists)) {
 				return errors.Join(err, r.Err)
@@ -151,7 +137,7 @@ func TestMirrorSourceTruncated(t *testing.T) {
 		return nil
 	})
 	cl2 := newClient(t, a, manualPartitioner())
-	eventually(t, "producing to the recreated topics", func() error {
+	testwait.Eventually(t, 30*time.Second, "producing to the recreated topics", func() error {
 		return cl2.ProduceSync(ctx, &kgo.Record{Topic: "trunc-short", Value: []byte("x")}).FirstErr()
 	})
 	produceN(t, cl2, "trunc-short", 0, 19, 10, "second")
@@ -159,7 +145,7 @@ func TestMirrorSourceTruncated(t *testing.T) {
 	_, before := offsetsOf(t, s, "trunc-short", 0)
 
 	m2 := startMirror(t, Topics(topics, nil))
-	eventually(t, "writers halted", func() error {
+	testwait.Eventually(t, 30*time.Second, "writers halted", func() error {
 		st := m2.Status()
 		if len(st) != 2 {
 			return errors.New("no writers yet")

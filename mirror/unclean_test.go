@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestMirrorUncleanElection: a real unclean leader election on a 3-node
@@ -57,7 +58,7 @@ func TestMirrorUncleanElection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating %s: %v", topic, err)
 	}
-	eventually(t, "producing to the new topic", func() error {
+	testwait.Eventually(t, 30*time.Second, "producing to the new topic", func() error {
 		return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("first")}).FirstErr()
 	})
 	produceN(t, cl, topic, 0, 49, 7, "both")
@@ -93,7 +94,7 @@ func TestMirrorUncleanElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := kadm.NewClient(cl)
-	eventually2(t, time.Minute, "unclean election of node 2", func() error {
+	testwait.Eventually(t, time.Minute, "unclean election of node 2", func() error {
 		res, err := adm.ElectLeaders(ctx, kadm.ElectLiveReplica, kadm.TopicsSet{topic: {0: {}}})
 		if err != nil {
 			return err
@@ -113,7 +114,7 @@ func TestMirrorUncleanElection(t *testing.T) {
 	// The source grows past the mirrored end again, with other records.
 	produceN(t, cl, topic, 0, 70, 10, "after-election")
 
-	eventually2(t, time.Minute, "partition halted as truncated", func() error {
+	testwait.Eventually(t, time.Minute, "partition halted as truncated", func() error {
 		st := m.Status()
 		if len(st) != 1 || st[0].State != StateHalted {
 			return fmt.Errorf("%+v", st)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -64,7 +65,7 @@ func TestAcceptErrorsRetried(t *testing.T) {
 	// connection is counted when accepted).
 	c := dialRaw(t, ln.Addr().String())
 	defer c.Close()
-	eventually(t, 10*time.Second, "the client is accepted", func() error {
+	testwait.Eventually(t, 10*time.Second, "the client is accepted", func() error {
 		if got := testutil.ToFloat64(s.metrics.connsTotal); got != 1 {
 			return fmt.Errorf("ferry_client_connections_total = %v", got)
 		}
@@ -95,22 +96,5 @@ func TestAcceptErrorsRetried(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve kept retrying EINVAL")
-	}
-}
-
-// eventually polls f until it returns nil, failing the test with its last
-// error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -91,7 +92,7 @@ func TestLargeProducesLeaveNoMemory(t *testing.T) {
 		}
 	}
 	frame = nil
-	waitFor(t, 30*time.Second, "ferry_buffered_bytes back to 0", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
+	testwait.Until(t, 30*time.Second, "ferry_buffered_bytes back to 0", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
 	// What go_memstats_heap_inuse_bytes shows: no collection is forced
 	// here, as none is in a member once its clients are done.
 	deadline := time.Now().Add(30 * time.Second)

@@ -24,6 +24,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -249,18 +250,6 @@ func (p *pipeliner) readAnswers() error {
 	return nil
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestClientThatDoesNotReadIsHeldToItsBudget: a client pipelining 64 large
 // fetches without reading them makes Ferry hold no more than its
 // per-connection budget (plus the answers it may exceed it by): the answers
@@ -283,7 +272,7 @@ func TestClientThatDoesNotReadIsHeldToItsBudget(t *testing.T) {
 	const n = 64
 	const first = 16 // 4 MiB of answers
 	p.send(first)
-	waitFor(t, 30*time.Second, "Ferry never filled the connection's budget", func() bool { return held() >= connBudget })
+	testwait.Until(t, 30*time.Second, "Ferry never filled the connection's budget", func() bool { return held() >= connBudget })
 	p.send(n - first)
 	if got := fetches.Load(); got > first {
 		t.Fatalf("%d fetches went upstream, %d of them sent after the client's budget was full", got, got-first)
@@ -333,7 +322,7 @@ func TestClientThatDoesNotReadIsHeldToItsBudget(t *testing.T) {
 		t.Fatalf("%d fetches went upstream, want %d", got, n)
 	}
 	p.c.Close()
-	waitFor(t, 10*time.Second, "bytes still held after the client left", func() bool { return held() == 0 })
+	testwait.Until(t, 10*time.Second, "bytes still held after the client left", func() bool { return held() == 0 })
 }
 
 // TestClientsAreHeldToTheProcessBudget: several clients that do not read,
@@ -355,7 +344,7 @@ func TestClientsAreHeldToTheProcessBudget(t *testing.T) {
 		ps[i] = dialPipeliner(t, addr)
 		ps[i].send(first)
 	}
-	waitFor(t, 30*time.Second, "Ferry never filled the process budget", func() bool { return held() >= procBudget })
+	testwait.Until(t, 30*time.Second, "Ferry never filled the process budget", func() bool { return held() >= procBudget })
 	for _, p := range ps {
 		p.send(n - first)
 	}
@@ -389,7 +378,7 @@ func TestClientsAreHeldToTheProcessBudget(t *testing.T) {
 	for _, p := range ps {
 		p.c.Close()
 	}
-	waitFor(t, 10*time.Second, "bytes still held after the clients left", func() bool { return held() == 0 })
+	testwait.Until(t, 10*time.Second, "bytes still held after the clients left", func() bool { return held() == 0 })
 }
 
 // The budget's rules, one at a time: a connection under its budget is
@@ -495,7 +484,7 @@ func TestFramesLargerThanTheBudgetsPass(t *testing.T) {
 		})
 	}
 	cl.Close()
-	waitFor(t, 10*time.Second, "bytes still held after the client left", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
+	testwait.Until(t, 10*time.Second, "bytes still held after the client left", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
 }
 
 // Waiting for a budget is Ferry's doing, not the client's: a request held
@@ -506,7 +495,7 @@ func TestBudgetWaitIsNotARequestTimeout(t *testing.T) {
 	s, addr := startFerrySmallSends(t, kf.ListenAddrs(), WithSpliceFetches(false), WithBufferBudget(budget, budget), WithRequestReadTimeout(readTimeout))
 	a := dialPipeliner(t, addr)
 	a.send(16) // fills the process budget
-	waitFor(t, 30*time.Second, "Ferry never filled the process budget", func() bool { return testutil.ToFloat64(s.metrics.buffered) >= budget })
+	testwait.Until(t, 30*time.Second, "Ferry never filled the process budget", func() bool { return testutil.ToFloat64(s.metrics.buffered) >= budget })
 
 	// A request larger than Ferry reads ahead of a frame's size (32 KiB),
 	// so its body is read from the socket after the wait.

@@ -36,6 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -236,7 +237,7 @@ func TestClientSASLMechanisms(t *testing.T) {
 		if authFailures(s, tc.mech, tc.reason) == 0 {
 			t.Errorf("%s: no failure counted as %s/%s", tc.name, tc.mech, tc.reason)
 		}
-		waitFor(t, 5*time.Second, tc.name+" closed as auth_failed", func() bool { return closes(s, "auth_failed") > before })
+		testwait.Until(t, 5*time.Second, tc.name+" closed as auth_failed", func() bool { return closes(s, "auth_failed") > before })
 	}
 	// SCRAM-SHA-512 is not offered here.
 	err := newClient(t, addr, tlsOpt, scram512("alice", "alice-secret")).Ping(ctx)
@@ -305,7 +306,7 @@ func TestClientSASLRequestBeforeAuth(t *testing.T) {
 		if _, err := c.read(); err == nil {
 			t.Errorf("%s before authentication: answered, want the connection closed", kmsg.NameForKey(req.Key()))
 		}
-		waitFor(t, 5*time.Second, "close counted", func() bool { return closes(s, "unauthenticated_request") > before })
+		testwait.Until(t, 5*time.Second, "close counted", func() bool { return closes(s, "unauthenticated_request") > before })
 	}
 	if produced.Load() != 0 || testutil.ToFloat64(s.metrics.bytesUp) != upBefore {
 		t.Errorf("requests before authentication reached the cluster: %d produces, %v bytes", produced.Load(), testutil.ToFloat64(s.metrics.bytesUp)-upBefore)
@@ -371,7 +372,7 @@ func TestClientTLSBadCases(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: connected", bad.name)
 		}
-		waitFor(t, 5*time.Second, bad.name+" counted", func() bool { return authFailures(s, "TLS", bad.reason) > 0 && closes(s, "tls_handshake") > before })
+		testwait.Until(t, 5*time.Second, bad.name+" counted", func() bool { return authFailures(s, "TLS", bad.reason) > 0 && closes(s, "tls_handshake") > before })
 	}
 	// Plaintext Kafka to the TLS port.
 	before := closes(s, "tls_handshake")
@@ -380,7 +381,7 @@ func TestClientTLSBadCases(t *testing.T) {
 	if _, err := c.read(); err == nil {
 		t.Error("plaintext to the TLS port: answered")
 	}
-	waitFor(t, 5*time.Second, "plaintext counted", func() bool { return authFailures(s, "TLS", "not_tls") > 0 && closes(s, "tls_handshake") > before })
+	testwait.Until(t, 5*time.Second, "plaintext counted", func() bool { return authFailures(s, "TLS", "not_tls") > 0 && closes(s, "tls_handshake") > before })
 }
 
 // TestTLSHandshakeTimeout: on a TLS listener, a connection that says
@@ -416,7 +417,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 10*time.Second, "both counted as TLS timeouts", func() bool {
+	testwait.Until(t, 10*time.Second, "both counted as TLS timeouts", func() bool {
 		return authFailures(s, "TLS", "timeout") == 2 && closes(s, "tls_handshake") == 2
 	})
 }
@@ -443,7 +444,7 @@ func TestClientTLSReload(t *testing.T) {
 	if _, _, err := leaf.WriteFiles(e.dir, "ferry"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the renewed certificate", func() bool { return serial() == leaf.Cert.SerialNumber.String() && first != "" })
+	testwait.Until(t, 5*time.Second, "the renewed certificate", func() bool { return serial() == leaf.Cert.SerialNumber.String() && first != "" })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -452,7 +453,7 @@ func TestClientTLSReload(t *testing.T) {
 		t.Fatalf("bob before being added: %v", err)
 	}
 	e.addUser(t, "bob", "bob-secret")
-	waitFor(t, 5*time.Second, "bob added", func() bool {
+	testwait.Until(t, 5*time.Second, "bob added", func() bool {
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
 		defer ccancel()
 		return newClient(t, addr, tlsOpt, scram512("bob", "bob-secret")).Ping(cctx) == nil

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // dialFrom connects to addr from the loopback address src (Linux routes
@@ -70,7 +72,7 @@ func TestConnectionLimits(t *testing.T) {
 
 	// A closed connection gives its place back.
 	first[0].Close()
-	waitUntil(t, func() bool { return s.Connections() == 4 })
+	testwait.Until(t, 10*time.Second, "four connections open", func() bool { return s.Connections() == 4 })
 	if _, err := dialFrom(t, "127.0.0.1", addr); err != nil {
 		t.Fatalf("a connection from 127.0.0.1 after one closed: %v", err)
 	}
@@ -198,7 +200,7 @@ func TestLameDuckRequestClosesAtOnce(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(context.Background()) }()
-	waitUntil(t, func() bool { return s.draining.Load() })
+	testwait.Until(t, 10*time.Second, "the server draining", func() bool { return s.draining.Load() })
 	// With two connections in a one-hour period, one has its turn in 30
 	// minutes: whichever it is, a request closes it now.
 	for _, c := range cs {
@@ -210,7 +212,7 @@ func TestLameDuckRequestClosesAtOnce(t *testing.T) {
 			t.Fatal("a request during the lame-duck period left the connection open")
 		}
 	}
-	waitUntil(t, func() bool { return s.Connections() == 0 })
+	testwait.Until(t, 10*time.Second, "every connection closed", func() bool { return s.Connections() == 0 })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

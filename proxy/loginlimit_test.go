@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -220,7 +221,7 @@ func TestLoginLimitNoLockout(t *testing.T) {
 	if err := login("127.0.0.1", "user-next", "guess"); !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.Contains(err.Error(), "too many failed authentications from 127.0.0.1") {
 		t.Errorf("a new user name past the address's budget: %v; want refused as rate-limited", err)
 	}
-	waitFor(t, 10*time.Second, "two connections closed auth_rate_limited", func() bool { return closes(s, "auth_rate_limited") >= 2 })
+	testwait.Until(t, 10*time.Second, "two connections closed auth_rate_limited", func() bool { return closes(s, "auth_rate_limited") >= 2 })
 }
 
 // TestSCRAMUnknownUserAnswerShape: a made-up user is answered the way a
@@ -299,7 +300,7 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 		}
 	}
 	var failed []ConnInfo
-	waitFor(t, 10*time.Second, "both failed logins recorded", func() bool {
+	testwait.Until(t, 10*time.Second, "both failed logins recorded", func() bool {
 		cz, _ := s.Connz(ConnzOptions{State: "closed"})
 		failed = failed[:0]
 		for _, ci := range cz.Connections {

@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // jwksKey is a signing key and its JWKS entry.
@@ -98,7 +100,7 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitFor(t, 20*time.Second, "a login with the fetched key", func() bool { return oauthLogin(ctx, t, addr, k1.token("svc")) == nil })
+	testwait.Until(t, 20*time.Second, "a login with the fetched key", func() bool { return oauthLogin(ctx, t, addr, k1.token("svc")) == nil })
 
 	// The next token naming a key the set lacks fetches again, as after
 	// the refetch interval; that fetch hangs.
@@ -145,7 +147,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitFor(t, 20*time.Second, "the first fetch to fail", func() bool {
+	testwait.Until(t, 20*time.Second, "the first fetch to fail", func() bool {
 		return s.AuthStatus().OAuthKeys.Error != "" && !strings.Contains(s.AuthStatus().OAuthKeys.Error, "under way")
 	})
 	err := oauthLogin(ctx, t, addr, k1.token("svc"))
@@ -163,7 +165,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	}
 
 	up.Store(true)
-	waitFor(t, 20*time.Second, "the keys fetched", func() bool { return s.AuthReady() == nil })
+	testwait.Until(t, 20*time.Second, "the keys fetched", func() bool { return s.AuthReady() == nil })
 	if err := oauthLogin(ctx, t, addr, k1.token("svc")); err != nil {
 		t.Errorf("login once the keys are fetched: %v", err)
 	}

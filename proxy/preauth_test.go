@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // maxGauge is a gauge that remembers the largest value it was set to.
@@ -229,7 +231,7 @@ func TestUnauthenticatedConnectionsPerIP(t *testing.T) {
 	}
 
 	open[1].nc.Close() // gives its place back once Ferry sees it closed
-	eventually(t, 30*time.Second, "a connection served after another closed", func() error {
+	testwait.Eventually(t, 30*time.Second, "a connection served after another closed", func() error {
 		c := rawConn(t, addr, nil)
 		defer c.nc.Close()
 		c.send(t, &kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "t", ClientSoftwareVersion: "1"})

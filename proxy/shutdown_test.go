@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestShutdownAnswersWhatWasRead: a produce the member has read and sent
@@ -46,7 +48,7 @@ func TestShutdownAnswersWhatWasRead(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Shutdown(ctx) }()
 	// Shutdown stops accepting before it waits for anyone.
-	waitUntil(t, func() bool {
+	testwait.Until(t, 10*time.Second, "Shutdown to stop accepting", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.draining.Load()
@@ -106,15 +108,4 @@ func oneRecordProduce(topic string) *kmsg.ProduceRequest {
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	return req
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -49,5 +50,5 @@ func TestSwitchTargetWarmed(t *testing.T) {
 		t.Fatalf("b has %d coordinators cached before any switch", n)
 	}
 	table.Update(routing.State{Active: "a", Phase: routing.PhaseDraining, Last: &routing.Switch{From: "a", To: "b"}})
-	waitUntil(t, func() bool { return cached("b") == len(groups) })
+	testwait.Until(t, 10*time.Second, "every group's coordinator on b cached", func() bool { return cached("b") == len(groups) })
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // memStore is a Store and LeaseStore in memory: each cluster's last saved
@@ -229,7 +231,7 @@ func TestSwitchWaitsOutLeases(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	})
-	waitFor(t, cut.Valid)
+	testwait.Until(t, 10*time.Second, "the cut-off member's lease valid", cut.Valid)
 
 	var saved []string
 	var validAtFlip *bool
@@ -295,17 +297,6 @@ func TestSwitchLeaseRollbackServesAgain(t *testing.T) {
 	l.renew(context.Background())
 	if !l.Valid() {
 		t.Fatal("leases do not renew after the rollback")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -567,5 +558,5 @@ func TestLeaseRunWatchesElsewhere(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, func() bool { return table.Current().Generation == 4 })
+	testwait.Until(t, 10*time.Second, "generation 4 in force", func() bool { return table.Current().Generation == 4 })
 }

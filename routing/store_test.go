@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestKafkaStoreTopicSettings: the topic Ferry creates has three replicas
@@ -168,7 +170,7 @@ func TestKafkaStoreSaveRewritesMissedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	refuseGen6.Store(false)
-	waitFor(t, func() bool {
+	testwait.Until(t, 10*time.Second, "the background write to a reported no longer needed", func() bool {
 		return logs.FilterMessageSnippet("no longer needed").FilterField(zap.String("cluster", "a")).Len() > 0
 	})
 	if got, _, err := other.LoadFrom(ctx, "a"); err != nil || got.Generation != 7 {

@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // runMainEnv makes the test binary run ferry's main (see ferryCmd).
@@ -309,7 +310,7 @@ func mirrorStatus(t *testing.T, adminAddr string) mirrorSection {
 func waitMirrorCaughtUp(t *testing.T, adminAddr, topic string, ends map[int32]int64) mirrorSection {
 	t.Helper()
 	var last mirrorSection
-	eventually(t, 60*time.Second, "/status reports the mirror caught up", func() error {
+	testwait.Eventually(t, 60*time.Second, "/status reports the mirror caught up", func() error {
 		last = mirrorStatus(t, adminAddr)
 		if !last.Summary.AllCaughtUp || last.Summary.MaxLagRecords != 0 {
 			return fmt.Errorf("summary %+v", last.Summary)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -75,7 +76,7 @@ func (g *guideFerry) statusJSON(t *testing.T) admin.Status {
 func (g *guideFerry) waitStatus(t *testing.T, timeout time.Duration, lines ...string) string {
 	t.Helper()
 	var out string
-	eventually(t, timeout, fmt.Sprintf("ferry status showing %q", lines), func() error {
+	testwait.Eventually(t, timeout, fmt.Sprintf("ferry status showing %q", lines), func() error {
 		out = g.status(t)
 		for _, l := range lines {
 			if !strings.Contains(out, l) {
@@ -313,7 +314,7 @@ mirror:
 	if got := readAll(t, newC.Addrs(), topic); !slices.Equal(got, want.lines()) {
 		t.Fatalf("the new cluster holds %d records of %s, want the %d acknowledged at their offsets:\n%q\n%q", len(got), topic, len(want.lines()), got, want.lines())
 	}
-	eventually(t, time.Minute, "the group's offsets copied to the new cluster", func() error {
+	testwait.Eventually(t, time.Minute, "the group's offsets copied to the new cluster", func() error {
 		if got := committed(t, newC.Addrs(), group, topic); fmt.Sprint(got) != fmt.Sprint(offs) {
 			return fmt.Errorf("on new %v, committed %v", got, offs)
 		}
@@ -419,7 +420,7 @@ mirror: {sync_interval: 1s}
 	out := g.waitStatus(t, time.Minute, "ready      yes", "routing    generation 0, active east, serving",
 		"clusters   east reachable (active)", "west reachable", "mirror     running east -> west: 3 partitions,", " 0 halted,")
 	t.Logf("ferry status, steady:\n%s", out)
-	eventually(t, time.Minute, "ferry_mirror_lag_records in /metrics", func() error {
+	testwait.Eventually(t, time.Minute, "ferry_mirror_lag_records in /metrics", func() error {
 		if code, body := httpGet(t, "http://"+g.admin+"/metrics"); code != 200 || !strings.Contains(body, `ferry_mirror_lag_records{partition="0",topic="payments"}`) {
 			return fmt.Errorf("/metrics = %d without ferry_mirror_lag_records for %s[0]", code, topic)
 		}
@@ -441,7 +442,7 @@ mirror: {sync_interval: 1s}
 	// every second), so the open transaction's is told by the mirror
 	// standing still at the last stable offset while the lag grows.
 	var stuckAt int64 = -1
-	eventually(t, time.Minute, "partition 0's lag to grow behind the open transaction", func() error {
+	testwait.Eventually(t, time.Minute, "partition 0's lag to grow behind the open transaction", func() error {
 		for _, p := range g.statusJSON(t).Mirror.Partitions {
 			if p.Topic != topic || p.Partition != 0 {
 				continue
@@ -615,7 +616,7 @@ mirror: {sync_interval: 1s}
 	}
 	repairStart := time.Now()
 	eastAdm := kadm.NewClient(newClient(t, kgo.SeedBrokers(east.Addrs()...)))
-	eventually(t, time.Minute, topic+" created again on east by the mirror", func() error {
+	testwait.Eventually(t, time.Minute, topic+" created again on east by the mirror", func() error {
 		ends, err := eastAdm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = ends.Error()
@@ -696,7 +697,7 @@ mirror: {sync_interval: 1s}
 			}
 		}
 	}
-	eventually(t, time.Minute, "the group to read every record kept", func() error {
+	testwait.Eventually(t, time.Minute, "the group to read every record kept", func() error {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		for p, offs := range final {

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // recordLine is a record as the comparisons see it: where it is and
@@ -74,7 +75,7 @@ func settledEndOffsets(t *testing.T, addrs []string, topic string) map[int32]int
 	t.Helper()
 	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(addrs...)))
 	var ends map[int32]int64
-	eventually(t, 30*time.Second, topic+"'s transactions settled", func() error {
+	testwait.Eventually(t, 30*time.Second, topic+"'s transactions settled", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ends = endOffsets(t, addrs, topic)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -56,7 +57,7 @@ func TestLagCoversSourceAcks(t *testing.T) {
 		t.Fatalf("no status for %s[0]: %+v", topic, r.Info().Partitions)
 		return mirror.PartitionStatus{}
 	}
-	eventually(t, 10*time.Second, "caught up", func() error {
+	testwait.Eventually(t, 10*time.Second, "caught up", func() error {
 		if st := status(); st.State != mirror.StateCaughtUp || st.Mirrored != 5 {
 			return fmt.Errorf("%+v", st)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -100,25 +101,6 @@ func gathered(t *testing.T, reg prometheus.Gatherer) string {
 	return strings.Join(names, " ")
 }
 
-// eventually polls f until it returns nil, failing the test with f's last
-// error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	delay := 10 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 250*time.Millisecond)
-	}
-}
-
 // TestMirrorRunnerFollowsRouting: the runner mirrors the routing state's
 // active cluster to the other one, restarts the other way round when the
 // active cluster changes (offsets stay equal both ways), re-registers its
@@ -161,7 +143,7 @@ func TestMirrorRunnerFollowsRouting(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	// The empty partition is caught up once its writer has fetched once.
-	eventually(t, 10*time.Second, "every partition caught up", func() error {
+	testwait.Eventually(t, 10*time.Second, "every partition caught up", func() error {
 		for _, p := range r.Info().Partitions {
 			if p.State != mirror.StateCaughtUp || p.LagRecords != 0 {
 				return fmt.Errorf("partition %+v", p)

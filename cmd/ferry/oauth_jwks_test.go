@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestServeOAuthJWKSDown: a member whose jwks_url fails starts all the
@@ -43,7 +44,7 @@ clusters: [{name: main, bootstrap: [%s]}]
 sasl: {mechanisms: [OAUTHBEARER], oauth: {jwks_url: %q}}
 `, strings.Join(kf.ListenAddrs(), ", "), jwks.URL))
 	adminURL := "http://" + n.adminLn.Addr().String()
-	eventually(t, 20*time.Second, "/readyz naming the failing JWKS", func() error {
+	testwait.Eventually(t, 20*time.Second, "/readyz naming the failing JWKS", func() error {
 		code, body := httpGet(t, adminURL+"/readyz")
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, "token signing keys") || !strings.Contains(body, jwks.URL) || !strings.Contains(body, "503") {
 			return fmt.Errorf("%d %q", code, body)
@@ -59,7 +60,7 @@ sasl: {mechanisms: [OAUTHBEARER], oauth: {jwks_url: %q}}
 		t.Fatalf("/status with the JWKS down: ready %v, auth %+v", st.Ready, st.Auth)
 	}
 	up.Store(true)
-	eventually(t, 30*time.Second, "/readyz once the JWKS answers", func() error {
+	testwait.Eventually(t, 30*time.Second, "/readyz once the JWKS answers", func() error {
 		if code, body := httpGet(t, adminURL+"/readyz"); code != http.StatusOK {
 			return fmt.Errorf("%d %q", code, body)
 		}

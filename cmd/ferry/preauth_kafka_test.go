@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -94,7 +95,7 @@ sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
 		close(stop)
 		attackers.Wait()
 	}()
-	waitUntilTrue(t, 60*time.Second, "the attackers' first connections closed", func() bool { return closedSeen.Load() >= 6 })
+	testwait.Until(t, 60*time.Second, "the attackers' first connections closed", func() bool { return closedSeen.Load() >= 6 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -124,17 +125,5 @@ sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
 	}
 	if n := metricValue(metrics, "ferry_buffered_bytes"); n < 0 || n >= proxy.DefaultSASLMaxReceiveSize {
 		t.Errorf("ferry_buffered_bytes %v under attack, want less than one unauthenticated frame may hold (%d)", n, proxy.DefaultSASLMaxReceiveSize)
-	}
-}
-
-// waitUntilTrue polls cond until it holds, failing after d.
-func waitUntilTrue(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

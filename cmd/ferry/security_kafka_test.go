@@ -28,6 +28,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -279,7 +280,7 @@ clusters:
 	}
 	t.Logf("client: %v after %v", err, time.Since(startP).Round(time.Millisecond))
 	proc.waitFor(t, regexp.MustCompile(`"msg":"upstream authentication failed".*"cluster":"secure"`), 30*time.Second)
-	eventually(t, 10*time.Second, "/status says the cluster refused the credentials", func() error {
+	testwait.Eventually(t, 10*time.Second, "/status says the cluster refused the credentials", func() error {
 		_, body := httpGet(t, "http://"+adminAddr+"/status")
 		if !strings.Contains(body, `"auth_failed": true`) {
 			return fmt.Errorf("%s", body)

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -131,7 +132,7 @@ func fencedThenRolledBack(t *testing.T, ctx context.Context, clusterID, txnID, t
 	// Wait for the mirror to have copied the topic, so that the drain
 	// sees it (and the transaction open on it) rather than an error.
 	sadm := kadm.NewClient(newClient(t, kgo.SeedBrokers(standby.Addrs()...)))
-	waitUntilTrue(t, time.Minute, "the mirror to create the topic on the standby", func() bool {
+	testwait.Until(t, time.Minute, "the mirror to create the topic on the standby", func() bool {
 		ends, err := sadm.ListEndOffsets(ctx, topic)
 		return err == nil && ends.Error() == nil
 	})
@@ -144,7 +145,7 @@ func fencedThenRolledBack(t *testing.T, ctx context.Context, clusterID, txnID, t
 		_, err := n.switchover(ctx, routing.Request{To: "standby", Timeout: 6 * time.Second})
 		switched <- err
 	}()
-	waitUntilTrue(t, time.Minute, "the switch to hold writes", func() bool { return n.routes.Current().Phase != routing.PhaseServing })
+	testwait.Until(t, time.Minute, "the switch to hold writes", func() bool { return n.routes.Current().Phase != routing.PhaseServing })
 	held := make(chan error, 1)
 	prod.Produce(ctx, &kgo.Record{Value: []byte("held")}, func(_ *kgo.Record, err error) { held <- err })
 

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -392,7 +393,7 @@ func TestPlannedSwitchoverAndBackRealKafka(t *testing.T) {
 	if err := n.mirror.WaitCaughtUp(ctx, txnTopic); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the standby to hold the primary's end offsets of "+txnTopic, func() error {
+	testwait.Eventually(t, 30*time.Second, "the standby to hold the primary's end offsets of "+txnTopic, func() error {
 		if got := endOffsets(t, standby.Addrs(), txnTopic); fmt.Sprint(got) != fmt.Sprint(ends) {
 			return fmt.Errorf("standby %v, primary %v", got, ends)
 		}
@@ -532,7 +533,7 @@ func TestForcedFailoverRealKafka(t *testing.T) {
 	if err := primary.Restart(primary.NodeIDs()[0]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the reverse mirror to halt the diverged partition", func() error {
+	testwait.Eventually(t, 2*time.Minute, "the reverse mirror to halt the diverged partition", func() error {
 		for _, st := range n.mirror.Info().Partitions {
 			if st.Topic == topic && st.State == mirror.StateHalted {
 				return nil
@@ -583,7 +584,7 @@ func leaveTxnOpen(t *testing.T, ctx context.Context, addr, topic, txnID string) 
 // the source's end at end.
 func waitMirrorHeldAt(t *testing.T, n *node, mirrored, end int64) {
 	t.Helper()
-	eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
+	testwait.Eventually(t, time.Minute, "the mirror to see the primary's end", func() error {
 		for _, st := range n.mirror.Info().Partitions {
 			if st.SourceEnd != end || st.Mirrored != mirrored {
 				return fmt.Errorf("mirror at %d, source end %d; want %d, %d", st.Mirrored, st.SourceEnd, mirrored, end)

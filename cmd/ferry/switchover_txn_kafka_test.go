@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -419,7 +420,7 @@ func (tt *txnTraffic) checkRecords(where string, on map[partOffset]string) int {
 // record of every committed transaction (by offset).
 func (tt *txnTraffic) waitConsumed(timeout time.Duration) {
 	tt.t.Helper()
-	eventually(tt.t, timeout, "the read_committed consumer through Ferry to read every committed record", func() error {
+	testwait.Eventually(tt.t, timeout, "the read_committed consumer through Ferry to read every committed record", func() error {
 		tt.mu.Lock()
 		defer tt.mu.Unlock()
 		missing := 0

@@ -16,6 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -49,22 +51,6 @@ func createTopic(t *testing.T, ctx context.Context, adm *kadm.Client, topic stri
 	}
 	if err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
-	}
-}
-
-// eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -152,7 +138,7 @@ func TestSingleNodeProduceConsume(t *testing.T) {
 	if err := c.Restart(1); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "end offset after restart", func() error {
+	testwait.Eventually(t, 30*time.Second, "end offset after restart", func() error {
 		ends, err := adm.ListEndOffsets(ctx, "one")
 		if err != nil {
 			return err
@@ -247,7 +233,7 @@ func TestThreeNodeLeaderFailover(t *testing.T) {
 
 	// Leaders are spread over every node, each partition replicated 3 times.
 	var leaders []int32
-	eventually(t, 30*time.Second, "leaders of "+topic, func() error {
+	testwait.Eventually(t, 30*time.Second, "leaders of "+topic, func() error {
 		md, err := adm.Metadata(ctx, topic)
 		if err != nil {
 			return err
@@ -288,7 +274,7 @@ func TestThreeNodeLeaderFailover(t *testing.T) {
 	if c.Running(old) {
 		t.Fatalf("node %d still running after Kill", old)
 	}
-	eventually(t, 60*time.Second, "leader change after kill", func() error {
+	testwait.Eventually(t, 60*time.Second, "leader change after kill", func() error {
 		leader, isr, err := partitionState(ctx, adm, topic, 0)
 		if err != nil {
 			return err
@@ -309,7 +295,7 @@ func TestThreeNodeLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node %d back in metadata %v after Restart", old, time.Since(restarted).Round(time.Millisecond))
-	eventually(t, 60*time.Second, "node back in ISR", func() error {
+	testwait.Eventually(t, 60*time.Second, "node back in ISR", func() error {
 		_, isr, err := partitionState(ctx, adm, topic, 0)
 		if err != nil {
 			return err

@@ -412,7 +412,11 @@ func TestChaos(t *testing.T) {
 			// input is copied again after the switch. Such a copy pair
 			// straddles the switch's fence on the output.
 			before := len(dup)
-			dup = slices.DeleteFunc(dup, func(d string) bool { return fl.recopiedAcrossForced(out, strings.Fields(d)[0]) })
+			at := map[string][]partOff{} // where each value is in out: one pass, not one per duplicate
+			for o, v := range out {
+				at[v] = append(at[v], o)
+			}
+			dup = slices.DeleteFunc(dup, func(d string) bool { return fl.recopiedAcrossForced(at[strings.Fields(d)[0]]) })
 			recopied = before - len(dup)
 		}
 		copyErrs, copied := cp.stop()
@@ -500,14 +504,14 @@ func (fl *chaosFleet) lostAt(topic string, p int32, o int64) bool {
 	return false
 }
 
-// recopiedAcrossForced reports whether the copies of input position k in
-// out straddle a forced switch: one below its fence on the output, one at
-// or above it.
-func (fl *chaosFleet) recopiedAcrossForced(out map[partOff]string, k string) bool {
+// recopiedAcrossForced reports whether the copies of an input position,
+// at copies on the output, straddle a forced switch: one below its fence
+// on the output, one at or above it.
+func (fl *chaosFleet) recopiedAcrossForced(copies []partOff) bool {
 	for _, fs := range fl.forced {
 		var below, above bool
-		for at, v := range out {
-			if v != k || int(at.p) >= len(fs.copyFence) || fs.copyFence[at.p] < 0 {
+		for _, at := range copies {
+			if int(at.p) >= len(fs.copyFence) || fs.copyFence[at.p] < 0 {
 				continue
 			}
 			if at.o < fs.copyFence[at.p] {

@@ -162,20 +162,11 @@ func TestRestartHalted(t *testing.T) {
 	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
-	var first []string
-	for i := range 10 {
-		first = append(first, fmt.Sprintf("a%d", i))
-	}
-	produceFake(t, acl, topic, 0, first...)
+	produceFake(t, acl, topic, 0, numbered("a", 0, 10)...)
 	// Partition 1 is another member's: this member never writes it.
 	own := newSwitchboard(func(_ string, p int32) int { return int(p) }, 0).member(0)
 	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil), WithOwnership(own))
-	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored", func() error {
-		if e := fakeEnd(t, b, topic, 0); e != 10 {
-			return fmt.Errorf("standby end %d", e)
-		}
-		return nil
-	})
+	standbyEndReaches(t, b, topic, 0, 10, "partition 0 mirrored")
 	stop()
 
 	// Something writes to the standby directly: it and the source now
@@ -299,12 +290,7 @@ func TestHaltOnRequest(t *testing.T) {
 	produceFake(t, acl, topic, 0, "a0", "a1", "a2")
 	reg := prometheus.NewRegistry()
 	m, _ := runFakeMirror(t, a, b, reg, Topics([]string{topic}, nil))
-	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored", func() error {
-		if e := fakeEnd(t, b, topic, 0); e != 3 {
-			return fmt.Errorf("standby end %d", e)
-		}
-		return nil
-	})
+	standbyEndReaches(t, b, topic, 0, 3, "partition 0 mirrored")
 	was, err := m.Halt(topic, 0)
 	if err != nil || was.State == StateHalted {
 		t.Fatalf("Halt: %v (was %v)", err, was.State)
@@ -316,12 +302,7 @@ func TestHaltOnRequest(t *testing.T) {
 	// Partition 1 is copied, partition 0 not.
 	produceFake(t, acl, topic, 0, "a3", "a4")
 	produceFake(t, acl, topic, 1, "b0")
-	testwait.Eventually(t, 30*time.Second, "partition 1 mirrored", func() error {
-		if e := fakeEnd(t, b, topic, 1); e != 1 {
-			return fmt.Errorf("standby end %d", e)
-		}
-		return nil
-	})
+	standbyEndReaches(t, b, topic, 1, 1, "partition 1 mirrored")
 	if e := fakeEnd(t, b, topic, 0); e != 3 {
 		t.Fatalf("the halted partition's standby end moved from 3 to %d", e)
 	}
@@ -334,12 +315,28 @@ func TestHaltOnRequest(t *testing.T) {
 	if _, err := m.Restart(topic, 0); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
-	testwait.Eventually(t, 30*time.Second, "partition 0 mirrored again", func() error {
-		if e := fakeEnd(t, b, topic, 0); e != 5 {
+	standbyEndReaches(t, b, topic, 0, 5, "partition 0 mirrored again")
+}
+
+// standbyEndReaches waits until the standby's end of topic's partition is
+// end: the mirror copied that far.
+func standbyEndReaches(t *testing.T, b *kfake.Cluster, topic string, partition int32, end int64, what string) {
+	t.Helper()
+	testwait.Eventually(t, 30*time.Second, what, func() error {
+		if e := fakeEnd(t, b, topic, partition); e != end {
 			return fmt.Errorf("standby end %d", e)
 		}
 		return nil
 	})
+}
+
+// numbered is prefix followed by from, from+1, ... (n values).
+func numbered(prefix string, from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, from+i)
+	}
+	return out
 }
 
 // statusOf is the status of one partition's writer in m.
@@ -367,24 +364,15 @@ func TestHaltSaysWhereTheStandbyParts(t *testing.T) {
 	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
-	var first []string
-	for i := range 37 {
-		first = append(first, fmt.Sprintf("a%d", i))
-	}
-	produceFake(t, acl, topic, 0, first...)
+	produceFake(t, acl, topic, 0, numbered("a", 0, 37)...)
 	_, stop := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
-	testwait.Eventually(t, 30*time.Second, "mirrored", func() error {
-		if e := fakeEnd(t, b, topic, 0); e != 37 {
-			return fmt.Errorf("standby end %d", e)
-		}
-		return nil
-	})
+	standbyEndReaches(t, b, topic, 0, 37, "mirrored")
 	stop()
 
 	// Three batches written to the standby directly, five more to the
 	// source: they part at 37, and the standby ends at 40.
 	produceFake(t, bcl, topic, 0, "x37", "x38", "x39")
-	produceFake(t, acl, topic, 0, "a37", "a38", "a39", "a40", "a41")
+	produceFake(t, acl, topic, 0, numbered("a", 37, 5)...)
 	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
 	var st PartitionStatus
 	testwait.Eventually(t, 30*time.Second, "halted", func() error {

@@ -528,7 +528,7 @@ func (w *writer) checkTail(ctx context.Context) error {
 		return nil
 	}
 	err := w.compareAt(ctx, w.next-1, true)
-	if h := (*HaltError)(nil); errors.As(err, &h) && (errors.Is(h.Err, ErrDiverged) || errors.Is(h.Err, ErrMarkerTwice)) {
+	if h := (*HaltError)(nil); errors.As(err, &h) && Parted(err) {
 		from, ferr := w.divergedFrom(ctx, w.next-1)
 		if ferr != nil {
 			return ferr // transient: the next session checks again

@@ -94,10 +94,7 @@ func parseJWKS(b []byte) (*jwks, error) {
 		if k.Use != "" && k.Use != "sig" {
 			continue
 		}
-		pub := k.Key
-		if !k.IsPublic() {
-			pub = k.Public().Key
-		}
+		pub := k.Public().Key // a private key's public half; nil for a symmetric one
 		switch key := pub.(type) {
 		case *rsa.PublicKey:
 			if key.N.BitLen() < 2048 {

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -173,11 +174,10 @@ func TestKafkaStoreRoundTrip(t *testing.T) {
 	// make active, then is written there again in the background: on a
 	// busy machine the topic just created on a can take longer.
 	onlyA := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if got, found, err := onlyA.Load(ctxFor(t, 10*time.Second)); err == nil && found && got.Generation == want.Generation || time.Now().After(deadline) {
-			break
-		}
-	}
+	testwait.Until(t, 30*time.Second, "a to hold generation 5", func() bool {
+		got, found, err := onlyA.Load(ctxFor(t, 10*time.Second))
+		return err == nil && found && got.Generation == want.Generation
+	})
 	mustLoad(t, onlyA, &want)
 	mustLoad(t, newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"b": b}), &want)
 

@@ -5,6 +5,7 @@
 package testwait
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -42,8 +43,4 @@ func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	})
 }
 
-type notYet struct{}
-
-func (notYet) Error() string { return "not yet" }
-
-var errNotYet error = notYet{}
+var errNotYet = errors.New("not yet")

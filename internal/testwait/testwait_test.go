@@ -2,6 +2,7 @@ package testwait
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,23 +16,8 @@ type recorder struct {
 
 func (r *recorder) Helper() {}
 func (r *recorder) Fatalf(format string, args ...any) {
-	r.failed = strings.TrimSpace(format)
-	for _, a := range args {
-		r.failed += " " + toString(a)
-	}
+	r.failed = fmt.Sprintf(format, args...)
 	panic(r)
-}
-
-func toString(a any) string {
-	switch v := a.(type) {
-	case string:
-		return v
-	case error:
-		return v.Error()
-	case time.Duration:
-		return v.String()
-	}
-	return "?"
 }
 
 func run(f func(tb testing.TB)) (failed string) {

@@ -46,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
@@ -212,7 +213,7 @@ type Server struct {
 	// tokens limits wrong tokens per address; authFailures counts refused
 	// requests by reason, connsRefused the connections over the bound;
 	// refusalLogs samples the lines about both.
-	tokens       *proxy.TokenBuckets
+	tokens       *clientauth.TokenBuckets
 	authFailures *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
 	refusalLogs  *proxy.LogSampler
@@ -246,7 +247,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
-		tokens: proxy.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
+		tokens: clientauth.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.

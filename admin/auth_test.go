@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -20,9 +21,9 @@ import (
 func TestAuthReadyAndStatus(t *testing.T) {
 	var keys atomic.Bool
 	st := func() proxy.AuthStatus {
-		ks := &proxy.OAuthKeysStatus{Source: "https://idp.test/jwks", Error: "HTTP 503 Service Unavailable"}
+		ks := &clientauth.OAuthKeysStatus{Source: "https://idp.test/jwks", Error: "HTTP 503 Service Unavailable"}
 		if keys.Load() {
-			ks = &proxy.OAuthKeysStatus{Source: "https://idp.test/jwks", Keys: 1}
+			ks = &clientauth.OAuthKeysStatus{Source: "https://idp.test/jwks", Keys: 1}
 		}
 		return proxy.AuthStatus{OAuthKeys: ks}
 	}

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -60,7 +60,7 @@ func TestAdminTokenGuessesLimited(t *testing.T) {
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken), WithLogger(zap.New(core)))
 	sw.do = switchedTo(f.routes, routing.Planned)
 	clock := &fakeClock{t: time.Now()}
-	f.srv.tokens = proxy.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
+	f.srv.tokens = clientauth.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
 
 	const guesser, other = "203.0.113.9:40000", "198.51.100.7:5555"
 	const wrong = 50
@@ -167,7 +167,7 @@ func TestAdminTokenGuessesAtOnce(t *testing.T) {
 	sw := &fakeSwitch{}
 	f := newFixture(t, WithSwitch(sw.fn), WithToken(testToken))
 	clock := &fakeClock{t: time.Now()}
-	f.srv.tokens = proxy.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
+	f.srv.tokens = clientauth.NewTokenBuckets(DefaultTokenFailureBurst, DefaultTokenFailureInterval, tokenGuardMax, clock.now)
 	const guesses = 200
 	codes := make(chan int, guesses)
 	var wg sync.WaitGroup

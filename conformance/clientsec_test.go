@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
@@ -65,9 +66,9 @@ func secureTarget(t *testing.T, c *kafkatest.Cluster) (*ferrytest.Ferry, []strin
 		t.Fatal(err)
 	}
 	store := filepath.Join(dir, "users.yaml")
-	creds := &proxy.Credentials{}
-	for _, m := range []string{proxy.MechanismSCRAMSHA512, proxy.MechanismSCRAMSHA256} {
-		cred, err := proxy.NewSCRAMCredential(m, "alice-secret", proxy.DefaultSCRAMIterations)
+	creds := &clientauth.Credentials{}
+	for _, m := range []string{clientauth.MechanismSCRAMSHA512, clientauth.MechanismSCRAMSHA256} {
+		cred, err := clientauth.NewSCRAMCredential(m, "alice-secret", clientauth.DefaultSCRAMIterations)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,8 +79,8 @@ func secureTarget(t *testing.T, c *kafkatest.Cluster) (*ferrytest.Ferry, []strin
 	}
 	f := ferrytest.Start(t, c.Bootstrap(),
 		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: c.ListenerAddrs(sharedSecure), Security: sec}),
-		proxy.WithClientTLS(proxy.ClientTLS{CertFile: certFile, KeyFile: keyFile}),
-		proxy.WithClientSASL(proxy.ClientSASL{Mechanisms: []string{proxy.MechanismSCRAMSHA512, proxy.MechanismSCRAMSHA256}, CredentialsFile: store}))
+		proxy.WithClientTLS(clientauth.TLSConfig{CertFile: certFile, KeyFile: keyFile}),
+		proxy.WithClientSASL(clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismSCRAMSHA512, clientauth.MechanismSCRAMSHA256}, CredentialsFile: store}))
 	env := []string{
 		"CONFORMANCE_SECURITY_PROTOCOL=SASL_SSL",
 		"CONFORMANCE_SSL_CA_FILE=" + caFile,

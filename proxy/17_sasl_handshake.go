@@ -63,25 +63,25 @@ func handleSASLHandshake(s *Server, c *clientConn, req *request, kr kmsg.Request
 		resp.SupportedMechanisms = []string{}
 		return localReply(req, resp), nil
 	}
-	resp.SupportedMechanisms = s.auth.cfg.Mechanisms
+	resp.SupportedMechanisms = s.auth.Config().Mechanisms
 	switch {
 	case req.hdr.Version == 0:
-		s.authMetrics.failed("", "illegal_state")
+		s.authMetrics.Failed("", "illegal_state")
 		resp.ErrorCode = kerr.UnsupportedVersion.Code
 		c.logRefusal(zapcore.InfoLevel, "auth_failed", "SaslHandshake v0 (raw SASL tokens) is not supported; closing the connection: use a client that sends SaslAuthenticate (Kafka 1.0 and later)",
 			zap.String("mechanism", in.Mechanism))
 		c.auth.closeAfter = fmt.Errorf("%w: SaslHandshake v0 (raw SASL tokens) is not supported", errAuthFailed)
 	case c.auth.done || c.auth.mechanism != "":
-		s.authMetrics.failed(c.auth.mechanism, "illegal_state")
+		s.authMetrics.Failed(c.auth.mechanism, "illegal_state")
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		if !c.auth.done {
 			c.auth.closeAfter = fmt.Errorf("%w: a second SaslHandshake", errAuthFailed)
 		}
-	case !s.auth.offers(in.Mechanism):
-		s.authMetrics.failed("", "unsupported_mechanism")
+	case !s.auth.Offers(in.Mechanism):
+		s.authMetrics.Failed("", "unsupported_mechanism")
 		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
 		c.logRefusal(zapcore.InfoLevel, "auth_failed", "client asked for a SASL mechanism Ferry does not offer",
-			zap.String("mechanism", in.Mechanism), zap.Strings("offered", s.auth.cfg.Mechanisms))
+			zap.String("mechanism", in.Mechanism), zap.Strings("offered", s.auth.Config().Mechanisms))
 	default:
 		c.auth.mechanism = in.Mechanism
 	}

@@ -10,12 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -25,15 +25,15 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	in := kr.(*kmsg.SASLAuthenticateRequest)
 	resp := kmsg.NewPtrSASLAuthenticateResponse()
 	mech := c.auth.mechanism
-	fail := func(f *authFailure) (*reply, error) {
+	fail := func(f *clientauth.Failure) (*reply, error) {
 		s.authFailed(c, mech, f)
 		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
-		msg := fmt.Sprintf("Authentication failed during authentication due to %s with SASL mechanism %s", f.msg, mech)
-		if f.reason == "rate_limited" {
-			msg = f.msg
+		msg := fmt.Sprintf("Authentication failed during authentication due to %s with SASL mechanism %s", f.Msg, mech)
+		if f.Reason == "rate_limited" {
+			msg = f.Msg
 		}
 		resp.ErrorMessage = &msg
-		delay := s.auth.cfg.FailedDelay
+		delay := s.auth.Config().FailedDelay
 		return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 			t := time.NewTimer(delay)
 			defer t.Stop()
@@ -50,7 +50,7 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		// Not advertised: dispatch refuses it first.
 		return nil, errors.New("SaslAuthenticate without SASL")
 	case c.auth.done || mech == "":
-		s.authMetrics.failed(mech, "illegal_state")
+		s.authMetrics.Failed(mech, "illegal_state")
 		resp.ErrorCode = kerr.IllegalSaslState.Code
 		msg := "SaslAuthenticate before a SaslHandshake"
 		if c.auth.done {
@@ -64,9 +64,9 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	first := c.auth.admission == nil
 	if first {
 		// The exchange starts: it takes its address's token before
-		// anything is checked (loginlimit.go), and each later round
+		// anything is checked (clientauth.Authenticator.AdmitAddr), and each later round
 		// goes on under the tokens it holds.
-		adm, f := s.auth.admitAddr(c.ctx, c.ip)
+		adm, f := s.auth.AdmitAddr(c.ctx, c.ip)
 		if f != nil {
 			return fail(f)
 		}
@@ -75,47 +75,42 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 	var out []byte
 	done, principal := false, ""
 	switch mech {
-	case MechanismPlain:
-		user, password, f := parsePlain(in.SASLAuthBytes)
+	case clientauth.MechanismPlain:
+		user, password, f := clientauth.ParsePlain(in.SASLAuthBytes)
 		if f == nil {
-			f = s.auth.admitUser(c.ctx, c.auth.admission, user)
+			f = s.auth.AdmitUser(c.ctx, c.auth.admission, user)
 		}
 		if f == nil {
-			f = s.auth.plain(user, password)
+			f = s.auth.Plain(user, password)
 		}
 		if f != nil {
 			return fail(f)
 		}
 		done, principal = true, user
-	case MechanismSCRAMSHA256, MechanismSCRAMSHA512:
+	case clientauth.MechanismSCRAMSHA256, clientauth.MechanismSCRAMSHA512:
 		if first {
-			c.auth.scram = newSCRAMServer(mech, func(u string) (SCRAMCredential, bool) { return s.auth.store.lookup(u, mech) },
-				func(u string) SCRAMCredential { return s.auth.fakeCredential(u, mech) })
+			c.auth.scram = s.auth.SCRAM(mech)
 		}
 		var err error
-		if out, done, err = c.auth.scram.next(in.SASLAuthBytes); err != nil {
-			var f *authFailure
+		if out, done, err = c.auth.scram.Next(in.SASLAuthBytes); err != nil {
+			var f *clientauth.Failure
 			if !errors.As(err, &f) {
-				f = &authFailure{reason: "malformed", msg: err.Error()}
+				f = &clientauth.Failure{Reason: "malformed", Msg: err.Error()}
 			}
 			return fail(f)
 		}
 		if first {
 			// The user is known from client-first: its token is taken
 			// before the server-first that lets the client send a proof.
-			if f := s.auth.admitUser(c.ctx, c.auth.admission, c.auth.scram.user); f != nil {
+			if f := s.auth.AdmitUser(c.ctx, c.auth.admission, c.auth.scram.User()); f != nil {
 				return fail(f)
 			}
 		}
-		principal = c.auth.scram.user
-	case MechanismOAuthBearer:
+		principal = c.auth.scram.User()
+	case clientauth.MechanismOAuthBearer:
 		// A token is not guessed like a password: the address's bucket
 		// alone bounds the work.
-		token, err := parseOAuthBearer(in.SASLAuthBytes)
-		if err != nil {
-			return fail(&authFailure{reason: "malformed", msg: err.Error()})
-		}
-		p, f := s.auth.oauth.validate(token)
+		p, f := s.auth.OAuthBearer(in.SASLAuthBytes)
 		if f != nil {
 			return fail(f)
 		}
@@ -129,34 +124,4 @@ func handleSASLAuthenticate(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		s.authSucceeded(c, mech, "User:"+principal)
 	}
 	return localReply(req, resp), nil
-}
-
-// parsePlain reads a SASL/PLAIN message (RFC 4616: authzid NUL authcid
-// NUL passwd).
-func parsePlain(msg []byte) (user, password string, f *authFailure) {
-	parts := strings.Split(string(msg), "\x00")
-	if len(parts) != 3 || parts[1] == "" {
-		return "", "", &authFailure{reason: "malformed", msg: "invalid PLAIN message"}
-	}
-	authzid, user, password := parts[0], parts[1], parts[2]
-	if authzid != "" && authzid != user {
-		return "", "", &authFailure{reason: "authzid", user: user, msg: "an authorization identity other than the user's own is not supported"}
-	}
-	return user, password, nil
-}
-
-// plain checks a PLAIN password against the user's SCRAM-SHA-512
-// credential, else its SCRAM-SHA-256 one.
-func (a *authenticator) plain(user, password string) *authFailure {
-	for _, mech := range []string{MechanismSCRAMSHA512, MechanismSCRAMSHA256} {
-		if cred, ok := a.store.lookup(user, mech); ok {
-			if !cred.verifyPassword(mech, password) {
-				return &authFailure{reason: "bad_password", user: user, msg: "invalid credentials"}
-			}
-			return nil
-		}
-	}
-	// As long as a wrong password takes, so timing does not tell.
-	a.fakeCredential(user, MechanismSCRAMSHA512).verifyPassword(MechanismSCRAMSHA512, password)
-	return &authFailure{reason: "unknown_user", user: user, msg: "invalid credentials"}
 }

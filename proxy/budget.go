@@ -315,7 +315,7 @@ func (b *memBudget) wakeWaiters() {
 func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
 	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
 	if unauth {
-		limit = min(limit, int32(c.s.auth.cfg.PreAuth.MaxReceiveSize))
+		limit = min(limit, int32(c.s.auth.Config().PreAuth.MaxReceiveSize))
 	}
 	n, err := protocol.ReadFrameSize(r, limit)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ferry-gw/ferry/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,7 +56,7 @@ func newClientMetrics(reg prometheus.Registerer, limit int) (*clientMetrics, err
 		live:   map[*clientConn]*clientTotals{},
 	}
 	// Several servers on one registry count together.
-	return registerShared(reg, m)
+	return promreg.Shared(reg, m)
 }
 
 // bind counts c, once identified, under its pair's series.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
@@ -88,8 +89,8 @@ type config struct {
 	clientMetricsLimit int
 	// clientTLS and clientSASL secure the Kafka listeners (tls.go,
 	// auth.go); nil: plaintext, no authentication.
-	clientTLS  *ClientTLS
-	clientSASL *ClientSASL
+	clientTLS  *clientauth.TLSConfig
+	clientSASL *clientauth.SASLConfig
 	// internalTopics are Ferry's own topics, hidden from clients
 	// (internal_topics.go).
 	internalTopics []string
@@ -269,12 +270,12 @@ func WithClientMetricsLimit(n int) Option { return func(c *config) { c.clientMet
 // WithClientTLS serves TLS on the Kafka listeners (tls.go): every client
 // connection is TLS, optionally with verified client certificates, whose
 // subject becomes the principal.
-func WithClientTLS(t ClientTLS) Option { return func(c *config) { c.clientTLS = &t } }
+func WithClientTLS(t clientauth.TLSConfig) Option { return func(c *config) { c.clientTLS = &t } }
 
 // WithClientSASL requires SASL authentication on the Kafka listeners
 // (auth.go): before it succeeds, a connection is answered ApiVersions,
 // SaslHandshake and SaslAuthenticate only.
-func WithClientSASL(s ClientSASL) Option { return func(c *config) { c.clientSASL = &s } }
+func WithClientSASL(s clientauth.SASLConfig) Option { return func(c *config) { c.clientSASL = &s } }
 
 // WithRefuseUnmapped refuses clients whose principal no cluster maps to
 // credentials (Cluster.Principals): their authentication fails, instead

@@ -174,7 +174,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	remote := nc.RemoteAddr().String()
 	if s.tls != nil {
-		nc = tls.Server(nc, s.tls.base) // the handshake runs in serve
+		nc = tls.Server(nc, s.tls.Config()) // the handshake runs in serve
 	}
 	c := &clientConn{
 		s:           s,

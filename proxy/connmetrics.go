@@ -1,8 +1,7 @@
 package proxy
 
 import (
-	"errors"
-
+	"github.com/ferry-gw/ferry/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,11 +26,11 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 		Help: "Client connections closed as soon as accepted because a connection limit was reached, by reason (max_connections, max_connections_per_ip, max_unauthenticated_per_ip)."}, []string{"reason"})
 	for _, c := range []**prometheus.CounterVec{&accept, &closed, &refused} {
 		var err error
-		if *c, err = registerShared(reg, *c); err != nil {
+		if *c, err = promreg.Shared(reg, *c); err != nil {
 			return nil, err
 		}
 	}
-	unauth, err := registerShared(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections_unauthenticated",
+	unauth, err := promreg.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ferry", Name: "client_connections_unauthenticated",
 		Help: "Client connections open that have not authenticated yet, on a listener with SASL."}))
 	if err != nil {
 		return nil, err
@@ -52,24 +51,3 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 func (m *connMetrics) acceptErrors(reason string) prometheus.Counter { return m.accept[reason] }
 
 func (m *connMetrics) closes(reason string) prometheus.Counter { return m.closed[reason] }
-
-// registerShared registers c on reg (nil: none). When an equal collector
-// is registered already — several servers on one registry — that one is
-// returned instead, so that they count together.
-func registerShared[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return c, err
-		}
-		existing, ok := are.ExistingCollector.(T)
-		if !ok {
-			return c, err
-		}
-		return existing, nil
-	}
-	return c, nil
-}

@@ -114,7 +114,7 @@ func (s *Server) admitConn(ip string) string {
 	}
 	if s.auth != nil {
 		// Every connection starts unauthenticated (preauth.go).
-		if s.unauthByIP[ip] >= s.auth.cfg.PreAuth.MaxPerIP {
+		if s.unauthByIP[ip] >= s.auth.Config().PreAuth.MaxPerIP {
 			return refuseUnauthPerIP
 		}
 		s.unauthByIP[ip]++
@@ -145,7 +145,7 @@ func (s *Server) refuseConn(nc net.Conn, ip, reason string) {
 			zap.Int("max_connections", st.MaxConnections), zap.Int("max_connections_per_ip", st.perIPLimit(ip)),
 			zap.Int("not_logged_since_last", suppressed)}
 		if reason == refuseUnauthPerIP {
-			fields = append(fields, zap.Int("max_unauthenticated_per_ip", s.auth.cfg.PreAuth.MaxPerIP))
+			fields = append(fields, zap.Int("max_unauthenticated_per_ip", s.auth.Config().PreAuth.MaxPerIP))
 		}
 		s.log.Warn("refused a client connection: "+errConnLimit.Error(), fields...)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -57,7 +59,7 @@ func scramLogin(ctx context.Context, addr, ip, user, pass string) error {
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(30 * time.Second))
 	c := &rawClient{nc: nc}
-	hs, err := rawRoundTrip(c, 1, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismSCRAMSHA512}, &kmsg.SASLHandshakeResponse{})
+	hs, err := rawRoundTrip(c, 1, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: clientauth.MechanismSCRAMSHA512}, &kmsg.SASLHandshakeResponse{})
 	if err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func TestSCRAMParallelProofsLimited(t *testing.T) {
 	const conns, burst = 200, 5
 	e := newSecEnv(t)
 	kf := newKfake(t, 1)
-	cfg := e.sasl(MechanismSCRAMSHA512)
+	cfg := e.sasl(clientauth.MechanismSCRAMSHA512)
 	cfg.FailedBurst, cfg.FailedInterval = burst, time.Hour
 	// All 200 are unauthenticated at once, from one address: above the
 	// default bound on those (preauth.go), which is not what this tests.
@@ -124,7 +126,7 @@ func TestSCRAMParallelProofsLimited(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hs, err := rawRoundTrip(x.c, 1, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismSCRAMSHA512}, &kmsg.SASLHandshakeResponse{})
+			hs, err := rawRoundTrip(x.c, 1, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: clientauth.MechanismSCRAMSHA512}, &kmsg.SASLHandshakeResponse{})
 			if err != nil || hs.ErrorCode != 0 {
 				x.err = fmt.Errorf("handshake: %v %v", hs.ErrorCode, err)
 				return
@@ -169,10 +171,10 @@ func TestSCRAMParallelProofsLimited(t *testing.T) {
 	if checked > burst || checked+limited != conns {
 		t.Errorf("%d wrong proofs checked (answered invalid credentials), %d rate-limited; want at most %d checked, the rest rate-limited", checked, limited, burst)
 	}
-	if got := authFailures(s, MechanismSCRAMSHA512, "bad_password"); got != float64(checked) || got > burst {
+	if got := authFailures(s, clientauth.MechanismSCRAMSHA512, "bad_password"); got != float64(checked) || got > burst {
 		t.Errorf("ferry_client_auth_failures_total{reason=bad_password} = %v, want %d (at most %d)", got, checked, burst)
 	}
-	if got := authFailures(s, MechanismSCRAMSHA512, "rate_limited"); got != float64(limited) {
+	if got := authFailures(s, clientauth.MechanismSCRAMSHA512, "rate_limited"); got != float64(limited) {
 		t.Errorf("ferry_client_auth_failures_total{reason=rate_limited} = %v, want %d", got, limited)
 	}
 }
@@ -187,7 +189,7 @@ func TestLoginLimitNoLockout(t *testing.T) {
 	e := newSecEnv(t)
 	e.addUser(t, "mallory", "mallory-secret")
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	cfg := e.sasl(MechanismSCRAMSHA512)
+	cfg := e.sasl(clientauth.MechanismSCRAMSHA512)
 	cfg.FailedBurst, cfg.FailedAddressBurst, cfg.FailedInterval = 3, 8, time.Hour
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -234,28 +236,28 @@ func TestLoginLimitNoLockout(t *testing.T) {
 // the log; the metric tells them apart.
 func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 	e := newSecEnv(t) // alice at 4096 iterations
-	c, err := LoadCredentials(e.store)
+	c, err := clientauth.LoadCredentials(e.store)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"bob", "carol", "dave"} {
-		cred, err := NewSCRAMCredential(MechanismSCRAMSHA512, u+"-secret", 16384)
+		cred, err := clientauth.NewSCRAMCredential(clientauth.MechanismSCRAMSHA512, u+"-secret", 16384)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Set(u, MechanismSCRAMSHA512, cred)
+		c.Set(u, clientauth.MechanismSCRAMSHA512, cred)
 	}
 	if err := c.Save(e.store); err != nil {
 		t.Fatal(err)
 	}
 	kf := newKfake(t, 1)
 	core, logs := observer.New(zap.InfoLevel)
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(MechanismSCRAMSHA512)), WithLogger(zap.New(core)))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)), WithLogger(zap.New(core)))
 	serverFirst := func(user string) (salt, iterations string) {
 		t.Helper()
 		rc := rawConn(t, addr, nil)
 		var hs kmsg.SASLHandshakeResponse
-		rc.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismSCRAMSHA512}, &hs)
+		rc.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: clientauth.MechanismSCRAMSHA512}, &hs)
 		var ar kmsg.SASLAuthenticateResponse
 		rc.roundTrip(t, &kmsg.SASLAuthenticateRequest{Version: 2, SASLAuthBytes: []byte("n,,n=" + user + ",r=abc")}, &ar)
 		if ar.ErrorCode != 0 {
@@ -286,7 +288,13 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 	// Over many names, the counts come up as often as users have them.
 	counts := map[int]int{}
 	for i := range 2000 {
-		counts[s.auth.fakeCredential(fmt.Sprint("name", i), MechanismSCRAMSHA512).Iterations]++
+		first, _, err := s.auth.SCRAM(clientauth.MechanismSCRAMSHA512).Next([]byte(fmt.Sprint("n,,n=name", i, ",r=abc")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, it, _ := strings.Cut(string(first), ",i=")
+		n, _ := strconv.Atoi(it)
+		counts[n]++
 	}
 	if len(counts) != 2 || counts[16384] < 1300 || counts[4096] < 300 {
 		t.Errorf("iterations of 2000 unknown names %v, want about 1500 at 16384 and 500 at 4096", counts)
@@ -332,8 +340,8 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 			t.Errorf("failed login logged with auth_reason %v, want invalid_credentials: %v", r, l.ContextMap())
 		}
 	}
-	if authFailures(s, MechanismSCRAMSHA512, "unknown_user") != 1 || authFailures(s, MechanismSCRAMSHA512, "bad_password") != 1 {
-		t.Errorf("metric: unknown_user %v, bad_password %v; want 1 each", authFailures(s, MechanismSCRAMSHA512, "unknown_user"), authFailures(s, MechanismSCRAMSHA512, "bad_password"))
+	if authFailures(s, clientauth.MechanismSCRAMSHA512, "unknown_user") != 1 || authFailures(s, clientauth.MechanismSCRAMSHA512, "bad_password") != 1 {
+		t.Errorf("metric: unknown_user %v, bad_password %v; want 1 each", authFailures(s, clientauth.MechanismSCRAMSHA512, "unknown_user"), authFailures(s, clientauth.MechanismSCRAMSHA512, "bad_password"))
 	}
 }
 
@@ -346,8 +354,8 @@ func TestLoginHerdQueues(t *testing.T) {
 	const clients = 40
 	e := newSecEnv(t)
 	kf := newKfake(t, 1)
-	cfg := e.sasl(MechanismSCRAMSHA512)
-	cfg.FailedBurst, cfg.FailedInterval, cfg.admitWait = 3, time.Hour, loginAdmissionWait
+	cfg := e.sasl(clientauth.MechanismSCRAMSHA512)
+	cfg.FailedBurst, cfg.FailedInterval, cfg.AdmitWait = 3, time.Hour, clientauth.DefaultAdmitWait
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -360,7 +368,7 @@ func TestLoginHerdQueues(t *testing.T) {
 			t.Errorf("login %d of the herd: %v", i, err)
 		}
 	}
-	if n := authFailures(s, MechanismSCRAMSHA512, "rate_limited"); n != 0 {
+	if n := authFailures(s, clientauth.MechanismSCRAMSHA512, "rate_limited"); n != 0 {
 		t.Errorf("%v logins refused as rate-limited, want none", n)
 	}
 }

@@ -2,14 +2,7 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,48 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 
+	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/clientauth/authtest"
 	"github.com/ferry-gw/ferry/internal/testwait"
 )
-
-// jwksKey is a signing key and its JWKS entry.
-type jwksKey struct {
-	kid string
-	k   *ecdsa.PrivateKey
-}
-
-func newJWKSKey(t *testing.T, kid string) jwksKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return jwksKey{kid, k}
-}
-
-// jwk is j's public key as a JWKS entry.
-func (j jwksKey) jwk() string {
-	return fmt.Sprintf(`{"kty":"EC","crv":"P-256","kid":%q,"x":%q,"y":%q}`, j.kid,
-		base64.RawURLEncoding.EncodeToString(j.k.X.FillBytes(make([]byte, 32))), base64.RawURLEncoding.EncodeToString(j.k.Y.FillBytes(make([]byte, 32))))
-}
-
-// jwksOf is a JWKS holding keys.
-func jwksOf(keys ...jwksKey) string {
-	entries := make([]string, len(keys))
-	for i, k := range keys {
-		entries[i] = k.jwk()
-	}
-	return `{"keys":[` + strings.Join(entries, ",") + `]}`
-}
-
-// token is a JWT for sub signed by j, valid for two hours.
-func (j jwksKey) token(sub string) string {
-	h, _ := json.Marshal(map[string]string{"alg": "ES256", "kid": j.kid})
-	c, _ := json.Marshal(map[string]any{"sub": sub, "exp": time.Now().Add(2 * time.Hour).Unix()})
-	in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
-	d := sha256.Sum256([]byte(in))
-	r, s, _ := ecdsa.Sign(rand.Reader, j.k, d[:])
-	return in + "." + base64.RawURLEncoding.EncodeToString(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
-}
 
 func oauthLogin(ctx context.Context, t *testing.T, addr, token string) error {
 	return newClient(t, addr, kgo.SASL(oauth.Auth{Token: token}.AsMechanism()), kgo.RequestRetries(0)).Ping(ctx)
@@ -74,7 +29,7 @@ func oauthLogin(ctx context.Context, t *testing.T, addr, token string) error {
 // set holds complete, each before the hung fetch has returned. With the
 // fetch run under the validator's lock, they waited for it.
 func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
-	k1, k9 := newJWKSKey(t, "k1"), newJWKSKey(t, "k9")
+	k1, k9 := authtest.NewKey(t, "k1"), authtest.NewKey(t, "k9")
 	var hang atomic.Bool
 	hung := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -91,25 +46,21 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 			}
 			defer returned.Store(true)
 		}
-		io.WriteString(w, jwksOf(k1))
+		io.WriteString(w, authtest.JWKS(k1))
 	}))
 	defer srv.Close()
 	defer close(release)
 	kf := newKfake(t, 1)
-	cfg := ClientSASL{Mechanisms: []string{MechanismOAuthBearer}, OAuth: OAuthConfig{JWKSURL: srv.URL}, FailedDelay: time.Millisecond, FailedBurst: 1000}
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
+	cfg := clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismOAuthBearer}, OAuth: clientauth.OAuthConfig{JWKSURL: srv.URL, MinRefetch: time.Millisecond}, FailedDelay: time.Millisecond, FailedBurst: 1000}
+	_, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	testwait.Until(t, 20*time.Second, "a login with the fetched key", func() bool { return oauthLogin(ctx, t, addr, k1.token("svc")) == nil })
+	testwait.Until(t, 20*time.Second, "a login with the fetched key", func() bool { return oauthLogin(ctx, t, addr, k1.Token("svc")) == nil })
 
-	// The next token naming a key the set lacks fetches again, as after
-	// the refetch interval; that fetch hangs.
-	v := s.auth.oauth
-	v.mu.Lock()
-	v.now = func() time.Time { return time.Now().Add(time.Hour) }
-	v.mu.Unlock()
+	// The next token naming a key the set lacks fetches again, the
+	// refetch interval being past; that fetch hangs.
 	hang.Store(true)
-	unknown := newClient(t, addr, kgo.SASL(oauth.Auth{Token: k9.token("svc")}.AsMechanism()), kgo.RequestRetries(0))
+	unknown := newClient(t, addr, kgo.SASL(oauth.Auth{Token: k9.Token("svc")}.AsMechanism()), kgo.RequestRetries(0))
 	go unknown.Ping(ctx)
 	select {
 	case <-hung:
@@ -117,7 +68,7 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 		t.Fatal("no fetch of the JWKS for an unknown key")
 	}
 	for i := range 5 {
-		if err := oauthLogin(ctx, t, addr, k1.token("svc")); err != nil {
+		if err := oauthLogin(ctx, t, addr, k1.Token("svc")); err != nil {
 			t.Fatalf("login %d with a known key while the fetch hangs: %v", i, err)
 		}
 		if returned.Load() {
@@ -132,29 +83,29 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 // AuthStatus (/readyz, /status) say why. Once the endpoint answers, the
 // keys are fetched without a login asking, and logins succeed.
 func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
-	k1 := newJWKSKey(t, "k1")
+	k1 := authtest.NewKey(t, "k1")
 	var up atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !up.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, jwksOf(k1))
+		io.WriteString(w, authtest.JWKS(k1))
 	}))
 	defer srv.Close()
 	kf := newKfake(t, 1)
-	cfg := ClientSASL{Mechanisms: []string{MechanismOAuthBearer}, OAuth: OAuthConfig{JWKSURL: srv.URL, minRefetch: 100 * time.Millisecond}, FailedDelay: time.Millisecond, FailedBurst: 1000}
+	cfg := clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismOAuthBearer}, OAuth: clientauth.OAuthConfig{JWKSURL: srv.URL, MinRefetch: 100 * time.Millisecond}, FailedDelay: time.Millisecond, FailedBurst: 1000}
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	testwait.Until(t, 20*time.Second, "the first fetch to fail", func() bool {
 		return s.AuthStatus().OAuthKeys.Error != "" && !strings.Contains(s.AuthStatus().OAuthKeys.Error, "under way")
 	})
-	err := oauthLogin(ctx, t, addr, k1.token("svc"))
+	err := oauthLogin(ctx, t, addr, k1.Token("svc"))
 	if !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.Contains(err.Error(), "token signing keys") {
 		t.Errorf("login before the keys: %v, want SASL_AUTHENTICATION_FAILED saying the keys are not there yet", err)
 	}
-	if authFailures(s, MechanismOAuthBearer, "keys_unavailable") == 0 {
+	if authFailures(s, clientauth.MechanismOAuthBearer, "keys_unavailable") == 0 {
 		t.Error("not counted as keys_unavailable")
 	}
 	if err := s.AuthReady(); err == nil || !strings.Contains(err.Error(), srv.URL) || !strings.Contains(err.Error(), "503") {
@@ -166,7 +117,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 
 	up.Store(true)
 	testwait.Until(t, 20*time.Second, "the keys fetched", func() bool { return s.AuthReady() == nil })
-	if err := oauthLogin(ctx, t, addr, k1.token("svc")); err != nil {
+	if err := oauthLogin(ctx, t, addr, k1.Token("svc")); err != nil {
 		t.Errorf("login once the keys are fetched: %v", err)
 	}
 	if st := s.AuthStatus().OAuthKeys; st.Keys != 1 || st.FetchedAt == nil || st.Error != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
@@ -91,7 +92,7 @@ func produceAsAlice(t *testing.T, addr, topic string) {
 func TestUnauthenticatedLargeFramesRefused(t *testing.T) {
 	e := newSecEnv(t)
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "legit"))
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(MechanismSCRAMSHA512)))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)))
 	peak := watchBuffered(s)
 	var attackers []*rawClient
 	for range 6 {
@@ -107,7 +108,7 @@ func TestUnauthenticatedLargeFramesRefused(t *testing.T) {
 	if n := closes(s, "unauthenticated_frame_too_large"); n != 6 {
 		t.Errorf("%v connections closed as unauthenticated_frame_too_large, want 6", n)
 	}
-	if p := peak.peak(); p >= DefaultSASLMaxReceiveSize {
+	if p := peak.peak(); p >= clientauth.DefaultSASLMaxReceiveSize {
 		t.Errorf("ferry_buffered_bytes peaked at %v: the unauthenticated frames were charged", p)
 	}
 }
@@ -121,7 +122,7 @@ func TestUnauthenticatedLargeFramesRefused(t *testing.T) {
 func TestUnauthenticatedFramesNotChargedToSharedBudget(t *testing.T) {
 	e := newSecEnv(t)
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "legit"))
-	sasl := e.sasl(MechanismSCRAMSHA512)
+	sasl := e.sasl(clientauth.MechanismSCRAMSHA512)
 	sasl.PreAuth.Timeout = 3 * time.Second
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl), WithBufferBudget(MinBufferBudget, 256<<10))
 	peak := watchBuffered(s)
@@ -129,11 +130,11 @@ func TestUnauthenticatedFramesNotChargedToSharedBudget(t *testing.T) {
 	for range 4 {
 		c := rawConn(t, addr, nil)
 		c.nc.SetDeadline(time.Now().Add(60 * time.Second))
-		sendFrameStart(t, c, DefaultSASLMaxReceiveSize-1024)
+		sendFrameStart(t, c, clientauth.DefaultSASLMaxReceiveSize-1024)
 		attackers = append(attackers, c)
 	}
 	produceAsAlice(t, addr, "legit")
-	if p := peak.peak(); p >= DefaultSASLMaxReceiveSize-1024 {
+	if p := peak.peak(); p >= clientauth.DefaultSASLMaxReceiveSize-1024 {
 		t.Errorf("ferry_buffered_bytes peaked at %v: an unauthenticated frame was charged", p)
 	}
 	for _, c := range attackers {
@@ -151,7 +152,7 @@ func TestUnauthenticatedFramesNotChargedToSharedBudget(t *testing.T) {
 func TestAuthenticationTimeout(t *testing.T) {
 	e := newSecEnv(t)
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "legit"))
-	sasl := e.sasl(MechanismPlain)
+	sasl := e.sasl(clientauth.MechanismPlain)
 	sasl.AllowPlainWithoutTLS = true
 	sasl.PreAuth.Timeout = 5 * time.Second
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl))
@@ -178,7 +179,7 @@ func TestAuthenticationTimeout(t *testing.T) {
 func plainLogin(t *testing.T, c *rawClient) {
 	t.Helper()
 	var hs kmsg.SASLHandshakeResponse
-	c.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: MechanismPlain}, &hs)
+	c.roundTrip(t, &kmsg.SASLHandshakeRequest{Version: 1, Mechanism: clientauth.MechanismPlain}, &hs)
 	var auth kmsg.SASLAuthenticateResponse
 	c.roundTrip(t, &kmsg.SASLAuthenticateRequest{Version: 2, SASLAuthBytes: []byte("\x00alice\x00alice-secret")}, &auth)
 	if hs.ErrorCode != 0 || auth.ErrorCode != 0 {
@@ -194,7 +195,7 @@ func plainLogin(t *testing.T, c *rawClient) {
 func TestUnauthenticatedConnectionsPerIP(t *testing.T) {
 	e := newSecEnv(t)
 	kf := newKfake(t, 1)
-	sasl := e.sasl(MechanismPlain)
+	sasl := e.sasl(clientauth.MechanismPlain)
 	sasl.AllowPlainWithoutTLS = true
 	sasl.PreAuth.MaxPerIP = 3
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl))

@@ -38,6 +38,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
 
@@ -86,9 +87,9 @@ func (s *Server) refusesUnmapped(p string) bool {
 }
 
 // unmappedFailure is the authentication failure of an unmapped principal.
-func unmappedFailure(principal string) *authFailure {
-	return &authFailure{reason: "unmapped_principal", user: principal,
-		msg: fmt.Sprintf("principal %s has no credentials towards the clusters (unmapped principals are refused)", principal)}
+func unmappedFailure(principal string) *clientauth.Failure {
+	return &clientauth.Failure{Reason: "unmapped_principal", User: principal,
+		Msg: fmt.Sprintf("principal %s has no credentials towards the clusters (unmapped principals are refused)", principal)}
 }
 
 // poolIdentity is the identity whose pools carry the requests of a client
@@ -188,11 +189,11 @@ func (c *clientConn) refuseUnmappedWithoutSASL() error {
 	if !c.s.refusesUnmapped(p) {
 		return nil
 	}
-	c.s.authMetrics.failed("TLS", "unmapped_principal")
+	c.s.authMetrics.Failed("TLS", "unmapped_principal")
 	f := unmappedFailure(p)
 	if p == "" {
-		f.msg = "a client without a certificate has no credentials towards the clusters (unmapped principals are refused)"
+		f.Msg = "a client without a certificate has no credentials towards the clusters (unmapped principals are refused)"
 	}
-	c.logRefusal(zapcore.InfoLevel, "auth_failed", "client refused: unmapped principal; closing the connection", zap.String("error", f.msg))
-	return fmt.Errorf("%w (TLS, unmapped_principal): %s", errAuthFailed, f.msg)
+	c.logRefusal(zapcore.InfoLevel, "auth_failed", "client refused: unmapped principal; closing the connection", zap.String("error", f.Msg))
+	return fmt.Errorf("%w (TLS, unmapped_principal): %s", errAuthFailed, f.Msg)
 }

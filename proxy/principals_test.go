@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
@@ -90,7 +91,7 @@ func TestPrincipalMapping(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, addr := startFerry(t, kf.ListenAddrs(), WithClusters(cluster), WithClientSASL(e.sasl(MechanismSCRAMSHA512)))
+	_, addr := startFerry(t, kf.ListenAddrs(), WithClusters(cluster), WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)))
 	if err := produceErr(ctx, t, addr, "alice"); err != nil {
 		t.Errorf("alice (mapped to alice-app, allowed): %v", err)
 	}
@@ -107,12 +108,12 @@ func TestPrincipalMapping(t *testing.T) {
 		t.Errorf("carol (unmapped: Ferry's identity, a superuser): %v", err)
 	}
 
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(cluster), WithClientSASL(e.sasl(MechanismSCRAMSHA512)), WithRefuseUnmapped(true))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(cluster), WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)), WithRefuseUnmapped(true))
 	err := produceErr(ctx, t, addr, "carol")
 	if !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.Contains(err.Error(), "User:carol has no credentials towards the clusters") {
 		t.Errorf("carol with unmapped principals refused: %v, want SASL_AUTHENTICATION_FAILED naming User:carol", err)
 	}
-	if n := authFailures(s, MechanismSCRAMSHA512, "unmapped_principal"); n == 0 {
+	if n := authFailures(s, clientauth.MechanismSCRAMSHA512, "unmapped_principal"); n == 0 {
 		t.Error("carol's refusal not counted as unmapped_principal")
 	}
 	if err := produceErr(ctx, t, addr, "alice"); err != nil {
@@ -146,7 +147,7 @@ func TestPrincipalMappingClientCertificate(t *testing.T) {
 	sec, mapped := principalSecurity(t, "a")
 	mapped = map[string]*clusterauth.Security{"User:CN=alice": mapped["User:alice"]}
 	tc := e.tls()
-	tc.ClientCAFile, tc.ClientAuth = e.caFile, ClientAuthRequest
+	tc.ClientCAFile, tc.ClientAuth = e.caFile, clientauth.ClientAuthRequest
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
 		WithClientTLS(tc), WithRefuseUnmapped(true))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -3,12 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"github.com/ferry-gw/ferry/protocol"
-	"github.com/ferry-gw/ferry/routing"
 	"net"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"

@@ -12,6 +12,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -43,9 +44,9 @@ type Server struct {
 	internal internalTopics
 	// tls and auth secure the listeners, when configured (tls.go,
 	// auth.go); authMetrics count authentications.
-	tls         *tlsServer
-	auth        *authenticator
-	authMetrics *authMetrics
+	tls         *clientauth.TLSServer
+	auth        *clientauth.Authenticator
+	authMetrics *clientauth.Metrics
 
 	// writes counts client writes in flight (hold.go).
 	writes atomic.Int64

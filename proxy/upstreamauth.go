@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferry-gw/ferry/clientauth"
 )
 
 // upstreamAuthMessage is what a client is told of a failed upstream
@@ -75,7 +77,7 @@ func (f *upstreamAuthFailures) list() []UpstreamAuthFailure {
 // AuthStatus is the state of authentication that /status reports.
 type AuthStatus struct {
 	// OAuthKeys is OAUTHBEARER's key set, nil without OAUTHBEARER.
-	OAuthKeys *OAuthKeysStatus `json:"oauth_keys,omitempty"`
+	OAuthKeys *clientauth.OAuthKeysStatus `json:"oauth_keys,omitempty"`
 	// UpstreamFailures are the identities a cluster refuses now: Ferry's
 	// own, or a mapped principal's.
 	UpstreamFailures []UpstreamAuthFailure `json:"upstream_failures,omitempty"`
@@ -84,8 +86,8 @@ type AuthStatus struct {
 // AuthStatus returns the state of authentication: what /status shows.
 func (s *Server) AuthStatus() AuthStatus {
 	var st AuthStatus
-	if s.auth != nil && s.auth.oauth != nil {
-		st.OAuthKeys = s.auth.oauth.status()
+	if s.auth != nil {
+		st.OAuthKeys = s.auth.OAuthStatus()
 	}
 	names := make([]string, 0, len(s.ups))
 	for name := range s.ups {
@@ -101,8 +103,8 @@ func (s *Server) AuthStatus() AuthStatus {
 // AuthReady is nil when client authentication can succeed, else why not:
 // OAUTHBEARER's keys not fetched yet. /readyz reports it.
 func (s *Server) AuthReady() error {
-	if s.auth == nil || s.auth.oauth == nil {
+	if s.auth == nil {
 		return nil
 	}
-	return s.auth.oauth.keysReady()
+	return s.auth.Ready()
 }

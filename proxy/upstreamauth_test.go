@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,7 +24,7 @@ func TestUpstreamAuthFailureMessage(t *testing.T) {
 	e.addUser(t, "bob", "bob-secret")
 	sec, mapped := principalSecurity(t, "a")
 	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
-		WithClientSASL(e.sasl(MechanismSCRAMSHA512)))
+		WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := produceErr(ctx, t, addr, "alice"); err != nil {

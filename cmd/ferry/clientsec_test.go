@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/testpki"
-	"github.com/ferry-gw/ferry/proxy"
 )
 
 // TestExampleListenerSecurity: the commented tls and sasl block of the
@@ -53,9 +53,9 @@ func TestListenerSecurityConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TLS.ClientAuth != "none" || c.TLS.MinVersion != "1.2" || c.SASL.FailedLoginBurst != proxy.DefaultFailedAuthBurst ||
-		c.SASL.FailedLoginDelay != proxy.DefaultFailedAuthDelay || c.SASL.FailedLoginInterval != proxy.DefaultFailedAuthInterval ||
-		c.SASL.FailedLoginAddressBurst != proxy.DefaultFailedAuthAddressFactor*proxy.DefaultFailedAuthBurst {
+	if c.TLS.ClientAuth != "none" || c.TLS.MinVersion != "1.2" || c.SASL.FailedLoginBurst != clientauth.DefaultFailedAuthBurst ||
+		c.SASL.FailedLoginDelay != clientauth.DefaultFailedAuthDelay || c.SASL.FailedLoginInterval != clientauth.DefaultFailedAuthInterval ||
+		c.SASL.FailedLoginAddressBurst != clientauth.DefaultFailedAuthAddressFactor*clientauth.DefaultFailedAuthBurst {
 		t.Errorf("defaults: %+v %+v", c.TLS, c.SASL)
 	}
 	for _, tc := range []struct{ yaml, want string }{
@@ -120,7 +120,7 @@ func TestUsersCommand(t *testing.T) {
 	if fi, _ := os.Stat(store); fi.Mode().Perm() != 0o600 {
 		t.Errorf("store mode %v, want 0600", fi.Mode().Perm())
 	}
-	creds, err := proxy.LoadCredentials(store)
+	creds, err := clientauth.LoadCredentials(store)
 	if err != nil || len(creds.Users["alice"]) != 2 || creds.Users["alice"]["SCRAM-SHA-512"].Iterations != 4096 {
 		t.Fatalf("store: %+v %v", creds, err)
 	}

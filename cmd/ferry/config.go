@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
@@ -263,19 +264,19 @@ type OAuthSection struct {
 }
 
 // proxyTLS is the proxy's form of the tls section.
-func (t *ListenerTLSConfig) proxyTLS() proxy.ClientTLS {
-	return proxy.ClientTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
+func (t *ListenerTLSConfig) proxyTLS() clientauth.TLSConfig {
+	return clientauth.TLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile, ClientAuth: t.ClientAuth, MinVersion: t.MinVersion}
 }
 
 // proxySASL is the proxy's form of the sasl section.
-func (s *ListenerSASLConfig) proxySASL() proxy.ClientSASL {
-	return proxy.ClientSASL{
+func (s *ListenerSASLConfig) proxySASL() clientauth.SASLConfig {
+	return clientauth.SASLConfig{
 		Mechanisms: s.Mechanisms, CredentialsFile: s.CredentialsFile, AllowPlainWithoutTLS: s.AllowPlainWithoutTLS,
-		OAuth: proxy.OAuthConfig{JWKSFile: s.OAuth.JWKSFile, JWKSURL: s.OAuth.JWKSURL, Issuer: s.OAuth.Issuer,
+		OAuth: clientauth.OAuthConfig{JWKSFile: s.OAuth.JWKSFile, JWKSURL: s.OAuth.JWKSURL, Issuer: s.OAuth.Issuer,
 			Audience: s.OAuth.Audience, PrincipalClaim: s.OAuth.PrincipalClaim},
 		FailedBurst: s.FailedLoginBurst, FailedInterval: s.FailedLoginInterval, FailedDelay: s.FailedLoginDelay,
 		FailedAddressBurst: s.FailedLoginAddressBurst,
-		PreAuth:            proxy.PreAuthLimits{MaxReceiveSize: s.MaxReceiveSize, Timeout: s.AuthenticationTimeout, MaxPerIP: s.MaxUnauthenticatedPerIP},
+		PreAuth:            clientauth.PreAuthLimits{MaxReceiveSize: s.MaxReceiveSize, Timeout: s.AuthenticationTimeout, MaxPerIP: s.MaxUnauthenticatedPerIP},
 	}
 }
 
@@ -285,7 +286,7 @@ func (c *Config) applyListenerDefaults() {
 			continue
 		}
 		if t.ClientAuth == "" {
-			t.ClientAuth = proxy.ClientAuthNone
+			t.ClientAuth = clientauth.ClientAuthNone
 		}
 		if t.MinVersion == "" {
 			t.MinVersion = "1.2"
@@ -293,27 +294,27 @@ func (c *Config) applyListenerDefaults() {
 	}
 	if s := c.SASL; s != nil {
 		if s.FailedLoginBurst == 0 {
-			s.FailedLoginBurst = proxy.DefaultFailedAuthBurst
+			s.FailedLoginBurst = clientauth.DefaultFailedAuthBurst
 		}
 		if s.FailedLoginAddressBurst == 0 {
-			s.FailedLoginAddressBurst = proxy.DefaultFailedAuthAddressFactor * s.FailedLoginBurst
+			s.FailedLoginAddressBurst = clientauth.DefaultFailedAuthAddressFactor * s.FailedLoginBurst
 		}
 		if s.FailedLoginInterval == 0 {
-			s.FailedLoginInterval = proxy.DefaultFailedAuthInterval
+			s.FailedLoginInterval = clientauth.DefaultFailedAuthInterval
 		}
 		if s.FailedLoginDelay == 0 {
-			s.FailedLoginDelay = proxy.DefaultFailedAuthDelay
+			s.FailedLoginDelay = clientauth.DefaultFailedAuthDelay
 		}
 		if s.MaxReceiveSize == 0 {
-			s.MaxReceiveSize = proxy.DefaultSASLMaxReceiveSize
+			s.MaxReceiveSize = clientauth.DefaultSASLMaxReceiveSize
 		}
 		if s.AuthenticationTimeout == 0 {
-			s.AuthenticationTimeout = proxy.DefaultAuthenticationTimeout
+			s.AuthenticationTimeout = clientauth.DefaultAuthenticationTimeout
 		}
 		if s.MaxUnauthenticatedPerIP == 0 {
-			s.MaxUnauthenticatedPerIP = proxy.DefaultMaxUnauthenticatedPerIP
+			s.MaxUnauthenticatedPerIP = clientauth.DefaultMaxUnauthenticatedPerIP
 		}
-		if slices.Contains(s.Mechanisms, proxy.MechanismOAuthBearer) && s.OAuth.PrincipalClaim == "" {
+		if slices.Contains(s.Mechanisms, clientauth.MechanismOAuthBearer) && s.OAuth.PrincipalClaim == "" {
 			s.OAuth.PrincipalClaim = "sub"
 		}
 	}
@@ -732,7 +733,7 @@ func (c *Config) validate() error {
 	if err := checkAddr(c.AdminListen, true); err != nil {
 		bad("admin_listen %q: %v", c.AdminListen, err)
 	} else if !c.AdminOpen && c.adminToken == "" && c.AdminTokenFile == "" && !isLoopback(c.AdminListen) &&
-		(c.AdminTLS == nil || c.AdminTLS.ClientAuth != proxy.ClientAuthRequire) {
+		(c.AdminTLS == nil || c.AdminTLS.ClientAuth != clientauth.ClientAuthRequire) {
 		bad("admin_listen %q: other machines can reach the admin API and no admin token is set, so anyone reaching it could switch the active cluster; "+
 			"set admin_token_file (or the FERRY_ADMIN_TOKEN environment variable), require client certificates (admin_tls.client_auth: require), bind admin_listen to 127.0.0.1, or set admin_open: true to accept an open admin API", c.AdminListen)
 	}

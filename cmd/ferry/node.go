@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/fleetswitch"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
@@ -272,7 +273,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	}
 	scheme := "http"
 	if t := cfg.AdminTLS; t != nil {
-		tc, err := proxy.ServerTLSConfig(t.proxyTLS(), log.Named("admin"))
+		tc, err := clientauth.ServerTLSConfig(t.proxyTLS(), log.Named("admin"))
 		if err != nil {
 			return nil, fmt.Errorf("admin_%w", err)
 		}

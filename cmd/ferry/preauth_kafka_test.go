@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/internal/testwait"
-	"github.com/ferry-gw/ferry/proxy"
 )
 
 // metricValue is the value of the series named exactly series (name and
@@ -123,7 +123,7 @@ sasl: {mechanisms: [SCRAM-SHA-512], credentials_file: %s}
 	if n := metricValue(metrics, `ferry_client_connections_closed_total{reason="unauthenticated_frame_too_large"}`); n < 6 {
 		t.Errorf("ferry_client_connections_closed_total{reason=unauthenticated_frame_too_large} %v, want at least 6", n)
 	}
-	if n := metricValue(metrics, "ferry_buffered_bytes"); n < 0 || n >= proxy.DefaultSASLMaxReceiveSize {
-		t.Errorf("ferry_buffered_bytes %v under attack, want less than one unauthenticated frame may hold (%d)", n, proxy.DefaultSASLMaxReceiveSize)
+	if n := metricValue(metrics, "ferry_buffered_bytes"); n < 0 || n >= clientauth.DefaultSASLMaxReceiveSize {
+		t.Errorf("ferry_buffered_bytes %v under attack, want less than one unauthenticated frame may hold (%d)", n, clientauth.DefaultSASLMaxReceiveSize)
 	}
 }

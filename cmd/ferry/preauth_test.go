@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/clientauth"
 )
 
 // TestPreAuthConfig: the sasl keys bounding unauthenticated connections
@@ -17,14 +17,14 @@ func TestPreAuthConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.SASL.proxySASL().PreAuth, (proxy.PreAuthLimits{MaxReceiveSize: 524288, Timeout: 30 * time.Second, MaxPerIP: 64}); got != want {
+	if got, want := c.SASL.proxySASL().PreAuth, (clientauth.PreAuthLimits{MaxReceiveSize: 524288, Timeout: 30 * time.Second, MaxPerIP: 64}); got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
 	c, err = configFrom(minimal + sasl + ", max_receive_size: 65536, authentication_timeout: 5s, max_unauthenticated_per_ip: 8}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.SASL.proxySASL().PreAuth, (proxy.PreAuthLimits{MaxReceiveSize: 65536, Timeout: 5 * time.Second, MaxPerIP: 8}); got != want {
+	if got, want := c.SASL.proxySASL().PreAuth, (clientauth.PreAuthLimits{MaxReceiveSize: 65536, Timeout: 5 * time.Second, MaxPerIP: 8}); got != want {
 		t.Errorf("set %+v, want %+v", got, want)
 	}
 	for _, tc := range []struct{ yaml, want string }{

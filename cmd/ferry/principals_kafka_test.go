@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
-	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -89,16 +89,16 @@ func TestPrincipalsRealKafka(t *testing.T) {
 	standby := aclCluster(t, "acl-standby", p, map[string]string{"ferry": "ferry-pw", "alice-app": "alice-app-pw"})
 
 	store := filepath.Join(p.dir, "users.yaml")
-	creds, err := proxy.LoadCredentials(store)
+	creds, err := clientauth.LoadCredentials(store)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"alice", "bob"} {
-		cred, err := proxy.NewSCRAMCredential(proxy.MechanismSCRAMSHA512, u+"-secret", proxy.MinSCRAMIterations)
+		cred, err := clientauth.NewSCRAMCredential(clientauth.MechanismSCRAMSHA512, u+"-secret", clientauth.MinSCRAMIterations)
 		if err != nil {
 			t.Fatal(err)
 		}
-		creds.Set(u, proxy.MechanismSCRAMSHA512, cred)
+		creds.Set(u, clientauth.MechanismSCRAMSHA512, cred)
 	}
 	if err := creds.Save(store); err != nil {
 		t.Fatal(err)

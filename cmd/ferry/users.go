@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/clientauth"
 )
 
 const usersUsage = `Usage:
@@ -45,8 +45,8 @@ func usersCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	switch sub {
 	case "add":
 		user = fs.String("user", "", "the user `name`")
-		mechs = fs.String("mechanism", proxy.MechanismSCRAMSHA512+","+proxy.MechanismSCRAMSHA256, "SCRAM `mechanisms`, comma-separated")
-		iterations = fs.Int("iterations", proxy.DefaultSCRAMIterations, "PBKDF2 iterations (at least 4096)")
+		mechs = fs.String("mechanism", clientauth.MechanismSCRAMSHA512+","+clientauth.MechanismSCRAMSHA256, "SCRAM `mechanisms`, comma-separated")
+		iterations = fs.Int("iterations", clientauth.DefaultSCRAMIterations, "PBKDF2 iterations (at least 4096)")
 		pwFile = fs.String("password-file", "", "read the password from this `file` instead of stdin")
 	case "delete":
 		user = fs.String("user", "", "the user `name`")
@@ -70,7 +70,7 @@ func usersCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if user != nil && *user == "" {
 		return usageError{fmt.Errorf("users %s: --user NAME is required", sub)}
 	}
-	creds, err := proxy.LoadCredentials(*store)
+	creds, err := clientauth.LoadCredentials(*store)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func usersCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, m := range list {
-		cred, err := proxy.NewSCRAMCredential(m, pw, *iterations)
+		cred, err := clientauth.NewSCRAMCredential(m, pw, *iterations)
 		if err != nil {
 			return usageError{fmt.Errorf("users add: %w", err)}
 		}

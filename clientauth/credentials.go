@@ -1,4 +1,4 @@
-package proxy
+package clientauth
 
 // The credential store: the users SASL/SCRAM and SASL/PLAIN authenticate,
 // in a YAML file that `ferry users add` writes. Per user and mechanism it

@@ -1,4 +1,4 @@
-package proxy
+package clientauth
 
 // SASL/OAUTHBEARER (RFC 7628, KIP-255): the client sends a JWT, which
 // Ferry checks against the keys of a JWKS (RFC 7517) read from a file or a
@@ -50,8 +50,10 @@ type OAuthConfig struct {
 	// sub).
 	PrincipalClaim string
 
-	// minRefetch is jwksMinRefetch but in tests.
-	minRefetch time.Duration
+	// MinRefetch is how often at most a JWKS URL is fetched again for a
+	// key ID its set lacks; 0: 10s. Not in Ferry's configuration file:
+	// tests shorten it.
+	MinRefetch time.Duration
 }
 
 const (
@@ -125,9 +127,9 @@ var acceptedAlgorithms = []jose.SignatureAlgorithm{
 // With a URL, the set is fetched by one goroutine at a time, outside the
 // lock (startFetch): a login whose key the set holds never waits for a
 // fetch, however slow the endpoint; one naming a key the set lacks starts
-// a fetch (at most every minRefetch) or joins the one under way, and
+// a fetch (at most every MinRefetch) or joins the one under way, and
 // waits for it up to jwksWait. run fetches at start, retries every
-// minRefetch while there are no keys, and refreshes every jwksRefresh.
+// MinRefetch while there are no keys, and refreshes every jwksRefresh.
 // Until a first fetch succeeds, OAUTHBEARER logins are refused
 // (keys_unavailable) and keysReady reports why.
 type oauthValidator struct {
@@ -158,8 +160,8 @@ func newOAuthValidator(cfg OAuthConfig, onErr func(error)) (*oauthValidator, err
 	if cfg.PrincipalClaim == "" {
 		cfg.PrincipalClaim = "sub"
 	}
-	if cfg.minRefetch == 0 {
-		cfg.minRefetch = jwksMinRefetch
+	if cfg.MinRefetch == 0 {
+		cfg.MinRefetch = jwksMinRefetch
 	}
 	v := &oauthValidator{cfg: cfg, http: &http.Client{Timeout: jwksTimeout}, now: time.Now, onErr: onErr}
 	switch {
@@ -247,7 +249,7 @@ func (v *oauthValidator) startFetch() <-chan struct{} {
 }
 
 // run keeps a URL's key set fresh until ctx ends: fetched at once, again
-// every minRefetch while there are no keys, and every jwksRefresh.
+// every MinRefetch while there are no keys, and every jwksRefresh.
 func (v *oauthValidator) run(ctx context.Context) {
 	if v.cfg.JWKSURL == "" {
 		return
@@ -256,7 +258,7 @@ func (v *oauthValidator) run(ctx context.Context) {
 		v.mu.Lock()
 		every := jwksRefresh
 		if v.set == nil {
-			every = v.cfg.minRefetch
+			every = v.cfg.MinRefetch
 		}
 		var wait <-chan struct{}
 		next := time.Duration(0)
@@ -285,9 +287,9 @@ func (v *oauthValidator) run(ctx context.Context) {
 }
 
 // key returns the key for kid. A file is read again when it changed; a
-// URL's set is fetched again when it lacks kid (at most every minRefetch),
+// URL's set is fetched again when it lacks kid (at most every MinRefetch),
 // and only then is the fetch waited for.
-func (v *oauthValidator) key(kid string) (crypto.PublicKey, *authFailure) {
+func (v *oauthValidator) key(kid string) (crypto.PublicKey, *Failure) {
 	v.mu.Lock()
 	now := v.now()
 	if v.cfg.JWKSFile != "" && now.Sub(v.probed) >= time.Second {
@@ -303,7 +305,7 @@ func (v *oauthValidator) key(kid string) (crypto.PublicKey, *authFailure) {
 	var wait <-chan struct{}
 	if !ok && v.cfg.JWKSURL != "" {
 		wait = v.inflight
-		if wait == nil && (v.fetched.IsZero() || now.Sub(v.fetched) >= v.cfg.minRefetch) {
+		if wait == nil && (v.fetched.IsZero() || now.Sub(v.fetched) >= v.cfg.MinRefetch) {
 			wait = v.startFetch()
 		}
 	}
@@ -323,9 +325,9 @@ func (v *oauthValidator) key(kid string) (crypto.PublicKey, *authFailure) {
 		return k, nil
 	}
 	if err := v.keysReady(); err != nil {
-		return nil, &authFailure{reason: "keys_unavailable", msg: "Ferry cannot check tokens yet: its token signing keys (the JWKS) have not been fetched; retry later", err: err}
+		return nil, &Failure{Reason: "keys_unavailable", Msg: "Ferry cannot check tokens yet: its token signing keys (the JWKS) have not been fetched; retry later", Err: err}
 	}
-	return nil, &authFailure{reason: "invalid_token", msg: fmt.Sprintf("invalid token: signed with key %q, which the JWKS does not hold", kid)}
+	return nil, &Failure{Reason: "invalid_token", Msg: fmt.Sprintf("invalid token: signed with key %q, which the JWKS does not hold", kid)}
 }
 
 // lookup finds kid's key; a token without kid uses a set's only key.
@@ -388,9 +390,9 @@ func (v *oauthValidator) status() *OAuthKeysStatus {
 }
 
 // validate checks a compact JWS token and returns its principal.
-func (v *oauthValidator) validate(token string) (string, *authFailure) {
-	invalid := func(reason, format string, args ...any) (string, *authFailure) {
-		return "", &authFailure{reason: reason, msg: "invalid token: " + fmt.Sprintf(format, args...)}
+func (v *oauthValidator) validate(token string) (string, *Failure) {
+	invalid := func(reason, format string, args ...any) (string, *Failure) {
+		return "", &Failure{Reason: reason, Msg: "invalid token: " + fmt.Sprintf(format, args...)}
 	}
 	tok, err := jwt.ParseSigned(token, acceptedAlgorithms)
 	if err != nil {

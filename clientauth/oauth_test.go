@@ -1,4 +1,4 @@
-package proxy
+package clientauth
 
 import (
 	"crypto"
@@ -136,7 +136,7 @@ func TestOAuthRefusals(t *testing.T) {
 		{"claims not JSON", "invalid_token", strings.Join([]string{b64([]byte(`{"alg":"ES256","kid":"ec"}`)), b64([]byte("{")), "x"}, ".")},
 	} {
 		p, f := v.validate(bad.tok)
-		if f == nil || f.reason != bad.reason {
+		if f == nil || f.Reason != bad.reason {
 			t.Errorf("%s: %q %+v, want refused %s", bad.name, p, f, bad.reason)
 		}
 	}

@@ -1,4 +1,4 @@
-package proxy
+package clientauth
 
 // Login limits (auth.go). Two token buckets bound authentication
 // attempts: one per (user, source address), FailedBurst tokens, and one per
@@ -14,7 +14,7 @@ package proxy
 // same address (behind one NAT), log in. The per-address bucket bounds the
 // work one address can cause by trying many user names.
 //
-// A client out of tokens waits up to loginAdmissionWait for one, given
+// A client out of tokens waits up to DefaultAdmitWait for one, given
 // back by an exchange that succeeded or refilled, so that many clients of
 // one user starting at once (a service restarting behind a NAT) queue for
 // the burst rather than fail; then it is refused as rate_limited. The
@@ -34,10 +34,10 @@ import (
 	"time"
 )
 
-// loginAdmissionWait bounds how long an exchange waits for a token: long
+// DefaultAdmitWait bounds how long an exchange waits for a token: long
 // enough for a herd of a few hundred clients at LAN round trips, well
 // within the 30 s request timeout of clients.
-const loginAdmissionWait = 5 * time.Second
+const DefaultAdmitWait = 5 * time.Second
 
 // loginLimiterMax bounds the keys a login limiter tracks: beyond it,
 // buckets that have refilled are forgotten, or else the fullest.
@@ -144,8 +144,8 @@ func (l *TokenBuckets) prune(now time.Time) {
 	}
 }
 
-// loginAdmission is an exchange's tokens, given back if it succeeds.
-type loginAdmission struct {
+// Admission is an exchange's tokens, given back if it succeeds.
+type Admission struct {
 	addr    string
 	userKey string // "" until the user is known, and for OAUTHBEARER
 }
@@ -157,17 +157,17 @@ func userLimitKey(addr, user string) string {
 	return addr + "\x00" + string(h[:16])
 }
 
-// admitAddr takes the address's token for an exchange starting.
-func (a *authenticator) admitAddr(ctx context.Context, addr string) (*loginAdmission, *authFailure) {
+// AdmitAddr takes the address's token for an exchange starting.
+func (a *Authenticator) AdmitAddr(ctx context.Context, addr string) (*Admission, *Failure) {
 	if f := a.wait(ctx, a.perAddr, addr, "from "+addr); f != nil {
 		return nil, f
 	}
-	return &loginAdmission{addr: addr}, nil
+	return &Admission{addr: addr}, nil
 }
 
-// admitUser takes the token of the user the exchange names; refused, it
+// AdmitUser takes the token of the user the exchange names; refused, it
 // gives the address's back, as nothing was checked.
-func (a *authenticator) admitUser(ctx context.Context, adm *loginAdmission, user string) *authFailure {
+func (a *Authenticator) AdmitUser(ctx context.Context, adm *Admission, user string) *Failure {
 	key := userLimitKey(adm.addr, user)
 	if f := a.wait(ctx, a.perUser, key, "for this user from "+adm.addr); f != nil {
 		a.perAddr.Refund(adm.addr)
@@ -178,8 +178,8 @@ func (a *authenticator) admitUser(ctx context.Context, adm *loginAdmission, user
 	return nil
 }
 
-// release gives back the tokens of an exchange that succeeded.
-func (a *authenticator) release(adm *loginAdmission) {
+// Release gives back the tokens of an exchange that succeeded.
+func (a *Authenticator) Release(adm *Admission) {
 	if adm == nil {
 		return
 	}
@@ -192,9 +192,9 @@ func (a *authenticator) release(adm *loginAdmission) {
 	adm.addr, adm.userKey = "", ""
 }
 
-// wait takes a token of key in l, waiting up to loginAdmissionWait for one.
-func (a *authenticator) wait(ctx context.Context, l *TokenBuckets, key, who string) *authFailure {
-	deadline := time.Now().Add(a.cfg.admitWait)
+// wait takes a token of key in l, waiting up to DefaultAdmitWait for one.
+func (a *Authenticator) wait(ctx context.Context, l *TokenBuckets, key, who string) *Failure {
+	deadline := time.Now().Add(a.cfg.AdmitWait)
 	for {
 		ok, retry, freed := l.Take(key)
 		if ok {
@@ -202,7 +202,7 @@ func (a *authenticator) wait(ctx context.Context, l *TokenBuckets, key, who stri
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return &authFailure{reason: "rate_limited", msg: fmt.Sprintf("too many failed authentications %s: retry in %s", who, retry.Round(time.Second)+time.Second)}
+			return &Failure{Reason: "rate_limited", Msg: fmt.Sprintf("too many failed authentications %s: retry in %s", who, retry.Round(time.Second)+time.Second)}
 		}
 		t := time.NewTimer(min(left, retry))
 		select {
@@ -210,7 +210,7 @@ func (a *authenticator) wait(ctx context.Context, l *TokenBuckets, key, who stri
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return &authFailure{reason: "rate_limited", msg: "the connection closed while waiting to authenticate", err: ctx.Err()}
+			return &Failure{Reason: "rate_limited", Msg: "the connection closed while waiting to authenticate", Err: ctx.Err()}
 		}
 		t.Stop()
 	}

@@ -1,4 +1,4 @@
-package proxy
+package clientauth
 
 // SCRAM-SHA-256 and SCRAM-SHA-512, server side (RFC 5802, RFC 7677), as
 // Kafka brokers speak them (KIP-84): no channel binding, no authorization
@@ -124,8 +124,8 @@ func hmacSum(h func() hash.Hash, key, msg []byte) []byte {
 // wrong (as opposed to wrong credentials).
 var errSCRAMMalformed = errors.New("malformed SCRAM message")
 
-// scramServer is one connection's SCRAM exchange, server side.
-type scramServer struct {
+// SCRAMServer is one connection's SCRAM exchange, server side.
+type SCRAMServer struct {
 	mechanism string
 	h         func() hash.Hash
 	lookup    func(user string) (SCRAMCredential, bool)
@@ -140,13 +140,13 @@ type scramServer struct {
 	nonce       string
 }
 
-func newSCRAMServer(mechanism string, lookup func(string) (SCRAMCredential, bool), fake func(string) SCRAMCredential) *scramServer {
-	return &scramServer{mechanism: mechanism, h: scramHash(mechanism), lookup: lookup, fake: fake}
+func newSCRAMServer(mechanism string, lookup func(string) (SCRAMCredential, bool), fake func(string) SCRAMCredential) *SCRAMServer {
+	return &SCRAMServer{mechanism: mechanism, h: scramHash(mechanism), lookup: lookup, fake: fake}
 }
 
-// next answers one client message. done is set with the last answer; an
-// authFailure says why the client is refused.
-func (s *scramServer) next(msg []byte) (out []byte, done bool, err error) {
+// Next answers one client message. done is set with the last answer; a
+// *Failure says why the client is refused.
+func (s *SCRAMServer) Next(msg []byte) (out []byte, done bool, err error) {
 	switch s.step {
 	case 0:
 		s.step++
@@ -155,12 +155,12 @@ func (s *scramServer) next(msg []byte) (out []byte, done bool, err error) {
 		s.step++
 		return s.clientFinal(string(msg))
 	}
-	return nil, false, &authFailure{reason: "malformed", msg: "unexpected SCRAM message after the exchange completed"}
+	return nil, false, &Failure{Reason: "malformed", Msg: "unexpected SCRAM message after the exchange completed"}
 }
 
-func (s *scramServer) clientFirst(msg string) ([]byte, bool, error) {
+func (s *SCRAMServer) clientFirst(msg string) ([]byte, bool, error) {
 	malformed := func(why string) ([]byte, bool, error) {
-		return nil, false, &authFailure{reason: "malformed", msg: "invalid SCRAM client-first message: " + why, err: errSCRAMMalformed}
+		return nil, false, &Failure{Reason: "malformed", Msg: "invalid SCRAM client-first message: " + why, Err: errSCRAMMalformed}
 	}
 	// gs2-header: cbind-flag "," [authzid] ","
 	flag, rest, ok := strings.Cut(msg, ",")
@@ -187,7 +187,7 @@ func (s *scramServer) clientFirst(msg string) ([]byte, bool, error) {
 	}
 	for _, ext := range attrs[2:] {
 		if k, _, _ := strings.Cut(ext, "="); k == "tokenauth" {
-			return nil, false, &authFailure{reason: "unsupported", msg: "delegation tokens are not supported by Ferry"}
+			return nil, false, &Failure{Reason: "unsupported", Msg: "delegation tokens are not supported by Ferry"}
 		}
 	}
 	user, err := scramUnescape(attrs[0][2:])
@@ -197,7 +197,7 @@ func (s *scramServer) clientFirst(msg string) ([]byte, bool, error) {
 	if authzid != "" {
 		a, err := scramUnescape(strings.TrimPrefix(authzid, "a="))
 		if !strings.HasPrefix(authzid, "a=") || err != nil || a != user {
-			return nil, false, &authFailure{reason: "authzid", user: user, msg: "an authorization identity other than the user's own is not supported"}
+			return nil, false, &Failure{Reason: "authzid", User: user, Msg: "an authorization identity other than the user's own is not supported"}
 		}
 	}
 	cnonce := attrs[1][2:]
@@ -216,9 +216,9 @@ func (s *scramServer) clientFirst(msg string) ([]byte, bool, error) {
 	return []byte(s.serverFirst), false, nil
 }
 
-func (s *scramServer) clientFinal(msg string) ([]byte, bool, error) {
+func (s *SCRAMServer) clientFinal(msg string) ([]byte, bool, error) {
 	malformed := func(why string) ([]byte, bool, error) {
-		return nil, false, &authFailure{reason: "malformed", user: s.user, msg: "invalid SCRAM client-final message: " + why, err: errSCRAMMalformed}
+		return nil, false, &Failure{Reason: "malformed", User: s.user, Msg: "invalid SCRAM client-final message: " + why, Err: errSCRAMMalformed}
 	}
 	i := strings.LastIndex(msg, ",p=")
 	if i < 0 {
@@ -263,9 +263,9 @@ func (s *scramServer) clientFinal(msg string) ([]byte, bool, error) {
 	match := subtle.ConstantTimeCompare(hs.Sum(nil), stored) == 1
 	switch {
 	case !s.known:
-		return nil, false, &authFailure{reason: "unknown_user", user: s.user, msg: "invalid credentials"}
+		return nil, false, &Failure{Reason: "unknown_user", User: s.user, Msg: "invalid credentials"}
 	case !match:
-		return nil, false, &authFailure{reason: "bad_password", user: s.user, msg: "invalid credentials"}
+		return nil, false, &Failure{Reason: "bad_password", User: s.user, Msg: "invalid credentials"}
 	}
 	return []byte("v=" + base64.StdEncoding.EncodeToString(hmacSum(s.h, s.cred.ServerKey, authMsg))), true, nil
 }
@@ -294,3 +294,6 @@ func scramUnescape(s string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// User is the user the client named in its first message, "" before it.
+func (s *SCRAMServer) User() string { return s.user }

@@ -8,13 +8,12 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"go.uber.org/zap"
-
-	"github.com/ferry-gw/ferry/proxy"
 )
 
 // ConnzFunc reports the member's client connections (proxy.Server.Connz).
-type ConnzFunc func(proxy.ConnzOptions) (*proxy.Connz, error)
+type ConnzFunc func(connstats.Query) (*connstats.Report, error)
 
 // WithConnections enables GET /connections, answered by f. Without it the
 // endpoint does not exist (404).
@@ -35,13 +34,13 @@ var RedactedFields = []string{"remote", "principal", "close_error"}
 // ConnectionsAnswer is what GET /connections answers: the connections and,
 // when some fields were emptied for want of the token, which.
 type ConnectionsAnswer struct {
-	proxy.Connz
+	connstats.Report
 	Redacted []string `json:"redacted,omitempty"`
 }
 
 // Connections returns the member's client connections as o selects them;
-// an error wrapping proxy.ErrConnzOptions is the caller's mistake.
-func (s *Server) Connections(o proxy.ConnzOptions) (*proxy.Connz, error) {
+// an error wrapping connstats.ErrQuery is the caller's mistake.
+func (s *Server) Connections(o connstats.Query) (*connstats.Report, error) {
 	if s.cfg.connz == nil {
 		return nil, errors.New("connections are not reported by this member")
 	}
@@ -61,7 +60,7 @@ func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
 	}
 	redact := s.redacts(cred)
 	q := r.URL.Query()
-	o := proxy.ConnzOptions{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote"), Principal: q.Get("principal")}
+	o := connstats.Query{State: q.Get("state"), Sort: q.Get("sort"), ClientID: q.Get("client_id"), Software: q.Get("software"), Remote: q.Get("remote"), Principal: q.Get("principal")}
 	if redact && (o.Remote != "" || o.Principal != "") {
 		s.refuseToken(w, r, authNoToken, 0, "the remote and principal filters need the admin token: Authorization: Bearer <token>")
 		return
@@ -73,23 +72,23 @@ func (s *Server) HandleConnections(w http.ResponseWriter, r *http.Request) {
 	}{{"offset", &o.Offset}, {"limit", &o.Limit}} {
 		if v := q.Get(p.name); v != "" && err == nil {
 			if *p.to, err = strconv.Atoi(v); err != nil {
-				err = fmt.Errorf("%w: %s %q is not a number", proxy.ErrConnzOptions, p.name, v)
+				err = fmt.Errorf("%w: %s %q is not a number", connstats.ErrQuery, p.name, v)
 			}
 		}
 	}
-	var cz *proxy.Connz
+	var cz *connstats.Report
 	if err == nil {
 		cz, err = s.Connections(o)
 	}
 	if err != nil {
 		code := http.StatusInternalServerError
-		if errors.Is(err, proxy.ErrConnzOptions) {
+		if errors.Is(err, connstats.ErrQuery) {
 			code = http.StatusBadRequest
 		}
 		http.Error(w, err.Error(), code)
 		return
 	}
-	answer := ConnectionsAnswer{Connz: *cz}
+	answer := ConnectionsAnswer{Report: *cz}
 	if redact {
 		answer.Redacted = RedactedFields
 		answer.Connections = slices.Clone(answer.Connections) // not the caller's to change

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -84,7 +85,7 @@ func TestConnections(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /connections: %d %s", code, body)
 	}
-	var cz proxy.Connz
+	var cz connstats.Report
 	if err := json.Unmarshal([]byte(body), &cz); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestConnections(t *testing.T) {
 			t.Errorf("/connections does not say %s:\n%s", w, body)
 		}
 	}
-	direct, err := f.srv.Connections(proxy.ConnzOptions{ClientID: "http-client"})
+	direct, err := f.srv.Connections(connstats.Query{ClientID: "http-client"})
 	if err != nil || direct.Matched != cz.Matched {
 		t.Fatalf("Connections: %+v, %v; HTTP matched %d", direct, err, cz.Matched)
 	}
@@ -146,9 +147,9 @@ func (f *fixture) getAs(t *testing.T, path, auth string) *httptest.ResponseRecor
 }
 
 // A closed connection's record as the proxy keeps it after a failed login.
-func closedLogin() *proxy.Connz {
+func closedLogin() *connstats.Report {
 	closed := time.Now()
-	return &proxy.Connz{State: "closed", Sort: "id", Matched: 1, Limit: 100, Connections: []proxy.ConnInfo{{
+	return &connstats.Report{State: "closed", Sort: "id", Matched: 1, Limit: 100, Connections: []connstats.Info{{
 		ID: 4, Remote: "10.1.2.3:50000", ClientID: "app", Principal: "User:alice", ClosedAt: &closed,
 		CloseReason: "auth_failed", CloseError: "SCRAM-SHA-512: unknown user mallory", Requests: map[string]uint64{},
 	}}}
@@ -160,10 +161,10 @@ func closedLogin() *proxy.Connz {
 // well, need the token. With the token, or admin_public_read, or no token
 // configured at all, they are shown.
 func TestConnectionsRedactedWithoutToken(t *testing.T) {
-	connz := func(o proxy.ConnzOptions) (*proxy.Connz, error) {
+	connz := func(o connstats.Query) (*connstats.Report, error) {
 		cz := closedLogin()
 		if !strings.Contains(cz.Connections[0].Principal, o.Principal) || !strings.Contains(cz.Connections[0].Remote, o.Remote) {
-			cz.Connections, cz.Matched = []proxy.ConnInfo{}, 0
+			cz.Connections, cz.Matched = []connstats.Info{}, 0
 		}
 		return cz, nil
 	}

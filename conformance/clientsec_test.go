@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
 )
@@ -153,7 +154,7 @@ func TestClientSecurity(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		cz, err := f.Server.Connz(proxy.ConnzOptions{State: "all", Limit: 1000})
+		cz, err := f.Server.Connz(connstats.Query{State: "all", Limit: 1000})
 		if err != nil {
 			t.Error(err)
 			return

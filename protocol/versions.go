@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -108,4 +109,17 @@ func (vs Versions) Missing(other Versions) []string {
 		out = append(out, fmt.Sprintf("%s v%d-%d", kmsg.NameForKey(k), r.Min, r.Max))
 	}
 	return out
+}
+
+// APIName names key as metrics' api label and reports do: kmsg's name,
+// key_N for a key kmsg does not name, unknown outside kmsg's range (so a
+// client cannot grow the label set).
+func APIName(key int16) string {
+	if key < 0 || key > kmsg.MaxKey {
+		return "unknown"
+	}
+	if name := kmsg.NameForKey(key); name != "Unknown" {
+		return name
+	}
+	return "key_" + strconv.Itoa(int(key))
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
@@ -177,7 +178,7 @@ func TestClientTLSSCRAMProduceConsume(t *testing.T) {
 	if testutil.ToFloat64(plainSrv.metrics.streamed) == 0 {
 		t.Error("no fetch answer spliced to a plaintext client either")
 	}
-	cz, err := s.Connz(ConnzOptions{})
+	cz, err := s.Connz(connstats.Query{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,10 +187,10 @@ func TestClientTLSSCRAMProduceConsume(t *testing.T) {
 			t.Errorf("connection %d from %s: principal %q, want User:alice", c.ID, c.Remote, c.Principal)
 		}
 	}
-	if cz, _ := s.Connz(ConnzOptions{Principal: "alice"}); cz.Matched == 0 || cz.Matched != cz.Open {
+	if cz, _ := s.Connz(connstats.Query{Principal: "alice"}); cz.Matched == 0 || cz.Matched != cz.Open {
 		t.Errorf("principal filter alice: %d of %d open", cz.Matched, cz.Open)
 	}
-	if cz, _ := s.Connz(ConnzOptions{Principal: "bob"}); cz.Matched != 0 {
+	if cz, _ := s.Connz(connstats.Query{Principal: "bob"}); cz.Matched != 0 {
 		t.Errorf("principal filter bob: %d matched", cz.Matched)
 	}
 	if ok := testutil.ToFloat64(s.authMetrics.Successes(clientauth.MechanismSCRAMSHA512)); ok == 0 {
@@ -346,7 +347,7 @@ func TestClientTLSBadCases(t *testing.T) {
 	if err := newClient(t, addr, kgo.DialTLSConfig(e.clientTLS(good))).Ping(ctx); err != nil {
 		t.Fatalf("good client certificate: %v", err)
 	}
-	cz, _ := s.Connz(ConnzOptions{State: "all"})
+	cz, _ := s.Connz(connstats.Query{State: "all"})
 	if len(cz.Connections) == 0 || cz.Connections[0].Principal != "User:CN=app1" {
 		t.Errorf("connections %+v: want principal User:CN=app1", cz.Connections)
 	}
@@ -527,7 +528,7 @@ func TestClientOAuthBearer(t *testing.T) {
 	if err := login(sign(key, good)); err != nil {
 		t.Fatalf("good token: %v", err)
 	}
-	cz, _ := s.Connz(ConnzOptions{State: "all"})
+	cz, _ := s.Connz(connstats.Query{State: "all"})
 	if len(cz.Connections) == 0 || cz.Connections[0].Principal != "User:svc-orders" {
 		t.Errorf("principal %+v, want User:svc-orders", cz.Connections)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
@@ -117,7 +118,7 @@ func defaultConfig() config {
 		lameDuckMaxGap:      defaultLameDuckMaxGap,
 		refusalLogEvery:     10 * time.Second,
 		connStats:           true,
-		clientMetricsLimit:  DefaultClientMetricsLimit,
+		clientMetricsLimit:  connstats.DefaultClientMetricsLimit,
 	}
 }
 
@@ -263,7 +264,7 @@ func WithConnectionStats(on bool) Option { return func(c *config) { c.connStats 
 
 // WithClientMetricsLimit sets how many distinct (client_id, software) pairs
 // get per-client metric series of their own (default
-// DefaultClientMetricsLimit); the rest are counted as "other". Servers
+// connstats.DefaultClientMetricsLimit); the rest are counted as "other". Servers
 // sharing a registry share the series, and the first one's limit.
 func WithClientMetricsLimit(n int) Option { return func(c *config) { c.clientMetricsLimit = n } }
 

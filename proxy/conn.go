@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -66,9 +67,9 @@ type clientConn struct {
 	id          uint64
 	remote      string
 	connectedAt time.Time
-	stats       *connStats
+	stats       *connstats.Stats
 	identified  bool
-	identity    atomic.Pointer[connIdentity]
+	identity    atomic.Pointer[connstats.Identity]
 	lastUp      *upstream
 	cluster     atomic.Pointer[upstream]
 
@@ -124,7 +125,7 @@ type request struct {
 	heldTooLong bool
 	// stats, when set, counts the error codes of the answer Ferry encodes
 	// (encodeResponse).
-	stats *connStats
+	stats *connstats.Stats
 	// remaps are the batches of idempotent producers of another
 	// generation that a Produce rewrote to a physical ID Ferry allocated
 	// (physicalProducerIDs): one answered with an error was not written,
@@ -193,7 +194,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 	}
 	c.lastActive.Store(c.connectedAt.UnixNano())
 	if s.cfg.connStats {
-		c.stats = new(connStats)
+		c.stats = new(connstats.Stats)
 	}
 	return c
 }
@@ -288,7 +289,7 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now(), stats: c.stats}
 		if c.stats != nil {
-			c.stats.request(hdr.Key, len(buf.B)+4)
+			c.stats.Request(hdr.Key, len(buf.B)+4)
 		}
 		if isWrite(hdr.Key) {
 			st, err := c.s.passHold(c.ctx, hdr.Key)
@@ -316,7 +317,7 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		if err != nil {
 			if c.stats != nil {
-				c.stats.errors.Add(1) // refused: the connection closes
+				c.stats.Refused() // refused: the connection closes
 			}
 			c.s.writeDone(req)
 			requestBufs.Put(buf)
@@ -351,7 +352,7 @@ func (c *clientConn) writeLoop() {
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.settings.Load().WriteTimeout))
 		n, err := c.write(r, bw)
 		if c.stats != nil && n > 0 {
-			c.stats.answer(n, time.Since(r.req.start))
+			c.stats.Answer(n, time.Since(r.req.start))
 		}
 		c.s.writeDone(r.req)
 		c.replied()

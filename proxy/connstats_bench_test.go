@@ -138,18 +138,3 @@ func benchLocal(b *testing.B, on bool) {
 	}
 	wg.Wait()
 }
-
-// The accounting alone, per request: what the reader and writer add for
-// one Produce request and its answer, and the error-code walk of a
-// decoded one-partition answer.
-func BenchmarkConnectionStatsPerRequest(b *testing.B) {
-	st := new(connStats)
-	resp := kmsg.NewPtrProduceResponse()
-	resp.Topics = []kmsg.ProduceResponseTopic{{Topic: "t", Partitions: []kmsg.ProduceResponseTopicPartition{{Partition: 0}}}}
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		st.request(0, 200)
-		st.countResponse(resp)
-		st.answer(80, 300*time.Microsecond)
-	}
-}

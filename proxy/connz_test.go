@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// waitConnz polls Connz until ok accepts its answer, failing after 10 s.
-func waitConnz(t *testing.T, s *Server, o ConnzOptions, what string, ok func(*Connz) bool) *Connz {
+// waitConnz polls connstats.Report until ok accepts its answer, failing after 10 s.
+func waitConnz(t *testing.T, s *Server, o connstats.Query, what string, ok func(*connstats.Report) bool) *connstats.Report {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -36,7 +37,7 @@ func waitConnz(t *testing.T, s *Server, o ConnzOptions, what string, ok func(*Co
 
 // sumConns adds up the connections of one client (a franz-go client opens
 // several: one for metadata and others, one for produce, one for fetch).
-func sumConns(cs []ConnInfo) (in, out uint64, reqs map[string]uint64) {
+func sumConns(cs []connstats.Info) (in, out uint64, reqs map[string]uint64) {
 	reqs = map[string]uint64{}
 	for _, c := range cs {
 		in += c.BytesIn
@@ -81,7 +82,7 @@ func TestConnectionsReportClients(t *testing.T) {
 		got += fs.NumRecords()
 	}
 
-	cz := waitConnz(t, s, ConnzOptions{ClientID: "orders-svc"}, "producer's connections", func(cz *Connz) bool {
+	cz := waitConnz(t, s, connstats.Query{ClientID: "orders-svc"}, "producer's connections", func(cz *connstats.Report) bool {
 		_, _, reqs := sumConns(cz.Connections)
 		return reqs["Produce"] > 0
 	})
@@ -101,7 +102,7 @@ func TestConnectionsReportClients(t *testing.T) {
 
 	// The consumer, with franz-go's own software name and version, has a
 	// fetch long-polling on the empty end of the topic: in flight.
-	cz = waitConnz(t, s, ConnzOptions{ClientID: "billing-svc", Sort: "in_flight"}, "consumer's fetch in flight", func(cz *Connz) bool {
+	cz = waitConnz(t, s, connstats.Query{ClientID: "billing-svc", Sort: "in_flight"}, "consumer's fetch in flight", func(cz *connstats.Report) bool {
 		return len(cz.Connections) > 0 && cz.Connections[0].InFlight > 0
 	})
 	_, out, reqs = sumConns(cz.Connections)
@@ -116,7 +117,7 @@ func TestConnectionsReportClients(t *testing.T) {
 
 	// A closed client's connections are kept, with why they closed.
 	prod.Close()
-	cz = waitConnz(t, s, ConnzOptions{ClientID: "orders-svc", State: "closed"}, "producer's closed connections", func(cz *Connz) bool {
+	cz = waitConnz(t, s, connstats.Query{ClientID: "orders-svc", State: "closed"}, "producer's closed connections", func(cz *connstats.Report) bool {
 		return cz.Matched > 0 && cz.Matched == len(cz.Connections) && len(cz.Connections) >= 2
 	})
 	for _, c := range cz.Connections {
@@ -126,10 +127,10 @@ func TestConnectionsReportClients(t *testing.T) {
 	}
 	// Closing is noticed per connection, each by its own reader: wait for the
 	// last rather than assume the closed ones seen above were all of them.
-	waitConnz(t, s, ConnzOptions{ClientID: "orders-svc"}, "no producer connection listed open", func(cz *Connz) bool {
+	waitConnz(t, s, connstats.Query{ClientID: "orders-svc"}, "no producer connection listed open", func(cz *connstats.Report) bool {
 		return cz.Matched == 0
 	})
-	if all, _ := s.Connz(ConnzOptions{State: "all", Sort: "closed_at"}); all.Connections[0].ClosedAt == nil || all.Connections[len(all.Connections)-1].ClosedAt != nil {
+	if all, _ := s.Connz(connstats.Query{State: "all", Sort: "closed_at"}); all.Connections[0].ClosedAt == nil || all.Connections[len(all.Connections)-1].ClosedAt != nil {
 		t.Errorf("state=all sorted by closed_at does not list the closed first, the open last")
 	}
 }
@@ -145,7 +146,7 @@ func TestConnectionsCountErrors(t *testing.T) {
 	if _, err := adm.Metadata(ctx, "no-such-topic"); err != nil {
 		t.Fatal(err)
 	}
-	cz := waitConnz(t, s, ConnzOptions{ClientID: "asker", Sort: "errors"}, "errors counted", func(cz *Connz) bool {
+	cz := waitConnz(t, s, connstats.Query{ClientID: "asker", Sort: "errors"}, "errors counted", func(cz *connstats.Report) bool {
 		return len(cz.Connections) > 0 && cz.Connections[0].ErrorsTotal > 0
 	})
 	if c := cz.Connections[0]; c.Errors["UNKNOWN_TOPIC_OR_PARTITION"] != 1 || c.ErrorsTotal != 1 {
@@ -168,7 +169,7 @@ func TestConnectionsPagingSortingFilters(t *testing.T) {
 			}
 		}
 	}
-	all := waitConnz(t, s, ConnzOptions{ClientID: "page-", Sort: "requests"}, "four clients", func(cz *Connz) bool { return cz.Matched >= 4 })
+	all := waitConnz(t, s, connstats.Query{ClientID: "page-", Sort: "requests"}, "four clients", func(cz *connstats.Report) bool { return cz.Matched >= 4 })
 	if all.Connections[0].ClientID != "page-3" {
 		t.Fatalf("sorted by requests, the first is %s's", all.Connections[0].ClientID)
 	}
@@ -177,41 +178,41 @@ func TestConnectionsPagingSortingFilters(t *testing.T) {
 			t.Fatalf("not sorted by requests: %d then %d", all.Connections[i-1].RequestsTotal, all.Connections[i].RequestsTotal)
 		}
 	}
-	page, err := s.Connz(ConnzOptions{ClientID: "page-", Sort: "requests", Offset: 1, Limit: 2})
+	page, err := s.Connz(connstats.Query{ClientID: "page-", Sort: "requests", Offset: 1, Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if page.Matched != all.Matched || len(page.Connections) != 2 || page.Connections[0].ID != all.Connections[1].ID || page.Connections[1].ID != all.Connections[2].ID {
 		t.Fatalf("offset 1 limit 2: %+v", page)
 	}
-	if past, _ := s.Connz(ConnzOptions{ClientID: "page-", Offset: 100}); past.Matched != all.Matched || len(past.Connections) != 0 {
+	if past, _ := s.Connz(connstats.Query{ClientID: "page-", Offset: 100}); past.Matched != all.Matched || len(past.Connections) != 0 {
 		t.Fatalf("offset past the end: %+v", past)
 	}
-	byID, _ := s.Connz(ConnzOptions{ClientID: "page-"})
+	byID, _ := s.Connz(connstats.Query{ClientID: "page-"})
 	for i := 1; i < len(byID.Connections); i++ {
 		if byID.Connections[i-1].ID >= byID.Connections[i].ID {
 			t.Fatalf("default order is not by ID: %+v", byID.Connections)
 		}
 	}
-	one, _ := s.Connz(ConnzOptions{ClientID: "page-3"})
+	one, _ := s.Connz(connstats.Query{ClientID: "page-3"})
 	for _, c := range one.Connections {
 		if c.ClientID != "page-3" {
 			t.Fatalf("client_id page-3: %+v", one)
 		}
 	}
 	remote := one.Connections[0].Remote
-	if r, _ := s.Connz(ConnzOptions{Remote: remote}); r.Matched != 1 || r.Connections[0].ClientID != "page-3" {
+	if r, _ := s.Connz(connstats.Query{Remote: remote}); r.Matched != 1 || r.Connections[0].ClientID != "page-3" {
 		t.Fatalf("remote %s: %+v", remote, r)
 	}
-	if sw, _ := s.Connz(ConnzOptions{Software: "kgo/"}); sw.Matched < all.Matched {
+	if sw, _ := s.Connz(connstats.Query{Software: "kgo/"}); sw.Matched < all.Matched {
 		t.Fatalf("software kgo/: %d matched", sw.Matched)
 	}
-	if none, _ := s.Connz(ConnzOptions{Software: "librdkafka"}); none.Matched != 0 {
+	if none, _ := s.Connz(connstats.Query{Software: "librdkafka"}); none.Matched != 0 {
 		t.Fatalf("software librdkafka: %+v", none)
 	}
-	for _, o := range []ConnzOptions{{Sort: "size"}, {State: "gone"}, {Limit: 5000}, {Offset: -1}} {
-		if _, err := s.Connz(o); !errors.Is(err, ErrConnzOptions) {
-			t.Errorf("Connz(%+v): %v, want ErrConnzOptions", o, err)
+	for _, o := range []connstats.Query{{Sort: "size"}, {State: "gone"}, {Limit: 5000}, {Offset: -1}} {
+		if _, err := s.Connz(o); !errors.Is(err, connstats.ErrQuery) {
+			t.Errorf("Connz(%+v): %v, want connstats.ErrQuery", o, err)
 		}
 	}
 }
@@ -262,7 +263,7 @@ func TestClientMetricsCardinalityCap(t *testing.T) {
 		}
 		clients = append(clients, cl)
 		// In order: the first two clients take the two series.
-		waitConnz(t, s, ConnzOptions{ClientID: fmt.Sprintf("fleet-%d", i)}, "identified", func(cz *Connz) bool { return cz.Matched > 0 })
+		waitConnz(t, s, connstats.Query{ClientID: fmt.Sprintf("fleet-%d", i)}, "identified", func(cz *connstats.Report) bool { return cz.Matched > 0 })
 	}
 	got := clientSeries(t, reg)
 	if len(got) != 3 || got["fleet-0/kgo"] < 2 || got["fleet-1/kgo"] < 2 || got["other/other"] < 6 {
@@ -272,7 +273,7 @@ func TestClientMetricsCardinalityCap(t *testing.T) {
 	for _, cl := range clients {
 		cl.Close()
 	}
-	waitConnz(t, s, ConnzOptions{ClientID: "fleet-"}, "clients closed", func(cz *Connz) bool { return cz.Matched == 0 })
+	waitConnz(t, s, connstats.Query{ClientID: "fleet-"}, "clients closed", func(cz *connstats.Report) bool { return cz.Matched == 0 })
 	after := clientSeries(t, reg)
 	if after["other/other"] < before || after["fleet-0/kgo"] < got["fleet-0/kgo"] {
 		t.Fatalf("after the clients closed: %v, before %v: counters went down", after, got)
@@ -289,7 +290,7 @@ func TestConnectionStatsOff(t *testing.T) {
 	if _, err := kadm.NewClient(newClient(t, addr, kgo.ClientID("quiet"))).BrokerMetadata(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cz := waitConnz(t, s, ConnzOptions{ClientID: "quiet"}, "listed", func(cz *Connz) bool { return cz.Matched > 0 })
+	cz := waitConnz(t, s, connstats.Query{ClientID: "quiet"}, "listed", func(cz *connstats.Report) bool { return cz.Matched > 0 })
 	if c := cz.Connections[0]; c.BytesIn != 0 || c.RequestsTotal != 0 || c.SoftwareName != "kgo" {
 		t.Fatalf("stats off: %+v", c)
 	}

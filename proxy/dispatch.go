@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/kfields"
 )
 
 // ErrUnsupportedVersion closes a connection that sent a key or version
@@ -257,8 +258,8 @@ func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.R
 		// The handler may have made the request's topic IDs physical
 		// before it failed: the answer echoes them, so make them virtual.
 		snap := req.up.snapshot()
-		walkFields(reflect.ValueOf(resp), func(name string, f reflect.Value) {
-			if name == "TopicID" && f.Type() == uuidType {
+		kfields.Walk(resp, func(name string, f reflect.Value) {
+			if name == "TopicID" && f.Type() == kfields.UUID {
 				if t := snap.byID[f.Interface().([16]byte)]; t != nil {
 					f.Set(reflect.ValueOf(t.vid))
 				}
@@ -310,7 +311,7 @@ func futureReply(req *request, build func(ctx context.Context) (kmsg.Response, f
 func encodeResponse(req *request, resp kmsg.Response) ([]byte, func()) {
 	resp.SetVersion(req.hdr.Version)
 	if req.stats != nil {
-		req.stats.countResponse(resp)
+		req.stats.CountResponse(resp)
 	}
 	buf := encodedBufs.Get()
 	buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)

@@ -6,49 +6,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
 )
 
 // The coordinator and admin APIs carry topic IDs, producer IDs and leader
 // epochs in many shapes. Rather than one hand-written walk per message
 // (easy to miss a field as Kafka adds versions), they are rewritten by
-// field name over the decoded kmsg structs. Produce and Fetch, the hot
-// paths, are rewritten by hand.
-
-// walkFields calls visit for every struct field reachable from v, with the
-// field's name.
-func walkFields(v reflect.Value, visit func(name string, f reflect.Value)) {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if !v.IsNil() {
-			walkFields(v.Elem(), visit)
-		}
-	case reflect.Struct:
-		t := v.Type()
-		for i := 0; i < v.NumField(); i++ {
-			f := v.Field(i)
-			if !t.Field(i).IsExported() {
-				continue
-			}
-			visit(t.Field(i).Name, f)
-			switch f.Kind() {
-			case reflect.Struct, reflect.Slice, reflect.Pointer:
-				walkFields(f, visit)
-			}
-		}
-	case reflect.Slice:
-		if v.Type().Elem().Kind() != reflect.Struct {
-			return
-		}
-		for i := 0; i < v.Len(); i++ {
-			walkFields(v.Index(i), visit)
-		}
-	}
-}
-
-var (
-	uuidType = reflect.TypeOf([16]byte{})
-)
+// field name over the decoded kmsg structs (package kfields). Produce and
+// Fetch, the hot paths, are rewritten by hand.
 
 // direction says which way identities are mapped.
 type direction bool
@@ -66,9 +32,9 @@ const (
 // show the client an ID it does not know.
 func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any, dir direction) bool {
 	changed := false
-	walkFields(reflect.ValueOf(msg), func(name string, f reflect.Value) {
+	kfields.Walk(msg, func(name string, f reflect.Value) {
 		switch {
-		case name == "TopicID" && f.Type() == uuidType:
+		case name == "TopicID" && f.Type() == kfields.UUID:
 			id := f.Interface().([16]byte)
 			if id == ([16]byte{}) {
 				return
@@ -133,7 +99,7 @@ func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any
 // anywhere in it (top level or per group).
 func coordinatorMoved(msg any) bool {
 	moved := false
-	walkFields(reflect.ValueOf(msg), func(name string, f reflect.Value) {
+	kfields.Walk(msg, func(name string, f reflect.Value) {
 		if name != "ErrorCode" || f.Kind() != reflect.Int16 {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -277,11 +278,11 @@ func TestNoOtherGenerationIdentityForwarded(t *testing.T) {
 				p.TransactionID = nil // idempotent; transactional: TestOtherGenerationProducerIDs
 			}
 			before := len(up.of(kmsg.Key(k)))
-			refusedBefore := testutil.ToFloat64(s.metrics.refusals.WithLabelValues(apiLabel(k), reasonOtherGeneration))
+			refusedBefore := testutil.ToFloat64(s.metrics.refusals.WithLabelValues(protocol.APIName(k), reasonOtherGeneration))
 			corr++
 			resp := rawCall(t, conn, kr, corr)
 			reached := len(up.of(kmsg.Key(k))) > before
-			answered := testutil.ToFloat64(s.metrics.refusals.WithLabelValues(apiLabel(k), reasonOtherGeneration)) > refusedBefore
+			answered := testutil.ToFloat64(s.metrics.refusals.WithLabelValues(protocol.APIName(k), reasonOtherGeneration)) > refusedBefore
 			fenced := slices.Contains(errorCodes(resp), kerr.FencedLeaderEpoch.Code)
 			if !reached && !answered && !fenced {
 				t.Errorf("%s: neither forwarded nor answered as another generation's (codes %v): not exercised", name, errorCodes(resp))

@@ -64,6 +64,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -147,7 +148,7 @@ func takeTxnIDs(kr kmsg.Request, reserved func(string) bool) (kmsg.Request, bool
 func (s *Server) internalRefused(c *clientConn, req *request) {
 	s.metrics.refused(req.hdr.Key, reasonInternalTopic)
 	c.logRefusal(zapcore.InfoLevel, reasonInternalTopic, "request naming Ferry's own topic refused",
-		zap.String("api", apiLabel(req.hdr.Key)))
+		zap.String("api", protocol.APIName(req.hdr.Key)))
 }
 
 // takeTopics takes the items of an admin request naming a topic that

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
@@ -307,9 +308,9 @@ func TestSCRAMUnknownUserAnswerShape(t *testing.T) {
 			t.Fatalf("%s: %v, want SASL_AUTHENTICATION_FAILED", login[0], err)
 		}
 	}
-	var failed []ConnInfo
+	var failed []connstats.Info
 	testwait.Until(t, 10*time.Second, "both failed logins recorded", func() bool {
-		cz, _ := s.Connz(ConnzOptions{State: "closed"})
+		cz, _ := s.Connz(connstats.Query{State: "closed"})
 		failed = failed[:0]
 		for _, ci := range cz.Connections {
 			if ci.CloseReason == "auth_failed" {

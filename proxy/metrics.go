@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -156,18 +157,5 @@ func (m *metrics) evicted(table string) { m.evictions.WithLabelValues(table).Inc
 // refused counts one refusal. Refusals are off the request path, so the
 // label lookup is affordable.
 func (m *metrics) refused(key int16, reason string) {
-	m.refusals.WithLabelValues(apiLabel(key), reason).Inc()
-}
-
-// apiLabel names key as the api label does: kmsg's name, key_N for a key
-// kmsg does not name, unknown outside kmsg's range (so a client cannot
-// grow the label set).
-func apiLabel(key int16) string {
-	if key < 0 || key > kmsg.MaxKey {
-		return "unknown"
-	}
-	if name := kmsg.NameForKey(key); name != "Unknown" {
-		return name
-	}
-	return "key_" + strconv.Itoa(int(key))
+	m.refusals.WithLabelValues(protocol.APIName(key), reason).Inc()
 }

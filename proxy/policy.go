@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
@@ -170,7 +171,7 @@ func (s *Server) enforcePolicy(c *clientConn, req *request, kr kmsg.Request) (wh
 func (s *Server) policyRefused(c *clientConn, req *request, classes ...string) {
 	s.metrics.refused(req.hdr.Key, reasonPolicy)
 	c.logRefusal(zapcore.InfoLevel, reasonPolicy, "request refused by the request policy",
-		zap.String("api", apiLabel(req.hdr.Key)), zap.Strings("classes", classes))
+		zap.String("api", protocol.APIName(req.hdr.Key)), zap.Strings("classes", classes))
 }
 
 // configResource is one resource of a config change, as both

@@ -72,6 +72,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -87,7 +88,7 @@ const defaultTxnTimeout = 60000
 // issued under another generation than gen.
 func staleProducerID(gen uint32, kr kmsg.Request) bool {
 	stale := false
-	walkFields(reflect.ValueOf(kr), func(name string, f reflect.Value) {
+	kfields.Walk(kr, func(name string, f reflect.Value) {
 		if name == "ProducerID" && f.Kind() == reflect.Int64 {
 			if _, ok := routing.PhysicalPID(gen, f.Int()); !ok {
 				stale = true

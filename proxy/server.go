@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -30,9 +31,9 @@ type Server struct {
 	connMetrics *connMetrics
 	// clientMetrics count by client_id and software; connIDs numbers the
 	// connections; closedConns keeps the latest closed (connz.go).
-	clientMetrics *clientMetrics
+	clientMetrics *connstats.ClientMetrics
 	connIDs       atomic.Uint64
-	closedConns   closedRing
+	closedConns   connstats.Ring
 	acceptLog     acceptLog
 	// refusalLogs samples the log lines about refused requests and
 	// frames.
@@ -145,7 +146,7 @@ func New(opts ...Option) (*Server, error) {
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
-	if s.clientMetrics, err = newClientMetrics(cfg.reg, cfg.clientMetricsLimit); err != nil {
+	if s.clientMetrics, err = connstats.NewClientMetrics(cfg.reg, cfg.clientMetricsLimit); err != nil {
 		return nil, err
 	}
 	if err := s.initClientSecurity(); err != nil {

@@ -27,6 +27,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/ferry-gw/ferry/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -249,7 +250,7 @@ func (s *Server) itemRefused(c *clientConn, req *request, reason string) {
 		return
 	}
 	s.metrics.refused(req.hdr.Key, reason)
-	c.logRefusal(zapcore.InfoLevel, reason, "request items refused", zap.String("api", apiLabel(req.hdr.Key)))
+	c.logRefusal(zapcore.InfoLevel, reason, "request items refused", zap.String("api", protocol.APIName(req.hdr.Key)))
 }
 
 // refusedAnswers is the answer to the refused items alone. An OffsetFetch

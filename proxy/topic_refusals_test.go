@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -375,7 +376,7 @@ func TestEveryTopicIDRequestChecked(t *testing.T) {
 			seen[tp] = true
 			for i := 0; i < tp.NumField(); i++ {
 				f := tp.Field(i)
-				if f.IsExported() && (f.Name == "TopicID" && f.Type == uuidType || carries(f.Type, seen)) {
+				if f.IsExported() && (f.Name == "TopicID" && f.Type == kfields.UUID || carries(f.Type, seen)) {
 					return true
 				}
 			}

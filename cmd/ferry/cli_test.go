@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
@@ -34,8 +35,8 @@ type cliAdmin struct {
 	do    func(req routing.Request) (routing.State, error)
 	// connz answers GET /connections; connzAsked records what it was
 	// asked.
-	connz      *proxy.Connz
-	connzAsked []proxy.ConnzOptions
+	connz      *connstats.Report
+	connzAsked []connstats.Query
 }
 
 func newCLIAdmin(t *testing.T) *cliAdmin {
@@ -86,7 +87,7 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 			return do(req)
 		}),
 		admin.WithToken(testAdminToken),
-		admin.WithConnections(func(o proxy.ConnzOptions) (*proxy.Connz, error) {
+		admin.WithConnections(func(o connstats.Query) (*connstats.Report, error) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			a.connzAsked = append(a.connzAsked, o)

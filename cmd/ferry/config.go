@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
@@ -620,7 +621,7 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 		c.ConnectionStats = ptr(true)
 	}
 	if c.ClientMetricsLimit == nil {
-		c.ClientMetricsLimit = ptr(proxy.DefaultClientMetricsLimit)
+		c.ClientMetricsLimit = ptr(connstats.DefaultClientMetricsLimit)
 	}
 	if c.BufferBudget == 0 {
 		c.BufferBudget = proxy.DefaultProcessBufferBudget

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/admin"
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/connstats"
 )
 
 // connectionsTimeout bounds one GET /connections: the member answers from
@@ -38,7 +38,7 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	fs := flag.NewFlagSet("ferry connections", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, "the member's admin API, `host:port` (or a URL)")
-	fs.StringVar(&f.sort, "sort", "", "order by `FIELD`: "+strings.Join(proxy.ConnzSorts(), ", ")+" (default id; counters largest first)")
+	fs.StringVar(&f.sort, "sort", "", "order by `FIELD`: "+strings.Join(connstats.Sorts(), ", ")+" (default id; counters largest first)")
 	fs.IntVar(&f.limit, "limit", 0, "show at most `N` connections (default 100, at most 1000)")
 	fs.StringVar(&f.state, "state", "", "open (default), closed (the last 5 minutes') or all")
 	fs.StringVar(&f.clientID, "client-id", "", "only connections whose client.id contains `TEXT`")
@@ -114,7 +114,7 @@ func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint, to
 	if f.watch {
 		fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home and clear, as top redraws
 	}
-	printConnections(stdout, &ans.Connz)
+	printConnections(stdout, &ans.Report)
 	if len(ans.Redacted) > 0 {
 		fmt.Fprintf(stdout, "\n%s hidden: give the admin token with --token-file FILE or $%s\n", strings.Join(ans.Redacted, ", "), adminTokenEnv)
 	}
@@ -122,7 +122,7 @@ func printConnectionsOnce(ctx context.Context, f *connectionsFlags, endpoint, to
 }
 
 // printConnections writes the connections as a table, one a line.
-func printConnections(w io.Writer, cz *proxy.Connz) {
+func printConnections(w io.Writer, cz *connstats.Report) {
 	shown := ""
 	if n := len(cz.Connections); n > 0 {
 		shown = fmt.Sprintf(", showing %d-%d", cz.Offset+1, cz.Offset+n)

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/connstats"
 )
 
-func testConnz() *proxy.Connz {
+func testConnz() *connstats.Report {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	closed := now.Add(-30 * time.Second)
-	return &proxy.Connz{Now: now, State: "all", Sort: "bytes_out", Open: 1, Matched: 2, Limit: 10, Connections: []proxy.ConnInfo{
+	return &connstats.Report{Now: now, State: "all", Sort: "bytes_out", Open: 1, Matched: 2, Limit: 10, Connections: []connstats.Info{
 		{ID: 7, Remote: "10.0.0.7:51234", Lane: 1, Cluster: "primary", ClientID: "orders-svc", SoftwareName: "kgo", SoftwareVersion: "v1.22.3", Principal: "User:orders",
 			ConnectedAt: now.Add(-90 * time.Second), IdleSeconds: 0, InFlight: 2, BytesIn: 2048, BytesOut: 5 << 20,
 			Requests: map[string]uint64{"Produce": 40, "Metadata": 2}, RequestsTotal: 42, ErrorsTotal: 1, Errors: map[string]uint64{"NOT_LEADER_OR_FOLLOWER": 1},
@@ -50,18 +50,18 @@ func TestCLIConnections(t *testing.T) {
 	a.mu.Lock()
 	asked := a.connzAsked[len(a.connzAsked)-1]
 	a.mu.Unlock()
-	if want := (proxy.ConnzOptions{Sort: "bytes_out", Limit: 10, State: "all", ClientID: "svc"}); asked != want {
+	if want := (connstats.Query{Sort: "bytes_out", Limit: 10, State: "all", ClientID: "svc"}); asked != want {
 		t.Errorf("asked %+v, want %+v", asked, want)
 	}
 
 	code, out, _ = runCLI(t, "connections", "--admin", a.addr(), "--json")
-	var cz proxy.Connz
+	var cz connstats.Report
 	if err := json.Unmarshal([]byte(out), &cz); code != 0 || err != nil || len(cz.Connections) != 2 || cz.Connections[0].Requests["Produce"] != 40 {
 		t.Fatalf("--json: exit %d, %v: %s", code, err, out)
 	}
 
 	a.mu.Lock()
-	a.connz = &proxy.Connz{State: "open", Sort: "id", Connections: []proxy.ConnInfo{}}
+	a.connz = &connstats.Report{State: "open", Sort: "id", Connections: []connstats.Info{}}
 	a.mu.Unlock()
 	if code, out, _ = runCLI(t, "connections", "--admin", a.addr()); code != 0 || !strings.Contains(out, "no connections") {
 		t.Errorf("no connections: exit %d, %q", code, out)

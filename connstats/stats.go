@@ -1,18 +1,19 @@
-package proxy
+package connstats
 
 import (
-	"reflect"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Per-connection accounting, read by Connz (connz.go) and the per-client
-// metrics (clientmetrics.go).
+// Per-connection accounting, read by the connections report (report.go)
+// and the per-client metrics (clientmetrics.go).
 //
 // The request path only does atomic adds on the connection's own struct:
 // no locks, no maps. Requests are counted in a fixed array indexed by API
@@ -30,7 +31,8 @@ const errCodeSlots = 160
 // unknownKeySlot is the requests slot of a key outside kmsg's range.
 const unknownKeySlot = kmsg.MaxKey + 1
 
-type connStats struct {
+// Stats are one connection's counters.
+type Stats struct {
 	// The reader goroutine adds these; the writer the rest, past a cache
 	// line of padding so that the two do not contend for one.
 	bytesIn  atomic.Uint64
@@ -50,8 +52,8 @@ type connStats struct {
 	latency  [latencyWindow]atomic.Uint32
 }
 
-// request counts one request read, of n bytes with its size.
-func (st *connStats) request(key int16, n int) {
+// Request counts one request read, of n bytes with its size.
+func (st *Stats) Request(key int16, n int) {
 	st.bytesIn.Add(uint64(n))
 	if key < 0 || key > kmsg.MaxKey {
 		key = unknownKeySlot
@@ -59,9 +61,9 @@ func (st *connStats) request(key int16, n int) {
 	st.requests[key].Add(1)
 }
 
-// answered records one answer written, of n bytes, d after its request was
+// Answer records one answer written, of n bytes, d after its request was
 // read.
-func (st *connStats) answer(n int64, d time.Duration) {
+func (st *Stats) Answer(n int64, d time.Duration) {
 	st.bytesOut.Add(uint64(n))
 	us := d.Microseconds()
 	if us > int64(^uint32(0)) {
@@ -71,11 +73,11 @@ func (st *connStats) answer(n int64, d time.Duration) {
 	st.latency[i%latencyWindow].Store(uint32(max(us, 0)))
 }
 
-// countResponse counts the error codes of a response Ferry encodes: once
+// CountResponse counts the error codes of a response Ferry encodes: once
 // per response for each distinct non-zero code, top-level or partition.
 // Only responses Ferry has decoded or built pass here; bytes passed through
 // are not decoded to be counted.
-func (st *connStats) countResponse(resp kmsg.Response) {
+func (st *Stats) CountResponse(resp kmsg.Response) {
 	var seen codeSet
 	responseCodes(resp, seen.add)
 	if seen.n == 0 {
@@ -98,9 +100,9 @@ func (st *connStats) countResponse(resp kmsg.Response) {
 	st.errors.Add(1)
 }
 
-// latencies returns the p50 and p99 of the latest answers and how many
+// Latencies returns the p50 and p99 of the latest answers and how many
 // there were (at most latencyWindow).
-func (st *connStats) latencies() (p50, p99 time.Duration, n int) {
+func (st *Stats) Latencies() (p50, p99 time.Duration, n int) {
 	total := st.answered.Load()
 	n = int(min(total, latencyWindow))
 	if n == 0 {
@@ -117,22 +119,22 @@ func (st *connStats) latencies() (p50, p99 time.Duration, n int) {
 	return at(0.50), at(0.99), n
 }
 
-// requestsByAPI returns the non-zero request counts by API name, and their
+// RequestsByAPI returns the non-zero request counts by API name, and their
 // sum.
-func (st *connStats) requestsByAPI() (map[string]uint64, uint64) {
+func (st *Stats) RequestsByAPI() (map[string]uint64, uint64) {
 	out := map[string]uint64{}
 	var total uint64
 	for k := range st.requests {
 		if n := st.requests[k].Load(); n > 0 {
-			out[apiLabel(int16(k))] += n
+			out[protocol.APIName(int16(k))] += n
 			total += n
 		}
 	}
 	return out, total
 }
 
-// errorsByCode returns the non-zero error counts by Kafka error name.
-func (st *connStats) errorsByCode() map[string]uint64 {
+// ErrorsByCode returns the non-zero error counts by Kafka error name.
+func (st *Stats) ErrorsByCode() map[string]uint64 {
 	codes := st.codes.Load()
 	if codes == nil {
 		return nil
@@ -242,10 +244,17 @@ func responseCodes(resp kmsg.Response, f func(int16)) {
 	case *kmsg.ListGroupsResponse:
 		f(r.ErrorCode)
 	default:
-		walkFields(reflect.ValueOf(resp), func(name string, v reflect.Value) {
-			if name == "ErrorCode" && v.Kind() == reflect.Int16 {
-				f(int16(v.Int()))
-			}
-		})
+		kfields.ErrorCodes(resp, f)
 	}
 }
+
+// Refused counts a request refused by closing the connection.
+func (st *Stats) Refused() { st.errors.Add(1) }
+
+// Bytes are the bytes of the requests read and the answers written, sizes
+// included.
+func (st *Stats) Bytes() (in, out uint64) { return st.bytesIn.Load(), st.bytesOut.Load() }
+
+// ErrorsTotal counts the responses with a non-zero error code, and the
+// requests refused by closing the connection.
+func (st *Stats) ErrorsTotal() uint64 { return st.errors.Load() }

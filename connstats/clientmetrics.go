@@ -1,4 +1,4 @@
-package proxy
+package connstats
 
 import (
 	"strings"
@@ -18,21 +18,21 @@ const clientOther = "other"
 // maxClientLabel bounds a client_id or software label value, in bytes.
 const maxClientLabel = 128
 
-// clientMetrics exposes bytes, requests and errors by client_id and
+// ClientMetrics exposes bytes, requests and errors by client_id and
 // software (name). Nothing is counted on the request path for it: it sums,
-// at each scrape, the counters of the open connections (connStats) and the
+// at each scrape, the counters of the open connections (Stats) and the
 // totals folded in from the closed ones. The first limit pairs seen get
 // series of their own, for the process's life (counters must not vanish);
 // every later pair is counted as client_id="other", software="other", so a
 // fleet of clients cannot grow the label set without bound.
-type clientMetrics struct {
+type ClientMetrics struct {
 	limit                         int
 	bytesIn, bytesOut, reqs, errs *prometheus.Desc
 
 	mu     sync.Mutex
 	series map[clientKey]*clientTotals // totals of the closed connections
 	named  int                         // series other than other
-	live   map[*clientConn]*clientTotals
+	live   map[*Stats]*clientTotals
 }
 
 type clientKey struct{ clientID, software string }
@@ -42,10 +42,12 @@ type clientTotals struct {
 	bytesIn, bytesOut, reqs, errs uint64
 }
 
-func newClientMetrics(reg prometheus.Registerer, limit int) (*clientMetrics, error) {
+// NewClientMetrics registers the per-client counters on reg (nil: none),
+// series for the first limit pairs.
+func NewClientMetrics(reg prometheus.Registerer, limit int) (*ClientMetrics, error) {
 	labels := []string{"client_id", "software"}
 	const more = " Series exist for the first client_metrics_limit distinct (client_id, software) pairs; later ones count as client_id=\"other\", software=\"other\"."
-	m := &clientMetrics{
+	m := &ClientMetrics{
 		limit:    max(limit, 0),
 		bytesIn:  prometheus.NewDesc("ferry_clients_received_bytes_total", "Bytes of requests read from clients, by client.id and client software name (ApiVersions v3+)."+more, labels, nil),
 		bytesOut: prometheus.NewDesc("ferry_clients_sent_bytes_total", "Bytes of responses written to clients, by client.id and client software name."+more, labels, nil),
@@ -53,15 +55,16 @@ func newClientMetrics(reg prometheus.Registerer, limit int) (*clientMetrics, err
 		errs: prometheus.NewDesc("ferry_clients_errors_total", "Responses Ferry encoded with a non-zero error code (built by Ferry, or decoded to be rewritten; bytes passed through are not decoded to count) plus requests refused by closing the connection, by client.id and client software name."+more,
 			labels, nil),
 		series: map[clientKey]*clientTotals{},
-		live:   map[*clientConn]*clientTotals{},
+		live:   map[*Stats]*clientTotals{},
 	}
 	// Several servers on one registry count together.
 	return promreg.Shared(reg, m)
 }
 
-// bind counts c, once identified, under its pair's series.
-func (m *clientMetrics) bind(c *clientConn, id *connIdentity) {
-	key := clientKey{clientLabel(id.clientID), clientLabel(id.softwareName)}
+// Bind counts the connection of st, once identified, under its pair's
+// series.
+func (m *ClientMetrics) Bind(st *Stats, id *Identity) {
+	key := clientKey{clientLabel(id.ClientID), clientLabel(id.SoftwareName)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.series[key]
@@ -78,22 +81,22 @@ func (m *clientMetrics) bind(c *clientConn, id *connIdentity) {
 			}
 		}
 	}
-	m.live[c] = t
+	m.live[st] = t
 }
 
-// retire folds a closed connection's final counts into its series.
-func (m *clientMetrics) retire(c *clientConn) {
+// Retire folds a closed connection's final counts into its series.
+func (m *ClientMetrics) Retire(st *Stats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t := m.live[c]
+	t := m.live[st]
 	if t == nil {
 		return // never identified
 	}
-	delete(m.live, c)
-	t.add(c.stats)
+	delete(m.live, st)
+	t.add(st)
 }
 
-func (t *clientTotals) add(st *connStats) {
+func (t *clientTotals) add(st *Stats) {
 	t.bytesIn += st.bytesIn.Load()
 	t.bytesOut += st.bytesOut.Load()
 	for i := range st.requests {
@@ -111,21 +114,21 @@ func clientLabel(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-func (m *clientMetrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *ClientMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.bytesIn, m.bytesOut, m.reqs, m.errs} {
 		ch <- d
 	}
 }
 
-func (m *clientMetrics) Collect(ch chan<- prometheus.Metric) {
+func (m *ClientMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	sums := make(map[clientKey]clientTotals, len(m.series))
 	for k, t := range m.series {
 		sums[k] = *t
 	}
-	for c, t := range m.live {
+	for st, t := range m.live {
 		s := sums[t.key]
-		s.add(c.stats)
+		s.add(st)
 		sums[t.key] = s
 	}
 	m.mu.Unlock()

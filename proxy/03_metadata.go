@@ -76,7 +76,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 			// The cluster cannot answer now: answer from what Ferry last
 			// knew, so that clients keep their brokers and retry.
 			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
-			r = req.up.snapshot().metadataResponse(up.Topics, all)
+			r = metadataResponse(req.up.snapshot(), up.Topics, all)
 		} else {
 			req.up.install(r, all)
 		}
@@ -149,7 +149,7 @@ func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResp
 // asked for (every one when all is set), each partition as last seen. A
 // topic the snapshot does not hold is LEADER_NOT_AVAILABLE, retriable:
 // Ferry cannot tell whether it exists.
-func (s *metaSnapshot) metadataResponse(topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
+func metadataResponse(s *metaSnapshot, topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
 	resp := kmsg.NewPtrMetadataResponse()
 	resp.ControllerID = s.controller
 	add := func(name string) {

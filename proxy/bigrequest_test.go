@@ -119,7 +119,7 @@ func TestBudgetChargesTheMemoryHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newMemBudget(&config{connBufferBudget: 64 << 20, processBufferBudget: 64 << 20}, m)
+	b := newMemBudget(64<<20, 64<<20, m.buffered, m.readPauses)
 	c := b.conn(0)
 	for _, tc := range []struct {
 		name        string

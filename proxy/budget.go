@@ -30,17 +30,11 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
-
-	"github.com/ferry-gw/ferry/protocol"
 )
 
 // Default budgets: a max-size request (100 MiB) fits a connection's
@@ -79,8 +73,10 @@ type memBudget struct {
 	waiters atomic.Int32  // goroutines waiting for this budget
 }
 
-func newMemBudget(cfg *config, m *metrics) *memBudget {
-	return &memBudget{limit: cfg.processBufferBudget, connLimit: cfg.connBufferBudget, gauge: m.buffered, pauses: m.readPauses}
+// newMemBudget is a process's budget of limit bytes, connLimit per
+// connection; gauge shows the bytes held, pauses counts the reads paused.
+func newMemBudget(limit, connLimit int64, gauge prometheus.Gauge, pauses prometheus.Counter) *memBudget {
+	return &memBudget{limit: limit, connLimit: connLimit, gauge: gauge, pauses: pauses}
 }
 
 // connMem is one client connection's share of a budget.
@@ -305,31 +301,4 @@ func (b *memBudget) wakeWaiters() {
 		b.wake = nil
 	}
 	memMu.Unlock()
-}
-
-// readFrame reads a client's request frame into buf, charged to the
-// connection's budget: a client over budget waits between the frame's size
-// and its body. That wait is Ferry's, not the client's: the request read
-// timeout starts again after it. Before authentication a frame over the
-// pre-authentication bound is refused from its size (preauth.go).
-func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
-	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
-	if unauth {
-		limit = min(limit, int32(c.s.auth.Config().PreAuth.MaxReceiveSize))
-	}
-	n, err := protocol.ReadFrameSize(r, limit)
-	if err != nil {
-		if unauth && errors.Is(err, protocol.ErrFrameTooLarge) {
-			return fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
-		}
-		return err
-	}
-	waited, err := c.mem.admit(c.ctx, buf, n)
-	if err != nil {
-		return err
-	}
-	if waited {
-		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
-	}
-	return protocol.ReadFrameBody(r, n, buf)
 }

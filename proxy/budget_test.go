@@ -390,7 +390,7 @@ func TestBudgetRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newMemBudget(&config{connBufferBudget: 100, processBufferBudget: 150}, m)
+	b := newMemBudget(150, 100, m.buffered, m.readPauses)
 	held := func() float64 { return testutil.ToFloat64(m.buffered) }
 	ctx := context.Background()
 	c1, c2 := b.conn(0), b.conn(0)

@@ -12,32 +12,8 @@ import (
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
-	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/routing"
 )
-
-// Cluster names one physical Kafka cluster behind Ferry.
-type Cluster struct {
-	Name      string
-	Bootstrap []string
-	// MirrorTarget says the mirror may have written into the cluster
-	// (it was, or may have been, a standby): its logs may hold the
-	// mirror's filler batches, which every Fetch answer from it is then
-	// checked for, batch header by batch header, and which clients never
-	// see. A cluster no mirror ever wrote into needs no check.
-	MirrorTarget bool
-	// Security is how Ferry connects to the cluster: TLS and SASL, for
-	// its franz-go client and its pooled raw connections alike. nil:
-	// plaintext, no authentication.
-	Security *clusterauth.Security
-	// Principals maps client principals ("User:alice") to their own
-	// credentials on the cluster: the pooled connections that carry such
-	// a client's requests authenticate with them, so the brokers' ACLs
-	// see the application rather than Ferry (principals.go). Every
-	// cluster should map the same principals. nil: every client's
-	// requests go on Security.
-	Principals map[string]*clusterauth.Security
-}
 
 type config struct {
 	refuseUnmapped     bool

@@ -430,13 +430,6 @@ func (c *clientConn) drain() {
 	}
 }
 
-// errLeaseLapsed fails a write whose member's write lease lapsed after the
-// write passed the hold (hold.go) and before it was sent: between the two
-// the member may have looked up metadata or opened a connection, or been
-// paused, and a switch may have flipped meanwhile. The client gets its
-// API's retriable error and sends the write again, through the hold.
-var errLeaseLapsed = errors.New("the member's write lease lapsed before the write was sent")
-
 // sendRaw forwards frame as it is (correlation ID aside) to a broker. A
 // write (req.write) is sent only while the member's write lease holds.
 func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*pending, error) {
@@ -461,4 +454,31 @@ func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectRes
 		c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
 	}
 	return p, err
+}
+
+// readFrame reads a client's request frame into buf, charged to the
+// connection's budget: a client over budget waits between the frame's size
+// and its body. That wait is Ferry's, not the client's: the request read
+// timeout starts again after it. Before authentication a frame over the
+// pre-authentication bound is refused from its size (preauth.go).
+func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
+	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
+	if unauth {
+		limit = min(limit, int32(c.s.auth.Config().PreAuth.MaxReceiveSize))
+	}
+	n, err := protocol.ReadFrameSize(r, limit)
+	if err != nil {
+		if unauth && errors.Is(err, protocol.ErrFrameTooLarge) {
+			return fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
+		}
+		return err
+	}
+	waited, err := c.mem.admit(c.ctx, buf, n)
+	if err != nil {
+		return err
+	}
+	if waited {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
+	}
+	return protocol.ReadFrameBody(r, n, buf)
 }

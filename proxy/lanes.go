@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -52,31 +51,6 @@ func (s *Server) virtualLeader(u *upstream, topic string, partition int32, phys 
 // group or transactional ID whose physical coordinator is phys.
 func (s *Server) virtualCoordinator(u *upstream, key string, phys int32) int32 {
 	return laneNode(s.fleet.Owner("coordinator\x00"+key), u.lane(phys, s.lanes))
-}
-
-// lane returns the lane of a physical broker, giving it one on first sight.
-func (u *upstream) lane(broker int32, lanes int) int {
-	if broker < 0 || lanes <= 1 {
-		return 0
-	}
-	u.laneMu.Lock()
-	defer u.laneMu.Unlock()
-	if l, ok := u.lanes[broker]; ok {
-		return l % lanes
-	}
-	// Give every broker known now a lane, in ID order, so that a fresh
-	// Ferry assigns the same lanes as one that has run for a while.
-	ids := []int32{broker}
-	for id := range u.snapshot().brokers {
-		if _, ok := u.lanes[id]; !ok && id != broker {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
-		u.lanes[id] = len(u.lanes)
-	}
-	return u.lanes[broker] % lanes
 }
 
 // replicaLanes shows a partition's physical replicas and ISR as clients

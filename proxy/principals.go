@@ -92,16 +92,6 @@ func unmappedFailure(principal string) *clientauth.Failure {
 		Msg: fmt.Sprintf("principal %s has no credentials towards the clusters (unmapped principals are refused)", principal)}
 }
 
-// poolIdentity is the identity whose pools carry the requests of a client
-// of identity number id on this cluster: id when the cluster maps it, else
-// the service identity.
-func (u *upstream) poolIdentity(id int32) int32 {
-	if id > 0 && int(id) < len(u.idents) && u.idents[id] != nil {
-		return id
-	}
-	return 0
-}
-
 // PrincipalFailure is a mapped principal that could not authenticate.
 type PrincipalFailure struct {
 	Principal string
@@ -163,19 +153,6 @@ func (s *Server) CheckPrincipals(ctx context.Context, cluster string) ([]Princip
 		return 0
 	})
 	return fails, nil
-}
-
-// brokerAddrs are the addresses to check credentials on: the brokers last
-// seen in metadata, else the bootstrap addresses.
-func (u *upstream) brokerAddrs() []string {
-	var addrs []string
-	for _, id := range u.brokerIDs() {
-		addrs = append(addrs, u.snapshot().brokers[id])
-	}
-	if len(addrs) == 0 {
-		addrs = append(addrs, u.bootstrap...)
-	}
-	return addrs
 }
 
 // refuseUnmappedWithoutSASL closes, right after the TLS handshake, a

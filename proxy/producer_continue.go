@@ -377,14 +377,6 @@ func (r *remappedPIDs) notePrev(prevGen uint32, virt, phys int64) {
 	}
 }
 
-// partitionCount is how many partitions t has; 0 for nil (unknown).
-func (t *topicInfo) partitionCount() int32 {
-	if t == nil {
-		return 0
-	}
-	return int32(len(t.parts))
-}
-
 // writtenBefore answers a batch (epoch, seq) of k's producer at or below
 // the last sequence old, its ID under prevGen, wrote in the partition on
 // the cluster u taken over from. The producer's state there says only that

@@ -142,7 +142,7 @@ func New(opts ...Option) (*Server, error) {
 	if s.txnTimeouts, err = lru.New[string, int32](maxTxnTimeouts); err != nil {
 		return nil, err
 	}
-	s.mem = newMemBudget(&s.cfg, m)
+	s.mem = newMemBudget(s.cfg.processBufferBudget, s.cfg.connBufferBudget, m.buffered, m.readPauses)
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.idents = newIdentities(cfg.clusters)
 	for _, cl := range cfg.clusters {
-		u, err := newUpstream(&s.cfg, cl)
+		u, err := newUpstream(Options{ClusterID: s.cfg.clusterID, Log: s.cfg.log, DialTimeout: s.cfg.dialTimeout, MaxConnsPerBroker: s.cfg.maxConnsPerBroker, IdleConnsPerBroker: s.cfg.idleConnsPerBroker, MaxResponseSize: s.cfg.maxResponseSize}, cl)
 		if err != nil {
 			s.Close()
 			return nil, err

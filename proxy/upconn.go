@@ -22,6 +22,13 @@ import (
 // closed; their outcome is unknown.
 var errUpstreamClosed = errors.New("upstream connection closed")
 
+// errLeaseLapsed fails a write whose member's write lease lapsed after the
+// write passed the hold (hold.go) and before it was sent: between the two
+// the member may have looked up metadata or opened a connection, or been
+// paused, and a switch may have flipped meanwhile. The client gets its
+// API's retriable error and sends the write again, through the hold.
+var errLeaseLapsed = errors.New("the member's write lease lapsed before the write was sent")
+
 // errClientClosed fails requests in flight on an upstream connection that
 // Ferry closed because their client's connection ended (the client closed
 // it, or Ferry did after a bad request) while they waited upstream, such
@@ -111,7 +118,7 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 		case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
 			p.mu.Unlock()
 			return nil, &unreachableError{p.broker, p.addr, errors.New("unreachable, retrying after backoff")}
-		case p.open < p.u.cfg.maxConnsPerBroker:
+		case p.open < p.u.opts.MaxConnsPerBroker:
 			p.open++
 			p.mu.Unlock()
 			c, err := p.dial(ctx)
@@ -130,7 +137,7 @@ func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
 		select {
 		case <-freed:
 		case <-timeout:
-			return nil, fmt.Errorf("broker %d: %w (%d)", p.broker, errPoolFull, p.u.cfg.maxConnsPerBroker)
+			return nil, fmt.Errorf("broker %d: %w (%d)", p.broker, errPoolFull, p.u.opts.MaxConnsPerBroker)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -146,7 +153,7 @@ const poolWait = 2 * time.Second
 // authenticated for a limited session (KIP-368) is replaced before the
 // session ends (upConn.renewing).
 func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
-	d := net.Dialer{Timeout: p.u.cfg.dialTimeout, KeepAlive: 30 * time.Second}
+	d := net.Dialer{Timeout: p.u.opts.DialTimeout, KeepAlive: 30 * time.Second}
 	nc, sess, err := p.sec.Dial(ctx, &d, p.addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -223,7 +230,7 @@ func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for n < len(p.idle)-p.u.cfg.idleConnsPerBroker && p.idle[n].since.Before(cutoff) {
+	for n < len(p.idle)-p.u.opts.IdleConnsPerBroker && p.idle[n].since.Before(cutoff) {
 		p.idle[n].c.close(errUpstreamClosed)
 		n++
 	}
@@ -472,7 +479,7 @@ func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, er
 }
 
 func (c *upConn) readLoop() {
-	max := c.pool.u.cfg.maxResponseSize
+	max := c.pool.u.opts.MaxResponseSize
 	var head [8]byte // size, correlation ID
 	for {
 		_, err := io.ReadFull(c.nc, head[:])

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,43 @@ import (
 	"github.com/ferry-gw/ferry/routing"
 )
 
+// Cluster names one physical Kafka cluster behind Ferry.
+type Cluster struct {
+	Name      string
+	Bootstrap []string
+	// MirrorTarget says the mirror may have written into the cluster
+	// (it was, or may have been, a standby): its logs may hold the
+	// mirror's filler batches, which every Fetch answer from it is then
+	// checked for, batch header by batch header, and which clients never
+	// see. A cluster no mirror ever wrote into needs no check.
+	MirrorTarget bool
+	// Security is how Ferry connects to the cluster: TLS and SASL, for
+	// its franz-go client and its pooled raw connections alike. nil:
+	// plaintext, no authentication.
+	Security *clusterauth.Security
+	// Principals maps client principals ("User:alice") to their own
+	// credentials on the cluster: the pooled connections that carry such
+	// a client's requests authenticate with them, so the brokers' ACLs
+	// see the application rather than Ferry (principals.go). Every
+	// cluster should map the same principals. nil: every client's
+	// requests go on Security.
+	Principals map[string]*clusterauth.Security
+}
+
+// Options are what every upstream of a server shares.
+type Options struct {
+	// ClusterID is the virtual cluster's, for virtual topic IDs.
+	ClusterID string
+	Log       *zap.Logger
+	// DialTimeout bounds a connection's dial and authentication.
+	DialTimeout time.Duration
+	// MaxConnsPerBroker bounds a pool's connections; IdleConnsPerBroker
+	// are kept open when unused.
+	MaxConnsPerBroker, IdleConnsPerBroker int
+	// MaxResponseSize is the largest answer frame read.
+	MaxResponseSize int32
+}
+
 // upstream is one physical cluster: a franz-go client for Ferry's own control
 // requests (metadata, coordinator lookups, admin fan-out), a metadata cache
 // for routing, and pools of raw connections per broker for client traffic.
@@ -30,7 +69,7 @@ type upstream struct {
 	name      string
 	clusterID string // the virtual cluster's, for virtual topic IDs
 	fillers   bool   // its logs may hold the mirror's fillers (Cluster.MirrorTarget)
-	cfg       *config
+	opts      Options
 	log       *zap.Logger
 	cl        *kgo.Client
 	sec       *clusterauth.Security // nil: plaintext
@@ -123,13 +162,13 @@ type partInfo struct {
 	offline  []int32
 }
 
-func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
+func newUpstream(opts Options, cl Cluster) (*upstream, error) {
 	u := &upstream{
 		name:      cl.Name,
-		clusterID: cfg.clusterID,
+		clusterID: opts.ClusterID,
 		fillers:   cl.MirrorTarget,
-		cfg:       cfg,
-		log:       cfg.log.With(zap.String("cluster", cl.Name)),
+		opts:      opts,
+		log:       opts.Log.With(zap.String("cluster", cl.Name)),
 		lookups:   make(map[coordKey]*lookup),
 		pools:     make(map[poolKey]*brokerPool),
 		bootstrap: cl.Bootstrap,
@@ -142,7 +181,7 @@ func newUpstream(cfg *config, cl Cluster) (*upstream, error) {
 	u.coords, _ = simplelru.NewLRU[coordKey, int32](maxCoordinators, nil)
 	kcl, err := cl.Security.NewClient(cl.Bootstrap,
 		kgo.ClientID("ferry-control"),
-		kgo.DialTimeout(cfg.dialTimeout),
+		kgo.DialTimeout(opts.DialTimeout),
 		kgo.RetryTimeout(15*time.Second),
 		kgo.MetadataMinAge(250*time.Millisecond),
 	)
@@ -657,4 +696,104 @@ func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeCluster
 	u.ops = &kmsg.DescribeClusterResponse{ErrorCode: resp.ErrorCode, ErrorMessage: msg, ClusterAuthorizedOperations: resp.ClusterAuthorizedOperations}
 	u.opsAt = time.Now()
 	return u.ops, nil
+}
+
+// lane returns the lane of a physical broker, giving it one on first sight.
+func (u *upstream) lane(broker int32, lanes int) int {
+	if broker < 0 || lanes <= 1 {
+		return 0
+	}
+	u.laneMu.Lock()
+	defer u.laneMu.Unlock()
+	if l, ok := u.lanes[broker]; ok {
+		return l % lanes
+	}
+	// Give every broker known now a lane, in ID order, so that a fresh
+	// Ferry assigns the same lanes as one that has run for a while.
+	ids := []int32{broker}
+	for id := range u.snapshot().brokers {
+		if _, ok := u.lanes[id]; !ok && id != broker {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		u.lanes[id] = len(u.lanes)
+	}
+	return u.lanes[broker] % lanes
+}
+
+// poolIdentity is the identity whose pools carry the requests of a client
+// of identity number id on this cluster: id when the cluster maps it, else
+// the service identity.
+func (u *upstream) poolIdentity(id int32) int32 {
+	if id > 0 && int(id) < len(u.idents) && u.idents[id] != nil {
+		return id
+	}
+	return 0
+}
+
+// brokerAddrs are the addresses to check credentials on: the brokers last
+// seen in metadata, else the bootstrap addresses.
+func (u *upstream) brokerAddrs() []string {
+	var addrs []string
+	for _, id := range u.brokerIDs() {
+		addrs = append(addrs, u.snapshot().brokers[id])
+	}
+	if len(addrs) == 0 {
+		addrs = append(addrs, u.bootstrap...)
+	}
+	return addrs
+}
+
+// partitionCount is how many partitions t has; 0 for nil (unknown).
+func (t *topicInfo) partitionCount() int32 {
+	if t == nil {
+		return 0
+	}
+	return int32(len(t.parts))
+}
+
+// UpstreamAuthFailure is the last failed authentication of one identity
+// towards one cluster, until a connection of that identity authenticates.
+type UpstreamAuthFailure struct {
+	Cluster string `json:"cluster"`
+	// Principal is the mapped client principal, "" for Ferry's own
+	// (service) identity.
+	Principal string    `json:"principal,omitempty"`
+	Broker    int32     `json:"broker"`
+	At        time.Time `json:"at"`
+	Error     string    `json:"error"`
+}
+
+// upstreamAuthFailures are an upstream's current failures, by principal.
+type upstreamAuthFailures struct {
+	mu    sync.Mutex
+	fails map[string]UpstreamAuthFailure
+}
+
+// note records the outcome of a dial of principal's identity: a failure,
+// or nil, which clears it.
+func (f *upstreamAuthFailures) note(cluster, principal string, broker int32, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.fails, principal)
+		return
+	}
+	if f.fails == nil {
+		f.fails = map[string]UpstreamAuthFailure{}
+	}
+	f.fails[principal] = UpstreamAuthFailure{Cluster: cluster, Principal: principal, Broker: broker, At: time.Now().UTC(), Error: err.Error()}
+}
+
+func (f *upstreamAuthFailures) list() []UpstreamAuthFailure {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]UpstreamAuthFailure, 0, len(f.fails))
+	for _, e := range f.fails {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b UpstreamAuthFailure) int { return strings.Compare(a.Principal, b.Principal) })
+	return out
 }

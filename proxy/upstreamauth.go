@@ -10,9 +10,6 @@ package proxy
 
 import (
 	"slices"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/ferry-gw/ferry/clientauth"
 )
@@ -28,50 +25,6 @@ func clientErrorText(err error) string {
 		return upstreamAuthMessage
 	}
 	return err.Error()
-}
-
-// UpstreamAuthFailure is the last failed authentication of one identity
-// towards one cluster, until a connection of that identity authenticates.
-type UpstreamAuthFailure struct {
-	Cluster string `json:"cluster"`
-	// Principal is the mapped client principal, "" for Ferry's own
-	// (service) identity.
-	Principal string    `json:"principal,omitempty"`
-	Broker    int32     `json:"broker"`
-	At        time.Time `json:"at"`
-	Error     string    `json:"error"`
-}
-
-// upstreamAuthFailures are an upstream's current failures, by principal.
-type upstreamAuthFailures struct {
-	mu    sync.Mutex
-	fails map[string]UpstreamAuthFailure
-}
-
-// note records the outcome of a dial of principal's identity: a failure,
-// or nil, which clears it.
-func (f *upstreamAuthFailures) note(cluster, principal string, broker int32, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.fails, principal)
-		return
-	}
-	if f.fails == nil {
-		f.fails = map[string]UpstreamAuthFailure{}
-	}
-	f.fails[principal] = UpstreamAuthFailure{Cluster: cluster, Principal: principal, Broker: broker, At: time.Now().UTC(), Error: err.Error()}
-}
-
-func (f *upstreamAuthFailures) list() []UpstreamAuthFailure {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]UpstreamAuthFailure, 0, len(f.fails))
-	for _, e := range f.fails {
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(a, b UpstreamAuthFailure) int { return strings.Compare(a.Principal, b.Principal) })
-	return out
 }
 
 // AuthStatus is the state of authentication that /status reports.

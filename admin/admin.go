@@ -47,9 +47,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/internal/listen"
+	"github.com/ferry-gw/ferry/internal/logsample"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
-	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Node describes this Ferry member.
@@ -67,13 +69,13 @@ type Node struct {
 
 // ClusterCheck reports whether a physical cluster can be reached; nil means
 // it can.
-type ClusterCheck func(ctx context.Context, c proxy.Cluster) error
+type ClusterCheck func(ctx context.Context, c upstream.Config) error
 
 type config struct {
 	version  string
 	node     Node
 	routes   *routing.Table
-	clusters []proxy.Cluster
+	clusters []upstream.Config
 	fleet    routing.Fleet
 	gatherer prometheus.Gatherer
 	started  func() bool
@@ -109,7 +111,7 @@ type config struct {
 	tls *tls.Config
 
 	// auth and authReady are the proxy's authentication state (WithAuth).
-	auth      func() proxy.AuthStatus
+	auth      func() AuthStatus
 	authReady func() error
 }
 
@@ -126,7 +128,7 @@ func WithNode(n Node) Option { return func(c *config) { c.node = n } }
 func WithRoutes(t *routing.Table) Option { return func(c *config) { c.routes = t } }
 
 // WithClusters sets the configured physical clusters (required).
-func WithClusters(cs ...proxy.Cluster) Option { return func(c *config) { c.clusters = cs } }
+func WithClusters(cs ...upstream.Config) Option { return func(c *config) { c.clusters = cs } }
 
 // WithFleet sets the fleet whose members /status lists (required).
 func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
@@ -158,10 +160,19 @@ func WithMembers(f func(ctx context.Context) []Member) Option {
 // lease).
 func WithReadiness(f func() error) Option { return func(c *config) { c.readiness = f } }
 
+// AuthStatus is the state of authentication that /status reports.
+type AuthStatus struct {
+	// OAuthKeys is OAUTHBEARER's key set, nil without OAUTHBEARER.
+	OAuthKeys *clientauth.OAuthKeysStatus `json:"oauth_keys,omitempty"`
+	// UpstreamFailures are the identities a cluster refuses now: Ferry's
+	// own, or a mapped principal's.
+	UpstreamFailures []upstream.AuthFailure `json:"upstream_failures,omitempty"`
+}
+
 // WithAuth sets how /status shows the state of authentication, and how
 // /readyz learns that clients cannot authenticate (OAUTHBEARER's keys not
 // fetched yet).
-func WithAuth(status func() proxy.AuthStatus, ready func() error) Option {
+func WithAuth(status func() AuthStatus, ready func() error) Option {
 	return func(c *config) { c.auth, c.authReady = status, ready }
 }
 
@@ -216,7 +227,7 @@ type Server struct {
 	tokens       *clientauth.TokenBuckets
 	authFailures *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
-	refusalLogs  *proxy.LogSampler
+	refusalLogs  *logsample.Sampler
 }
 
 type probe struct {
@@ -247,7 +258,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
-		tokens: clientauth.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: proxy.NewLogSampler(refusalLogInterval)}
+		tokens: clientauth.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: logsample.New(refusalLogInterval)}
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.
@@ -321,7 +332,7 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Serve(ln net.Listener) error {
 	// Out of file descriptors: retried like the Kafka listener's, counted
 	// and logged once per interval (net/http would log every retry).
-	ln = proxy.NewRetryingListener(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() })
+	ln = listen.New(ln, s.cfg.log, "an admin API", func(reason string) { s.acceptErrors.WithLabelValues(reason).Inc() }, nil, nil)
 	// Bounded below the process's descriptors, so that the admin port
 	// cannot take those the Kafka listeners need.
 	ln = newLimitListener(ln, s.cfg.maxConns, s.cfg.maxConnsPerIP, s.refuseConn)
@@ -410,7 +421,7 @@ type Status struct {
 
 	// Auth is the state of authentication: OAUTHBEARER's keys, the
 	// identities a cluster refuses now.
-	Auth *proxy.AuthStatus `json:"auth,omitempty"`
+	Auth *AuthStatus `json:"auth,omitempty"`
 	// Redacted names the fields emptied for a reader without the admin
 	// token (StatusRedactedFields).
 	Redacted []string `json:"redacted,omitempty"`
@@ -562,7 +573,7 @@ func (s *Server) HandleRouting(w http.ResponseWriter, _ *http.Request) {
 }
 
 // checkCluster runs the cluster check, reusing a recent result.
-func (s *Server) checkCluster(ctx context.Context, c proxy.Cluster) error {
+func (s *Server) checkCluster(ctx context.Context, c upstream.Config) error {
 	now := s.cfg.now()
 	s.probeMu.Lock()
 	p, ok := s.probes[c.Name]
@@ -582,7 +593,7 @@ func (s *Server) checkCluster(ctx context.Context, c proxy.Cluster) error {
 // TLS or SASL configured the handshake and authentication too, so that
 // refused credentials show.
 func DialCheck(timeout time.Duration) ClusterCheck {
-	return func(ctx context.Context, c proxy.Cluster) error {
+	return func(ctx context.Context, c upstream.Config) error {
 		d := timeout
 		if c.Security.Enabled() {
 			// A handshake and a login take longer than a TCP connect.

@@ -17,11 +17,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
-var testClusters = []proxy.Cluster{
+var testClusters = []upstream.Config{
 	{Name: "primary", Bootstrap: []string{"127.0.0.1:1"}},
 	{Name: "standby", Bootstrap: []string{"127.0.0.1:2"}},
 }
@@ -51,7 +51,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 		WithGatherer(f.reg),
 		WithRegisterer(f.reg),
 		WithStarted(f.started.Load),
-		WithClusterCheck(func(_ context.Context, c proxy.Cluster) error {
+		WithClusterCheck(func(_ context.Context, c upstream.Config) error {
 			if f.down[c.Name] {
 				return errors.New("connection refused")
 			}
@@ -289,10 +289,10 @@ func TestDialCheck(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close()
 	check := DialCheck(time.Second)
-	if err := check(context.Background(), proxy.Cluster{Name: "a", Bootstrap: []string{deadAddr, ln.Addr().String()}}); err != nil {
+	if err := check(context.Background(), upstream.Config{Name: "a", Bootstrap: []string{deadAddr, ln.Addr().String()}}); err != nil {
 		t.Fatalf("one live bootstrap server: %v", err)
 	}
-	if err := check(context.Background(), proxy.Cluster{Name: "b", Bootstrap: []string{deadAddr}}); err == nil || !strings.Contains(err.Error(), "refused") {
+	if err := check(context.Background(), upstream.Config{Name: "b", Bootstrap: []string{deadAddr}}); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("no live bootstrap server: %v", err)
 	}
 }
@@ -306,7 +306,7 @@ func TestProbeCache(t *testing.T) {
 		WithClusters(testClusters...),
 		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})),
 		WithGatherer(prometheus.NewRegistry()),
-		WithClusterCheck(func(context.Context, proxy.Cluster) error { dials.Add(1); return nil }),
+		WithClusterCheck(func(context.Context, upstream.Config) error { dials.Add(1); return nil }),
 	)
 	if err != nil {
 		t.Fatal(err)

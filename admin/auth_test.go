@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/clientauth"
-	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestAuthReadyAndStatus: while the proxy says clients cannot
@@ -20,12 +20,12 @@ import (
 // the member is ready.
 func TestAuthReadyAndStatus(t *testing.T) {
 	var keys atomic.Bool
-	st := func() proxy.AuthStatus {
+	st := func() AuthStatus {
 		ks := &clientauth.OAuthKeysStatus{Source: "https://idp.test/jwks", Error: "HTTP 503 Service Unavailable"}
 		if keys.Load() {
 			ks = &clientauth.OAuthKeysStatus{Source: "https://idp.test/jwks", Keys: 1}
 		}
-		return proxy.AuthStatus{OAuthKeys: ks}
+		return AuthStatus{OAuthKeys: ks}
 	}
 	ready := func() error {
 		if keys.Load() {
@@ -58,8 +58,8 @@ func TestAuthReadyAndStatus(t *testing.T) {
 // without them those fields are emptied, and the cluster, broker and time
 // stay for whoever watches the member.
 func TestStatusUpstreamFailuresRedactedWithoutToken(t *testing.T) {
-	st := func() proxy.AuthStatus {
-		return proxy.AuthStatus{UpstreamFailures: []proxy.UpstreamAuthFailure{{
+	st := func() AuthStatus {
+		return AuthStatus{UpstreamFailures: []upstream.AuthFailure{{
 			Cluster: "a", Principal: "User:bob", Broker: 2, At: time.Now(),
 			Error: "broker 10.9.8.7:9092: SASL authentication SCRAM-SHA-512 as bob-app failed",
 		}}}

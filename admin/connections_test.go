@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // startProxy runs a Ferry in front of an in-process cluster and returns it
@@ -37,7 +38,7 @@ func startProxy(t *testing.T) (*proxy.Server, string) {
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
 	p, err := proxy.New(
 		proxy.WithClusterID("vc"),
-		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: kf.ListenAddrs()}),
+		proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: kf.ListenAddrs()}),
 		proxy.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
 		proxy.WithLogger(zaptest.NewLogger(t)),
 		proxy.WithRegisterer(prometheus.NewRegistry()),

@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // secureTarget starts Ferry in front of the shared cluster with TLS and
@@ -79,7 +80,7 @@ func secureTarget(t *testing.T, c *kafkatest.Cluster) (*ferrytest.Ferry, []strin
 		t.Fatal(err)
 	}
 	f := ferrytest.Start(t, c.Bootstrap(),
-		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: c.ListenerAddrs(sharedSecure), Security: sec}),
+		proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: c.ListenerAddrs(sharedSecure), Security: sec}),
 		proxy.WithClientTLS(clientauth.TLSConfig{CertFile: certFile, KeyFile: keyFile}),
 		proxy.WithClientSASL(clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismSCRAMSHA512, clientauth.MechanismSCRAMSHA256}, CredentialsFile: store}))
 	env := []string{

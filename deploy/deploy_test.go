@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 const (
@@ -247,7 +248,7 @@ func inProcessMetrics(t *testing.T) map[string]bool {
 	defer kc.Close()
 	rec := &describingRegisterer{reg: prometheus.NewRegistry()}
 	routes := routing.NewTable(routing.State{Active: "a"})
-	clusters := []proxy.Cluster{{Name: "a", Bootstrap: kc.ListenAddrs()}}
+	clusters := []upstream.Config{{Name: "a", Bootstrap: kc.ListenAddrs()}}
 	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 9092})
 
 	srv, err := proxy.New(

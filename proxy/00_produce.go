@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -43,12 +44,12 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		},
 		func(p *kmsg.ProduceRequestTopicPartition) int32 { return p.Partition },
 		func(ti int, name string, p *kmsg.ProduceRequestTopicPartition, leader int32) int16 {
-			if c.lane >= 0 && s.lanes > 1 && req.up.lane(leader, s.lanes) != c.lane {
+			if c.lane >= 0 && s.lanes > 1 && req.up.Lane(leader, s.lanes) != c.lane {
 				// Sent to a lane that does not lead it (the client's
 				// metadata is older than the move): forwarding it
 				// would let this batch race the client's next ones,
 				// sent on the right lane's connection, to the broker.
-				req.up.refreshSoon()
+				req.up.RefreshSoon()
 				return kerr.NotLeaderForPartition.Code
 			}
 			if fenced {
@@ -167,7 +168,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 					code = kerr.OutOfOrderSequenceNumber.Code
 					return errStop
 				}
-				ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+				ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 				var err error
 				phys, err = s.idempotentPID(ctx, req.up, gen, pid)
 				cancel()
@@ -180,7 +181,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 				if acked {
 					// The first batch under phys continues where the
 					// producer stopped on the cluster taken over from.
-					ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+					ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 					code = s.continues(ctx, c, req, gk, name, phys, epoch, seq)
 					cancel()
 					if code != 0 {
@@ -234,8 +235,8 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 					name = topicNameForID(sub, t.TopicID)
 				}
 				for _, p := range t.Partitions {
-					if leaderMoved(p.ErrorCode) {
-						req.up.refreshSoon()
+					if upstream.LeaderMoved(p.ErrorCode) {
+						req.up.RefreshSoon()
 					}
 					if p.CurrentLeader.LeaderID >= 0 {
 						p.CurrentLeader.LeaderID = s.virtualLeader(req.up, name, p.Partition, p.CurrentLeader.LeaderID)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleFetch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -176,13 +177,13 @@ func (s *Server) fetchInPlace(c *clientConn, req *request, in *kmsg.FetchRequest
 	if version >= 13 {
 		byPhys = make(fetchTopics, len(in.Topics))
 		for ti, t := range in.Topics {
-			if info := req.up.snapshot().topics[names[ti]]; info != nil {
-				byPhys[info.id] = topicIDs{t.TopicID, names[ti]}
+			if info := req.up.Snapshot().Topics[names[ti]]; info != nil {
+				byPhys[info.ID] = topicIDs{t.TopicID, names[ti]}
 			}
 		}
 	}
 	r := s.fetchWhole(c, req, in, names, sc, byPhys)
-	if sc.p.stream {
+	if sc.p.Stream {
 		r.stream = func(ctx context.Context, bw *bufio.Writer) (int64, bool, error) {
 			return s.fetchStream(ctx, c, req, sc, byPhys, bw)
 		}
@@ -228,16 +229,16 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 			err = errGenerationEnded
 		}
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, errClientClosed) {
+			if ctx.Err() != nil || errors.Is(err, upstream.ErrClientClosed) {
 				return nil, nil, err
 			}
 			if s.generationEnded(req) {
 				// Parked on the cluster a switch left (or dropped
 				// there, streamed): answered empty now.
-				if sc.p.stream {
+				if sc.p.Stream {
 					sc.dropStreamed()
 				} else {
-					sc.p.abandon()
+					sc.p.Abandon()
 				}
 				return s.fetchDecoded(c, req, in, names, sc, nil, false)
 			}
@@ -261,7 +262,7 @@ func (s *Server) fetchWhole(c *clientConn, req *request, in *kmsg.FetchRequest, 
 			return nil
 		})
 		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
-		return buf.B, func() { responseBufs.Put(buf) }, nil
+		return buf.B, func() { upstream.ResponseBufs.Put(buf) }, nil
 	}}
 }
 
@@ -297,9 +298,9 @@ func (s *Server) fetchDecoded(c *clientConn, req *request, in *kmsg.FetchRequest
 // before and after the records in two calls and rewrites the records as
 // they pass, with the same rw). Nil windows are left alone. It reports
 // whether the partition carries a leader hint.
-func (s *Server) virtualFetchPartition(u *upstream, gen uint32, topic string, p *protocol.FetchPartition, rw protocol.BatchRewrite) bool {
-	if leaderMoved(p.ErrorCode) {
-		u.refreshSoon()
+func (s *Server) virtualFetchPartition(u *upstream.Cluster, gen uint32, topic string, p *protocol.FetchPartition, rw protocol.BatchRewrite) bool {
+	if upstream.LeaderMoved(p.ErrorCode) {
+		u.RefreshSoon()
 	}
 	if p.PreferredReadReplica != nil {
 		binary.BigEndian.PutUint32(p.PreferredReadReplica, 0xffffffff)
@@ -330,8 +331,8 @@ func (s *Server) virtualFetchPartition(u *upstream, gen uint32, topic string, p 
 // themselves), and the mirror's fillers hidden when the cluster may hold
 // them. A property of the cluster, not of the generation: the standby the
 // mirror wrote into becomes the active cluster at a switch.
-func (s *Server) batchRewrite(u *upstream, gen uint32) protocol.BatchRewrite {
-	rw := protocol.BatchRewrite{HideFillers: u.fillers, Hidden: s.metrics.fillersHidden.Inc}
+func (s *Server) batchRewrite(u *upstream.Cluster, gen uint32) protocol.BatchRewrite {
+	rw := protocol.BatchRewrite{HideFillers: u.Fillers, Hidden: s.metrics.fillersHidden.Inc}
 	if gen != 0 {
 		rw.Epoch = func(e int32) int32 { return routing.VirtualEpoch(gen, e) }
 	}
@@ -453,21 +454,21 @@ func (s *Server) generationEnded(req *request) bool {
 // much later; answered empty at the flip, it fetches again at once, meets
 // the new generation's epochs and refreshes its metadata. An answer
 // already in is taken.
-func (s *Server) waitFetchPart(ctx context.Context, req *request, p *pending) (*bytebufferpool.ByteBuffer, error) {
-	p.want()
+func (s *Server) waitFetchPart(ctx context.Context, req *request, p *upstream.Pending) (*bytebufferpool.ByteBuffer, error) {
+	p.Want()
 	for {
 		changed := s.routes.Changed()
 		select {
-		case <-p.done:
-			return p.buf, p.err
+		case <-p.Done:
+			return p.Buf, p.Err
 		default:
 		}
 		if s.generationEnded(req) {
 			return nil, errGenerationEnded
 		}
 		select {
-		case <-p.done:
-			return p.buf, p.err
+		case <-p.Done:
+			return p.Buf, p.Err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-changed:
@@ -496,9 +497,9 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 	take := func(i int) {
 		finished[i] = true
 		waiting--
-		buf, err := calls[i].p.wait(ctx)
+		buf, err := calls[i].p.Wait(ctx)
 		if err != nil {
-			if errors.Is(err, errClientClosed) {
+			if errors.Is(err, upstream.ErrClientClosed) {
 				gone = err
 			}
 			ready = true
@@ -517,7 +518,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 	}
 	for _, sc := range calls {
 		if sc.err == nil {
-			sc.p.want() // the writer waits for every part
+			sc.p.Want() // the writer waits for every part
 		}
 	}
 	cases := make([]reflect.SelectCase, 0, len(calls)+2)
@@ -534,7 +535,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 		idx = idx[:0]
 		for i, sc := range calls {
 			if !finished[i] {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sc.p.done)})
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sc.p.Done)})
 				idx = append(idx, i)
 			}
 		}
@@ -554,10 +555,10 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 			continue
 		}
 		select {
-		case <-sc.p.done:
+		case <-sc.p.Done:
 			take(i)
 		default:
-			sc.p.abandon()
+			sc.p.Abandon()
 		}
 	}
 	if gone != nil {
@@ -566,7 +567,7 @@ func (c *clientConn) gatherFetch(ctx context.Context, req *request, calls []*sub
 	}
 	for i, sc := range calls {
 		if finished[i] && (sc.err != nil || g.resps[i] == nil) {
-			req.up.refreshSoon()
+			req.up.RefreshSoon()
 			break
 		}
 	}

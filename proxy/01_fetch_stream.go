@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // spliceMinBytes is the smallest run of record bytes worth a splice; less
@@ -38,21 +39,21 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // on with the reply's finish.
 func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, sc *subCall, byPhys fetchTopics, bw *bufio.Writer) (int64, bool, error) {
 	if _, err := s.waitFetchPart(ctx, req, sc.p); err != nil {
-		if ctx.Err() != nil || errors.Is(err, errClientClosed) {
+		if ctx.Err() != nil || errors.Is(err, upstream.ErrClientClosed) {
 			sc.dropStreamed() // its answer may wait to be streamed
 			return 0, true, err
 		}
 		return 0, false, nil // the reply's finish answers (fetchWhole)
 	}
-	st := sc.p.st
+	st := sc.p.Streamed
 	if st == nil {
 		return 0, false, nil
 	}
-	up := st.uc.nc
+	up := st.Conn.NetConn
 	// The broker's bytes wait on the client as much as on the broker: the
 	// same bound as for writing any answer to the client.
 	up.SetReadDeadline(time.Now().Add(s.settings.Load().WriteTimeout))
-	under := &io.LimitedReader{R: up, N: st.size}
+	under := &io.LimitedReader{R: up, N: st.Size}
 	src := streamReaders.Get().(*bufio.Reader)
 	src.Reset(under)
 	defer func() {
@@ -61,15 +62,15 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	}()
 
 	var head [8]byte
-	binary.BigEndian.PutUint32(head[:], uint32(st.size+4))
+	binary.BigEndian.PutUint32(head[:], uint32(st.Size+4))
 	binary.BigEndian.PutUint32(head[4:], uint32(req.hdr.CorrelationID))
 	if _, err := bw.Write(head[:]); err != nil {
-		st.finish(err)
+		st.Finish(err)
 		return 0, true, err
 	}
 	gen := req.state.Generation
 	name := ""
-	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.size, protocol.FetchStreamHooks{
+	_, err := protocol.StreamFetchResponse(src, bw, req.hdr.Version, st.Size, protocol.FetchStreamHooks{
 		Topic: func(t *protocol.FetchTopic) { name = byPhys.virtual(t) },
 		// The same rewrite as an answer read whole, in two calls: the
 		// windows before the records, then those after them.
@@ -105,8 +106,8 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 		up.SetReadDeadline(time.Time{})
 	}
 	s.metrics.streamed.Inc()
-	st.finish(err)
-	return st.size + 4, true, err
+	st.Finish(err)
+	return st.Size + 4, true, err
 }
 
 // isTCP reports whether splice(2) can move bytes to or from nc.

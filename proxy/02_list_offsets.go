@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleListOffsets(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -43,8 +44,8 @@ func handleListOffsets(s *Server, c *clientConn, req *request, kr kmsg.Request) 
 			resp := r.(*kmsg.ListOffsetsResponse)
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {
-					if leaderMoved(p.ErrorCode) {
-						req.up.refreshSoon()
+					if upstream.LeaderMoved(p.ErrorCode) {
+						req.up.RefreshSoon()
 					}
 					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
 					put(tp{t.Topic, p.Partition}, p)

@@ -28,11 +28,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.MetadataRequest)
-	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 	defer cancel()
 
 	all := in.Topics == nil || (req.hdr.Version == 0 && len(in.Topics) == 0)
@@ -61,8 +62,8 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 				up.Topics = append(up.Topics, kmsg.MetadataRequestTopic{Topic: t.Topic})
 				continue
 			}
-			if ti := req.up.topicByVID(ctx, t.TopicID); ti != nil {
-				name := ti.name
+			if ti := req.up.TopicByVID(ctx, t.TopicID); ti != nil {
+				name := ti.Name
 				up.Topics = append(up.Topics, kmsg.MetadataRequestTopic{Topic: &name})
 			} else {
 				unknownIDs = append(unknownIDs, t.TopicID)
@@ -71,14 +72,14 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 	var upResp *kmsg.MetadataResponse
 	if all || len(up.Topics) > 0 {
-		r, err := up.RequestWith(ctx, req.up.cl)
+		r, err := up.RequestWith(ctx, req.up.Client)
 		if err != nil {
 			// The cluster cannot answer now: answer from what Ferry last
 			// knew, so that clients keep their brokers and retry.
 			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
-			r = metadataResponse(req.up.snapshot(), up.Topics, all)
+			r = metadataResponse(req.up.Snapshot(), up.Topics, all)
 		} else {
-			req.up.install(r, all)
+			req.up.Install(r, all)
 		}
 		upResp = r
 	} else {
@@ -96,7 +97,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	if in.IncludeClusterAuthorizedOperations && req.hdr.Version >= 8 && req.hdr.Version <= 10 {
 		// Ferry asks upstream at a version without this field (v11
 		// removed it): the cluster's answer comes from DescribeCluster.
-		ops, err := req.up.clusterOperations(ctx)
+		ops, err := req.up.ClusterOperations(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +134,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 }
 
 // virtualPartition maps one upstream partition to what clients see.
-func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []routing.Broker) kmsg.MetadataResponseTopicPartition {
+func (s *Server) virtualPartition(u *upstream.Cluster, topic string, p kmsg.MetadataResponseTopicPartition, gen uint32, brokers []routing.Broker) kmsg.MetadataResponseTopicPartition {
 	out := kmsg.MetadataResponseTopicPartition{ErrorCode: p.ErrorCode, Partition: p.Partition, Leader: -1, LeaderEpoch: routing.VirtualEpoch(gen, p.LeaderEpoch)}
 	if p.Leader < 0 {
 		out.Replicas, out.ISR = []int32{}, []int32{}
@@ -149,11 +150,11 @@ func (s *Server) virtualPartition(u *upstream, topic string, p kmsg.MetadataResp
 // asked for (every one when all is set), each partition as last seen. A
 // topic the snapshot does not hold is LEADER_NOT_AVAILABLE, retriable:
 // Ferry cannot tell whether it exists.
-func metadataResponse(s *metaSnapshot, topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
+func metadataResponse(s *upstream.Snapshot, topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
 	resp := kmsg.NewPtrMetadataResponse()
-	resp.ControllerID = s.controller
+	resp.ControllerID = s.Controller
 	add := func(name string) {
-		t := s.topics[name]
+		t := s.Topics[name]
 		n := name
 		rt := kmsg.MetadataResponseTopic{Topic: &n, AuthorizedOperations: authorizedOperationsOmitted}
 		if t == nil {
@@ -161,20 +162,20 @@ func metadataResponse(s *metaSnapshot, topics []kmsg.MetadataRequestTopic, all b
 			resp.Topics = append(resp.Topics, rt)
 			return
 		}
-		rt.ErrorCode, rt.IsInternal, rt.TopicID = t.err, t.internal, t.id
-		for i, p := range t.parts {
-			if !p.exists {
+		rt.ErrorCode, rt.IsInternal, rt.TopicID = t.Err, t.Internal, t.ID
+		for i, p := range t.Parts {
+			if !p.Exists {
 				continue
 			}
 			rt.Partitions = append(rt.Partitions, kmsg.MetadataResponseTopicPartition{
-				Partition: int32(i), ErrorCode: p.err, Leader: p.leader, LeaderEpoch: p.epoch,
-				Replicas: p.replicas, ISR: p.isr, OfflineReplicas: p.offline,
+				Partition: int32(i), ErrorCode: p.Err, Leader: p.Leader, LeaderEpoch: p.Epoch,
+				Replicas: p.Replicas, ISR: p.ISR, OfflineReplicas: p.Offline,
 			})
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	if all {
-		for name := range s.topics {
+		for name := range s.Topics {
 			add(name)
 		}
 		return resp

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -24,9 +25,9 @@ func handleFindCoordinator(s *Server, c *clientConn, req *request, kr kmsg.Reque
 	if req.hdr.Version < 4 {
 		keys = []string{in.CoordinatorKey}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 	defer cancel()
-	found, err := req.up.coordinators(ctx, in.CoordinatorType, keys)
+	found, err := req.up.Coordinators(ctx, in.CoordinatorType, keys)
 	if err != nil {
 		return nil, err
 	}

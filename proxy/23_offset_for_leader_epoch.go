@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -46,12 +47,12 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 						continue
 					}
 					// Nothing recorded: the end of the current epoch.
-					pi, ok := req.up.partition(c.ctx, t.Topic, p.Partition)
+					pi, ok := req.up.Partition(c.ctx, t.Topic, p.Partition)
 					if !ok {
 						code = kerr.UnknownTopicOrPartition.Code
 						break
 					}
-					p.LeaderEpoch = pi.epoch
+					p.LeaderEpoch = pi.Epoch
 				}
 			}
 			if code != 0 {
@@ -73,8 +74,8 @@ func handleOffsetForLeaderEpoch(s *Server, c *clientConn, req *request, kr kmsg.
 			resp := r.(*kmsg.OffsetForLeaderEpochResponse)
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {
-					if leaderMoved(p.ErrorCode) {
-						req.up.refreshSoon()
+					if upstream.LeaderMoved(p.ErrorCode) {
+						req.up.RefreshSoon()
 					}
 					p.LeaderEpoch = routing.VirtualEpoch(gen, p.LeaderEpoch)
 					put(tp{t.Topic, p.Partition}, p)

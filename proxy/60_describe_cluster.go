@@ -39,7 +39,7 @@ func handleDescribeCluster(s *Server, c *clientConn, req *request, kr kmsg.Reque
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		ops, err := req.up.clusterOperations(ctx)
+		ops, err := req.up.ClusterOperations(ctx)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // failingListener fails its first Accepts with errs, then accepts from the
@@ -38,7 +39,7 @@ func (l *failingListener) Accept() (net.Conn, error) {
 func TestAcceptErrorsRetried(t *testing.T) {
 	kf := newKfake(t, 1)
 	core, logs := observer.New(zap.WarnLevel)
-	s, err := New(WithClusterID("c"), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs()}),
+	s, err := New(WithClusterID("c"), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs()}),
 		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
 		WithLogger(zap.New(core)), WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 const (
@@ -48,7 +49,7 @@ func (s *Server) forwardRest(c *clientConn, req *request, rest kmsg.Request, emp
 // (rewritten) and whose answer merge completes (Ferry's own answers for
 // what it did not send), after the answer is translated.
 func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, rewritten bool, merge func(kmsg.Response)) (*reply, error) {
-	b, err := req.up.anyBroker()
+	b, err := req.up.AnyBroker()
 	if err != nil {
 		return nil, err
 	}
@@ -56,11 +57,11 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 		// KRaft brokers forward these to the controller themselves;
 		// going to the one Metadata names saves a hop, and is required
 		// by brokers that do not forward.
-		if ctl := req.up.snapshot().controller; ctl >= 0 {
+		if ctl := req.up.Snapshot().Controller; ctl >= 0 {
 			b = ctl
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 	defer cancel()
 	gen := req.state.Generation
 	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
@@ -76,7 +77,7 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 		fix = func(resp kmsg.Response) error {
 			rctx, cancel := context.WithTimeout(c.s.ctx, 10*time.Second)
 			defer cancel()
-			req.up.refresh(rctx, true)
+			req.up.Refresh(rctx, true)
 			s.translate(rctx, req.up, gen, resp, toVirtual)
 			return nil
 		}
@@ -125,7 +126,7 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 		// It names a broker resource: that broker alone answers it.
 		return s.forwardTo(c, req, b, kr, rewritten, fix)
 	}
-	return s.forwardReachable(c, req, req.up.brokersFrom(b), kr, rewritten, fix)
+	return s.forwardReachable(c, req, req.up.BrokersFrom(b), kr, rewritten, fix)
 }
 
 // forwardReachable sends the request to the first of brokers whose
@@ -133,7 +134,7 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 // request may move on to the next: the ones sent here are those any broker
 // answers.
 func (s *Server) forwardReachable(c *clientConn, req *request, brokers []int32, kr kmsg.Request, rewritten bool, fix func(kmsg.Response) error) (*reply, error) {
-	err := fmt.Errorf("cluster %q: %w", req.up.name, errNoBrokers)
+	err := fmt.Errorf("cluster %q: %w", req.up.Name, upstream.ErrNoBrokers)
 	for _, b := range brokers {
 		var r *reply
 		if r, err = s.forwardTo(c, req, b, kr, rewritten, fix); err == nil {
@@ -197,7 +198,7 @@ func restoreResourceNames(resp kmsg.Response, names map[int]string) {
 	}
 }
 
-func (s *Server) virtualTopicPartitions(u *upstream, resp *kmsg.DescribeTopicPartitionsResponse, gen uint32) {
+func (s *Server) virtualTopicPartitions(u *upstream.Cluster, resp *kmsg.DescribeTopicPartitionsResponse, gen uint32) {
 	brokers := s.virtualBrokers()
 	for ti := range resp.Topics {
 		t := &resp.Topics[ti]

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 func dialRaw(t *testing.T, addr string) net.Conn {
@@ -202,7 +203,7 @@ func TestAcksZeroProduce(t *testing.T) {
 }
 
 func TestUnreachableClusterIsAnErrorNotACrash(t *testing.T) {
-	s, err := New(WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
+	s, err := New(WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,13 +223,13 @@ func TestConfigErrors(t *testing.T) {
 		opts []Option
 		want string
 	}{
-		{"no cluster ID", []Option{WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithFleet(fleet)}, "cluster ID"},
+		{"no cluster ID", []Option{WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithFleet(fleet)}, "cluster ID"},
 		{"no clusters", []Option{WithClusterID("c"), WithFleet(fleet)}, "physical cluster"},
-		{"no fleet", []Option{WithClusterID("c"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}, "fleet"},
-		{"duplicate cluster", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}, Cluster{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
-		{"tiny max request", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
-		{"no idle timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
-		{"negative request read timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
+		{"no fleet", []Option{WithClusterID("c"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}})}, "fleet"},
+		{"duplicate cluster", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}, upstream.Config{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
+		{"tiny max request", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
+		{"no idle timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
+		{"negative request read timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts...)
@@ -251,7 +252,7 @@ func TestStandbyDownStillServes(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close() // nothing listens there now
 	_, addr := startFerry(t, c.ListenAddrs(),
-		WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs()}, Cluster{Name: "b", Bootstrap: []string{deadAddr}}),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: []string{deadAddr}}),
 		WithStandbyWait(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -14,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/valyala/bytebufferpool"
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
@@ -107,45 +104,4 @@ func TestLargeProducesLeaveNoMemory(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("heap in use: %d MiB before, %d MiB after %d produces of %d MiB (held from the OS: %d MiB)", before>>20, ms.HeapInuse>>20, clients, size>>20, (ms.HeapSys-ms.HeapReleased)>>20)
-}
-
-// TestBudgetChargesTheMemoryHeld: ferry_buffered_bytes counts the memory a
-// frame's buffer holds once the frame is read into it, request or answer,
-// not only the frame's size: a small frame given a pooled buffer that a
-// large one grew (the pools keep buffers up to 1 MiB) must not hold that
-// memory uncounted.
-func TestBudgetChargesTheMemoryHeld(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newMemBudget(64<<20, 64<<20, m.buffered, m.readPauses)
-	c := b.conn(0)
-	for _, tc := range []struct {
-		name        string
-		capacity, n int
-	}{
-		{"a small frame in a large pooled buffer", 1 << 20, 100},
-		{"a frame in a buffer a little larger", 150 << 10, 100 << 10},
-		{"a tiny frame in a small pooled buffer", 2 << 10, 10},
-		{"a frame larger than its buffer", 4 << 10, 300 << 10},
-	} {
-		for _, answer := range []bool{false, true} {
-			buf := &bytebufferpool.ByteBuffer{B: make([]byte, 0, tc.capacity)}
-			if answer {
-				if !c.admitAnswer(&pending{mem: c}, buf, tc.n, nil) {
-					t.Fatalf("%s: answer not admitted", tc.name)
-				}
-			} else if _, err := c.admit(context.Background(), buf, tc.n); err != nil {
-				t.Fatal(err)
-			}
-			if err := protocol.ReadFrameBody(bytes.NewReader(make([]byte, tc.n)), tc.n, buf); err != nil {
-				t.Fatal(err)
-			}
-			if got := testutil.ToFloat64(m.buffered); got != float64(cap(buf.B)) {
-				t.Errorf("%s (answer %v): ferry_buffered_bytes %v, the buffer holds %d bytes", tc.name, answer, got, cap(buf.B))
-			}
-			releaseBuf(buf)
-		}
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // fakeClock is a settable clock for txnRemaps.now.
@@ -208,7 +209,7 @@ func TestCoordinatorCacheBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	const extra, batch = 100, 5000
-	total := maxCoordinators + extra
+	total := upstream.MaxCoordinators + extra
 	for start := 0; start < total; start += batch {
 		req := kmsg.NewPtrFindCoordinatorRequest()
 		req.Version = 4
@@ -230,13 +231,11 @@ func TestCoordinatorCacheBounded(t *testing.T) {
 		}
 	}
 	u := s.ups["a"]
-	u.coordMu.Lock()
-	n := u.coords.Len()
-	_, oldest := u.coords.Peek(coordKey{0, "group-0"})
-	_, newest := u.coords.Peek(coordKey{0, fmt.Sprint("group-", total-1)})
-	u.coordMu.Unlock()
-	if n != maxCoordinators || oldest || !newest {
-		t.Fatalf("%d coordinators cached (want %d), the first key cached %v (want false), the last %v (want true)", n, maxCoordinators, oldest, newest)
+	n := len(u.CoordinatorKeys())
+	oldest := u.CachedCoordinator(0, "group-0")
+	newest := u.CachedCoordinator(0, fmt.Sprint("group-", total-1))
+	if n != upstream.MaxCoordinators || oldest || !newest {
+		t.Fatalf("%d coordinators cached (want %d), the first key cached %v (want false), the last %v (want true)", n, upstream.MaxCoordinators, oldest, newest)
 	}
 	if n := testutil.ToFloat64(s.metrics.evictions.WithLabelValues(stateCoordinators)); n != extra {
 		t.Fatalf("ferry_state_evictions_total{table=coordinators} = %v, want %d", n, extra)

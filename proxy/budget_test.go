@@ -21,18 +21,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // A large frame buffer is dropped when put back, not kept for good; a small
 // one is still reused.
 func TestLargeBuffersAreNotPooled(t *testing.T) {
-	for name, pool := range map[string]*framePool{"requests": &requestBufs, "responses": &responseBufs, "encoded": &encodedBufs} {
+	for name, pool := range map[string]*upstream.FramePool{"requests": &upstream.RequestBufs, "responses": &upstream.ResponseBufs, "encoded": &upstream.EncodedBufs} {
 		t.Run(name, func(t *testing.T) {
 			big := pool.Get()
 			big.B = make([]byte, 4<<20)
@@ -47,7 +47,7 @@ func TestLargeBuffersAreNotPooled(t *testing.T) {
 }
 
 func TestBufferBudgetOptions(t *testing.T) {
-	base := []Option{WithClusterID("c"), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(Cluster{Name: "a", Bootstrap: []string{"x:1"}})}
+	base := []Option{WithClusterID("c"), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}})}
 	for _, tc := range []struct {
 		conn, proc int64
 		want       string
@@ -119,7 +119,7 @@ func memCluster(t *testing.T) (kf *kfake.Cluster, fetches *atomic.Int64) {
 func startFerrySmallSends(t *testing.T, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
 	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
-	s, err := New(append([]Option{WithClusterID("ferry-test"), WithClusters(Cluster{Name: "a", Bootstrap: bootstrap}), WithFleet(fleet),
+	s, err := New(append([]Option{WithClusterID("ferry-test"), WithClusters(upstream.Config{Name: "a", Bootstrap: bootstrap}), WithFleet(fleet),
 		WithLogger(zaptest.NewLogger(t)), WithRegisterer(prometheus.NewRegistry())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -381,85 +381,12 @@ func TestClientsAreHeldToTheProcessBudget(t *testing.T) {
 	testwait.Until(t, 10*time.Second, "bytes still held after the clients left", func() bool { return held() == 0 })
 }
 
-// The budget's rules, one at a time: a connection under its budget is
-// admitted whole even past it; over it, requests and answers wait until a
-// release; the answer the writer waits for is read anyway; an abandoned one
-// is not; closing releases everything.
-func TestBudgetRules(t *testing.T) {
-	m, err := newMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newMemBudget(150, 100, m.buffered, m.readPauses)
-	held := func() float64 { return testutil.ToFloat64(m.buffered) }
-	ctx := context.Background()
-	c1, c2 := b.conn(0), b.conn(0)
-	// Empty buffers: what a pooled one holds already is charged too
-	// (TestBudgetChargesTheMemoryHeld).
-	r1, r2, r3 := new(bytebufferpool.ByteBuffer), new(bytebufferpool.ByteBuffer), new(bytebufferpool.ByteBuffer)
-
-	if _, err := c1.admit(ctx, r1, 90); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c1.admit(ctx, r2, 500); err != nil { // under budget: taken whole
-		t.Fatal(err)
-	}
-	if held() != 590 {
-		t.Fatalf("held %v, want 590", held())
-	}
-	// c1 over its budget, and the process over its own: c2 waits too.
-	admitted := make(chan error, 1)
-	go func() {
-		_, err := c2.admit(ctx, r3, 10)
-		admitted <- err
-	}()
-	a := &pending{mem: c1}
-	ans := new(bytebufferpool.ByteBuffer)
-	answered := make(chan bool, 1)
-	go func() { answered <- c1.admitAnswer(a, ans, 20, nil) }()
-	select {
-	case <-admitted:
-		t.Fatal("a request admitted over the process budget")
-	case <-answered:
-		t.Fatal("an answer admitted over the connection's budget")
-	case <-time.After(50 * time.Millisecond):
-	}
-	a.want() // the writer waits for it
-	if ok := <-answered; !ok || held() != 610 {
-		t.Fatalf("the answer the writer waits for: admitted %v, held %v", ok, held())
-	}
-	// An abandoned answer is read past, not held.
-	ab := &pending{mem: c1}
-	abandoned := make(chan bool, 1)
-	go func() { abandoned <- c1.admitAnswer(ab, new(bytebufferpool.ByteBuffer), 30, nil) }()
-	ab.abandon()
-	if ok := <-abandoned; ok {
-		t.Fatal("an abandoned answer admitted")
-	}
-	requestBufs.Put(r2) // c1 holds 110, the process 110: c2 may go
-	if err := <-admitted; err != nil || held() != 120 {
-		t.Fatalf("after a release: %v, held %v", err, held())
-	}
-	// A closed connection's buffers hold nothing, before or after they
-	// are put back.
-	c1.close()
-	if held() != 10 {
-		t.Fatalf("held %v after the connection closed, want c2's 10", held())
-	}
-	responseBufs.Put(ans)
-	requestBufs.Put(r1)
-	requestBufs.Put(r3)
-	if held() != 0 {
-		t.Fatalf("held %v, want 0", held())
-	}
-}
-
 // A request or an answer larger than both budgets is not refused: it is
 // read when the connection and the process hold less than their budgets,
 // and the client notices nothing.
 func TestFramesLargerThanTheBudgetsPass(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "big"))
-	s, addr := startFerry(t, kf.ListenAddrs(), WithSpliceFetches(false), WithBufferBudget(MinBufferBudget, MinBufferBudget))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithSpliceFetches(false), WithBufferBudget(upstream.MinBufferBudget, upstream.MinBufferBudget))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := newClient(t, addr, kgo.DefaultProduceTopic("big"), kgo.ConsumeTopics("big"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

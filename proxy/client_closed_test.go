@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -63,11 +64,11 @@ func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); len(closed) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		closed = logs.FilterMessage("client connection closed").All()
 	}
-	if len(closed) != 1 || !strings.Contains(toString(closed[0].ContextMap()["error"]), errClientClosed.Error()) {
-		t.Errorf("client close logged as %+v; want one entry saying %q", closed, errClientClosed)
+	if len(closed) != 1 || !strings.Contains(toString(closed[0].ContextMap()["error"]), upstream.ErrClientClosed.Error()) {
+		t.Errorf("client close logged as %+v; want one entry saying %q", closed, upstream.ErrClientClosed)
 	}
 	for _, e := range logs.All() {
-		if strings.Contains(e.Message+" "+toString(e.ContextMap()["error"]), errUpstreamClosed.Error()) {
+		if strings.Contains(e.Message+" "+toString(e.ContextMap()["error"]), upstream.ErrClosed.Error()) {
 			t.Errorf("logged an upstream failure for the client's close: %s %v", e.Message, e.ContextMap())
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // secEnv is a CA, Ferry's certificate and a credential store in a
@@ -567,7 +568,7 @@ func TestClientSecurityConfigErrors(t *testing.T) {
 		{"min version", []Option{WithClientTLS(clientauth.TLSConfig{CertFile: e.certFile, KeyFile: e.keyFile, MinVersion: "1.0"})}, "min_version"},
 		{"oauth without jwks", []Option{WithClientSASL(clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismOAuthBearer}})}, "jwks_file or jwks_url"},
 	} {
-		opts := append([]Option{WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}),
+		opts := append([]Option{WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}),
 			WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}))}, tc.opts...)
 		_, err := New(opts...)
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {

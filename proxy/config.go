@@ -13,12 +13,13 @@ import (
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 type config struct {
 	refuseUnmapped     bool
 	clusterID          string
-	clusters           []Cluster
+	clusters           []upstream.Config
 	fleet              routing.Fleet
 	routes             *routing.Table
 	lease              WriteLease
@@ -57,11 +58,11 @@ type config struct {
 	// refusalLogEvery is the sampling interval of refusal log lines: at
 	// most one per reason per interval.
 	refusalLogEvery time.Duration
-	// Memory budgets (budget.go).
+	// Memory budgets (upstream.Budget).
 	connBufferBudget    int64
 	processBufferBudget int64
-	// connStats turns on the per-connection counters (connstats.go);
-	// clientMetricsLimit bounds the per-client series (clientmetrics.go).
+	// connStats turns on the per-connection counters (connstats.Stats);
+	// clientMetricsLimit bounds the per-client series (connstats.ClientMetrics).
 	connStats          bool
 	clientMetricsLimit int
 	// clientTLS and clientSASL secure the Kafka listeners (tls.go,
@@ -82,8 +83,8 @@ func defaultConfig() config {
 		dialTimeout:         10 * time.Second,
 		maxConnsPerBroker:   4096,
 		idleConnsPerBroker:  16,
-		connBufferBudget:    DefaultConnBufferBudget,
-		processBufferBudget: DefaultProcessBufferBudget,
+		connBufferBudget:    upstream.DefaultConnBufferBudget,
+		processBufferBudget: upstream.DefaultProcessBufferBudget,
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
 		standbyWait:         30 * time.Second,
@@ -106,7 +107,7 @@ func WithClusterID(id string) Option { return func(c *config) { c.clusterID = id
 
 // WithClusters sets the physical clusters; the routing table says which is
 // active (required). The ApiVersions Ferry advertises work on all of them.
-func WithClusters(cs ...Cluster) Option { return func(c *config) { c.clusters = cs } }
+func WithClusters(cs ...upstream.Config) Option { return func(c *config) { c.clusters = cs } }
 
 // WithFleet sets the Ferry members clients see as brokers (required).
 func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
@@ -285,8 +286,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: dial timeout %s must be positive", ErrConfig, c.dialTimeout)
 	case c.maxConnsPerBroker < 1:
 		return fmt.Errorf("%w: max connections per broker must be positive", ErrConfig)
-	case c.connBufferBudget < MinBufferBudget:
-		return fmt.Errorf("%w: buffer budget per connection %d is below %d bytes", ErrConfig, c.connBufferBudget, MinBufferBudget)
+	case c.connBufferBudget < upstream.MinBufferBudget:
+		return fmt.Errorf("%w: buffer budget per connection %d is below %d bytes", ErrConfig, c.connBufferBudget, upstream.MinBufferBudget)
 	case c.processBufferBudget < c.connBufferBudget:
 		return fmt.Errorf("%w: buffer budget %d is below the budget per connection %d", ErrConfig, c.processBufferBudget, c.connBufferBudget)
 	case c.idleConnsPerBroker < 0:

@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // maxPipelined bounds the requests a client may have in flight on one
@@ -38,7 +39,7 @@ type clientConn struct {
 	end context.CancelFunc
 
 	replies chan *reply
-	mem     *connMem // the bytes it holds, against the budgets
+	mem     *upstream.ConnMem // the bytes it holds, against the budgets
 
 	writeWaits writeWaits // the writer's, for answers to writes (forced_wait.go)
 
@@ -48,11 +49,11 @@ type clientConn struct {
 	upsMu sync.Mutex
 	// ups are the leased upstream connections of this client, by
 	// cluster then broker.
-	ups map[upKey]*upConn
+	ups map[upKey]*upstream.Conn
 	// fetchUps are extra connections for Fetch only: a fetch answered
 	// early leaves its slower parts parked upstream, and the client's next
 	// fetch must not queue behind them. Fetches may go out of order.
-	fetchUps map[upKey][]*upConn
+	fetchUps map[upKey][]*upstream.Conn
 
 	// Only the writer goroutine touches watermarks: the last answered
 	// watermarks per partition, for fetch placeholders.
@@ -70,8 +71,8 @@ type clientConn struct {
 	stats       *connstats.Stats
 	identified  bool
 	identity    atomic.Pointer[connstats.Identity]
-	lastUp      *upstream
-	cluster     atomic.Pointer[upstream]
+	lastUp      *upstream.Cluster
+	cluster     atomic.Pointer[upstream.Cluster]
 
 	// auth is the SASL state (the reader goroutine's); principal who the
 	// connection authenticated as, for others to read (auth.go).
@@ -115,9 +116,9 @@ type request struct {
 	hdr   protocol.RequestHeader
 	frame *bytebufferpool.ByteBuffer // the whole request, header included
 	body  []byte
-	kr    kmsg.Request  // the decoded body, once dispatch decoded it
-	state routing.State // the routing state it is handled under
-	up    *upstream     // the active cluster of that state
+	kr    kmsg.Request      // the decoded body, once dispatch decoded it
+	state routing.State     // the routing state it is handled under
+	up    *upstream.Cluster // the active cluster of that state
 	start time.Time
 	write bool // counted in Server.writes until answered (hold.go)
 	// heldTooLong: it waited in the hold for heldAnswerAfter, and is
@@ -184,9 +185,9 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		ctx:         ctx,
 		end:         cancel,
 		replies:     make(chan *reply, maxPipelined),
-		mem:         s.mem.conn(s.preauthBound()),
-		ups:         make(map[upKey]*upConn),
-		fetchUps:    make(map[upKey][]*upConn),
+		mem:         s.mem.Conn(s.preauthBound()),
+		ups:         make(map[upKey]*upstream.Conn),
+		fetchUps:    make(map[upKey][]*upstream.Conn),
 		watermarks:  make(map[tp]watermarks),
 		id:          s.connIDs.Add(1),
 		remote:      remote,
@@ -217,7 +218,7 @@ func (c *clientConn) serve() {
 	}
 	if err != nil {
 		c.close(err)
-		c.mem.close()
+		c.mem.Close()
 		return
 	}
 	writerDone := make(chan struct{})
@@ -230,7 +231,7 @@ func (c *clientConn) serve() {
 	<-writerDone
 	c.releaseUpstreams(err) // after a drain; readLoop did it otherwise
 	c.close(err)
-	c.mem.close()
+	c.mem.Close()
 }
 
 func (c *clientConn) close(err error) {
@@ -244,7 +245,7 @@ func (c *clientConn) close(err error) {
 		c.nc.Close()
 		log := c.logger()
 		switch {
-		case errors.Is(err, errClientClosed): // an answer was still awaited
+		case errors.Is(err, upstream.ErrClientClosed): // an answer was still awaited
 			log.Debug("client connection closed", zap.Error(err))
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, errIdle), errors.Is(err, ErrServerClosed):
 			log.Debug("client connection closed")
@@ -270,9 +271,9 @@ func (c *clientConn) readLoop() (err error) {
 		if err := c.awaitRequest(br); err != nil {
 			return err
 		}
-		buf := requestBufs.Get()
+		buf := upstream.RequestBufs.Get()
 		if err := c.readFrame(br, buf); err != nil {
-			requestBufs.Put(buf)
+			upstream.RequestBufs.Put(buf)
 			err = c.readErr(err)
 			if errors.Is(err, errUnauthFrameTooLarge) {
 				return c.refuseUnauthFrame(err)
@@ -284,7 +285,7 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		hdr, err := protocol.ParseRequestHeader(buf.B)
 		if err != nil {
-			requestBufs.Put(buf)
+			upstream.RequestBufs.Put(buf)
 			return c.refuseFrame("closing connection: bad request header", err)
 		}
 		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now(), stats: c.stats}
@@ -298,7 +299,7 @@ func (c *clientConn) readLoop() (err error) {
 				// Answered with its retriable error, not counted.
 				req.state, req.heldTooLong = st, true
 			case err != nil:
-				requestBufs.Put(buf)
+				upstream.RequestBufs.Put(buf)
 				return err
 			default:
 				req.state, req.write = st, true
@@ -320,7 +321,7 @@ func (c *clientConn) readLoop() (err error) {
 				c.stats.Refused() // refused: the connection closes
 			}
 			c.s.writeDone(req)
-			requestBufs.Put(buf)
+			upstream.RequestBufs.Put(buf)
 			c.s.metrics.observe(hdr.Key, req.start, err)
 			c.logRefusal(zapcore.WarnLevel, refusalReason(err), "closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
@@ -328,7 +329,7 @@ func (c *clientConn) readLoop() (err error) {
 		if r == nil { // acks=0 produce: no answer
 			c.s.writeDone(req)
 			c.s.metrics.observe(hdr.Key, req.start, nil)
-			requestBufs.Put(buf)
+			upstream.RequestBufs.Put(buf)
 			continue
 		}
 		c.inflight.Add(1)
@@ -356,7 +357,7 @@ func (c *clientConn) writeLoop() {
 		}
 		c.s.writeDone(r.req)
 		c.replied()
-		requestBufs.Put(r.req.frame)
+		upstream.RequestBufs.Put(r.req.frame)
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {
 			err = bw.Flush()
@@ -426,19 +427,19 @@ func (c *clientConn) drain() {
 			r.abandon()
 		}
 		c.s.writeDone(r.req)
-		requestBufs.Put(r.req.frame)
+		upstream.RequestBufs.Put(r.req.frame)
 	}
 }
 
 // sendRaw forwards frame as it is (correlation ID aside) to a broker. A
 // write (req.write) is sent only while the member's write lease holds.
-func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*pending, error) {
+func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*upstream.Pending, error) {
 	u := req.up
 	var gate func() time.Duration
 	if req.write && c.s.cfg.lease != nil {
 		gate = c.s.cfg.lease.Left
 		if gate() <= 0 {
-			return nil, errLeaseLapsed
+			return nil, upstream.ErrLeaseLapsed
 		}
 	}
 	c.upsMu.Lock()
@@ -449,7 +450,7 @@ func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectRes
 	if err != nil {
 		return nil, err
 	}
-	p, err := uc.sendFrame(frame, expectResponse, false, gate)
+	p, err := uc.SendFrame(frame, expectResponse, false, gate)
 	if err == nil {
 		c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
 	}
@@ -473,7 +474,7 @@ func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) erro
 		}
 		return err
 	}
-	waited, err := c.mem.admit(c.ctx, buf, n)
+	waited, err := c.mem.Admit(c.ctx, buf, n)
 	if err != nil {
 		return err
 	}

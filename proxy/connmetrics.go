@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/ferry-gw/ferry/internal/listen"
 	"github.com/ferry-gw/ferry/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -39,7 +40,7 @@ func newConnMetrics(reg prometheus.Registerer) (*connMetrics, error) {
 	for _, r := range []string{refuseMaxConnections, refusePerIP, refuseUnauthPerIP} {
 		m.refused[r] = refused.WithLabelValues(r)
 	}
-	for _, r := range acceptReasons() {
+	for _, r := range listen.Reasons() {
 		m.accept[r] = accept.WithLabelValues(r)
 	}
 	for _, r := range closeReasons() {

@@ -58,7 +58,7 @@ func (c *clientConn) info(now time.Time) connstats.Info {
 		ci.ClientID, ci.SoftwareName, ci.SoftwareVersion = id.ClientID, id.SoftwareName, id.SoftwareVersion
 	}
 	if u := c.cluster.Load(); u != nil {
-		ci.Cluster = u.name
+		ci.Cluster = u.Name
 	}
 	ci.Principal = c.principalName()
 	if ci.InFlight == 0 {

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -101,16 +102,16 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 
 func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	typ, keys := coordinatorKeys(req.hdr.Key, req.hdr.Version, kr)
-	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 	defer cancel()
 	// Where each key goes. A key whose coordinator cannot be found goes to
 	// any broker, which answers it with the coordinator error a client
 	// expects and retries on.
 	byBroker := map[int32][]int{}
 	for i, k := range keys {
-		b, err := req.up.coordinator(ctx, typ, k)
+		b, err := req.up.Coordinator(ctx, typ, k)
 		if err != nil {
-			if b, err = req.up.anyBroker(); err != nil {
+			if b, err = req.up.AnyBroker(); err != nil {
 				return nil, err
 			}
 		}
@@ -143,7 +144,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 	fix := func(resp kmsg.Response) error {
 		if coordinatorMoved(resp) {
 			for _, k := range keys {
-				req.up.forgetCoordinator(typ, k)
+				req.up.ForgetCoordinator(typ, k)
 			}
 		}
 		if mapped != nil {
@@ -163,7 +164,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		// An idempotent producer's ID: any broker allocates one, so a
 		// broker that cannot be reached (a dead one stays in the
 		// cluster's metadata for its session timeout) is passed over.
-		return s.forwardReachable(c, req, req.up.brokerIDs(), kr, rewritten, fix)
+		return s.forwardReachable(c, req, req.up.BrokerIDs(), kr, rewritten, fix)
 	}
 	if len(byBroker) == 1 {
 		for b := range byBroker {
@@ -197,7 +198,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 		for _, r := range g.resps {
 			if r == nil {
 				g.release()
-				return nil, nil, errUpstreamClosed
+				return nil, nil, upstream.ErrClosed
 			}
 			fix(r)
 			if merged == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/kfields"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // ErrUnsupportedVersion closes a connection that sent a key or version
@@ -197,8 +198,8 @@ func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, e
 	if req.up == nil {
 		return nil, fmt.Errorf("active cluster %q is not configured", req.state.Active)
 	}
-	if !req.up.started.Load() {
-		return nil, fmt.Errorf("cluster %q not reached yet", req.up.name)
+	if !req.up.Started.Load() {
+		return nil, fmt.Errorf("cluster %q not reached yet", req.up.Name)
 	}
 	if hf := handlers[req.hdr.Key]; hf != nil {
 		return hf(s, c, req, kr)
@@ -218,14 +219,14 @@ func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, e
 // count. acks=0 produces get no answer, as ever; nor does a request whose
 // client left while it waited (errClientClosed), which is no failure.
 func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
-	if errors.Is(err, errClientClosed) {
+	if errors.Is(err, upstream.ErrClientClosed) {
 		return nil // the client left: nobody to answer, nothing failed upstream
 	}
 	kr := req.kr
 	s.metrics.upstreamFailure(req.hdr.Key)
 	c.log.Debug("answering in the upstream's place", zap.String("api", kmsg.NameForKey(req.hdr.Key)), zap.Error(err))
 	if req.up != nil {
-		req.up.refreshSoon()
+		req.up.RefreshSoon()
 	}
 	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
 		return nil
@@ -235,7 +236,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		// and waited for by the partition's later batches.
 		s.remapped.answered(req.state.Generation, r, true)
 	}
-	var ue *unreachableError
+	var ue *upstream.UnreachableError
 	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {
 		// The leader cannot be reached: Ferry says NOT_LEADER once the
 		// cluster has moved its partitions (or after leaderWait), not at
@@ -244,7 +245,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		// the dead broker itself each retry first meets a refused
 		// connection and a backoff.
 		return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-			req.up.waitLeaderMoved(ctx, ue.broker, leaderWait(kr))
+			req.up.WaitLeaderMoved(ctx, ue.Broker, upstream.LeaderWait(kr))
 			return s.upstreamAnswer(req, kr, err), nil, nil
 		})
 	}
@@ -257,11 +258,11 @@ func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.R
 	if req.up != nil {
 		// The handler may have made the request's topic IDs physical
 		// before it failed: the answer echoes them, so make them virtual.
-		snap := req.up.snapshot()
+		snap := req.up.Snapshot()
 		kfields.Walk(resp, func(name string, f reflect.Value) {
 			if name == "TopicID" && f.Type() == kfields.UUID {
-				if t := snap.byID[f.Interface().([16]byte)]; t != nil {
-					f.Set(reflect.ValueOf(t.vid))
+				if t := snap.ByID[f.Interface().([16]byte)]; t != nil {
+					f.Set(reflect.ValueOf(t.VID))
 				}
 			}
 		})
@@ -271,14 +272,14 @@ func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.R
 
 // rawReply answers with an upstream response frame as it came, its
 // correlation ID set back to the client's.
-func rawReply(req *request, p *pending) *reply {
+func rawReply(req *request, p *upstream.Pending) *reply {
 	return &reply{req: req, finish: func(ctx context.Context) ([]byte, func(), error) {
-		buf, err := p.wait(ctx)
+		buf, err := p.Wait(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
-		return buf.B, func() { responseBufs.Put(buf) }, nil
+		return buf.B, func() { upstream.ResponseBufs.Put(buf) }, nil
 	}}
 }
 
@@ -313,10 +314,10 @@ func encodeResponse(req *request, resp kmsg.Response) ([]byte, func()) {
 	if req.stats != nil {
 		req.stats.CountResponse(resp)
 	}
-	buf := encodedBufs.Get()
+	buf := upstream.EncodedBufs.Get()
 	buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
 	buf.B = resp.AppendTo(buf.B)
-	return buf.B, func() { encodedBufs.Put(buf) }
+	return buf.B, func() { upstream.EncodedBufs.Put(buf) }
 }
 
 // decodeResponse parses an upstream response frame into resp (which aliases
@@ -336,7 +337,7 @@ func decodeResponse(buf *bytebufferpool.ByteBuffer, key, version int16, resp kms
 // encodeRequest re-encodes a rewritten request with the client's header
 // fields.
 func encodeRequest(req *request, kr kmsg.Request) *bytebufferpool.ByteBuffer {
-	buf := encodedBufs.Get()
+	buf := upstream.EncodedBufs.Get()
 	buf.B = protocol.AppendRequestHeader(buf.B[:0], kr, req.hdr.CorrelationID, req.hdr.ClientID)
 	buf.B = kr.AppendTo(buf.B)
 	return buf
@@ -349,7 +350,7 @@ func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Re
 	frame := req.frame.B
 	if rewritten {
 		buf := encodeRequest(req, kr)
-		defer encodedBufs.Put(buf)
+		defer upstream.EncodedBufs.Put(buf)
 		frame = buf.B
 	}
 	p, err := c.sendRaw(req, broker, frame, true)
@@ -360,11 +361,11 @@ func (s *Server) forwardTo(c *clientConn, req *request, broker int32, kr kmsg.Re
 		return rawReply(req, p), nil
 	}
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		buf, err := p.wait(ctx)
+		buf, err := p.Wait(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		done := func() { responseBufs.Put(buf) }
+		done := func() { upstream.ResponseBufs.Put(buf) }
 		resp := kr.ResponseKind()
 		if err := decodeResponse(buf, req.hdr.Key, req.hdr.Version, resp); err != nil {
 			return nil, done, err

@@ -16,7 +16,7 @@ import (
 
 func (c *clientConn) fanOut(req *request, kr kmsg.Request) []*subCall {
 	parts := map[int32]kmsg.Request{}
-	for b := range req.up.snapshot().brokers {
+	for b := range req.up.Snapshot().Brokers {
 		parts[b] = kr
 	}
 	return c.sendSplit(req, parts, true, false)

@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // advertisedFeatures is the feature set Ferry advertises and what it was
@@ -42,14 +43,14 @@ type advertisedFeatures struct {
 
 // learnFeatures records the features of a cluster just reached (late:
 // after Start) and recomputes what is advertised.
-func (s *Server) learnFeatures(u *upstream, late bool) {
+func (s *Server) learnFeatures(u *upstream.Cluster, late bool) {
 	a := &s.features
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.known == nil {
 		a.known = make(map[string]protocol.Features, len(s.ups))
 	}
-	a.known[u.name] = u.features
+	a.known[u.Name] = u.Features
 	var sets []protocol.Features
 	for _, f := range a.known {
 		sets = append(sets, f)
@@ -78,7 +79,7 @@ func (s *Server) learnFeatures(u *upstream, late bool) {
 		log = s.log.Info
 	}
 	log("advertising the feature levels every cluster reached finalizes",
-		zap.String("cluster_reached", u.name), zap.Bool("clusters_missing", missing),
+		zap.String("cluster_reached", u.Name), zap.Bool("clusters_missing", missing),
 		zap.Any("finalized", next.Finalized), zap.Int64("epoch", a.epoch))
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // apiVersionsV3 asks addr for its API versions and features.
@@ -114,7 +115,7 @@ func TestApiVersionsFeaturesOfEveryCluster(t *testing.T) {
 	}
 	routes := routing.NewTable(routing.State{Active: "a"})
 	_, addr := startFerry(t, a.ListenAddrs(),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs()}),
 		WithRoutingTable(routes))
 	sup, fin := wantFeatures(ra, rb)
 	got := apiVersionsV3(t, addr)
@@ -159,7 +160,7 @@ func TestApiVersionsFeaturesWaitForLateCluster(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close() // nothing listens there until b starts
 	s, addr := startFerry(t, a.ListenAddrs(),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: []string{ln.Addr().String()}}),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: []string{ln.Addr().String()}}),
 		WithStandbyWait(100*time.Millisecond))
 	ra := apiVersionsV3(t, addr)
 	before := apiVersionsV3(t, addr)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestParkedFetchAnsweredAtTheFlip: a fetch long-polling the active cluster
@@ -51,7 +52,7 @@ func TestParkedFetchAnsweredAtTheFlip(t *testing.T) {
 			})
 			table := routing.NewTable(routing.State{Active: "a"})
 			s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
-				WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
+				WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cl := newClient(t, addr, kgo.MaxVersions(kversion.V3_0_0())) // Fetch v12: topics by name

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // rawFetch fetches partition 0 of topic from offset at addr with one
@@ -59,7 +60,7 @@ func TestStreamedFetchUnderGeneration2(t *testing.T) {
 
 	const gen = 2
 	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(routing.NewTable(routing.State{Generation: gen, Active: "a"})),
-		WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), MirrorTarget: true}))
+		WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs(), MirrorTarget: true}))
 	got := readAll(t, ctx, addr, n, nil)
 	for k, d := range direct {
 		r := got[k]
@@ -84,7 +85,7 @@ func TestStreamedFetchUnderGeneration2(t *testing.T) {
 	dcl, fcl := newClient(t, kf.ListenAddrs()[0], kgo.MaxVersions(v12)), newClient(t, addr, kgo.MaxVersions(v12))
 	want := rawFetch(t, ctx, dcl, "big", 0, -1).RecordBatches
 	gotp := rawFetch(t, ctx, fcl, "big", 0, routing.VirtualEpoch(gen, 0))
-	if testutil.ToFloat64(s.metrics.streamed) == streamed || len(gotp.RecordBatches) < streamMinBytes {
+	if testutil.ToFloat64(s.metrics.streamed) == streamed || len(gotp.RecordBatches) < upstream.StreamMinBytes {
 		t.Fatalf("the raw fetch was not streamed (%d record bytes)", len(gotp.RecordBatches))
 	}
 	if len(gotp.RecordBatches) != len(want) {
@@ -176,7 +177,7 @@ func TestFillersHiddenInEveryPath(t *testing.T) {
 		lanes  int
 	}{{"streamed", 0, true, 0}, {"streamed-gen3", 3, true, 0}, {"in-place", 0, false, 0}, {"merged-gen1", 1, true, 1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := []Option{WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), MirrorTarget: true}), WithSpliceFetches(tc.splice),
+			opts := []Option{WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs(), MirrorTarget: true}), WithSpliceFetches(tc.splice),
 				WithRoutingTable(routing.NewTable(routing.State{Generation: tc.gen, Active: "a"}))}
 			if tc.lanes > 0 {
 				opts = append(opts, WithLanes(tc.lanes)) // one lane: a fetch of both partitions is split

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -87,7 +88,7 @@ func (s *Server) carriesStaleCommits(gen uint32) bool {
 
 // memberFromBeforeSwitch mends, in place, resp (still physical) to a group
 // request kr of a member that may have joined before the switch to gen.
-func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream, gen uint32, kr kmsg.Request, resp kmsg.Response) {
+func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream.Cluster, gen uint32, kr kmsg.Request, resp kmsg.Response) {
 	switch r := resp.(type) {
 	case *kmsg.ConsumerGroupHeartbeatResponse:
 		memberOfOtherCluster(gen, kr, r)
@@ -153,7 +154,7 @@ func staleMemberHeartbeat(resp *kmsg.HeartbeatResponse) {
 // carryStaleCommit re-sends in (already physical) as a commit from outside
 // the group on u and, if the broker took every partition, clears the
 // errors of resp, its first answer: the client learns its commit landed.
-func (s *Server) carryStaleCommit(ctx context.Context, u *upstream, in *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) {
+func (s *Server) carryStaleCommit(ctx context.Context, u *upstream.Cluster, in *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) {
 	if s.cfg.lease != nil && s.cfg.lease.Left() <= 0 {
 		// A write like the client's own (sendRaw): only under the
 		// member's write lease. The client's request still counts as
@@ -164,16 +165,16 @@ func (s *Server) carryStaleCommit(ctx context.Context, u *upstream, in *kmsg.Off
 	out.Group, out.Generation, out.MemberID = in.Group, -1, ""
 	// Both the name and the ID of each topic: the version the upstream
 	// client picks may name topics either way.
-	snap := u.snapshot()
+	snap := u.Snapshot()
 	for _, t := range in.Topics {
-		ti := snap.topics[t.Topic]
+		ti := snap.Topics[t.Topic]
 		if ti == nil {
-			ti = snap.byID[t.TopicID]
+			ti = snap.ByID[t.TopicID]
 		}
 		if ti == nil {
 			return
 		}
-		ot := kmsg.OffsetCommitRequestTopic{Topic: ti.name, TopicID: ti.id}
+		ot := kmsg.OffsetCommitRequestTopic{Topic: ti.Name, TopicID: ti.ID}
 		for _, p := range t.Partitions {
 			ot.Partitions = append(ot.Partitions, kmsg.OffsetCommitRequestTopicPartition{
 				Partition: p.Partition, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata,
@@ -183,7 +184,7 @@ func (s *Server) carryStaleCommit(ctx context.Context, u *upstream, in *kmsg.Off
 	}
 	ctx, cancel := context.WithTimeout(ctx, staleCommitTimeout)
 	defer cancel()
-	carried, err := out.RequestWith(ctx, u.cl)
+	carried, err := out.RequestWith(ctx, u.Client)
 	if err != nil {
 		s.log.Debug("carrying a commit of a group member from before the switch", zap.String("group", in.Group), zap.Error(err))
 		return

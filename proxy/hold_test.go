@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestHeldTooLongAnsweredRetriable: a produce held by a switch that drains
@@ -80,7 +81,7 @@ func newForcedFixture(t *testing.T) *forcedFixture {
 	})
 	var addr string
 	f.s, addr = startFerry(t, f.a.ListenAddrs(), WithRoutingTable(f.table),
-		WithClusters(Cluster{Name: "a", Bootstrap: f.a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: f.b.ListenAddrs(), MirrorTarget: true}))
+		WithClusters(upstream.Config{Name: "a", Bootstrap: f.a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: f.b.ListenAddrs(), MirrorTarget: true}))
 	f.c = dialRaw(t, addr)
 	f.c.SetDeadline(time.Now().Add(30 * time.Second))
 	return f

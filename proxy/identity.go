@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // The coordinator and admin APIs carry topic IDs, producer IDs and leader
@@ -30,7 +31,7 @@ const (
 // out and answered UNKNOWN_TOPIC_ID before (topic_refusals.go), unless its
 // topic went in between, which the broker answers the same; an answer's
 // show the client an ID it does not know.
-func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any, dir direction) bool {
+func (s *Server) translate(ctx context.Context, u *upstream.Cluster, gen uint32, msg any, dir direction) bool {
 	changed := false
 	kfields.Walk(msg, func(name string, f reflect.Value) {
 		switch {
@@ -39,18 +40,18 @@ func (s *Server) translate(ctx context.Context, u *upstream, gen uint32, msg any
 			if id == ([16]byte{}) {
 				return
 			}
-			var t *topicInfo
+			var t *upstream.Topic
 			if dir == toPhysical {
-				t = u.topicByVID(ctx, id)
+				t = u.TopicByVID(ctx, id)
 			} else {
-				t = u.topicByID(ctx, id)
+				t = u.TopicByID(ctx, id)
 			}
 			if t == nil {
 				return
 			}
-			to := t.vid
+			to := t.VID
 			if dir == toPhysical {
-				to = t.id
+				to = t.ID
 			}
 			if to != id {
 				f.Set(reflect.ValueOf(to))

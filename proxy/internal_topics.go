@@ -66,6 +66,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 const internalTopicMessage = "ferry: the topic is Ferry's own and not open to clients"
@@ -297,7 +298,7 @@ func appendAnswers(resp, add kmsg.Response) {
 // DescribeTopicPartitions answer for all topics. A next cursor naming
 // one points past it instead: at the next topic Ferry knows of, or
 // nowhere.
-func (s *Server) hideInternalTopicPartitions(u *upstream, resp *kmsg.DescribeTopicPartitionsResponse) {
+func (s *Server) hideInternalTopicPartitions(u *upstream.Cluster, resp *kmsg.DescribeTopicPartitionsResponse) {
 	it := &s.internal
 	if len(it.names) == 0 {
 		return
@@ -310,7 +311,7 @@ func (s *Server) hideInternalTopicPartitions(u *upstream, resp *kmsg.DescribeTop
 	}
 	after := resp.NextCursor.Topic
 	next := ""
-	for name := range u.snapshot().topics {
+	for name := range u.Snapshot().Topics {
 		if name > after && !it.has(name) && (next == "" || name < next) {
 			next = name
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Lanes: each Ferry member presents several virtual brokers ("lanes"),
@@ -43,14 +44,14 @@ func (s *Server) virtualBrokers() []routing.Broker {
 
 // virtualLeader is the virtual broker clients are told leads a partition
 // whose physical leader is phys.
-func (s *Server) virtualLeader(u *upstream, topic string, partition int32, phys int32) int32 {
-	return laneNode(s.fleet.Owner(topic+"\x00"+strconv.Itoa(int(partition))), u.lane(phys, s.lanes))
+func (s *Server) virtualLeader(u *upstream.Cluster, topic string, partition int32, phys int32) int32 {
+	return laneNode(s.fleet.Owner(topic+"\x00"+strconv.Itoa(int(partition))), u.Lane(phys, s.lanes))
 }
 
 // virtualCoordinator is the virtual broker clients are told coordinates a
 // group or transactional ID whose physical coordinator is phys.
-func (s *Server) virtualCoordinator(u *upstream, key string, phys int32) int32 {
-	return laneNode(s.fleet.Owner("coordinator\x00"+key), u.lane(phys, s.lanes))
+func (s *Server) virtualCoordinator(u *upstream.Cluster, key string, phys int32) int32 {
+	return laneNode(s.fleet.Owner("coordinator\x00"+key), u.Lane(phys, s.lanes))
 }
 
 // replicaLanes shows a partition's physical replicas and ISR as clients
@@ -59,7 +60,7 @@ func (s *Server) virtualCoordinator(u *upstream, key string, phys int32) int32 {
 // explicit assignment reads back as it was given (replicaMap maps it the
 // other way). Where two replicas share a lane (fewer lanes than brokers),
 // the list is filled up by replicaSet, keeping the replication factor.
-func (s *Server) replicaLanes(u *upstream, brokers []routing.Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
+func (s *Server) replicaLanes(u *upstream.Cluster, brokers []routing.Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
 	member := leader / laneStride
 	n := max(1, min(len(replicas), len(brokers)))
 	out := make([]int32, 0, n)
@@ -72,14 +73,14 @@ func (s *Server) replicaLanes(u *upstream, brokers []routing.Broker, leader int3
 	}
 	leaderListed := false
 	for _, r := range replicas {
-		v := laneNode(member, u.lane(r, s.lanes))
+		v := laneNode(member, u.Lane(r, s.lanes))
 		leaderListed = leaderListed || v == leader
 	}
 	if !leaderListed {
 		add(leader)
 	}
 	for _, r := range replicas {
-		add(laneNode(member, u.lane(r, s.lanes)))
+		add(laneNode(member, u.Lane(r, s.lanes)))
 	}
 	for _, v := range replicaSet(brokers, leader, n) {
 		add(v)
@@ -87,7 +88,7 @@ func (s *Server) replicaLanes(u *upstream, brokers []routing.Broker, leader int3
 	outISR := make([]int32, 0, len(isr))
 	inISR := make(map[int32]bool, len(isr))
 	for _, r := range isr {
-		if v := laneNode(member, u.lane(r, s.lanes)); in[v] && !inISR[v] {
+		if v := laneNode(member, u.Lane(r, s.lanes)); in[v] && !inISR[v] {
 			inISR[v] = true
 			outISR = append(outISR, v)
 		}
@@ -135,10 +136,10 @@ type replicaMap struct {
 	valid string          // the virtual IDs that map, for error messages
 }
 
-func (s *Server) replicaMap(u *upstream) *replicaMap {
+func (s *Server) replicaMap(u *upstream.Cluster) *replicaMap {
 	byLane := map[int][]int32{}
-	for b := range u.snapshot().brokers {
-		l := u.lane(b, s.lanes)
+	for b := range u.Snapshot().Brokers {
+		l := u.Lane(b, s.lanes)
 		byLane[l] = append(byLane[l], b)
 	}
 	m := &replicaMap{phys: map[int32]int32{}}

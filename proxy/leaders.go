@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -20,16 +21,16 @@ type tp struct {
 
 // byLeader groups partitions by their upstream leader. Partitions Ferry
 // cannot route are returned with the error a broker would give.
-func (c *clientConn) byLeader(ctx context.Context, u *upstream, parts []tp) (map[int32][]tp, map[tp]int16) {
+func (c *clientConn) byLeader(ctx context.Context, u *upstream.Cluster, parts []tp) (map[int32][]tp, map[tp]int16) {
 	out := map[int32][]tp{}
 	var errs map[tp]int16
 	for _, x := range parts {
-		pinfo, ok := u.partition(ctx, x.topic, x.p)
+		pinfo, ok := u.Partition(ctx, x.topic, x.p)
 		code := int16(0)
 		switch {
 		case !ok:
 			code = kerr.UnknownTopicOrPartition.Code
-		case pinfo.leader < 0:
+		case pinfo.Leader < 0:
 			code = kerr.NotLeaderForPartition.Code
 		}
 		if code != 0 {
@@ -39,7 +40,7 @@ func (c *clientConn) byLeader(ctx context.Context, u *upstream, parts []tp) (map
 			errs[x] = code
 			continue
 		}
-		out[pinfo.leader] = append(out[pinfo.leader], x)
+		out[pinfo.Leader] = append(out[pinfo.Leader], x)
 	}
 	return out, errs
 }

@@ -17,30 +17,32 @@ package proxy
 import (
 	"fmt"
 	"time"
+
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // upConn returns this client's connection to a broker of cluster u, leasing
 // one when it has none or the one it had died. The caller holds upsMu.
-func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
+func (c *clientConn) upConn(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
+	k := upKey{u.Name, broker}
 	if uc := c.ups[k]; uc != nil {
 		switch {
-		case uc.alive() && !uc.renewing():
+		case uc.Alive() && !uc.Renewing():
 			return uc, nil
-		case uc.alive() && !uc.quiet() && !uc.expired():
+		case uc.Alive() && !uc.Quiet() && !uc.Expired():
 			// The session ends soon: the connection is replaced once
 			// nothing is in flight on it, so that nothing overtakes.
 			return uc, nil
-		case uc.alive() && !uc.quiet():
+		case uc.Alive() && !uc.Quiet():
 			// Busy up to its session's end: what is in flight is
 			// answered on it, new requests go on another.
-			uc.pool.retire(uc)
+			uc.Pool.Retire(uc)
 			delete(c.ups, k)
 		default:
-			if !uc.alive() {
-				u.forgetCoordinatorsOn(broker)
+			if !uc.Alive() {
+				u.ForgetCoordinatorsOn(broker)
 			}
-			uc.pool.put(uc)
+			uc.Pool.Put(uc)
 			delete(c.ups, k)
 		}
 	}
@@ -54,12 +56,12 @@ func (c *clientConn) upConn(u *upstream, broker int32) (*upConn, error) {
 
 // lease takes a connection to a broker of cluster u from its pool, charged
 // to this client's budget.
-func (c *clientConn) lease(u *upstream, broker int32) (*upConn, error) {
-	p, err := u.pool(broker, u.poolIdentity(c.ident))
+func (c *clientConn) lease(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
+	p, err := u.Pool(broker, u.PoolIdentity(c.ident))
 	if err != nil {
 		return nil, err
 	}
-	return p.get(c.ctx, c.mem)
+	return p.Get(c.ctx, c.mem)
 }
 
 // maxFetchConns bounds a client's fetch connections to one broker.
@@ -68,28 +70,28 @@ const maxFetchConns = 4
 // fetchConn returns a connection to a broker with nothing in flight, leasing
 // one (up to maxFetchConns) when all are busy, else the least busy. The
 // caller holds upsMu.
-func (c *clientConn) fetchConn(u *upstream, broker int32) (*upConn, error) {
-	k := upKey{u.name, broker}
+func (c *clientConn) fetchConn(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
+	k := upKey{u.Name, broker}
 	ucs := c.fetchUps[k][:0]
 	for _, uc := range c.fetchUps[k] {
 		switch {
-		case uc.alive() && uc.renewing() && uc.quiet():
-			uc.pool.put(uc) // its session ends soon (upConn)
-		case uc.alive() && uc.expired():
-			uc.pool.retire(uc)
-		case uc.alive():
+		case uc.Alive() && uc.Renewing() && uc.Quiet():
+			uc.Pool.Put(uc) // its session ends soon (upConn)
+		case uc.Alive() && uc.Expired():
+			uc.Pool.Retire(uc)
+		case uc.Alive():
 			ucs = append(ucs, uc)
 		default:
-			uc.pool.put(uc)
+			uc.Pool.Put(uc)
 		}
 	}
 	c.fetchUps[k] = ucs
-	var best *upConn
+	var best *upstream.Conn
 	for _, uc := range ucs {
-		if uc.quiet() && !uc.renewing() {
+		if uc.Quiet() && !uc.Renewing() {
 			return uc, nil
 		}
-		if best == nil || len(uc.inflight) < len(best.inflight) {
+		if best == nil || len(uc.InFlight) < len(best.InFlight) {
 			best = uc
 		}
 	}
@@ -113,7 +115,7 @@ func (c *clientConn) releaseQuiet() {
 		return
 	}
 	defer c.upsMu.Unlock()
-	c.giveBack(false, errUpstreamClosed)
+	c.giveBack(false, upstream.ErrClosed)
 }
 
 // releaseUpstreams gives back every leased connection; called by the reader
@@ -123,9 +125,9 @@ func (c *clientConn) releaseQuiet() {
 // Ferry closed it, for a bad frame), the broker did nothing wrong, and the
 // connection's close is counted for why, whichever goroutine reports it.
 func (c *clientConn) releaseUpstreams(why error) {
-	gone := errClientClosed
+	gone := upstream.ErrClientClosed
 	if why != nil {
-		gone = fmt.Errorf("%w (%w)", errClientClosed, why)
+		gone = fmt.Errorf("%w (%w)", upstream.ErrClientClosed, why)
 	}
 	c.upsMu.Lock()
 	defer c.upsMu.Unlock()
@@ -137,16 +139,16 @@ func (c *clientConn) releaseUpstreams(why error) {
 // in flight with why). The caller holds upsMu.
 func (c *clientConn) giveBack(all bool, why error) {
 	for k, uc := range c.ups {
-		if all || uc.quiet() {
-			uc.pool.release(uc, why)
+		if all || uc.Quiet() {
+			uc.Pool.Release(uc, why)
 			delete(c.ups, k)
 		}
 	}
 	for k, ucs := range c.fetchUps {
 		keep := ucs[:0]
 		for _, uc := range ucs {
-			if all || uc.quiet() {
-				uc.pool.release(uc, why)
+			if all || uc.Quiet() {
+				uc.Pool.Release(uc, why)
 			} else {
 				keep = append(keep, uc)
 			}
@@ -165,13 +167,13 @@ func (c *clientConn) giveBack(all bool, why error) {
 // and perhaps leased to another client by now: it is left alone.
 func (sc *subCall) dropStreamed() {
 	select {
-	case <-sc.p.done:
-		if sc.p.st == nil {
+	case <-sc.p.Done:
+		if sc.p.Streamed == nil {
 			return
 		}
 	default:
 	}
-	sc.uc.close(errUpstreamClosed)
+	sc.uc.Close(upstream.ErrClosed)
 }
 
 // leaseLoop returns the quiet leases of clients that stopped reading (their
@@ -197,9 +199,9 @@ func (s *Server) leaseLoop() {
 			c.releaseQuiet()
 		}
 		for _, u := range s.ups {
-			leased, idle := u.reapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
-			s.metrics.upConns.WithLabelValues(u.name, "leased").Set(float64(leased))
-			s.metrics.upConns.WithLabelValues(u.name, "idle").Set(float64(idle))
+			leased, idle := u.ReapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
+			s.metrics.upConns.WithLabelValues(u.Name, "leased").Set(float64(leased))
+			s.metrics.upConns.WithLabelValues(u.Name, "idle").Set(float64(idle))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -40,7 +41,7 @@ func TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed(t *testing.T) {
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if leased, _ := s.ups["a"].reapIdle(time.Time{}); leased == 1 {
+		if leased, _ := s.ups["a"].ReapIdle(time.Time{}); leased == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -78,12 +79,12 @@ func TestWritePausedPastTheLeaseNotSent(t *testing.T) {
 	}
 
 	var paused atomic.Bool
-	testHookBeforeUpstreamWrite = func(gated bool) {
+	upstream.TestHookBeforeWrite = func(gated bool) {
 		if gated && paused.CompareAndSwap(false, true) {
 			time.Sleep(700 * time.Millisecond) // the member stopped, woken past its lease
 		}
 	}
-	t.Cleanup(func() { testHookBeforeUpstreamWrite = nil })
+	t.Cleanup(func() { upstream.TestHookBeforeWrite = nil })
 	lease.until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
 	if e := kerr.ErrorForCode(rawProduce(t, c, "t", 2).ErrorCode); e == nil || !kerr.IsRetriable(e) {
 		t.Fatalf("the produce paused past the lease was answered %v, want a retriable error", e)

@@ -94,7 +94,7 @@ func TestPoolAtBoundAnswersRetriable(t *testing.T) {
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if leased, _ := s.ups["a"].reapIdle(time.Time{}); leased == 1 {
+		if leased, _ := s.ups["a"].ReapIdle(time.Time{}); leased == 1 {
 			break // the fetch is upstream, parked
 		}
 		if time.Now().After(deadline) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -30,7 +31,7 @@ type metrics struct {
 	// read whole; fillersHidden the filler batches emptied on the way.
 	streamed      prometheus.Counter
 	fillersHidden prometheus.Counter
-	// buffered is the bytes of requests and answers held (budget.go);
+	// buffered is the bytes of requests and answers held (upstream.Budget);
 	// readPauses counts the times reading waited for a budget.
 	buffered   prometheus.Gauge
 	readPauses prometheus.Counter
@@ -125,7 +126,7 @@ func (m *metrics) observe(key int16, start time.Time, err error) {
 		return
 	}
 	km := &m.byKey[key]
-	if errors.Is(err, errClientClosed) {
+	if errors.Is(err, upstream.ErrClientClosed) {
 		km.abandoned.Inc() // answered to nobody: not a request answered, nor a failure
 		return
 	}

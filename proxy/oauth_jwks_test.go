@@ -80,7 +80,7 @@ func TestOAuthSlowJWKSDoesNotStallLogins(t *testing.T) {
 // TestOAuthJWKSUnreachableAtStart: with the JWKS endpoint failing, Ferry
 // starts; OAUTHBEARER logins are refused with a message saying the keys
 // are not there yet (counted keys_unavailable), and AuthReady and
-// AuthStatus (/readyz, /status) say why. Once the endpoint answers, the
+// OAuthKeys (/readyz, /status) say why. Once the endpoint answers, the
 // keys are fetched without a login asking, and logins succeed.
 func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	k1 := authtest.NewKey(t, "k1")
@@ -99,7 +99,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	testwait.Until(t, 20*time.Second, "the first fetch to fail", func() bool {
-		return s.AuthStatus().OAuthKeys.Error != "" && !strings.Contains(s.AuthStatus().OAuthKeys.Error, "under way")
+		return s.OAuthKeys().Error != "" && !strings.Contains(s.OAuthKeys().Error, "under way")
 	})
 	err := oauthLogin(ctx, t, addr, k1.Token("svc"))
 	if !errors.Is(err, kerr.SaslAuthenticationFailed) || !strings.Contains(err.Error(), "token signing keys") {
@@ -111,7 +111,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	if err := s.AuthReady(); err == nil || !strings.Contains(err.Error(), srv.URL) || !strings.Contains(err.Error(), "503") {
 		t.Errorf("AuthReady: %v, want the URL and its answer", err)
 	}
-	if st := s.AuthStatus().OAuthKeys; st.Keys != 0 || st.Source != srv.URL || !strings.Contains(st.Error, "503") {
+	if st := s.OAuthKeys(); st.Keys != 0 || st.Source != srv.URL || !strings.Contains(st.Error, "503") {
 		t.Errorf("status %+v", st)
 	}
 
@@ -120,7 +120,7 @@ func TestOAuthJWKSUnreachableAtStart(t *testing.T) {
 	if err := oauthLogin(ctx, t, addr, k1.Token("svc")); err != nil {
 		t.Errorf("login once the keys are fetched: %v", err)
 	}
-	if st := s.AuthStatus().OAuthKeys; st.Keys != 1 || st.FetchedAt == nil || st.Error != "" {
+	if st := s.OAuthKeys(); st.Keys != 1 || st.FetchedAt == nil || st.Error != "" {
 		t.Errorf("status once fetched %+v", st)
 	}
 }

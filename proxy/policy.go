@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
@@ -234,7 +235,7 @@ func (s *Server) enforceConfigPolicy(c *clientConn, req *request, kr kmsg.Reques
 func rewriteFrame(req *request, kr kmsg.Request) {
 	buf := encodeRequest(req, kr)
 	req.frame.B = append(req.frame.B[:0], buf.B...)
-	encodedBufs.Put(buf)
+	upstream.EncodedBufs.Put(buf)
 }
 
 // configAnswer is the answer for one refused config resource.

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // refusals reads ferry_refusals_total{api,reason}.
@@ -426,7 +427,7 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{nil, []string{"produce"}},
 		{[]string{"topic_delete"}, []string{"topic_delete"}},
 	} {
-		_, err := New(WithClusterID("x"), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs()}),
+		_, err := New(WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs()}),
 			WithFleet(routing.NewStaticFleet(routing.Broker{Host: "h", Port: 1})), WithRequestPolicy(tc.allow, tc.deny))
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("allow %v deny %v: error %v, want a configuration error", tc.allow, tc.deny, err)

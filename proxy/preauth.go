@@ -66,7 +66,7 @@ func (c *clientConn) authenticatedNow() {
 	if c.authTimer != nil {
 		c.authTimer.Stop()
 	}
-	c.mem.authenticated()
+	c.mem.Authenticated()
 	c.s.mu.Lock()
 	c.s.leaveUnauthLocked(c)
 	c.s.mu.Unlock()

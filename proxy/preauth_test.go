@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/internal/testwait"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // maxGauge is a gauge that remembers the largest value it was set to.
@@ -40,10 +41,8 @@ func (g *maxGauge) peak() float64 {
 
 // watchBuffered makes s remember the peak of ferry_buffered_bytes.
 func watchBuffered(s *Server) *maxGauge {
-	memMu.Lock()
-	defer memMu.Unlock()
-	g := &maxGauge{Gauge: s.mem.gauge}
-	s.mem.gauge = g
+	var g *maxGauge
+	s.mem.WrapGauge(func(in prometheus.Gauge) prometheus.Gauge { g = &maxGauge{Gauge: in}; return g })
 	return g
 }
 
@@ -124,7 +123,7 @@ func TestUnauthenticatedFramesNotChargedToSharedBudget(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "legit"))
 	sasl := e.sasl(clientauth.MechanismSCRAMSHA512)
 	sasl.PreAuth.Timeout = 3 * time.Second
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl), WithBufferBudget(MinBufferBudget, 256<<10))
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClientSASL(sasl), WithBufferBudget(upstream.MinBufferBudget, 256<<10))
 	peak := watchBuffered(s)
 	var attackers []*rawClient
 	for range 4 {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // identities numbers the principals mapped by any cluster.
@@ -48,7 +49,7 @@ type identities struct {
 	names []string         // by number; names[0] is "" (the service identity)
 }
 
-func newIdentities(clusters []Cluster) identities {
+func newIdentities(clusters []upstream.Config) identities {
 	var names []string
 	for _, cl := range clusters {
 		for p := range cl.Principals {
@@ -68,7 +69,7 @@ func newIdentities(clusters []Cluster) identities {
 // securities lays out a cluster's credentials by identity number: [0] is
 // the service identity, [i] the credentials of principal i (nil when the
 // cluster does not map it: its requests go on the service identity).
-func (id identities) securities(cl Cluster) []*clusterauth.Security {
+func (id identities) securities(cl upstream.Config) []*clusterauth.Security {
 	out := make([]*clusterauth.Security, len(id.names))
 	out[0] = cl.Security
 	for p, sec := range cl.Principals {
@@ -118,14 +119,14 @@ func (s *Server) CheckPrincipals(ctx context.Context, cluster string) ([]Princip
 	if u == nil {
 		return nil, fmt.Errorf("cluster %q is not configured", cluster)
 	}
-	addrs := u.brokerAddrs()
+	addrs := u.BrokerAddrs()
 	var (
 		mu    sync.Mutex
 		fails []PrincipalFailure
 		wg    sync.WaitGroup
 		slots = make(chan struct{}, principalCheckers)
 	)
-	for i, sec := range u.idents {
+	for i, sec := range u.Idents {
 		if i == 0 || sec == nil {
 			continue
 		}

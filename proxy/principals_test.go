@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // aclKfake is a kfake cluster with SASL and ACLs: the superuser ferry,
@@ -87,7 +88,7 @@ func TestPrincipalMapping(t *testing.T) {
 	e.addUser(t, "bob", "bob-secret")
 	e.addUser(t, "carol", "carol-secret")
 	sec, mapped := principalSecurity(t, "a")
-	cluster := Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}
+	cluster := upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -127,7 +128,7 @@ func TestPrincipalMapping(t *testing.T) {
 	}
 	kb := aclKfake(t)
 	secB, mappedB := principalSecurity(t, "b")
-	sb, _ := startFerry(t, kb.ListenAddrs(), WithClusters(Cluster{Name: "b", Bootstrap: kb.ListenAddrs(), Security: secB, Principals: mappedB}))
+	sb, _ := startFerry(t, kb.ListenAddrs(), WithClusters(upstream.Config{Name: "b", Bootstrap: kb.ListenAddrs(), Security: secB, Principals: mappedB}))
 	start := time.Now()
 	fails, err := sb.CheckPrincipals(ctx, "b")
 	if err != nil || len(fails) != 1 || fails[0].Principal != "User:bob" || !clusterauth.AuthFailed(fails[0].Err) {
@@ -148,7 +149,7 @@ func TestPrincipalMappingClientCertificate(t *testing.T) {
 	mapped = map[string]*clusterauth.Security{"User:CN=alice": mapped["User:alice"]}
 	tc := e.tls()
 	tc.ClientCAFile, tc.ClientAuth = e.caFile, clientauth.ClientAuthRequest
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
 		WithClientTLS(tc), WithRefuseUnmapped(true))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

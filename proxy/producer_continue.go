@@ -58,6 +58,7 @@ import (
 
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // continueWait bounds how long a producer's partition waits for the batch
@@ -127,7 +128,7 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 		defer cancel()
 		// Every partition either cluster knows (the mirror keeps the
 		// counts alike).
-		n := max(u.snapshot().topics[topic].partitionCount(), req.up.snapshot().topics[topic].partitionCount(), k.partition+1)
+		n := max(u.Snapshot().Topics[topic].PartitionCount(), req.up.Snapshot().Topics[topic].PartitionCount(), k.partition+1)
 		all := make([]int32, n)
 		for i := range all {
 			all[i] = int32(i)
@@ -227,12 +228,12 @@ func (s *Server) previousPID(ctx context.Context, gen, prevGen uint32, virt int6
 // each. A partition or topic answered with an error (the topic missing
 // there, say) is left out, and its first batches are written unchecked;
 // an error is the cluster's (unreachable).
-func describeProducers(ctx context.Context, u *upstream, topic string, partitions []int32) (map[int32]map[int64]prodState, error) {
+func describeProducers(ctx context.Context, u *upstream.Cluster, topic string, partitions []int32) (map[int32]map[int64]prodState, error) {
 	req := kmsg.NewPtrDescribeProducersRequest()
 	rt := kmsg.NewDescribeProducersRequestTopic()
 	rt.Topic, rt.Partitions = topic, partitions
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, u.cl) // split by leader, answers merged (kgo)
+	resp, err := req.RequestWith(ctx, u.Client) // split by leader, answers merged (kgo)
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
 		// The cluster answered, for the topic (unknown there, not
@@ -395,7 +396,7 @@ func (r *remappedPIDs) notePrev(prevGen uint32, virt, phys int64) {
 // to read) is answered retriable, for continueWait at most; past that the
 // batch is written (a duplicate, were it written long before, rather than
 // a loss).
-func (s *Server) writtenBefore(ctx context.Context, c *clientConn, req *request, k gapKey, topic string, u *upstream, prevGen uint32, old int64, epoch int16, seq int32) int16 {
+func (s *Server) writtenBefore(ctx context.Context, c *clientConn, req *request, k gapKey, topic string, u *upstream.Cluster, prevGen uint32, old int64, epoch int16, seq int32) int16 {
 	hi, ok := req.state.FenceEnd(prevGen, topic, k.partition)
 	if !ok {
 		hi = -1
@@ -436,11 +437,11 @@ const findBatchBytes = 64 << 20
 // a producer's batches in sequence order, so the walk back ends at the
 // first batch of pid below seq, or of an older epoch. It reads only batch
 // headers.
-func findBatch(ctx context.Context, u *upstream, topic string, partition int32, lo, hi, pid int64, epoch int16, seq int32) (int64, bool, error) {
+func findBatch(ctx context.Context, u *upstream.Cluster, topic string, partition int32, lo, hi, pid int64, epoch int16, seq int32) (int64, bool, error) {
 	// The partition's leader and the topic's ID there, asked (the
 	// metadata this member keeps of a cluster it no longer routes to may
 	// be stale), and the log's bounds.
-	adm := kadm.NewClient(u.cl)
+	adm := kadm.NewClient(u.Client)
 	meta, err := adm.Metadata(ctx, topic)
 	if err != nil {
 		return 0, false, err
@@ -473,7 +474,7 @@ func findBatch(ctx context.Context, u *upstream, topic string, partition int32, 
 		hi = end
 	}
 	lo = max(lo, start)
-	br, id := u.cl.Broker(int(pd.Leader)), [16]byte(td.ID)
+	br, id := u.Client.Broker(int(pd.Leader)), [16]byte(td.ID)
 	fetch := func(at int64) (*kmsg.FetchResponseTopicPartition, error) {
 		req := kmsg.NewPtrFetchRequest()
 		req.ReplicaID = -1

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // producerState is a producer's state in a partition as DescribeProducers
@@ -107,7 +108,7 @@ func TestIdempotentRetryBelowTheLastSequenceLookedUp(t *testing.T) {
 	b := newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	table := routing.NewTable(routing.State{Generation: prevGen, Active: "a"})
 	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: b.ListenAddrs()}))
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs()}))
 	seedPartition(t, a) // a: "before" at 0
 	p, q := produceAnswered(t, addr, virt), produceAnswered(t, addr, virt2)
 	for _, w := range []struct {
@@ -454,7 +455,7 @@ func startThree(t *testing.T, gen uint32) *three {
 	for id := range int32(3) {
 		f.tables[id] = routing.NewTable(routing.State{Generation: gen, Active: "a"})
 		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithFleet(fleet),
-			WithClusters(Cluster{Name: "a", Bootstrap: f.a.ListenAddrs()}, Cluster{Name: "b", Bootstrap: f.b.ListenAddrs()}),
+			WithClusters(upstream.Config{Name: "a", Bootstrap: f.a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: f.b.ListenAddrs()}),
 			WithRoutingTable(f.tables[id]), WithPeers(peerAs{f.peers, id}))
 		f.peers.set(id, f.members[id])
 	}

@@ -74,6 +74,7 @@ import (
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // reasonOtherGeneration counts requests carrying a producer ID of another
@@ -493,10 +494,10 @@ func readyIn(m *simplelru.LRU[int64, *remapped], virt int64) (phys int64, ok boo
 }
 
 // allocatePID asks the cluster for an idempotent producer ID.
-func allocatePID(ctx context.Context, u *upstream) (int64, error) {
+func allocatePID(ctx context.Context, u *upstream.Cluster) (int64, error) {
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.TransactionTimeoutMillis = math.MaxInt32
-	resp, err := ip.RequestWith(ctx, u.cl)
+	resp, err := ip.RequestWith(ctx, u.Client)
 	if err != nil {
 		return -1, err
 	}

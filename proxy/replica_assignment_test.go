@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // addMember adds a second Ferry member (node 1) to the fleet: its lanes are
@@ -212,7 +213,7 @@ func TestReplicaLanes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &Server{lanes: c.lanes}
-			u := &upstream{lanes: map[int32]int{11: 0, 12: 1, 13: 2}}
+			u := &upstream.Cluster{Lanes: map[int32]int{11: 0, 12: 1, 13: 2}}
 			r, isr := s.replicaLanes(u, c.brokers, c.leader, c.replicas, c.isr)
 			if !slices.Equal(r, c.wantReplicas) || !slices.Equal(isr, c.wantI) {
 				t.Errorf("replicas %v isr %v, want %v and %v", r, isr, c.wantReplicas, c.wantI)

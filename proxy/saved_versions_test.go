@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestSavedVersionsNarrowWhileAClusterIsDown: a member that starts with a
@@ -28,7 +29,7 @@ func TestSavedVersionsNarrowWhileAClusterIsDown(t *testing.T) {
 	dead.Close()
 	produceMax := func(st routing.State) (int16, *Server) {
 		s, addr := startFerry(t, c.ListenAddrs(),
-			WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs()}, Cluster{Name: "b", Bootstrap: []string{deadAddr}}),
+			WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: []string{deadAddr}}),
 			WithRoutingTable(routing.NewTable(st)), WithStandbyWait(200*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -14,8 +14,11 @@ import (
 
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/listen"
+	"github.com/ferry-gw/ferry/internal/logsample"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Server is one Ferry member's Kafka listener: the virtual cluster.
@@ -24,9 +27,9 @@ type Server struct {
 	log     *zap.Logger
 	routes  *routing.Table
 	fleet   routing.Fleet
-	ups     map[string]*upstream
+	ups     map[string]*upstream.Cluster
 	metrics *metrics
-	mem     *memBudget
+	mem     *upstream.Budget
 	// connMetrics count accept errors and closes by reason.
 	connMetrics *connMetrics
 	// clientMetrics count by client_id and software; connIDs numbers the
@@ -34,10 +37,10 @@ type Server struct {
 	clientMetrics *connstats.ClientMetrics
 	connIDs       atomic.Uint64
 	closedConns   connstats.Ring
-	acceptLog     acceptLog
+	acceptLog     listen.Log
 	// refusalLogs samples the log lines about refused requests and
 	// frames.
-	refusalLogs *LogSampler
+	refusalLogs *logsample.Sampler
 	// policy says which classes of request clients may send.
 	policy policy
 	// internal are Ferry's own topics, hidden from clients
@@ -117,7 +120,7 @@ func New(opts ...Option) (*Server, error) {
 		log:    cfg.log,
 		routes: cfg.routes,
 		fleet:  cfg.fleet,
-		ups:    make(map[string]*upstream, len(cfg.clusters)),
+		ups:    make(map[string]*upstream.Cluster, len(cfg.clusters)),
 		lns:    make(map[net.Listener]struct{}),
 		conns:  make(map[*clientConn]struct{}),
 
@@ -125,7 +128,7 @@ func New(opts ...Option) (*Server, error) {
 		unauthByIP: make(map[string]int),
 		drainc:     make(chan struct{}),
 
-		refusalLogs: NewLogSampler(cfg.refusalLogEvery),
+		refusalLogs: logsample.New(cfg.refusalLogEvery),
 		policy:      cfg.policy,
 		internal:    newInternalTopics(cfg.clusterID, cfg.internalTopics),
 	}
@@ -142,7 +145,7 @@ func New(opts ...Option) (*Server, error) {
 	if s.txnTimeouts, err = lru.New[string, int32](maxTxnTimeouts); err != nil {
 		return nil, err
 	}
-	s.mem = newMemBudget(s.cfg.processBufferBudget, s.cfg.connBufferBudget, m.buffered, m.readPauses)
+	s.mem = upstream.NewBudget(s.cfg.processBufferBudget, s.cfg.connBufferBudget, m.buffered, m.readPauses)
 	if s.connMetrics, err = newConnMetrics(cfg.reg); err != nil {
 		return nil, err
 	}
@@ -154,14 +157,14 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s.idents = newIdentities(cfg.clusters)
 	for _, cl := range cfg.clusters {
-		u, err := newUpstream(Options{ClusterID: s.cfg.clusterID, Log: s.cfg.log, DialTimeout: s.cfg.dialTimeout, MaxConnsPerBroker: s.cfg.maxConnsPerBroker, IdleConnsPerBroker: s.cfg.idleConnsPerBroker, MaxResponseSize: s.cfg.maxResponseSize}, cl)
+		u, err := upstream.New(upstream.Options{ClusterID: s.cfg.clusterID, Log: s.cfg.log, DialTimeout: s.cfg.dialTimeout, MaxConnsPerBroker: s.cfg.maxConnsPerBroker, IdleConnsPerBroker: s.cfg.idleConnsPerBroker, MaxResponseSize: s.cfg.maxResponseSize}, cl)
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
-		u.idents, u.names = s.idents.securities(cl), s.idents.names
-		u.spawn = s.goTracked
-		u.coordsEvicted = m.evictions.WithLabelValues(stateCoordinators)
+		u.Idents, u.Names = s.idents.securities(cl), s.idents.names
+		u.Spawn = s.goTracked
+		u.CoordsEvicted = m.evictions.WithLabelValues(stateCoordinators)
 		s.ups[cl.Name] = u
 	}
 	return s, nil
@@ -183,7 +186,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.learnFeatures(s.ups[active], false)
 	for name, u := range s.ups {
 		if name == active {
-			sets = append(sets, u.versions)
+			sets = append(sets, u.Versions)
 			continue
 		}
 		// With the versions saved at the last switch, a cluster that
@@ -197,7 +200,7 @@ func (s *Server) Start(ctx context.Context) error {
 		err := s.startCluster(wctx, u)
 		cancel()
 		if err == nil {
-			sets = append(sets, u.versions)
+			sets = append(sets, u.Versions)
 			s.learnFeatures(u, false)
 			continue
 		}
@@ -228,7 +231,7 @@ func (s *Server) Start(ctx context.Context) error {
 		// As many lanes as the largest cluster has brokers: each
 		// physical leader gets a virtual broker of its own.
 		for _, u := range s.ups {
-			s.lanes = max(s.lanes, len(u.snapshot().brokers))
+			s.lanes = max(s.lanes, len(u.Snapshot().Brokers))
 		}
 	}
 	s.lanes = min(max(s.lanes, 1), laneStride)
@@ -245,22 +248,22 @@ func (s *Server) Start(ctx context.Context) error {
 const savedStandbyWait = 3 * time.Second
 
 // startCluster connects to one cluster, retrying until ctx ends.
-func (s *Server) startCluster(ctx context.Context, u *upstream) error {
+func (s *Server) startCluster(ctx context.Context, u *upstream.Cluster) error {
 	for attempt := 0; ; attempt++ {
-		err := u.start(ctx)
+		err := u.Start(ctx)
 		if err == nil {
-			u.started.Store(true)
+			u.Started.Store(true)
 			return nil
 		}
-		if authFailed(err) {
-			s.log.Error("authentication to the cluster failed; retrying", zap.String("cluster", u.name),
-				zap.String("security", u.sec.Describe()), zap.Error(err))
+		if upstream.AuthFailed(err) {
+			s.log.Error("authentication to the cluster failed; retrying", zap.String("cluster", u.Name),
+				zap.String("security", u.Security.Describe()), zap.Error(err))
 		} else {
-			s.log.Warn("cluster unreachable; retrying", zap.String("cluster", u.name), zap.Error(err))
+			s.log.Warn("cluster unreachable; retrying", zap.String("cluster", u.Name), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cluster %q unreachable: %w", u.name, err)
+			return fmt.Errorf("cluster %q unreachable: %w", u.Name, err)
 		case <-time.After(min(time.Duration(attempt+1)*500*time.Millisecond, 5*time.Second)):
 		}
 	}
@@ -268,14 +271,14 @@ func (s *Server) startCluster(ctx context.Context, u *upstream) error {
 
 // checkLateVersions logs what a cluster reached after Ferry started serving
 // lacks of the versions clients were offered.
-func (s *Server) checkLateVersions(u *upstream) {
-	missing := s.versions.Only(clientKeys()...).Missing(u.versions) // not SaslHandshake: Ferry answers it
+func (s *Server) checkLateVersions(u *upstream.Cluster) {
+	missing := s.versions.Only(clientKeys()...).Missing(u.Versions) // not SaslHandshake: Ferry answers it
 	if len(missing) == 0 {
-		s.log.Info("cluster reached; it supports every API version Ferry advertises", zap.String("cluster", u.name))
+		s.log.Info("cluster reached; it supports every API version Ferry advertises", zap.String("cluster", u.Name))
 		return
 	}
 	s.log.Error("cluster reached late supports fewer API versions than Ferry advertises: clients using them would fail after a switch to it; restart Ferry to advertise what both support",
-		zap.String("cluster", u.name), zap.Strings("missing", missing))
+		zap.String("cluster", u.Name), zap.Strings("missing", missing))
 }
 
 // refreshLoop refreshes upstream metadata periodically.
@@ -289,7 +292,7 @@ func (s *Server) refreshLoop() {
 		case <-t.C:
 			for name, u := range s.ups {
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-				if _, err := u.refresh(ctx, true); err != nil {
+				if _, err := u.Refresh(ctx, true); err != nil {
 					s.log.Warn("metadata refresh failed", zap.String("cluster", name), zap.Error(err))
 				}
 				cancel()
@@ -334,8 +337,8 @@ func (s *Server) ServeLane(ln net.Listener, lane int) error {
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
 	// Out of file descriptors and the like: retried, serving the open
-	// connections meanwhile (accept.go).
-	rl := newRetryingListener(ln, s.log, "a client", func(reason string) { s.connMetrics.acceptErrors(reason).Inc() }, &s.acceptLog, s.ctx.Done())
+	// connections meanwhile (internal/listen).
+	rl := listen.New(ln, s.log, "a client", func(reason string) { s.connMetrics.acceptErrors(reason).Inc() }, &s.acceptLog, s.ctx.Done())
 	for {
 		nc, err := rl.Accept()
 		if err != nil {
@@ -471,7 +474,7 @@ func (s *Server) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	for _, u := range s.ups {
-		u.close()
+		u.Close()
 	}
 	return nil
 }
@@ -497,7 +500,7 @@ func (s *Server) Versions() protocol.Versions { return s.versions }
 // theirs.
 func (s *Server) SavedVersions() map[int16][2]int16 {
 	for _, u := range s.ups {
-		if !u.started.Load() {
+		if !u.Started.Load() {
 			return nil
 		}
 	}

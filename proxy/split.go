@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
@@ -15,8 +16,8 @@ import (
 type subCall struct {
 	broker int32
 	req    kmsg.Request
-	p      *pending
-	uc     *upConn // for fetches: the connection it went out on
+	p      *upstream.Pending
+	uc     *upstream.Conn // for fetches: the connection it went out on
 	err    error
 }
 
@@ -37,13 +38,13 @@ func (c *clientConn) sendSplit(req *request, parts map[int32]kmsg.Request, expec
 			c.upsMu.Lock()
 			if sc.uc, sc.err = c.fetchConn(req.up, b); sc.err == nil {
 				c.s.metrics.bytesUp.Add(float64(len(buf.B) + 4))
-				sc.p, sc.err = sc.uc.sendFrame(buf.B, true, stream, nil) // fetches are not writes
+				sc.p, sc.err = sc.uc.SendFrame(buf.B, true, stream, nil) // fetches are not writes
 			}
 			c.upsMu.Unlock()
 		} else {
 			sc.p, sc.err = c.sendRaw(req, b, buf.B, expectResponse)
 		}
-		encodedBufs.Put(buf)
+		upstream.EncodedBufs.Put(buf)
 		if sc.err != nil {
 			c.log.Debug("upstream send failed", zap.Int32("broker", b), zap.Error(sc.err))
 		}
@@ -61,7 +62,7 @@ type gathered struct {
 
 func (g *gathered) release() {
 	for _, b := range g.bufs {
-		responseBufs.Put(b)
+		upstream.ResponseBufs.Put(b)
 	}
 }
 
@@ -78,18 +79,18 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 			// As for a request to one leader (upstreamFailed): the
 			// partitions of a leader that cannot be reached are
 			// answered NOT_LEADER once the cluster moved them.
-			if ue := (*unreachableError)(nil); errors.As(sc.err, &ue) && req.kr != nil {
-				req.up.waitLeaderMoved(ctx, ue.broker, leaderWait(req.kr))
+			if ue := (*upstream.UnreachableError)(nil); errors.As(sc.err, &ue) && req.kr != nil {
+				req.up.WaitLeaderMoved(ctx, ue.Broker, upstream.LeaderWait(req.kr))
 			}
 			continue
 		}
-		buf, err := sc.p.wait(ctx)
+		buf, err := sc.p.Wait(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				g.release()
 				return nil, ctx.Err()
 			}
-			if errors.Is(err, errClientClosed) { // nobody to answer
+			if errors.Is(err, upstream.ErrClientClosed) { // nobody to answer
 				g.release()
 				return nil, err
 			}
@@ -106,7 +107,7 @@ func (c *clientConn) gather(ctx context.Context, req *request, calls []*subCall)
 		g.resps[i] = resp
 	}
 	if failed {
-		req.up.refreshSoon()
+		req.up.RefreshSoon()
 	}
 
 	return g, nil
@@ -156,14 +157,14 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 	for ti := range topics {
 		name, id, parts := topic(&topics[ti])
 		if byID {
-			info := req.up.topicByVID(c.ctx, id)
+			info := req.up.TopicByVID(c.ctx, id)
 			if info == nil {
 				for pi := range parts {
 					sp.fail(ti, partition(&parts[pi]), kerr.UnknownTopicID.Code)
 				}
 				continue
 			}
-			name, id = info.name, info.id
+			name, id = info.Name, info.ID
 		}
 		if c.s.internal.has(name) {
 			// Ferry's own (internal_topics.go): never forwarded.
@@ -177,26 +178,26 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 		for pi := range parts {
 			p := parts[pi]
 			pn := partition(&p)
-			pinfo, ok := req.up.partition(c.ctx, name, pn)
+			pinfo, ok := req.up.Partition(c.ctx, name, pn)
 			switch {
 			case !ok:
 				sp.fail(ti, pn, kerr.UnknownTopicOrPartition.Code)
 				continue
-			case pinfo.leader < 0:
+			case pinfo.Leader < 0:
 				sp.fail(ti, pn, kerr.NotLeaderForPartition.Code)
 				continue
 			}
-			if code := check(ti, name, &p, pinfo.leader); code != 0 {
+			if code := check(ti, name, &p, pinfo.Leader); code != 0 {
 				sp.fail(ti, pn, code)
 				continue
 			}
-			ts := sp.brokers[pinfo.leader]
+			ts := sp.brokers[pinfo.Leader]
 			if n := len(ts); n > 0 && ts[n-1].ti == ti {
 				ts[n-1].parts = append(ts[n-1].parts, p)
 			} else {
 				ts = append(ts, splitTopic[P]{ti: ti, parts: []P{p}})
 			}
-			sp.brokers[pinfo.leader] = ts
+			sp.brokers[pinfo.Leader] = ts
 		}
 	}
 	if internal {

@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -90,19 +91,19 @@ func (s *Server) itemRules(c *clientConn, req *request) []itemRule {
 		}})
 	}
 	u := req.up
-	if u != nil && !u.started.Load() {
+	if u != nil && !u.Started.Load() {
 		u = nil // handle answers for it: nothing is forwarded
 	}
 	if u != nil && topicIDKeys[key] {
 		rules = append(rules, itemRule{reasonUnknownTopicID, kerr.UnknownTopicID.Code, unknownTopicIDMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
-			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+			ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 			defer cancel()
-			return takeUnknownTopicIDs(kr, func(id [16]byte) bool { return u.topicByVID(ctx, id) != nil })
+			return takeUnknownTopicIDs(kr, func(id [16]byte) bool { return u.TopicByVID(ctx, id) != nil })
 		}})
 	}
 	if kafkaInternalKeys[key] {
 		rules = append(rules, itemRule{reasonKafkaInternalTopic, topicAuthFailed, kafkaInternalMessage, func(kr kmsg.Request) (kmsg.Request, bool) {
-			ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
+			ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)
 			defer cancel()
 			return takeTopics(kr, func(name string, id [16]byte) bool { return kafkaInternal(ctx, u, name, id) })
 		}})
@@ -117,10 +118,10 @@ func (s *Server) itemRules(c *clientConn, req *request) []itemRule {
 // the prefix is Kafka's convention for state a cluster keeps in topics),
 // and any topic the cluster's Metadata marks internal. u may be nil (no
 // cluster reached): the names alone decide.
-func kafkaInternal(ctx context.Context, u *upstream, name string, id [16]byte) bool {
+func kafkaInternal(ctx context.Context, u *upstream.Cluster, name string, id [16]byte) bool {
 	if name == "" && id != ([16]byte{}) && u != nil {
-		if t := u.topicByVID(ctx, id); t != nil {
-			name = t.name
+		if t := u.TopicByVID(ctx, id); t != nil {
+			name = t.Name
 		}
 	}
 	if strings.HasPrefix(name, "__") {
@@ -129,8 +130,8 @@ func kafkaInternal(ctx context.Context, u *upstream, name string, id [16]byte) b
 	if u == nil {
 		return false
 	}
-	t := u.snapshot().topics[name]
-	return t != nil && t.internal
+	t := u.Snapshot().Topics[name]
+	return t != nil && t.Internal
 }
 
 // takeUnknownTopicIDs takes the items naming a topic by an ID that known

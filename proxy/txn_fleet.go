@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -157,7 +158,7 @@ func (s *Server) ownTxn(gen uint32, txnID string) bool {
 // idempotentPID is remappedPIDs.physicalBy where the client's ID is kept:
 // the member its virtual ID hashes to allocates the physical one, and
 // this member keeps the answer.
-func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
+func (s *Server) idempotentPID(ctx context.Context, u *upstream.Cluster, gen uint32, virt int64) (int64, error) {
 	owner, remote := s.peerOwner("pid\x00" + strconv.FormatInt(virt, 10))
 	alloc := func(ctx context.Context) (int64, error) { return s.ownerPID(ctx, u, gen, virt) }
 	if remote {
@@ -188,7 +189,7 @@ func (s *Server) idempotentPID(ctx context.Context, u *upstream, gen uint32, vir
 // out of order (the broker takes any first sequence from a fresh ID): a
 // member that does not answer fails the allocation (the client retries)
 // rather than count as holding none.
-func (s *Server) ownerPID(ctx context.Context, u *upstream, gen uint32, virt int64) (int64, error) {
+func (s *Server) ownerPID(ctx context.Context, u *upstream.Cluster, gen uint32, virt int64) (int64, error) {
 	if s.cfg.peers != nil {
 		phys, err := s.heldByPeers(ctx, txnCall{Op: "pidheld", Query: txnQuery{Gen: gen, PID: virt}})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // txnRemaps holds, under the current generation, per transactional ID, the
@@ -207,7 +208,7 @@ func (r *txnRemaps) lookup(gen uint32, txnID string, virt int64, epoch int16, fn
 // resolve returns e's physical ID and epoch, initialising txnID on u the
 // first time (concurrent callers wait for the same init; a failed one is
 // tried again by the next caller).
-func (r *txnRemaps) resolve(ctx context.Context, u *upstream, txnID string, e *txnRemap, timeout int32) (int64, int16, error) {
+func (r *txnRemaps) resolve(ctx context.Context, u *upstream.Cluster, txnID string, e *txnRemap, timeout int32) (int64, int16, error) {
 	for {
 		r.mu.Lock()
 		if r.peekLocked(txnID) != e {
@@ -482,7 +483,7 @@ func (s *Server) txnReply(req *request, kr kmsg.Request, d txnDecision) *reply {
 // transactional ID on u when the request goes on under the mapping or is an
 // EndTxn v5+ answered by Ferry. e is the mapping a forwarded request's
 // answer is noted on.
-func (s *Server) decideStaleTxn(ctx context.Context, u *upstream, q txnQuery) (d txnDecision, e *txnRemap) {
+func (s *Server) decideStaleTxn(ctx context.Context, u *upstream.Cluster, q txnQuery) (d txnDecision, e *txnRemap) {
 	var (
 		verdict remapVerdict
 		forward bool // under the mapping
@@ -588,12 +589,12 @@ func (s *Server) txnTimeout(txnID string) int32 {
 
 // initTxnID initialises txnID afresh on u, which fences and aborts anything
 // it still had open there.
-func initTxnID(ctx context.Context, u *upstream, txnID string, timeout int32) (int64, int16, error) {
+func initTxnID(ctx context.Context, u *upstream.Cluster, txnID string, timeout int32) (int64, int16, error) {
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.TransactionalID = &txnID
 	ip.TransactionTimeoutMillis = timeout
 	for {
-		got, err := ip.RequestWith(ctx, u.cl)
+		got, err := ip.RequestWith(ctx, u.Client)
 		code := kerr.CoordinatorNotAvailable.Code
 		if err == nil {
 			code = got.ErrorCode

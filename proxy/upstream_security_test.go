@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // countingListener counts the connections a fake broker accepts.
@@ -80,7 +81,7 @@ func secureKfake(t *testing.T, reauth time.Duration) (c *kfake.Cluster, sec *clu
 // before their sessions end while traffic flows, without a failed request.
 func TestUpstreamSASLSSL(t *testing.T) {
 	c, sec, _, accepted := secureKfake(t, 2*time.Second)
-	s, addr := startFerry(t, c.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}))
+	s, addr := startFerry(t, c.ListenAddrs(), WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.RecordRetries(0))
@@ -161,7 +162,7 @@ func testutilCounter(t *testing.T, s *Server, name string) float64 {
 func TestUpstreamWrongPassword(t *testing.T) {
 	c, sec, pwFile, _ := secureKfake(t, 1500*time.Millisecond)
 	core, logs := observer.New(zap.InfoLevel)
-	_, addr := startFerry(t, c.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}), WithLogger(zap.New(core)))
+	_, addr := startFerry(t, c.ListenAddrs(), WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}), WithLogger(zap.New(core)))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.RecordRetries(0), kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))
@@ -217,7 +218,7 @@ func TestUpstreamWrongPassword(t *testing.T) {
 // was in flight on a connection being replaced.
 func TestUpstreamSessionsEndUnderPipelining(t *testing.T) {
 	c, sec, _, accepted := secureKfake(t, 1500*time.Millisecond)
-	_, addr := startFerry(t, c.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}))
+	_, addr := startFerry(t, c.ListenAddrs(), WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs(), Security: sec}))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("t"), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1000))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -16,14 +17,14 @@ import (
 // TestUpstreamAuthFailureMessage: bob is mapped to bob-app, a user the
 // cluster does not have. bob's produce is answered a retriable code and a
 // short message that names neither the broker's address nor the upstream
-// user; AuthStatus (/status) has the details, and alice, whose mapping
+// user; UpstreamAuthFailures (/status) has the details, and alice, whose mapping
 // works, is not listed.
 func TestUpstreamAuthFailureMessage(t *testing.T) {
 	kf := aclKfake(t) // no bob-app
 	e := newSecEnv(t)
 	e.addUser(t, "bob", "bob-secret")
 	sec, mapped := principalSecurity(t, "a")
-	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(Cluster{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
+	s, addr := startFerry(t, kf.ListenAddrs(), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs(), Security: sec, Principals: mapped}),
 		WithClientSASL(e.sasl(clientauth.MechanismSCRAMSHA512)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -51,11 +52,11 @@ func TestUpstreamAuthFailureMessage(t *testing.T) {
 	if !strings.Contains(*p.ErrorMessage, "refused the credentials") {
 		t.Errorf("the client's message %q does not say the cluster refused the credentials", *p.ErrorMessage)
 	}
-	st := s.AuthStatus()
-	if len(st.UpstreamFailures) != 1 {
-		t.Fatalf("upstream failures %+v, want bob's", st.UpstreamFailures)
+	fails := s.UpstreamAuthFailures()
+	if len(fails) != 1 {
+		t.Fatalf("upstream failures %+v, want bob's", fails)
 	}
-	f := st.UpstreamFailures[0]
+	f := fails[0]
 	if f.Cluster != "a" || f.Principal != "User:bob" || !strings.Contains(f.Error, "bob-app") || !strings.Contains(f.Error, broker) {
 		t.Errorf("upstream failure %+v, want cluster a, User:bob, the broker %s and the upstream user bob-app", f, broker)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Warming the cluster a switch goes to. When a switch starts (the phase
@@ -31,7 +32,7 @@ func (s *Server) warmLoop() {
 		s.noteGeneration(st.Generation)
 		if st.Phase != routing.PhaseServing && st.Last != nil && st.Last != warmed && st.Last.To != st.Active {
 			warmed = st.Last
-			if from, to := s.ups[st.Active], s.ups[st.Last.To]; from != nil && to != nil && to.started.Load() {
+			if from, to := s.ups[st.Active], s.ups[st.Last.To]; from != nil && to != nil && to.Started.Load() {
 				s.warm(from, to)
 			}
 		}
@@ -45,32 +46,30 @@ func (s *Server) warmLoop() {
 
 // warm refreshes to's metadata and looks up on to the coordinators from
 // has cached.
-func (s *Server) warm(from, to *upstream) {
+func (s *Server) warm(from, to *upstream.Cluster) {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, err := to.refresh(ctx, true); err != nil {
-		s.log.Info("warming the switch's target: metadata refresh failed", zap.String("cluster", to.name), zap.Error(err))
+	if _, err := to.Refresh(ctx, true); err != nil {
+		s.log.Info("warming the switch's target: metadata refresh failed", zap.String("cluster", to.Name), zap.Error(err))
 	}
 	byType := map[int8][]string{}
-	from.coordMu.Lock()
-	keys := from.coords.Keys() // at most maxCoordinators
-	from.coordMu.Unlock()
+	keys := from.CoordinatorKeys()
 	// The most recently used first: the 10 s may not cover them all.
 	for _, k := range slices.Backward(keys) {
-		byType[k.typ] = append(byType[k.typ], k.key)
+		byType[k.Type] = append(byType[k.Type], k.Key)
 	}
 	n := 0
 	for typ, keys := range byType {
 		for len(keys) > 0 {
 			batch := keys[:min(warmBatch, len(keys))]
 			keys = keys[len(batch):]
-			if _, err := to.findCoordinators(ctx, typ, batch); err != nil {
-				s.log.Info("warming the switch's target: coordinator lookup failed", zap.String("cluster", to.name), zap.Error(err))
+			if _, err := to.FindCoordinators(ctx, typ, batch); err != nil {
+				s.log.Info("warming the switch's target: coordinator lookup failed", zap.String("cluster", to.Name), zap.Error(err))
 				break
 			}
 			n += len(batch)
 		}
 	}
-	s.log.Info("warmed the switch's target", zap.String("cluster", to.name), zap.Int("coordinators", n), zap.Duration("took", time.Since(start)))
+	s.log.Info("warmed the switch's target", zap.String("cluster", to.Name), zap.Int("coordinators", n), zap.Duration("took", time.Since(start)))
 }

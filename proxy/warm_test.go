@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestSwitchTargetWarmed: when a switch starts, the cluster it goes to has
@@ -19,7 +20,7 @@ func TestSwitchTargetWarmed(t *testing.T) {
 	a, b := newKfake(t, 1), newKfake(t, 1)
 	table := routing.NewTable(routing.State{Active: "a"})
 	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
-		WithClusters(Cluster{Name: "a", Bootstrap: a.ListenAddrs(), MirrorTarget: true}, Cluster{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs(), MirrorTarget: true}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := newClient(t, addr)
@@ -33,11 +34,9 @@ func TestSwitchTargetWarmed(t *testing.T) {
 	}
 	cached := func(cluster string) int {
 		u := s.ups[cluster]
-		u.coordMu.Lock()
-		defer u.coordMu.Unlock()
 		n := 0
 		for _, g := range groups {
-			if _, ok := u.coords.Peek(coordKey{0, g}); ok {
+			if u.CachedCoordinator(0, g) {
 				n++
 			}
 		}

@@ -18,8 +18,8 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/mirror"
-	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 const testAdminToken = "cli-s3cret"
@@ -63,10 +63,10 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 		admin.WithVersion("v9.9.9"),
 		admin.WithNode(admin.Node{ID: 3, ClusterID: "vc", Advertised: "ferry-3:9092"}),
 		admin.WithRoutes(a.routes),
-		admin.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: []string{"p:9092"}}, proxy.Cluster{Name: "standby", Bootstrap: []string{"s:9092"}}),
+		admin.WithClusters(upstream.Config{Name: "primary", Bootstrap: []string{"p:9092"}}, upstream.Config{Name: "standby", Bootstrap: []string{"s:9092"}}),
 		admin.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 3, Host: "ferry-3", Port: 9092})),
 		admin.WithGatherer(prometheus.NewRegistry()),
-		admin.WithClusterCheck(func(_ context.Context, c proxy.Cluster) error {
+		admin.WithClusterCheck(func(_ context.Context, c upstream.Config) error {
 			if c.Name == "standby" {
 				return errors.New("connection refused")
 			}

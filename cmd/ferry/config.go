@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Config is the file `ferry serve --config FILE` reads (YAML). Every key is
@@ -624,10 +625,10 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 		c.ClientMetricsLimit = ptr(connstats.DefaultClientMetricsLimit)
 	}
 	if c.BufferBudget == 0 {
-		c.BufferBudget = proxy.DefaultProcessBufferBudget
+		c.BufferBudget = upstream.DefaultProcessBufferBudget
 	}
 	if c.BufferBudgetPerConnection == 0 {
-		c.BufferBudgetPerConnection = proxy.DefaultConnBufferBudget
+		c.BufferBudgetPerConnection = upstream.DefaultConnBufferBudget
 	}
 	if c.UpstreamMaxConnsPerBroker == 0 {
 		c.UpstreamMaxConnsPerBroker = defaultUpstreamConns
@@ -804,8 +805,8 @@ func (c *Config) validate() error {
 	if c.MaxRequestSize < 1024 || c.MaxRequestSize > 1<<31-1 {
 		bad("max_request_size %d: must be between 1024 and 2147483647 bytes", c.MaxRequestSize)
 	}
-	if c.BufferBudgetPerConnection < proxy.MinBufferBudget {
-		bad("buffer_budget_per_connection %d: must be at least %d bytes", c.BufferBudgetPerConnection, proxy.MinBufferBudget)
+	if c.BufferBudgetPerConnection < upstream.MinBufferBudget {
+		bad("buffer_budget_per_connection %d: must be at least %d bytes", c.BufferBudgetPerConnection, upstream.MinBufferBudget)
 	}
 	if c.BufferBudget < c.BufferBudgetPerConnection {
 		bad("buffer_budget %d: must be at least buffer_budget_per_connection (%d)", c.BufferBudget, c.BufferBudgetPerConnection)

@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // node is one Ferry member as the binary runs it: the proxy (the virtual
@@ -128,12 +129,12 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	clusters := make([]proxy.Cluster, len(cfg.Clusters))
+	clusters := make([]upstream.Config, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		// With two clusters each is the mirror's target in some
 		// generation (the mirror may run on another member), so
 		// either may hold fillers once a switch happened.
-		clusters[i] = proxy.Cluster{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1, Security: secs[c.Name], Principals: mapped[c.Name]}
+		clusters[i] = upstream.Config{Name: c.Name, Bootstrap: c.Bootstrap, MirrorTarget: len(cfg.Clusters) > 1, Security: secs[c.Name], Principals: mapped[c.Name]}
 		if secs[c.Name].Enabled() {
 			log.Info("cluster security", zap.String("cluster", c.Name), zap.String("security", secs[c.Name].Describe()))
 		}
@@ -258,7 +259,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		admin.WithStarted(n.started.Load),
 		admin.WithMirror(n.mirrorInfo),
 		admin.WithConnections(n.proxy.Connz),
-		admin.WithAuth(n.proxy.AuthStatus, n.proxy.AuthReady),
+		admin.WithAuth(func() admin.AuthStatus {
+			return admin.AuthStatus{OAuthKeys: n.proxy.OAuthKeys(), UpstreamFailures: n.proxy.UpstreamAuthFailures()}
+		}, n.proxy.AuthReady),
 		admin.WithLogger(log.Named("admin")),
 	}
 	if n.mirror != nil {

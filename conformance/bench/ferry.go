@@ -28,6 +28,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 const (
@@ -46,7 +47,7 @@ const (
 // runChild is the Ferry process.
 func runChild(bootstrap, profile string) error {
 	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
-	cl := proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}
+	cl := upstream.Config{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}
 	state := routing.State{Active: cl.Name}
 	if g, ok := os.LookupEnv(generationEnv); ok {
 		gen, err := strconv.ParseUint(g, 10, 32)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // Ferry is a running in-process Ferry.
@@ -33,7 +34,7 @@ func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []proxy.Option{
 		proxy.WithClusterID("ferry-conformance"),
-		proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
+		proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
 		proxy.WithFleet(fleet),
 		proxy.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))),
 		proxy.WithRegisterer(reg),

@@ -14,6 +14,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestConsumeStreamedAtGenerations consumes a few megabytes from real
@@ -48,7 +49,7 @@ func TestConsumeStreamedAtGenerations(t *testing.T) {
 	for _, gen := range []uint32{0, 3} {
 		t.Run(fmt.Sprint("generation-", gen), func(t *testing.T) {
 			f := ferrytest.Start(t, c.Bootstrap(),
-				proxy.WithClusters(proxy.Cluster{Name: "primary", Bootstrap: c.Addrs(), MirrorTarget: true}),
+				proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: c.Addrs(), MirrorTarget: true}),
 				proxy.WithRoutingTable(routing.NewTable(routing.State{Generation: gen, Active: "primary"})))
 			cons := client(t, f.Addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(2<<20))
 			seen := 0

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // A group member that joined on the cluster active before a switch goes on
@@ -109,8 +110,8 @@ func TestCommitOfMemberFromBeforeSwitchLands(t *testing.T) {
 			group := "carry-" + tc.name
 			table := routing.NewTable(routing.State{Active: "primary"})
 			f := ferrytest.Start(t, primary.Bootstrap(), proxy.WithRoutingTable(table), proxy.WithClusters(
-				proxy.Cluster{Name: "primary", Bootstrap: primary.Addrs()},
-				proxy.Cluster{Name: "standby", Bootstrap: standby.Addrs(), MirrorTarget: true}))
+				upstream.Config{Name: "primary", Bootstrap: primary.Addrs()},
+				upstream.Config{Name: "standby", Bootstrap: standby.Addrs(), MirrorTarget: true}))
 			via := client(t, f.Addr)
 			// The topic's ID as Ferry shows it: OffsetCommit v10
 			// names topics by ID, earlier versions by name.

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"runtime/debug"
@@ -14,10 +14,10 @@ import (
 // bytes), and a pool calibrated over both keeps the large buffers of
 // neither, so every large fetch answer would be allocated anew.
 var (
-	requestBufs  = framePool{charged: true} // client request frames
-	responseBufs = framePool{charged: true} // upstream response frames
+	RequestBufs  = FramePool{charged: true} // client request frames
+	ResponseBufs = FramePool{charged: true} // upstream response frames
 	// encodedBufs hold requests and answers Ferry encodes itself.
-	encodedBufs framePool
+	EncodedBufs FramePool
 )
 
 // maxPooledBuf is the largest buffer kept for reuse. A pool keeps what it
@@ -29,18 +29,18 @@ const maxPooledBuf = 1 << 20
 // framePool is a bytebufferpool.Pool that drops buffers over maxPooledBuf,
 // and releases the memory budget a buffer was charged with (budget.go) if
 // its buffers are charged.
-type framePool struct {
+type FramePool struct {
 	p       bytebufferpool.Pool
 	charged bool
 }
 
-func (fp *framePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
+func (fp *FramePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
 
 // Put releases buf's charge, and keeps it for reuse unless it is large:
 // then it is dropped, and its memory reclaimed (largeBufs).
-func (fp *framePool) Put(buf *bytebufferpool.ByteBuffer) {
+func (fp *FramePool) Put(buf *bytebufferpool.ByteBuffer) {
 	if fp.charged {
-		releaseBuf(buf)
+		ReleaseBuf(buf)
 	}
 	if n := cap(buf.B); n > maxPooledBuf {
 		largeBufs.dropped(n)

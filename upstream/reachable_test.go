@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"reflect"
@@ -11,8 +11,8 @@ import (
 // follow in ID order, and a broker the metadata no longer lists is still
 // tried first.
 func TestBrokersFrom(t *testing.T) {
-	u := &upstream{}
-	u.meta.Store(&metaSnapshot{brokers: map[int32]string{3: "c", 1: "a", 2: "b"}})
+	u := &Cluster{}
+	u.Meta.Store(&Snapshot{Brokers: map[int32]string{3: "c", 1: "a", 2: "b"}})
 	for _, tc := range []struct {
 		first int32
 		want  []int32
@@ -22,7 +22,7 @@ func TestBrokersFrom(t *testing.T) {
 		{3, []int32{3, 1, 2}},
 		{9, []int32{9, 1, 2, 3}},
 	} {
-		if got := u.brokersFrom(tc.first); !reflect.DeepEqual(got, tc.want) {
+		if got := u.BrokersFrom(tc.first); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("brokersFrom(%d) = %v, want %v", tc.first, got, tc.want)
 		}
 	}
@@ -32,8 +32,8 @@ func TestBrokersFrom(t *testing.T) {
 // metadata lists it; once the cluster moves its partitions, or drops it,
 // it does not.
 func TestSnapshotLeads(t *testing.T) {
-	u := &upstream{clusterID: "c"}
-	u.meta.Store(&metaSnapshot{brokers: map[int32]string{}})
+	u := &Cluster{ClusterID: "c"}
+	u.Meta.Store(&Snapshot{Brokers: map[int32]string{}})
 	topic := "t"
 	md := func(brokers []int32, leaders ...int32) *kmsg.MetadataResponse {
 		r := kmsg.NewPtrMetadataResponse()
@@ -47,14 +47,14 @@ func TestSnapshotLeads(t *testing.T) {
 		r.Topics = append(r.Topics, rt)
 		return r
 	}
-	s := u.install(md([]int32{1, 2}, 1, 2), true)
-	if !s.leads(1) || !s.leads(2) {
+	s := u.Install(md([]int32{1, 2}, 1, 2), true)
+	if !s.Leads(1) || !s.Leads(2) {
 		t.Fatal("brokers 1 and 2 lead a partition each")
 	}
-	if s = u.install(md([]int32{1, 2}, 2, 2), true); s.leads(1) {
+	if s = u.Install(md([]int32{1, 2}, 2, 2), true); s.Leads(1) {
 		t.Fatal("broker 1 leads nothing once its partition moved")
 	}
-	if s = u.install(md([]int32{2}, 1, 2), true); s.leads(1) {
+	if s = u.Install(md([]int32{2}, 1, 2), true); s.Leads(1) {
 		t.Fatal("broker 1 is no longer listed")
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -20,39 +20,39 @@ import (
 
 // errUpstreamClosed fails requests in flight on an upstream connection that
 // closed; their outcome is unknown.
-var errUpstreamClosed = errors.New("upstream connection closed")
+var ErrClosed = errors.New("upstream connection closed")
 
 // errLeaseLapsed fails a write whose member's write lease lapsed after the
 // write passed the hold (hold.go) and before it was sent: between the two
 // the member may have looked up metadata or opened a connection, or been
 // paused, and a switch may have flipped meanwhile. The client gets its
 // API's retriable error and sends the write again, through the hold.
-var errLeaseLapsed = errors.New("the member's write lease lapsed before the write was sent")
+var ErrLeaseLapsed = errors.New("the member's write lease lapsed before the write was sent")
 
 // errClientClosed fails requests in flight on an upstream connection that
 // Ferry closed because their client's connection ended (the client closed
 // it, or Ferry did after a bad request) while they waited upstream, such
 // as a JoinGroup parked in a rebalance: nobody is left to answer, and the
 // broker did nothing wrong.
-var errClientClosed = errors.New("client connection closed while the request waited upstream")
+var ErrClientClosed = errors.New("client connection closed while the request waited upstream")
 
 // brokerPool bounds and reuses the raw connections to one physical broker.
 // Client connections lease them while they have requests in flight (see
 // lease.go); given back, a healthy quiet connection waits idle for the next
 // lease.
 type brokerPool struct {
-	u      *upstream
+	u      *Cluster
 	broker int32
 	addr   string
 	// sec is how its connections authenticate: the cluster's service
-	// identity, or a mapped principal's credentials (principals.go).
+	// identity, or a mapped principal's credentials (package proxy's principals.go).
 	sec       *clusterauth.Security
 	principal string // the mapped principal, "" for the service identity
 
 	mu       sync.Mutex
 	idle     []idleConn // oldest first
 	open     int
-	retiring []*upConn // past their session's deadline with requests in flight: closed once quiet (retire)
+	retiring []*Conn // past their session's deadline with requests in flight: closed once quiet (retire)
 	closed   bool
 	freed    chan struct{} // closed and replaced when a connection is given back
 	failedAt time.Time     // last dial failure, for backoff
@@ -60,16 +60,16 @@ type brokerPool struct {
 }
 
 type idleConn struct {
-	c     *upConn
+	c     *Conn
 	since time.Time
 }
 
-func newBrokerPool(u *upstream, broker int32, addr string, ident int32) *brokerPool {
-	p := &brokerPool{u: u, broker: broker, addr: addr, sec: u.sec, freed: make(chan struct{})}
+func newBrokerPool(u *Cluster, broker int32, addr string, ident int32) *brokerPool {
+	p := &brokerPool{u: u, broker: broker, addr: addr, sec: u.Security, freed: make(chan struct{})}
 	if ident > 0 {
-		p.sec = u.idents[ident]
-		if u.names != nil {
-			p.principal = u.names[ident]
+		p.sec = u.Idents[ident]
+		if u.Names != nil {
+			p.principal = u.Names[ident]
 		}
 	}
 	return p
@@ -77,17 +77,17 @@ func newBrokerPool(u *upstream, broker int32, addr string, ident int32) *brokerP
 
 // unreachableError is a broker that could not be connected to: refused,
 // timed out, or in backoff after either.
-type unreachableError struct {
-	broker int32
+type UnreachableError struct {
+	Broker int32
 	addr   string
 	err    error
 }
 
-func (e *unreachableError) Error() string {
-	return fmt.Sprintf("broker %d (%s): %v", e.broker, e.addr, e.err)
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("broker %d (%s): %v", e.Broker, e.addr, e.err)
 }
 
-func (e *unreachableError) Unwrap() error { return e.err }
+func (e *UnreachableError) Unwrap() error { return e.err }
 
 // errPoolFull is returned when every connection to a broker that the
 // configuration allows is leased and none came back in time.
@@ -96,28 +96,28 @@ var errPoolFull = errors.New("upstream connections at the configured maximum")
 // get leases a connection: an idle one, or a new one within the bound. At
 // the bound it waits up to poolWait for one to come back. The answers it
 // reads for the lessee are charged to mem.
-func (p *brokerPool) get(ctx context.Context, mem *connMem) (*upConn, error) {
+func (p *brokerPool) Get(ctx context.Context, mem *ConnMem) (*Conn, error) {
 	var timeout <-chan time.Time
 	for {
 		p.mu.Lock()
 		for len(p.idle) > 0 {
 			c := p.idle[len(p.idle)-1].c
 			p.idle = p.idle[:len(p.idle)-1]
-			if c.alive() && !c.renewing() {
+			if c.Alive() && !c.Renewing() {
 				p.mu.Unlock()
 				c.mem.Store(mem)
 				return c, nil
 			}
-			c.close(errUpstreamClosed)
+			c.Close(ErrClosed)
 			p.open--
 		}
 		switch {
 		case p.closed:
 			p.mu.Unlock()
-			return nil, errUpstreamClosed
+			return nil, ErrClosed
 		case !p.failedAt.IsZero() && time.Since(p.failedAt) < p.backoff:
 			p.mu.Unlock()
-			return nil, &unreachableError{p.broker, p.addr, errors.New("unreachable, retrying after backoff")}
+			return nil, &UnreachableError{p.broker, p.addr, errors.New("unreachable, retrying after backoff")}
 		case p.open < p.u.opts.MaxConnsPerBroker:
 			p.open++
 			p.mu.Unlock()
@@ -152,7 +152,7 @@ const poolWait = 2 * time.Second
 // SASL when the cluster has them (clusterauth). A connection that
 // authenticated for a limited session (KIP-368) is replaced before the
 // session ends (upConn.renewing).
-func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
+func (p *brokerPool) dial(ctx context.Context) (*Conn, error) {
 	d := net.Dialer{Timeout: p.u.opts.DialTimeout, KeepAlive: 30 * time.Second}
 	nc, sess, err := p.sec.Dial(ctx, &d, p.addr)
 	p.mu.Lock()
@@ -163,7 +163,7 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 		p.backoff = min(max(2*p.backoff, 100*time.Millisecond), 5*time.Second)
 		p.wake()
 		if clusterauth.AuthFailed(err) {
-			p.u.authFails.note(p.u.name, p.principal, p.broker, err)
+			p.u.authFails.note(p.u.Name, p.principal, p.broker, err)
 			// Each failure is logged: the backoff bounds how often.
 			if p.principal != "" {
 				p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.String("as_principal", p.principal), zap.Error(err))
@@ -171,10 +171,10 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 				p.u.log.Error("upstream authentication failed", zap.Int32("broker", p.broker), zap.Error(err))
 			}
 		}
-		return nil, &unreachableError{p.broker, p.addr, err}
+		return nil, &UnreachableError{p.broker, p.addr, err}
 	}
 	if !p.failedAt.IsZero() {
-		p.u.authFails.note(p.u.name, p.principal, p.broker, nil)
+		p.u.authFails.note(p.u.Name, p.principal, p.broker, nil)
 	}
 	p.failedAt, p.backoff = time.Time{}, 0
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -188,13 +188,13 @@ func (p *brokerPool) dial(ctx context.Context) (*upConn, error) {
 // retire takes a leased connection past its session's deadline out of use
 // while requests are still in flight on it: it is closed once they are
 // answered (reapIdle), and the lessee leases another.
-func (p *brokerPool) retire(c *upConn) {
+func (p *brokerPool) Retire(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.wake()
-	if c.quiet() || !c.alive() || p.closed {
+	if c.Quiet() || !c.Alive() || p.closed {
 		p.open--
-		c.close(errUpstreamClosed)
+		c.Close(ErrClosed)
 		return
 	}
 	p.retiring = append(p.retiring, c)
@@ -208,20 +208,20 @@ func (p *brokerPool) wake() {
 
 // put gives a leased connection back: kept idle if healthy and quiet,
 // closed otherwise.
-func (p *brokerPool) put(c *upConn) { p.release(c, errUpstreamClosed) }
+func (p *brokerPool) Put(c *Conn) { p.Release(c, ErrClosed) }
 
 // release is put, failing what is still in flight on a connection it
 // closes with why.
-func (p *brokerPool) release(c *upConn, why error) {
+func (p *brokerPool) Release(c *Conn, why error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.wake()
-	if !p.closed && c.alive() && c.quiet() && !c.renewing() {
+	if !p.closed && c.Alive() && c.Quiet() && !c.Renewing() {
 		p.idle = append(p.idle, idleConn{c, time.Now()})
 		return
 	}
 	p.open--
-	c.close(why)
+	c.Close(why)
 }
 
 // reapIdle closes idle connections given back before cutoff, keeping the
@@ -231,7 +231,7 @@ func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
 	defer p.mu.Unlock()
 	n := 0
 	for n < len(p.idle)-p.u.opts.IdleConnsPerBroker && p.idle[n].since.Before(cutoff) {
-		p.idle[n].c.close(errUpstreamClosed)
+		p.idle[n].c.Close(ErrClosed)
 		n++
 	}
 	if n > 0 {
@@ -242,8 +242,8 @@ func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
 	// their requests are answered.
 	keep := p.idle[:0]
 	for _, ic := range p.idle {
-		if ic.c.renewing() {
-			ic.c.close(errUpstreamClosed)
+		if ic.c.Renewing() {
+			ic.c.Close(ErrClosed)
 			p.open--
 			continue
 		}
@@ -252,8 +252,8 @@ func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
 	p.idle = keep
 	still := p.retiring[:0]
 	for _, c := range p.retiring {
-		if c.quiet() || !c.alive() {
-			c.close(errUpstreamClosed)
+		if c.Quiet() || !c.Alive() {
+			c.Close(ErrClosed)
 			p.open--
 			continue
 		}
@@ -268,11 +268,11 @@ func (p *brokerPool) close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	for _, ic := range p.idle {
-		ic.c.close(errUpstreamClosed)
+		ic.c.Close(ErrClosed)
 	}
 	p.idle = nil
 	for _, c := range p.retiring {
-		c.close(errUpstreamClosed)
+		c.Close(ErrClosed)
 	}
 	p.retiring = nil
 	p.wake()
@@ -281,17 +281,17 @@ func (p *brokerPool) close() {
 // upConn is one raw connection to a broker. Requests are written in the order
 // send is called; responses are matched to them in order (Kafka answers each
 // connection in order) and checked by correlation ID.
-type upConn struct {
-	pool *brokerPool
-	nc   net.Conn
+type Conn struct {
+	Pool    *brokerPool
+	NetConn net.Conn
 
 	wmu  sync.Mutex // serialises writes and the queue order
 	corr int32
 
-	inflight  chan *pending
+	InFlight  chan *Pending
 	streaming atomic.Bool             // a response is being streamed by its waiter
 	answering atomic.Bool             // the reader holds an answer's request, perhaps waiting for budget
-	mem       atomic.Pointer[connMem] // the lessee's budget, for the answers read
+	mem       atomic.Pointer[ConnMem] // the lessee's budget, for the answers read
 	// renewAt and deadline (zero: never) come from the SASL session's
 	// lifetime (KIP-368): from renewAt the connection is not leased again
 	// and is closed once quiet, rather than re-authenticated in place;
@@ -304,19 +304,19 @@ type upConn struct {
 }
 
 // pending is one request awaiting its response.
-type pending struct {
+type Pending struct {
 	corr int32
-	done chan struct{}
-	buf  *bytebufferpool.ByteBuffer // the response frame, header included
-	err  error
+	Done chan struct{}
+	Buf  *bytebufferpool.ByteBuffer // the response frame, header included
+	Err  error
 	// stream asks for a large response to be left on the connection
 	// (st) for the waiter to stream to its client instead of read into buf.
-	stream bool
-	st     *streamed
+	Stream   bool
+	Streamed *streamed
 	// mem is the budget the answer is charged to (nil: none); wanted says
 	// the client's writer waits for it, state whether it was delivered or
 	// abandoned (budget.go).
-	mem    *connMem
+	Mem    *ConnMem
 	wanted atomic.Bool
 	state  atomic.Int32
 }
@@ -333,16 +333,16 @@ const (
 // records), then calls finish. Until then the connection reads nothing
 // more.
 type streamed struct {
-	uc   *upConn
-	size int64
+	Conn *Conn
+	Size int64
 	done chan struct{}
 }
 
 // finish hands the connection back to its reader: after err, the
 // response was not read to its end and the connection is closed.
-func (st *streamed) finish(err error) {
+func (st *streamed) Finish(err error) {
 	if err != nil {
-		st.uc.close(fmt.Errorf("broker %d: streaming a response: %w", st.uc.pool.broker, err))
+		st.Conn.Close(fmt.Errorf("broker %d: streaming a response: %w", st.Conn.Pool.broker, err))
 	}
 	close(st.done)
 }
@@ -350,22 +350,22 @@ func (st *streamed) finish(err error) {
 // streamMinBytes is the response size from which a streamable response is
 // streamed: below it, reading it whole costs less than the extra system
 // calls of streaming.
-const streamMinBytes = 128 << 10
+const StreamMinBytes = 128 << 10
 
-func newUpConn(p *brokerPool, nc net.Conn) *upConn {
-	c := &upConn{pool: p, nc: nc, inflight: make(chan *pending, 256), dead: make(chan struct{})}
+func newUpConn(p *brokerPool, nc net.Conn) *Conn {
+	c := &Conn{Pool: p, NetConn: nc, InFlight: make(chan *Pending, 256), dead: make(chan struct{})}
 	go c.readLoop()
 	return c
 }
 
 // renewing reports whether the connection's session is near its end: it
 // takes no new lease, and no new request once quiet.
-func (c *upConn) renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
+func (c *Conn) Renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
 
 // expired reports whether no request may be sent on it any more.
-func (c *upConn) expired() bool { return !c.deadline.IsZero() && time.Now().After(c.deadline) }
+func (c *Conn) Expired() bool { return !c.deadline.IsZero() && time.Now().After(c.deadline) }
 
-func (c *upConn) alive() bool {
+func (c *Conn) Alive() bool {
 	select {
 	case <-c.dead:
 		return false
@@ -377,8 +377,8 @@ func (c *upConn) alive() bool {
 // quiet reports whether nothing is in flight: no request waiting for its
 // answer, none being answered (an answer may wait for its client's budget
 // after its request left inflight), none being streamed.
-func (c *upConn) quiet() bool {
-	return len(c.inflight) == 0 && !c.answering.Load() && !c.streaming.Load()
+func (c *Conn) Quiet() bool {
+	return len(c.InFlight) == 0 && !c.answering.Load() && !c.streaming.Load()
 }
 
 // sendFrame writes one request frame (without its size prefix; its
@@ -398,23 +398,23 @@ func (c *upConn) quiet() bool {
 // new direction halted diverged). The write fails, the connection closes,
 // and the client gets a retriable error. What remains is a pause inside
 // the write system call's own few instructions.
-func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func() time.Duration) (*pending, error) {
+func (c *Conn) SendFrame(frame []byte, expectResponse, stream bool, gate func() time.Duration) (*Pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if !c.alive() {
+	if !c.Alive() {
 		return nil, c.err
 	}
-	var p *pending
+	var p *Pending
 	left := upstreamWriteTimeout // without a gate
 	if expectResponse {
-		p = &pending{corr: c.corr + 1, done: make(chan struct{}), stream: stream, mem: c.mem.Load()}
+		p = &Pending{corr: c.corr + 1, Done: make(chan struct{}), Stream: stream, Mem: c.mem.Load()}
 		var err error
 		if left, err = c.queue(p, gate); err != nil {
 			return nil, err
 		}
 	} else if gate != nil {
 		if left = gate(); left <= 0 {
-			return nil, errLeaseLapsed
+			return nil, ErrLeaseLapsed
 		}
 	}
 	c.corr++
@@ -422,12 +422,12 @@ func (c *upConn) sendFrame(frame []byte, expectResponse, stream bool, gate func(
 	var size [4]byte
 	binary.BigEndian.PutUint32(size[:], uint32(len(frame)))
 	bufs := net.Buffers{size[:], frame}
-	c.nc.SetWriteDeadline(time.Now().Add(min(left, upstreamWriteTimeout)))
-	if testHookBeforeUpstreamWrite != nil {
-		testHookBeforeUpstreamWrite(gate != nil)
+	c.NetConn.SetWriteDeadline(time.Now().Add(min(left, upstreamWriteTimeout)))
+	if TestHookBeforeWrite != nil {
+		TestHookBeforeWrite(gate != nil)
 	}
-	if _, err := bufs.WriteTo(c.nc); err != nil {
-		c.close(fmt.Errorf("broker %d: write: %w", c.pool.broker, err))
+	if _, err := bufs.WriteTo(c.NetConn); err != nil {
+		c.Close(fmt.Errorf("broker %d: write: %w", c.Pool.broker, err))
 		return nil, c.err
 	}
 	return p, nil
@@ -443,16 +443,16 @@ const upstreamWriteTimeout = 30 * time.Second
 // testHookBeforeUpstreamWrite, if set, runs just before a frame is written
 // upstream, told whether it is a write under the lease (tests pause the
 // member there).
-var testHookBeforeUpstreamWrite func(gated bool)
+var TestHookBeforeWrite func(gated bool)
 
 // queue puts p among the answers awaited. Under a gate, only while the gate
 // is open when p goes in (it returns what the gate said was left then,
 // upstreamWriteTimeout without one): a full queue is waited on gatePoll at
 // a time, asking the gate again before each try.
-func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, error) {
+func (c *Conn) queue(p *Pending, gate func() time.Duration) (time.Duration, error) {
 	if gate == nil {
 		select {
-		case c.inflight <- p:
+		case c.InFlight <- p:
 			return upstreamWriteTimeout, nil
 		case <-c.dead:
 			return 0, c.err
@@ -461,10 +461,10 @@ func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, er
 	for {
 		left := gate()
 		if left <= 0 {
-			return 0, errLeaseLapsed
+			return 0, ErrLeaseLapsed
 		}
 		select {
-		case c.inflight <- p:
+		case c.InFlight <- p:
 			return left, nil
 		case <-c.dead:
 			return 0, c.err
@@ -478,11 +478,11 @@ func (c *upConn) queue(p *pending, gate func() time.Duration) (time.Duration, er
 	}
 }
 
-func (c *upConn) readLoop() {
-	max := c.pool.u.opts.MaxResponseSize
+func (c *Conn) readLoop() {
+	max := c.Pool.u.opts.MaxResponseSize
 	var head [8]byte // size, correlation ID
 	for {
-		_, err := io.ReadFull(c.nc, head[:])
+		_, err := io.ReadFull(c.NetConn, head[:])
 		size := int32(binary.BigEndian.Uint32(head[:]))
 		switch {
 		case err != nil:
@@ -492,30 +492,30 @@ func (c *upConn) readLoop() {
 			err = fmt.Errorf("%w: %d > %d bytes", protocol.ErrFrameTooLarge, size, max)
 		}
 		if err != nil {
-			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+			c.Close(fmt.Errorf("broker %d: read: %w", c.Pool.broker, err))
 			return
 		}
 		// Before its request leaves inflight: the connection is never
 		// seen quiet while an answer is being read (quiet).
 		c.answering.Store(true)
-		var p *pending
+		var p *Pending
 		select {
-		case p = <-c.inflight:
+		case p = <-c.InFlight:
 		default:
-			c.close(fmt.Errorf("broker %d: response with no request in flight", c.pool.broker))
+			c.Close(fmt.Errorf("broker %d: response with no request in flight", c.Pool.broker))
 			return
 		}
 		if got := int32(binary.BigEndian.Uint32(head[4:])); got != p.corr {
 			c.fail(p, nil)
-			c.close(fmt.Errorf("broker %d: response correlation ID %d, expected %d", c.pool.broker, got, p.corr))
+			c.Close(fmt.Errorf("broker %d: response correlation ID %d, expected %d", c.Pool.broker, got, p.corr))
 			return
 		}
-		if p.stream && size >= streamMinBytes {
-			st := &streamed{uc: c, size: int64(size) - 4, done: make(chan struct{})}
+		if p.Stream && size >= StreamMinBytes {
+			st := &streamed{Conn: c, Size: int64(size) - 4, done: make(chan struct{})}
 			c.streaming.Store(true)
 			c.answering.Store(false)
-			p.st = st
-			close(p.done)
+			p.Streamed = st
+			close(p.Done)
 			select {
 			case <-st.done:
 				c.streaming.Store(false)
@@ -526,20 +526,20 @@ func (c *upConn) readLoop() {
 		}
 		// Held until its client takes it: not read ahead of a client
 		// over its budget (budget.go).
-		buf := responseBufs.Get()
-		if p.mem != nil && !p.mem.admitAnswer(p, buf, int(size), c.dead) {
-			responseBufs.Put(buf)
-			if !c.alive() {
+		buf := ResponseBufs.Get()
+		if p.Mem != nil && !p.Mem.AdmitAnswer(p, buf, int(size), c.dead) {
+			ResponseBufs.Put(buf)
+			if !c.Alive() {
 				c.fail(p, nil)
 				return
 			}
 			// Nobody takes this answer: read past it.
-			if _, err := io.CopyN(io.Discard, c.nc, int64(size)-4); err != nil {
+			if _, err := io.CopyN(io.Discard, c.NetConn, int64(size)-4); err != nil {
 				c.fail(p, nil)
-				c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+				c.Close(fmt.Errorf("broker %d: read: %w", c.Pool.broker, err))
 				return
 			}
-			c.fail(p, errUpstreamClosed)
+			c.fail(p, ErrClosed)
 			c.answering.Store(false)
 			continue
 		}
@@ -548,42 +548,42 @@ func (c *upConn) readLoop() {
 		}
 		buf.B = buf.B[:size]
 		copy(buf.B, head[4:])
-		if _, err := io.ReadFull(c.nc, buf.B[4:]); err != nil {
-			responseBufs.Put(buf)
+		if _, err := io.ReadFull(c.NetConn, buf.B[4:]); err != nil {
+			ResponseBufs.Put(buf)
 			c.fail(p, nil)
-			c.close(fmt.Errorf("broker %d: read: %w", c.pool.broker, err))
+			c.Close(fmt.Errorf("broker %d: read: %w", c.Pool.broker, err))
 			return
 		}
-		p.buf = buf
+		p.Buf = buf
 		if !p.state.CompareAndSwap(pendingWaiting, pendingDelivered) {
-			responseBufs.Put(buf) // abandoned while it was read
-			p.buf = nil
+			ResponseBufs.Put(buf) // abandoned while it was read
+			p.Buf = nil
 		}
-		close(p.done)
+		close(p.Done)
 		c.answering.Store(false)
 	}
 }
 
-func (c *upConn) fail(p *pending, err error) {
+func (c *Conn) fail(p *Pending, err error) {
 	if err == nil {
-		err = errUpstreamClosed
-		if !c.alive() { // closed by Ferry: say why
+		err = ErrClosed
+		if !c.Alive() { // closed by Ferry: say why
 			err = c.err
 		}
 	}
-	p.err = err
-	close(p.done)
+	p.Err = err
+	close(p.Done)
 }
 
 // close marks the connection dead, closes the socket and fails every request
 // in flight. Safe to call more than once.
-func (c *upConn) close(err error) {
+func (c *Conn) Close(err error) {
 	c.errOnce.Do(func() {
 		c.err = err
 		close(c.dead)
-		c.nc.Close()
-		if !errors.Is(err, errUpstreamClosed) && !errors.Is(err, errClientClosed) {
-			c.pool.u.log.Info("upstream connection closed", zap.Int32("broker", c.pool.broker), zap.Error(err))
+		c.NetConn.Close()
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrClientClosed) {
+			c.Pool.u.log.Info("upstream connection closed", zap.Int32("broker", c.Pool.broker), zap.Error(err))
 		}
 		go func() {
 			// The reader may still be delivering; take what it left.
@@ -591,7 +591,7 @@ func (c *upConn) close(err error) {
 			defer c.wmu.Unlock()
 			for {
 				select {
-				case p := <-c.inflight:
+				case p := <-c.InFlight:
 					c.fail(p, err)
 				default:
 					return
@@ -602,11 +602,11 @@ func (c *upConn) close(err error) {
 }
 
 // wait blocks until the response arrives or ctx ends.
-func (p *pending) wait(ctx context.Context) (*bytebufferpool.ByteBuffer, error) {
-	p.want()
+func (p *Pending) Wait(ctx context.Context) (*bytebufferpool.ByteBuffer, error) {
+	p.Want()
 	select {
-	case <-p.done:
-		return p.buf, p.err
+	case <-p.Done:
+		return p.Buf, p.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 )
 
 // Cluster names one physical Kafka cluster behind Ferry.
-type Cluster struct {
+type Config struct {
 	Name      string
 	Bootstrap []string
 	// MirrorTarget says the mirror may have written into the cluster
@@ -42,7 +42,7 @@ type Cluster struct {
 	// Principals maps client principals ("User:alice") to their own
 	// credentials on the cluster: the pooled connections that carry such
 	// a client's requests authenticate with them, so the brokers' ACLs
-	// see the application rather than Ferry (principals.go). Every
+	// see the application rather than Ferry (proxy's principals.go). Every
 	// cluster should map the same principals. nil: every client's
 	// requests go on Security.
 	Principals map[string]*clusterauth.Security
@@ -65,21 +65,21 @@ type Options struct {
 // upstream is one physical cluster: a franz-go client for Ferry's own control
 // requests (metadata, coordinator lookups, admin fan-out), a metadata cache
 // for routing, and pools of raw connections per broker for client traffic.
-type upstream struct {
-	name      string
-	clusterID string // the virtual cluster's, for virtual topic IDs
-	fillers   bool   // its logs may hold the mirror's fillers (Cluster.MirrorTarget)
+type Cluster struct {
+	Name      string
+	ClusterID string // the virtual cluster's, for virtual topic IDs
+	Fillers   bool   // its logs may hold the mirror's fillers (Cluster.MirrorTarget)
 	opts      Options
 	log       *zap.Logger
-	cl        *kgo.Client
-	sec       *clusterauth.Security // nil: plaintext
+	Client    *kgo.Client
+	Security  *clusterauth.Security // nil: plaintext
 	bootstrap []string
-	// idents are the credentials of each identity (principals.go): [0]
+	// idents are the credentials of each identity (proxy's principals.go): [0]
 	// is sec, [i] a mapped principal's, nil where the cluster maps none.
-	idents []*clusterauth.Security
-	names  []string // the principal of each identity (Server.idents.names)
+	Idents []*clusterauth.Security
+	Names  []string // the principal of each identity (Server.idents.names)
 
-	meta      atomic.Pointer[metaSnapshot]
+	Meta      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
 	refreshed time.Time  // guarded by refreshMu
 
@@ -87,29 +87,29 @@ type upstream struct {
 	// coords is the coordinator cache: the most recently used
 	// maxCoordinators keys, so that keys clients ask for (any group or
 	// transactional ID name) cannot grow it without bound, nor the walk
-	// of it at a switch (warm.go); coordsEvicted counts those dropped.
-	coords        *simplelru.LRU[coordKey, int32]
-	coordsEvicted prometheus.Counter
+	// of it at a switch (proxy's warm.go); coordsEvicted counts those dropped.
+	coords        *simplelru.LRU[CoordKey, int32]
+	CoordsEvicted prometheus.Counter
 	// lookups in flight, by key: every connection that misses the cache
 	// for one key waits for one FindCoordinator (coordinator).
-	lookups map[coordKey]*lookup
+	lookups map[CoordKey]*lookup
 
 	poolMu sync.Mutex
 	pools  map[poolKey]*brokerPool
-	// authFails are the identities the cluster refuses now (upstreamauth.go).
+	// authFails are the identities the cluster refuses now.
 	authFails upstreamAuthFailures
 
-	versions protocol.Versions // what the brokers advertise, once started
-	features protocol.Features // the cluster's feature flags, once started
-	started  atomic.Bool       // start succeeded
+	Versions protocol.Versions // what the brokers advertise, once started
+	Features protocol.Features // the cluster's feature flags, once started
+	Started  atomic.Bool       // start succeeded
 
 	// spawn runs a goroutine the server tracks; refreshing is set while
 	// a refresh asked for by refreshSoon is under way.
-	spawn      func(func()) bool
+	Spawn      func(func()) bool
 	refreshing atomic.Bool
 
 	laneMu sync.Mutex
-	lanes  map[int32]int // physical broker → lane, given on first sight
+	Lanes  map[int32]int // physical broker → lane, given on first sight
 
 	opsMu sync.Mutex // the cluster's authorized operations, cached
 	ops   *kmsg.DescribeClusterResponse
@@ -117,7 +117,7 @@ type upstream struct {
 }
 
 // poolKey names a pool: a broker, and the identity its connections
-// authenticate as (principals.go; 0: the service identity).
+// authenticate as (proxy's principals.go; 0: the service identity).
 type poolKey struct {
 	broker int32
 	ident  int32
@@ -125,60 +125,60 @@ type poolKey struct {
 
 // maxCoordinators bounds a cluster's coordinator cache. A key dropped is
 // looked up again when next used.
-const maxCoordinators = 1 << 16
+const MaxCoordinators = 1 << 16
 
-type coordKey struct {
-	typ int8
-	key string
+type CoordKey struct {
+	Type int8
+	Key  string
 }
 
 // metaSnapshot is an immutable view of the cluster's metadata; a refresh
 // installs a new one.
-type metaSnapshot struct {
-	brokers    map[int32]string
-	controller int32
-	topics     map[string]*topicInfo
-	byID       map[[16]byte]*topicInfo // physical topic ID
-	byVID      map[[16]byte]*topicInfo // virtual topic ID
-	leaders    map[int32]bool          // brokers that lead a partition
+type Snapshot struct {
+	Brokers    map[int32]string
+	Controller int32
+	Topics     map[string]*Topic
+	ByID       map[[16]byte]*Topic // physical topic ID
+	byVID      map[[16]byte]*Topic // virtual topic ID
+	leaders    map[int32]bool      // brokers that lead a partition
 }
 
-type topicInfo struct {
-	name     string
-	id       [16]byte
-	vid      [16]byte
-	err      int16
-	internal bool
-	parts    []partInfo // by partition number
+type Topic struct {
+	Name     string
+	ID       [16]byte
+	VID      [16]byte
+	Err      int16
+	Internal bool
+	Parts    []partInfo // by partition number
 }
 
 type partInfo struct {
-	exists   bool
-	err      int16
-	leader   int32
-	epoch    int32
-	replicas []int32
-	isr      []int32
-	offline  []int32
+	Exists   bool
+	Err      int16
+	Leader   int32
+	Epoch    int32
+	Replicas []int32
+	ISR      []int32
+	Offline  []int32
 }
 
-func newUpstream(opts Options, cl Cluster) (*upstream, error) {
-	u := &upstream{
-		name:      cl.Name,
-		clusterID: opts.ClusterID,
-		fillers:   cl.MirrorTarget,
+func New(opts Options, cl Config) (*Cluster, error) {
+	u := &Cluster{
+		Name:      cl.Name,
+		ClusterID: opts.ClusterID,
+		Fillers:   cl.MirrorTarget,
 		opts:      opts,
 		log:       opts.Log.With(zap.String("cluster", cl.Name)),
-		lookups:   make(map[coordKey]*lookup),
+		lookups:   make(map[CoordKey]*lookup),
 		pools:     make(map[poolKey]*brokerPool),
 		bootstrap: cl.Bootstrap,
-		idents:    []*clusterauth.Security{cl.Security},
-		lanes:     make(map[int32]int),
-		sec:       cl.Security,
+		Idents:    []*clusterauth.Security{cl.Security},
+		Lanes:     make(map[int32]int),
+		Security:  cl.Security,
 	}
 	// Add drops the least recently used key at the bound (counted by
 	// findCoordinators); NewLRU fails only for a size below 1.
-	u.coords, _ = simplelru.NewLRU[coordKey, int32](maxCoordinators, nil)
+	u.coords, _ = simplelru.NewLRU[CoordKey, int32](MaxCoordinators, nil)
 	kcl, err := cl.Security.NewClient(cl.Bootstrap,
 		kgo.ClientID("ferry-control"),
 		kgo.DialTimeout(opts.DialTimeout),
@@ -188,36 +188,36 @@ func newUpstream(opts Options, cl Cluster) (*upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
 	}
-	u.cl = kcl
-	u.meta.Store(&metaSnapshot{brokers: map[int32]string{}, controller: -1, topics: map[string]*topicInfo{}, byID: map[[16]byte]*topicInfo{}, byVID: map[[16]byte]*topicInfo{}})
+	u.Client = kcl
+	u.Meta.Store(&Snapshot{Brokers: map[int32]string{}, Controller: -1, Topics: map[string]*Topic{}, ByID: map[[16]byte]*Topic{}, byVID: map[[16]byte]*Topic{}})
 	return u, nil
 }
 
 // start loads the versions and features the brokers advertise and a first
 // metadata snapshot. An unreachable cluster is an error here, retried by the caller.
-func (u *upstream) start(ctx context.Context) error {
-	resp, err := (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "ferry", ClientSoftwareVersion: "0"}).RequestWith(ctx, u.cl)
+func (u *Cluster) Start(ctx context.Context) error {
+	resp, err := (&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "ferry", ClientSoftwareVersion: "0"}).RequestWith(ctx, u.Client)
 	if err != nil {
-		return fmt.Errorf("cluster %q: ApiVersions: %w", u.name, err)
+		return fmt.Errorf("cluster %q: ApiVersions: %w", u.Name, err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return fmt.Errorf("cluster %q: ApiVersions: %w", u.name, err)
+		return fmt.Errorf("cluster %q: ApiVersions: %w", u.Name, err)
 	}
-	u.versions = protocol.VersionsFromResponse(resp)
-	u.features = protocol.FeaturesFromResponse(resp)
-	_, err = u.refresh(ctx, true)
+	u.Versions = protocol.VersionsFromResponse(resp)
+	u.Features = protocol.FeaturesFromResponse(resp)
+	_, err = u.Refresh(ctx, true)
 	return err
 }
 
 // authFailed reports whether err is the cluster refusing Ferry's
 // credentials: from franz-go (its own SASL), or from a raw connection's
 // (clusterauth).
-func authFailed(err error) bool {
+func AuthFailed(err error) bool {
 	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) || clusterauth.AuthFailed(err)
 }
 
-func (u *upstream) close() {
-	u.cl.Close()
+func (u *Cluster) Close() {
+	u.Client.Close()
 	u.poolMu.Lock()
 	defer u.poolMu.Unlock()
 	for _, p := range u.pools {
@@ -225,48 +225,48 @@ func (u *upstream) close() {
 	}
 }
 
-func (u *upstream) snapshot() *metaSnapshot { return u.meta.Load() }
+func (u *Cluster) Snapshot() *Snapshot { return u.Meta.Load() }
 
 // refresh loads the metadata of every topic. Unless force is set, a refresh
 // that finished in the last 250ms is reused: a burst of routing misses
 // causes one request, not one each.
-func (u *upstream) refresh(ctx context.Context, force bool) (*metaSnapshot, error) {
+func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 	start := time.Now()
 	u.refreshMu.Lock()
 	defer u.refreshMu.Unlock()
 	if !force && u.refreshed.After(start.Add(-250*time.Millisecond)) {
-		return u.snapshot(), nil
+		return u.Snapshot(), nil
 	}
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = nil // all
-	resp, err := req.RequestWith(ctx, u.cl)
+	resp, err := req.RequestWith(ctx, u.Client)
 	if err != nil {
-		return u.snapshot(), fmt.Errorf("cluster %q: metadata: %w", u.name, err)
+		return u.Snapshot(), fmt.Errorf("cluster %q: metadata: %w", u.Name, err)
 	}
-	snap := u.install(resp, true)
+	snap := u.Install(resp, true)
 	u.refreshed = time.Now()
 	return snap, nil
 }
 
 // install builds a snapshot from a metadata response. A full response
 // replaces the topic set; a partial one updates the topics it names.
-func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot {
+func (u *Cluster) Install(resp *kmsg.MetadataResponse, full bool) *Snapshot {
 	for {
-		old := u.snapshot()
-		s := &metaSnapshot{
-			brokers:    make(map[int32]string, len(resp.Brokers)),
-			controller: resp.ControllerID,
-			topics:     make(map[string]*topicInfo, len(resp.Topics)),
+		old := u.Snapshot()
+		s := &Snapshot{
+			Brokers:    make(map[int32]string, len(resp.Brokers)),
+			Controller: resp.ControllerID,
+			Topics:     make(map[string]*Topic, len(resp.Topics)),
 		}
 		for _, b := range resp.Brokers {
-			s.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+			s.Brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
 		}
-		if len(s.brokers) == 0 {
-			s.brokers = old.brokers
+		if len(s.Brokers) == 0 {
+			s.Brokers = old.Brokers
 		}
 		if !full {
-			for n, t := range old.topics {
-				s.topics[n] = t
+			for n, t := range old.Topics {
+				s.Topics[n] = t
 			}
 		}
 		for i := range resp.Topics {
@@ -275,36 +275,36 @@ func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot
 				continue
 			}
 			if rt.ErrorCode == kerr.UnknownTopicOrPartition.Code {
-				delete(s.topics, *rt.Topic)
+				delete(s.Topics, *rt.Topic)
 				continue
 			}
-			t := &topicInfo{name: *rt.Topic, id: rt.TopicID, vid: routing.VirtualTopicID(u.clusterID, *rt.Topic), err: rt.ErrorCode, internal: rt.IsInternal}
+			t := &Topic{Name: *rt.Topic, ID: rt.TopicID, VID: routing.VirtualTopicID(u.ClusterID, *rt.Topic), Err: rt.ErrorCode, Internal: rt.IsInternal}
 			for _, p := range rt.Partitions {
 				if p.Partition < 0 || p.Partition > 1<<20 {
 					continue
 				}
-				for int(p.Partition) >= len(t.parts) {
-					t.parts = append(t.parts, partInfo{})
+				for int(p.Partition) >= len(t.Parts) {
+					t.Parts = append(t.Parts, partInfo{})
 				}
-				t.parts[p.Partition] = partInfo{exists: true, err: p.ErrorCode, leader: p.Leader, epoch: p.LeaderEpoch, replicas: p.Replicas, isr: p.ISR, offline: p.OfflineReplicas}
+				t.Parts[p.Partition] = partInfo{Exists: true, Err: p.ErrorCode, Leader: p.Leader, Epoch: p.LeaderEpoch, Replicas: p.Replicas, ISR: p.ISR, Offline: p.OfflineReplicas}
 			}
-			s.topics[t.name] = t
+			s.Topics[t.Name] = t
 		}
-		s.byID = make(map[[16]byte]*topicInfo, len(s.topics))
-		s.byVID = make(map[[16]byte]*topicInfo, len(s.topics))
-		s.leaders = make(map[int32]bool, len(s.brokers))
-		for _, t := range s.topics {
-			if t.id != ([16]byte{}) {
-				s.byID[t.id] = t
+		s.ByID = make(map[[16]byte]*Topic, len(s.Topics))
+		s.byVID = make(map[[16]byte]*Topic, len(s.Topics))
+		s.leaders = make(map[int32]bool, len(s.Brokers))
+		for _, t := range s.Topics {
+			if t.ID != ([16]byte{}) {
+				s.ByID[t.ID] = t
 			}
-			s.byVID[t.vid] = t
-			for _, p := range t.parts {
-				if p.exists && p.leader >= 0 {
-					s.leaders[p.leader] = true
+			s.byVID[t.VID] = t
+			for _, p := range t.Parts {
+				if p.Exists && p.Leader >= 0 {
+					s.leaders[p.Leader] = true
 				}
 			}
 		}
-		if u.meta.CompareAndSwap(old, s) {
+		if u.Meta.CompareAndSwap(old, s) {
 			return s
 		}
 	}
@@ -314,15 +314,15 @@ func (u *upstream) install(resp *kmsg.MetadataResponse, full bool) *metaSnapshot
 // ask while it runs: an answer said a leader moved (NOT_LEADER, a fenced
 // epoch), and the next request must find the new one. Clients that follow
 // KIP-951 leader hints do not ask Metadata themselves, so Ferry must.
-func (u *upstream) refreshSoon() {
-	if u.spawn == nil || !u.refreshing.CompareAndSwap(false, true) {
+func (u *Cluster) RefreshSoon() {
+	if u.Spawn == nil || !u.refreshing.CompareAndSwap(false, true) {
 		return
 	}
-	if !u.spawn(func() {
+	if !u.Spawn(func() {
 		defer u.refreshing.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := u.refresh(ctx, false); err != nil {
+		if _, err := u.Refresh(ctx, false); err != nil {
 			u.log.Info("metadata refresh after a moved leader failed", zap.Error(err))
 		}
 	}) {
@@ -332,7 +332,7 @@ func (u *upstream) refreshSoon() {
 
 // leaderMoved reports whether a partition error means Ferry's view of its
 // leader is stale.
-func leaderMoved(code int16) bool {
+func LeaderMoved(code int16) bool {
 	switch code {
 	case kerr.NotLeaderForPartition.Code, kerr.LeaderNotAvailable.Code, kerr.FencedLeaderEpoch.Code,
 		kerr.UnknownLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code, kerr.KafkaStorageError.Code:
@@ -343,59 +343,59 @@ func leaderMoved(code int16) bool {
 
 // partition returns the routing facts for a partition, refreshing the cache
 // once when it does not know them.
-func (u *upstream) partition(ctx context.Context, topic string, p int32) (partInfo, bool) {
-	if pi, ok := u.snapshot().partition(topic, p); ok && pi.leader >= 0 {
+func (u *Cluster) Partition(ctx context.Context, topic string, p int32) (partInfo, bool) {
+	if pi, ok := u.Snapshot().partition(topic, p); ok && pi.Leader >= 0 {
 		return pi, true
 	}
-	s, _ := u.refresh(ctx, false)
+	s, _ := u.Refresh(ctx, false)
 	return s.partition(topic, p)
 }
 
-func (s *metaSnapshot) partition(topic string, p int32) (partInfo, bool) {
-	t := s.topics[topic]
-	if t == nil || p < 0 || int(p) >= len(t.parts) || !t.parts[p].exists {
+func (s *Snapshot) partition(topic string, p int32) (partInfo, bool) {
+	t := s.Topics[topic]
+	if t == nil || p < 0 || int(p) >= len(t.Parts) || !t.Parts[p].Exists {
 		return partInfo{}, false
 	}
-	return t.parts[p], true
+	return t.Parts[p], true
 }
 
 // topicByVID resolves a virtual topic ID to its topic, refreshing once.
-func (u *upstream) topicByVID(ctx context.Context, vid [16]byte) *topicInfo {
-	if t := u.snapshot().byVID[vid]; t != nil {
+func (u *Cluster) TopicByVID(ctx context.Context, vid [16]byte) *Topic {
+	if t := u.Snapshot().byVID[vid]; t != nil {
 		return t
 	}
-	s, _ := u.refresh(ctx, false)
+	s, _ := u.Refresh(ctx, false)
 	return s.byVID[vid]
 }
 
 // topicByID resolves a physical topic ID, refreshing once.
-func (u *upstream) topicByID(ctx context.Context, id [16]byte) *topicInfo {
-	if t := u.snapshot().byID[id]; t != nil {
+func (u *Cluster) TopicByID(ctx context.Context, id [16]byte) *Topic {
+	if t := u.Snapshot().ByID[id]; t != nil {
 		return t
 	}
-	s, _ := u.refresh(ctx, false)
-	return s.byID[id]
+	s, _ := u.Refresh(ctx, false)
+	return s.ByID[id]
 }
 
 // anyBroker picks a live broker for requests any broker can answer
 // (KRaft brokers forward controller requests themselves).
-func (u *upstream) anyBroker() (int32, error) {
-	s := u.snapshot()
+func (u *Cluster) AnyBroker() (int32, error) {
+	s := u.Snapshot()
 	best := int32(-1)
-	for id := range s.brokers {
+	for id := range s.Brokers {
 		if best < 0 || id < best {
 			best = id
 		}
 	}
 	if best < 0 {
-		return -1, fmt.Errorf("cluster %q: %w", u.name, errNoBrokers)
+		return -1, fmt.Errorf("cluster %q: %w", u.Name, ErrNoBrokers)
 	}
 	return best, nil
 }
 
 // reapIdle closes the upstream connections idle since before cutoff
 // (beyond the number kept warm) and returns how many are leased and idle.
-func (u *upstream) reapIdle(cutoff time.Time) (leased, idle int) {
+func (u *Cluster) ReapIdle(cutoff time.Time) (leased, idle int) {
 	u.poolMu.Lock()
 	defer u.poolMu.Unlock()
 	for _, p := range u.pools {
@@ -410,7 +410,7 @@ func (u *upstream) reapIdle(cutoff time.Time) (leased, idle int) {
 // leader waits for the cluster to move them: half the request's own
 // timeout where it has one (a produce), at most 5 s, so the client has its
 // answer well before it gives up on the request.
-func leaderWait(kr kmsg.Request) time.Duration {
+func LeaderWait(kr kmsg.Request) time.Duration {
 	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.TimeoutMillis > 0 {
 		return min(5*time.Second, time.Duration(p.TimeoutMillis)*time.Millisecond/2)
 	}
@@ -421,14 +421,14 @@ func leaderWait(kr kmsg.Request) time.Duration {
 // broker as the leader of any partition (or no longer lists it), when
 // wait has passed, or when ctx ends; it asks for fresh metadata as it
 // waits.
-func (u *upstream) waitLeaderMoved(ctx context.Context, broker int32, wait time.Duration) {
+func (u *Cluster) WaitLeaderMoved(ctx context.Context, broker int32, wait time.Duration) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		u.refreshSoon()
-		if !u.snapshot().leads(broker) {
+		u.RefreshSoon()
+		if !u.Snapshot().Leads(broker) {
 			return
 		}
 		select {
@@ -441,19 +441,19 @@ func (u *upstream) waitLeaderMoved(ctx context.Context, broker int32, wait time.
 	}
 }
 
-// leads reports whether broker is listed and leads a partition: every
+// Leads reports whether broker is listed and Leads a partition: every
 // request waiting on a dead leader asks it four times a second, so the
 // answer is worked out once per snapshot (install).
-func (s *metaSnapshot) leads(broker int32) bool {
-	_, listed := s.brokers[broker]
+func (s *Snapshot) Leads(broker int32) bool {
+	_, listed := s.Brokers[broker]
 	return listed && s.leaders[broker]
 }
 
 // brokerIDs lists the cluster's brokers as last seen, in ID order.
-func (u *upstream) brokerIDs() []int32 {
-	s := u.snapshot()
-	ids := make([]int32, 0, len(s.brokers))
-	for id := range s.brokers {
+func (u *Cluster) BrokerIDs() []int32 {
+	s := u.Snapshot()
+	ids := make([]int32, 0, len(s.Brokers))
+	for id := range s.Brokers {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -462,8 +462,8 @@ func (u *upstream) brokerIDs() []int32 {
 
 // brokersFrom lists the cluster's brokers as last seen, first ahead of the
 // others (which follow in ID order).
-func (u *upstream) brokersFrom(first int32) []int32 {
-	ids := u.brokerIDs()
+func (u *Cluster) BrokersFrom(first int32) []int32 {
+	ids := u.BrokerIDs()
 	if i := slices.Index(ids, first); i > 0 {
 		copy(ids[1:i+1], ids[:i])
 		ids[0] = first
@@ -473,14 +473,14 @@ func (u *upstream) brokersFrom(first int32) []int32 {
 	return ids
 }
 
-var errNoBrokers = errors.New("no live brokers known")
+var ErrNoBrokers = errors.New("no live brokers known")
 
 // lookupTimeout bounds what a client's request waits on Ferry's own
 // upstream lookups (metadata, coordinators): well below every client's
 // request timeout (franz-go's is 10 s over the request's own, Java's and
 // kafkajs' 30 s), so that a cluster that does not answer gets the client
 // Ferry's retriable answer, not a timed-out connection.
-const lookupTimeout = 5 * time.Second
+const LookupTimeout = 5 * time.Second
 
 // lookup is one FindCoordinator in flight, shared by every caller that
 // missed the cache for one of its keys meanwhile.
@@ -492,8 +492,8 @@ type lookup struct {
 
 // coordinator returns the physical coordinator of a group (typ 0) or
 // transactional ID (typ 1), asking the cluster when it is not cached.
-func (u *upstream) coordinator(ctx context.Context, typ int8, key string) (int32, error) {
-	res, err := u.coordinators(ctx, typ, []string{key})
+func (u *Cluster) Coordinator(ctx context.Context, typ int8, key string) (int32, error) {
+	res, err := u.Coordinators(ctx, typ, []string{key})
 	if err != nil {
 		return -1, err
 	}
@@ -513,14 +513,14 @@ func (u *upstream) coordinator(ctx context.Context, typ int8, key string) (int32
 // FindCoordinator: the cluster is asked once per key, not once per
 // connection. A waiter whose ctx ends leaves; the lookup goes on for the
 // others, bounded by lookupTimeout.
-func (u *upstream) coordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
+func (u *Cluster) Coordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
 	out := make([]kmsg.FindCoordinatorResponseCoordinator, len(keys))
 	waits := make([]*lookup, len(keys))
 	var mine *lookup
 	var missing []string
 	u.coordMu.Lock()
 	for i, key := range keys {
-		k := coordKey{typ, key}
+		k := CoordKey{typ, key}
 		if id, ok := u.coords.Get(k); ok {
 			out[i] = kmsg.FindCoordinatorResponseCoordinator{Key: key, NodeID: id}
 			continue
@@ -537,7 +537,7 @@ func (u *upstream) coordinators(ctx context.Context, typ int8, keys []string) ([
 		waits[i] = l
 	}
 	u.coordMu.Unlock()
-	if mine != nil && (u.spawn == nil || !u.spawn(func() { u.lookUp(typ, missing, mine) })) {
+	if mine != nil && (u.Spawn == nil || !u.Spawn(func() { u.lookUp(typ, missing, mine) })) {
 		u.lookUp(typ, missing, mine) // not tracked (closing, or a bare upstream): here
 	}
 	for i, l := range waits {
@@ -559,10 +559,10 @@ func (u *upstream) coordinators(ctx context.Context, typ int8, keys []string) ([
 
 // lookUp asks the cluster for the coordinators of keys on behalf of every
 // waiter of l.
-func (u *upstream) lookUp(typ int8, keys []string, l *lookup) {
-	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+func (u *Cluster) lookUp(typ int8, keys []string, l *lookup) {
+	ctx, cancel := context.WithTimeout(context.Background(), LookupTimeout)
 	defer cancel()
-	res, err := u.findCoordinators(ctx, typ, keys)
+	res, err := u.FindCoordinators(ctx, typ, keys)
 	l.err = err
 	l.res = make(map[string]kmsg.FindCoordinatorResponseCoordinator, len(res))
 	for i, r := range res {
@@ -571,7 +571,7 @@ func (u *upstream) lookUp(typ int8, keys []string, l *lookup) {
 	}
 	u.coordMu.Lock()
 	for _, key := range keys {
-		if k := (coordKey{typ, key}); u.lookups[k] == l {
+		if k := (CoordKey{typ, key}); u.lookups[k] == l {
 			delete(u.lookups, k)
 		}
 	}
@@ -581,11 +581,11 @@ func (u *upstream) lookUp(typ int8, keys []string, l *lookup) {
 
 // findCoordinators asks the cluster for the coordinators of keys and caches
 // what it learns.
-func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
+func (u *Cluster) FindCoordinators(ctx context.Context, typ int8, keys []string) ([]kmsg.FindCoordinatorResponseCoordinator, error) {
 	req := kmsg.NewPtrFindCoordinatorRequest()
 	req.CoordinatorType = typ
 	req.CoordinatorKeys = keys
-	shards := u.cl.RequestSharded(ctx, req)
+	shards := u.Client.RequestSharded(ctx, req)
 	byKey := make(map[string]kmsg.FindCoordinatorResponseCoordinator, len(keys))
 	var firstErr error
 	for _, sh := range shards {
@@ -612,12 +612,12 @@ func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string
 		c, ok := byKey[k]
 		if !ok {
 			if firstErr != nil {
-				return nil, fmt.Errorf("cluster %q: find coordinator: %w", u.name, firstErr)
+				return nil, fmt.Errorf("cluster %q: find coordinator: %w", u.Name, firstErr)
 			}
 			c = kmsg.FindCoordinatorResponseCoordinator{Key: k, ErrorCode: kerr.CoordinatorNotAvailable.Code, NodeID: -1}
 		}
-		if c.ErrorCode == 0 && c.NodeID >= 0 && u.coords.Add(coordKey{typ, k}, c.NodeID) && u.coordsEvicted != nil {
-			u.coordsEvicted.Inc()
+		if c.ErrorCode == 0 && c.NodeID >= 0 && u.coords.Add(CoordKey{typ, k}, c.NodeID) && u.CoordsEvicted != nil {
+			u.CoordsEvicted.Inc()
 		}
 		out[i] = c
 	}
@@ -626,14 +626,14 @@ func (u *upstream) findCoordinators(ctx context.Context, typ int8, keys []string
 
 // forgetCoordinator drops a cached coordinator after NOT_COORDINATOR or a
 // dead connection.
-func (u *upstream) forgetCoordinator(typ int8, key string) {
+func (u *Cluster) ForgetCoordinator(typ int8, key string) {
 	u.coordMu.Lock()
-	u.coords.Remove(coordKey{typ, key})
+	u.coords.Remove(CoordKey{typ, key})
 	u.coordMu.Unlock()
 }
 
 // forgetCoordinatorsOn drops every cached coordinator on a broker.
-func (u *upstream) forgetCoordinatorsOn(broker int32) {
+func (u *Cluster) ForgetCoordinatorsOn(broker int32) {
 	u.coordMu.Lock()
 	for _, k := range u.coords.Keys() {
 		if id, ok := u.coords.Peek(k); ok && id == broker {
@@ -645,10 +645,10 @@ func (u *upstream) forgetCoordinatorsOn(broker int32) {
 
 // pool returns the connection pool of a broker for an identity (0: the
 // service identity; see poolIdentity).
-func (u *upstream) pool(broker, ident int32) (*brokerPool, error) {
-	addr, ok := u.snapshot().brokers[broker]
+func (u *Cluster) Pool(broker, ident int32) (*brokerPool, error) {
+	addr, ok := u.Snapshot().Brokers[broker]
 	if !ok {
-		return nil, fmt.Errorf("cluster %q: broker %d is not in metadata", u.name, broker)
+		return nil, fmt.Errorf("cluster %q: broker %d is not in metadata", u.Name, broker)
 	}
 	u.poolMu.Lock()
 	defer u.poolMu.Unlock()
@@ -673,7 +673,7 @@ const clusterOpsTTL = 5 * time.Second
 // reusing an answer younger than clusterOpsTTL (or older, when the cluster
 // cannot be reached). Only ErrorCode, ErrorMessage and
 // ClusterAuthorizedOperations of the answer are meant.
-func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeClusterResponse, error) {
+func (u *Cluster) ClusterOperations(ctx context.Context) (*kmsg.DescribeClusterResponse, error) {
 	u.opsMu.Lock()
 	defer u.opsMu.Unlock()
 	if u.ops != nil && time.Since(u.opsAt) < clusterOpsTTL {
@@ -681,12 +681,12 @@ func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeCluster
 	}
 	req := kmsg.NewPtrDescribeClusterRequest()
 	req.IncludeClusterAuthorizedOperations = true
-	resp, err := req.RequestWith(ctx, u.cl)
+	resp, err := req.RequestWith(ctx, u.Client)
 	if err != nil {
 		if u.ops != nil {
 			return u.ops, nil // the cluster cannot answer now: its last answer
 		}
-		return nil, fmt.Errorf("cluster %q: describe cluster: %w", u.name, err)
+		return nil, fmt.Errorf("cluster %q: describe cluster: %w", u.Name, err)
 	}
 	msg := resp.ErrorMessage
 	if msg != nil {
@@ -699,35 +699,35 @@ func (u *upstream) clusterOperations(ctx context.Context) (*kmsg.DescribeCluster
 }
 
 // lane returns the lane of a physical broker, giving it one on first sight.
-func (u *upstream) lane(broker int32, lanes int) int {
+func (u *Cluster) Lane(broker int32, lanes int) int {
 	if broker < 0 || lanes <= 1 {
 		return 0
 	}
 	u.laneMu.Lock()
 	defer u.laneMu.Unlock()
-	if l, ok := u.lanes[broker]; ok {
+	if l, ok := u.Lanes[broker]; ok {
 		return l % lanes
 	}
 	// Give every broker known now a lane, in ID order, so that a fresh
 	// Ferry assigns the same lanes as one that has run for a while.
 	ids := []int32{broker}
-	for id := range u.snapshot().brokers {
-		if _, ok := u.lanes[id]; !ok && id != broker {
+	for id := range u.Snapshot().Brokers {
+		if _, ok := u.Lanes[id]; !ok && id != broker {
 			ids = append(ids, id)
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		u.lanes[id] = len(u.lanes)
+		u.Lanes[id] = len(u.Lanes)
 	}
-	return u.lanes[broker] % lanes
+	return u.Lanes[broker] % lanes
 }
 
 // poolIdentity is the identity whose pools carry the requests of a client
 // of identity number id on this cluster: id when the cluster maps it, else
 // the service identity.
-func (u *upstream) poolIdentity(id int32) int32 {
-	if id > 0 && int(id) < len(u.idents) && u.idents[id] != nil {
+func (u *Cluster) PoolIdentity(id int32) int32 {
+	if id > 0 && int(id) < len(u.Idents) && u.Idents[id] != nil {
 		return id
 	}
 	return 0
@@ -735,10 +735,10 @@ func (u *upstream) poolIdentity(id int32) int32 {
 
 // brokerAddrs are the addresses to check credentials on: the brokers last
 // seen in metadata, else the bootstrap addresses.
-func (u *upstream) brokerAddrs() []string {
+func (u *Cluster) BrokerAddrs() []string {
 	var addrs []string
-	for _, id := range u.brokerIDs() {
-		addrs = append(addrs, u.snapshot().brokers[id])
+	for _, id := range u.BrokerIDs() {
+		addrs = append(addrs, u.Snapshot().Brokers[id])
 	}
 	if len(addrs) == 0 {
 		addrs = append(addrs, u.bootstrap...)
@@ -747,16 +747,16 @@ func (u *upstream) brokerAddrs() []string {
 }
 
 // partitionCount is how many partitions t has; 0 for nil (unknown).
-func (t *topicInfo) partitionCount() int32 {
+func (t *Topic) PartitionCount() int32 {
 	if t == nil {
 		return 0
 	}
-	return int32(len(t.parts))
+	return int32(len(t.Parts))
 }
 
 // UpstreamAuthFailure is the last failed authentication of one identity
 // towards one cluster, until a connection of that identity authenticates.
-type UpstreamAuthFailure struct {
+type AuthFailure struct {
 	Cluster string `json:"cluster"`
 	// Principal is the mapped client principal, "" for Ferry's own
 	// (service) identity.
@@ -769,7 +769,7 @@ type UpstreamAuthFailure struct {
 // upstreamAuthFailures are an upstream's current failures, by principal.
 type upstreamAuthFailures struct {
 	mu    sync.Mutex
-	fails map[string]UpstreamAuthFailure
+	fails map[string]AuthFailure
 }
 
 // note records the outcome of a dial of principal's identity: a failure,
@@ -782,18 +782,38 @@ func (f *upstreamAuthFailures) note(cluster, principal string, broker int32, err
 		return
 	}
 	if f.fails == nil {
-		f.fails = map[string]UpstreamAuthFailure{}
+		f.fails = map[string]AuthFailure{}
 	}
-	f.fails[principal] = UpstreamAuthFailure{Cluster: cluster, Principal: principal, Broker: broker, At: time.Now().UTC(), Error: err.Error()}
+	f.fails[principal] = AuthFailure{Cluster: cluster, Principal: principal, Broker: broker, At: time.Now().UTC(), Error: err.Error()}
 }
 
-func (f *upstreamAuthFailures) list() []UpstreamAuthFailure {
+func (f *upstreamAuthFailures) List() []AuthFailure {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]UpstreamAuthFailure, 0, len(f.fails))
+	out := make([]AuthFailure, 0, len(f.fails))
 	for _, e := range f.fails {
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b UpstreamAuthFailure) int { return strings.Compare(a.Principal, b.Principal) })
+	slices.SortFunc(out, func(a, b AuthFailure) int { return strings.Compare(a.Principal, b.Principal) })
 	return out
 }
+
+// CoordinatorKeys are the keys of the coordinator cache, the least
+// recently used first (at most MaxCoordinators).
+func (u *Cluster) CoordinatorKeys() []CoordKey {
+	u.coordMu.Lock()
+	defer u.coordMu.Unlock()
+	return u.coords.Keys()
+}
+
+// CachedCoordinator reports whether the coordinator of key (of type typ)
+// is cached, without making it the most recently used.
+func (u *Cluster) CachedCoordinator(typ int8, key string) bool {
+	u.coordMu.Lock()
+	defer u.coordMu.Unlock()
+	_, ok := u.coords.Peek(CoordKey{typ, key})
+	return ok
+}
+
+// AuthFailures are the identities the cluster refuses now, by principal.
+func (u *Cluster) AuthFailures() []AuthFailure { return u.authFails.List() }

@@ -1,17 +1,19 @@
-package proxy
+// Package logsample bounds repeated log lines: at most one per key per
+// interval, the next one saying how many were suppressed.
+package logsample
 
 import (
 	"sync"
 	"time"
 )
 
-// LogSampler bounds the log lines written about refusals: at most one line
+// Sampler bounds the log lines written about refusals: at most one line
 // per key (a refusal reason) per interval, the next one saying how many
 // were suppressed before it. A client, or a scanner, that opens thousands
 // of bad connections must not turn into megabytes of logs; the metrics
 // count every one. The admin API samples its refused tokens and
 // connections with it too.
-type LogSampler struct {
+type Sampler struct {
 	every time.Duration
 	now   func() time.Time
 
@@ -24,15 +26,15 @@ type sampleState struct {
 	suppressed int       // lines skipped since the last one written
 }
 
-// NewLogSampler returns a sampler writing at most one line per key per
+// New returns a sampler writing at most one line per key per
 // interval every.
-func NewLogSampler(every time.Duration) *LogSampler {
-	return &LogSampler{every: every, now: time.Now, byKey: make(map[string]*sampleState)}
+func New(every time.Duration) *Sampler {
+	return &Sampler{every: every, now: time.Now, byKey: make(map[string]*sampleState)}
 }
 
 // Allow reports whether a line about key may be written now and, when it
 // may, how many lines about key were suppressed since the last one.
-func (l *LogSampler) Allow(key string) (suppressed int, ok bool) {
+func (l *Sampler) Allow(key string) (suppressed int, ok bool) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()

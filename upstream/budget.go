@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 // Memory budgets. Every client request frame Ferry reads and every broker
 // answer it reads whole is held until the answer is written to the client;
@@ -20,7 +20,7 @@ package proxy
 //
 // A connection that has not authenticated yet, on a listener with SASL, is
 // charged to its own count only, never to the process's: it is read while
-// it holds less than the pre-authentication frame bound (preauth.go), so
+// it holds less than the pre-authentication frame bound (proxy's preauth.go), so
 // anybody who can reach the port cannot take what authenticated clients
 // need.
 //
@@ -55,7 +55,7 @@ var memMu sync.Mutex
 var charges = map[*bytebufferpool.ByteBuffer]charge{}
 
 type charge struct {
-	cm *connMem
+	cm *ConnMem
 	n  int64
 	// shared: counted in the process's budget too (not before
 	// authentication).
@@ -63,7 +63,7 @@ type charge struct {
 }
 
 // memBudget is one process's (Server's) budget.
-type memBudget struct {
+type Budget struct {
 	limit, connLimit int64
 	gauge            prometheus.Gauge   // bytes held
 	pauses           prometheus.Counter // reads paused for a budget
@@ -75,13 +75,13 @@ type memBudget struct {
 
 // newMemBudget is a process's budget of limit bytes, connLimit per
 // connection; gauge shows the bytes held, pauses counts the reads paused.
-func newMemBudget(limit, connLimit int64, gauge prometheus.Gauge, pauses prometheus.Counter) *memBudget {
-	return &memBudget{limit: limit, connLimit: connLimit, gauge: gauge, pauses: pauses}
+func NewBudget(limit, connLimit int64, gauge prometheus.Gauge, pauses prometheus.Counter) *Budget {
+	return &Budget{limit: limit, connLimit: connLimit, gauge: gauge, pauses: pauses}
 }
 
 // connMem is one client connection's share of a budget.
-type connMem struct {
-	b      *memBudget
+type ConnMem struct {
+	b      *Budget
 	used   int64 // under memMu
 	closed bool  // under memMu
 	// preauth, while not 0, is the connection's own bound before it
@@ -92,13 +92,13 @@ type connMem struct {
 
 // conn is a new connection's share; preauth is its bound until it
 // authenticates (0: it needs no authentication).
-func (b *memBudget) conn(preauth int64) *connMem {
-	return &connMem{b: b, preauth: preauth, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
+func (b *Budget) Conn(preauth int64) *ConnMem {
+	return &ConnMem{b: b, preauth: preauth, bufs: map[*bytebufferpool.ByteBuffer]struct{}{}}
 }
 
 // authenticated charges the connection's next frames to the process's
 // budget too.
-func (cm *connMem) authenticated() {
+func (cm *ConnMem) Authenticated() {
 	memMu.Lock()
 	cm.preauth = 0
 	memMu.Unlock()
@@ -107,7 +107,7 @@ func (cm *connMem) authenticated() {
 // roomLocked reports whether the connection and the process are both under
 // their budgets; before authentication, whether the connection is under
 // its own bound.
-func (cm *connMem) roomLocked() bool {
+func (cm *ConnMem) roomLocked() bool {
 	if cm.preauth > 0 {
 		return cm.used < cm.preauth
 	}
@@ -115,7 +115,7 @@ func (cm *connMem) roomLocked() bool {
 }
 
 // chargeLocked charges buf's n bytes to the connection.
-func (cm *connMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
+func (cm *ConnMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
 	if old, ok := charges[buf]; ok { // a buffer charged twice: keep one
 		old.cm.dropLocked(buf, old)
 	}
@@ -129,7 +129,7 @@ func (cm *connMem) chargeLocked(buf *bytebufferpool.ByteBuffer, n int64) {
 	}
 }
 
-func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, c charge) {
+func (cm *ConnMem) dropLocked(buf *bytebufferpool.ByteBuffer, c charge) {
 	delete(charges, buf)
 	delete(cm.bufs, buf)
 	cm.used -= c.n
@@ -145,7 +145,7 @@ func (cm *connMem) dropLocked(buf *bytebufferpool.ByteBuffer, c charge) {
 
 // waitLocked returns a channel closed at the next release; the caller
 // counted itself in b.waiters first.
-func (b *memBudget) waitLocked() <-chan struct{} {
+func (b *Budget) waitLocked() <-chan struct{} {
 	if b.wake == nil {
 		b.wake = make(chan struct{})
 	}
@@ -165,7 +165,7 @@ func heldCharge(buf *bytebufferpool.ByteBuffer, n int) int64 {
 // budgets, then charges buf with a request frame of n bytes (heldCharge),
 // and reports whether it waited: the reader goroutine calls it between a
 // frame's size and its body, so a client over budget is not read.
-func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
+func (cm *ConnMem) Admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n int) (waited bool, err error) {
 	b := cm.b
 	size := heldCharge(buf, n)
 	memMu.Lock()
@@ -203,7 +203,7 @@ func (cm *connMem) admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 // process are under their budgets, or when the client's writer waits for
 // it. It returns false when the answer is not wanted any more (abandoned,
 // or its client connection closed: read past it) or dead closes.
-func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
+func (cm *ConnMem) AdmitAnswer(p *Pending, buf *bytebufferpool.ByteBuffer, n int, dead <-chan struct{}) bool {
 	b := cm.b
 	size := heldCharge(buf, n)
 	// Counted before looking at want and abandon, which are set without
@@ -240,7 +240,7 @@ func (cm *connMem) admitAnswer(p *pending, buf *bytebufferpool.ByteBuffer, n int
 // close releases everything the connection still holds; later charges and
 // releases of its buffers do nothing. Called once its reader and writer
 // have ended.
-func (cm *connMem) close() {
+func (cm *ConnMem) Close() {
 	memMu.Lock()
 	defer memMu.Unlock()
 	for buf := range cm.bufs {
@@ -254,7 +254,7 @@ func (cm *connMem) close() {
 }
 
 // releaseBuf releases what buf holds, if anything.
-func releaseBuf(buf *bytebufferpool.ByteBuffer) {
+func ReleaseBuf(buf *bytebufferpool.ByteBuffer) {
 	memMu.Lock()
 	if c, ok := charges[buf]; ok {
 		c.cm.dropLocked(buf, c)
@@ -264,26 +264,26 @@ func releaseBuf(buf *bytebufferpool.ByteBuffer) {
 
 // want marks p as waited for by the client's writer: its answer is read
 // whatever the budgets hold.
-func (p *pending) want() {
-	if p.mem == nil || p.wanted.Load() {
+func (p *Pending) Want() {
+	if p.Mem == nil || p.wanted.Load() {
 		return
 	}
 	p.wanted.Store(true)
-	p.mem.b.wakeWaiters()
+	p.Mem.b.wakeWaiters()
 }
 
 // abandon says p's answer will never be taken (a fetch part answered
 // without it): it is read past rather than held, or, if already read,
 // released.
-func (p *pending) abandon() {
+func (p *Pending) Abandon() {
 	if p.state.CompareAndSwap(pendingWaiting, pendingAbandoned) {
-		if p.mem != nil {
-			p.mem.b.wakeWaiters()
+		if p.Mem != nil {
+			p.Mem.b.wakeWaiters()
 		}
 		return
 	}
 	if p.state.Load() == pendingDelivered { // nobody will put it back
-		responseBufs.Put(p.buf)
+		ResponseBufs.Put(p.Buf)
 	}
 }
 
@@ -291,7 +291,7 @@ func (p *pending) abandon() {
 // The atomic count spares the lock when nobody waits (the usual case): a
 // waiter counts itself before it looks, so it either sees what changed or
 // is counted here.
-func (b *memBudget) wakeWaiters() {
+func (b *Budget) wakeWaiters() {
 	if b.waiters.Load() == 0 {
 		return
 	}
@@ -301,4 +301,12 @@ func (b *memBudget) wakeWaiters() {
 		b.wake = nil
 	}
 	memMu.Unlock()
+}
+
+// WrapGauge replaces the gauge that shows the bytes held with f of it:
+// tests watch the peak with it.
+func (b *Budget) WrapGauge(f func(prometheus.Gauge) prometheus.Gauge) {
+	memMu.Lock()
+	defer memMu.Unlock()
+	b.gauge = f(b.gauge)
 }

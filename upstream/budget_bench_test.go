@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bytes"
@@ -21,8 +21,8 @@ func BenchmarkMixedFramesCharged(b *testing.B) {
 		return append(f, make([]byte, n)...)
 	}
 	small, large := frame(200), frame(64<<10)
-	mb := &memBudget{limit: 1 << 40, connLimit: 1 << 40, gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})}
-	cm := mb.conn(0)
+	mb := &Budget{limit: 1 << 40, connLimit: 1 << 40, gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})}
+	cm := mb.Conn(0)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		f := small
@@ -30,10 +30,10 @@ func BenchmarkMixedFramesCharged(b *testing.B) {
 			f = large
 		}
 		r := bytes.NewReader(f)
-		buf := requestBufs.Get()
+		buf := RequestBufs.Get()
 		n, _ := protocol.ReadFrameSize(r, 1<<30)
-		cm.admit(context.Background(), buf, n)
+		cm.Admit(context.Background(), buf, n)
 		protocol.ReadFrameBody(r, n, buf)
-		requestBufs.Put(buf)
+		RequestBufs.Put(buf)
 	}
 }

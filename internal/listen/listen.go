@@ -1,4 +1,7 @@
-package proxy
+// Package listen wraps a listener so that Accept retries the errors that
+// pass (out of file descriptors, a pending connection reset) instead of
+// ending the server.
+package listen
 
 import (
 	"errors"
@@ -46,9 +49,9 @@ var acceptErrReasons = map[syscall.Errno]string{
 	syscall.ECONNRESET:   "network",
 }
 
-// acceptReasons lists every reason label, so each series exists from the
-// start at 0.
-func acceptReasons() []string {
+// Reasons lists every reason label, so each series exists from the start
+// at 0.
+func Reasons() []string {
 	return []string{"emfile", "enfile", "econnaborted", "enobufs", "enomem", "temporary", "network", "timeout"}
 }
 
@@ -69,15 +72,16 @@ func acceptErrReason(err error) string {
 	return ""
 }
 
-// acceptLog logs accept errors at most once per acceptLogInterval for the
-// whole server, with the count of those not logged.
-type acceptLog struct {
+// Log logs accept errors at most once per acceptLogInterval for all the
+// listeners that share it (a server's), with the count of those not
+// logged.
+type Log struct {
 	mu         sync.Mutex
 	last       time.Time
 	suppressed int
 }
 
-func (l *acceptLog) failed(log *zap.Logger, ln net.Listener, what, reason string, err error, retryIn time.Duration) {
+func (l *Log) failed(log *zap.Logger, ln net.Listener, what, reason string, err error, retryIn time.Duration) {
 	l.mu.Lock()
 	now := time.Now()
 	if !l.last.IsZero() && now.Sub(l.last) < acceptLogInterval {
@@ -96,35 +100,36 @@ func (l *acceptLog) failed(log *zap.Logger, ln net.Listener, what, reason string
 	log.Warn("accepting "+what+" connection failed; retrying", fields...)
 }
 
-// RetryingListener is a listener whose Accept retries the errors that pass
+// Listener is a listener whose Accept retries the errors that pass
 // (acceptErrReasons: out of file descriptors, a pending connection reset)
 // with a backoff from 5 ms doubling to 1 s, while the open connections are
 // served; each is counted by reason and logged at most once per 10 s. Other
 // errors, and Close, end Accept. The Kafka listeners accept through one; so
 // does the admin API, whose net/http server would log every retry.
-type RetryingListener struct {
+type Listener struct {
 	net.Listener
 	log   *zap.Logger
 	what  string
 	count func(reason string)
-	alog  *acceptLog
+	alog  *Log
 	stop  <-chan struct{} // ends a wait too (the server closing); nil: none
 	done  chan struct{}
 	once  sync.Once
 }
 
-// NewRetryingListener wraps ln; what names its connections in the log ("an
-// admin API"), count counts an error by reason.
-func NewRetryingListener(ln net.Listener, log *zap.Logger, what string, count func(reason string)) *RetryingListener {
-	return newRetryingListener(ln, log, what, count, new(acceptLog), nil)
-}
-
-func newRetryingListener(ln net.Listener, log *zap.Logger, what string, count func(reason string), alog *acceptLog, stop <-chan struct{}) *RetryingListener {
-	return &RetryingListener{Listener: ln, log: log, what: what, count: count, alog: alog, stop: stop, done: make(chan struct{})}
+// New wraps ln; what names its connections in the log ("an admin API"),
+// count counts an error by reason. Listeners given one shared log are
+// logged together (nil: a log of its own); stop, when closed, ends a wait
+// between retries (nil: only Close does).
+func New(ln net.Listener, log *zap.Logger, what string, count func(reason string), shared *Log, stop <-chan struct{}) *Listener {
+	if shared == nil {
+		shared = new(Log)
+	}
+	return &Listener{Listener: ln, log: log, what: what, count: count, alog: shared, stop: stop, done: make(chan struct{})}
 }
 
 // Accept implements net.Listener.
-func (l *RetryingListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	var backoff time.Duration
 	for {
 		nc, err := l.Listener.Accept()
@@ -152,7 +157,7 @@ func (l *RetryingListener) Accept() (net.Conn, error) {
 }
 
 // Close implements net.Listener; safe to call more than once.
-func (l *RetryingListener) Close() error {
+func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }

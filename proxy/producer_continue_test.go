@@ -407,6 +407,52 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 	}
 }
 
+// A member cut off from the others' gossip sees itself alone: asking
+// "every other live member" whether one holds the producer's ID asks
+// nobody, and nobody answering was taken for nobody holding one. Under the
+// generation after a planned switch it then wrote a producer's later
+// batch first, under an ID of its own, while the batch before it was
+// still to come through another member: the 30-minute chaos run on
+// 06b447d ("4/43588 holds 212324 after 212838", a member cut off through
+// a planned switch). The members it cannot ask may hold the ID: its
+// batch is refused, retriable, until it can ask them.
+func TestCutOffMemberIsNotTakenToHoldNothing(t *testing.T) {
+	prevGen := uint32(idGen - 1)
+	virt := routing.VirtualPID(idGen-2, 9)
+	f := startThree(t, prevGen)
+	_, _, third, _ := f.writeBefore(t, virt, 3)
+	held := f.members[(third+1)%3].remapped.held(prevGen, virt)
+	if held < 0 {
+		held = f.members[(third+2)%3].remapped.held(prevGen, virt)
+	}
+	olds := producersAnswer(f.a, func() []producerState { return []producerState{{held, 0, 2}} })
+	seedPartition(t, f.b)
+	f.switchTo(idGen, "b")
+
+	f.cutOff(third, true)
+	m := produceAs(t, f.addrs[third], virt)
+	code := m(4, "v4") // v3 outstanding
+	if err := kerr.ErrorForCode(code); code == 0 || !kerr.IsRetriable(err) {
+		t.Fatalf("v4 (v3 outstanding) through a member cut off from the others: %v, want a retriable refusal", err)
+	}
+	f.cutOff(third, false)
+	if code := m(4, "v4"); code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("v4 (v3 outstanding) once the member sees the others: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(code))
+	}
+	if olds.Load() == 0 {
+		t.Fatal("cluster a was never asked where the producer stopped")
+	}
+	if code := m(3, "v3"); code != 0 {
+		t.Fatalf("v3, the next: %v", kerr.ErrorForCode(code))
+	}
+	if code := m(4, "v4"); code != 0 {
+		t.Fatalf("v4 after v3: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, f.b); fmt.Sprint(got[0]) != "[before v3 v4]" {
+		t.Fatalf("b's t[0] holds %q; want [before v3 v4]", got[0])
+	}
+}
+
 // A Produce refused after its batch headers were rewritten to physical
 // IDs (a forced switch refusing what the old cluster answered) leaves its
 // gaps under the IDs the client sends, so that its next batches meet
@@ -443,23 +489,44 @@ type three struct {
 	members [3]*Server
 	addrs   [3]string
 	tables  [3]*routing.Table
+	fleets  [3]*routing.StaticFleet // each member's view
 	gen     uint32
 }
+
+// threeBrokers are the members of a three.
+var threeBrokers = []routing.Broker{{NodeID: 0, Host: "127.0.0.1", Port: 1},
+	{NodeID: 1, Host: "127.0.0.1", Port: 2}, {NodeID: 2, Host: "127.0.0.1", Port: 3}}
 
 func startThree(t *testing.T, gen uint32) *three {
 	f := &three{gen: gen, peers: &lockedPeers{members: map[int32]*Server{}}}
 	f.a = newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	f.b = newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1},
-		routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2}, routing.Broker{NodeID: 2, Host: "127.0.0.1", Port: 3})
 	for id := range int32(3) {
 		f.tables[id] = routing.NewTable(routing.State{Generation: gen, Active: "a"})
-		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithFleet(fleet),
+		f.fleets[id] = routing.NewStaticFleet(threeBrokers...)
+		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithFleet(f.fleets[id]),
 			WithClusters(upstream.Config{Name: "a", Bootstrap: f.a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: f.b.ListenAddrs()}),
 			WithRoutingTable(f.tables[id]), WithPeers(peerAs{f.peers, id}))
 		f.peers.set(id, f.members[id])
 	}
 	return f
+}
+
+// cutOff makes member id see itself alone, the others suspected (gossip
+// cut), or, with on false, all three again.
+func (f *three) cutOff(id int32, on bool) {
+	f.peers.mu.Lock()
+	defer f.peers.mu.Unlock()
+	if f.peers.unreachable == nil {
+		f.peers.unreachable = map[int32][]int32{}
+	}
+	if !on {
+		f.fleets[id].Set(threeBrokers)
+		f.peers.unreachable[id] = nil
+		return
+	}
+	f.fleets[id].Set([]routing.Broker{threeBrokers[id]})
+	f.peers.unreachable[id] = []int32{(id + 1) % 3, (id + 2) % 3}
 }
 
 // switchTo moves every member to generation gen, a planned switch from a

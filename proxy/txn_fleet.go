@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +39,10 @@ type Peers interface {
 	// Call sends body to member to's handler of kind and returns its
 	// answer (membership.Fleet.Call).
 	Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error)
+	// Unreachable is the members this one knows of but cannot ask now:
+	// suspected, or taken for dead, and not gone on purpose. Cut off
+	// from the others, a member sees all of them so.
+	Unreachable() []int32
 }
 
 // TxnCallKind is the kind of the calls HandleTxnCall answers.
@@ -211,11 +216,20 @@ const pidHeldWait = time.Second
 // writes under (call: "pidheld" in this generation, "pidprev" in the one
 // before): the first found, or -1 when every member answered it holds
 // none. A member that did not answer (in time, or under the same
-// generation) is an error, not a "none": it may hold one.
+// generation) is an error, not a "none": it may hold one. So is a member
+// this one cannot ask at all (Peers.Unreachable): a member cut off from
+// the fleet sees no other live member, and took "nobody answered" for
+// "nobody holds one" — the 30-minute chaos run on 06b447d wrote a
+// producer's later batch first under a fresh ID through such a member
+// ("4/43588 holds 212324 after 212838").
 func (s *Server) heldByPeers(ctx context.Context, call txnCall) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, pidHeldWait)
 	defer cancel()
 	self := s.cfg.peers.Self()
+	var unreachable error
+	if ids := slices.DeleteFunc(s.cfg.peers.Unreachable(), func(id int32) bool { return id == self }); len(ids) > 0 {
+		unreachable = fmt.Errorf("members %v cannot be asked whether they hold an ID for producer %d (suspected or taken for dead)", ids, call.Query.PID)
+	}
 	type answer struct {
 		member int32
 		phys   int64
@@ -250,6 +264,9 @@ func (s *Server) heldByPeers(ctx context.Context, call txnCall) (int64, error) {
 		case <-ctx.Done():
 			return -1, fmt.Errorf("asking the members whether they hold an ID for producer %d: %w", call.Query.PID, ctx.Err())
 		}
+	}
+	if unanswered == nil {
+		unanswered = unreachable
 	}
 	return -1, unanswered
 }

@@ -232,6 +232,9 @@ type inProcessPeers struct {
 
 func (p inProcessPeers) Self() int32 { return p.self }
 
+// Unreachable: every member of the map is reachable.
+func (p inProcessPeers) Unreachable() []int32 { return nil }
+
 func (p inProcessPeers) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
 	if kind != TxnCallKind {
 		return nil, fmt.Errorf("no handler for %q", kind)
@@ -765,9 +768,10 @@ func TestStaleIdempotentProducerOwnerRestarted(t *testing.T) {
 // lockedPeers is inProcessPeers whose members can be replaced (restarted)
 // while others call them.
 type lockedPeers struct {
-	mu      sync.Mutex
-	members map[int32]*Server
-	silent  map[int32]bool // calls to these members fail
+	mu          sync.Mutex
+	members     map[int32]*Server
+	silent      map[int32]bool    // calls to these members fail
+	unreachable map[int32][]int32 // the members each member cannot ask
 }
 
 // silence makes calls to member id fail (it is paused, or cut off) or,
@@ -794,6 +798,12 @@ type peerAs struct {
 }
 
 func (p peerAs) Self() int32 { return p.self }
+
+func (p peerAs) Unreachable() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int32(nil), p.unreachable[p.self]...)
+}
 
 func (p peerAs) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
 	if kind != TxnCallKind {

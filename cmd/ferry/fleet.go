@@ -208,6 +208,18 @@ func (f *fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([
 	return f.m.Call(ctx, to, kind, body)
 }
 
+// Unreachable implements proxy.Peers: the members gossip suspects or takes
+// for dead (not those that left).
+func (f *fleet) Unreachable() []int32 {
+	var out []int32
+	for _, m := range f.m.Members() {
+		if !m.Self && (m.State == membership.Suspect || m.State == membership.Dead) {
+			out = append(out, m.NodeID)
+		}
+	}
+	return out
+}
+
 // Owns implements mirror.Ownership: the partition's writer runs on the
 // member that rendezvous hashing of the partition picks among the alive
 // members.

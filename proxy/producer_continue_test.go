@@ -413,7 +413,7 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 // generation after a planned switch it then wrote a producer's later
 // batch first, under an ID of its own, while the batch before it was
 // still to come through another member: the 30-minute chaos run on
-// 06b447d ("4/43588 holds 212324 after 212838", a member cut off through
+// dfeb31b ("4/43588 holds 212324 after 212838", a member cut off through
 // a planned switch). The members it cannot ask may hold the ID: its
 // batch is refused, retriable, until it can ask them.
 func TestCutOffMemberIsNotTakenToHoldNothing(t *testing.T) {

@@ -219,7 +219,7 @@ const pidHeldWait = time.Second
 // generation) is an error, not a "none": it may hold one. So is a member
 // this one cannot ask at all (Peers.Unreachable): a member cut off from
 // the fleet sees no other live member, and took "nobody answered" for
-// "nobody holds one" — the 30-minute chaos run on 06b447d wrote a
+// "nobody holds one" — the 30-minute chaos run on dfeb31b wrote a
 // producer's later batch first under a fresh ID through such a member
 // ("4/43588 holds 212324 after 212838").
 func (s *Server) heldByPeers(ctx context.Context, call txnCall) (int64, error) {

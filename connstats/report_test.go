@@ -39,7 +39,9 @@ func TestSelect(t *testing.T) {
 		t.Fatalf("report %+v, want matched 3 and page [4 1]", r)
 	}
 	q = Query{Sort: "bytes_in"}
-	q.Check()
+	if err := q.Check(); err != nil {
+		t.Fatal(err)
+	}
 	r = Select(q, now, 4, append([]Info(nil), all...))
 	if got := []uint64{r.Connections[0].ID, r.Connections[1].ID}; got[0] != 2 || got[1] != 3 {
 		t.Errorf("ties of bytes_in in order %v, want by ID [2 3]", got)

@@ -100,14 +100,8 @@ func (s *Server) translate(ctx context.Context, u *upstream.Cluster, gen uint32,
 // anywhere in it (top level or per group).
 func coordinatorMoved(msg any) bool {
 	moved := false
-	kfields.Walk(msg, func(name string, f reflect.Value) {
-		if name != "ErrorCode" || f.Kind() != reflect.Int16 {
-			return
-		}
-		switch int16(f.Int()) {
-		case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code:
-			moved = true
-		}
+	kfields.ErrorCodes(msg, func(code int16) {
+		moved = moved || code == kerr.NotCoordinator.Code || code == kerr.CoordinatorNotAvailable.Code
 	})
 	return moved
 }

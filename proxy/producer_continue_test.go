@@ -420,11 +420,7 @@ func TestCutOffMemberIsNotTakenToHoldNothing(t *testing.T) {
 	prevGen := uint32(idGen - 1)
 	virt := routing.VirtualPID(idGen-2, 9)
 	f := startThree(t, prevGen)
-	_, _, third, _ := f.writeBefore(t, virt, 3)
-	held := f.members[(third+1)%3].remapped.held(prevGen, virt)
-	if held < 0 {
-		held = f.members[(third+2)%3].remapped.held(prevGen, virt)
-	}
+	_, _, third, held := f.writeBefore(t, virt, 3)
 	olds := producersAnswer(f.a, func() []producerState { return []producerState{{held, 0, 2}} })
 	seedPartition(t, f.b)
 	f.switchTo(idGen, "b")

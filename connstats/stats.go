@@ -182,8 +182,8 @@ func (s *codeSet) add(c int16) {
 }
 
 // responseCodes calls f with the top-level and partition error codes of
-// resp: by type for the APIs clients use most, by reflection for the rest
-// (admin APIs, rare enough for it).
+// resp: by hand for the APIs clients use most, by the walk package kfields
+// generates for the rest.
 func responseCodes(resp kmsg.Response, f func(int16)) {
 	switch r := resp.(type) {
 	case *kmsg.ProduceResponse:

@@ -16,7 +16,6 @@ package proxy
 
 import (
 	"context"
-	"reflect"
 	"sort"
 
 	"github.com/ferry-gw/ferry/upstream"
@@ -27,20 +26,6 @@ const (
 	coordGroup int8 = 0
 	coordTxn   int8 = 1
 )
-
-// multiKey describes a request that names several coordinator keys.
-type multiKey struct {
-	reqField  string // the slice of keys (strings, or structs with keyField)
-	keyField  string
-	respField string // the slice of per-key answers
-}
-
-var multiKeys = map[int16]multiKey{
-	int16(kmsg.DescribeGroups):        {reqField: "Groups", respField: "Groups"},
-	int16(kmsg.DeleteGroups):          {reqField: "Groups", respField: "Groups"},
-	int16(kmsg.ConsumerGroupDescribe): {reqField: "Groups", respField: "Groups"},
-	int16(kmsg.DescribeTransactions):  {reqField: "TransactionalIDs", respField: "TransactionStates"},
-}
 
 // coordinatorKeys returns the keys a request names and their type.
 func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string) {
@@ -171,22 +156,14 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 			return s.forwardTo(c, req, b, kr, rewritten, fix)
 		}
 	}
-	mk, ok := multiKeys[req.hdr.Key]
-	if !ok && req.hdr.Key == int16(kmsg.OffsetFetch) {
-		mk, ok = multiKey{reqField: "Groups", keyField: "Group", respField: "Groups"}, true
-	}
-	if !ok && req.hdr.Key == int16(kmsg.AddPartitionsToTxn) {
-		mk, ok = multiKey{reqField: "Transactions", keyField: "TransactionalID", respField: "Results"}, true
-	}
-	if !ok {
-		// A single-key request never gets here; be safe anyway.
-		for b := range byBroker {
-			return s.forwardTo(c, req, b, kr, rewritten, fix)
-		}
-	}
 	parts := map[int32]kmsg.Request{}
 	for b, idxs := range byBroker {
-		parts[b] = subsetRequest(kr, mk.reqField, idxs)
+		sub, ok := keysSubset(kr, idxs)
+		if !ok {
+			// A single-key request never gets here; be safe anyway.
+			return s.forwardTo(c, req, b, kr, rewritten, fix)
+		}
+		parts[b] = sub
 	}
 	calls := c.sendSplit(req, parts, true, false)
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
@@ -205,35 +182,85 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 				merged = r
 				continue
 			}
-			mergeSlices(merged, r, mk.respField)
+			mergeKeyAnswers(merged, r)
 		}
 		return merged, g.release, nil
 	}), nil
 }
 
-// subsetRequest copies a request keeping only the listed elements of its
-// key slice.
-func subsetRequest(kr kmsg.Request, field string, idxs []int) kmsg.Request {
+// keysSubset copies a request that names several coordinator keys,
+// keeping only the keys at idxs (indexes into coordinatorKeys' list);
+// ok is false for a request that names one key.
+func keysSubset(kr kmsg.Request, idxs []int) (sub kmsg.Request, ok bool) {
 	sort.Ints(idxs)
-	src := reflect.ValueOf(kr).Elem()
-	dst := reflect.New(src.Type())
-	dst.Elem().Set(src)
-	all := src.FieldByName(field)
-	sub := reflect.MakeSlice(all.Type(), 0, len(idxs))
-	for _, i := range idxs {
-		sub = reflect.Append(sub, all.Index(i))
+	switch r := kr.(type) {
+	case *kmsg.DescribeGroupsRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
+	case *kmsg.DeleteGroupsRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
+	case *kmsg.ConsumerGroupDescribeRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
+	case *kmsg.DescribeTransactionsRequest:
+		c := *r
+		c.TransactionalIDs = pick(r.TransactionalIDs, idxs)
+		return &c, true
+	case *kmsg.OffsetFetchRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
+	case *kmsg.AddPartitionsToTxnRequest:
+		c := *r
+		c.Transactions = pick(r.Transactions, idxs)
+		return &c, true
 	}
-	dst.Elem().FieldByName(field).Set(sub)
-	return dst.Interface().(kmsg.Request)
+	return nil, false
 }
 
-// mergeSlices appends from's answers to into's, and keeps the larger
-// throttle.
-func mergeSlices(into, from kmsg.Response, field string) {
-	iv, fv := reflect.ValueOf(into).Elem(), reflect.ValueOf(from).Elem()
-	dst := iv.FieldByName(field)
-	dst.Set(reflect.AppendSlice(dst, fv.FieldByName(field)))
-	if t := iv.FieldByName("ThrottleMillis"); t.IsValid() && fv.FieldByName("ThrottleMillis").Int() > t.Int() {
-		t.SetInt(fv.FieldByName("ThrottleMillis").Int())
+// pick is the elements of s at idxs, in that order.
+func pick[T any](s []T, idxs []int) []T {
+	out := make([]T, 0, len(idxs))
+	for _, i := range idxs {
+		out = append(out, s[i])
+	}
+	return out
+}
+
+// mergeKeyAnswers appends from's per-key answers to into's (answers to
+// two keysSubset parts of one request), and keeps the larger throttle.
+func mergeKeyAnswers(into, from kmsg.Response) {
+	switch r := into.(type) {
+	case *kmsg.DescribeGroupsResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.DescribeGroupsResponse).Groups...)
+	case *kmsg.DeleteGroupsResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.DeleteGroupsResponse).Groups...)
+	case *kmsg.ConsumerGroupDescribeResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.ConsumerGroupDescribeResponse).Groups...)
+	case *kmsg.DescribeTransactionsResponse:
+		r.TransactionStates = append(r.TransactionStates, from.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
+	case *kmsg.OffsetFetchResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.OffsetFetchResponse).Groups...)
+	case *kmsg.AddPartitionsToTxnResponse:
+		r.Transactions = append(r.Transactions, from.(*kmsg.AddPartitionsToTxnResponse).Transactions...)
+	}
+	keepLargerThrottle(into, from)
+}
+
+// keepLargerThrottle sets into's throttle to from's when from's is larger.
+func keepLargerThrottle(into, from kmsg.Response) {
+	t, ok1 := into.(kmsg.ThrottleResponse)
+	ft, ok2 := from.(kmsg.ThrottleResponse)
+	set, ok3 := into.(kmsg.SetThrottleResponse)
+	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	a, _ := t.Throttle()
+	if b, _ := ft.Throttle(); b > a {
+		set.SetThrottle(b)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
@@ -259,13 +258,11 @@ func (s *Server) upstreamAnswer(req *request, kr kmsg.Request, err error) kmsg.R
 		// The handler may have made the request's topic IDs physical
 		// before it failed: the answer echoes them, so make them virtual.
 		snap := req.up.Snapshot()
-		kfields.Walk(resp, func(name string, f reflect.Value) {
-			if name == "TopicID" && f.Type() == kfields.UUID {
-				if t := snap.ByID[f.Interface().([16]byte)]; t != nil {
-					f.Set(reflect.ValueOf(t.VID))
-				}
+		kfields.Visit(resp, &kfields.Visitor{TopicID: func(id *[16]byte) {
+			if t := snap.ByID[*id]; t != nil {
+				*id = t.VID
 			}
-		})
+		}})
 	}
 	return resp
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -14,7 +15,7 @@ import (
 )
 
 // identityNames are field names that carry physical identity somewhere in
-// the protocol (PROTOCOL-MAP.md).
+// the protocol; identityKind catches the others by name pattern and type.
 var identityNames = map[string]bool{
 	"TopicID": true, "ProducerID": true, "LeaderEpoch": true, "CurrentLeaderEpoch": true, "LastFetchedEpoch": true,
 	"LeaderID": true, "NodeID": true, "Leader": true, "Replicas": true, "ISR": true, "OfflineReplicas": true,
@@ -44,7 +45,7 @@ func identityPaths() []string {
 				continue
 			}
 			p := prefix + "." + f.Name
-			if identityNames[f.Name] {
+			if identityNames[f.Name] || identityKind(f) {
 				out = append(out, p)
 			}
 			walk(p, f.Type, depth+1)
@@ -58,6 +59,27 @@ func identityPaths() []string {
 	sort.Strings(out)
 	return out
 }
+
+// identityKind says whether a field is of a kind that carries an identity
+// which differs between the clusters behind Ferry, or between a client's
+// view and a cluster's, whatever its name: any UUID, a producer ID, an
+// epoch, a node ID. A field Kafka adds under a new name is caught by it.
+func identityKind(f reflect.StructField) bool {
+	t := f.Type
+	switch {
+	case t == reflect.TypeFor[[16]byte]():
+		return true
+	case strings.Contains(f.Name, "ProducerID"):
+		return t.Kind() == reflect.Int64 || t == reflect.TypeFor[[]int64]()
+	case strings.Contains(f.Name, "Epoch"):
+		return t.Kind() == reflect.Int32 || t.Kind() == reflect.Int16
+	case nodeIDName.MatchString(f.Name):
+		return t.Kind() == reflect.Int32 || t == reflect.TypeFor[[]int32]()
+	}
+	return false
+}
+
+var nodeIDName = regexp.MustCompile(`(Node|Leader|Broker|Replica|Controller|Coordinator)(ID|IDs)?$|Replicas$|^Isr|ISR|ELR$`)
 
 // handledIdentity says, for every identity field a client can send or
 // receive, how Ferry handles it. When kmsg grows a field (Kafka added a
@@ -115,6 +137,34 @@ var handledIdentity = map[string]string{
 	"ListPartitionReassignments.Response.Topics.Partitions.Replicas":         "physical→lane of the partition's Metadata leader member",
 	"ListPartitionReassignments.Response.Topics.Partitions.AddingReplicas":   "physical→lane of the partition's Metadata leader member",
 	"ListPartitionReassignments.Response.Topics.Partitions.RemovingReplicas": "physical→lane of the partition's Metadata leader member",
+
+	// Epochs of the producer ID beside them, which carries the generation.
+	"AddOffsetsToTxn.Request.ProducerEpoch":                                         "the producer ID's epoch",
+	"AddPartitionsToTxn.Request.ProducerEpoch":                                      "the producer ID's epoch",
+	"AddPartitionsToTxn.Request.Transactions.ProducerEpoch":                         "the producer ID's epoch",
+	"DescribeProducers.Response.Topics.Partitions.ActiveProducers.ProducerEpoch":    "the producer ID's epoch",
+	"DescribeTransactions.Response.TransactionStates.ProducerEpoch":                 "the producer ID's epoch",
+	"EndTxn.Request.ProducerEpoch":                                                  "the producer ID's epoch",
+	"EndTxn.Response.ProducerEpoch":                                                 "the producer ID's epoch",
+	"InitProducerID.Request.ProducerEpoch":                                          "the producer ID's epoch",
+	"InitProducerID.Response.ProducerEpoch":                                         "the producer ID's epoch",
+	"TxnOffsetCommit.Request.ProducerEpoch":                                         "the producer ID's epoch",
+	"DescribeProducers.Response.Topics.Partitions.ActiveProducers.CoordinatorEpoch": "the transaction coordinator's epoch, shown by kafka-transactions.sh, never sent back",
+
+	// KIP-848 epochs are the group coordinator's own; a member of the old
+	// cluster's group is told to rejoin (memberOfOtherCluster).
+	"ConsumerGroupDescribe.Response.Groups.AssignmentEpoch":     "the group's epoch",
+	"ConsumerGroupDescribe.Response.Groups.Members.MemberEpoch": "the member's epoch in its group",
+	"ConsumerGroupHeartbeat.Request.MemberEpoch":                "the member's epoch in its group",
+	"ConsumerGroupHeartbeat.Response.MemberEpoch":               "the member's epoch in its group",
+	"OffsetFetch.Request.Groups.MemberEpoch":                    "the member's epoch in its group",
+
+	// Neither a cluster's nor a broker's identity.
+	"Fetch.Request.SessionEpoch":                          "sessionless upstream (-1); Ferry answers session 0",
+	"Fetch.Request.Topics.Partitions.ReplicaDirectoryID":  "sent by replicas only (KIP-858); a consumer's is zero, and ReplicaID is -1 upstream",
+	"GetTelemetrySubscriptions.Request.ClientInstanceID":  "a client's telemetry ID (KIP-714); a cluster that does not know it gives a new one",
+	"GetTelemetrySubscriptions.Response.ClientInstanceID": "a client's telemetry ID (KIP-714)",
+	"PushTelemetry.Request.ClientInstanceID":              "a client's telemetry ID (KIP-714); a cluster that does not know it answers UNKNOWN_SUBSCRIPTION_ID and the client asks again",
 }
 
 func TestEveryIdentityFieldIsHandled(t *testing.T) {
@@ -129,7 +179,8 @@ func TestEveryIdentityFieldIsHandled(t *testing.T) {
 	}
 }
 
-// translatedByName: fields translate() rewrites by name in the answers of
+// translatedByName: fields translate() rewrites (kfields' generated walk
+// hands it every field of these names) in the answers of
 // every API that goes through the generic coordinator and admin paths, and
 // topic IDs both ways. Producer IDs and epochs in requests are not taken on
 // trust from a name: TestNoOtherGenerationIdentityForwarded sends each one

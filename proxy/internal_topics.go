@@ -56,7 +56,6 @@ package proxy
 // taken out too (hideInternalDescribed).
 
 import (
-	"reflect"
 	"slices"
 	"strings"
 
@@ -283,15 +282,52 @@ func take[T any](s *[]T, internal func(*T) bool) []T {
 }
 
 // appendAnswers appends the per-item answers of add (Ferry's) to those of
-// resp (the broker's), slice by slice.
-func appendAnswers(resp, add kmsg.Response) {
-	rv, av := reflect.ValueOf(resp).Elem(), reflect.ValueOf(add).Elem()
-	for i := 0; i < av.NumField(); i++ {
-		if f := av.Field(i); f.Kind() == reflect.Slice && f.Len() > 0 {
-			d := rv.Field(i)
-			d.Set(reflect.AppendSlice(d, f))
-		}
+// resp (the broker's), slice by slice, for the APIs whose items Ferry
+// refuses (topic_refusals.go); it reports false for any other.
+func appendAnswers(resp, add kmsg.Response) bool {
+	switch r := resp.(type) {
+	case *kmsg.CreateTopicsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.CreateTopicsResponse).Topics...)
+	case *kmsg.CreatePartitionsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.CreatePartitionsResponse).Topics...)
+	case *kmsg.DeleteTopicsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.DeleteTopicsResponse).Topics...)
+	case *kmsg.DeleteRecordsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.DeleteRecordsResponse).Topics...)
+	case *kmsg.DescribeConfigsResponse:
+		r.Resources = append(r.Resources, add.(*kmsg.DescribeConfigsResponse).Resources...)
+	case *kmsg.AlterConfigsResponse:
+		r.Resources = append(r.Resources, add.(*kmsg.AlterConfigsResponse).Resources...)
+	case *kmsg.IncrementalAlterConfigsResponse:
+		r.Resources = append(r.Resources, add.(*kmsg.IncrementalAlterConfigsResponse).Resources...)
+	case *kmsg.ElectLeadersResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.ElectLeadersResponse).Topics...)
+	case *kmsg.AlterPartitionAssignmentsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.AlterPartitionAssignmentsResponse).Topics...)
+	case *kmsg.AddPartitionsToTxnResponse:
+		a := add.(*kmsg.AddPartitionsToTxnResponse)
+		r.Transactions = append(r.Transactions, a.Transactions...)
+		r.Topics = append(r.Topics, a.Topics...)
+	case *kmsg.ListPartitionReassignmentsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.ListPartitionReassignmentsResponse).Topics...)
+	case *kmsg.DescribeTopicPartitionsResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.DescribeTopicPartitionsResponse).Topics...)
+	case *kmsg.OffsetCommitResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.OffsetCommitResponse).Topics...)
+	case *kmsg.OffsetFetchResponse:
+		a := add.(*kmsg.OffsetFetchResponse)
+		r.Topics = append(r.Topics, a.Topics...)
+		r.Groups = append(r.Groups, a.Groups...)
+	case *kmsg.TxnOffsetCommitResponse:
+		r.Topics = append(r.Topics, add.(*kmsg.TxnOffsetCommitResponse).Topics...)
+	case *kmsg.DescribeTransactionsResponse:
+		r.TransactionStates = append(r.TransactionStates, add.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
+	case *kmsg.ConsumerGroupHeartbeatResponse, *kmsg.InitProducerIDResponse, *kmsg.AddOffsetsToTxnResponse, *kmsg.EndTxnResponse:
+		// no per-item answers
+	default:
+		return false
 	}
+	return true
 }
 
 // hideInternalTopicPartitions takes the internal topics out of a

@@ -61,7 +61,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,13 +88,11 @@ const defaultTxnTimeout = 60000
 // issued under another generation than gen.
 func staleProducerID(gen uint32, kr kmsg.Request) bool {
 	stale := false
-	kfields.Walk(kr, func(name string, f reflect.Value) {
-		if name == "ProducerID" && f.Kind() == reflect.Int64 {
-			if _, ok := routing.PhysicalPID(gen, f.Int()); !ok {
-				stale = true
-			}
+	kfields.Visit(kr, &kfields.Visitor{ProducerID: func(pid *int64) {
+		if _, ok := routing.PhysicalPID(gen, *pid); !ok {
+			stale = true
 		}
-	})
+	}})
 	return stale
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/protocol"
-	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -64,7 +63,7 @@ func (l *upstreamLog) leaks() []string {
 	var out []string
 	for _, r := range l.reqs {
 		name := kmsg.NameForKey(r.Key())
-		kfields.Walk(r, func(field string, f reflect.Value) {
+		walkFields(r, func(field string, f reflect.Value) {
 			switch {
 			case field == "ProducerID" && f.Kind() == reflect.Int64:
 				if v := f.Int(); v == stalePID || v == stalePhysPID {

@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -47,7 +46,7 @@ func populate(v reflect.Value, n *int) {
 // errorCodes returns every ErrorCode in a response, wherever it lies.
 func errorCodes(v any) []int16 {
 	var out []int16
-	kfields.Walk(v, func(name string, f reflect.Value) {
+	walkFields(v, func(name string, f reflect.Value) {
 		if name == "ErrorCode" && f.Kind() == reflect.Int16 {
 			out = append(out, int16(f.Int()))
 		}

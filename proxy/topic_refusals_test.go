@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ferry-gw/ferry/protocol/kfields"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -376,7 +375,7 @@ func TestEveryTopicIDRequestChecked(t *testing.T) {
 			seen[tp] = true
 			for i := 0; i < tp.NumField(); i++ {
 				f := tp.Field(i)
-				if f.IsExported() && (f.Name == "TopicID" && f.Type == kfields.UUID || carries(f.Type, seen)) {
+				if f.IsExported() && (f.Name == "TopicID" && f.Type == uuidType || carries(f.Type, seen)) {
 					return true
 				}
 			}

@@ -1,53 +1,38 @@
-// Package kfields walks the fields of decoded kmsg requests and responses
-// by name: how the APIs that carry topic IDs, producer IDs, leader epochs
-// and error codes in many shapes are read and rewritten without a
-// hand-written walk per message.
+// Package kfields hands the fields of decoded kmsg requests and responses
+// that carry an identity (topic ID, producer ID, leader epoch) or an error
+// code to typed visitors: how the APIs that carry them in many shapes are
+// read and rewritten without a hand-written walk per message.
+//
+// The walk per message is generated from kmsg's types (visit_gen.go, by
+// internal/kfieldsgen): after a franz-go upgrade, `go generate
+// ./protocol/kfields` writes it again, and kfieldsgen's test fails until
+// it has been. Fields are matched by name and type; a field kmsg renames
+// stops being visited only through a regenerated file, whose diff shows it.
 package kfields
 
-import "reflect"
+//go:generate go run ./internal/kfieldsgen
 
-// UUID is the type of a topic ID field.
-var UUID = reflect.TypeOf([16]byte{})
+// Message is a kmsg request or response.
+type Message interface {
+	Key() int16
+	GetVersion() int16
+}
 
-// Walk calls visit for every exported struct field reachable from v (a
-// pointer to a kmsg message, or any value), with the field's name.
-func Walk(v any, visit func(name string, f reflect.Value)) { walk(reflect.ValueOf(v), visit) }
-
-func walk(v reflect.Value, visit func(name string, f reflect.Value)) {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if !v.IsNil() {
-			walk(v.Elem(), visit)
-		}
-	case reflect.Struct:
-		t := v.Type()
-		for i := 0; i < v.NumField(); i++ {
-			f := v.Field(i)
-			if !t.Field(i).IsExported() {
-				continue
-			}
-			visit(t.Field(i).Name, f)
-			switch f.Kind() {
-			case reflect.Struct, reflect.Slice, reflect.Pointer:
-				walk(f, visit)
-			}
-		}
-	case reflect.Slice:
-		if v.Type().Elem().Kind() != reflect.Struct {
-			return
-		}
-		for i := 0; i < v.Len(); i++ {
-			walk(v.Index(i), visit)
-		}
-	}
+// Visitor is given a pointer to every field of its kinds, to read or set;
+// a nil function skips its kind.
+type Visitor struct {
+	// TopicID fields ([16]byte).
+	TopicID func(*[16]byte)
+	// ProducerID fields (int64).
+	ProducerID func(*int64)
+	// LeaderEpoch and CurrentLeaderEpoch fields (int32).
+	LeaderEpoch func(*int32)
+	// ErrorCode fields (int16), top-level and nested.
+	ErrorCode func(*int16)
 }
 
 // ErrorCodes calls f with every ErrorCode field of msg, top-level and
 // nested.
-func ErrorCodes(msg any, f func(int16)) {
-	Walk(msg, func(name string, v reflect.Value) {
-		if name == "ErrorCode" && v.Kind() == reflect.Int16 {
-			f(int16(v.Int()))
-		}
-	})
+func ErrorCodes(msg Message, f func(int16)) {
+	Visit(msg, &Visitor{ErrorCode: func(c *int16) { f(*c) }})
 }

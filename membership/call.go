@@ -322,6 +322,10 @@ func (f *Fleet) onMessage(b []byte) {
 		return
 	}
 	switch m.typ {
+	case msgHeartbeat:
+		f.heard(m.from)
+	case msgLeaving:
+		f.leaving(m.from)
 	case msgResponse, msgExpired, msgBusy:
 		f.pendMu.Lock()
 		p, ok := f.pending[m.id]
@@ -426,11 +430,13 @@ type message struct {
 }
 
 const (
-	wireVersion = 1
-	msgRequest  = 1
-	msgResponse = 2
-	msgExpired  = 3 // a response: the caller's deadline ended the handler
-	msgBusy     = 4 // a response: the call's lane was full, nothing ran
+	wireVersion  = 1
+	msgRequest   = 1
+	msgResponse  = 2
+	msgExpired   = 3 // a response: the caller's deadline ended the handler
+	msgBusy      = 4 // a response: the call's lane was full, nothing ran
+	msgHeartbeat = 5 // not a call: the sender is alive (liveness.go)
+	msgLeaving   = 6 // not a call: the sender leaves the fleet on purpose
 )
 
 func (m *message) encode() []byte {
@@ -457,7 +463,7 @@ func decodeMessage(b []byte) (message, error) {
 		return m, fmt.Errorf("unknown version %d", b[0])
 	}
 	m.typ = b[1]
-	if m.typ != msgRequest && m.typ != msgResponse && m.typ != msgExpired && m.typ != msgBusy {
+	if m.typ < msgRequest || m.typ > msgLeaving {
 		return m, fmt.Errorf("unknown type %d", m.typ)
 	}
 	b = b[2:]

@@ -31,7 +31,9 @@
 // ends the call when its context does.
 //
 // memberlist's API reports neither suspect members (Members lists them as
-// alive) nor a dead member from one that left, so the fleet reads
-// memberlist's node table itself (table.go), under memberlist's lock;
-// New fails if a memberlist upgrade changed the fields it reads.
+// alive) nor a dead member from one that left, so the fleet keeps its own
+// table from memberlist's events and two messages of its own: a heartbeat
+// each quarter probe interval, whose silence makes a member suspect, and a
+// member's word that it leaves on purpose (liveness.go). Nothing reads
+// memberlist's internals.
 package membership

@@ -38,9 +38,9 @@ type Fleet struct {
 	id      int32
 
 	ml       *memberlist.Memberlist
-	table    *tableReader
-	up       atomic.Bool // ml and table are set: messages may be served
-	selfAddr string      // advertised gossip host:port
+	up       atomic.Bool // ml is set: messages may be served
+	live     liveness
+	selfAddr string // advertised gossip host:port
 	selfIP   net.IP
 	bindIP   net.IP
 	ports    [2]int // advertised and bound gossip ports
@@ -77,14 +77,6 @@ type Fleet struct {
 	closeErr  error
 }
 
-// viewEntry is a node as memberlist's events last told it. The delegates
-// run under memberlist's lock and cannot read its table, so they decide on
-// this.
-type viewEntry struct {
-	node memberlist.Node
-	gone bool // dead or left
-}
-
 // New starts gossiping on cfg.Bind (so that others can join this member)
 // but joins no one: Run does.
 func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fleet, error) {
@@ -96,6 +88,7 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fl
 	}
 	cfg = cfg.withDefaults()
 	meta = meta.clone()
+	meta.Heartbeats = true
 	name := strconv.Itoa(int(meta.NodeID))
 	mc, err := memberlistConfig(cfg, name)
 	if err != nil {
@@ -132,6 +125,7 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fl
 		done:     make(chan struct{}),
 		watched:  make(chan struct{}),
 		refresh:  mc.ProbeInterval / 2,
+		live:     newLiveness(mc),
 	}
 	f.nextID.Store(randomID())
 	d := delegate{f}
@@ -145,19 +139,14 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Fl
 		}
 		return nil, fmt.Errorf("membership: gossip on %s: %v", cfg.Bind, err)
 	}
-	table, err := newTableReader(ml)
-	if err != nil {
-		cancel()
-		_ = ml.Shutdown()
-		return nil, fmt.Errorf("membership: unsupported memberlist version: %v", err)
-	}
-	f.ml, f.table = ml, table
+	f.ml = ml
 	local := ml.LocalNode()
 	f.selfAddr, f.selfIP = local.Address(), local.Addr
 	f.bindIP = net.ParseIP(mc.BindAddr)
 	f.ports = [2]int{int(local.Port), mc.BindPort} // memberlist wrote the port it picked for 0
 	f.up.Store(true)
 	go f.watch()
+	go f.heartbeats()
 	log.Info("gossiping", zap.String("addr", f.selfAddr), zap.Int32("node_id", f.id),
 		zap.Bool("encrypted", cfg.Key != nil), zap.Strings("seeds", cfg.Seeds))
 	return f, nil
@@ -254,7 +243,7 @@ func (f *Fleet) joinSeeds(ctx context.Context) (n int, tried []string, onlySelf 
 		return 0, nil, self && err == nil, err
 	}
 	live := make(map[string]bool)
-	for _, e := range f.table.read() {
+	for _, e := range f.table() {
 		if e.state == Alive || e.state == Suspect {
 			live[e.node.Address()] = true
 		}
@@ -362,7 +351,7 @@ func flatten(err error) error {
 }
 
 func (f *Fleet) othersLive() bool {
-	for _, e := range f.table.read() {
+	for _, e := range f.table() {
 		if e.node.Name != f.name && (e.state == Alive || e.state == Suspect) {
 			return true
 		}
@@ -403,7 +392,7 @@ func (f *Fleet) Local() Member {
 // memberlist forgets dead and left ones after GossipToTheDeadTime), sorted
 // by node ID.
 func (f *Fleet) Members() []Member {
-	es := f.table.read()
+	es := f.table()
 	out := make([]Member, 0, len(es))
 	for _, e := range es {
 		meta, err := parseMeta(e.node.Name, e.node.Meta)
@@ -424,7 +413,7 @@ func (f *Fleet) Alive() []Member {
 // member is the node of a live (alive or suspect) member.
 func (f *Fleet) member(id int32) (memberlist.Node, bool) {
 	name := strconv.Itoa(int(id))
-	for _, e := range f.table.read() {
+	for _, e := range f.table() {
 		if e.node.Name == name && (e.state == Alive || e.state == Suspect) {
 			return e.node, true
 		}
@@ -448,9 +437,9 @@ func (f *Fleet) notifyChanged() {
 	f.mu.Unlock()
 }
 
-// watch closes Changed when the table changes. Events wake it; the ticker
-// catches what memberlist raises no event for (alive to suspect and back,
-// dead told from left).
+// watch closes Changed when the table changes. Events and messages wake
+// it; the ticker catches what nothing announces (a member's heartbeats
+// stopping).
 func (f *Fleet) watch() {
 	defer close(f.watched)
 	t := time.NewTicker(f.refresh)
@@ -532,6 +521,7 @@ func (f *Fleet) stop(leave bool) error {
 		f.cancel()
 		close(f.done)
 		if leave {
+			f.sayLeaving(f.cfg.LeaveTimeout / 2)
 			if err := f.ml.Leave(f.cfg.LeaveTimeout); err != nil {
 				f.log.Warn("leaving the fleet", zap.Error(err))
 			}
@@ -574,19 +564,6 @@ func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
 func (d delegate) NotifyJoin(n *memberlist.Node)   { d.f.see(n, false) }
 func (d delegate) NotifyUpdate(n *memberlist.Node) { d.f.see(n, false) }
 func (d delegate) NotifyLeave(n *memberlist.Node)  { d.f.see(n, true) }
-
-func (f *Fleet) see(n *memberlist.Node, gone bool) {
-	c := *n
-	c.Addr = append(net.IP(nil), n.Addr...)
-	c.Meta = nil
-	f.mu.Lock()
-	f.view[n.Name] = viewEntry{node: c, gone: gone}
-	f.mu.Unlock()
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
 
 // NotifyMerge refuses a join (either side's) that would bring in a live
 // member whose node ID a live member at another address holds, or a node

@@ -20,6 +20,9 @@ type Meta struct {
 	Admin      string  `json:"admin,omitempty"` // admin HTTP address host:port
 	Version    string  `json:"version,omitempty"`
 	Generation uint32  `json:"gen"` // routing generation the member serves
+	// Heartbeats says the member sends liveness heartbeats (liveness.go),
+	// so that its silence from its first moment counts. New sets it.
+	Heartbeats bool `json:"hb,omitempty"`
 }
 
 // Validate reports what makes m unfit to be gossiped.

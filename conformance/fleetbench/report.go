@@ -58,7 +58,7 @@ func (b *bench) report() error {
 		benchutil.Command("./conformance/fleetbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version(),
 		time.Now().Format("2006-01-02"), time.Since(b.started).Round(time.Second))
 	fmt.Fprintf(&sb, "Three `ferry serve` members (`fleet` section: gossip on loopback, a key file, seeded with each other; one lane each; the mirror on, `mirror.sync_interval: 1s`) in front of both clusters. "+
-		"Settings that shape the numbers, all defaults: `fleet.write_lease` 1.5s; memberlist's LAN profile (Ferry sets only the push-pull interval): probe interval %v, probe timeout %v, suspicion multiplier %d (suspect → dead after %d × probe interval × max(1, log10(members)), shortened by other members' confirmations), gossip interval %v, push-pull %v. "+
+		"Settings that shape the numbers, all defaults: `fleet.write_lease` 1.5s; memberlist's LAN profile (Ferry sets only the push-pull interval): probe interval %v, probe timeout %v (a member whose heartbeats, sent each quarter probe interval, stop for the two together is suspect to the others), suspicion multiplier %d (memberlist's dead after %d × probe interval × max(1, log10(members)) of its own suspicion, shortened by other members' confirmations), gossip interval %v, push-pull %v. "+
 		"Every process (two brokers, three members, the load and the pollers) shares the machine's %d cores.\n\n",
 		ml.ProbeInterval, ml.ProbeTimeout, ml.SuspicionMult, ml.SuspicionMult, ml.GossipInterval, ml.PushPullInterval, m.CPUs)
 
@@ -140,7 +140,7 @@ func (b *bench) report() error {
 				second++
 			}
 		}
-		fmt.Fprintf(&sb, "What shapes it: the survivors stop naming the dead member once gossip finds it suspect (probe interval, probe timeout, then indirect probes); a franz-go producer refreshes its metadata when its connection to the dead member fails, but at most once per metadata min age (5 s by default), and a refresh answered before the survivors have dropped the member still names it as a leader, so the producer waits for the next refresh. "+
+		fmt.Fprintf(&sb, "What shapes it: the survivors stop naming the dead member once it is suspect (its heartbeats silent for a probe interval and the probe timeout); a franz-go producer refreshes its metadata when its connection to the dead member fails, but at most once per metadata min age (5 s by default), and a refresh answered before the survivors have dropped the member still names it as a leader, so the producer waits for the next refresh. "+
 			"At default settings, %d of %d rounds were acknowledged again more than 4 s after the survivors dropped the member (a second refresh). With the max age lowered, franz-go also needs the min age lowered (it refuses a max age below the min age), and the refreshes come every %v. kafka-clients asks for new metadata after a failed connection with a backoff of 100 ms growing to 1 s (`retry.backoff.ms`, `retry.backoff.max.ms`), not once per 5 s, which is why the Java producer comes back sooner.\n\n",
 			second, len(b.deaths["default"]), b.o.maxAge)
 		fmt.Fprintf(&sb, "%d franz-go producers, each its own client with all three members as bootstrap, idempotent, acks=all, one keyed record (~40 bytes, 257 keys per producer) every %v, asynchronously, into a topic of %d partitions (RF 1) on the active cluster through the fleet; the mirror copies it to the other cluster meanwhile. "+

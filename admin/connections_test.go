@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
@@ -108,17 +110,13 @@ func TestConnections(t *testing.T) {
 	}
 
 	cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, "closed connection reported", func() error {
 		_, body = f.get(t, "/connections?state=closed&client_id=http-client")
-		if strings.Contains(body, `"close_reason": "client_closed"`) {
-			break
+		if !strings.Contains(body, `"close_reason": "client_closed"`) {
+			return fmt.Errorf("/connections?state=closed: %s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("closed connection not reported: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	for _, q := range []string{"sort=size", "limit=many", "offset=-1", "state=later"} {
 		if code, body := f.get(t, "/connections?"+q); code != http.StatusBadRequest {

@@ -3,6 +3,7 @@ package admin
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // serveTCP serves f's admin API on a loopback listener (wrapped by wrap,
@@ -202,18 +205,17 @@ func TestMaxConnections(t *testing.T) {
 	// One leaves: a new connection is served once the server has seen it go.
 	held[0].Close()
 	held = held[1:]
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, fmt.Sprintf("a connection served after one of %d left", maxConns), func() error {
 		c, br := dial("127.0.0.4")
 		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ferry\r\n\r\n")
 		resp, err := http.ReadResponse(br, nil)
 		c.Close()
-		if err == nil && resp.StatusCode == 200 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection served after one of %d left: %v", maxConns, err)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("/healthz = %d", resp.StatusCode)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

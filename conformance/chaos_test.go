@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-gw/ferry/conformance/chaos"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/conformance/verifiable"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -146,11 +147,12 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}()
-	for deadline := time.Now().Add(time.Minute); prod.Acked() < rate; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the producer had %d acknowledged a minute after it started", prod.Acked())
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("the producer to have %d acknowledged", rate), func() error {
+		if n := prod.Acked(); n < rate {
+			return fmt.Errorf("%d acknowledged", n)
 		}
-	}
+		return nil
+	})
 
 	report := &chaos.Report{Seed: seed, Duration: *chaosDuration, Faults: map[chaos.Kind]int{}, Outcomes: map[string]int{}, Skewed: skewed, Skew: skew}
 	var answered []switchResult // every 200 a switch answered

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // Broker death under steady production (issue 7, item 1): an idempotent
@@ -249,25 +250,24 @@ func TestBrokerDeathProducers(t *testing.T) {
 // with min.insync.replicas 2.
 func waitFullISR(t *testing.T, ctx context.Context, adm *kadm.Client, topics []string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.Eventually(t, 60*time.Second, "the ISR full after creating the topics", func() error {
 		md, err := adm.Metadata(ctx, topics...)
-		full := err == nil
-		if full {
-			for _, topic := range topics {
-				ps := md.Topics[topic].Partitions
-				full = full && len(ps) == deathPartitions
-				for _, p := range ps {
-					full = full && len(p.ISR) == 3 && p.Leader >= 0
+		if err != nil {
+			return err
+		}
+		for _, topic := range topics {
+			ps := md.Topics[topic].Partitions
+			if len(ps) != deathPartitions {
+				return fmt.Errorf("%s: %d partitions, want %d", topic, len(ps), deathPartitions)
+			}
+			for _, p := range ps {
+				if len(p.ISR) != 3 || p.Leader < 0 {
+					return fmt.Errorf("%s[%d]: ISR %v, leader %d", topic, p.Partition, p.ISR, p.Leader)
 				}
 			}
 		}
-		if full {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ISR not full 60 s after creating the topics (err %v)", err)
-		}
-	}
+		return nil
+	})
 }
 
 // runSteady runs a client program's produce-steady and records what it

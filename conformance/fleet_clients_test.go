@@ -22,6 +22,7 @@ import (
 	adminapi "github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // A member of a fleet killed with SIGKILL under continuous traffic from the
@@ -124,26 +125,18 @@ func waitAlive(t *testing.T, ms []*ferryServe, dead *ferryServe, timeout time.Du
 			want = append(want, m.seat.nodeID)
 		}
 	}
-	var last string
-	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
-		ok := true
+	testwait.Eventually(t, timeout, fmt.Sprintf("members listing %v alive", want), func() error {
 		for _, m := range ms {
 			if m == dead {
 				continue
 			}
 			st, err := m.status()
 			if got := st.Alive(); err != nil || !slices.Equal(got, want) {
-				ok, last = false, fmt.Sprintf("%s lists %v alive (%v)", m.name(), got, err)
-				break
+				return fmt.Errorf("%s lists %v alive (%v)", m.name(), got, err)
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members do not list %v alive within %v: %s", want, timeout, last)
-		}
-	}
+		return nil
+	})
 }
 
 // mirrorOwners is, from m's /status, the owner of every mirrored partition
@@ -167,8 +160,11 @@ func mirrorOwners(t *testing.T, m *ferryServe, topics []string) (map[string]map[
 // with an owner for which ok holds, and returns the owners.
 func waitMirrorListed(t *testing.T, m *ferryServe, topics []string, parts int, ok func(owner int32) bool, timeout time.Duration) map[string]map[int32]int32 {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
-		owners, ms, err := mirrorOwners(t, m, topics)
+	var owners map[string]map[int32]int32
+	testwait.Eventually(t, timeout, fmt.Sprintf("%s's /status listing all %d partitions of %v with a fitting owner", m.name(), parts*len(topics), topics), func() error {
+		var ms adminapi.MirrorStatus
+		var err error
+		owners, ms, err = mirrorOwners(t, m, topics)
 		n := 0
 		for _, ps := range owners {
 			for _, o := range ps {
@@ -177,14 +173,12 @@ func waitMirrorListed(t *testing.T, m *ferryServe, topics []string, parts int, o
 				}
 			}
 		}
-		if err == nil && n == parts*len(topics) {
-			return owners
+		if err != nil || n != parts*len(topics) {
+			return fmt.Errorf("%d of %d: owners %v, summary %+v (%v)", n, parts*len(topics), owners, ms.Summary, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's /status: %d of %d partitions of %v listed with a fitting owner within %v: owners %v, summary %+v (%v)",
-				m.name(), n, parts*len(topics), topics, timeout, owners, ms.Summary, err)
-		}
-	}
+		return nil
+	})
+	return owners
 }
 
 // TestFleetMemberKillClients runs the Java (classic and consumer group
@@ -633,40 +627,35 @@ func checkKillConsumed(t *testing.T, r *streamRole, want, on map[partOff]string)
 func waitFleetMirrored(t *testing.T, ctx context.Context, m *ferryServe, dead int32, primary *kafkatest.Cluster, topics []string, timeout time.Duration) {
 	t.Helper()
 	ends := endOffsets(t, ctx, primary, topics)
-	var last string
-	for deadline := time.Now().Add(timeout); ; time.Sleep(250 * time.Millisecond) {
+	testwait.Eventually(t, timeout, fmt.Sprintf("%s's /status: the mirror caught up with the primary", m.name()), func() error {
 		st, err := m.status()
-		if err == nil {
-			var wrong []string
-			n := 0
-			for _, p := range st.Mirror.Partitions {
-				if !slices.Contains(topics, p.Topic) {
-					continue
-				}
-				n++
-				switch {
-				case p.State == "halted":
-					t.Fatalf("%s[%d] halted on member %d: %s %s", p.Topic, p.Partition, p.Owner, p.HaltReason, p.Error)
-				case p.Owner == dead:
-					wrong = append(wrong, fmt.Sprintf("%s[%d] owned by the dead member", p.Topic, p.Partition))
-				case p.MirroredOffset != ends[p.Topic][p.Partition]:
-					wrong = append(wrong, fmt.Sprintf("%s[%d] %s mirrored to %d of %d", p.Topic, p.Partition, p.State, p.MirroredOffset, ends[p.Topic][p.Partition]))
-				}
-			}
-			if n != len(topics)*fleetPartitions {
-				wrong = append(wrong, fmt.Sprintf("%d partitions listed", n))
-			}
-			if len(wrong) == 0 && st.Mirror.Summary.AllCaughtUp {
-				return
-			}
-			last = fmt.Sprintf("all_caught_up %v; %s", st.Mirror.Summary.AllCaughtUp, strings.Join(wrong, "; "))
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's /status: the mirror not caught up with the primary within %v: %s", m.name(), timeout, last)
+		var wrong []string
+		n := 0
+		for _, p := range st.Mirror.Partitions {
+			if !slices.Contains(topics, p.Topic) {
+				continue
+			}
+			n++
+			switch {
+			case p.State == "halted":
+				t.Fatalf("%s[%d] halted on member %d: %s %s", p.Topic, p.Partition, p.Owner, p.HaltReason, p.Error)
+			case p.Owner == dead:
+				wrong = append(wrong, fmt.Sprintf("%s[%d] owned by the dead member", p.Topic, p.Partition))
+			case p.MirroredOffset != ends[p.Topic][p.Partition]:
+				wrong = append(wrong, fmt.Sprintf("%s[%d] %s mirrored to %d of %d", p.Topic, p.Partition, p.State, p.MirroredOffset, ends[p.Topic][p.Partition]))
+			}
 		}
-	}
+		if n != len(topics)*fleetPartitions {
+			wrong = append(wrong, fmt.Sprintf("%d partitions listed", n))
+		}
+		if len(wrong) != 0 || !st.Mirror.Summary.AllCaughtUp {
+			return fmt.Errorf("all_caught_up %v; %s", st.Mirror.Summary.AllCaughtUp, strings.Join(wrong, "; "))
+		}
+		return nil
+	})
 }
 
 // endOffsets is each partition's end offset of topics on a cluster.

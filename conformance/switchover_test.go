@@ -28,6 +28,7 @@ import (
 
 	ferryadmin "github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -349,7 +350,7 @@ mirror: {sync_interval: 1s%s}
 			}
 		}
 	})
-	for deadline := time.Now().Add(90 * time.Second); f.addr == "" || f.admin == ""; time.Sleep(100 * time.Millisecond) {
+	testwait.Eventually(t, 90*time.Second, "ferry serve serving", func() error {
 		b, _ := os.ReadFile(f.log)
 		if m := adminListening.FindSubmatch(b); m != nil {
 			f.admin = string(m[1])
@@ -362,10 +363,11 @@ mirror: {sync_interval: 1s%s}
 			t.Fatalf("ferry serve exited (%v):\n%s", f.cmd.ProcessState, b)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ferry serve not serving after 90 s:\n%s", b)
+		if f.addr == "" || f.admin == "" {
+			return fmt.Errorf("its log:\n%s", b)
 		}
-	}
+		return nil
+	})
 	if seat != nil {
 		seat.listen = f.addr
 	}
@@ -542,11 +544,17 @@ func (f *ferryServe) mirrorCaughtUp(ctx context.Context, timeout time.Duration) 
 // up.
 func (f *ferryServe) waitMirrorCaughtUp(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	last, caught, err := f.mirrorCaughtUp(context.Background(), timeout)
-	if !caught {
-		b, _ := json.MarshalIndent(last, "", "  ")
-		t.Fatalf("mirror not caught up within %v (%v): %s", timeout, err, head(string(b), 3000))
-	}
+	testwait.Eventually(t, timeout, "the mirror caught up", func() error {
+		st, err := f.mirrorStatus(context.Background())
+		if err != nil {
+			return err
+		}
+		if !st.Summary.AllCaughtUp {
+			b, _ := json.MarshalIndent(st, "", "  ")
+			return fmt.Errorf("%s", head(string(b), 3000))
+		}
+		return nil
+	})
 }
 
 // startPair starts two one-broker clusters, a primary and a standby, while
@@ -1000,15 +1008,16 @@ func readTopics(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topics 
 	// partitions' leaders: retried for up to 30 s.
 	var ends kadm.ListedOffsets
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+	testwait.Eventually(t, 30*time.Second, fmt.Sprintf("the end offsets of %v without a retriable error", topics), func() error {
 		ends, err = admin(t, c).ListEndOffsets(ctx, topics...)
 		if err == nil {
 			err = ends.Error()
 		}
-		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
-			break
+		if err != nil && kerr.IsRetriable(err) {
+			return err
 		}
-	}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

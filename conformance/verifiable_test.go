@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/verifiable"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // Apache Kafka's own verifiable clients — the ones its system tests use to
@@ -62,12 +64,15 @@ func TestVerifiableClientsAcrossSwitches(t *testing.T) {
 	// acked waits until the producer has n acknowledged.
 	acked := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); prod.Acked() < n; {
-			if ctx.Err() != nil || time.Now().After(deadline) {
-				t.Fatalf("the producer has %d acknowledged, waited for %d", prod.Acked(), n)
+		testwait.Eventually(t, time.Minute, fmt.Sprintf("the producer to have %d acknowledged", n), func() error {
+			if a := prod.Acked(); a < n {
+				if ctx.Err() != nil {
+					t.Fatalf("the producer has %d acknowledged, waited for %d: %v", a, n, ctx.Err())
+				}
+				return fmt.Errorf("%d acknowledged", a)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	var switched time.Duration
 	for i, sw := range []struct {

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // The image the test builds, and the builder image it makes from the host's
@@ -380,8 +382,8 @@ func demoInImage(t *testing.T, b *buildah, ctr, ferry string) {
 // descendant finds the process named comm among pid's descendants.
 func descendant(t *testing.T, pid int, comm string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	found := 0
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("a %s process under buildah run (pid %d)", comm, pid), func() error {
 		parents := map[int]int{}
 		names := map[int]string{}
 		dirs, _ := os.ReadDir("/proc")
@@ -412,14 +414,14 @@ func descendant(t *testing.T, pid int, comm string) int {
 			}
 			for a := parents[p]; a > 1; a = parents[a] {
 				if a == pid {
-					return p
+					found = p
+					return nil
 				}
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no %s process under buildah run (pid %d)", comm, pid)
-	return 0
+		return fmt.Errorf("none among %d processes", len(names))
+	})
+	return found
 }
 
 // procIDs returns the Uid and Gid lines of /proc/pid/status: real,
@@ -444,19 +446,15 @@ func procIDs(t *testing.T, pid int) (uid, gid string) {
 // waitOK polls url until it answers 200, for up to 30 seconds.
 func waitOK(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, "GET "+url+" answering 200", func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %s", resp.Status)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }

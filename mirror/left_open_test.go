@@ -2,11 +2,14 @@ package mirror
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // A writer stopped inside a transaction (here killed -9 just before its
@@ -50,13 +53,11 @@ func TestAbortLeftOpen(t *testing.T) {
 	if err != nil || len(aborted) == 0 {
 		t.Fatalf("AbortLeftOpen: %v, %v", aborted, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		e, st := ends()
-		if e == end+1 && st == e {
-			break // the ABORT marker at the old end
+	// The ABORT marker at the old end.
+	testwait.Eventually(t, 30*time.Second, fmt.Sprintf("after AbortLeftOpen %v: end and last stable %d", aborted, end+1), func() error {
+		if e, st := ends(); e != end+1 || st != e {
+			return fmt.Errorf("end %d, last stable %d", e, st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after AbortLeftOpen %v: end %d, last stable %d; want %d and %d", aborted, e, st, end+1, end+1)
-		}
-	}
+		return nil
+	})
 }

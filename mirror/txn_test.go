@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 func txnClient(t *testing.T, id string) *kgo.Client {
@@ -104,13 +107,12 @@ func TestMirrorLogStart(t *testing.T) {
 	m := startMirror(t, Topics([]string{topic}, nil))
 	waitCaughtUp(t, m, topic)
 	// The log start is raised right after the writer catches up.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if start, _ := offsetsOf(t, s, topic, 0); start == 63 || time.Now().After(deadline) {
-			break
+	testwait.Eventually(t, 20*time.Second, "the standby's log start raised to 63", func() error {
+		if start, _ := offsetsOf(t, s, topic, 0); start != 63 {
+			return fmt.Errorf("log start %d", start)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	sameBatches(t, topic, 0)
 	unc, _ := sameRecords(t, topic, 0)
 	if len(unc) != 37 || unc[0].Offset != 63 {

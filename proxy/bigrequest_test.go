@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -92,16 +93,12 @@ func TestLargeProducesLeaveNoMemory(t *testing.T) {
 	testwait.Until(t, 30*time.Second, "ferry_buffered_bytes back to 0", func() bool { return testutil.ToFloat64(s.metrics.buffered) == 0 })
 	// What go_memstats_heap_inuse_bytes shows: no collection is forced
 	// here, as none is in a member once its clients are done.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, 30*time.Second, "heap in use back within 32 MiB of before once the produces were answered", func() error {
 		runtime.ReadMemStats(&ms)
-		if ms.HeapInuse <= before+32<<20 {
-			break
+		if ms.HeapInuse > before+32<<20 {
+			return fmt.Errorf("heap in use %d MiB, %d MiB before: the large buffers are kept", ms.HeapInuse>>20, before>>20)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heap in use %d MiB 30 s after the produces were answered, %d MiB before: the large buffers are kept", ms.HeapInuse>>20, before>>20)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("heap in use: %d MiB before, %d MiB after %d produces of %d MiB (held from the OS: %d MiB)", before>>20, ms.HeapInuse>>20, clients, size>>20, (ms.HeapSys-ms.HeapReleased)>>20)
 }

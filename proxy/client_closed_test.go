@@ -1,16 +1,19 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ferry-gw/ferry/upstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // TestClientClosedWhileRequestWaitsUpstream: a client that closes its
@@ -48,7 +51,7 @@ func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
 	conn.Close()
 
 	km := &s.metrics.byKey[kmsg.JoinGroup]
-	if got := waitCounter(km.abandoned, 1, 10*time.Second); got != 1 {
+	if got := waitCounter(t, km.abandoned, 1, 10*time.Second, "ferry_requests_abandoned_total{api=JoinGroup}"); got != 1 {
 		t.Fatalf("ferry_requests_abandoned_total{api=JoinGroup} = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(km.errors); got != 0 {
@@ -57,13 +60,14 @@ func TestClientClosedWhileRequestWaitsUpstream(t *testing.T) {
 	if got := testutil.ToFloat64(km.upFailed); got != 0 {
 		t.Errorf("ferry_upstream_failures_total{api=JoinGroup} = %v, want 0: the broker did nothing wrong", got)
 	}
-	if got := waitCounter(s.connMetrics.closes("client_closed"), 1, 10*time.Second); got != 1 {
+	if got := waitCounter(t, s.connMetrics.closes("client_closed"), 1, 10*time.Second, `ferry_client_connections_closed_total{reason="client_closed"}`); got != 1 {
 		t.Errorf(`ferry_client_connections_closed_total{reason="client_closed"} = %v, want 1 (other: %v)`, got, testutil.ToFloat64(s.connMetrics.closes("other")))
 	}
 	var closed []observer.LoggedEntry
-	for deadline := time.Now().Add(10 * time.Second); len(closed) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testwait.Until(t, 10*time.Second, `"client connection closed" logged`, func() bool {
 		closed = logs.FilterMessage("client connection closed").All()
-	}
+		return len(closed) > 0
+	})
 	if len(closed) != 1 || !strings.Contains(toString(closed[0].ContextMap()["error"]), upstream.ErrClientClosed.Error()) {
 		t.Errorf("client close logged as %+v; want one entry saying %q", closed, upstream.ErrClientClosed)
 	}
@@ -100,7 +104,7 @@ func TestClientClosedWhileFetchLongPolls(t *testing.T) {
 		writeReq(t, conn, req, 1)
 		time.Sleep(300 * time.Millisecond) // parked upstream
 		conn.Close()
-		if got := waitCounter(km.abandoned, float64(i+1), 10*time.Second); got != float64(i+1) {
+		if got := waitCounter(t, km.abandoned, float64(i+1), 10*time.Second, fmt.Sprintf("fetch of partitions %v: ferry_requests_abandoned_total{api=Fetch}", parts)); got != float64(i+1) {
 			t.Fatalf("fetch of partitions %v: ferry_requests_abandoned_total{api=Fetch} = %v, want %d", parts, got, i+1)
 		}
 	}

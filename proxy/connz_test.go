@@ -8,31 +8,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-gw/ferry/connstats"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
-// waitConnz polls connstats.Report until ok accepts its answer, failing after 10 s.
+// waitConnz polls connstats.Report until ok accepts its answer, failing after 30 s.
 func waitConnz(t *testing.T, s *Server, o connstats.Query, what string, ok func(*connstats.Report) bool) *connstats.Report {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cz, err := s.Connz(o)
-		if err != nil {
+	var cz *connstats.Report
+	testwait.Eventually(t, 30*time.Second, what, func() error {
+		var err error
+		if cz, err = s.Connz(o); err != nil {
 			t.Fatal(err)
 		}
-		if ok(cz) {
-			return cz
+		if !ok(cz) {
+			return fmt.Errorf("Connz(%+v) = %+v", o, cz)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: Connz(%+v) never did: %+v", what, o, cz)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return cz
 }
 
 // sumConns adds up the connections of one client (a franz-go client opens

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
 )
@@ -176,15 +178,14 @@ func TestApiVersionsFeaturesWaitForLateCluster(t *testing.T) {
 	if len(sup) == len(supported(ra)) {
 		t.Fatalf("the 4.0 cluster supports %v, the other %v: the test needs fewer features on it", supported(rb), supported(ra))
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var got *kmsg.ApiVersionsResponse
-	for {
+	testwait.Eventually(t, 30*time.Second, "finalized features advertised once the late cluster is reached", func() error {
 		got = apiVersionsV3(t, addr)
-		if len(got.FinalizedFeatures) > 0 || time.Now().After(deadline) {
-			break
+		if len(got.FinalizedFeatures) == 0 {
+			return fmt.Errorf("none finalized; supported %v", supported(got))
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	sameFeatures(t, got, sup, fin)
 	if got.FinalizedFeaturesEpoch <= epoch0 {
 		t.Fatalf("epoch %d once the late cluster was reached, %d before", got.FinalizedFeaturesEpoch, epoch0)

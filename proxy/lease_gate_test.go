@@ -1,14 +1,17 @@
 package proxy
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ferry-gw/ferry/upstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
+	"github.com/ferry-gw/ferry/upstream"
 )
 
 // deadlineLease is in force until a time that the test moves.
@@ -40,14 +43,12 @@ func TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed(t *testing.T) {
 	f.MinBytes, f.MaxBytes, f.SessionEpoch = 1, 1<<20, -1
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if leased, _ := s.ups["a"].ReapIdle(time.Time{}); leased == 1 {
-			break
+	testwait.Eventually(t, 20*time.Second, "the fetch leasing the connection", func() error {
+		if leased, idle := s.ups["a"].ReapIdle(time.Time{}); leased != 1 {
+			return fmt.Errorf("%d leased, %d idle", leased, idle)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fetch never leased the connection")
-		}
-	}
+		return nil
+	})
 
 	// The lease lapses 200 ms into the produce's wait for a connection.
 	lease.until.Store(time.Now().Add(200 * time.Millisecond).UnixNano())

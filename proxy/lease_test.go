@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestManyClientsFewUpstreamConnections: 300 clients, each producing once,
@@ -58,13 +60,12 @@ func TestManyClientsFewUpstreamConnections(t *testing.T) {
 		t.Fatalf("%d records acknowledged, want %d", len(seen), n)
 	}
 	leased := s.metrics.upConns.WithLabelValues("a", "leased")
-	deadline := time.Now().Add(20 * time.Second)
-	for testutil.ToFloat64(leased) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v upstream connections still leased by %d quiet clients", testutil.ToFloat64(leased), n)
+	testwait.Eventually(t, 20*time.Second, fmt.Sprintf("no upstream connection leased by %d quiet clients", n), func() error {
+		if v := testutil.ToFloat64(leased); v != 0 {
+			return fmt.Errorf("%v upstream connections still leased", v)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if open := testutil.ToFloat64(s.metrics.upConns.WithLabelValues("a", "idle")); open > 4 {
 		t.Fatalf("%v idle upstream connections, want at most the 4 allowed", open)
 	}
@@ -93,14 +94,13 @@ func TestPoolAtBoundAnswersRetriable(t *testing.T) {
 	f.SessionEpoch = -1
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if leased, _ := s.ups["a"].ReapIdle(time.Time{}); leased == 1 {
-			break // the fetch is upstream, parked
+	// The fetch is upstream, parked.
+	testwait.Eventually(t, 20*time.Second, "the fetch leasing the upstream connection", func() error {
+		if leased, idle := s.ups["a"].ReapIdle(time.Time{}); leased != 1 {
+			return fmt.Errorf("%d leased, %d idle", leased, idle)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fetch never leased the upstream connection")
-		}
-	}
+		return nil
+	})
 
 	conn := dialRaw(t, addr)
 	p := kmsg.NewPtrProduceRequest()

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ferry-gw/ferry/conformance/testpki"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/upstream"
 )
@@ -198,17 +199,9 @@ func TestUpstreamWrongPassword(t *testing.T) {
 	}
 
 	os.WriteFile(pwFile, []byte("right-pw\n"), 0o600)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("after")}).FirstErr()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("produce after the password was put right: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testwait.Eventually(t, 20*time.Second, "a produce after the password was put right", func() error {
+		return prod.ProduceSync(ctx, &kgo.Record{Value: []byte("after")}).FirstErr()
+	})
 }
 
 // TestUpstreamSessionsEndUnderPipelining: a producer that keeps requests

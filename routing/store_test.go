@@ -151,7 +151,16 @@ func TestKafkaStoreSaveRewritesMissedCluster(t *testing.T) {
 		t.Fatalf("a, refusing produces, holds %s (%v)", got, err)
 	}
 	aDown.Store(false)
-	waitForState(ctx, t, s, "a", func(st State) bool { return st.Generation == 4 && st.Active == "b" })
+	testwait.Eventually(t, 60*time.Second, "a to hold generation 4 with b active", func() error {
+		st, found, err := s.LoadFrom(ctx, "a")
+		if err != nil {
+			return err
+		}
+		if !found || st.Generation != 4 || st.Active != "b" {
+			return fmt.Errorf("a holds %s (found %v)", st, found)
+		}
+		return nil
+	})
 
 	// A cluster that comes to hold a newer generation than the one it
 	// missed (another member's later save) is left as it is. (A save
@@ -253,22 +262,4 @@ func producesGeneration(t *testing.T, req kmsg.Request, gen uint32) bool {
 		}
 	}
 	return false
-}
-
-// waitForState waits until cluster holds a state cond accepts.
-func waitForState(ctx context.Context, t *testing.T, s *KafkaStore, cluster string, cond func(State) bool) {
-	t.Helper()
-	var last State
-	for {
-		st, found, err := s.LoadFrom(ctx, cluster)
-		if err == nil && found && cond(st) {
-			return
-		}
-		last = st
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s holds %s", cluster, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

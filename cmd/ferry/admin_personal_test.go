@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestServeConnectionsPersonalData: `ferry serve` with SASL and an admin
@@ -35,18 +38,14 @@ func TestServeConnectionsPersonalData(t *testing.T) {
 		return httpGetToken(t, "http://"+adminAddr+path, auth)
 	}
 	// The failed login is among the closed connections once retired.
-	deadline := time.Now().Add(30 * time.Second)
 	var withToken string
-	for {
+	testwait.Eventually(t, 30*time.Second, "/connections with the token showing the failed login and User:svc", func() error {
 		_, withToken = get("/connections?state=all", token)
-		if strings.Contains(withToken, `"close_reason": "auth_failed"`) && strings.Contains(withToken, `"principal": "User:svc"`) {
-			break
+		if !strings.Contains(withToken, `"close_reason": "auth_failed"`) || !strings.Contains(withToken, `"principal": "User:svc"`) {
+			return fmt.Errorf("/connections?state=all:\n%s", withToken)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/connections with the token shows no failed login and no User:svc:\n%s", withToken)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(withToken, `"remote": "127.0.0.1:`) {
 		t.Errorf("/connections with the token shows no client address:\n%s", withToken)
 	}

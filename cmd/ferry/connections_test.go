@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 func testConnz() *connstats.Report {
@@ -106,13 +108,12 @@ func TestCLIConnectionsWatch(t *testing.T) {
 	var errb strings.Builder
 	done := make(chan int)
 	go func() { done <- run(ctx, []string{"connections", "--admin", a.addr(), "--watch"}, &out, &errb) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(out.String(), "\x1b[H\x1b[2J") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not redrawn three times: %q", out.String())
+	testwait.Eventually(t, 10*time.Second, "redrawn three times", func() error {
+		if s := out.String(); strings.Count(s, "\x1b[H\x1b[2J") < 3 {
+			return fmt.Errorf("%q", s)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if code := <-done; code != 0 || errb.String() != "" {
 		t.Fatalf("interrupted --watch: exit %d, stderr %q", code, errb.String())

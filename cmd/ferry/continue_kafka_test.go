@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -70,11 +71,17 @@ func TestIdempotentProducerContinuesAcrossSwitchRealKafka(t *testing.T) {
 		return kerr.ErrorForCode(pr.ErrorCode)
 	}
 	for seq := range int32(5) {
-		err := produce(0, seq)
-		// A topic just created: its broker may not host the partition
-		// yet, and these raw requests are not retried by a client.
-		for deadline := time.Now().Add(30 * time.Second); seq == 0 && errors.Is(err, kerr.UnknownTopicOrPartition) && time.Now().Before(deadline); {
-			time.Sleep(100 * time.Millisecond)
+		var err error
+		if seq == 0 {
+			// A topic just created: its broker may not host the partition
+			// yet, and these raw requests are not retried by a client.
+			testwait.Eventually(t, 30*time.Second, "v0 not answered UNKNOWN_TOPIC_OR_PARTITION (the new topic's partition hosted)", func() error {
+				if err = produce(0, seq); errors.Is(err, kerr.UnknownTopicOrPartition) {
+					return err
+				}
+				return nil
+			})
+		} else {
 			err = produce(0, seq)
 		}
 		if err != nil {

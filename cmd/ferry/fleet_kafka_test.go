@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -150,28 +151,18 @@ func (f *testFleet) waitAlive(t *testing.T, ids ...int32) {
 	t.Helper()
 	want := slices.Clone(ids)
 	slices.Sort(want)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ok := true
-		var last string
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("members agreeing on %v alive", want), func() error {
 		for _, m := range f.members {
 			if !slices.Contains(want, m.id) {
 				continue
 			}
 			st, err := m.status(t)
 			if got := st.Alive(); err != nil || !slices.Equal(got, want) {
-				ok, last = false, fmt.Sprintf("member %d: alive %v (%v)", m.id, got, err)
-				break
+				return fmt.Errorf("member %d: alive %v (%v)", m.id, got, err)
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members did not agree on %v alive: %s", want, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // metadataBrokers is the broker list a client gets through addr.
@@ -231,9 +222,10 @@ func TestFleetRealKafka(t *testing.T) {
 		}
 		// The mirror's writers are spread: every partition has an owner
 		// and more than one member owns some, in every member's view.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			st, err := f.members[2].status(t)
+		var st admin.Status
+		testwait.Eventually(t, time.Minute, fmt.Sprintf("the mirror of %s spread and caught up in member 2's /status", topic), func() error {
+			var err error
+			st, err = f.members[2].status(t)
 			owners := map[int32]bool{}
 			n := 0
 			for _, p := range st.Mirror.Partitions {
@@ -242,29 +234,26 @@ func TestFleetRealKafka(t *testing.T) {
 					n++
 				}
 			}
-			if err == nil && n == parts && len(owners) > 1 && st.Mirror.Summary.AllCaughtUp {
-				// Each member as /status lists it: its addresses, and
-				// its share of the mirror and of the clients.
-				mirrored := 0
-				for _, m := range st.Members {
-					fm := f.members[m.NodeID]
-					if m.Gossip != fm.gossip || len(m.Ports) != 1 || fmt.Sprintf("%s:%d", m.Host, m.Ports[0]) != fm.kafka || m.Admin != fm.admin {
-						t.Fatalf("member %d in /status: %+v; configured gossip %s, kafka %s, admin %s", m.NodeID, m, fm.gossip, fm.kafka, fm.admin)
-					}
-					if m.Connections < 0 || m.MirrorPartitions < 0 {
-						t.Fatalf("member %d did not say its connections or mirror partitions: %+v", m.NodeID, m)
-					}
-					mirrored += m.MirrorPartitions
-				}
-				if mirrored != parts {
-					t.Fatalf("the members' mirror partitions add up to %d, want %d: %+v", mirrored, parts, st.Members)
-				}
-				break
+			if err != nil || n != parts || len(owners) <= 1 || !st.Mirror.Summary.AllCaughtUp {
+				return fmt.Errorf("%d partitions, owners %v, caught up %v (%v)", n, owners, st.Mirror.Summary.AllCaughtUp, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("mirror of %s in member 2's /status: %d partitions, owners %v, caught up %v (%v)", topic, n, owners, st.Mirror.Summary.AllCaughtUp, err)
+			return nil
+		})
+		// Each member as /status lists it: its addresses, and its share
+		// of the mirror and of the clients.
+		mirrored := 0
+		for _, m := range st.Members {
+			fm := f.members[m.NodeID]
+			if m.Gossip != fm.gossip || len(m.Ports) != 1 || fmt.Sprintf("%s:%d", m.Host, m.Ports[0]) != fm.kafka || m.Admin != fm.admin {
+				t.Fatalf("member %d in /status: %+v; configured gossip %s, kafka %s, admin %s", m.NodeID, m, fm.gossip, fm.kafka, fm.admin)
 			}
-			time.Sleep(200 * time.Millisecond)
+			if m.Connections < 0 || m.MirrorPartitions < 0 {
+				t.Fatalf("member %d did not say its connections or mirror partitions: %+v", m.NodeID, m)
+			}
+			mirrored += m.MirrorPartitions
+		}
+		if mirrored != parts {
+			t.Fatalf("the members' mirror partitions add up to %d, want %d: %+v", mirrored, parts, st.Members)
 		}
 	}) {
 		return
@@ -297,17 +286,12 @@ func TestFleetRealKafka(t *testing.T) {
 		// intruder's /readyz says why it is not ready.
 		f.waitAlive(t, 0, 1, 2)
 		for _, m := range []*fleetMember{wrongKey, dup} {
-			deadline := time.Now().Add(time.Minute)
-			for {
-				code, body := httpGet(t, "http://"+m.admin+"/readyz")
-				if code == http.StatusServiceUnavailable && strings.Contains(body, "fleet") {
-					break
+			testwait.Eventually(t, time.Minute, fmt.Sprintf("member %d refused by the fleet: /readyz 503 naming the fleet", m.id), func() error {
+				if code, body := httpGet(t, "http://"+m.admin+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "fleet") {
+					return fmt.Errorf("/readyz %d %q", code, body)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("member %d refused by the fleet: /readyz %d %q", m.id, code, body)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			m.p.cmd.Process.Kill()
 			<-m.p.done
 		}
@@ -400,8 +384,7 @@ func TestFleetRealKafka(t *testing.T) {
 		// answers serving: not gossip's view, which memberlist can leave
 		// a push-pull (30 s) behind.
 		for _, m := range f.members {
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testwait.Eventually(t, 10*time.Second, fmt.Sprintf("member %d's /status listing all 3 members at generation 1", m.id), func() error {
 				st, err := m.status(t)
 				behind := []int32{}
 				for _, mm := range st.Members {
@@ -409,14 +392,11 @@ func TestFleetRealKafka(t *testing.T) {
 						behind = append(behind, mm.NodeID)
 					}
 				}
-				if err == nil && len(st.Members) == 3 && len(behind) == 0 {
-					break
+				if err != nil || len(st.Members) != 3 || len(behind) != 0 {
+					return fmt.Errorf("members %v below generation 1 (%d listed, %v): %+v", behind, len(st.Members), err, st.Members)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("member %d's /status lists members %v below generation 1 (%d listed, %v): %+v", m.id, behind, len(st.Members), err, st.Members)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return nil
+			})
 		}
 		tr.waitMore(500, 2*time.Minute)
 		tr.stopProducing()
@@ -540,8 +520,7 @@ func TestFleetRealKafka(t *testing.T) {
 // owned by one of owners.
 func waitMirrorOwners(t *testing.T, m *fleetMember, topic string, parts int, owners []int32) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("all %d partitions of %s owned by %v in member %d's /status", parts, topic, owners, m.id), func() error {
 		st, err := m.status(t)
 		n := 0
 		for _, p := range st.Mirror.Partitions {
@@ -549,14 +528,11 @@ func waitMirrorOwners(t *testing.T, m *fleetMember, topic string, parts int, own
 				n++
 			}
 		}
-		if err == nil && n == parts {
-			return
+		if err != nil || n != parts {
+			return fmt.Errorf("%d of %d (%v)", n, parts, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d partitions of %s owned by %v in member %d's /status (%v)", n, parts, topic, owners, m.id, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitMirrored waits until the mirror target's end offsets equal the
@@ -571,17 +547,12 @@ func waitMirrored(t *testing.T, f *testFleet, topic string) {
 	if st.Routing.Active == "standby" {
 		src, dst = f.standby, f.primary
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		a, b := endOffsets(t, src.Addrs(), topic), endOffsets(t, dst.Addrs(), topic)
-		if fmt.Sprint(a) == fmt.Sprint(b) {
-			break
+	testwait.Eventually(t, 2*time.Minute, "the mirror target's ends equal to the source's", func() error {
+		if a, b := endOffsets(t, src.Addrs(), topic), endOffsets(t, dst.Addrs(), topic); fmt.Sprint(a) != fmt.Sprint(b) {
+			return fmt.Errorf("mirror target ends %v, source %v", b, a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirror target ends %v, source %v", b, a)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	if a, b := readAll(t, src.Addrs(), topic), readAll(t, dst.Addrs(), topic); !slices.Equal(a, b) {
 		t.Fatalf("the mirror target differs from the source (%d and %d records)", len(b), len(a))
 	}
@@ -611,17 +582,13 @@ func readAll(t *testing.T, addrs []string, topic string) []string {
 // waitGeneration waits until m serves generation gen with active active.
 func waitGeneration(t *testing.T, m *fleetMember, gen uint32, active string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("member %d serving generation %d on %q", m.id, gen, active), func() error {
 		st, err := m.status(t)
-		if err == nil && st.Routing.Generation == gen && st.Routing.Active == active {
-			return
+		if err != nil || st.Routing.Generation != gen || st.Routing.Active != active {
+			return fmt.Errorf("member %d serves generation %d on %q (%v)", m.id, st.Routing.Generation, st.Routing.Active, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("member %d serves generation %d on %q, want %d on %q (%v)", m.id, st.Routing.Generation, st.Routing.Active, gen, active, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // haltedPartitions lists the mirror partitions m's /status shows halted.

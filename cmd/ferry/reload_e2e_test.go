@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestServeReloadSIGHUP: `ferry serve` at log level info; the file is
@@ -147,7 +149,7 @@ clusters:
 	// Until the member holds the produce in flight: what the drain will
 	// wait for.
 	adminAddr := p.waitFor(t, adminLog, 30*time.Second)[1]
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Eventually(t, 60*time.Second, "a produce in flight at the member", func() error {
 		var cz struct {
 			Connections []struct {
 				InFlight int            `json:"in_flight"`
@@ -159,17 +161,13 @@ clusters:
 			err = json.NewDecoder(resp.Body).Decode(&cz)
 			resp.Body.Close()
 		}
-		parked := false
 		for _, c := range cz.Connections {
-			parked = parked || (c.InFlight > 0 && c.Requests["Produce"] > 0)
+			if c.InFlight > 0 && c.Requests["Produce"] > 0 {
+				return nil
+			}
 		}
-		if parked {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no produce in flight at the member after 60 s (%v): %+v", err, cz)
-		}
-	}
+		return fmt.Errorf("none (%v): %+v", err, cz)
+	})
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -200,18 +200,13 @@ func (tr *traffic) stopProducing() {
 // (at its offset: a count could be made up by records written twice).
 func (tr *traffic) waitConsumed(timeout time.Duration) {
 	tr.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		missing := tr.unseen()
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
+	testwait.Eventually(tr.t, timeout, "the consumer seeing every acknowledged record", func() error {
+		if missing := tr.unseen(); missing != "" {
 			a, s := tr.counts()
-			tr.t.Fatalf("the consumer saw %d records, %d acknowledged; not %s", s, a, missing)
+			return fmt.Errorf("the consumer saw %d records, %d acknowledged; not %s", s, a, missing)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // unseen names an acknowledged record the consumer has not seen, or is "".
@@ -256,20 +251,15 @@ func (tr *traffic) counts() (acked, seen int) {
 func (tr *traffic) waitMore(n int, timeout time.Duration) {
 	tr.t.Helper()
 	a0, _ := tr.counts()
-	deadline := time.Now().Add(timeout)
-	for {
-		a, s := tr.counts()
-		if a >= a0+n && s >= a0+n/2 {
-			return
-		}
-		if time.Now().After(deadline) {
+	testwait.Eventually(tr.t, timeout, fmt.Sprintf("%d records acknowledged and %d consumed", a0+n, a0+n/2), func() error {
+		if a, s := tr.counts(); a < a0+n || s < a0+n/2 {
 			tr.mu.Lock()
 			failed := tr.failed
 			tr.mu.Unlock()
-			tr.t.Fatalf("after %v: %d acknowledged (want %d), %d consumed; failed produces: %v", timeout, a, a0+n, s, failed)
+			return fmt.Errorf("%d acknowledged, %d consumed; failed produces: %v", a, s, failed)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // partOffset is where a record is.

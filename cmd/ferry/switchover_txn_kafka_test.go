@@ -226,8 +226,7 @@ func (tt *txnTraffic) stop() {
 // committed, failing at once if the producer stopped on a fatal error.
 func (tt *txnTraffic) waitCommitted(since time.Time, n int, timeout time.Duration) {
 	tt.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.Eventually(tt.t, timeout, fmt.Sprintf("%d transactions committed", n), func() error {
 		tt.mu.Lock()
 		fatal, got, aborted := tt.fatal, 0, 0
 		for _, r := range tt.txns {
@@ -243,14 +242,11 @@ func (tt *txnTraffic) waitCommitted(since time.Time, n int, timeout time.Duratio
 		if fatal != nil {
 			tt.t.Fatalf("transactional producer: %v", fatal)
 		}
-		if got >= n {
-			return
+		if got < n {
+			return fmt.Errorf("%d committed, %d aborted; %s", got, aborted, tt.report())
 		}
-		if time.Now().After(deadline) {
-			tt.t.Fatalf("%d transactions committed (want %d), %d aborted, within %v; %s", got, n, aborted, timeout, tt.report())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // firstCommitAfter is how long after t the first transaction begun after it

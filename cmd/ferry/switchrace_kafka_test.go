@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -37,7 +38,7 @@ func TestSwitchRaceRealKafka(t *testing.T) {
 	// what it had not copied yet, which it reports.
 	standby := strings.Split(f.standby.Bootstrap(), ",")
 	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(standby...)))
-	for deadline := time.Now().Add(time.Minute); ; {
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("the mirror copying every partition of %s to the standby", topic), func() error {
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		copied := 0
 		if err == nil {
@@ -47,14 +48,11 @@ func TestSwitchRaceRealKafka(t *testing.T) {
 				}
 			})
 		}
-		if copied == int(parts) {
-			break
+		if copied != int(parts) {
+			return fmt.Errorf("%d copied (%v)", copied, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the mirror has not copied every partition of %s to the standby: %d copied (%v)", topic, copied, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	var wg sync.WaitGroup
 	outs, errs := make([][]byte, 2), make([]error, 2)

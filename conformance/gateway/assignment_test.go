@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -94,25 +96,25 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 	}
 	describe := func(t *testing.T, a *kadm.Client, name string, partitions int) map[int32]view {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var out map[int32]view
+		testwait.Eventually(t, 20*time.Second, fmt.Sprintf("topic %s: all %d partitions with a leader", name, partitions), func() error {
 			td, err := a.ListTopics(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := td[name]
-			out := map[int32]view{}
+			out = map[int32]view{}
 			for _, p := range d.Partitions {
 				if p.Leader >= 0 {
 					out[p.Partition] = view{p.Replicas, p.Leader}
 				}
 			}
-			if d.Err == nil && len(out) == partitions {
-				return out
+			if d.Err != nil || len(out) != partitions {
+				return fmt.Errorf("%v, %d of %d partitions with a leader", d.Err, len(out), partitions)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("topic %s: %v, %d of %d partitions with a leader", name, d.Err, len(out), partitions)
-			}
-		}
+			return nil
+		})
+		return out
 	}
 	refused := func(t *testing.T, code int16, msg *string, wantInMsg string) {
 		t.Helper()
@@ -161,42 +163,33 @@ func TestReplicaAssignmentThroughFerry(t *testing.T) {
 			t.Errorf("reassign partition 1 to broker 9: %v %q; want INVALID_REPLICA_ASSIGNMENT listing the valid IDs", bad.Err, bad.ErrMessage)
 		}
 		want := physOf([]int32{v0, v1})
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			d := describe(t, direct, "assigned", 3)
-			if slices.Equal(d[0].replicas, want) {
-				break
+		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("partition 0 on %v after the reassignment", want), func() error {
+			if d := describe(t, direct, "assigned", 3); !slices.Equal(d[0].replicas, want) {
+				return fmt.Errorf("on %v", d[0].replicas)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("partition 0 on %v after the reassignment, want %v", d[0].replicas, want)
-			}
-		}
+			return nil
+		})
 		if _, err := adm.ListPartitionReassignments(ctx, kadm.TopicsSet{"assigned": {0: {}}}); err != nil {
 			t.Errorf("ListPartitionReassignments through Ferry: %v", err)
 		}
 		// The preferred replica is now v0: electing it through Ferry
 		// moves the leader Ferry shows.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		testwait.Eventually(t, 30*time.Second, "electing the preferred leader of partition 0", func() error {
 			res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{"assigned": {0: {}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := res["assigned"][0]
-			if r.Err == nil || errors.Is(r.Err, kerr.ElectionNotNeeded) {
-				break
+			if r := res["assigned"][0]; r.Err != nil && !errors.Is(r.Err, kerr.ElectionNotNeeded) {
+				return fmt.Errorf("%v %s", r.Err, r.ErrMessage)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("electing the preferred leader of partition 0: %v %s", r.Err, r.ErrMessage)
+			return nil
+		})
+		testwait.Eventually(t, 20*time.Second, fmt.Sprintf("partition 0 through Ferry led by %d on [%d %d] after the reassignment and election", v0, v0, v1), func() error {
+			if f := describe(t, adm, "assigned", 3); f[0].leader != v0 || !slices.Equal(f[0].replicas, []int32{v0, v1}) {
+				return fmt.Errorf("leader %d, replicas %v", f[0].leader, f[0].replicas)
 			}
-		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			f := describe(t, adm, "assigned", 3)
-			if f[0].leader == v0 && slices.Equal(f[0].replicas, []int32{v0, v1}) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("partition 0 through Ferry: leader %d, replicas %v after the reassignment and election; want %d, [%d %d]", f[0].leader, f[0].replicas, v0, v0, v1)
-			}
-		}
+			return nil
+		})
 	})
 
 	t.Run("CreateTopicsRefused", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -350,7 +351,7 @@ func TestAdminThroughFerry(t *testing.T) {
 	// Brokers apply a config change from the controller's log a moment
 	// later; a client reading it back polls, through Ferry as directly.
 	got := ""
-	for deadline := time.Now().Add(15 * time.Second); got != value; time.Sleep(200 * time.Millisecond) {
+	testwait.Eventually(t, 15*time.Second, fmt.Sprintf("retention.ms = %q after alter", value), func() error {
 		rcs, err := adm.DescribeTopicConfigs(ctx, "admin-topic")
 		if err != nil {
 			t.Fatal(err)
@@ -364,25 +365,21 @@ func TestAdminThroughFerry(t *testing.T) {
 				got = cfg.MaybeValue()
 			}
 		}
-		if got != value && time.Now().After(deadline) {
-			t.Fatalf("retention.ms = %q after alter, want %q", got, value)
+		if got != value {
+			return fmt.Errorf("retention.ms = %q", got)
 		}
-	}
+		return nil
+	})
 	if _, err := adm.CreatePartitions(ctx, 2, "admin-topic"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Eventually(t, 15*time.Second, "5 partitions after CreatePartitions", func() error {
 		td, _ = direct.ListTopics(ctx, "admin-topic")
-		n := len(td["admin-topic"].Partitions)
-		if n == 5 {
-			break
+		if n := len(td["admin-topic"].Partitions); n != 5 {
+			return fmt.Errorf("%d partitions", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partitions after CreatePartitions: %d, want 5", n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	dr, err := adm.DeleteTopics(ctx, "admin-topic")
 	if err != nil || dr["admin-topic"].Err != nil {
 		t.Fatalf("delete: %v %v", err, dr["admin-topic"].Err)
@@ -454,7 +451,7 @@ func TestBrokerDiesClientsContinue(t *testing.T) {
 	// Kill the physical leader of partition 0 mid-stream, once every
 	// partition has its full ISR (so Kafka itself can elect a new leader).
 	var victim int32
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.Eventually(t, 30*time.Second, "the ISR full before the kill", func() error {
 		md, err := direct.Metadata(ctx, topic)
 		if err != nil {
 			t.Fatal(err)
@@ -464,13 +461,11 @@ func TestBrokerDiesClientsContinue(t *testing.T) {
 			full = full && len(p.ISR) == 3
 		}
 		victim = md.Topics[topic].Partitions[0].Leader
-		if full {
-			break
+		if !full {
+			return fmt.Errorf("%+v", md.Topics[topic].Partitions)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ISR not full before the kill: %+v", md.Topics[topic].Partitions)
-		}
-	}
+		return nil
+	})
 	done := make(chan struct{})
 	go func() { defer close(done); produce(500, 1500) }()
 	time.Sleep(100 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/proxy"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -157,28 +158,22 @@ func TestGenerationBumpMidTraffic(t *testing.T) {
 		}
 	}()
 
-	waitFor := func(what string, ok func() bool) {
-		for !ok() {
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s: %v", what, ctx.Err())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	// Each wait below is bounded by what is left of the test's context.
+	dl, _ := ctx.Deadline()
 	// Before the bump, the transactional producer holds a producer ID and
 	// has committed with it, so the bump finds it mid-transaction or
 	// about to begin one with that ID.
-	waitFor("records before the bump", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 2000 })
-	waitFor("a transaction committed before the bump", func() bool { return commits.Load() > 0 || txnEnded.Load() })
+	testwait.Until(t, time.Until(dl), "records before the bump", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 2000 })
+	testwait.Until(t, time.Until(dl), "a transaction committed before the bump", func() bool { return commits.Load() > 0 || txnEnded.Load() })
 	if !table.Advance(routing.State{Generation: 2, Active: "primary"}) {
 		t.Fatal("the table refused generation 2")
 	}
 	bumped.Store(true)
-	waitFor("records after the bump", func() bool { return afterBump.Load() > 2000 })
+	testwait.Until(t, time.Until(dl), "records after the bump", func() bool { return afterBump.Load() > 2000 })
 	// Transactions after the bump: the first may take a while (a
 	// CONCURRENT_TRANSACTIONS answer to a KIP-890 produce makes franz-go
 	// retry after its next metadata refresh, up to 5 s later).
-	waitFor("two transactions committed after the bump", func() bool { return commitsAfter.Load() >= 2 || txnEnded.Load() })
+	testwait.Until(t, time.Until(dl), "two transactions committed after the bump", func() bool { return commitsAfter.Load() >= 2 || txnEnded.Load() })
 	close(stop)
 	wg.Wait()
 	if err := idem.Flush(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/proxy"
 )
@@ -69,19 +71,17 @@ func TestPolicyAgainstKafka(t *testing.T) {
 	}
 	// Brokers apply a config change from the controller's log a moment
 	// later.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.Eventually(t, 15*time.Second, "the topic's part of the mixed change reaching Kafka", func() error {
 		rcs, err := direct.DescribeTopicConfigs(ctx, "policy-mixed")
 		if err != nil {
 			t.Fatal(err)
 		}
 		rc, _ := rcs.On("policy-mixed", nil)
-		if configValue(rc, "retention.ms") == "4444444" {
-			break
+		if v := configValue(rc, "retention.ms"); v != "4444444" {
+			return fmt.Errorf("retention.ms = %q", v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the topic's part of the mixed change never reached Kafka")
-		}
-	}
+		return nil
+	})
 	md, err := direct.BrokerMetadata(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ type config struct {
 	node     Node
 	routes   *routing.Table
 	clusters []upstream.Config
-	fleet    routing.Fleet
+	brokers  routing.BrokerSet
 	gatherer prometheus.Gatherer
 	started  func() bool
 	check    ClusterCheck
@@ -130,8 +130,8 @@ func WithRoutes(t *routing.Table) Option { return func(c *config) { c.routes = t
 // WithClusters sets the configured physical clusters (required).
 func WithClusters(cs ...upstream.Config) Option { return func(c *config) { c.clusters = cs } }
 
-// WithFleet sets the fleet whose members /status lists (required).
-func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
+// WithBrokerSet sets the members, as brokers, that /status lists (required).
+func WithBrokerSet(f routing.BrokerSet) Option { return func(c *config) { c.brokers = f } }
 
 // WithGatherer sets what /metrics exposes (required).
 func WithGatherer(g prometheus.Gatherer) Option { return func(c *config) { c.gatherer = g } }
@@ -192,7 +192,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a routing table is required", ErrConfig)
 	case len(c.clusters) == 0:
 		return fmt.Errorf("%w: at least one cluster is required", ErrConfig)
-	case c.fleet == nil:
+	case c.brokers == nil:
 		return fmt.Errorf("%w: a fleet is required", ErrConfig)
 	case c.gatherer == nil:
 		return fmt.Errorf("%w: a metrics gatherer is required", ErrConfig)
@@ -520,7 +520,7 @@ func (s *Server) Status(ctx context.Context) Status {
 		}
 		out.Clusters = append(out.Clusters, cs)
 	}
-	for _, b := range s.cfg.fleet.Brokers() {
+	for _, b := range s.cfg.brokers.Brokers() {
 		out.Fleet = append(out.Fleet, Broker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 	}
 	if s.cfg.members != nil {

@@ -47,7 +47,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 		WithNode(Node{ID: 7, ClusterID: "vc", Advertised: "ferry-7:9092", Listen: "0.0.0.0:9092", Admin: "0.0.0.0:9644"}),
 		WithRoutes(f.routes),
 		WithClusters(testClusters...),
-		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 7, Host: "ferry-7", Port: 9092})),
+		WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 7, Host: "ferry-7", Port: 9092})),
 		WithGatherer(f.reg),
 		WithRegisterer(f.reg),
 		WithStarted(f.started.Load),
@@ -75,17 +75,17 @@ func (f *fixture) get(t *testing.T, path string) (int, string) {
 
 func TestNewValidates(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
 	tbl := routing.NewTable(routing.State{Active: "primary"})
 	for _, tc := range []struct {
 		name string
 		opts []Option
 		want string
 	}{
-		{"no routes", []Option{WithClusters(testClusters...), WithFleet(fleet), WithGatherer(reg)}, "routing table"},
-		{"no clusters", []Option{WithRoutes(tbl), WithFleet(fleet), WithGatherer(reg)}, "cluster"},
+		{"no routes", []Option{WithClusters(testClusters...), WithBrokerSet(fleet), WithGatherer(reg)}, "routing table"},
+		{"no clusters", []Option{WithRoutes(tbl), WithBrokerSet(fleet), WithGatherer(reg)}, "cluster"},
 		{"no fleet", []Option{WithRoutes(tbl), WithClusters(testClusters...), WithGatherer(reg)}, "fleet"},
-		{"no gatherer", []Option{WithRoutes(tbl), WithClusters(testClusters...), WithFleet(fleet)}, "gatherer"},
+		{"no gatherer", []Option{WithRoutes(tbl), WithClusters(testClusters...), WithBrokerSet(fleet)}, "gatherer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts...)
@@ -304,7 +304,7 @@ func TestProbeCache(t *testing.T) {
 	srv, err := New(
 		WithRoutes(routing.NewTable(routing.State{Active: "primary"})),
 		WithClusters(testClusters...),
-		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})),
+		WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "h", Port: 1})),
 		WithGatherer(prometheus.NewRegistry()),
 		WithClusterCheck(func(context.Context, upstream.Config) error { dials.Add(1); return nil }),
 	)

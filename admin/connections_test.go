@@ -41,7 +41,7 @@ func startProxy(t *testing.T) (*proxy.Server, string) {
 	p, err := proxy.New(
 		proxy.WithClusterID("vc"),
 		proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: kf.ListenAddrs()}),
-		proxy.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
+		proxy.WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: port})),
 		proxy.WithLogger(zaptest.NewLogger(t)),
 		proxy.WithRegisterer(prometheus.NewRegistry()),
 		proxy.WithLanes(1),

@@ -249,12 +249,12 @@ func inProcessMetrics(t *testing.T) map[string]bool {
 	rec := &describingRegisterer{reg: prometheus.NewRegistry()}
 	routes := routing.NewTable(routing.State{Active: "a"})
 	clusters := []upstream.Config{{Name: "a", Bootstrap: kc.ListenAddrs()}}
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 9092})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 9092})
 
 	srv, err := proxy.New(
 		proxy.WithClusterID("deploy-test"),
 		proxy.WithClusters(clusters...),
-		proxy.WithFleet(fleet),
+		proxy.WithBrokerSet(fleet),
 		proxy.WithRoutingTable(routes),
 		proxy.WithRegisterer(rec),
 	)
@@ -284,7 +284,7 @@ func inProcessMetrics(t *testing.T) map[string]bool {
 	adm, err := admin.New(
 		admin.WithRoutes(routes),
 		admin.WithClusters(clusters...),
-		admin.WithFleet(fleet),
+		admin.WithBrokerSet(fleet),
 		admin.WithGatherer(rec.reg),
 		admin.WithRegisterer(rec),
 	)

@@ -32,7 +32,7 @@ type config struct {
 	syncGroups   bool
 	syncACLs     bool
 	idPrefix     string
-	lease        time.Duration // see fence.go
+	fencePeriod  time.Duration // see fence.go
 	recompress   bool          // see reframe.go
 	ownership    Ownership     // nil: every partition, and the sync loop
 	endsInterval time.Duration // see ends.go
@@ -64,7 +64,7 @@ func defaultConfig() config {
 		syncGroups:   true,
 		syncACLs:     true,
 		idPrefix:     DefaultTransactionalIDPrefix,
-		lease:        2 * time.Second,
+		fencePeriod:  2 * time.Second,
 		recompress:   true,
 		endsInterval: defaultEndsInterval,
 		logger:       zap.NewNop(),

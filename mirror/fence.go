@@ -23,25 +23,25 @@ import (
 // accepted until the new writer's first one lands — by then the new writer
 // has read the standby's end, and an old append landing in between is a
 // duplicate. No append of a stock broker is conditional on anything but
-// the same producer's previous sequence, so the gap is closed with a lease
-// on the coordinator's epoch:
+// the same producer's previous sequence, so the gap is closed in time, by
+// the fence period (fencePeriod, 2 s) on the coordinator's epoch:
 //
 //   - a writer sends an append (or EndTxn, which writes a marker) only
-//     within lease/4 of a successful check that the coordinator still holds
+//     within a quarter fence period of a successful check that the coordinator still holds
 //     its producer ID and epoch for the partition's transactional ID
 //     (DescribeTransactions); a check that sees another epoch halts the
 //     writer with ErrFenced;
-//   - a new writer, after its InitProducerId, waits a whole lease before it
+//   - a new writer, after its InitProducerId, waits a whole fence period before it
 //     reads the standby's end or touches the transactional slots.
 //
-// So every append of the old writer was sent at least 3/4 of a lease before
+// So every append of the old writer was sent at least 3/4 of a fence period before
 // the new writer looks at the standby. Its transactional work is fenced at
 // the coordinator besides (slot epochs), and from the new writer's first
 // append on, the standby leader refuses the old epoch
 // (INVALID_PRODUCER_EPOCH). What remains is an append that spends more than
-// 3/4 of a lease between the old writer's socket and the leader's log (a
+// 3/4 of a fence period between the old writer's socket and the leader's log (a
 // request stuck in a broker queue): the per-append offset check halts the
-// new writer on it (ErrOffsetMismatch), never silently. Lease times are
+// new writer on it (ErrOffsetMismatch), never silently. Fence periods are
 // measured on each process's monotonic clock; no clock agreement is needed.
 
 // ownerTxnID is the partition's ownership transactional ID.
@@ -50,7 +50,7 @@ func (w *writer) ownerTxnID() string {
 }
 
 // takeOwnership initialises the plain producer under the partition's
-// transactional ID, then waits out the lease of any earlier holder and
+// transactional ID, then waits out the fence period of any earlier holder and
 // checks that no later writer took it meanwhile.
 func (w *writer) takeOwnership(ctx context.Context) error {
 	id := w.ownerTxnID()
@@ -60,17 +60,17 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 	}
 	w.plain = p
 	// Epoch 0 means the coordinator had never seen this ID: there is no
-	// previous owner whose lease to wait out. (Epoch exhaustion also
+	// previous owner whose fence period to wait out. (Epoch exhaustion also
 	// restarts at 0, after 32767 owners; not a case worth 2 s per start.)
 	if p.epoch > 0 {
-		w.log.Debug("mirror partition ownership taken, waiting out the previous lease",
-			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("lease", w.m.cfg.lease))
-		if err := sleep(ctx, w.m.cfg.lease); err != nil {
+		w.log.Debug("mirror partition ownership taken, waiting out the previous fence period",
+			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("fence_period", w.m.cfg.fencePeriod))
+		if err := sleep(ctx, w.m.cfg.fencePeriod); err != nil {
 			return err
 		}
 	}
 	w.lastPing = time.Time{}
-	return w.checkLease(ctx)
+	return w.checkFence(ctx)
 }
 
 // waitGate waits while the member's write gate (WithWriteGate) is shut.
@@ -92,14 +92,14 @@ func (w *writer) waitGate(ctx context.Context) error {
 	return nil
 }
 
-// checkLease confirms ownership if the last confirmation is older than a
-// quarter lease. Call it before sending anything that appends to the
+// checkFence confirms ownership if the last confirmation is older than a
+// quarter fence period. Call it before sending anything that appends to the
 // standby partition.
-func (w *writer) checkLease(ctx context.Context) error {
+func (w *writer) checkFence(ctx context.Context) error {
 	if err := w.waitGate(ctx); err != nil {
 		return err
 	}
-	if !w.lastPing.IsZero() && time.Since(w.lastPing) < w.m.cfg.lease/4 {
+	if !w.lastPing.IsZero() && time.Since(w.lastPing) < w.m.cfg.fencePeriod/4 {
 		return nil
 	}
 	id := *w.plain.txnID

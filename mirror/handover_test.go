@@ -23,7 +23,7 @@ import (
 // for longer than the handover: the member that owns it (under the
 // ownership read in the same sample) may list it next to the loser's only
 // while its own writer is still starting — taking ownership waits a whole
-// lease (fence.go) before it touches the standby, and the loser's writer
+// fence period (fence.go) before it touches the standby, and the loser's writer
 // must be gone by then.
 type overlapWatch struct {
 	stop    chan struct{}

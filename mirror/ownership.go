@@ -28,7 +28,7 @@ type Ownership interface {
 // Two members that both believe they own a partition for a moment (their
 // views of the ownership converge at different times) cannot both append:
 // the later writer fences the earlier one (fence.go). With an Ownership a
-// fenced writer is not halted: it waits two leases, by when the other
+// fenced writer is not halted: it waits two fence periods, by when the other
 // member has normally learnt that it does not own the partition, and takes
 // the partition back if it still owns it.
 func WithOwnership(o Ownership) Option { return func(c *config) { c.ownership = o } }

@@ -284,12 +284,12 @@ func (w *writer) run(ctx context.Context) {
 			// ownership is moving, and the two views have not met yet.
 			// The fence kept the standby whole; this is no halt. Lost
 			// here too, assign cancels ctx; still owned after two
-			// leases (the other member's time to learn it is not the
+			// fence periods (the other member's time to learn it is not the
 			// owner), take the partition back.
 			w.log.Warn("mirror partition writer fenced by another member's writer, retrying while this member owns it",
-				zap.Error(err), zap.Duration("backoff", 2*w.m.cfg.lease))
+				zap.Error(err), zap.Duration("backoff", 2*w.m.cfg.fencePeriod))
 			w.setState(StateStarting, err)
-			if sleep(ctx, 2*w.m.cfg.lease) != nil {
+			if sleep(ctx, 2*w.m.cfg.fencePeriod) != nil {
 				return
 			}
 			continue
@@ -358,7 +358,7 @@ func (w *writer) session(ctx context.Context) error {
 	// Ownership (see fence.go): the partition's own transactional ID,
 	// whose producer appends the plain batches and fillers of one. Its
 	// InitProducerId bumps the epoch, which stops an older writer at its
-	// next lease check and at the standby leader from our first append on.
+	// next fence check and at the standby leader from our first append on.
 	if err := w.takeOwnership(ctx); err != nil {
 		return err
 	}
@@ -1033,7 +1033,7 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 		return w.halt(ErrDiverged, b.BaseOffset(),
 			"a filler transaction an earlier writer left open ends at %d, but the source has data at %d", w.next-1, b.BaseOffset())
 	}
-	if err := w.checkLease(ctx); err != nil {
+	if err := w.checkFence(ctx); err != nil {
 		return err
 	}
 	prod := &w.plain
@@ -1179,7 +1179,7 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if w.next != at {
 		return w.halt(ErrOffsetMismatch, at, "transaction marker due at %d, standby is at %d", at, w.next)
 	}
-	if err := w.checkLease(ctx); err != nil {
+	if err := w.checkFence(ctx); err != nil {
 		return err
 	}
 	if testHookEndTxn != nil {

@@ -40,7 +40,7 @@ func TestAcceptErrorsRetried(t *testing.T) {
 	kf := newKfake(t, 1)
 	core, logs := observer.New(zap.WarnLevel)
 	s, err := New(WithClusterID("c"), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs()}),
-		WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
+		WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
 		WithLogger(zap.New(core)), WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

@@ -203,7 +203,7 @@ func TestAcksZeroProduce(t *testing.T) {
 }
 
 func TestUnreachableClusterIsAnErrorNotACrash(t *testing.T) {
-	s, err := New(WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
+	s, err := New(WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}), WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,19 +217,19 @@ func TestUnreachableClusterIsAnErrorNotACrash(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "h", Port: 1})
 	for _, tc := range []struct {
 		name string
 		opts []Option
 		want string
 	}{
-		{"no cluster ID", []Option{WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithFleet(fleet)}, "cluster ID"},
-		{"no clusters", []Option{WithClusterID("c"), WithFleet(fleet)}, "physical cluster"},
+		{"no cluster ID", []Option{WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithBrokerSet(fleet)}, "cluster ID"},
+		{"no clusters", []Option{WithClusterID("c"), WithBrokerSet(fleet)}, "physical cluster"},
 		{"no fleet", []Option{WithClusterID("c"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}})}, "fleet"},
-		{"duplicate cluster", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}, upstream.Config{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
-		{"tiny max request", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
-		{"no idle timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
-		{"negative request read timeout", []Option{WithClusterID("c"), WithFleet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
+		{"duplicate cluster", []Option{WithClusterID("c"), WithBrokerSet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}, upstream.Config{Name: "a", Bootstrap: []string{"y:1"}})}, "named twice"},
+		{"tiny max request", []Option{WithClusterID("c"), WithBrokerSet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithMaxRequestSize(10)}, "max request size"},
+		{"no idle timeout", []Option{WithClusterID("c"), WithBrokerSet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithConnectionsMaxIdle(0)}, "connections max idle 0s must be positive"},
+		{"negative request read timeout", []Option{WithClusterID("c"), WithBrokerSet(fleet), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}}), WithRequestReadTimeout(-time.Second)}, "request read timeout -1s must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts...)

@@ -47,7 +47,7 @@ func TestLargeBuffersAreNotPooled(t *testing.T) {
 }
 
 func TestBufferBudgetOptions(t *testing.T) {
-	base := []Option{WithClusterID("c"), WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}})}
+	base := []Option{WithClusterID("c"), WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "h", Port: 1})), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"x:1"}})}
 	for _, tc := range []struct {
 		conn, proc int64
 		want       string
@@ -118,8 +118,8 @@ func memCluster(t *testing.T) (kf *kfake.Cluster, fetches *atomic.Int64) {
 // Ferry's memory, where the budgets apply, rather than in the kernel's.
 func startFerrySmallSends(t *testing.T, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
-	s, err := New(append([]Option{WithClusterID("ferry-test"), WithClusters(upstream.Config{Name: "a", Bootstrap: bootstrap}), WithFleet(fleet),
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	s, err := New(append([]Option{WithClusterID("ferry-test"), WithClusters(upstream.Config{Name: "a", Bootstrap: bootstrap}), WithBrokerSet(fleet),
 		WithLogger(zaptest.NewLogger(t)), WithRegisterer(prometheus.NewRegistry())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

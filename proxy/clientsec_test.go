@@ -569,7 +569,7 @@ func TestClientSecurityConfigErrors(t *testing.T) {
 		{"oauth without jwks", []Option{WithClientSASL(clientauth.SASLConfig{Mechanisms: []string{clientauth.MechanismOAuthBearer}})}, "jwks_file or jwks_url"},
 	} {
 		opts := append([]Option{WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: []string{"127.0.0.1:1"}}),
-			WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}))}, tc.opts...)
+			WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}))}, tc.opts...)
 		_, err := New(opts...)
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want ErrConfig mentioning %q", tc.name, err, tc.want)

@@ -20,9 +20,9 @@ type config struct {
 	refuseUnmapped     bool
 	clusterID          string
 	clusters           []upstream.Config
-	fleet              routing.Fleet
+	brokers            routing.BrokerSet
 	routes             *routing.Table
-	lease              WriteLease
+	writeLease         WriteLease
 	peers              Peers
 	heldAnswerAfter    time.Duration
 	log                *zap.Logger
@@ -109,8 +109,8 @@ func WithClusterID(id string) Option { return func(c *config) { c.clusterID = id
 // active (required). The ApiVersions Ferry advertises work on all of them.
 func WithClusters(cs ...upstream.Config) Option { return func(c *config) { c.clusters = cs } }
 
-// WithFleet sets the Ferry members clients see as brokers (required).
-func WithFleet(f routing.Fleet) Option { return func(c *config) { c.fleet = f } }
+// WithBrokerSet sets the Ferry members clients see as brokers (required).
+func WithBrokerSet(f routing.BrokerSet) Option { return func(c *config) { c.brokers = f } }
 
 // WithRoutingTable sets the routing state (default: generation 0, the first
 // cluster active).
@@ -128,7 +128,7 @@ type WriteLease interface {
 // WithWriteLease makes writes wait while the lease is not in force, as they
 // wait during a switch's hold (default: none, always in force: a member on
 // its own).
-func WithWriteLease(l WriteLease) Option { return func(c *config) { c.lease = l } }
+func WithWriteLease(l WriteLease) Option { return func(c *config) { c.writeLease = l } }
 
 // WithPeers lets this member ask the fleet's other members (txn_fleet.go);
 // HandleTxnCall must then answer their calls of kind TxnCallKind (default:
@@ -156,7 +156,7 @@ func WithMetadataInterval(d time.Duration) Option { return func(c *config) { c.m
 // WithMaxConnsPerBroker bounds the upstream connections to one broker
 // (default 4096). A client holds one only while it has requests in flight
 // there, so this bounds the clients busy at once, not those connected; a
-// request that finds every one leased waits up to 2 s for one, then is
+// request that finds every one checked out waits up to 2 s for one, then is
 // answered with its API's retriable error.
 func WithMaxConnsPerBroker(n int) Option { return func(c *config) { c.maxConnsPerBroker = n } }
 
@@ -276,7 +276,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: a virtual cluster ID is required", ErrConfig)
 	case len(c.clusters) == 0:
 		return fmt.Errorf("%w: at least one physical cluster is required", ErrConfig)
-	case c.fleet == nil || len(c.fleet.Brokers()) == 0:
+	case c.brokers == nil || len(c.brokers.Brokers()) == 0:
 		return fmt.Errorf("%w: the fleet has no members", ErrConfig)
 	case c.maxRequestSize < 1024:
 		return fmt.Errorf("%w: max request size %d is below 1 KiB", ErrConfig, c.maxRequestSize)

@@ -43,11 +43,11 @@ type clientConn struct {
 
 	writeWaits writeWaits // the writer's, for answers to writes (forced_wait.go)
 
-	// upsMu guards ups and fetchUps (lease.go): the reader leases and
-	// sends under it; the writer and the server's lease loop return what
+	// upsMu guards ups and fetchUps (upstream_conns.go): the reader checks out and
+	// sends under it; the writer and the server's give-back loop return what
 	// has nothing in flight.
 	upsMu sync.Mutex
-	// ups are the leased upstream connections of this client, by
+	// ups are the checked-out upstream connections of this client, by
 	// cluster then broker.
 	ups map[upKey]*upstream.Conn
 	// fetchUps are extra connections for Fetch only: a fetch answered
@@ -80,7 +80,7 @@ type clientConn struct {
 	principal atomic.Pointer[string]
 	// ident is the identity number of the principal (principals.go),
 	// set by the reader when the connection authenticates, before any
-	// request it leases for.
+	// request it checks out a connection for.
 	ident int32
 	// ip is the client's source address (remoteIP), which the connection
 	// limits and the login limits count by. unauth is set while the
@@ -436,8 +436,8 @@ func (c *clientConn) drain() {
 func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectResponse bool) (*upstream.Pending, error) {
 	u := req.up
 	var gate func() time.Duration
-	if req.write && c.s.cfg.lease != nil {
-		gate = c.s.cfg.lease.Left
+	if req.write && c.s.cfg.writeLease != nil {
+		gate = c.s.cfg.writeLease.Left
 		if gate() <= 0 {
 			return nil, upstream.ErrLeaseLapsed
 		}

@@ -155,7 +155,7 @@ func staleMemberHeartbeat(resp *kmsg.HeartbeatResponse) {
 // the group on u and, if the broker took every partition, clears the
 // errors of resp, its first answer: the client learns its commit landed.
 func (s *Server) carryStaleCommit(ctx context.Context, u *upstream.Cluster, in *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) {
-	if s.cfg.lease != nil && s.cfg.lease.Left() <= 0 {
+	if s.cfg.writeLease != nil && s.cfg.writeLease.Left() <= 0 {
 		// A write like the client's own (sendRaw): only under the
 		// member's write lease. The client's request still counts as
 		// a write in flight, so a switch's hold waits for this one.

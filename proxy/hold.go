@@ -84,7 +84,7 @@ var errHeldTooLong = errors.New("held by a switchover longer than a client waits
 // under: the one the request is handled under. It fails when ctx ends, and
 // with errHeldTooLong after the server's heldAnswerAfter.
 func (s *Server) passHold(ctx context.Context, key int16) (routing.State, error) {
-	lease := s.cfg.lease
+	lease := s.cfg.writeLease
 	var expired <-chan time.Time
 	for {
 		s.writes.Add(1)

@@ -32,7 +32,7 @@ func laneNode(member int32, lane int) int32 { return member*laneStride + int32(l
 
 // virtualBrokers lists every lane of every live member.
 func (s *Server) virtualBrokers() []routing.Broker {
-	members := s.fleet.Brokers()
+	members := s.brokers.Brokers()
 	out := make([]routing.Broker, 0, len(members)*s.lanes)
 	for _, m := range members {
 		for l := 0; l < s.lanes; l++ {
@@ -45,13 +45,13 @@ func (s *Server) virtualBrokers() []routing.Broker {
 // virtualLeader is the virtual broker clients are told leads a partition
 // whose physical leader is phys.
 func (s *Server) virtualLeader(u *upstream.Cluster, topic string, partition int32, phys int32) int32 {
-	return laneNode(s.fleet.Owner(topic+"\x00"+strconv.Itoa(int(partition))), u.Lane(phys, s.lanes))
+	return laneNode(s.brokers.Owner(topic+"\x00"+strconv.Itoa(int(partition))), u.Lane(phys, s.lanes))
 }
 
 // virtualCoordinator is the virtual broker clients are told coordinates a
 // group or transactional ID whose physical coordinator is phys.
 func (s *Server) virtualCoordinator(u *upstream.Cluster, key string, phys int32) int32 {
-	return laneNode(s.fleet.Owner("coordinator\x00"+key), u.Lane(phys, s.lanes))
+	return laneNode(s.brokers.Owner("coordinator\x00"+key), u.Lane(phys, s.lanes))
 }
 
 // replicaLanes shows a partition's physical replicas and ISR as clients

@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		upFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_failures_total",
 			Help: "Client requests Ferry answered in the broker's place with a retriable error code (broker unreachable, its connection lost with the request in flight, the upstream pool full), by API. The client connection stays open."}, []string{"api"}),
 		upConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ferry", Name: "upstream_connections",
-			Help: "Connections to the brokers of a physical cluster: leased (a client has requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
+			Help: "Connections to the brokers of a physical cluster: in_use (checked out to a client with requests in flight on it) or idle (pooled), sampled every second."}, []string{"cluster", "state"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "refusals_total",
 			Help: "Client requests and frames Ferry refused, by API (unknown when no header could be read) and reason: bad_frame, unknown_key, unsupported_version, malformed_body and SaslAuthenticate's sasl close the connection; policy, internal_topic, SaslHandshake's sasl, ApiVersions' unsupported_version and upstream are answered with an error code."}, []string{"api", "reason"}),
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "requests_abandoned_total",

@@ -428,7 +428,7 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{[]string{"topic_delete"}, []string{"topic_delete"}},
 	} {
 		_, err := New(WithClusterID("x"), WithClusters(upstream.Config{Name: "a", Bootstrap: kf.ListenAddrs()}),
-			WithFleet(routing.NewStaticFleet(routing.Broker{Host: "h", Port: 1})), WithRequestPolicy(tc.allow, tc.deny))
+			WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{Host: "h", Port: 1})), WithRequestPolicy(tc.allow, tc.deny))
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("allow %v deny %v: error %v, want a configuration error", tc.allow, tc.deny, err)
 		}

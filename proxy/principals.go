@@ -3,13 +3,13 @@ package proxy
 // How a client's identity reaches the clusters. By default every pooled
 // connection authenticates as Ferry (Cluster.Security): the brokers' ACLs
 // see Ferry. A cluster may map client principals to their own credentials
-// (Cluster.Principals): a client authenticated as a mapped principal leases
-// connections of that principal's pools, opened with its credentials, so
+// (Cluster.Principals): a client authenticated as a mapped principal checks
+// out connections of that principal's pools, opened with its credentials, so
 // the brokers authorize each application as itself.
 //
 // Identities are numbered once, at New: 0 is the service identity, 1..n
 // the principals any cluster maps, in order. A client connection looks its
-// number up once, when it authenticates (setPrincipal); a lease then takes
+// number up once, when it authenticates (setPrincipal); a checkout then takes
 // the pool of (broker, number) from the map that held the pool of broker
 // alone before, so the hot path costs no more lookups than it did.
 //

@@ -485,7 +485,7 @@ type three struct {
 	members [3]*Server
 	addrs   [3]string
 	tables  [3]*routing.Table
-	fleets  [3]*routing.StaticFleet // each member's view
+	fleets  [3]*routing.StaticBrokerSet // each member's view
 	gen     uint32
 }
 
@@ -499,8 +499,8 @@ func startThree(t *testing.T, gen uint32) *three {
 	f.b = newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	for id := range int32(3) {
 		f.tables[id] = routing.NewTable(routing.State{Generation: gen, Active: "a"})
-		f.fleets[id] = routing.NewStaticFleet(threeBrokers...)
-		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithFleet(f.fleets[id]),
+		f.fleets[id] = routing.NewStaticBrokerSet(threeBrokers...)
+		f.members[id], f.addrs[id] = startFerry(t, f.a.ListenAddrs(), WithBrokerSet(f.fleets[id]),
 			WithClusters(upstream.Config{Name: "a", Bootstrap: f.a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: f.b.ListenAddrs()}),
 			WithRoutingTable(f.tables[id]), WithPeers(peerAs{f.peers, id}))
 		f.peers.set(id, f.members[id])

@@ -25,11 +25,11 @@ import (
 // returns its address.
 func startFerry(t testing.TB, bootstrap []string, opts ...Option) (*Server, string) {
 	t.Helper()
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []Option{
 		WithClusterID("ferry-test"),
 		WithClusters(upstream.Config{Name: "a", Bootstrap: bootstrap}),
-		WithFleet(fleet),
+		WithBrokerSet(fleet),
 		WithLogger(zaptest.NewLogger(t)),
 		WithRegisterer(prometheus.NewRegistry()),
 	}

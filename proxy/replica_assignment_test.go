@@ -19,7 +19,7 @@ import (
 // virtual brokers 1000, 1001, ...
 func addMember(t *testing.T, s *Server) {
 	t.Helper()
-	f := s.fleet.(*routing.StaticFleet)
+	f := s.brokers.(*routing.StaticBrokerSet)
 	m := f.Brokers()[0]
 	m.NodeID = 1
 	f.Set(append(f.Brokers(), m))

@@ -26,7 +26,7 @@ type Server struct {
 	cfg     config
 	log     *zap.Logger
 	routes  *routing.Table
-	fleet   routing.Fleet
+	brokers routing.BrokerSet
 	ups     map[string]*upstream.Cluster
 	metrics *metrics
 	mem     *upstream.Budget
@@ -116,13 +116,13 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.log,
-		routes: cfg.routes,
-		fleet:  cfg.fleet,
-		ups:    make(map[string]*upstream.Cluster, len(cfg.clusters)),
-		lns:    make(map[net.Listener]struct{}),
-		conns:  make(map[*clientConn]struct{}),
+		cfg:     cfg,
+		log:     cfg.log,
+		routes:  cfg.routes,
+		brokers: cfg.brokers,
+		ups:     make(map[string]*upstream.Cluster, len(cfg.clusters)),
+		lns:     make(map[net.Listener]struct{}),
+		conns:   make(map[*clientConn]struct{}),
 
 		connsByIP:  make(map[string]int),
 		unauthByIP: make(map[string]int),
@@ -236,7 +236,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.lanes = min(max(s.lanes, 1), laneStride)
 	s.goTracked(s.refreshLoop)
-	s.goTracked(s.leaseLoop)
+	s.goTracked(s.giveBackLoop)
 	s.goTracked(s.warmLoop)
 	s.goTracked(s.forcedLoop)
 	return nil

@@ -83,7 +83,7 @@ func (s *Server) peerOwner(key string) (owner int32, remote bool) {
 	if s.cfg.peers == nil {
 		return -1, false
 	}
-	owner = s.fleet.Owner(key)
+	owner = s.brokers.Owner(key)
 	return owner, owner >= 0 && owner != s.cfg.peers.Self()
 }
 
@@ -237,7 +237,7 @@ func (s *Server) heldByPeers(ctx context.Context, call txnCall) (int64, error) {
 	}
 	found := make(chan answer)
 	n := 0
-	for _, b := range s.fleet.Brokers() {
+	for _, b := range s.brokers.Brokers() {
 		if b.NodeID == self {
 			continue
 		}

@@ -211,13 +211,13 @@ func TestStaleTransactionalProducerAcrossMembers(t *testing.T) {
 
 // twoMembers starts a fleet of two members in front of kf, under
 // generation idGen, each reaching the other through inProcessPeers.
-func twoMembers(t *testing.T, kf *kfake.Cluster) (*routing.StaticFleet, map[int32]*Server, map[int32]string) {
+func twoMembers(t *testing.T, kf *kfake.Cluster) (*routing.StaticBrokerSet, map[int32]*Server, map[int32]string) {
 	t.Helper()
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
 	members := map[int32]*Server{}
 	addrs := map[int32]string{}
 	for id := range int32(2) {
-		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithBrokerSet(fleet),
 			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
 			WithPeers(inProcessPeers{self: id, members: members}))
 	}
@@ -502,13 +502,13 @@ func TestStaleIdempotentProducerAcrossMembers(t *testing.T) {
 // (TestFleetSwitchoverClients, "order broken").
 func TestIdempotentBatchRefusedKeepsItsPlace(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(2, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
 	members := map[int32]*Server{}
 	addrs := map[int32]string{}
 	var refuse atomic.Int32
 	refuse.Store(1)
 	for id := range int32(2) {
-		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+		members[id], addrs[id] = startFerry(t, kf.ListenAddrs(), WithBrokerSet(fleet),
 			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
 			WithPeers(refusingPeers{inProcessPeers{self: id, members: members}, &refuse}))
 	}
@@ -732,10 +732,10 @@ func TestIdempotentBatchBehindUnansweredFirstWaits(t *testing.T) {
 // been a later batch, could have put it ahead of an earlier one).
 func TestStaleIdempotentProducerOwnerRestarted(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1}, routing.Broker{NodeID: 1, Host: "127.0.0.1", Port: 2})
 	peers := &lockedPeers{members: map[int32]*Server{}}
 	start := func(id int32) (*Server, string) {
-		s, addr := startFerry(t, kf.ListenAddrs(), WithFleet(fleet),
+		s, addr := startFerry(t, kf.ListenAddrs(), WithBrokerSet(fleet),
 			WithRoutingTable(routing.NewTable(routing.State{Generation: idGen, Active: "a"})),
 			WithPeers(peerAs{peers, id}))
 		peers.set(id, s)

@@ -394,16 +394,16 @@ func (u *Cluster) AnyBroker() (int32, error) {
 }
 
 // reapIdle closes the upstream connections idle since before cutoff
-// (beyond the number kept warm) and returns how many are leased and idle.
-func (u *Cluster) ReapIdle(cutoff time.Time) (leased, idle int) {
+// (beyond the number kept warm) and returns how many are in use and idle.
+func (u *Cluster) ReapIdle(cutoff time.Time) (inUse, idle int) {
 	u.poolMu.Lock()
 	defer u.poolMu.Unlock()
 	for _, p := range u.pools {
 		l, i := p.reapIdle(cutoff)
-		leased += l
+		inUse += l
 		idle += i
 	}
-	return leased, idle
+	return inUse, idle
 }
 
 // leaderWait is how long an answer for the partitions of an unreachable

@@ -37,9 +37,9 @@ var ErrLeaseLapsed = errors.New("the member's write lease lapsed before the writ
 var ErrClientClosed = errors.New("client connection closed while the request waited upstream")
 
 // brokerPool bounds and reuses the raw connections to one physical broker.
-// Client connections lease them while they have requests in flight (see
-// lease.go); given back, a healthy quiet connection waits idle for the next
-// lease.
+// Client connections check them out while they have requests in flight
+// (proxy/upstream_conns.go); given back, a healthy quiet connection waits
+// idle for the next checkout.
 type brokerPool struct {
 	u      *Cluster
 	broker int32
@@ -90,10 +90,10 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() error { return e.err }
 
 // errPoolFull is returned when every connection to a broker that the
-// configuration allows is leased and none came back in time.
+// configuration allows is checked out and none came back in time.
 var errPoolFull = errors.New("upstream connections at the configured maximum")
 
-// get leases a connection: an idle one, or a new one within the bound. At
+// get checks out a connection: an idle one, or a new one within the bound. At
 // the bound it waits up to poolWait for one to come back. The answers it
 // reads for the lessee are charged to mem.
 func (p *brokerPool) Get(ctx context.Context, mem *ConnMem) (*Conn, error) {
@@ -185,9 +185,9 @@ func (p *brokerPool) dial(ctx context.Context) (*Conn, error) {
 	return c, nil
 }
 
-// retire takes a leased connection past its session's deadline out of use
+// retire takes a checked-out connection past its session's deadline out of use
 // while requests are still in flight on it: it is closed once they are
-// answered (reapIdle), and the lessee leases another.
+// answered (reapIdle), and its client checks out another.
 func (p *brokerPool) Retire(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -206,7 +206,7 @@ func (p *brokerPool) wake() {
 	p.freed = make(chan struct{})
 }
 
-// put gives a leased connection back: kept idle if healthy and quiet,
+// put gives a checked-out connection back: kept idle if healthy and quiet,
 // closed otherwise.
 func (p *brokerPool) Put(c *Conn) { p.Release(c, ErrClosed) }
 
@@ -225,8 +225,8 @@ func (p *brokerPool) Release(c *Conn, why error) {
 }
 
 // reapIdle closes idle connections given back before cutoff, keeping the
-// configured number warm, and returns how many are leased and idle.
-func (p *brokerPool) reapIdle(cutoff time.Time) (leased, idle int) {
+// configured number warm, and returns how many are in use and idle.
+func (p *brokerPool) reapIdle(cutoff time.Time) (inUse, idle int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
@@ -293,7 +293,7 @@ type Conn struct {
 	answering atomic.Bool             // the reader holds an answer's request, perhaps waiting for budget
 	mem       atomic.Pointer[ConnMem] // the lessee's budget, for the answers read
 	// renewAt and deadline (zero: never) come from the SASL session's
-	// lifetime (KIP-368): from renewAt the connection is not leased again
+	// lifetime (KIP-368): from renewAt the connection is not checked out again
 	// and is closed once quiet, rather than re-authenticated in place;
 	// after deadline its lessee sends nothing more on it (the broker
 	// would close it at the first request past the session's end).
@@ -359,7 +359,7 @@ func newUpConn(p *brokerPool, nc net.Conn) *Conn {
 }
 
 // renewing reports whether the connection's session is near its end: it
-// takes no new lease, and no new request once quiet.
+// is not checked out again, and takes no new request once quiet.
 func (c *Conn) Renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
 
 // expired reports whether no request may be sent on it any more.

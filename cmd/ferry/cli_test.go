@@ -64,7 +64,7 @@ func newCLIAdmin(t *testing.T) *cliAdmin {
 		admin.WithNode(admin.Node{ID: 3, ClusterID: "vc", Advertised: "ferry-3:9092"}),
 		admin.WithRoutes(a.routes),
 		admin.WithClusters(upstream.Config{Name: "primary", Bootstrap: []string{"p:9092"}}, upstream.Config{Name: "standby", Bootstrap: []string{"s:9092"}}),
-		admin.WithFleet(routing.NewStaticFleet(routing.Broker{NodeID: 3, Host: "ferry-3", Port: 9092})),
+		admin.WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 3, Host: "ferry-3", Port: 9092})),
 		admin.WithGatherer(prometheus.NewRegistry()),
 		admin.WithClusterCheck(func(_ context.Context, c upstream.Config) error {
 			if c.Name == "standby" {

@@ -9,7 +9,7 @@ import (
 
 // lowFDLimit is the soft limit below which Ferry warns at start: every
 // client connection takes a descriptor, and so does each upstream
-// connection it leases.
+// connection it checks out.
 const lowFDLimit = 4096
 
 // raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit, logs the

@@ -21,12 +21,12 @@ import (
 	"github.com/ferry-gw/ferry/routing"
 )
 
-// fleet is this member's part in a fleet (the fleet section): the members
-// gossip knows (membership), the brokers clients see (routing.Fleet), the
+// fleetRole is this member's part in a fleet (the fleet section): the members
+// gossip knows (membership), the brokers clients see (routing.BrokerSet), the
 // switch's steps carried to every live member (fleetswitch), the write
 // lease (routing.Lease), and the mirror's partitions spread over the
 // members (mirror.Ownership).
-type fleet struct {
+type fleetRole struct {
 	n     *node
 	m     *membership.Fleet
 	lease *routing.Lease
@@ -63,7 +63,7 @@ type memberInfo struct {
 }
 
 // init builds the member's side of the fleet; it joins nobody until run.
-func (f *fleet) init(n *node, cfg *Config, port int, reg prometheus.Registerer) error {
+func (f *fleetRole) init(n *node, cfg *Config, port int, reg prometheus.Registerer) error {
 	fc := cfg.Fleet
 	var key []byte
 	if fc.KeyFile != "" {
@@ -113,7 +113,7 @@ func (f *fleet) init(n *node, cfg *Config, port int, reg prometheus.Registerer) 
 // run answers the other members' calls, joins the fleet, and keeps the
 // brokers, the generation gossiped and the mirror's direction up to date,
 // until close.
-func (f *fleet) run() {
+func (f *fleetRole) run() {
 	f.handle()
 	f.wg.Go(func() {
 		if err := f.m.Run(f.ctx); err != nil && f.ctx.Err() == nil {
@@ -128,7 +128,7 @@ func (f *fleet) run() {
 // followRoutes gossips the generation this member serves, and points its
 // mirror the way each new generation says: a member that learns a switch
 // late (from the clusters, lease.go) starts its writers the new way too.
-func (f *fleet) followRoutes() {
+func (f *fleetRole) followRoutes() {
 	var last routing.State
 	for {
 		ch := f.n.routes.Changed()
@@ -151,7 +151,7 @@ func (f *fleet) followRoutes() {
 }
 
 // watchMembers rebuilds the broker list at every membership change.
-func (f *fleet) watchMembers() {
+func (f *fleetRole) watchMembers() {
 	for {
 		ch := f.m.Changed()
 		f.refreshBrokers()
@@ -165,7 +165,7 @@ func (f *fleet) watchMembers() {
 
 // refreshBrokers lists the alive members as the brokers clients see. This
 // member is always among them: it serves whatever gossip says of it.
-func (f *fleet) refreshBrokers() {
+func (f *fleetRole) refreshBrokers() {
 	self := f.n.cfg.NodeID
 	var out []routing.Broker
 	hasSelf := false
@@ -184,14 +184,14 @@ func (f *fleet) refreshBrokers() {
 	f.brokers.Store(&out)
 }
 
-// Brokers implements routing.Fleet.
-func (f *fleet) Brokers() []routing.Broker { return *f.brokers.Load() }
+// Brokers implements routing.BrokerSet.
+func (f *fleetRole) Brokers() []routing.Broker { return *f.brokers.Load() }
 
-// Owner implements routing.Fleet.
-func (f *fleet) Owner(key string) int32 { return routing.Rendezvous(f.Brokers(), key) }
+// Owner implements routing.BrokerSet.
+func (f *fleetRole) Owner(key string) int32 { return routing.Rendezvous(f.Brokers(), key) }
 
 // setPorts advertises this member's lane ports, once the lanes are bound.
-func (f *fleet) setPorts(ports []int32) {
+func (f *fleetRole) setPorts(ports []int32) {
 	ps := append([]int32(nil), ports...)
 	f.ports.Store(&ps)
 	if err := f.m.SetPorts(ps); err != nil {
@@ -201,16 +201,16 @@ func (f *fleet) setPorts(ports []int32) {
 }
 
 // Self implements proxy.Peers.
-func (f *fleet) Self() int32 { return f.n.cfg.NodeID }
+func (f *fleetRole) Self() int32 { return f.n.cfg.NodeID }
 
 // Call implements proxy.Peers.
-func (f *fleet) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
+func (f *fleetRole) Call(ctx context.Context, to int32, kind string, body []byte) ([]byte, error) {
 	return f.m.Call(ctx, to, kind, body)
 }
 
 // Unreachable implements proxy.Peers: the members gossip suspects or takes
 // for dead (not those that left).
-func (f *fleet) Unreachable() []int32 {
+func (f *fleetRole) Unreachable() []int32 {
 	var out []int32
 	for _, m := range f.m.Members() {
 		if !m.Self && (m.State == membership.Suspect || m.State == membership.Dead) {
@@ -223,12 +223,12 @@ func (f *fleet) Unreachable() []int32 {
 // Owns implements mirror.Ownership: the partition's writer runs on the
 // member that rendezvous hashing of the partition picks among the alive
 // members.
-func (f *fleet) Owns(topic string, partition int32) bool {
+func (f *fleetRole) Owns(topic string, partition int32) bool {
 	return f.Owner("mirror\x00"+topic+"\x00"+strconv.Itoa(int(partition))) == f.n.cfg.NodeID
 }
 
 // Syncs implements mirror.Ownership: one member runs the metadata sync.
-func (f *fleet) Syncs() bool { return f.Owner("mirror\x00sync") == f.n.cfg.NodeID }
+func (f *fleetRole) Syncs() bool { return f.Owner("mirror\x00sync") == f.n.cfg.NodeID }
 
 // mayMirror is the mirror's write gate: open while the write lease holds,
 // or while a switch this member knows of runs (it drains the mirror,
@@ -236,17 +236,17 @@ func (f *fleet) Syncs() bool { return f.Owner("mirror\x00sync") == f.n.cfg.NodeI
 // switch finds its lease lapsed and its phase serving: its writers, which
 // copy towards what is now the active cluster, wait until it has learnt
 // the new generation and turned its mirror around.
-func (f *fleet) mayMirror() bool {
+func (f *fleetRole) mayMirror() bool {
 	return f.n.routes.Current().Phase != routing.PhaseServing || f.lease.Valid()
 }
 
 // Changed implements mirror.Ownership.
-func (f *fleet) Changed() <-chan struct{} { return f.m.Changed() }
+func (f *fleetRole) Changed() <-chan struct{} { return f.m.Changed() }
 
 // handle answers the other members' calls: the switch's control on
 // handler slots of its own (fleetswitch.Register), so that transactional
 // forwarding cannot crowd it out, and the rest.
-func (f *fleet) handle() {
+func (f *fleetRole) handle() {
 	n := f.n
 	var sm fleetswitch.LocalMirror
 	if n.mirror != nil {
@@ -282,12 +282,12 @@ func (f *fleet) handle() {
 
 // callLive calls every alive member and waits for each to answer, or to
 // stop being alive (membership.CallAll, membership.Split).
-func (f *fleet) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
+func (f *fleetRole) callLive(ctx context.Context, kind string, body []byte) (answers map[int32][]byte, failed map[int32]error, unreached []int32) {
 	return membership.Split(f.log, kind, f.m.CallAll(ctx, kind, body))
 }
 
 // halted lists the halted mirror partitions of every alive member.
-func (f *fleet) halted() []string {
+func (f *fleetRole) halted() []string {
 	var out []string
 	for _, p := range f.mirrorStatus(context.Background()).Partitions {
 		if p.State == "halted" {
@@ -299,7 +299,7 @@ func (f *fleet) halted() []string {
 }
 
 // mirrorStatus is the fleet's mirror: every alive member's partitions.
-func (f *fleet) mirrorStatus(ctx context.Context) admin.MirrorStatus {
+func (f *fleetRole) mirrorStatus(ctx context.Context) admin.MirrorStatus {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	answers, failed, _ := f.callLive(ctx, callMirrorStatus, nil)
@@ -318,7 +318,7 @@ func (f *fleet) mirrorStatus(ctx context.Context) admin.MirrorStatus {
 
 // members lists every member gossip knows, with what each answered of its
 // load.
-func (f *fleet) members(ctx context.Context) []admin.Member {
+func (f *fleetRole) members(ctx context.Context) []admin.Member {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	answers, _, _ := f.callLive(ctx, callInfo, nil)
@@ -345,7 +345,7 @@ func (f *fleet) members(ctx context.Context) []admin.Member {
 // ready is the fleet's part of /readyz: joined. (The write lease is not
 // part of it: every member lacks it while a switch holds writes, and a
 // fleet unready all at once would be taken out of its Service.)
-func (f *fleet) ready() error {
+func (f *fleetRole) ready() error {
 	if ok, why := f.m.Ready(); !ok {
 		return fmt.Errorf("fleet: %s", why)
 	}
@@ -354,7 +354,7 @@ func (f *fleet) ready() error {
 
 // close leaves the fleet (the others stop naming this member to clients)
 // and stops the background work; safe to call more than once.
-func (f *fleet) close() {
+func (f *fleetRole) close() {
 	f.cancel()
 	f.m.Close()
 	f.wg.Wait()

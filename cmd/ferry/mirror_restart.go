@@ -49,13 +49,13 @@ func (n *node) mirrorRestart(ctx context.Context, req admin.MirrorRestartRequest
 
 // restartMirror forwards a restart to every live member and merges their
 // answers.
-func (f *fleet) restartMirror(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
+func (f *fleetRole) restartMirror(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
 	return callMerged(ctx, f, callMirrorRestart, req, admin.MergeRestart)
 }
 
 // callMerged sends req to every live member's handler of kind (this
 // member's included) and merges the answers that decode.
-func callMerged[T any](ctx context.Context, f *fleet, kind string, req any, merge func(...T) T) (T, error) {
+func callMerged[T any](ctx context.Context, f *fleetRole, kind string, req any, merge func(...T) T) (T, error) {
 	var zero T
 	body, err := json.Marshal(req)
 	if err != nil {

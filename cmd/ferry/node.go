@@ -43,8 +43,8 @@ type node struct {
 	routes *routing.Table
 	// solo is the fleet of a member on its own (no fleet section); fleet
 	// is the gossip fleet otherwise. Exactly one is set.
-	solo   *routing.StaticFleet
-	fleet  *fleet
+	solo   *routing.StaticBrokerSet
+	fleet  *fleetRole
 	proxy  *proxy.Server
 	mirror *mirrorRunner // nil when the mirror is disabled
 	// switcher runs switches of the active cluster (POST /switchover).
@@ -108,14 +108,14 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 
 	n.reg = newRegistry()
 	n.routes = routing.NewTable(routing.State{Generation: 0, Active: cfg.Active})
-	var brokers routing.Fleet
+	var brokers routing.BrokerSet
 	if cfg.Fleet == nil {
-		n.solo = routing.NewStaticFleet(routing.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
+		n.solo = routing.NewStaticBrokerSet(routing.Broker{NodeID: cfg.NodeID, Host: cfg.AdvertisedHost, Port: int32(port)})
 		brokers = n.solo
 	} else {
 		// The fleet's calls are answered by the proxy, the mirror and the
 		// admin API built below; it joins nobody until start.
-		n.fleet = &fleet{}
+		n.fleet = &fleetRole{}
 		brokers = n.fleet
 	}
 	// TLS and SASL towards each cluster: one Security per cluster, for
@@ -159,7 +159,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	proxyOpts := []proxy.Option{
 		proxy.WithClusterID(cfg.ClusterID),
 		proxy.WithClusters(clusters...),
-		proxy.WithFleet(brokers),
+		proxy.WithBrokerSet(brokers),
 		proxy.WithRoutingTable(n.routes),
 		proxy.WithLogger(log.Named("proxy")),
 		proxy.WithRegisterer(n.reg),
@@ -249,7 +249,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		}),
 		admin.WithRoutes(n.routes),
 		admin.WithClusters(clusters...),
-		admin.WithFleet(brokers),
+		admin.WithBrokerSet(brokers),
 		admin.WithGatherer(n.reg),
 		admin.WithRegisterer(n.reg),
 		admin.WithSwitch(n.switchover),

@@ -46,7 +46,7 @@ const (
 
 // runChild is the Ferry process.
 func runChild(bootstrap, profile string) error {
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	cl := upstream.Config{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}
 	state := routing.State{Active: cl.Name}
 	if g, ok := os.LookupEnv(generationEnv); ok {
@@ -67,7 +67,7 @@ func runChild(bootstrap, profile string) error {
 		proxy.WithClusterID("ferry-bench"),
 		proxy.WithClusters(cl),
 		proxy.WithRoutingTable(routing.NewTable(state)),
-		proxy.WithFleet(fleet),
+		proxy.WithBrokerSet(fleet),
 		proxy.WithLogger(log),
 		proxy.WithRegisterer(prometheus.NewRegistry()),
 	)

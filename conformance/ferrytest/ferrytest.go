@@ -31,11 +31,11 @@ type Ferry struct {
 func Start(t testing.TB, bootstrap string, opts ...proxy.Option) *Ferry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	fleet := routing.NewStaticFleet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
+	fleet := routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})
 	base := []proxy.Option{
 		proxy.WithClusterID("ferry-conformance"),
 		proxy.WithClusters(upstream.Config{Name: "primary", Bootstrap: strings.Split(bootstrap, ",")}),
-		proxy.WithFleet(fleet),
+		proxy.WithBrokerSet(fleet),
 		proxy.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))),
 		proxy.WithRegisterer(reg),
 	}

@@ -33,8 +33,8 @@ type member struct {
 	done chan struct{} // closed when the running process exited
 }
 
-// fleet is up to three members in front of a primary and a standby.
-type fleet struct {
+// testbed is up to three members in front of a primary and a standby.
+type testbed struct {
 	bin, dir         string
 	key              string
 	primary, standby *kafkatest.Cluster
@@ -43,12 +43,12 @@ type fleet struct {
 	logLevel         string
 }
 
-func newFleet(dir, bin string, primary, standby *kafkatest.Cluster, n int, logLevel string) (*fleet, error) {
+func newTestbed(dir, bin string, primary, standby *kafkatest.Cluster, n int, logLevel string) (*testbed, error) {
 	key, err := benchutil.WriteGossipKey(dir, 1)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{bin: bin, dir: dir, key: key, primary: primary, standby: standby, http: &http.Client{Timeout: 10 * time.Second}, logLevel: logLevel}
+	f := &testbed{bin: bin, dir: dir, key: key, primary: primary, standby: standby, http: &http.Client{Timeout: 10 * time.Second}, logLevel: logLevel}
 	for i := range n {
 		var addrs [3]string
 		for j := range addrs {
@@ -69,7 +69,7 @@ func newFleet(dir, bin string, primary, standby *kafkatest.Cluster, n int, logLe
 
 // config is member m's configuration with the given gossip seeds: the
 // write lease and memberlist timings are Ferry's defaults.
-func (f *fleet) config(m *member, seeds []string) (string, error) {
+func (f *testbed) config(m *member, seeds []string) (string, error) {
 	cfg := fmt.Sprintf(`cluster_id: ferry-fleetbench
 node_id: %d
 listen: %s
@@ -89,7 +89,7 @@ fleet:
 }
 
 // allSeeds is every member's gossip address.
-func (f *fleet) allSeeds() []string {
+func (f *testbed) allSeeds() []string {
 	var out []string
 	for _, m := range f.members {
 		out = append(out, m.gossip)
@@ -98,7 +98,7 @@ func (f *fleet) allSeeds() []string {
 }
 
 // bootstrap lists every member's Kafka address.
-func (f *fleet) bootstrap() []string {
+func (f *testbed) bootstrap() []string {
 	var out []string
 	for _, m := range f.members {
 		out = append(out, m.kafka)
@@ -108,7 +108,7 @@ func (f *fleet) bootstrap() []string {
 
 // start runs member m with seeds; it returns once the process runs (not
 // once it is ready).
-func (f *fleet) start(m *member, seeds []string) error {
+func (f *testbed) start(m *member, seeds []string) error {
 	path, err := f.config(m, seeds)
 	if err != nil {
 		return err
@@ -177,7 +177,7 @@ func (m *member) stop(grace time.Duration) {
 	}
 }
 
-func (f *fleet) stopAll() {
+func (f *testbed) stopAll() {
 	var wg sync.WaitGroup
 	for _, m := range f.members {
 		wg.Go(func() { m.stop(20 * time.Second) })
@@ -186,7 +186,7 @@ func (f *fleet) stopAll() {
 }
 
 // status reads m's /status.
-func (f *fleet) status(ctx context.Context, m *member) (admin.Status, error) {
+func (f *testbed) status(ctx context.Context, m *member) (admin.Status, error) {
 	var st admin.Status
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.admin+"/status", nil)
 	resp, err := f.http.Do(req)
@@ -199,7 +199,7 @@ func (f *fleet) status(ctx context.Context, m *member) (admin.Status, error) {
 }
 
 // ready reports whether m's /readyz answers 200.
-func (f *fleet) ready(ctx context.Context, m *member) bool {
+func (f *testbed) ready(ctx context.Context, m *member) bool {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.admin+"/readyz", nil)
 	resp, err := f.http.Do(req)
 	if err != nil {
@@ -211,7 +211,7 @@ func (f *fleet) ready(ctx context.Context, m *member) bool {
 
 // metric reads one sample of m's /metrics: the line that starts with
 // name (with its labels, e.g. `ferry_fleet_members{state="alive"}`).
-func (f *fleet) metric(ctx context.Context, m *member, name string) (float64, error) {
+func (f *testbed) metric(ctx context.Context, m *member, name string) (float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.admin+"/metrics", nil)
 	resp, err := f.http.Do(req)
 	if err != nil {
@@ -241,7 +241,7 @@ func (f *fleet) metric(ctx context.Context, m *member, name string) (float64, er
 
 // waitAlive waits until each of the members ids is ready and lists
 // exactly ids alive.
-func (f *fleet) waitAlive(ctx context.Context, ids ...int32) error {
+func (f *testbed) waitAlive(ctx context.Context, ids ...int32) error {
 	want := slices.Clone(ids)
 	slices.Sort(want)
 	start := time.Now()

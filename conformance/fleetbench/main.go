@@ -114,7 +114,7 @@ var step = benchutil.Step
 type bench struct {
 	o                options
 	primary, standby *kafkatest.Cluster
-	fleet            *fleet
+	fleet            *testbed
 	mirror           map[int][]mirrorResult // members → rounds
 	switches         []switchRound
 	deaths           map[string][]deathRound // variant → rounds
@@ -168,7 +168,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%w (run with -java=false to leave the Java producer out)", err)
 		}
 	}
-	if b.fleet, err = newFleet(dir, bin, b.primary, b.standby, 3, o.logLevel); err != nil {
+	if b.fleet, err = newTestbed(dir, bin, b.primary, b.standby, 3, o.logLevel); err != nil {
 		return err
 	}
 	defer b.fleet.stopAll()

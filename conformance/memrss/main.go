@@ -293,7 +293,7 @@ func fetch(f *ferryProc, clients, n int) {
 
 // idle: each client asks ApiVersions and produces one small record, then
 // stays connected doing nothing; measured once every client is idle (and
-// Ferry has had a lease period to take back their upstream connections).
+// Ferry has had a give-back period to take back their upstream connections).
 func idle(f *ferryProc, clients int, base int64) {
 	av := kmsg.NewPtrApiVersionsRequest()
 	av.Version, av.ClientSoftwareName, av.ClientSoftwareVersion = 3, "memrss", "1"

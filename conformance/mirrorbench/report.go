@@ -181,7 +181,7 @@ func report(res *results) rendered {
 		"that calls send(), so with zstd the ceiling is bound by that one thread's compression rather than by the broker; Ferry sends "+
 		"batches compressed once, by the source's producers. Ferry's copy, unlike the ceiling, also makes the source broker serve "+
 		"its fetches on the same 2 cores.\n")
-	fmt.Fprintf(&b, "- Ferry's time to its first record is mostly the ownership lease a partition writer waits out at its start "+
+	fmt.Fprintf(&b, "- Ferry's time to its first record is mostly the fence period a partition writer waits out at its start "+
 		"(mirror/fence.go, 2 s by default); MM2's is JVM start-up, the Connect worker group and task start.\n")
 	return rendered{text: t.String(), markdown: b.String()}
 }

@@ -1,6 +1,6 @@
 package proxy
 
-// Upstream connections are leased to a client connection for a burst, not
+// Upstream connections are checked out to a client connection for a burst, not
 // for its life. A client keeps its connection to a broker while it has
 // requests in flight there, so the broker sees them in the order the client
 // sent them (idempotent sequences and transactions depend on it), and gives
@@ -21,8 +21,8 @@ import (
 	"github.com/ferry-gw/ferry/upstream"
 )
 
-// upConn returns this client's connection to a broker of cluster u, leasing
-// one when it has none or the one it had died. The caller holds upsMu.
+// upConn returns this client's connection to a broker of cluster u, checking
+// one out when it has none or the one it had died. The caller holds upsMu.
 func (c *clientConn) upConn(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
 	k := upKey{u.Name, broker}
 	if uc := c.ups[k]; uc != nil {
@@ -46,7 +46,7 @@ func (c *clientConn) upConn(u *upstream.Cluster, broker int32) (*upstream.Conn, 
 			delete(c.ups, k)
 		}
 	}
-	uc, err := c.lease(u, broker)
+	uc, err := c.checkout(u, broker)
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +54,9 @@ func (c *clientConn) upConn(u *upstream.Cluster, broker int32) (*upstream.Conn, 
 	return uc, nil
 }
 
-// lease takes a connection to a broker of cluster u from its pool, charged
+// checkout takes a connection to a broker of cluster u from its pool, charged
 // to this client's budget.
-func (c *clientConn) lease(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
+func (c *clientConn) checkout(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
 	p, err := u.Pool(broker, u.PoolIdentity(c.ident))
 	if err != nil {
 		return nil, err
@@ -67,8 +67,8 @@ func (c *clientConn) lease(u *upstream.Cluster, broker int32) (*upstream.Conn, e
 // maxFetchConns bounds a client's fetch connections to one broker.
 const maxFetchConns = 4
 
-// fetchConn returns a connection to a broker with nothing in flight, leasing
-// one (up to maxFetchConns) when all are busy, else the least busy. The
+// fetchConn returns a connection to a broker with nothing in flight, checking
+// one out (up to maxFetchConns) when all are busy, else the least busy. The
 // caller holds upsMu.
 func (c *clientConn) fetchConn(u *upstream.Cluster, broker int32) (*upstream.Conn, error) {
 	k := upKey{u.Name, broker}
@@ -98,7 +98,7 @@ func (c *clientConn) fetchConn(u *upstream.Cluster, broker int32) (*upstream.Con
 	if len(ucs) >= maxFetchConns {
 		return best, nil
 	}
-	uc, err := c.lease(u, broker)
+	uc, err := c.checkout(u, broker)
 	if err != nil {
 		return nil, err
 	}
@@ -106,10 +106,11 @@ func (c *clientConn) fetchConn(u *upstream.Cluster, broker int32) (*upstream.Con
 	return uc, nil
 }
 
-// releaseQuiet gives back every leased connection with nothing in flight.
+// releaseQuiet gives back every checked-out connection with nothing in flight.
 // The writer calls it when it has answered everything queued, the server's
-// lease loop every second (for clients that stopped reading). It never
-// waits: while the reader is leasing or sending, it leaves the leases be.
+// give-back loop every second (for clients that stopped reading). It never
+// waits: while the reader is checking out or sending, it leaves the
+// connections be.
 func (c *clientConn) releaseQuiet() {
 	if !c.upsMu.TryLock() {
 		return
@@ -118,7 +119,7 @@ func (c *clientConn) releaseQuiet() {
 	c.giveBack(false, upstream.ErrClosed)
 }
 
-// releaseUpstreams gives back every leased connection; called by the reader
+// releaseUpstreams gives back every checked-out connection; called by the reader
 // goroutine once nothing more will be sent, with why it stopped reading.
 // Connections with requests in flight are closed by the pool, not kept, and
 // those requests fail with errClientClosed wrapping why: the client left (or
@@ -134,8 +135,8 @@ func (c *clientConn) releaseUpstreams(why error) {
 	c.giveBack(true, gone)
 }
 
-// giveBack returns to their pools the leases with nothing in flight, or
-// every lease when all is set (the pool closes a busy one, failing what is
+// giveBack returns to their pools the connections with nothing in flight,
+// or every one when all is set (the pool closes a busy one, failing what is
 // in flight with why). The caller holds upsMu.
 func (c *clientConn) giveBack(all bool, why error) {
 	for k, uc := range c.ups {
@@ -164,7 +165,7 @@ func (c *clientConn) giveBack(all bool, why error) {
 // dropStreamed closes the connection of a fetch whose answer will not be
 // written, when the answer may still be on it (not yet arrived, or left
 // there to be streamed). An answer read whole left the connection clean,
-// and perhaps leased to another client by now: it is left alone.
+// and perhaps checked out to another client by now: it is left alone.
 func (sc *subCall) dropStreamed() {
 	select {
 	case <-sc.p.Done:
@@ -176,10 +177,10 @@ func (sc *subCall) dropStreamed() {
 	sc.uc.Close(upstream.ErrClosed)
 }
 
-// leaseLoop returns the quiet leases of clients that stopped reading (their
+// giveBackLoop returns the quiet connections of clients that stopped reading (their
 // writer is blocked and cannot), closes upstream connections idle too long,
 // and publishes the pools' sizes.
-func (s *Server) leaseLoop() {
+func (s *Server) giveBackLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var conns []*clientConn
@@ -199,8 +200,8 @@ func (s *Server) leaseLoop() {
 			c.releaseQuiet()
 		}
 		for _, u := range s.ups {
-			leased, idle := u.ReapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
-			s.metrics.upConns.WithLabelValues(u.Name, "leased").Set(float64(leased))
+			inUse, idle := u.ReapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
+			s.metrics.upConns.WithLabelValues(u.Name, "in_use").Set(float64(inUse))
 			s.metrics.upConns.WithLabelValues(u.Name, "idle").Set(float64(idle))
 		}
 	}

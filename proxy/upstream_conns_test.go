@@ -59,10 +59,10 @@ func TestManyClientsFewUpstreamConnections(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d records acknowledged, want %d", len(seen), n)
 	}
-	leased := s.metrics.upConns.WithLabelValues("a", "leased")
-	testwait.Eventually(t, 20*time.Second, fmt.Sprintf("no upstream connection leased by %d quiet clients", n), func() error {
-		if v := testutil.ToFloat64(leased); v != 0 {
-			return fmt.Errorf("%v upstream connections still leased", v)
+	inUse := s.metrics.upConns.WithLabelValues("a", "in_use")
+	testwait.Eventually(t, 20*time.Second, fmt.Sprintf("no upstream connection checked out by %d quiet clients", n), func() error {
+		if v := testutil.ToFloat64(inUse); v != 0 {
+			return fmt.Errorf("%v upstream connections still checked out", v)
 		}
 		return nil
 	})
@@ -95,9 +95,9 @@ func TestPoolAtBoundAnswersRetriable(t *testing.T) {
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, FetchOffset: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
 	// The fetch is upstream, parked.
-	testwait.Eventually(t, 20*time.Second, "the fetch leasing the upstream connection", func() error {
-		if leased, idle := s.ups["a"].ReapIdle(time.Time{}); leased != 1 {
-			return fmt.Errorf("%d leased, %d idle", leased, idle)
+	testwait.Eventually(t, 20*time.Second, "the fetch checking out the upstream connection", func() error {
+		if inUse, idle := s.ups["a"].ReapIdle(time.Time{}); inUse != 1 {
+			return fmt.Errorf("%d in use, %d idle", inUse, idle)
 		}
 		return nil
 	})

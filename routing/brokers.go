@@ -25,40 +25,42 @@ func (b Broker) LanePort(lane int) int32 {
 	return b.Port + int32(lane)
 }
 
-// Fleet is the set of live Ferry members. Every member can serve every
-// partition: ownership is spread over members only to spread load.
-type Fleet interface {
+// BrokerSet is the live Ferry members as the brokers clients see, and
+// which of them owns a key. Every member can serve every partition:
+// ownership is spread over members only to spread load.
+type BrokerSet interface {
 	// Brokers returns the live members, ordered by node ID.
 	Brokers() []Broker
 	// Owner is the member that owns a key (rendezvous hashing).
 	Owner(key string) int32
 }
 
-// StaticFleet is a fixed set of members, chosen among by rendezvous hashing.
-// The membership package provides a live one.
-type StaticFleet struct {
+// StaticBrokerSet is a fixed set of members, chosen among by rendezvous
+// hashing (a member alone, and tests); cmd/ferry provides the live one
+// from gossip.
+type StaticBrokerSet struct {
 	brokers atomic.Pointer[[]Broker]
 }
 
-// NewStaticFleet returns a fleet of the given members.
-func NewStaticFleet(brokers ...Broker) *StaticFleet {
-	f := new(StaticFleet)
+// NewStaticBrokerSet returns a set of the given members.
+func NewStaticBrokerSet(brokers ...Broker) *StaticBrokerSet {
+	f := new(StaticBrokerSet)
 	f.Set(brokers)
 	return f
 }
 
 // Set replaces the members.
-func (f *StaticFleet) Set(brokers []Broker) {
+func (f *StaticBrokerSet) Set(brokers []Broker) {
 	bs := append([]Broker(nil), brokers...)
 	sort.Slice(bs, func(i, j int) bool { return bs[i].NodeID < bs[j].NodeID })
 	f.brokers.Store(&bs)
 }
 
-// Brokers implements Fleet.
-func (f *StaticFleet) Brokers() []Broker { return *f.brokers.Load() }
+// Brokers implements BrokerSet.
+func (f *StaticBrokerSet) Brokers() []Broker { return *f.brokers.Load() }
 
-// Owner implements Fleet.
-func (f *StaticFleet) Owner(key string) int32 { return Rendezvous(f.Brokers(), key) }
+// Owner implements BrokerSet.
+func (f *StaticBrokerSet) Owner(key string) int32 { return Rendezvous(f.Brokers(), key) }
 
 // Rendezvous picks the member with the highest hash of (key, member): when a
 // member leaves, only the keys it held move.

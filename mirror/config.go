@@ -145,11 +145,6 @@ func SyncInterval(d time.Duration) Option { return func(c *config) { c.syncInter
 // five batches, which makes retries after a lost response safe).
 func InFlight(n int) Option { return func(c *config) { c.inflight = n } }
 
-// TxnSlots sets how many transactional IDs each partition writer uses for
-// source transactions that are open at the same time on one partition
-// (default 4).
-func TxnSlots(n int) Option { return func(c *config) { c.txnSlots = n } }
-
 // FetchMaxWait sets how long a source fetch waits for new data (default
 // 500ms).
 func FetchMaxWait(d time.Duration) Option { return func(c *config) { c.fetchMaxWait = d } }
@@ -167,10 +162,6 @@ func SyncACLs(on bool) Option { return func(c *config) { c.syncACLs = on } }
 // re-encodes; ferry_mirror_recompressed_batches_total); off, the partition
 // halts with ErrUnsupportedBatch.
 func RecompressCompacted(on bool) Option { return func(c *config) { c.recompress = on } }
-
-// TransactionalIDPrefix sets the prefix of the transactional IDs the
-// writers use on the target (default "ferry-mirror").
-func TransactionalIDPrefix(p string) Option { return func(c *config) { c.idPrefix = p } }
 
 // Logger sets the logger (default: none).
 func Logger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }

@@ -20,14 +20,11 @@ import (
 // high watermark of its last fetch and the one last listed. Nothing of this
 // runs per record or per fetch.
 
-// defaultEndsInterval is how often the source's end offsets are listed.
+// defaultEndsInterval is how often the source's end offsets of the
+// mirrored partitions are listed for the lag: SourceEnd, the lag and a
+// forced switch's lost ranges miss at most what the source acknowledged in
+// the last interval (plus a ListOffsets round trip).
 const defaultEndsInterval = time.Second
-
-// EndsInterval sets how often the source's end offsets of the mirrored
-// partitions are listed for the lag (default 1s): SourceEnd, the lag and a
-// forced switch's lost ranges then miss at most what the source
-// acknowledged in the last interval (plus a ListOffsets round trip).
-func EndsInterval(d time.Duration) Option { return func(c *config) { c.endsInterval = d } }
 
 // refreshEnds lists the source's end offsets every endsInterval until ctx
 // ends.

@@ -49,7 +49,7 @@ var (
 	ErrFenced = errors.New("mirror: writer fenced by another writer")
 
 	// ErrTooManyOpenTxns means more source transactions were open at once
-	// on one partition than the writer has transactional IDs (TxnSlots).
+	// on one partition than the writer has transactional IDs (its four slots).
 	ErrTooManyOpenTxns = errors.New("mirror: too many interleaved source transactions")
 
 	// ErrClosed is returned by Run after Close.

@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultTransactionalIDPrefix is the prefix of the writers' transactional
-// IDs on the target unless TransactionalIDPrefix says otherwise.
+// IDs on the target.
 const DefaultTransactionalIDPrefix = "ferry-mirror"
 
 // AbortLeftOpen aborts every transaction the writers (transactional IDs

@@ -102,7 +102,7 @@ type PartitionStatus struct {
 	Mirrored int64
 	// SourceEnd is the source's high watermark: the larger of the one
 	// the writer's last fetch returned and the one the Mirror last listed
-	// (every EndsInterval, ends.go), so it misses at most what the source
+	// (every second, ends.go), so it misses at most what the source
 	// acknowledged in the last interval. SourceStable is the last stable
 	// offset at the last fetch.
 	SourceEnd, SourceStable int64
@@ -1153,7 +1153,7 @@ func (w *writer) freeSlot(at int64) (*txnSlot, error) {
 			return s, nil
 		}
 	}
-	return nil, w.halt(ErrTooManyOpenTxns, at, "%d source transactions open at once, TxnSlots is %d", len(w.slots)+1, len(w.slots))
+	return nil, w.halt(ErrTooManyOpenTxns, at, "%d source transactions open at once, more than the writer's %d transactional slots", len(w.slots)+1, len(w.slots))
 }
 
 // beginTxn opens a writer transaction for source producer pid.

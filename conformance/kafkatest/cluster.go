@@ -101,19 +101,11 @@ func WithBrokerConfig(k, v string) Option {
 // WithName names the cluster (see Config.Name).
 func WithName(name string) Option { return func(c *Config) { c.Name = name } }
 
-// WithJVMArgs appends flags to every broker JVM (see Config.JVMArgs).
-func WithJVMArgs(args ...string) Option {
-	return func(c *Config) { c.JVMArgs = append(c.JVMArgs, args...) }
-}
-
 // WithListener adds an extra client listener to every node (see
 // Config.Listeners).
 func WithListener(l Listener) Option {
 	return func(c *Config) { c.Listeners = append(c.Listeners, l) }
 }
-
-// WithDir puts the cluster in dir and keeps it after Close.
-func WithDir(dir string) Option { return func(c *Config) { c.Dir = dir } }
 
 // Cluster is a running KRaft cluster of combined broker+controller JVMs.
 type Cluster struct {

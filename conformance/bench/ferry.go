@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,15 +75,11 @@ func runChild(bootstrap, profile string) error {
 	}
 	defer s.Close()
 	if profile != "" {
-		f, err := os.Create(profile)
+		stop, err := benchutil.StartCPUProfile(profile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	err = s.Start(ctx)

@@ -48,7 +48,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -121,16 +120,5 @@ func main() {
 		}
 		return
 	}
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
-	}
-
-	benchutil.Run("bench", "Ferry, the relay and Kafka", func(ctx context.Context) error {
-		return run(ctx, opts, benchutil.Command("./conformance/bench", os.Args[1:]))
-	})
+	benchutil.Main("bench", "./conformance/bench", "Ferry, the relay and Kafka", parseFlags, run)
 }

@@ -74,20 +74,11 @@ func run(ctx context.Context, o options, cmd string) error {
 		}}}
 	}
 	step("starting a 3-broker Kafka %s cluster", kafkatest.Version())
-	cluster, err := kafkatest.New(cfg)
+	cluster, err := benchutil.StartCluster(ctx, cfg, topic, o.partitions)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		step("closing the Kafka cluster")
-		cluster.Close()
-	}()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
-		return err
-	}
+	defer benchutil.CloseCluster(cluster)
 	if o.generation > 0 {
 		return runGenerations(ctx, o, cluster)
 	}
@@ -219,14 +210,7 @@ func run(ctx context.Context, o options, cmd string) error {
 
 	res.took = time.Since(res.started)
 	rep := report(res)
-	fmt.Print("\n" + rep.text)
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(rep.markdown), 0o644); err != nil {
-			return err
-		}
-		step("wrote %s", o.out)
-	}
-	return nil
+	return benchutil.Publish(rep.text, rep.markdown, o.out, nil)
 }
 
 // measure runs one run and charges it the CPU time of the path's process.

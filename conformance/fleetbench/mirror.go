@@ -82,19 +82,6 @@ func loadPrimary(ctx context.Context, c *kafkatest.Cluster, topic string, partit
 	return bytes, first
 }
 
-func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
-}
-
 // createReady creates topic on c and waits until every partition answers
 // ListOffsets.
 func createReady(ctx context.Context, c *kafkatest.Cluster, topic string, partitions int) error {
@@ -178,7 +165,7 @@ func (b *bench) measureMirror(ctx context.Context, ids []int32, round int) (mirr
 		return r, err
 	}
 	defer srcCl.Close()
-	want, err := endOffsets(ctx, srcAdm, topic)
+	want, err := benchutil.EndOffsets(ctx, srcAdm, topic)
 	if err != nil {
 		return r, err
 	}

@@ -35,7 +35,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -107,32 +106,13 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) error {
-	b := &bench{o: o, clusters: map[string]*kafkatest.Cluster{}, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
+	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for _, name := range []string{"primary", "standby"} {
-		wg.Go(func() {
-			c, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: "switchbench-" + name})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			b.clusters[name] = c
-		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range b.clusters {
-			c.Close()
-		}
-	}()
-	if err := errors.Join(errs...); err != nil {
+	var err error
+	if b.clusters, err = benchutil.StartClusters("switchbench-", "primary", "standby"); err != nil {
 		return err
 	}
+	defer benchutil.CloseClusters(b.clusters)
 	dir, err := os.MkdirTemp("", "switchbench-")
 	if err != nil {
 		return err
@@ -155,9 +135,9 @@ func run(ctx context.Context, o options) error {
 }
 
 func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
-	bin := filepath.Join(dir, "ferry")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	bin, err := benchutil.BuildFerry(ctx, dir)
+	if err != nil {
+		return nil, err
 	}
 	ports, err := benchutil.FreePorts(2)
 	if err != nil {
@@ -631,16 +611,7 @@ func endOffsets(ctx context.Context, c *kafkatest.Cluster, topic string) (map[in
 		return nil, err
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
+	return benchutil.EndOffsets(ctx, kadm.NewClient(cl), topic)
 }
 
 func median[T int | int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {

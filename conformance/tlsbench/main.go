@@ -40,11 +40,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -102,15 +100,5 @@ func parseFlags(args []string) (options, error) {
 }
 
 func main() {
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tlsbench:", err)
-		os.Exit(2)
-	}
-	benchutil.Run("tlsbench", "Ferry and Kafka", func(ctx context.Context) error {
-		return run(ctx, opts, benchutil.Command("./conformance/tlsbench", os.Args[1:]))
-	})
+	benchutil.Main("tlsbench", "./conformance/tlsbench", "Ferry and Kafka", parseFlags, run)
 }

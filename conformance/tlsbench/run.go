@@ -120,20 +120,11 @@ func run(ctx context.Context, o options, cmd string) error {
 	cfg := kafkatest.Config{Brokers: 3, Name: "tlsbench", BrokerConfig: map[string]string{"log.retention.check.interval.ms": "10000"}}
 	kafkatest.WithSecureListener(kafkatest.Secure{Name: secureListener, CA: ca})(&cfg)
 	step("starting a 3-broker Kafka %s cluster with PLAINTEXT and SSL listeners", kafkatest.Version())
-	cluster, err := kafkatest.New(cfg)
+	cluster, err := benchutil.StartCluster(ctx, cfg, topic, o.partitions)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		step("closing the Kafka cluster")
-		cluster.Close()
-	}()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
-		return err
-	}
+	defer benchutil.CloseCluster(cluster)
 	var brokerPids []int
 	for _, id := range cluster.NodeIDs() {
 		brokerPids = append(brokerPids, cluster.Pid(id))
@@ -248,14 +239,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	res.loadEnd = benchutil.ReadMachine().Load
 
 	rep := report(res)
-	fmt.Print("\n" + rep.text)
-	if o.out != "" {
-		if err := writeReport(o.out, rep.markdown); err != nil {
-			return err
-		}
-		step("wrote %s", o.out)
-	}
-	return nil
+	return benchutil.Publish(rep.text, rep.markdown, o.out, writeReport)
 }
 
 func baseOpts(addrs []string) []kgo.Opt {

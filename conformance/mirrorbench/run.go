@@ -388,7 +388,7 @@ func (f fidelity) String() string {
 // revision names the commit of the working tree and whether the mirror's
 // sources differ from it.
 func revision() string {
-	root, err := repoRoot()
+	root, err := kafkatest.RepoRoot()
 	if err != nil {
 		return "unknown"
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,10 +61,8 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 // person, like top, redrawn with --watch; the JSON as it is with --json.
 func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseConnectionsFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	q := url.Values{}
 	for k, v := range map[string]string{"sort": f.sort, "state": f.state, "client_id": f.clientID, "software": f.software, "remote": f.remote, "principal": f.principal} {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,10 +61,8 @@ type demo struct {
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseDemoFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {

@@ -127,10 +127,8 @@ func envLookup(environ []string) func(string) string {
 // fatal.
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseServeFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	cfg, err := serveConfig(f)
 	if err != nil {

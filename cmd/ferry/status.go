@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,10 +39,8 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 // as it is with --json.
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseStatusFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	var st admin.Status
 	hc, err := f.client(statusTimeout)

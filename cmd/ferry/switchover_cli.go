@@ -76,10 +76,8 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 // was refused.
 func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseSwitchoverFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	token, err := cliToken(f.tokenFile)
 	if err != nil {

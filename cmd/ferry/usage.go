@@ -1,5 +1,10 @@
 package main
 
+import (
+	"errors"
+	"flag"
+)
+
 const usage = `Usage: ferry <command> [flags]
 
 Commands:
@@ -26,3 +31,13 @@ Run 'ferry <command> -h' for a command's flags.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+
+// flagsError is what a command returns when parsing its flags failed with
+// err: nothing after -h (the flag set printed the usage), else a usage
+// error.
+func flagsError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return usageError{err}
+}

@@ -47,10 +47,7 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	fs.BoolVar(&f.watch, "watch", false, "redraw every 2 s until interrupted")
 	fs.BoolVar(&f.json, "json", false, "print /connections as the member answers it (JSON)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token, which remote addresses, principals and close errors need (default: $"+adminTokenEnv+")")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json] [--token-file F]")
 	if err := parseArgs(fs, "connections", args); err != nil {
 		return nil, err
 	}

@@ -36,10 +36,7 @@ func (n *node) handleMirrorHalt(_ context.Context, _ int32, body []byte) ([]byte
 func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorFlags, error) {
 	var f mirrorFlags
 	fs := f.flagSet("halt", "halt every partition of this `topic` (with --partition: that one partition)", stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
 	if err := parseArgs(fs, "mirror halt", args); err != nil {
 		return nil, err
 	}

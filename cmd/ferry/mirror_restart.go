@@ -104,10 +104,7 @@ func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFla
 	var f mirrorRestartFlags
 	fs := f.flagSet("restart", "restart the halted partitions of this `topic` (with --partition: that one partition)", stderr)
 	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
 	if err := parseArgs(fs, "mirror restart", args); err != nil {
 		return nil, err
 	}

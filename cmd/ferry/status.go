@@ -25,10 +25,7 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 	fs.SetOutput(stderr)
 	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.BoolVar(&f.json, "json", false, "print /status as the member answers it (JSON)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
 	if err := parseArgs(fs, "status", args); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -59,27 +58,16 @@ func loadPrimary(ctx context.Context, c *kafkatest.Cluster, topic string, partit
 	}
 	defer prod.Close()
 	values := benchutil.Values(256, 1024)
-	var (
-		mu    sync.Mutex
-		first error
-		bytes int64
-	)
+	acks := benchutil.NewAcks(false)
 	for i := int64(0); i < n && ctx.Err() == nil; i++ {
 		prod.Produce(ctx, &kgo.Record{Partition: int32(i % int64(partitions)), Value: values[i%int64(len(values))]}, func(r *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
-			}
-			bytes += int64(len(r.Value))
+			acks.Ack(r, 0, err)
 		})
 	}
-	if err := prod.Flush(ctx); err != nil {
+	if err := acks.Flush(ctx, prod); err != nil {
 		return 0, err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return bytes, first
+	return acks.Bytes, nil
 }
 
 // createReady creates topic on c and waits until every partition answers

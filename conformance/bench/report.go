@@ -35,12 +35,12 @@ func report(res *results) rendered {
 	}
 	tput := func(metric string, ph phase) row {
 		d, rl, f := mbps(ph, pathDirect), mbps(ph, pathRelay), mbps(ph, pathFerry)
-		return row{metric, mb(d), mb(rl), mb(f), ratio(rl, d), ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(f >= minThroughputRatio*d)}
+		return row{metric, mb(d), mb(rl), mb(f), benchutil.Ratio(rl, d), benchutil.Ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), benchutil.Verdict(f >= minThroughputRatio*d)}
 	}
 	hd, hf := p99(pathDirect), p99(pathFerry)
 	added := hf - hd
 	halfP99 := latRow(fmt.Sprintf("produce p99 at half rate (%.0f rec/s)", res.halfRate.rate), res.halfRate, .99)
-	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), verdict(added <= maxAddedP99)
+	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), benchutil.Verdict(added <= maxAddedP99)
 	rows := []row{
 		tput("produce MB/s", res.produce),
 		latRow("produce p50, full speed", res.produce, .50),
@@ -87,7 +87,7 @@ func report(res *results) rendered {
 	fmt.Fprintf(&t, "\nmachine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s\n",
 		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&t, "command: %s\n", res.command)
-	fmt.Fprintf(&t, "overall: %s (took %v)\n", verdict(pass), res.took.Round(time.Second))
+	fmt.Fprintf(&t, "overall: %s (took %v)\n", benchutil.Verdict(pass), res.took.Round(time.Second))
 
 	// Markdown.
 	var b strings.Builder
@@ -132,7 +132,7 @@ func report(res *results) rendered {
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry, r.relayRatio, r.ratio, r.floor, mdVerdict(r.verdict))
 	}
-	fmt.Fprintf(&b, "\nOverall: **%s**\n\n", verdict(pass))
+	fmt.Fprintf(&b, "\nOverall: **%s**\n\n", benchutil.Verdict(pass))
 	fmt.Fprintf(&b, "### CPU per GiB moved\n\n| runs | GiB through Ferry | relay CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|--:|\n")
 	for _, r := range cpuRows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry)
@@ -198,13 +198,6 @@ func medianDur(rs []runResult, f func(runResult) time.Duration) time.Duration {
 
 func mb(v float64) string { return fmt.Sprintf("%.1f", v) }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 func signedMs(d time.Duration) string {
@@ -212,13 +205,6 @@ func signedMs(d time.Duration) string {
 		return "+" + ms(d)
 	}
 	return "−" + ms(-d)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 func mdVerdict(v string) string {

@@ -207,22 +207,3 @@ func run(ctx context.Context, o options) error {
 	b.fleet.stopAll()
 	return b.report()
 }
-
-func median[T int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {
-	if len(xs) == 0 {
-		return
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2], s[0], s[len(s)-1]
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
-}

@@ -240,6 +240,6 @@ func (b *bench) measureMirror(ctx context.Context, ids []int32, round int) (mirr
 		}
 	}
 	step("mirror, %d member(s): %.1f MB/s (%s in %v; first records on the standby %v after the start, all %v after; owners %v, writers handed over %v)",
-		len(ids), r.mbps(), humanBytes(r.bytes), ms2(r.window), ms2(r.startup), ms2(r.total), r.owners, r.handovers)
+		len(ids), r.mbps(), benchutil.HumanBytes(r.bytes), ms2(r.window), ms2(r.startup), ms2(r.total), r.owners, r.handovers)
 	return r, nil
 }

@@ -43,7 +43,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -614,31 +613,25 @@ func endOffsets(ctx context.Context, c *kafkatest.Cluster, topic string) (map[in
 	return benchutil.EndOffsets(ctx, kadm.NewClient(cl), topic)
 }
 
-func median[T int | int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2], s[0], s[len(s)-1]
-}
-
 func dur(xs []time.Duration) string {
-	m, lo, hi := median(xs)
+	m, lo, hi := benchutil.Spread(xs)
 	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	return fmt.Sprintf("%s (%s – %s)", r(m), r(lo), r(hi))
 }
 
 func (b *bench) report(w io.Writer) error {
 	m := benchutil.ReadMachine()
-	c0, c0lo, c0hi := median(b.consume[0])
-	c1, c1lo, c1hi := median(b.consume[1])
+	c0, c0lo, c0hi := benchutil.Spread(b.consume[0])
+	c1, c1lo, c1hi := benchutil.Spread(b.consume[1])
 	pass := func(ok bool) string {
 		if ok {
 			return "met"
 		}
 		return "NOT met"
 	}
-	pa, _, _ := median(b.planned["ack"])
-	pg, _, _ := median(b.planned["groups"])
-	fa, _, _ := median(b.forced)
+	pa, _, _ := benchutil.Spread(b.planned["ack"])
+	pg, _, _ := benchutil.Spread(b.planned["groups"])
+	fa, _, _ := benchutil.Spread(b.forced)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Switchover benchmark\n\n")
 	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine, group.initial.rebalance.delay.ms=0), franz-go clients.\n\n",
@@ -659,7 +652,7 @@ func (b *bench) report(w io.Writer) error {
 	fmt.Fprintf(&sb, "| consume through Ferry after a switch (generation 1), MB/s | %.1f (%.1f – %.1f) | | |\n", c1, c1lo, c1hi)
 	fmt.Fprintf(&sb, "| after / before | %.2f× | ≥ 0.9× | %s |\n", c1/c0, pass(c1/c0 >= 0.9))
 	fmt.Fprintf(&sb, "\nConsume: %s of 1 KiB records over %d partitions, read from the start by a fresh franz-go consumer (no group), %d rounds per generation; after the switch the same records are read from the other cluster, where the mirror put them at the same offsets.\n",
-		humanBytes(b.o.consumeBytes), b.o.partitions, b.o.rounds)
+		benchutil.HumanBytes(b.o.consumeBytes), b.o.partitions, b.o.rounds)
 	fmt.Fprint(w, sb.String())
 	if b.o.out != "" {
 		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
@@ -672,16 +665,6 @@ func ints(xs []int) string {
 	if len(xs) == 0 {
 		return "–"
 	}
-	m, lo, hi := median(xs)
+	m, lo, hi := benchutil.Spread(xs)
 	return fmt.Sprintf("%d (%d – %d)", m, lo, hi)
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/proxy"
@@ -55,10 +54,7 @@ func runChild(bootstrap, profile string) error {
 		}
 		state.Generation, cl.MirrorTarget = uint32(gen), true
 	}
-	lcfg := zap.NewProductionConfig()
-	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
-	lcfg.Encoding = "console"
-	log, err := lcfg.Build()
+	log, err := benchutil.ChildLogger("")
 	if err != nil {
 		return err
 	}

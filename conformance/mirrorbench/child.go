@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/mirror"
@@ -41,13 +40,7 @@ const (
 // runChild is the mirror process: the mirror's defaults, except that group
 // offsets and ACLs are not synchronised (the benchmark has neither).
 func runChild() error {
-	lcfg := zap.NewProductionConfig()
-	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
-	if lvl, err := zap.ParseAtomicLevel(os.Getenv(logLevelEnv)); err == nil && os.Getenv(logLevelEnv) != "" {
-		lcfg.Level = lvl
-	}
-	lcfg.Encoding = "console"
-	log, err := lcfg.Build()
+	log, err := benchutil.ChildLogger(os.Getenv(logLevelEnv))
 	if err != nil {
 		return err
 	}

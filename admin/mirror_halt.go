@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sort"
 
 	"go.uber.org/zap"
 
@@ -105,19 +104,11 @@ func HaltLocal(req MirrorHaltRequest, node int32, statuses []mirror.PartitionSta
 // MergeHalt joins the answers of every member to one request into the
 // fleet's, as MergeRestart does.
 func MergeHalt(answers ...MirrorHaltResult) MirrorHaltResult {
-	out := MirrorHaltResult{Halted: []HaltedPartition{}}
-	done := map[TopicPartition]bool{}
+	var halted [][]HaltedPartition
 	var refused [][]RefusedPartition
 	for _, a := range answers {
-		for _, h := range a.Halted {
-			out.Halted = append(out.Halted, h)
-			done[TopicPartition{h.Topic, h.Partition}] = true
-		}
-		refused = append(refused, a.Refused)
+		halted, refused = append(halted, a.Halted), append(refused, a.Refused)
 	}
-	out.Refused = mergeRefused(done, len(answers), refused...)
-	sort.Slice(out.Halted, func(i, j int) bool {
-		return lessTP(out.Halted[i].Topic, out.Halted[i].Partition, out.Halted[j].Topic, out.Halted[j].Partition)
-	})
-	return out
+	out, done := mergeDone(halted, func(h HaltedPartition) TopicPartition { return TopicPartition{h.Topic, h.Partition} })
+	return MirrorHaltResult{Halted: out, Refused: mergeRefused(done, len(answers), refused...)}
 }

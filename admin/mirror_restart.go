@@ -253,21 +253,32 @@ var restartRank = map[string]int{RestartNotHalted: 1, RestartNotRunning: 2, Rest
 // and restarted nowhere the most telling refusal (see restartRank).
 // Sorted by topic and partition.
 func MergeRestart(answers ...MirrorRestartResult) MirrorRestartResult {
-	out := MirrorRestartResult{Restarted: []RestartedPartition{}}
-	done := map[TopicPartition]bool{}
+	var restarted [][]RestartedPartition
 	var refused [][]RefusedPartition
 	for _, a := range answers {
-		for _, r := range a.Restarted {
-			out.Restarted = append(out.Restarted, r)
-			done[TopicPartition{r.Topic, r.Partition}] = true
-		}
-		refused = append(refused, a.Refused)
+		restarted, refused = append(restarted, a.Restarted), append(refused, a.Refused)
 	}
-	out.Refused = mergeRefused(done, len(answers), refused...)
-	sort.Slice(out.Restarted, func(i, j int) bool {
-		return lessTP(out.Restarted[i].Topic, out.Restarted[i].Partition, out.Restarted[j].Topic, out.Restarted[j].Partition)
+	out, done := mergeDone(restarted, func(r RestartedPartition) TopicPartition { return TopicPartition{r.Topic, r.Partition} })
+	return MirrorRestartResult{Restarted: out, Refused: mergeRefused(done, len(answers), refused...)}
+}
+
+// mergeDone joins the partitions the members acted on (restarted, halted:
+// each member acts on the partitions it writes), sorted by topic and
+// partition, and returns which they are, for mergeRefused.
+func mergeDone[P any](lists [][]P, partition func(P) TopicPartition) ([]P, map[TopicPartition]bool) {
+	out := []P{}
+	done := map[TopicPartition]bool{}
+	for _, l := range lists {
+		for _, p := range l {
+			out = append(out, p)
+			done[partition(p)] = true
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := partition(out[i]), partition(out[j])
+		return lessTP(a.Topic, a.Partition, b.Topic, b.Partition)
 	})
-	return out
+	return out, done
 }
 
 // mergeRefused is, for each partition refused by some member and done by

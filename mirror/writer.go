@@ -1266,14 +1266,7 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 		// Finish the filler transaction an earlier writer left open in
 		// this gap: its records end at from, its ABORT goes at to-1.
 		w.fillSlot = nil
-		for left := n - 1; left > 0; {
-			k := int32(min(left, fillerChunk))
-			if err := w.produceFiller(ctx, k, s); err != nil {
-				return err
-			}
-			left -= int64(k)
-		}
-		return w.endTxn(ctx, s, false, to-1)
+		return w.fillAborted(ctx, s, n-1, to-1)
 	}
 	if n == 1 {
 		return w.produceFiller(ctx, 1, nil)
@@ -1289,14 +1282,21 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 		return w.txnErr(err, from)
 	}
 	s.open, s.srcPID = true, -1
-	for left := n - 1; left > 0; {
+	return w.fillAborted(ctx, s, n-1, to-1)
+}
+
+// fillAborted produces n filler records in slot's open transaction, in
+// batches of at most fillerChunk, then aborts it with its marker at
+// marker.
+func (w *writer) fillAborted(ctx context.Context, s *txnSlot, n, marker int64) error {
+	for left := n; left > 0; {
 		k := int32(min(left, fillerChunk))
 		if err := w.produceFiller(ctx, k, s); err != nil {
 			return err
 		}
 		left -= int64(k)
 	}
-	return w.endTxn(ctx, s, false, to-1)
+	return w.endTxn(ctx, s, false, marker)
 }
 
 func (w *writer) produceFiller(ctx context.Context, n int32, slot *txnSlot) error {

@@ -42,36 +42,38 @@ func FeaturesFromResponse(resp *kmsg.ApiVersionsResponse) Features {
 // A client that behaves by the result behaves in a way each cluster
 // accepts, whichever one its requests reach.
 func IntersectFeatures(sets ...Features) Features {
-	out := Features{Supported: map[string]VersionRange{}, Finalized: map[string]int16{}}
+	return Features{
+		Supported: intersect(sets, func(f Features) map[string]VersionRange { return f.Supported },
+			func(r, o VersionRange) VersionRange {
+				r.Min, r.Max = max(r.Min, o.Min), min(r.Max, o.Max)
+				return r
+			},
+			func(r VersionRange) bool { return r.Min <= r.Max }),
+		Finalized: intersect(sets, func(f Features) map[string]int16 { return f.Finalized },
+			func(level, o int16) int16 { return min(level, o) },
+			func(level int16) bool { return level > 0 }),
+	}
+}
+
+// intersect is the names every set's map (of) holds, each with its
+// values folded together by merge, kept where keep says the result holds.
+func intersect[V any](sets []Features, of func(Features) map[string]V, merge func(acc, v V) V, keep func(V) bool) map[string]V {
+	out := map[string]V{}
 	if len(sets) == 0 {
 		return out
 	}
-	for name, r := range sets[0].Supported {
+	for name, acc := range of(sets[0]) {
 		ok := true
 		for _, s := range sets[1:] {
-			o, has := s.Supported[name]
+			v, has := of(s)[name]
 			if !has {
 				ok = false
 				break
 			}
-			r.Min, r.Max = max(r.Min, o.Min), min(r.Max, o.Max)
+			acc = merge(acc, v)
 		}
-		if ok && r.Min <= r.Max {
-			out.Supported[name] = r
-		}
-	}
-	for name, level := range sets[0].Finalized {
-		ok := true
-		for _, s := range sets[1:] {
-			o, has := s.Finalized[name]
-			if !has {
-				ok = false
-				break
-			}
-			level = min(level, o)
-		}
-		if ok && level > 0 {
-			out.Finalized[name] = level
+		if ok && keep(acc) {
+			out[name] = acc
 		}
 	}
 	return out

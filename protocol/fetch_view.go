@@ -158,30 +158,24 @@ func (r *reader) window(n int) []byte {
 }
 
 func (r *reader) int16() int16 {
-	if !r.need(2) {
-		return 0
+	if b := r.window(2); b != nil {
+		return int16(binary.BigEndian.Uint16(b))
 	}
-	v := int16(binary.BigEndian.Uint16(r.b[r.pos:]))
-	r.pos += 2
-	return v
+	return 0
 }
 
 func (r *reader) int32() int32 {
-	if !r.need(4) {
-		return 0
+	if b := r.window(4); b != nil {
+		return int32(binary.BigEndian.Uint32(b))
 	}
-	v := int32(binary.BigEndian.Uint32(r.b[r.pos:]))
-	r.pos += 4
-	return v
+	return 0
 }
 
 func (r *reader) int64() int64 {
-	if !r.need(8) {
-		return 0
+	if b := r.window(8); b != nil {
+		return int64(binary.BigEndian.Uint64(b))
 	}
-	v := int64(binary.BigEndian.Uint64(r.b[r.pos:]))
-	r.pos += 8
-	return v
+	return 0
 }
 
 func (r *reader) uvarint() uint64 {
@@ -197,14 +191,19 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
+// length32 reads the length of an array or of bytes: in flexible
+// versions a compact length (an unsigned varint one above it), else an
+// int32; -1 is null.
+func (r *reader) length32(flex bool) int {
+	if flex {
+		return int(r.uvarint()) - 1
+	}
+	return int(r.int32())
+}
+
 // arrayLen reads an array length; null arrays read as empty.
 func (r *reader) arrayLen(flex bool) int {
-	var n int
-	if flex {
-		n = int(r.uvarint()) - 1
-	} else {
-		n = int(r.int32())
-	}
+	n := r.length32(flex)
 	if n < 0 {
 		return 0
 	}
@@ -229,12 +228,7 @@ func (r *reader) string(flex bool) string {
 }
 
 func (r *reader) bytes(flex bool) []byte {
-	var n int
-	if flex {
-		n = int(r.uvarint()) - 1
-	} else {
-		n = int(r.int32())
-	}
+	n := r.length32(flex)
 	if n < 0 {
 		return nil
 	}

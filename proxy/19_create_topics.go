@@ -21,36 +21,27 @@ import (
 
 func handleCreateTopics(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.CreateTopicsRequest)
-	var m *replicaMap
-	var refused []kmsg.CreateTopicsResponseTopic
-	keep := make([]kmsg.CreateTopicsRequestTopic, 0, len(in.Topics))
-	for _, t := range in.Topics { // t is a copy: in keeps the client's IDs
-		msg := ""
-		if len(t.ReplicaAssignment) > 0 {
-			if m == nil {
-				m = s.replicaMap(req.up)
-			}
-			t.ReplicaAssignment, msg = physicalAssignments(m, t.ReplicaAssignment,
-				func(a *kmsg.CreateTopicsRequestTopicReplicaAssignment) *[]int32 { return &a.Replicas },
-				func(_ int, a *kmsg.CreateTopicsRequestTopicReplicaAssignment) string {
-					return "partition " + strconv.Itoa(int(a.Partition))
-				})
-		}
-		if msg == "" {
-			keep = append(keep, t)
-			continue
-		}
-		r := kmsg.NewCreateTopicsResponseTopic()
-		r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
-		refused = append(refused, r)
-	}
-	if m == nil {
-		return s.forwardAny(c, req, kr)
-	}
-	out := *in
-	out.Topics = keep
-	return s.forwardRest(c, req, &out, len(keep) == 0, func(resp kmsg.Response) {
-		r := resp.(*kmsg.CreateTopicsResponse)
-		r.Topics = append(r.Topics, refused...)
+	return forwardAssigned(s, c, req, kr, in.Topics, assignedTopics[kmsg.CreateTopicsRequestTopic, kmsg.CreateTopicsRequestTopicReplicaAssignment, kmsg.CreateTopicsResponseTopic]{
+		assignments: func(t *kmsg.CreateTopicsRequestTopic) *[]kmsg.CreateTopicsRequestTopicReplicaAssignment {
+			return &t.ReplicaAssignment
+		},
+		replicas: func(a *kmsg.CreateTopicsRequestTopicReplicaAssignment) *[]int32 { return &a.Replicas },
+		where: func(_ int, a *kmsg.CreateTopicsRequestTopicReplicaAssignment) string {
+			return "partition " + strconv.Itoa(int(a.Partition))
+		},
+		refuse: func(t *kmsg.CreateTopicsRequestTopic, msg string) kmsg.CreateTopicsResponseTopic {
+			r := kmsg.NewCreateTopicsResponseTopic()
+			r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
+			return r
+		},
+		only: func(topics []kmsg.CreateTopicsRequestTopic) kmsg.Request {
+			out := *in
+			out.Topics = topics
+			return &out
+		},
+		addRefused: func(resp kmsg.Response, refused []kmsg.CreateTopicsResponseTopic) {
+			r := resp.(*kmsg.CreateTopicsResponse)
+			r.Topics = append(r.Topics, refused...)
+		},
 	})
 }

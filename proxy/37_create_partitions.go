@@ -16,36 +16,27 @@ import (
 
 func handleCreatePartitions(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
 	in := kr.(*kmsg.CreatePartitionsRequest)
-	var m *replicaMap
-	var refused []kmsg.CreatePartitionsResponseTopic
-	keep := make([]kmsg.CreatePartitionsRequestTopic, 0, len(in.Topics))
-	for _, t := range in.Topics { // t is a copy: in keeps the client's IDs
-		msg := ""
-		if len(t.Assignment) > 0 {
-			if m == nil {
-				m = s.replicaMap(req.up)
-			}
-			t.Assignment, msg = physicalAssignments(m, t.Assignment,
-				func(a *kmsg.CreatePartitionsRequestTopicAssignment) *[]int32 { return &a.Replicas },
-				func(i int, _ *kmsg.CreatePartitionsRequestTopicAssignment) string {
-					return "new partition " + strconv.Itoa(i) + " of the assignment"
-				})
-		}
-		if msg == "" {
-			keep = append(keep, t)
-			continue
-		}
-		r := kmsg.NewCreatePartitionsResponseTopic()
-		r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
-		refused = append(refused, r)
-	}
-	if m == nil {
-		return s.forwardAny(c, req, kr)
-	}
-	out := *in
-	out.Topics = keep
-	return s.forwardRest(c, req, &out, len(keep) == 0, func(resp kmsg.Response) {
-		r := resp.(*kmsg.CreatePartitionsResponse)
-		r.Topics = append(r.Topics, refused...)
+	return forwardAssigned(s, c, req, kr, in.Topics, assignedTopics[kmsg.CreatePartitionsRequestTopic, kmsg.CreatePartitionsRequestTopicAssignment, kmsg.CreatePartitionsResponseTopic]{
+		assignments: func(t *kmsg.CreatePartitionsRequestTopic) *[]kmsg.CreatePartitionsRequestTopicAssignment {
+			return &t.Assignment
+		},
+		replicas: func(a *kmsg.CreatePartitionsRequestTopicAssignment) *[]int32 { return &a.Replicas },
+		where: func(i int, _ *kmsg.CreatePartitionsRequestTopicAssignment) string {
+			return "new partition " + strconv.Itoa(i) + " of the assignment"
+		},
+		refuse: func(t *kmsg.CreatePartitionsRequestTopic, msg string) kmsg.CreatePartitionsResponseTopic {
+			r := kmsg.NewCreatePartitionsResponseTopic()
+			r.Topic, r.ErrorCode, r.ErrorMessage = t.Topic, kerr.InvalidReplicaAssignment.Code, &msg
+			return r
+		},
+		only: func(topics []kmsg.CreatePartitionsRequestTopic) kmsg.Request {
+			out := *in
+			out.Topics = topics
+			return &out
+		},
+		addRefused: func(resp kmsg.Response, refused []kmsg.CreatePartitionsResponseTopic) {
+			r := resp.(*kmsg.CreatePartitionsResponse)
+			r.Topics = append(r.Topics, refused...)
+		},
 	})
 }

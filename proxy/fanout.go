@@ -22,34 +22,48 @@ func (c *clientConn) fanOut(req *request, kr kmsg.Request) []*subCall {
 	return c.sendSplit(req, parts, true, false)
 }
 
-func handleListGroups(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
-	calls := c.fanOut(req, kr)
+// gatherFanOut answers a fanned-out request with one answer, out: each
+// broker's answer added to it by add, its throttle the longest, its error
+// the first a broker gave, or COORDINATOR_NOT_AVAILABLE when a broker did
+// not answer. header finds an answer's error code and throttle.
+func gatherFanOut[R kmsg.Response](c *clientConn, req *request, calls []*subCall, newOut func() R,
+	header func(R) (errorCode *int16, throttleMillis *int32), add func(out, resp R)) *reply {
 	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
 		g, err := c.gather(ctx, req, calls)
 		if err != nil {
 			return nil, nil, err
 		}
-		out := kmsg.NewPtrListGroupsResponse()
-		seen := map[string]bool{}
+		out := newOut()
+		code, throttle := header(out)
 		for _, r := range g.resps {
 			if r == nil {
-				out.ErrorCode = kerr.CoordinatorNotAvailable.Code
+				*code = kerr.CoordinatorNotAvailable.Code
 				continue
 			}
-			resp := r.(*kmsg.ListGroupsResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
-			if resp.ErrorCode != 0 && out.ErrorCode == 0 {
-				out.ErrorCode = resp.ErrorCode
+			resp := r.(R)
+			respCode, respThrottle := header(resp)
+			*throttle = max(*throttle, *respThrottle)
+			if *respCode != 0 && *code == 0 {
+				*code = *respCode
 			}
+			add(out, resp)
+		}
+		return out, g.release, nil
+	})
+}
+
+func handleListGroups(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
+	seen := map[string]bool{} // the reply is built once
+	return gatherFanOut(c, req, c.fanOut(req, kr), kmsg.NewPtrListGroupsResponse,
+		func(r *kmsg.ListGroupsResponse) (*int16, *int32) { return &r.ErrorCode, &r.ThrottleMillis },
+		func(out, resp *kmsg.ListGroupsResponse) {
 			for _, grp := range resp.Groups {
 				if !seen[grp.Group] {
 					seen[grp.Group] = true
 					out.Groups = append(out.Groups, grp)
 				}
 			}
-		}
-		return out, g.release, nil
-	}), nil
+		}), nil
 }
 
 func handleListTransactions(s *Server, c *clientConn, req *request, kr kmsg.Request) (*reply, error) {
@@ -69,29 +83,13 @@ func handleListTransactions(s *Server, c *clientConn, req *request, kr kmsg.Requ
 		return localReply(req, kmsg.NewPtrListTransactionsResponse()), nil
 	}
 	in.ProducerIDFilters = filters
-	calls := c.fanOut(req, in)
-	return futureReply(req, func(ctx context.Context) (kmsg.Response, func(), error) {
-		g, err := c.gather(ctx, req, calls)
-		if err != nil {
-			return nil, nil, err
-		}
-		out := kmsg.NewPtrListTransactionsResponse()
-		for _, r := range g.resps {
-			if r == nil {
-				out.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				continue
-			}
-			resp := r.(*kmsg.ListTransactionsResponse)
-			out.ThrottleMillis = max(out.ThrottleMillis, resp.ThrottleMillis)
-			if resp.ErrorCode != 0 && out.ErrorCode == 0 {
-				out.ErrorCode = resp.ErrorCode
-			}
+	return gatherFanOut(c, req, c.fanOut(req, in), kmsg.NewPtrListTransactionsResponse,
+		func(r *kmsg.ListTransactionsResponse) (*int16, *int32) { return &r.ErrorCode, &r.ThrottleMillis },
+		func(out, resp *kmsg.ListTransactionsResponse) {
 			out.UnknownStateFilters = resp.UnknownStateFilters
 			for _, t := range resp.TransactionStates {
 				t.ProducerID = routing.VirtualPID(gen, t.ProducerID)
 				out.TransactionStates = append(out.TransactionStates, t)
 			}
-		}
-		return out, g.release, nil
-	}), nil
+		}), nil
 }

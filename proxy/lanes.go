@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Lanes: each Ferry member presents several virtual brokers ("lanes"),
@@ -154,8 +155,6 @@ func (s *Server) replicaMap(u *upstream.Cluster) *replicaMap {
 	return m
 }
 
-// physical maps one partition's replicas. It returns a message saying why
-// the assignment is refused (INVALID_REPLICA_ASSIGNMENT), or "".
 // physicalAssignments maps the replicas (as replicas finds them) of every
 // assignment in as, returning mapped copies; or, for the first that cannot
 // be mapped, why, prefixed by where it is (where).
@@ -173,6 +172,55 @@ func physicalAssignments[A any](m *replicaMap, as []A, replicas func(*A) *[]int3
 	return out, ""
 }
 
+// assignedTopics is how a request whose topics may carry explicit replica
+// assignments (CreateTopics, CreatePartitions: topics T, assignments A,
+// answers R) is reached into: where a topic's assignments and an
+// assignment's replicas are, where an assignment stands (for a refusal's
+// message), a topic's refusal, the request with only some topics, and an
+// answer with refusals added.
+type assignedTopics[T, A, R any] struct {
+	assignments func(*T) *[]A
+	replicas    func(*A) *[]int32
+	where       func(int, *A) string
+	refuse      func(t *T, msg string) R
+	only        func(topics []T) kmsg.Request
+	addRefused  func(resp kmsg.Response, refused []R)
+}
+
+// forwardAssigned forwards a request whose topics name virtual brokers in
+// explicit assignments: each assignment mapped to the physical brokers its
+// lanes stand for, in a copy of the request (the client's keeps its IDs,
+// for an answer in the upstream's place), and a topic whose assignment
+// cannot be mapped answered by Ferry with INVALID_REPLICA_ASSIGNMENT. A
+// request without assignments goes as it came.
+func forwardAssigned[T, A, R any](s *Server, c *clientConn, req *request, kr kmsg.Request, topics []T, at assignedTopics[T, A, R]) (*reply, error) {
+	var m *replicaMap
+	var refused []R
+	keep := make([]T, 0, len(topics))
+	for _, t := range topics { // t is a copy: topics keep the client's IDs
+		msg := ""
+		if as := at.assignments(&t); len(*as) > 0 {
+			if m == nil {
+				m = s.replicaMap(req.up)
+			}
+			*as, msg = physicalAssignments(m, *as, at.replicas, at.where)
+		}
+		if msg == "" {
+			keep = append(keep, t)
+			continue
+		}
+		refused = append(refused, at.refuse(&t, msg))
+	}
+	if m == nil {
+		return s.forwardAny(c, req, kr)
+	}
+	return s.forwardRest(c, req, at.only(keep), len(keep) == 0, func(resp kmsg.Response) {
+		at.addRefused(resp, refused)
+	})
+}
+
+// physical maps one partition's replicas. It returns a message saying why
+// the assignment is refused (INVALID_REPLICA_ASSIGNMENT), or "".
 func (m *replicaMap) physical(replicas []int32) ([]int32, string) {
 	out := make([]int32, len(replicas))
 	from := make(map[int32]int32, len(replicas)) // physical → the virtual ID that named it

@@ -169,10 +169,7 @@ func (cm *ConnMem) Admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 	b := cm.b
 	size := heldCharge(buf, n)
 	memMu.Lock()
-	if cm.closed || cm.roomLocked() {
-		if !cm.closed {
-			cm.chargeLocked(buf, size)
-		}
+	if cm.admitLocked(buf, size) {
 		memMu.Unlock()
 		return false, nil
 	}
@@ -188,14 +185,25 @@ func (cm *ConnMem) Admit(ctx context.Context, buf *bytebufferpool.ByteBuffer, n 
 			return true, ctx.Err()
 		}
 		memMu.Lock()
-		if cm.closed || cm.roomLocked() {
-			if !cm.closed {
-				cm.chargeLocked(buf, size)
-			}
+		if cm.admitLocked(buf, size) {
 			memMu.Unlock()
 			return true, nil
 		}
 	}
+}
+
+// admitLocked reports whether Admit's reader may go on now, charging buf
+// size bytes when the connection is under its budgets; a closed connection
+// goes on uncharged (its reader finds it closed).
+func (cm *ConnMem) admitLocked(buf *bytebufferpool.ByteBuffer, size int64) bool {
+	switch {
+	case cm.closed:
+		return true
+	case cm.roomLocked():
+		cm.chargeLocked(buf, size)
+		return true
+	}
+	return false
 }
 
 // admitAnswer waits until an upstream answer of n bytes for p may be read

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,10 +47,7 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 	fs.BoolVar(&f.watch, "watch", false, "redraw every 2 s until interrupted")
 	fs.BoolVar(&f.json, "json", false, "print /connections as the member answers it (JSON)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token, which remote addresses, principals and close errors need (default: $"+adminTokenEnv+")")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry connections [--admin HOST:PORT] [--sort FIELD] [--limit N] [--watch] [--json] [--token-file F]")
 	if err := parseArgs(fs, "connections", args); err != nil {
 		return nil, err
 	}
@@ -62,10 +58,8 @@ func parseConnectionsFlags(args []string, stderr io.Writer) (*connectionsFlags, 
 // person, like top, redrawn with --watch; the JSON as it is with --json.
 func connectionsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseConnectionsFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	q := url.Values{}
 	for k, v := range map[string]string{"sort": f.sort, "state": f.state, "client_id": f.clientID, "software": f.software, "remote": f.remote, "principal": f.principal} {

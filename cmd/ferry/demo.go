@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,10 +38,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, error) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:9092", "Kafka listener `host:port` (port 0: any free port)")
 	fs.StringVar(&f.admin, "admin", "127.0.0.1:9644", "admin API `host:port` (port 0: any free port)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error (logs go to stderr)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry demo [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry demo [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL]")
 	if err := parseArgs(fs, "demo", args); err != nil {
 		return nil, err
 	}
@@ -62,10 +58,8 @@ type demo struct {
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseDemoFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {

@@ -256,17 +256,7 @@ func (f *fleetRole) handle() {
 	f.m.Handle(callMirrorStatus, func(context.Context, int32, []byte) ([]byte, error) {
 		return json.Marshal(n.admin.LocalMirror())
 	})
-	f.m.Handle(callMirrorRestart, func(_ context.Context, _ int32, body []byte) ([]byte, error) {
-		var req admin.MirrorRestartRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, fmt.Errorf("decoding a mirror restart: %w", err)
-		}
-		res := admin.MirrorRestartResult{Restarted: []admin.RestartedPartition{}, Refused: []admin.RefusedPartition{}}
-		if n.mirror != nil {
-			res = n.mirror.Restart(req, n.cfg.NodeID)
-		}
-		return json.Marshal(res)
-	})
+	f.m.Handle(callMirrorRestart, n.handleMirrorRestart)
 	f.m.Handle(callMirrorHalt, n.handleMirrorHalt)
 	f.m.Handle(proxy.TxnCallKind, n.proxy.HandleTxnCall)
 	f.m.Handle(proxy.SwitchFenceCallKind, n.proxy.HandleSwitchFencing)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -19,48 +17,26 @@ const callMirrorHalt = "mirror.halt"
 // Halt runs a POST /mirror/halt request against this member's running
 // mirror (see admin.HaltLocal).
 func (r *mirrorRunner) Halt(req admin.MirrorHaltRequest, node int32) admin.MirrorHaltResult {
-	c := r.cur.Load()
-	if c == nil {
-		return admin.HaltLocal(req, node, nil, func(string, int32) (mirror.PartitionStatus, error) {
-			return mirror.PartitionStatus{}, mirror.ErrNotRunning
-		})
-	}
-	return admin.HaltLocal(req, node, c.m.Status(), c.m.Halt)
+	return runMirrorAction(r, req, node, admin.HaltLocal, (*mirror.Mirror).Halt)
 }
 
 // mirrorHalt is POST /mirror/halt: on its own the member halts its
 // writers; in a fleet every live member halts those it runs, and the
 // answers are merged.
 func (n *node) mirrorHalt(ctx context.Context, req admin.MirrorHaltRequest) (admin.MirrorHaltResult, error) {
-	if n.fleet != nil {
-		return callMerged(ctx, n.fleet, callMirrorHalt, req, admin.MergeHalt)
-	}
-	if n.mirror.cur.Load() == nil {
-		return admin.MirrorHaltResult{}, admin.ErrMirrorNotRunning
-	}
-	return n.mirror.Halt(req, n.cfg.NodeID), nil
+	return serveMirrorAction(ctx, n, req, callMirrorHalt, admin.MergeHalt, (*mirrorRunner).Halt)
 }
 
 // handleMirrorHalt answers another member's callMirrorHalt.
 func (n *node) handleMirrorHalt(_ context.Context, _ int32, body []byte) ([]byte, error) {
-	var req admin.MirrorHaltRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("decoding a mirror halt: %w", err)
-	}
-	res := admin.MirrorHaltResult{Halted: []admin.HaltedPartition{}, Refused: []admin.RefusedPartition{}}
-	if n.mirror != nil {
-		res = n.mirror.Halt(req, n.cfg.NodeID)
-	}
-	return json.Marshal(res)
+	none := admin.MirrorHaltResult{Halted: []admin.HaltedPartition{}, Refused: []admin.RefusedPartition{}}
+	return answerMirrorAction(n, body, "halt", none, (*mirrorRunner).Halt)
 }
 
 func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorFlags, error) {
 	var f mirrorFlags
 	fs := f.flagSet("halt", "halt every partition of this `topic` (with --partition: that one partition)", stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry mirror halt [--admin HOST:PORT] --topic T [--partition N] [--json] [--token-file F]")
 	if err := parseArgs(fs, "mirror halt", args); err != nil {
 		return nil, err
 	}
@@ -78,10 +54,8 @@ func parseMirrorHaltFlags(args []string, stderr io.Writer) (*mirrorFlags, error)
 // refused.
 func mirrorHaltCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseMirrorHaltFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	req := admin.MirrorHaltRequest{Topic: f.topic}
 	if f.partition >= 0 {

@@ -22,13 +22,7 @@ import (
 // With no mirror running, explicitly named partitions are refused as
 // mirror_not_running and a selection finds nothing.
 func (r *mirrorRunner) Restart(req admin.MirrorRestartRequest, node int32) admin.MirrorRestartResult {
-	c := r.cur.Load()
-	if c == nil {
-		return admin.RestartLocal(req, node, nil, func(string, int32) (mirror.PartitionStatus, error) {
-			return mirror.PartitionStatus{}, mirror.ErrNotRunning
-		})
-	}
-	return admin.RestartLocal(req, node, c.m.Status(), c.m.Restart)
+	return runMirrorAction(r, req, node, admin.RestartLocal, (*mirror.Mirror).Restart)
 }
 
 // mirrorRestart is POST /mirror/restart. On its own, the member restarts
@@ -38,19 +32,13 @@ func (r *mirrorRunner) Restart(req admin.MirrorRestartRequest, node int32) admin
 // answers are merged: a partition is restarted by whichever member writes
 // it, so the operator may ask any member.
 func (n *node) mirrorRestart(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
-	if n.fleet != nil {
-		return n.fleet.restartMirror(ctx, req)
-	}
-	if n.mirror.cur.Load() == nil {
-		return admin.MirrorRestartResult{}, admin.ErrMirrorNotRunning
-	}
-	return n.mirror.Restart(req, n.cfg.NodeID), nil
+	return serveMirrorAction(ctx, n, req, callMirrorRestart, admin.MergeRestart, (*mirrorRunner).Restart)
 }
 
-// restartMirror forwards a restart to every live member and merges their
-// answers.
-func (f *fleetRole) restartMirror(ctx context.Context, req admin.MirrorRestartRequest) (admin.MirrorRestartResult, error) {
-	return callMerged(ctx, f, callMirrorRestart, req, admin.MergeRestart)
+// handleMirrorRestart answers another member's callMirrorRestart.
+func (n *node) handleMirrorRestart(_ context.Context, _ int32, body []byte) ([]byte, error) {
+	none := admin.MirrorRestartResult{Restarted: []admin.RestartedPartition{}, Refused: []admin.RefusedPartition{}}
+	return answerMirrorAction(n, body, "restart", none, (*mirrorRunner).Restart)
 }
 
 // callMerged sends req to every live member's handler of kind (this
@@ -116,10 +104,7 @@ func parseMirrorRestartFlags(args []string, stderr io.Writer) (*mirrorRestartFla
 	var f mirrorRestartFlags
 	fs := f.flagSet("restart", "restart the halted partitions of this `topic` (with --partition: that one partition)", stderr)
 	fs.BoolVar(&f.halted, "halted", false, "restart every halted partition")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry mirror restart [--admin HOST:PORT] (--halted | --topic T [--partition N]) [--json] [--token-file F]")
 	if err := parseArgs(fs, "mirror restart", args); err != nil {
 		return nil, err
 	}
@@ -154,10 +139,8 @@ func mirrorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // anything was refused.
 func mirrorRestartCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseMirrorRestartFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	var req admin.MirrorRestartRequest
 	switch {

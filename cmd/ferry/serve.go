@@ -59,11 +59,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (overrides log_level)")
 	fs.Var(&f.mirror, "mirror", "run the mirror: --mirror or --mirror=false (overrides mirror.enabled)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the configuration in force (file, FERRY_* environment, flags, defaults) as YAML, and exit")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL] [--mirror=BOOL] [--print-config]")
-		fmt.Fprintln(stderr, "Every key of the file can be set by FERRY_<KEY> (README.md); flags win over the environment, the environment over the file.")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"Usage: ferry serve --config FILE [--listen HOST:PORT] [--admin HOST:PORT] [--log-level LEVEL] [--mirror=BOOL] [--print-config]",
+		"Every key of the file can be set by FERRY_<KEY> (README.md); flags win over the environment, the environment over the file.",
+	)
 	if err := parseArgs(fs, "serve", args); err != nil {
 		return nil, err
 	}
@@ -127,10 +126,8 @@ func envLookup(environ []string) func(string) string {
 // fatal.
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseServeFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	cfg, err := serveConfig(f)
 	if err != nil {

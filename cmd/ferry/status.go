@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,10 +25,7 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 	fs.SetOutput(stderr)
 	f.register(fs, "the member's admin API, `host:port` (or a URL)")
 	fs.BoolVar(&f.json, "json", false, "print /status as the member answers it (JSON)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry status [--admin HOST:PORT] [--json]")
 	if err := parseArgs(fs, "status", args); err != nil {
 		return nil, err
 	}
@@ -40,10 +36,8 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 // as it is with --json.
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseStatusFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	var st admin.Status
 	hc, err := f.client(statusTimeout)

@@ -18,18 +18,6 @@ import (
 	"github.com/ferry-gw/ferry/routing"
 )
 
-// parseArgs parses a command's flags; the commands take no other
-// arguments. Errors are fs.Parse's (flag.ErrHelp for -h) or a usageError.
-func parseArgs(fs *flag.FlagSet, name string, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())}
-	}
-	return nil
-}
-
 // defaultAdminAddr is where the CLI finds a member's admin API when
 // --admin is not given: the member on this machine.
 const defaultAdminAddr = "127.0.0.1:9644"
@@ -53,10 +41,7 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 	fs.BoolVar(&f.forceUnauthenticated, "force-unauthenticated", false, "with --forced: switch even when mapped client principals cannot authenticate on the target (they lose their access until they can)")
 	fs.DurationVar(&f.timeout, "timeout", routing.DefaultSwitchTimeout, "how long a planned switch may hold writes while the mirror drains; past it the switch rolls back")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the admin token (default: $"+adminTokenEnv+")")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: ferry switchover --to NAME [--admin HOST:PORT] [--forced [--force-unauthenticated]] [--timeout D] [--token-file F]")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr, "Usage: ferry switchover --to NAME [--admin HOST:PORT] [--forced [--force-unauthenticated]] [--timeout D] [--token-file F]")
 	if err := parseArgs(fs, "switchover", args); err != nil {
 		return nil, err
 	}
@@ -76,10 +61,8 @@ func parseSwitchoverFlags(args []string, stderr io.Writer) (*switchoverFlags, er
 // was refused.
 func switchoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseSwitchoverFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return usageError{err}
+	if err != nil {
+		return flagsError(err)
 	}
 	token, err := cliToken(f.tokenFile)
 	if err != nil {

@@ -1,5 +1,12 @@
 package main
 
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
 const usage = `Usage: ferry <command> [flags]
 
 Commands:
@@ -26,3 +33,36 @@ Run 'ferry <command> -h' for a command's flags.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+
+// flagsError is what a command returns when parsing its flags failed with
+// err: nothing after -h (the flag set printed the usage), else a usage
+// error.
+func flagsError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return usageError{err}
+}
+
+// setUsage makes fs's usage (-h, or a flag it cannot parse) the lines
+// given, then the flags' defaults, on stderr.
+func setUsage(fs *flag.FlagSet, stderr io.Writer, lines ...string) {
+	fs.Usage = func() {
+		for _, l := range lines {
+			fmt.Fprintln(stderr, l)
+		}
+		fs.PrintDefaults()
+	}
+}
+
+// parseArgs parses a command's flags; the commands take no other
+// arguments. Errors are fs.Parse's (flag.ErrHelp for -h) or a usageError.
+func parseArgs(fs *flag.FlagSet, name string, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())}
+	}
+	return nil
+}

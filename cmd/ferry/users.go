@@ -59,10 +59,7 @@ func usersCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("users: unknown command %q", sub)}
 	}
 	if err := parseArgs(fs, "users "+sub, args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+		return flagsError(err)
 	}
 	if *store == "" {
 		return usageError{fmt.Errorf("users %s: --store FILE is required", sub)}

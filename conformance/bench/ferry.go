@@ -16,14 +16,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/proxy"
@@ -56,10 +54,7 @@ func runChild(bootstrap, profile string) error {
 		}
 		state.Generation, cl.MirrorTarget = uint32(gen), true
 	}
-	lcfg := zap.NewProductionConfig()
-	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
-	lcfg.Encoding = "console"
-	log, err := lcfg.Build()
+	log, err := benchutil.ChildLogger("")
 	if err != nil {
 		return err
 	}
@@ -76,15 +71,11 @@ func runChild(bootstrap, profile string) error {
 	}
 	defer s.Close()
 	if profile != "" {
-		f, err := os.Create(profile)
+		stop, err := benchutil.StartCPUProfile(profile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	err = s.Start(ctx)

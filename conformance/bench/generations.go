@@ -21,7 +21,7 @@ import (
 // cluster (no mirror target: records spliced whole, no header read) shows
 // what checking the headers costs.
 func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) error {
-	vals := benchutil.Values(256, o.size)
+	vals := benchutil.Values(256, o.Size)
 	later := "Ferry-g" + strconv.FormatUint(uint64(o.generation), 10)
 	paths := []path{{pathDirect, cluster.Bootstrap(), nil}}
 	for _, g := range []struct {
@@ -41,27 +41,27 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		paths = append(paths, path{g.name, f.Addr, f})
 	}
 
-	step("filling the topic: produce directly for %v", o.duration)
-	filled, err := produce(ctx, cluster.Bootstrap(), topic, vals, o.duration, 0)
+	step("filling the topic: produce directly for %v", o.Duration)
+	filled, err := produce(ctx, cluster.Bootstrap(), topic, vals, o.Duration, 0)
 	if err != nil {
 		return err
 	}
-	n := min(o.records, filled.Records)
+	n := min(o.Records, filled.Records)
 	for _, p := range paths {
 		step("warm-up: consume %s", p.name)
-		if _, err := consume(ctx, p.bootstrap, topic, o.partitions, n/4); err != nil {
+		if _, err := consume(ctx, p.bootstrap, topic, o.Partitions, n/4); err != nil {
 			return fmt.Errorf("warm-up consume %s: %w", p.name, err)
 		}
 	}
 	var ph phase
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
-			r, err := measure(p, func() (runResult, error) { return consume(ctx, p.bootstrap, topic, o.partitions, n) })
+			r, err := measure(p, func() (runResult, error) { return consume(ctx, p.bootstrap, topic, o.Partitions, n) })
 			if err != nil {
 				return fmt.Errorf("consume %s: %w", p.name, err)
 			}
 			ph.add(p, r)
-			step("round %d/%d consume %-9s %7.1f MB/s%s", round, o.rounds, p.name, r.MBps(), cpuNote(r))
+			step("round %d/%d consume %-9s %7.1f MB/s%s", round, o.Rounds, p.name, r.MBps(), cpuNote(r))
 		}
 	}
 
@@ -74,7 +74,7 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		return xs[len(xs)/2]
 	}
 	cpuPerGiB := func(r runResult) float64 { return r.CPU.Seconds() / (float64(r.Bytes) / (1 << 30)) }
-	fmt.Printf("\nconsume %d records of %d bytes, %d partitions, median of %d rounds\n", n, o.size, o.partitions, o.rounds)
+	fmt.Printf("\nconsume %d records of %d bytes, %d partitions, median of %d rounds\n", n, o.Size, o.Partitions, o.Rounds)
 	for _, p := range paths {
 		line := fmt.Sprintf("  %-9s %7.1f MB/s", p.name, med(p.name, runResult.MBps))
 		if p.proc != nil {

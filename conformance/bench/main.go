@@ -48,7 +48,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,29 +59,23 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	duration   time.Duration // one produce run
-	warmup     time.Duration // the unmeasured produce run per path
-	records    int64         // records read by one consume run
-	rounds     int           // direct+Ferry pairs per phase
-	partitions int           // of the benchmark topic
-	size       int           // record value bytes
-	out        string        // markdown report path, or ""
-	cpuprofile string        // Ferry's CPU profile path, or ""
-	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
-	ferryCPUs  string        // taskset CPU list to pin Ferry (and the relay) to, or ""
-	relay      bool          // also measure the relay path
-	generation uint32        // -consume-generation: compare consuming under it with generation 0
+	benchutil.Load        // Rounds: direct+Ferry pairs per phase
+	out            string // markdown report path, or ""
+	cpuprofile     string // Ferry's CPU profile path, or ""
+	ferryBin       string // prebuilt ferry binary, or "" to build cmd/ferry
+	ferryCPUs      string // taskset CPU list to pin Ferry (and the relay) to, or ""
+	relay          bool   // also measure the relay path
+	generation     uint32 // -consume-generation: compare consuming under it with generation 0
 }
 
 func parseFlags(args []string) (options, error) {
-	var o options
+	o := options{Load: benchutil.Load{Duration: 20 * time.Second, Warmup: 10 * time.Second, Records: 4_000_000, Rounds: 3, Partitions: 6, Size: 1024}}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "length of one produce run (full speed and half rate)")
-	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "unmeasured produce run per path before the measured ones")
-	fs.Int64Var(&o.records, "records", 4_000_000, "records read by one consume run (capped at what the produce runs wrote)")
-	fs.IntVar(&o.rounds, "rounds", 3, "direct+Ferry pairs per phase; figures are medians over rounds")
-	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
-	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")
+	o.Flags(fs, benchutil.LoadHelp{
+		Duration: "length of one produce run (full speed and half rate)",
+		Warmup:   "unmeasured produce run per path before the measured ones",
+		Rounds:   "direct+Ferry pairs per phase; figures are medians over rounds",
+	})
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file; runs Ferry as this binary re-executed instead of `ferry serve`")
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
@@ -92,14 +85,13 @@ func parseFlags(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.duration <= 0 || o.warmup < 0:
-		return o, errors.New("-duration must be positive and -warmup not negative")
-	case o.records < 1 || o.rounds < 1 || o.partitions < 1 || o.size < 1:
-		return o, errors.New("-records, -rounds, -partitions and -size must be positive")
-	case *gen >= 1<<11:
+	}
+	if err := o.Check(); err != nil {
+		return o, err
+	}
+	if *gen >= 1<<11 {
 		return o, errors.New("-consume-generation must be below 2048")
 	}
 	o.generation = uint32(*gen)
@@ -121,16 +113,5 @@ func main() {
 		}
 		return
 	}
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
-	}
-
-	benchutil.Run("bench", "Ferry, the relay and Kafka", func(ctx context.Context) error {
-		return run(ctx, opts, benchutil.Command("./conformance/bench", os.Args[1:]))
-	})
+	benchutil.Main("bench", "./conformance/bench", "Ferry, the relay and Kafka", parseFlags, run)
 }

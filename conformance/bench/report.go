@@ -35,12 +35,12 @@ func report(res *results) rendered {
 	}
 	tput := func(metric string, ph phase) row {
 		d, rl, f := mbps(ph, pathDirect), mbps(ph, pathRelay), mbps(ph, pathFerry)
-		return row{metric, mb(d), mb(rl), mb(f), ratio(rl, d), ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), verdict(f >= minThroughputRatio*d)}
+		return row{metric, mb(d), mb(rl), mb(f), benchutil.Ratio(rl, d), benchutil.Ratio(f, d), fmt.Sprintf("≥ %.2f×", minThroughputRatio), benchutil.Verdict(f >= minThroughputRatio*d)}
 	}
 	hd, hf := p99(pathDirect), p99(pathFerry)
 	added := hf - hd
 	halfP99 := latRow(fmt.Sprintf("produce p99 at half rate (%.0f rec/s)", res.halfRate.rate), res.halfRate, .99)
-	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), verdict(added <= maxAddedP99)
+	halfP99.floor, halfP99.verdict = "added ≤ "+ms(maxAddedP99), benchutil.Verdict(added <= maxAddedP99)
 	rows := []row{
 		tput("produce MB/s", res.produce),
 		latRow("produce p50, full speed", res.produce, .50),
@@ -71,7 +71,7 @@ func report(res *results) rendered {
 	// Terminal.
 	var t strings.Builder
 	tw := tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "metric (median of %d)\tdirect\trelay\tferry\trelay/direct\tferry/direct\tfloor\tresult\n", o.rounds)
+	fmt.Fprintf(tw, "metric (median of %d)\tdirect\trelay\tferry\trelay/direct\tferry/direct\tfloor\tresult\n", o.Rounds)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.metric, r.direct, r.relay, r.ferry, r.relayRatio, r.ratio, r.floor, r.verdict)
 	}
@@ -87,7 +87,7 @@ func report(res *results) rendered {
 	fmt.Fprintf(&t, "\nmachine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s\n",
 		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&t, "command: %s\n", res.command)
-	fmt.Fprintf(&t, "overall: %s (took %v)\n", verdict(pass), res.took.Round(time.Second))
+	fmt.Fprintf(&t, "overall: %s (took %v)\n", benchutil.Verdict(pass), res.took.Round(time.Second))
 
 	// Markdown.
 	var b strings.Builder
@@ -105,8 +105,8 @@ func report(res *results) rendered {
 		"bounded by them, the ratios are the point\n\n")
 	fmt.Fprintf(&b, "## Workload\n\n")
 	fmt.Fprintf(&b, "- topic `%s`: %d partitions, replication factor 3, 1 GiB kept a partition (`retention.bytes`, checked every 10 s), "+
-		"so that a run needs about 25 GB of disk rather than one more every few seconds\n", topic, o.partitions)
-	fmt.Fprintf(&b, "- records: %d-byte values, no key, JSON-like text (lz4 shrinks a 64 KiB run of them %.1f×)\n", o.size, res.lz4)
+		"so that a run needs about 25 GB of disk rather than one more every few seconds\n", topic, o.Partitions)
+	fmt.Fprintf(&b, "- records: %d-byte values, no key, JSON-like text (lz4 shrinks a 64 KiB run of them %.1f×)\n", o.Size, res.lz4)
 	fmt.Fprintf(&b, "- load generator: franz-go in the benchmark process, client defaults except lz4: acks=all, idempotent, "+
 		"10 ms linger, one produce request in flight per broker\n")
 	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
@@ -118,21 +118,21 @@ func report(res *results) rendered {
 			"through a second listener on every broker, which advertises the relay's ports. relay/direct is what any extra hop "+
 			"costs on this machine; Ferry/relay is what Ferry's own work costs\n")
 	}
-	fmt.Fprintf(&b, "- runs alternate %s, %s…; every figure is the median of %d runs per path\n", strings.Join(res.paths, ", "), res.paths[0], o.rounds)
-	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.warmup)
+	fmt.Fprintf(&b, "- runs alternate %s, %s…; every figure is the median of %d runs per path\n", strings.Join(res.paths, ", "), res.paths[0], o.Rounds)
+	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.Warmup)
 	fmt.Fprintf(&b, "- produce, full speed: %v per run, records offered as fast as the client buffers them (50 000 records); "+
-		"latency is from `Produce` to the acknowledgement, so at full speed it is mostly time queued in the client\n", o.duration)
+		"latency is from `Produce` to the acknowledgement, so at full speed it is mostly time queued in the client\n", o.Duration)
 	fmt.Fprintf(&b, "- produce, half rate: %v per run, paced at half of the direct full-speed median (%.0f records/s)\n",
-		o.duration, res.halfRate.rate)
+		o.Duration, res.halfRate.rate)
 	fmt.Fprintf(&b, "- consume: %d records per run from the start of every partition, no group\n", res.consumeN)
 	fmt.Fprintf(&b, "- MB/s is record value bytes (10^6) per second; CPU is utime+stime of the Ferry or relay process "+
 		"(/proc/<pid>/stat) over the run, per GiB (2^30) of record values moved through it\n\n")
 	fmt.Fprintf(&b, "## Results\n\n")
-	fmt.Fprintf(&b, "| metric (median of %d) | direct | relay | Ferry | relay/direct | Ferry/direct | floor | result |\n|---|--:|--:|--:|--:|--:|---|---|\n", o.rounds)
+	fmt.Fprintf(&b, "| metric (median of %d) | direct | relay | Ferry | relay/direct | Ferry/direct | floor | result |\n|---|--:|--:|--:|--:|--:|---|---|\n", o.Rounds)
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry, r.relayRatio, r.ratio, r.floor, mdVerdict(r.verdict))
 	}
-	fmt.Fprintf(&b, "\nOverall: **%s**\n\n", verdict(pass))
+	fmt.Fprintf(&b, "\nOverall: **%s**\n\n", benchutil.Verdict(pass))
 	fmt.Fprintf(&b, "### CPU per GiB moved\n\n| runs | GiB through Ferry | relay CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|--:|\n")
 	for _, r := range cpuRows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry)
@@ -198,13 +198,6 @@ func medianDur(rs []runResult, f func(runResult) time.Duration) time.Duration {
 
 func mb(v float64) string { return fmt.Sprintf("%.1f", v) }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 func signedMs(d time.Duration) string {
@@ -212,13 +205,6 @@ func signedMs(d time.Duration) string {
 		return "+" + ms(d)
 	}
 	return "−" + ms(-d)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 func mdVerdict(v string) string {

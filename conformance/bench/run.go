@@ -55,7 +55,7 @@ type results struct {
 
 func run(ctx context.Context, o options, cmd string) error {
 	res := &results{opts: o, command: cmd, machine: benchutil.ReadMachine(), started: time.Now()}
-	vals := benchutil.Values(256, o.size)
+	vals := benchutil.Values(256, o.Size)
 	res.lz4 = lz4Ratio(vals)
 
 	// Retention is checked every 10 s, so that the topic's bound
@@ -74,20 +74,11 @@ func run(ctx context.Context, o options, cmd string) error {
 		}}}
 	}
 	step("starting a 3-broker Kafka %s cluster", kafkatest.Version())
-	cluster, err := kafkatest.New(cfg)
+	cluster, err := benchutil.StartCluster(ctx, cfg, topic, o.Partitions)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		step("closing the Kafka cluster")
-		cluster.Close()
-	}()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
-		return err
-	}
+	defer benchutil.CloseCluster(cluster)
 	if o.generation > 0 {
 		return runGenerations(ctx, o, cluster)
 	}
@@ -151,10 +142,10 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 
 	// 1. Warm-up: JIT in the brokers, connections, page cache.
-	if o.warmup > 0 {
+	if o.Warmup > 0 {
 		for _, p := range paths {
-			step("warm-up: produce %s for %v", p.name, o.warmup)
-			if _, err := produce(ctx, p.bootstrap, topic, vals, o.warmup, 0); err != nil {
+			step("warm-up: produce %s for %v", p.name, o.Warmup)
+			if _, err := produce(ctx, p.bootstrap, topic, vals, o.Warmup, 0); err != nil {
 				return fmt.Errorf("warm-up %s: %w", p.name, err)
 			}
 		}
@@ -162,16 +153,16 @@ func run(ctx context.Context, o options, cmd string) error {
 
 	// 2. Produce at full speed.
 	res.produce.name = "produce, full speed"
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
-				return produce(ctx, p.bootstrap, topic, vals, o.duration, 0)
+				return produce(ctx, p.bootstrap, topic, vals, o.Duration, 0)
 			})
 			if err != nil {
 				return fmt.Errorf("produce %s: %w", p.name, err)
 			}
 			res.produce.add(p, r)
-			step("round %d/%d produce %-6s %7.1f MB/s  p50 %8s  p99 %8s%s", round, o.rounds, p.name,
+			step("round %d/%d produce %-6s %7.1f MB/s  p50 %8s  p99 %8s%s", round, o.Rounds, p.name,
 				r.MBps(), ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
@@ -179,54 +170,47 @@ func run(ctx context.Context, o options, cmd string) error {
 	// 3. Produce at half of the direct maximum rate.
 	res.halfRate.name = "produce, half rate"
 	res.halfRate.rate = median(res.produce.runs[pathDirect], runResult.RPS) / 2
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
-				return produce(ctx, p.bootstrap, topic, vals, o.duration, res.halfRate.rate)
+				return produce(ctx, p.bootstrap, topic, vals, o.Duration, res.halfRate.rate)
 			})
 			if err != nil {
 				return fmt.Errorf("half-rate produce %s: %w", p.name, err)
 			}
 			res.halfRate.add(p, r)
-			step("round %d/%d half rate (%.0f rec/s) %-6s p50 %8s  p99 %8s%s", round, o.rounds, res.halfRate.rate,
+			step("round %d/%d half rate (%.0f rec/s) %-6s p50 %8s  p99 %8s%s", round, o.Rounds, res.halfRate.rate,
 				p.name, ms(r.Pct(.50)), ms(r.Pct(.99)), cpuNote(r))
 		}
 	}
 
 	// 4. Consume from the start of the topic.
 	res.consume.name = "consume"
-	res.consumeN = min(o.records, produced(res))
-	if o.warmup > 0 {
+	res.consumeN = min(o.Records, produced(res))
+	if o.Warmup > 0 {
 		for _, p := range paths {
 			step("warm-up: consume %s", p.name)
-			if _, err := consume(ctx, p.bootstrap, topic, o.partitions, res.consumeN/4); err != nil {
+			if _, err := consume(ctx, p.bootstrap, topic, o.Partitions, res.consumeN/4); err != nil {
 				return fmt.Errorf("warm-up consume %s: %w", p.name, err)
 			}
 		}
 	}
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
 			r, err := measure(p, func() (runResult, error) {
-				return consume(ctx, p.bootstrap, topic, o.partitions, res.consumeN)
+				return consume(ctx, p.bootstrap, topic, o.Partitions, res.consumeN)
 			})
 			if err != nil {
 				return fmt.Errorf("consume %s: %w", p.name, err)
 			}
 			res.consume.add(p, r)
-			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.rounds, p.name, r.MBps(), cpuNote(r))
+			step("round %d/%d consume %-6s %7.1f MB/s%s", round, o.Rounds, p.name, r.MBps(), cpuNote(r))
 		}
 	}
 
 	res.took = time.Since(res.started)
 	rep := report(res)
-	fmt.Print("\n" + rep.text)
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(rep.markdown), 0o644); err != nil {
-			return err
-		}
-		step("wrote %s", o.out)
-	}
-	return nil
+	return benchutil.Publish(rep.text, rep.markdown, o.out, nil)
 }
 
 // measure runs one run and charges it the CPU time of the path's process.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -54,27 +53,11 @@ func Produce(ctx context.Context, opts []kgo.Opt, topic string, values [][]byte,
 		return RunResult{}, fmt.Errorf("first record: %w", err)
 	}
 
-	var (
-		mu      sync.Mutex
-		res     RunResult
-		lats    = make([]time.Duration, 0, 1<<20)
-		failure error
-	)
+	acks := NewAcks(true)
 	send := func(v []byte) {
 		start := time.Now()
 		cl.Produce(ctx, &kgo.Record{Topic: topic, Value: v}, func(r *kgo.Record, err error) {
-			lat := time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if failure == nil {
-					failure = err
-				}
-				return
-			}
-			lats = append(lats, lat)
-			res.Records++
-			res.Bytes += int64(len(r.Value))
+			acks.Ack(r, time.Since(start), err)
 		})
 	}
 
@@ -101,17 +84,11 @@ func Produce(ctx context.Context, opts []kgo.Opt, topic string, values [][]byte,
 			time.Sleep(500 * time.Microsecond)
 		}
 	}
-	if err := cl.Flush(ctx); err != nil {
+	if err := acks.Flush(ctx, cl); err != nil {
 		return RunResult{}, err
 	}
-	res.Elapsed = time.Since(start)
-	mu.Lock()
-	defer mu.Unlock()
-	if failure != nil {
-		return RunResult{}, failure
-	}
-	slices.Sort(lats)
-	res.Lats = lats
+	res := RunResult{Records: acks.Records, Bytes: acks.Bytes, Elapsed: time.Since(start), Lats: acks.Lats}
+	slices.Sort(res.Lats)
 	return res, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Step logs one line of a benchmark's progress to stderr, with the time.
@@ -31,4 +33,17 @@ func ParseBytes(s string) (int64, error) {
 		return 0, err
 	}
 	return int64(n * float64(mult)), nil
+}
+
+// ChildLogger is the logger of a benchmark's child process (a Ferry or a
+// mirror it measures): console lines on stderr at level ("debug", "info",
+// ...), warn when level is empty or not one.
+func ChildLogger(level string) (*zap.Logger, error) {
+	lcfg := zap.NewProductionConfig()
+	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
+	if lvl, err := zap.ParseAtomicLevel(level); err == nil && level != "" {
+		lcfg.Level = lvl
+	}
+	lcfg.Encoding = "console"
+	return lcfg.Build()
 }

@@ -2,6 +2,8 @@ package benchutil
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -36,6 +38,24 @@ func Run(name, stopping string, f func(ctx context.Context) error) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// Main parses the command line with parse and runs the benchmark called
+// name, in directory dir (e.g. "./conformance/bench"), with Run: run gets
+// the parsed options and the Command that reproduces the run. -h has
+// printed the usage and exits 0; a bad command line exits 2.
+func Main[O any](name, dir, stopping string, parse func(args []string) (O, error), run func(ctx context.Context, o O, command string) error) {
+	opts, err := parse(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(2)
+	}
+	Run(name, stopping, func(ctx context.Context) error {
+		return run(ctx, opts, Command(dir, os.Args[1:]))
+	})
 }
 
 // Command is how to reproduce a run of the benchmark in dir (e.g.

@@ -31,3 +31,17 @@ func CreateTopic(ctx context.Context, bootstrap, topic string, partitions int) e
 	}
 	return nil
 }
+
+// EndOffsets returns the end offset of every partition of topic.
+func EndOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}

@@ -25,6 +25,16 @@ cache=${FERRY_CACHE:-$root/.cache}
 venv=$cache/clients/py-venv
 say() { echo "install.sh: $*" >&2; }
 
+# sudo runs what needs root: directly as root, else through sudo.
+sudo=()
+[[ $(id -u) == 0 ]] || sudo=(sudo)
+
+# apt_install installs Debian packages, with the package lists updated first.
+apt_install() {
+	"${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
+}
+
 # --- Debian packages ---------------------------------------------------------
 apt_pkgs=()
 command -v javac >/dev/null 2>&1 || apt_pkgs+=(openjdk-17-jdk-headless)
@@ -34,11 +44,8 @@ command -v npm >/dev/null 2>&1 || apt_pkgs+=(npm)
 /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_pkgs+=(python3-venv)
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
 if ((${#apt_pkgs[@]})); then
-	sudo=()
-	[[ $(id -u) == 0 ]] || sudo=(sudo)
 	say "apt-get install ${apt_pkgs[*]}"
-	"${sudo[@]}" apt-get update -q
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${apt_pkgs[@]}"
+	apt_install "${apt_pkgs[@]}"
 fi
 
 # --- promtool (Debian's prometheus package) -----------------------------------
@@ -46,8 +53,6 @@ fi
 # policy-rc.d says so already (Docker images have one), one denying every
 # service start is in place for the install only.
 if ! command -v promtool >/dev/null 2>&1; then
-	sudo=()
-	[[ $(id -u) == 0 ]] || sudo=(sudo)
 	say "apt-get install prometheus (for promtool; the server is not started)"
 	policy=/usr/sbin/policy-rc.d
 	if [[ ! -e $policy ]]; then
@@ -67,22 +72,16 @@ fi
 # admin/ui_test.go loads the admin status page in headless Chromium; with
 # CI=true it fails when chromium is missing.
 if ! command -v chromium >/dev/null 2>&1; then
-	sudo=()
-	[[ $(id -u) == 0 ]] || sudo=(sudo)
 	say "apt-get install chromium (headless, for admin/ui_test.go)"
-	"${sudo[@]}" apt-get update -q
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium
+	apt_install chromium
 fi
 
 # --- buildah (Debian's, for the container image's test) -------------------------
 # deploy/container_test.go builds the Dockerfile with it; with CI=true it
 # fails when buildah is missing.
 if ! command -v buildah >/dev/null 2>&1; then
-	sudo=()
-	[[ $(id -u) == 0 ]] || sudo=(sudo)
 	say "apt-get install buildah (for deploy/container_test.go)"
-	"${sudo[@]}" apt-get update -q
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends buildah
+	apt_install buildah
 fi
 
 # --- PyPI kubernetes-validate in a venv ------------------------------------------

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 )
 
 // switchRound is one planned switch across the three members, timed from
@@ -147,7 +149,7 @@ func (b *bench) measureGossip(ctx context.Context) error {
 			step("  member %d: serving %v, views %v", i, ms2(s.serving.Sub(call)), v)
 		}
 		b.switches = append(b.switches, sr)
-		pm, _, _ := median(sr.polls)
+		pm, _, _ := benchutil.Spread(sr.polls)
 		step("switch %d → %s via member %d: answer %v; every member serving generation %d %v after the call (%v after the answer), all gossiped %v after the call (%v after the answer; last: %s); /status answered in %v (median)",
 			r+1, to, via.id, ms2(answer), gen, ms2(sr.serving), ms2(sr.serving-answer), ms2(sr.gossiped), ms2(sr.gossiped-answer), sr.slowest, ms2(pm))
 		time.Sleep(time.Second)

@@ -47,15 +47,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
@@ -126,31 +122,11 @@ type bench struct {
 func run(ctx context.Context, o options) error {
 	b := &bench{o: o, mirror: map[int][]mirrorResult{}, deaths: map[string][]deathRound{}, started: time.Now(), machine: benchutil.ReadMachine()}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	clusters := map[string]*kafkatest.Cluster{}
-	for _, name := range []string{"primary", "standby"} {
-		wg.Go(func() {
-			c, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: "fleetbench-" + name})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			clusters[name] = c
-		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range clusters {
-			c.Close()
-		}
-	}()
-	if err := errors.Join(errs...); err != nil {
+	clusters, err := benchutil.StartClusters("fleetbench-", "primary", "standby")
+	if err != nil {
 		return err
 	}
+	defer benchutil.CloseClusters(clusters)
 	b.primary, b.standby = clusters["primary"], clusters["standby"]
 	dir, err := os.MkdirTemp("", "fleetbench-")
 	if err != nil {
@@ -158,9 +134,9 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(dir)
 	step("building cmd/ferry")
-	bin := filepath.Join(dir, "ferry")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	bin, err := benchutil.BuildFerry(ctx, dir)
+	if err != nil {
+		return err
 	}
 	if o.java && strings.Contains(o.phases, "death") {
 		step("compiling the Java producer")
@@ -230,23 +206,4 @@ func run(ctx context.Context, o options) error {
 	}
 	b.fleet.stopAll()
 	return b.report()
-}
-
-func median[T int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {
-	if len(xs) == 0 {
-		return
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2], s[0], s[len(s)-1]
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }

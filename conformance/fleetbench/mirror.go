@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -59,40 +58,16 @@ func loadPrimary(ctx context.Context, c *kafkatest.Cluster, topic string, partit
 	}
 	defer prod.Close()
 	values := benchutil.Values(256, 1024)
-	var (
-		mu    sync.Mutex
-		first error
-		bytes int64
-	)
+	acks := benchutil.NewAcks(false)
 	for i := int64(0); i < n && ctx.Err() == nil; i++ {
 		prod.Produce(ctx, &kgo.Record{Partition: int32(i % int64(partitions)), Value: values[i%int64(len(values))]}, func(r *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
-			}
-			bytes += int64(len(r.Value))
+			acks.Ack(r, 0, err)
 		})
 	}
-	if err := prod.Flush(ctx); err != nil {
+	if err := acks.Flush(ctx, prod); err != nil {
 		return 0, err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return bytes, first
-}
-
-func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
+	return acks.Bytes, nil
 }
 
 // createReady creates topic on c and waits until every partition answers
@@ -178,7 +153,7 @@ func (b *bench) measureMirror(ctx context.Context, ids []int32, round int) (mirr
 		return r, err
 	}
 	defer srcCl.Close()
-	want, err := endOffsets(ctx, srcAdm, topic)
+	want, err := benchutil.EndOffsets(ctx, srcAdm, topic)
 	if err != nil {
 		return r, err
 	}
@@ -265,6 +240,6 @@ func (b *bench) measureMirror(ctx context.Context, ids []int32, round int) (mirr
 		}
 	}
 	step("mirror, %d member(s): %.1f MB/s (%s in %v; first records on the standby %v after the start, all %v after; owners %v, writers handed over %v)",
-		len(ids), r.mbps(), humanBytes(r.bytes), ms2(r.window), ms2(r.startup), ms2(r.total), r.owners, r.handovers)
+		len(ids), r.mbps(), benchutil.HumanBytes(r.bytes), ms2(r.window), ms2(r.startup), ms2(r.total), r.owners, r.handovers)
 	return r, nil
 }

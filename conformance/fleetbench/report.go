@@ -25,14 +25,14 @@ func dur(xs []time.Duration) string {
 	if len(xs) == 0 {
 		return "—"
 	}
-	m, lo, hi := median(xs)
+	m, lo, hi := benchutil.Spread(xs)
 	return fmt.Sprintf("%s (%s – %s)", ms2(m), ms2(lo), ms2(hi))
 }
 
 // verdictRounds judges a floor on the median and says how many rounds
 // were over it.
 func verdictRounds(xs []time.Duration, floor time.Duration) string {
-	m, _, _ := median(xs)
+	m, _, _ := benchutil.Spread(xs)
 	over := 0
 	for _, x := range xs {
 		if x > floor {
@@ -94,9 +94,9 @@ func (b *bench) report() error {
 	for _, r := range b.mirror[3] {
 		mb3 = append(mb3, r.mbps())
 	}
-	m1, m1lo, m1hi := median(mb1)
-	m3, m3lo, m3hi := median(mb3)
-	pm, _, _ := median(polls)
+	m1, m1lo, m1hi := benchutil.Spread(mb1)
+	m3, m3lo, m3hi := benchutil.Spread(mb3)
+	pm, _, _ := benchutil.Spread(polls)
 	variants := b.variants()
 
 	fmt.Fprintf(&sb, "Medians of %d (the mirror rows: of %d), with the lowest and highest in brackets.\n\n", b.o.rounds, b.o.mirrorRounds)
@@ -192,7 +192,7 @@ func (b *bench) report() error {
 			"**MB/s** is record value bytes (10^6) over the copy: from the last poll that saw none of the records on the standby to the first that saw all of them. \"Start → all\" adds the members' start-up (process start, joining, the first write lease, the writers' first fetch). "+
 			"With three members the partitions' writers are spread over them by rendezvous hashing; \"handed over\" counts partitions whose writer moved from one member to another during the round (e.g. taken by a member that was alone for a moment, then given up as the others joined). "+
 			"All five processes share %d cores, so three members cannot be expected to beat one here: the figure shows what spreading the writers costs or gains on one machine, not what three machines would do. One round is one copy; %d rounds each, alternating.\n\n",
-			humanBytes(b.o.mirrorBytes), b.o.mirrorPartitions, m.CPUs, b.o.mirrorRounds)
+			benchutil.HumanBytes(b.o.mirrorBytes), b.o.mirrorPartitions, m.CPUs, b.o.mirrorRounds)
 		fmt.Fprintf(&sb, "| round | members | MB/s | copy | start → first records on the standby | start → all | partitions per member at the end | handed over |\n|--:|--:|--:|--:|--:|--:|---|--:|\n")
 		for r := range b.o.mirrorRounds {
 			for _, n := range []int{1, 3} {

@@ -59,16 +59,16 @@ func jarDir() (string, error) {
 	if err := checkTools(); err != nil {
 		return "", err
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	cache, err := cacheDir()
+	cache, err := CacheDir()
 	if err != nil {
 		return "", err
 	}
 	dir := filepath.Join(cache, "kafka-"+kafkaVersion)
-	if err := resolveJars(filepath.Join(root, "conformance", "maven", "pom.xml"), dir); err != nil {
+	if err := ResolveJars(filepath.Join(root, "conformance", "maven", "pom.xml"), dir, "Kafka", kafkaVersion, "kafka_2.13-"+kafkaVersion+".jar"); err != nil {
 		return "", err
 	}
 	jarOnce.dir = dir
@@ -90,13 +90,15 @@ func checkTools() error {
 	return nil
 }
 
-// resolveJars copies the pom's runtime dependencies into dir unless dir is
-// already complete for this pom. A flock on dir+".lock" serialises parallel
-// test binaries.
-func resolveJars(pom, dir string) error {
+// ResolveJars copies the pom's runtime dependencies into dir unless dir is
+// already complete for this pom, and checks that jar, the one that must be
+// there, is. name and version (e.g. "Kafka", "4.4.0") say what is resolved,
+// in errors. A flock on dir+".lock" serialises parallel test binaries and
+// benchmarks.
+func ResolveJars(pom, dir, name, version, jar string) error {
 	pomBytes, err := os.ReadFile(pom)
 	if err != nil {
-		return fmt.Errorf("read Kafka pom: %w", err)
+		return fmt.Errorf("read %s pom: %w", name, err)
 	}
 	sum := sha256.Sum256(pomBytes)
 	want := []byte(hex.EncodeToString(sum[:]) + "\n")
@@ -123,12 +125,11 @@ func resolveJars(pom, dir string) error {
 		"-DoutputDirectory="+dir, "-DincludeScope=runtime")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("resolving Kafka %s jars with Maven failed (%v); command: %s\n%s",
-			kafkaVersion, err, cmd, out)
+		return fmt.Errorf("resolving %s %s jars with Maven failed (%v); command: %s\n%s",
+			name, version, err, cmd, out)
 	}
-	jars, _ := filepath.Glob(filepath.Join(dir, "kafka_2.13-"+kafkaVersion+".jar"))
-	if len(jars) == 0 {
-		return fmt.Errorf("maven finished but %s has no kafka_2.13-%s.jar", dir, kafkaVersion)
+	if _, err := os.Stat(filepath.Join(dir, jar)); err != nil {
+		return fmt.Errorf("maven finished but %s has no %s", dir, jar)
 	}
 	return os.WriteFile(filepath.Join(dir, completeMarker), want, 0o644)
 }
@@ -151,22 +152,23 @@ func lockFile(path string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// cacheDir is $FERRY_CACHE, else <repo root>/.cache.
-func cacheDir() (string, error) {
+// CacheDir is where the harness keeps what it downloads: $FERRY_CACHE,
+// else <repo root>/.cache.
+func CacheDir() (string, error) {
 	if d := os.Getenv("FERRY_CACHE"); d != "" {
 		return filepath.Abs(d)
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	return filepath.Join(root, ".cache"), nil
 }
 
-// repoRoot walks up to the directory holding go.mod, starting from this
+// RepoRoot walks up to the directory holding go.mod, starting from this
 // source file's directory (so it works from any package's tests), then
 // from the working directory.
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	var starts []string
 	if _, file, _, ok := runtime.Caller(0); ok {
 		starts = append(starts, filepath.Dir(file))

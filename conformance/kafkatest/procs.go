@@ -47,7 +47,7 @@ var procs struct {
 
 // pidsDir is the directory holding one owner directory per live test process.
 func pidsDir() (string, error) {
-	cache, err := cacheDir()
+	cache, err := CacheDir()
 	if err != nil {
 		return "", err
 	}

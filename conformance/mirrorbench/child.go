@@ -14,15 +14,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
-	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/mirror"
 )
 
@@ -38,34 +35,21 @@ const (
 	profileEnv = "FERRY_MIRRORBENCH_CPUPROFILE"
 	// logLevelEnv sets the child's log level (default warn).
 	logLevelEnv = "FERRY_MIRRORBENCH_LOG_LEVEL"
-	// clockTicks is USER_HZ, the unit of utime and stime in /proc: 100 on
-	// every Linux architecture Go supports.
-	clockTicks = 100
 )
 
 // runChild is the mirror process: the mirror's defaults, except that group
 // offsets and ACLs are not synchronised (the benchmark has neither).
 func runChild() error {
-	lcfg := zap.NewProductionConfig()
-	lcfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
-	if lvl, err := zap.ParseAtomicLevel(os.Getenv(logLevelEnv)); err == nil && os.Getenv(logLevelEnv) != "" {
-		lcfg.Level = lvl
-	}
-	lcfg.Encoding = "console"
-	log, err := lcfg.Build()
+	log, err := benchutil.ChildLogger(os.Getenv(logLevelEnv))
 	if err != nil {
 		return err
 	}
 	if profile := os.Getenv(profileEnv); profile != "" {
-		f, err := os.Create(profile)
+		stop, err := benchutil.StartCPUProfile(profile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	m, err := mirror.New(
 		mirror.Source(os.Getenv(childEnv)),
@@ -163,32 +147,7 @@ func (p *proc) exited() bool {
 
 // cpu returns the process's CPU time so far, user plus system, all threads.
 func (p *proc) cpu() (time.Duration, error) {
-	return procCPU(p.cmd.Process.Pid)
-}
-
-// procCPU reads utime+stime of pid from /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields after its ')'
-	// start with field 3 (state), so utime (14) and stime (15) are at 11
-	// and 12.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc stat %q", b)
-	}
-	fs := strings.Fields(string(b[i+1:]))
-	if len(fs) < 13 {
-		return 0, fmt.Errorf("unexpected /proc stat %q", b)
-	}
-	ut, err1 := strconv.ParseInt(fs[11], 10, 64)
-	st, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	return benchutil.PidCPU(p.cmd.Process.Pid)
 }
 
 // stop sends sig to the process (its group, if it has one), then SIGKILL

@@ -8,9 +8,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
@@ -60,81 +56,22 @@ func javaCmd(ctx context.Context, name, mainClass string, args ...string) (cmd *
 // mm2Jars returns the directory of connect-mirror's jars and their runtime
 // dependencies, resolving them with Maven on first use into
 // <cache>/mm2-<version> (the cache of kafkatest: $FERRY_CACHE, else
-// <repo root>/.cache). A marker holding the pom's hash makes later runs
-// skip Maven; a flock serialises concurrent runs.
+// <repo root>/.cache), as kafkatest resolves Kafka's.
 func mm2Jars() (string, error) {
-	root, err := repoRoot()
+	root, err := kafkatest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	cache := filepath.Join(root, ".cache")
-	if d := os.Getenv("FERRY_CACHE"); d != "" {
-		if cache, err = filepath.Abs(d); err != nil {
-			return "", err
-		}
+	cache, err := kafkatest.CacheDir()
+	if err != nil {
+		return "", err
 	}
-	pom := filepath.Join(root, "conformance", "maven-mm2", "pom.xml")
 	dir := filepath.Join(cache, "mm2-"+mm2Version)
-	pomBytes, err := os.ReadFile(pom)
-	if err != nil {
+	pom := filepath.Join(root, "conformance", "maven-mm2", "pom.xml")
+	if err := kafkatest.ResolveJars(pom, dir, "MirrorMaker 2", mm2Version, "connect-mirror-"+mm2Version+".jar"); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(pomBytes)
-	want := []byte(hex.EncodeToString(sum[:]) + "\n")
-	complete := func() bool {
-		got, err := os.ReadFile(filepath.Join(dir, ".complete"))
-		return err == nil && bytes.Equal(got, want)
-	}
-	if complete() {
-		return dir, nil
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("flock %s.lock: %w", dir, err)
-	}
-	if complete() {
-		return dir, nil
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("mvn", "-q", "-B", "-f", pom, "dependency:copy-dependencies",
-		"-DoutputDirectory="+dir, "-DincludeScope=runtime")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("resolving MirrorMaker 2 %s jars with Maven failed (%v); command: %s\n%s", mm2Version, err, cmd, out)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "connect-mirror-"+mm2Version+".jar")); err != nil {
-		return "", fmt.Errorf("maven finished but %s has no connect-mirror-%s.jar", dir, mm2Version)
-	}
-	return dir, os.WriteFile(filepath.Join(dir, ".complete"), want, 0o644)
-}
-
-// repoRoot walks up from the working directory to the directory holding
-// go.mod and conformance/maven-mm2/pom.xml.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "conformance", "maven-mm2", "pom.xml")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run mirrorbench inside the Ferry repo: no go.mod beside conformance/maven-mm2/pom.xml above the working directory")
-		}
-		dir = parent
-	}
+	return dir, nil
 }
 
 // mm2Config is one MirrorMaker 2 run: source alias → "target", one topic.

@@ -16,9 +16,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -104,11 +104,7 @@ func produceSource(ctx context.Context, bootstrap, topic, codec string, partitio
 		return loadResult{}, err
 	}
 	defer cl.Close()
-	var (
-		mu      sync.Mutex
-		res     loadResult
-		failure error
-	)
+	acks := benchutil.NewAcks(false)
 	rng := rand.New(rand.NewPCG(3, 4))
 	start := time.Now()
 	for i := int64(0); i < n && ctx.Err() == nil; i++ {
@@ -120,28 +116,12 @@ func produceSource(ctx context.Context, bootstrap, topic, codec string, partitio
 			Value:     v,
 			Headers:   []kgo.RecordHeader{{Key: "seq", Value: binary.BigEndian.AppendUint64(nil, uint64(i))}},
 		}
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if failure == nil {
-					failure = err
-				}
-				return
-			}
-			res.records++
-			res.bytes += int64(len(r.Value))
-		})
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) { acks.Ack(r, 0, err) })
 	}
-	if err := cl.Flush(ctx); err != nil {
+	if err := acks.Flush(ctx, cl); err != nil {
 		return loadResult{}, err
 	}
-	res.elapsed = time.Since(start)
-	mu.Lock()
-	defer mu.Unlock()
-	if failure != nil {
-		return loadResult{}, failure
-	}
+	res := loadResult{records: acks.Records, bytes: acks.Bytes, elapsed: time.Since(start)}
 	if res.records != n {
 		return loadResult{}, fmt.Errorf("produced %d of %d records", res.records, n)
 	}

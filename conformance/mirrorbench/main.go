@@ -44,7 +44,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -117,16 +116,5 @@ func main() {
 		}
 		return
 	}
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mirrorbench:", err)
-		os.Exit(2)
-	}
-
-	benchutil.Run("mirrorbench", "the mirrors and Kafka", func(ctx context.Context) error {
-		return run(ctx, opts, benchutil.Command("./conformance/mirrorbench", os.Args[1:]))
-	})
+	benchutil.Main("mirrorbench", "./conformance/mirrorbench", "the mirrors and Kafka", parseFlags, run)
 }

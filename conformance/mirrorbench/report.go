@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 )
 
@@ -34,21 +35,21 @@ func (v *variant) rows() ([]row, bool) {
 			return "(no floor)"
 		}
 		pass = pass && ok
-		return verdict(ok)
+		return benchutil.Verdict(ok)
 	}
 	var rs []row
 	if m.ran {
 		rs = append(rs,
-			row{"copy MB/s, Ferry vs MM2", mb(f.mbps()), mb(m.mbps()), ratio(f.mbps(), m.mbps()),
+			row{"copy MB/s, Ferry vs MM2", mb(f.mbps()), mb(m.mbps()), benchutil.Ratio(f.mbps(), m.mbps()),
 				fmt.Sprintf("≥ %.2f×", minMM2Throughput), check(f.mbps() >= minMM2Throughput*m.mbps(), compressed)},
-			row{"CPU-s per GiB, Ferry vs MM2", cpuS(f.cpuPerGiB()), cpuS(m.cpuPerGiB()), ratio(f.cpuPerGiB(), m.cpuPerGiB()),
+			row{"CPU-s per GiB, Ferry vs MM2", cpuS(f.cpuPerGiB()), cpuS(m.cpuPerGiB()), benchutil.Ratio(f.cpuPerGiB(), m.cpuPerGiB()),
 				fmt.Sprintf("≤ %.2f×", maxMM2CPU), check(f.cpuPerGiB() <= maxMM2CPU*m.cpuPerGiB(), compressed)},
 		)
 	} else {
 		rs = append(rs, row{"copy MB/s, Ferry vs MM2", mb(f.mbps()), "not run", "–", fmt.Sprintf("≥ %.2f×", minMM2Throughput), check(false, compressed)})
 	}
 	rs = append(rs,
-		row{"copy MB/s, Ferry vs the target's produce ceiling", mb(f.mbps()), mb(v.ceiling.mbps), ratio(f.mbps(), v.ceiling.mbps),
+		row{"copy MB/s, Ferry vs the target's produce ceiling", mb(f.mbps()), mb(v.ceiling.mbps), benchutil.Ratio(f.mbps(), v.ceiling.mbps),
 			fmt.Sprintf("≥ %.2f×", minCeiling), check(f.mbps() >= minCeiling*v.ceiling.mbps, true)},
 		row{"records identical at their source offset, Ferry vs MM2", fidShort(f.fid), mm2Fid(m), "–", "Ferry identical", check(f.fid.ok(), true)},
 		row{"process start to first records on the target, Ferry vs MM2", secs(f.startup), mm2Dur(m, m.startup), "–", "–", ""},
@@ -74,7 +75,7 @@ func report(res *results) rendered {
 	var t strings.Builder
 	for i, v := range res.variants {
 		fmt.Fprintf(&t, "%s (%.2f GiB of record values, %.0f MB on the source's disk; load average %s): %s\n",
-			v.codec, gib, float64(v.onDisk)/1e6, v.loadAvg, verdict(passes[i]))
+			v.codec, gib, float64(v.onDisk)/1e6, v.loadAvg, benchutil.Verdict(passes[i]))
 		tw := tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  metric\tFerry\tother\tratio\tfloor\tresult\n")
 		for _, r := range tables[i] {
@@ -86,7 +87,7 @@ func report(res *results) rendered {
 	fmt.Fprintf(&t, "machine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s brokers, MirrorMaker 2 %s\n",
 		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version(), mm2Version)
 	fmt.Fprintf(&t, "command: %s\nFerry commit: %s\n", res.command, res.revision)
-	fmt.Fprintf(&t, "overall: %s (took %v)\n", verdict(pass), res.took.Round(time.Second))
+	fmt.Fprintf(&t, "overall: %s (took %v)\n", benchutil.Verdict(pass), res.took.Round(time.Second))
 
 	// Markdown.
 	var b strings.Builder
@@ -105,13 +106,13 @@ func report(res *results) rendered {
 	for i, v := range res.variants {
 		fmt.Fprintf(&b, "| %s | %.0f MB | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | **%s** |\n",
 			v.codec, float64(v.onDisk)/1e6, mb(v.ceiling.mbps), mb(v.ferry.mbps()), mm2MB(v.mm2), ratioIf(v.mm2.ran, v.ferry.mbps(), v.mm2.mbps()),
-			ratio(v.ferry.mbps(), v.ceiling.mbps), cpuS(v.ferry.cpuPerGiB()), mm2CPUPer(v.mm2),
-			ratioIf(v.mm2.ran, v.ferry.cpuPerGiB(), v.mm2.cpuPerGiB()), fidShort(v.ferry.fid), mm2Fid(v.mm2), verdict(passes[i]))
+			benchutil.Ratio(v.ferry.mbps(), v.ceiling.mbps), cpuS(v.ferry.cpuPerGiB()), mm2CPUPer(v.mm2),
+			ratioIf(v.mm2.ran, v.ferry.cpuPerGiB(), v.mm2.cpuPerGiB()), fidShort(v.ferry.fid), mm2Fid(v.mm2), benchutil.Verdict(passes[i]))
 	}
 	fmt.Fprintf(&b, "\nOverall: **%s**. Floors (issue 3 §7): for compressed topics Ferry ≥ %.0f× MM2's MB/s at ≤ %.1f× its CPU per GiB; "+
 		"Ferry ≥ %.1f× the target's raw produce ceiling (applied to every codec here); Ferry's copy identical record for record. "+
 		"The uncompressed variant is measured against MM2 without a floor.\n\n",
-		verdict(pass), minMM2Throughput, maxMM2CPU, minCeiling)
+		benchutil.Verdict(pass), minMM2Throughput, maxMM2CPU, minCeiling)
 
 	fmt.Fprintf(&b, "## Machine\n\n")
 	fmt.Fprintf(&b, "- %d CPUs: %s\n- %.1f GiB memory, Linux %s\n- load average (1, 5, 15 min) at start: %s; at the start of each variant: %s\n",
@@ -157,7 +158,7 @@ func report(res *results) rendered {
 
 	fmt.Fprintf(&b, "## Results per codec\n\n")
 	for i, v := range res.variants {
-		fmt.Fprintf(&b, "### %s — **%s**\n\n", v.codec, verdict(passes[i]))
+		fmt.Fprintf(&b, "### %s — **%s**\n\n", v.codec, benchutil.Verdict(passes[i]))
 		fmt.Fprintf(&b, "Source topic: %.0f MB on disk for %.2f GiB of record values; loaded at %.1f MB/s. Load average at the start: %s.\n\n",
 			float64(v.onDisk)/1e6, gib, v.load.mbps(), v.loadAvg)
 		fmt.Fprintf(&b, "| metric | Ferry | MM2 or ceiling | Ferry/other | floor | result |\n|---|--:|--:|--:|---|---|\n")
@@ -243,7 +244,7 @@ func ratioIf(ok bool, a, b float64) string {
 	if !ok {
 		return "–"
 	}
-	return ratio(a, b)
+	return benchutil.Ratio(a, b)
 }
 
 func mb(v float64) string { return fmt.Sprintf("%.1f", v) }
@@ -251,20 +252,6 @@ func mb(v float64) string { return fmt.Sprintf("%.1f", v) }
 func cpuS(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
-
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
-}
 
 func mdVerdict(v string) string {
 	if v == "PASS" || v == "FAIL" {

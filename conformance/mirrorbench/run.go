@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -92,24 +91,15 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 
 	step("starting two 1-broker Kafka %s clusters (source, target)", kafkatest.Version())
-	var source, target *kafkatest.Cluster
-	var errS, errT error
-	var wg sync.WaitGroup
-	wg.Go(func() { source, errS = kafkatest.New(kafkatest.Config{Brokers: 1, Name: "mirrorbench-source"}) })
-	wg.Go(func() { target, errT = kafkatest.New(kafkatest.Config{Brokers: 1, Name: "mirrorbench-target"}) })
-	wg.Wait()
-	defer func() {
-		step("closing the Kafka clusters")
-		if source != nil {
-			source.Close()
-		}
-		if target != nil {
-			target.Close()
-		}
-	}()
-	if err := errors.Join(errS, errT); err != nil {
+	clusters, err := benchutil.StartClusters("mirrorbench-", "source", "target")
+	if err != nil {
 		return err
 	}
+	defer func() {
+		step("closing the Kafka clusters")
+		benchutil.CloseClusters(clusters)
+	}()
+	source, target := clusters["source"], clusters["target"]
 	// The admin clients poll end offsets and topic lists: kgo answers
 	// those from metadata at most MetadataMinAge old (5 s by default,
 	// during which a new topic stays unknown), so allow fresh metadata on
@@ -138,14 +128,7 @@ func run(ctx context.Context, o options, cmd string) error {
 
 	res.took = time.Since(res.started)
 	rep := report(res)
-	fmt.Print("\n" + rep.text)
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(rep.markdown), 0o644); err != nil {
-			return err
-		}
-		step("wrote %s", o.out)
-	}
-	return nil
+	return benchutil.Publish(rep.text, rep.markdown, o.out, nil)
 }
 
 // benchEnv is what every variant shares.
@@ -405,7 +388,7 @@ func (f fidelity) String() string {
 // revision names the commit of the working tree and whether the mirror's
 // sources differ from it.
 func revision() string {
-	root, err := repoRoot()
+	root, err := kafkatest.RepoRoot()
 	if err != nil {
 		return "unknown"
 	}

@@ -35,7 +35,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,7 +43,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,32 +105,13 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) error {
-	b := &bench{o: o, clusters: map[string]*kafkatest.Cluster{}, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
+	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for _, name := range []string{"primary", "standby"} {
-		wg.Go(func() {
-			c, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: "switchbench-" + name})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			b.clusters[name] = c
-		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range b.clusters {
-			c.Close()
-		}
-	}()
-	if err := errors.Join(errs...); err != nil {
+	var err error
+	if b.clusters, err = benchutil.StartClusters("switchbench-", "primary", "standby"); err != nil {
 		return err
 	}
+	defer benchutil.CloseClusters(b.clusters)
 	dir, err := os.MkdirTemp("", "switchbench-")
 	if err != nil {
 		return err
@@ -155,9 +134,9 @@ func run(ctx context.Context, o options) error {
 }
 
 func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
-	bin := filepath.Join(dir, "ferry")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ferry-gw/ferry/cmd/ferry").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	bin, err := benchutil.BuildFerry(ctx, dir)
+	if err != nil {
+		return nil, err
 	}
 	ports, err := benchutil.FreePorts(2)
 	if err != nil {
@@ -631,43 +610,28 @@ func endOffsets(ctx context.Context, c *kafkatest.Cluster, topic string) (map[in
 		return nil, err
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
-}
-
-func median[T int | int64 | float64 | time.Duration](xs []T) (med, lo, hi T) {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2], s[0], s[len(s)-1]
+	return benchutil.EndOffsets(ctx, kadm.NewClient(cl), topic)
 }
 
 func dur(xs []time.Duration) string {
-	m, lo, hi := median(xs)
+	m, lo, hi := benchutil.Spread(xs)
 	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	return fmt.Sprintf("%s (%s – %s)", r(m), r(lo), r(hi))
 }
 
 func (b *bench) report(w io.Writer) error {
 	m := benchutil.ReadMachine()
-	c0, c0lo, c0hi := median(b.consume[0])
-	c1, c1lo, c1hi := median(b.consume[1])
+	c0, c0lo, c0hi := benchutil.Spread(b.consume[0])
+	c1, c1lo, c1hi := benchutil.Spread(b.consume[1])
 	pass := func(ok bool) string {
 		if ok {
 			return "met"
 		}
 		return "NOT met"
 	}
-	pa, _, _ := median(b.planned["ack"])
-	pg, _, _ := median(b.planned["groups"])
-	fa, _, _ := median(b.forced)
+	pa, _, _ := benchutil.Spread(b.planned["ack"])
+	pg, _, _ := benchutil.Spread(b.planned["groups"])
+	fa, _, _ := benchutil.Spread(b.forced)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Switchover benchmark\n\n")
 	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine, group.initial.rebalance.delay.ms=0), franz-go clients.\n\n",
@@ -688,7 +652,7 @@ func (b *bench) report(w io.Writer) error {
 	fmt.Fprintf(&sb, "| consume through Ferry after a switch (generation 1), MB/s | %.1f (%.1f – %.1f) | | |\n", c1, c1lo, c1hi)
 	fmt.Fprintf(&sb, "| after / before | %.2f× | ≥ 0.9× | %s |\n", c1/c0, pass(c1/c0 >= 0.9))
 	fmt.Fprintf(&sb, "\nConsume: %s of 1 KiB records over %d partitions, read from the start by a fresh franz-go consumer (no group), %d rounds per generation; after the switch the same records are read from the other cluster, where the mirror put them at the same offsets.\n",
-		humanBytes(b.o.consumeBytes), b.o.partitions, b.o.rounds)
+		benchutil.HumanBytes(b.o.consumeBytes), b.o.partitions, b.o.rounds)
 	fmt.Fprint(w, sb.String())
 	if b.o.out != "" {
 		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
@@ -701,16 +665,6 @@ func ints(xs []int) string {
 	if len(xs) == 0 {
 		return "–"
 	}
-	m, lo, hi := median(xs)
+	m, lo, hi := benchutil.Spread(xs)
 	return fmt.Sprintf("%d (%d – %d)", m, lo, hi)
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }

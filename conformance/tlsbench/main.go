@@ -40,11 +40,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -54,26 +51,20 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	duration   time.Duration // one produce run
-	warmup     time.Duration // the unmeasured produce run per path
-	records    int64         // records read by one consume run
-	rounds     int           // runs per path and phase
-	partitions int           // of the benchmark topic
-	size       int           // record value bytes
-	out        string        // markdown report path, or ""
-	ferryBin   string        // prebuilt ferry binary, or "" to build cmd/ferry
-	paths      []string      // the paths measured, in this order
+	benchutil.Load
+	out      string   // markdown report path, or ""
+	ferryBin string   // prebuilt ferry binary, or "" to build cmd/ferry
+	paths    []string // the paths measured, in this order
 }
 
 func parseFlags(args []string) (options, error) {
-	var o options
+	o := options{Load: benchutil.Load{Duration: 12 * time.Second, Warmup: 4 * time.Second, Records: 3_000_000, Rounds: 3, Partitions: 6, Size: 1024}}
 	fs := flag.NewFlagSet("tlsbench", flag.ContinueOnError)
-	fs.DurationVar(&o.duration, "duration", 12*time.Second, "length of one produce run")
-	fs.DurationVar(&o.warmup, "warmup", 4*time.Second, "unmeasured produce run per path before the measured ones (and an unmeasured read of a quarter of -records)")
-	fs.Int64Var(&o.records, "records", 3_000_000, "records read by one consume run (capped at what the produce runs wrote)")
-	fs.IntVar(&o.rounds, "rounds", 3, "runs per path and phase, interleaved; figures are medians over rounds")
-	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the benchmark topic (replication factor 3)")
-	fs.IntVar(&o.size, "size", 1024, "record value size in bytes")
+	o.Flags(fs, benchutil.LoadHelp{
+		Duration: "length of one produce run",
+		Warmup:   "unmeasured produce run per path before the measured ones (and an unmeasured read of a quarter of -records)",
+		Rounds:   "runs per path and phase, interleaved; figures are medians over rounds",
+	})
 	fs.StringVar(&o.out, "out", "", "write the results as markdown into this file (e.g. docs/TLS-BENCHMARKS.md)")
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
 	var names []string
@@ -90,27 +81,12 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("-paths: unknown path %q (want some of %s)", p, strings.Join(names, ","))
 		}
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.duration <= 0 || o.warmup < 0:
-		return o, errors.New("-duration must be positive and -warmup not negative")
-	case o.records < 1 || o.rounds < 1 || o.partitions < 1 || o.size < 1:
-		return o, errors.New("-records, -rounds, -partitions and -size must be positive")
 	}
-	return o, nil
+	return o, o.Check()
 }
 
 func main() {
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tlsbench:", err)
-		os.Exit(2)
-	}
-	benchutil.Run("tlsbench", "Ferry and Kafka", func(ctx context.Context) error {
-		return run(ctx, opts, benchutil.Command("./conformance/tlsbench", os.Args[1:]))
-	})
+	benchutil.Main("tlsbench", "./conformance/tlsbench", "Ferry and Kafka", parseFlags, run)
 }

@@ -143,7 +143,7 @@ func report(res *results) rendered {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(&t, "median (lowest–highest) of %d rounds:\n", o.rounds)
+	fmt.Fprintf(&t, "median (lowest–highest) of %d rounds:\n", o.Rounds)
 	table(head, lines)
 	fmt.Fprintln(&t)
 	table(rhead, rlines)
@@ -177,9 +177,9 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- negotiated TLS, seen by a Go client: %s\n", strings.Join(tlsNotes, "; "))
 	fmt.Fprintf(&b, "- %d partitions, RF 3, %d-byte values, lz4; produce runs of %v, consume runs of %d records from the start; "+
 		"warm-up %v of produce and a quarter of a consume run per path; each round runs %s in turn\n\n",
-		o.partitions, o.size, o.duration, res.consumeN, o.warmup, strings.Join(o.paths, ", "))
+		o.Partitions, o.Size, o.Duration, res.consumeN, o.Warmup, strings.Join(o.paths, ", "))
 	fmt.Fprintf(&b, "Median (lowest–highest) of %d rounds. CPU is utime+stime per GiB (2^30) of record values moved; "+
-		"\"brokers\" is the three broker JVMs together.\n\n", o.rounds)
+		"\"brokers\" is the three broker JVMs together.\n\n", o.Rounds)
 	mdTable(head, lines)
 	fmt.Fprintf(&b, "\nRatios, taken per round between runs that ran one after the other, median (lowest–highest):\n\n")
 	mdTable(rhead, rlines)
@@ -188,7 +188,7 @@ func report(res *results) rendered {
 		name string
 		m    map[string][]sample
 	}{{"produce", res.produce}, {"consume", res.consume}} {
-		for i := range o.rounds {
+		for i := range o.Rounds {
 			for _, name := range o.paths {
 				if i >= len(ph.m[name]) {
 					continue

@@ -90,7 +90,7 @@ type results struct {
 func run(ctx context.Context, o options, cmd string) error {
 	res := &results{opts: o, command: cmd, machine: benchutil.ReadMachine(), started: time.Now(),
 		produce: map[string][]sample{}, consume: map[string][]sample{}, tlsNote: map[string]string{}}
-	vals := benchutil.Values(256, o.size)
+	vals := benchutil.Values(256, o.Size)
 
 	dir, err := os.MkdirTemp("", "ferry-tlsbench-")
 	if err != nil {
@@ -120,20 +120,11 @@ func run(ctx context.Context, o options, cmd string) error {
 	cfg := kafkatest.Config{Brokers: 3, Name: "tlsbench", BrokerConfig: map[string]string{"log.retention.check.interval.ms": "10000"}}
 	kafkatest.WithSecureListener(kafkatest.Secure{Name: secureListener, CA: ca})(&cfg)
 	step("starting a 3-broker Kafka %s cluster with PLAINTEXT and SSL listeners", kafkatest.Version())
-	cluster, err := kafkatest.New(cfg)
+	cluster, err := benchutil.StartCluster(ctx, cfg, topic, o.Partitions)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		step("closing the Kafka cluster")
-		cluster.Close()
-	}()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := benchutil.CreateTopic(ctx, cluster.Bootstrap(), topic, o.partitions); err != nil {
-		return err
-	}
+	defer benchutil.CloseCluster(cluster)
 	var brokerPids []int
 	for _, id := range cluster.NodeIDs() {
 		brokerPids = append(brokerPids, cluster.Pid(id))
@@ -193,24 +184,24 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 
 	// Warm-up: JIT in the brokers, connections, page cache.
-	if o.warmup > 0 {
+	if o.Warmup > 0 {
 		for _, p := range paths {
-			step("warm-up: produce %s for %v", p.name, o.warmup)
-			if _, err := benchutil.Produce(ctx, p.opts, topic, vals, o.warmup, 0); err != nil {
+			step("warm-up: produce %s for %v", p.name, o.Warmup)
+			if _, err := benchutil.Produce(ctx, p.opts, topic, vals, o.Warmup, 0); err != nil {
 				return fmt.Errorf("warm-up %s: %w", p.name, err)
 			}
 		}
 	}
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
 			s, err := measure(p, brokerPids, func() (benchutil.RunResult, error) {
-				return benchutil.Produce(ctx, p.opts, topic, vals, o.duration, 0)
+				return benchutil.Produce(ctx, p.opts, topic, vals, o.Duration, 0)
 			})
 			if err != nil {
 				return fmt.Errorf("produce %s: %w", p.name, err)
 			}
 			res.produce[p.name] = append(res.produce[p.name], s)
-			step("round %d/%d produce %-18s %7.1f MB/s%s", round, o.rounds, p.name, s.MBps(), cpuNote(s))
+			step("round %d/%d produce %-18s %7.1f MB/s%s", round, o.Rounds, p.name, s.MBps(), cpuNote(s))
 		}
 	}
 	var produced int64
@@ -219,19 +210,19 @@ func run(ctx context.Context, o options, cmd string) error {
 			produced += s.Records
 		}
 	}
-	res.consumeN = min(o.records, produced)
-	if o.warmup > 0 {
+	res.consumeN = min(o.Records, produced)
+	if o.Warmup > 0 {
 		for _, p := range paths {
 			step("warm-up: consume %s", p.name)
-			if _, err := benchutil.Consume(ctx, p.opts, topic, o.partitions, res.consumeN/4); err != nil {
+			if _, err := benchutil.Consume(ctx, p.opts, topic, o.Partitions, res.consumeN/4); err != nil {
 				return fmt.Errorf("warm-up consume %s: %w", p.name, err)
 			}
 		}
 	}
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= o.Rounds; round++ {
 		for _, p := range paths {
 			s, err := measure(p, brokerPids, func() (benchutil.RunResult, error) {
-				return benchutil.Consume(ctx, p.opts, topic, o.partitions, res.consumeN)
+				return benchutil.Consume(ctx, p.opts, topic, o.Partitions, res.consumeN)
 			})
 			if err != nil {
 				return fmt.Errorf("consume %s: %w", p.name, err)
@@ -241,21 +232,14 @@ func run(ctx context.Context, o options, cmd string) error {
 			if p.ferry {
 				note += fmt.Sprintf("  spliced %.0f%% of bytes sent", 100*s.spliced/max(s.sent, 1))
 			}
-			step("round %d/%d consume %-18s %7.1f MB/s%s", round, o.rounds, p.name, s.MBps(), note)
+			step("round %d/%d consume %-18s %7.1f MB/s%s", round, o.Rounds, p.name, s.MBps(), note)
 		}
 	}
 	res.took = time.Since(res.started)
 	res.loadEnd = benchutil.ReadMachine().Load
 
 	rep := report(res)
-	fmt.Print("\n" + rep.text)
-	if o.out != "" {
-		if err := writeReport(o.out, rep.markdown); err != nil {
-			return err
-		}
-		step("wrote %s", o.out)
-	}
-	return nil
+	return benchutil.Publish(rep.text, rep.markdown, o.out, writeReport)
 }
 
 func baseOpts(addrs []string) []kgo.Opt {

@@ -87,17 +87,25 @@ function security () {
   return out
 }
 
-function newKafka (a) {
-  return new Kafka({
+// kafkaConfig is what every client of the harness is made of (bootstrap,
+// security, logging), with extra added.
+function kafkaConfig (a, extra) {
+  return {
     clientId: 'ferry-conformance-kafkajs',
     brokers: a.bootstrap.split(','),
     ...security(),
     logLevel: logLevel.ERROR,
     logCreator: stderrLogger,
+    ...extra,
+  }
+}
+
+function newKafka (a) {
+  return new Kafka(kafkaConfig(a, {
     // Short backoffs: a transaction right after the previous commit meets
     // CONCURRENT_TRANSACTIONS until its markers are written.
     retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 15 },
-  })
+  }))
 }
 
 // sendByPartition sends messages one partition at a time, in turn, and
@@ -350,13 +358,7 @@ function emitError (role, err, fatal) {
 }
 
 function streamKafka (a) {
-  return new Kafka({
-    clientId: 'ferry-conformance-kafkajs',
-    brokers: a.bootstrap.split(','),
-    ...security(),
-    logLevel: logLevel.ERROR,
-    logCreator: stderrLogger,
-  })
+  return new Kafka(kafkaConfig(a))
 }
 
 // produceRole is an idempotent producer at kafkajs's defaults, --rate

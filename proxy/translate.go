@@ -61,43 +61,38 @@ func (s *Server) translate(ctx context.Context, u *upstream.Cluster, gen uint32,
 	}
 	if gen != 0 {
 		// Epochs and producer IDs are identity under generation 0.
+		// Going upstream, another generation's producer ID names
+		// another producer here: never forwarded (otherGeneration
+		// answers the requests that carry one before this); a committed
+		// offset's leader epoch of another generation becomes unknown
+		// (no truncation check) rather than a physical epoch of the
+		// other cluster.
 		v.ProducerID = func(f *int64) {
-			pid := *f
-			if dir == toPhysical {
-				// Another generation's ID names another producer
-				// here: never forwarded (otherGeneration answers
-				// the requests that carry one before this).
-				if phys, ok := routing.PhysicalPID(gen, pid); ok {
-					pid = phys
-				} else {
-					pid = -1
-				}
-			} else {
-				pid = routing.VirtualPID(gen, pid)
-			}
-			changed = changed || pid != *f
-			*f = pid
+			to := byGeneration(*f, gen, dir, routing.PhysicalPID, routing.VirtualPID)
+			changed = changed || to != *f
+			*f = to
 		}
 		v.LeaderEpoch = func(f *int32) {
-			e := *f
-			if dir == toPhysical {
-				// A committed offset's leader epoch of another
-				// generation becomes unknown (no truncation check)
-				// rather than a physical epoch of the other cluster.
-				if phys, ok := routing.PhysicalEpoch(gen, e); ok {
-					e = phys
-				} else {
-					e = -1
-				}
-			} else {
-				e = routing.VirtualEpoch(gen, e)
-			}
-			changed = changed || e != *f
-			*f = e
+			to := byGeneration(*f, gen, dir, routing.PhysicalEpoch, routing.VirtualEpoch)
+			changed = changed || to != *f
+			*f = to
 		}
 	}
 	kfields.Visit(msg, v)
 	return changed
+}
+
+// byGeneration maps a producer ID or leader epoch under generation gen:
+// to its physical value (-1, unknown, when it is of another generation)
+// or to its virtual one.
+func byGeneration[T int32 | int64](v T, gen uint32, dir direction, physical func(uint32, T) (T, bool), virtual func(uint32, T) T) T {
+	if dir == toVirtual {
+		return virtual(gen, v)
+	}
+	if p, ok := physical(gen, v); ok {
+		return p
+	}
+	return -1
 }
 
 // coordinatorMoved reports whether an answer says the coordinator moved,

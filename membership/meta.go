@@ -106,18 +106,6 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-func stateOf(s memberlist.NodeStateType) State {
-	switch s {
-	case memberlist.StateAlive:
-		return Alive
-	case memberlist.StateSuspect:
-		return Suspect
-	case memberlist.StateLeft:
-		return Left
-	}
-	return Dead
-}
-
 // Member is a member of the fleet as this member knows it.
 type Member struct {
 	Meta

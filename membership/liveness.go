@@ -24,10 +24,10 @@ import (
 //     member that leaves one probe unanswered for about a probe interval
 //     (direct, then indirect); the silence tolerated here is longer, and
 //     the detection as quick (memberlist's is as slow as the next probe of
-//     the dead member, by any member). Silence counts from when the member is first seen if
-//     its metadata says it sends heartbeats; a member of a Ferry from
-//     before heartbeats (a rolling upgrade) is alive until memberlist
-//     declares it dead, or until it is heard once.
+//     the dead member, by any member). Silence counts from when the member
+//     is first seen if its metadata says it sends heartbeats; a member of a
+//     Ferry from before heartbeats (a rolling upgrade) is alive until
+//     memberlist declares it dead, or until it is heard once.
 //   - Left: a member leaving on purpose (Close) tells every other first, by
 //     a reliable message; one that goes without saying so is dead, which
 //     is the safe reading (a dead member is never taken to hold nothing).

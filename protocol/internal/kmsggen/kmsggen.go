@@ -6,6 +6,7 @@ package kmsggen
 
 import (
 	"bytes"
+	"log"
 	"os"
 	"runtime/debug"
 	"testing"
@@ -34,6 +35,18 @@ func Version() string {
 		}
 	}
 	return "unknown"
+}
+
+// Main writes file, in the directory go generate runs the generator in,
+// with what generate returns; it exits on an error.
+func Main(file string, generate func() ([]byte, error)) {
+	src, err := generate()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(file, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
 }
 
 // CheckCurrent fails t when file is not what generate writes from the

@@ -24,8 +24,6 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
-	"log"
-	"os"
 	"reflect"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -66,15 +64,7 @@ var (
 	uuid      = reflect.TypeFor[[16]byte]()
 )
 
-func main() {
-	src, err := generate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile("answer_gen.go", src, 0o644); err != nil {
-		log.Fatal(err)
-	}
-}
+func main() { kmsggen.Main("answer_gen.go", generate) }
 
 type gen struct {
 	b bytes.Buffer

@@ -11,8 +11,6 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
-	"log"
-	"os"
 	"reflect"
 	"strings"
 
@@ -43,15 +41,7 @@ func visitorOf(f reflect.StructField) string {
 	return ""
 }
 
-func main() {
-	src, err := generate()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile("visit_gen.go", src, 0o644); err != nil {
-		log.Fatal(err)
-	}
-}
+func main() { kmsggen.Main("visit_gen.go", generate) }
 
 // messages is every request and response kmsg knows, by key.
 func messages() []reflect.Type {

@@ -93,7 +93,8 @@ func TestBrokerDeathProducers(t *testing.T) {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
 	}
 	cls := clients(t)
-	javaClasses(t) // compile before the clock starts
+	javaClasses(t)        // compile before the clock starts
+	lw := newLastWords(t) // before the cluster: its cleanup runs after the cluster's log dump
 	begin := time.Now()
 	c := kafkatest.Start(t, 3, kafkatest.WithName("broker-death"))
 	f := ferrytest.Start(t, c.Bootstrap())
@@ -212,10 +213,10 @@ func TestBrokerDeathProducers(t *testing.T) {
 	t.Logf("every producer done %v after the start", time.Since(start).Round(time.Millisecond))
 
 	for _, r := range runs {
-		t.Logf("%-28s acked %4d failed %4d in %v; first error: %q", r.name(), r.summary.Acked, r.summary.Failed,
+		lw.Logf("%-28s acked %4d failed %4d in %v; first error: %q", r.name(), r.summary.Acked, r.summary.Failed,
 			r.took.Round(time.Millisecond), r.summary.FirstError)
 		if r.err != nil {
-			t.Errorf("%s: %v\nstderr:\n%s", r.name(), r.err, tail(r.stderr, 4000))
+			lw.Errorf("%s: %v\nstderr:\n%s", r.name(), r.err, tail(r.stderr, 4000))
 		} else if s := strings.TrimSpace(r.stderr); s != "" {
 			t.Logf("%s stderr:\n%s", r.name(), tail(s, 1500))
 		}
@@ -228,7 +229,7 @@ func TestBrokerDeathProducers(t *testing.T) {
 		pair := d.family + "/" + d.wave
 		if v.summary.Failed > d.summary.Failed {
 			// The first errors tell what went wrong; the tail is logged above.
-			t.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\nhead of its stderr:\n%s",
+			lw.Errorf("%s: %d of %d records failed through Ferry, %d directly; through Ferry the first was: %s\nhead of its stderr:\n%s",
 				pair, v.summary.Failed, v.count, d.summary.Failed, v.summary.FirstError, head(v.stderr, 3000))
 		}
 		if d.summary.Failed > 0 {
@@ -236,13 +237,61 @@ func TestBrokerDeathProducers(t *testing.T) {
 		}
 	}
 
-	checkOnClusterOnce(t, ctx, c, adm, runs)
+	checkOnClusterOnce(t, lw.Errorf, ctx, c, adm, runs)
 
 	failures := upstreamFailures(t, f)
 	t.Logf("ferry_upstream_failures_total: %v", failures)
 	if failures["total"] == 0 {
-		t.Errorf("ferry_upstream_failures_total did not move: Ferry never answered in a dead broker's place")
+		lw.Errorf("ferry_upstream_failures_total did not move: Ferry never answered in a dead broker's place")
 	}
+}
+
+// lastWords keeps a test's failure messages and logs them again, shortened,
+// when the test ends: after the clusters' log tails, which would otherwise
+// bury them in the middle of a long output (CI shows its head and tail).
+type lastWords struct {
+	t     *testing.T
+	mu    sync.Mutex
+	notes []string // logged lines that explain a failure
+	msgs  []string
+}
+
+// newLastWords must be called before the clusters start, so that its
+// cleanup runs last.
+func newLastWords(t *testing.T) *lastWords {
+	lw := &lastWords{t: t}
+	t.Cleanup(func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		if t.Failed() && len(lw.msgs) > 0 {
+			t.Logf("FAILED, in short:\n  %s\n  %s", strings.Join(lw.notes, "\n  "), strings.Join(lw.msgs, "\n  "))
+		}
+	})
+	return lw
+}
+
+// Logf is t.Logf, the line kept for the summary.
+func (lw *lastWords) Logf(format string, args ...any) {
+	lw.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	lw.t.Log(msg)
+	lw.mu.Lock()
+	lw.notes = append(lw.notes, msg)
+	lw.mu.Unlock()
+}
+
+// Errorf is t.Errorf, kept for the summary (its first line, 600 bytes at most).
+func (lw *lastWords) Errorf(format string, args ...any) {
+	lw.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	lw.t.Error(msg)
+	short, _, _ := strings.Cut(msg, "\n")
+	if len(short) > 600 {
+		short = short[:600] + "…"
+	}
+	lw.mu.Lock()
+	lw.msgs = append(lw.msgs, short)
+	lw.mu.Unlock()
 }
 
 // waitFullISR waits until every partition of the topics has all three
@@ -384,7 +433,7 @@ func produceSteadyGo(ctx context.Context, r *steadyRun, bootstrap string) {
 // end offsets, and checks that each acknowledged record is there exactly
 // once, at the partition and offset it was acknowledged at, and that no
 // key appears twice.
-func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster, adm *kadm.Client, runs []*steadyRun) {
+func checkOnClusterOnce(t *testing.T, errorf func(format string, args ...any), ctx context.Context, c *kafkatest.Cluster, adm *kadm.Client, runs []*steadyRun) {
 	t.Helper()
 	byTopic := map[string]*steadyRun{}
 	var topics []string
@@ -425,7 +474,8 @@ func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster,
 	for len(left) > 0 {
 		fs := cl.PollFetches(rctx)
 		if rctx.Err() != nil {
-			t.Fatalf("reading back: partitions short of their end offsets: %v", left)
+			errorf("reading back: partitions short of their end offsets: %v", left)
+			t.FailNow()
 		}
 		fs.EachError(func(topic string, p int32, err error) {
 			t.Logf("reading back %s/%d: %v", topic, p, err)
@@ -450,7 +500,7 @@ func checkOnClusterOnce(t *testing.T, ctx context.Context, c *kafkatest.Cluster,
 		// What a client loses talking to the brokers directly is the
 		// comparison's baseline, not Ferry's doing: logged, not failed.
 		// (kafkajs once had 2 acknowledged records missing directly.)
-		report := t.Errorf
+		report := errorf
 		if r.path == "direct" {
 			report = func(format string, args ...any) { t.Logf("DIRECT, not asserted: "+format, args...) }
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
@@ -49,6 +50,10 @@ type config struct {
 	carrier TxnCarrier
 
 	errs []error // from options, reported by validate
+
+	// srcHooks and dstHooks are added to the clients of the source and the
+	// target (tests count their requests).
+	srcHooks, dstHooks []kgo.Hook
 
 	logger   *zap.Logger
 	registry prometheus.Registerer

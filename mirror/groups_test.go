@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,4 +211,137 @@ func TestMirrorSyncGateShutCopiesNoOffsets(t *testing.T) {
 	if got := at(); got != 7 {
 		t.Fatalf("the standby's offset is %d after a round with the gate open, want the source's 7", got)
 	}
+}
+
+// TestMirrorSyncGroupsManyInFewRequests: the switch's group copy reads
+// every group's offsets in one OffsetFetch per coordinator on each side and
+// the standby's end offsets in one ListOffsets per broker, whatever the
+// number of groups (a request per group made a switch with a thousand
+// groups hold writes for seconds); it commits each group that differs
+// once, clamped to the standby's end, and none that is already equal.
+func TestMirrorSyncGroupsManyInFewRequests(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const groups, parts, records = 120, 4, 10
+	topics := []string{"grp-many-a", "grp-many-b"}
+	cl := newClient(t, a, manualPartitioner())
+	for _, topic := range topics {
+		createTopic(t, a, topic, parts, nil)
+		for p := int32(0); p < parts; p++ {
+			produceN(t, cl, topic, p, records, 5, "many")
+		}
+	}
+	var src, dst requestCounts
+	m := startMirror(t, Topics([]string{"grp-many-.*"}, nil), Groups([]string{"gm-.*"}, nil), SyncACLs(false),
+		SyncInterval(time.Hour), // the first round only: the copy below is SyncGroups's
+		func(c *config) { c.srcHooks, c.dstHooks = append(c.srcHooks, &src), append(c.dstHooks, &dst) })
+	waitCaughtUp(t, m, topics...)
+
+	srcAdm := kadm.NewClient(cl)
+	want := map[string]map[string]map[int32]int64{}
+	for i := range groups {
+		g := fmt.Sprintf("gm-%03d", i)
+		var o kadm.Offsets
+		want[g] = map[string]map[int32]int64{}
+		for ti, topic := range topics {
+			want[g][topic] = map[int32]int64{}
+			for p := int32(0); p < parts; p++ {
+				at := int64((i + ti + int(p)) % (records + 3)) // some past the end: clamped to it
+				o.AddOffset(topic, p, at, -1)
+				want[g][topic][p] = min(at, records)
+			}
+		}
+		if resp, err := srcAdm.CommitOffsets(ctx, g, o); err != nil || resp.Error() != nil {
+			t.Fatalf("commit %s on the source: %v %v", g, err, resp.Error())
+		}
+	}
+
+	// The standby's group coordinator up (its offsets topic created), so
+	// that the counts below are the copy's and not a fresh cluster's
+	// retries.
+	dstAdm := kadm.NewClient(newClient(t, s))
+	testwait.Eventually(t, 30*time.Second, "the standby's group coordinator", func() error {
+		_, err := dstAdm.FetchOffsets(ctx, "warm-up")
+		return err
+	})
+
+	src.reset()
+	dst.reset()
+	if err := m.SyncGroups(ctx); err != nil {
+		t.Fatalf("SyncGroups: %v", err)
+	}
+	// The source's ListOffsets are not counted: the mirror lists its
+	// ends every second besides.
+	srcFetches, dstFetches := src.get(kmsg.OffsetFetch), dst.get(kmsg.OffsetFetch)
+	lists, commits := dst.get(kmsg.ListOffsets), dst.get(kmsg.OffsetCommit)
+	t.Logf("%d groups copied with %d+%d OffsetFetch (source+standby), %d ListOffsets and %d OffsetCommit requests (source %v, standby %v)",
+		groups, srcFetches, dstFetches, lists, commits, src.all(), dst.all())
+	// One-broker clusters: one coordinator, one leader. A retry (the
+	// standby's offsets topic still being created) is allowed once.
+	if srcFetches > 2 || dstFetches > 2 || lists > 2 {
+		t.Errorf("%d+%d OffsetFetch and %d ListOffsets requests for %d groups on one-broker clusters: want at most 2 each (not a request per group or topic)",
+			srcFetches, dstFetches, lists, groups)
+	}
+	if commits < groups {
+		t.Errorf("%d OffsetCommit requests, want one per group: %d", commits, groups)
+	}
+	got := dstAdm.FetchManyOffsets(ctx, slices.Sorted(maps.Keys(want))...)
+	for g, topics := range want {
+		r := got[g]
+		if r.Err != nil {
+			t.Fatalf("%s on the standby: %v", g, r.Err)
+		}
+		for topic, ps := range topics {
+			for p, at := range ps {
+				if o, ok := r.Fetched.Lookup(topic, p); !ok || o.At != at {
+					t.Errorf("%s %s[%d] on the standby is at %d (found %v), want %d", g, topic, p, o.At, ok, at)
+				}
+			}
+		}
+	}
+
+	dst.reset()
+	if err := m.SyncGroups(ctx); err != nil {
+		t.Fatalf("second SyncGroups: %v", err)
+	}
+	if n := dst.get(kmsg.OffsetCommit); n != 0 {
+		t.Errorf("a second SyncGroups with nothing changed sent %d OffsetCommit requests, want none", n)
+	}
+}
+
+// requestCounts counts the requests a client writes, by key (a kgo hook).
+type requestCounts struct {
+	mu sync.Mutex
+	n  map[int16]int
+}
+
+func (c *requestCounts) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[int16]int{}
+	}
+	c.n[key]++
+}
+
+func (c *requestCounts) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = nil
+}
+
+func (c *requestCounts) all() map[int16]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+func (c *requestCounts) get(key kmsg.Key) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[int16(key)]
 }

@@ -78,11 +78,11 @@ func New(opts ...Option) (*Mirror, error) {
 	vers.SetMaxKeyVersion(22, 4) // InitProducerId
 	vers.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
 	vers.SetMaxKeyVersion(26, 4) // EndTxn
-	src, err := cfg.srcSec.NewClient(cfg.source, kgo.ClientID("ferry-mirror"))
+	src, err := cfg.srcSec.NewClient(cfg.source, kgo.ClientID("ferry-mirror"), kgo.WithHooks(cfg.srcHooks...))
 	if err != nil {
 		return nil, fmt.Errorf("mirror: source client: %w", err)
 	}
-	dst, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers))
+	dst, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers), kgo.WithHooks(cfg.dstHooks...))
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("mirror: target client: %w", err)

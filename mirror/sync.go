@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 )
 
 // The metadata sync loop, run every SyncInterval by Run:
@@ -371,6 +373,10 @@ func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string
 // The switchover evicts: with every client held behind Ferry, members on
 // the standby are ones left from before an earlier switch, whose sessions
 // have not expired yet, and their group would refuse the copy.
+//
+// Offsets are clamped to the standby's end offsets read from the cluster,
+// not to what this member's writers have mirrored: with WithOwnership the
+// other members' writers mirror the rest of the partitions.
 func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	srcGroups, err := m.srcAdm.ListGroups(ctx)
 	if err != nil {
@@ -380,8 +386,8 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	if err != nil {
 		return fmt.Errorf("listing standby groups: %w", err)
 	}
-	var errs []error
-	ends := standbyEnds{m: m}
+	var groups []string
+	active := map[string]string{} // group → its type, for those with members on the standby
 	for _, g := range srcGroups.Sorted() {
 		if !m.cfg.mirrorGroup(g.Group) || g.GroupType == "share" {
 			continue
@@ -390,59 +396,119 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			if !evict {
 				continue // active on the standby: its members own the offsets there
 			}
-			if err := m.evictMembers(ctx, g.Group, d.GroupType); err != nil {
-				errs = append(errs, fmt.Errorf("removing the members of group %s from the standby: %w", g.Group, err))
-				continue
+			active[g.Group] = d.GroupType
+		}
+		groups = append(groups, g.Group)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	// Every group's offsets in one OffsetFetch per coordinator on each
+	// side, and the standby's end offsets of every topic they name in one
+	// ListOffsets per broker: a request per group or topic made a switch
+	// with a thousand groups take seconds with writes held.
+	src := m.srcAdm.FetchManyOffsets(ctx, groups...)
+	dst := m.dstAdm.FetchManyOffsets(ctx, groups...)
+	var errs []error
+	var topics []string
+	named := map[string]bool{}
+	for _, g := range groups {
+		r, ok := src[g]
+		if !ok || r.Err != nil {
+			continue
+		}
+		for t := range r.Fetched {
+			if !named[t] && m.cfg.mirrorTopic(t, false) {
+				named[t] = true
+				topics = append(topics, t)
 			}
 		}
-		offs, err := m.srcAdm.FetchOffsets(ctx, g.Group)
+	}
+	ends := map[string]map[int32]int64{}
+	if len(topics) > 0 {
+		l, err := m.dstAdm.ListEndOffsets(ctx, topics...)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("fetching offsets of group %s: %w", g.Group, err))
+			errs = append(errs, fmt.Errorf("standby end offsets: %w", err))
+		}
+		l.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil {
+				if ends[o.Topic] == nil {
+					ends[o.Topic] = map[int32]int64{}
+				}
+				ends[o.Topic][o.Partition] = o.Offset
+			}
+		})
+	}
+
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	var eg errgroup.Group
+	eg.SetLimit(groupSyncParallel)
+	for _, g := range groups {
+		r := src[g]
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("fetching offsets of group %s: %w", g, r.Err))
 			continue
 		}
 		commit := make(kadm.Offsets)
-		for t, ps := range offs {
-			for p, o := range ps {
-				if o.Err != nil || o.At < 0 {
-					continue
-				}
-				end, err := ends.get(ctx, t, p)
-				if err != nil {
-					errs = append(errs, err)
-				}
-				if end < 0 {
-					continue // not mirrored (yet)
-				}
-				at := min(o.At, end)
-				commit.Add(kadm.Offset{Topic: t, Partition: p, At: at, LeaderEpoch: -1, Metadata: o.Metadata})
+		r.Fetched.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil || o.At < 0 {
+				return
 			}
-		}
+			end, ok := ends[o.Topic][o.Partition]
+			if !ok {
+				return // not mirrored (yet)
+			}
+			commit.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: min(o.At, end), LeaderEpoch: -1, Metadata: o.Metadata})
+		})
 		if len(commit) == 0 {
 			continue
 		}
-		if have, err := m.dstAdm.FetchOffsets(ctx, g.Group); err == nil && sameOffsets(have, commit) {
+		groupType, isActive := active[g]
+		if have, ok := dst[g]; ok && have.Err == nil && !isActive && sameOffsets(have.Fetched, commit) {
 			continue
 		}
-		if !evict && !m.groupSyncOpen() {
-			break // the switch copies them itself (evict)
-		}
-		resp, err := m.dstAdm.CommitOffsets(ctx, g.Group, commit)
-		if err == nil {
-			err = resp.Error()
-		}
-		level := zap.DebugLevel
-		if evict {
-			level = zap.InfoLevel // once per group and switch: what its members resume at
-		}
-		if ce := m.log.Check(level, "copied a group's committed offsets"); ce != nil {
-			ce.Write(zap.String("group", g.Group), zap.Bool("switch", evict), zap.Any("offsets", commitAts(commit)), zap.Error(err))
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("committing offsets of group %s on the standby: %w", g.Group, err))
-		}
+		eg.Go(func() error {
+			if isActive {
+				if err := m.evictMembers(ctx, g, groupType); err != nil {
+					fail(fmt.Errorf("removing the members of group %s from the standby: %w", g, err))
+					return nil
+				}
+				if have, err := m.dstAdm.FetchOffsets(ctx, g); err == nil && sameOffsets(have, commit) {
+					return nil
+				}
+			}
+			if !evict && !m.groupSyncOpen() {
+				return nil // the switch copies them itself (evict)
+			}
+			resp, err := m.dstAdm.CommitOffsets(ctx, g, commit)
+			if err == nil {
+				err = resp.Error()
+			}
+			level := zap.DebugLevel
+			if evict {
+				level = zap.InfoLevel // once per group and switch: what its members resume at
+			}
+			if ce := m.log.Check(level, "copied a group's committed offsets"); ce != nil {
+				ce.Write(zap.String("group", g), zap.Bool("switch", evict), zap.Any("offsets", commitAts(commit)), zap.Error(err))
+			}
+			if err != nil {
+				fail(fmt.Errorf("committing offsets of group %s on the standby: %w", g, err))
+			}
+			return nil
+		})
 	}
+	eg.Wait()
 	return errors.Join(errs...)
 }
+
+// groupSyncParallel bounds the groups whose offsets are committed on the
+// standby at once (an OffsetCommit names one group).
+const groupSyncParallel = 16
 
 // commitAts is commit as topic → partition → offset, for a log line.
 func commitAts(commit kadm.Offsets) map[string]map[int32]int64 {
@@ -554,44 +620,6 @@ func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, e
 		}
 	}
 	return n, nil
-}
-
-// standbyEnds reads the standby's end offsets of mirrored topics, each
-// topic once. Group offsets are clamped to them, not to what this member's
-// writers have mirrored: with WithOwnership the other members' writers
-// mirror the rest of the partitions.
-type standbyEnds struct {
-	m    *Mirror
-	ends map[string]map[int32]int64
-}
-
-// get returns the standby's end offset of the partition, or -1 if it is not
-// mirrored (not a selected topic, or not on the standby yet). An error
-// reading it is returned once per topic.
-func (s *standbyEnds) get(ctx context.Context, topic string, partition int32) (int64, error) {
-	if s.ends == nil {
-		s.ends = make(map[string]map[int32]int64)
-	}
-	pe, ok := s.ends[topic]
-	if !ok {
-		pe = make(map[int32]int64)
-		s.ends[topic] = pe
-		if s.m.cfg.mirrorTopic(topic, false) {
-			l, err := s.m.dstAdm.ListEndOffsets(ctx, topic)
-			if err != nil {
-				return -1, fmt.Errorf("standby end offsets of %s: %w", topic, err)
-			}
-			l.Each(func(o kadm.ListedOffset) {
-				if o.Err == nil {
-					pe[o.Partition] = o.Offset
-				}
-			})
-		}
-	}
-	if e, ok := pe[partition]; ok {
-		return e, nil
-	}
-	return -1, nil
 }
 
 func sameOffsets(have kadm.OffsetResponses, want kadm.Offsets) bool {

@@ -125,3 +125,19 @@ func (f *Proc) Stop() {
 	f.Cmd.Process.Kill()
 	<-f.done
 }
+
+// PidStatus returns a field of /proc/<pid>/status counted in kB (VmRSS,
+// VmHWM), in bytes.
+func PidStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/conformance/benchutil"
 	"github.com/ferry-gw/ferry/protocol"
 )
 
@@ -192,19 +193,11 @@ func (f *ferryProc) stop() {
 
 // status returns a /proc/PID/status field in bytes.
 func (f *ferryProc) status(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.cmd.Process.Pid))
+	n, err := benchutil.PidStatus(f.cmd.Process.Pid, field)
 	if err != nil {
 		fatal(err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	fatal(fmt.Errorf("no %s in /proc status", field))
-	return 0
+	return n
 }
 
 func (f *ferryProc) rss() int64 { return f.status("VmRSS") }

@@ -63,6 +63,7 @@ type options struct {
 	rate         int
 	consumeBytes int64
 	out          string
+	shapes       []shape // the scale mode (scale.go)
 }
 
 func main() {
@@ -75,7 +76,15 @@ func main() {
 	fs.IntVar(&o.rate, "rate", 1000, "records/s the producer writes during the switches")
 	fs.StringVar(&cb, "consume-bytes", "256MiB", "record value bytes read in each consume round (KiB, MiB, GiB)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
+	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
+	if *shapes != "" {
+		var err error
+		if o.shapes, err = parseShapes(*shapes); err != nil {
+			fmt.Fprintln(os.Stderr, "switchbench: -shapes:", err)
+			os.Exit(2)
+		}
+	}
 	n, err := benchutil.ParseBytes(cb)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "switchbench: -consume-bytes:", err)
@@ -102,6 +111,8 @@ type bench struct {
 	// again, and during the records produced while it ran.
 	reread, during []int
 	lastSteps      string // the last switch's steps, as it answered them
+	ferryPID       int
+	shapes         []*shapeResult // the scale mode's
 }
 
 func run(ctx context.Context, o options) error {
@@ -124,8 +135,16 @@ func run(ctx context.Context, o options) error {
 	}
 	defer stop()
 
-	if err := b.measureConsume(ctx); err != nil {
-		return fmt.Errorf("consume: %w", err)
+	if b.o.consumeBytes > 0 {
+		if err := b.measureConsume(ctx); err != nil {
+			return fmt.Errorf("consume: %w", err)
+		}
+	}
+	if len(b.o.shapes) > 0 {
+		if err := b.measureShapes(ctx, b.o.shapes); err != nil {
+			return fmt.Errorf("shapes: %w", err)
+		}
+		return b.reportShapes(os.Stdout)
 	}
 	if err := b.measureSwitches(ctx); err != nil {
 		return fmt.Errorf("switches: %w", err)
@@ -166,6 +185,7 @@ mirror: {sync_interval: 1s}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	b.ferryPID = cmd.Process.Pid
 	stop := func() {
 		cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
@@ -433,105 +453,178 @@ func (r *recorder) firstSent(t time.Time) (time.Time, bool) {
 	return best, !best.IsZero()
 }
 
-func (b *bench) measureSwitches(ctx context.Context) error {
-	const topic = "switchbench-traffic"
+// traffic is what runs through Ferry during the switches: an idempotent
+// producer at -rate records/s and -groups consumer groups, on one topic.
+type traffic struct {
+	topic  string
+	prod   *kgo.Client
+	acks   *recorder
+	groups []*recorder
+	paused atomic.Bool
+}
+
+// startTraffic starts the traffic on a new topic; stop ends it.
+func (b *bench) startTraffic(ctx context.Context, topic string) (tr *traffic, stop func(), err error) {
 	if err := b.createTopic(ctx, topic); err != nil {
-		return err
+		return nil, nil, err
 	}
 	// The traffic's goroutines end when tctx does: cancel, then wait.
 	tctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	acks := &recorder{}
-	prod, err := b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond), kgo.RecordDeliveryTimeout(2*time.Minute))
-	if err != nil {
-		return err
+	var closers []func()
+	stop = func() {
+		cancel()
+		wg.Wait()
+		for _, c := range closers {
+			c()
+		}
 	}
-	defer prod.Close()
-	var paused atomic.Bool
+	tr = &traffic{topic: topic, acks: &recorder{}}
+	if tr.prod, err = b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond), kgo.RecordDeliveryTimeout(2*time.Minute)); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	closers = append(closers, tr.prod.Close)
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second / time.Duration(b.o.rate))
 		defer tick.Stop()
 		for tctx.Err() == nil {
 			<-tick.C
-			if paused.Load() {
+			if tr.paused.Load() {
 				continue
 			}
 			sent := time.Now()
-			prod.Produce(tctx, &kgo.Record{Value: []byte("switchbench")}, func(r *kgo.Record, err error) {
+			tr.prod.Produce(tctx, &kgo.Record{Value: []byte("switchbench")}, func(r *kgo.Record, err error) {
 				if err != nil {
-					acks.mu.Lock()
-					acks.errs++
-					acks.mu.Unlock()
+					if tctx.Err() == nil {
+						tr.acks.mu.Lock()
+						tr.acks.errs++
+						tr.acks.mu.Unlock()
+					}
 					return
 				}
-				acks.add(event{time.Now(), r.Partition, r.Offset, sent})
+				tr.acks.add(event{time.Now(), r.Partition, r.Offset, sent})
 			})
 		}
 	})
-	groups := make([]*recorder, b.o.groups)
-	for g := range groups {
-		groups[g] = &recorder{}
-		cl, err := b.client(kgo.ConsumeTopics(topic), kgo.ConsumerGroup(fmt.Sprintf("switchbench-%d", g)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-		if err != nil {
-			return err
+	tr.groups = make([]*recorder, b.o.groups)
+	for g := range tr.groups {
+		tr.groups[g] = &recorder{}
+		opts := []kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumerGroup(fmt.Sprintf("switchbench-%d", g)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+		if len(b.o.shapes) > 0 && g%2 == 1 {
+			opts = append(opts, kgo.ServerSideBalancer()) // the scale mode's groups are half KIP-848
 		}
-		defer cl.Close()
+		cl, err := b.client(opts...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		closers = append(closers, cl.Close)
 		wg.Go(func() {
 			for tctx.Err() == nil {
 				fs := cl.PollFetches(tctx)
 				now := time.Now()
-				fs.EachRecord(func(r *kgo.Record) { groups[g].add(event{at: now, partition: r.Partition, offset: r.Offset}) })
+				fs.EachRecord(func(r *kgo.Record) { tr.groups[g].add(event{at: now, partition: r.Partition, offset: r.Offset}) })
 			}
 		})
 	}
 	time.Sleep(3 * time.Second) // groups joined, traffic flowing
-	var lastCall time.Time      // the last planned switch's call
-	planned := func() (answer, firstAck, allGroups time.Duration, err error) {
-		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
-			return 0, 0, 0, err
-		}
-		left := b.active
-		t0 := time.Now()
-		lastCall = t0
-		answer, err = b.switchTo(ctx, b.other(), "planned")
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		ends, err := endOffsets(ctx, b.clusters[left], topic)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			a, ok := acks.first(t0, ends)
-			all := ok
-			var last time.Time
-			for _, g := range groups {
-				t, gok := g.first(t0, ends)
-				all = all && gok
-				if t.After(last) {
-					last = t
-				}
-			}
-			if all {
-				return answer, a.Sub(t0), last.Sub(t0), nil
-			}
-			if time.Now().After(deadline) {
-				return 0, 0, 0, fmt.Errorf("planned switch to %s: no ack or group back within a minute of the call", b.active)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	return tr, stop, nil
+}
+
+// errs is how many produces failed.
+func (tr *traffic) errs() int {
+	tr.acks.mu.Lock()
+	defer tr.acks.mu.Unlock()
+	return tr.acks.errs
+}
+
+// plannedSwitch runs one planned switch to the other cluster under the traffic:
+// its call, and from the call its answer, the first produce acknowledged by
+// the new active cluster and every group consuming again.
+func (b *bench) plannedSwitch(ctx context.Context, tr *traffic) (call time.Time, answer, firstAck, allGroups time.Duration, err error) {
+	if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+		return call, 0, 0, 0, err
 	}
+	left := b.active
+	call = time.Now()
+	answer, err = b.switchTo(ctx, b.other(), "planned")
+	if err != nil {
+		return call, 0, 0, 0, err
+	}
+	ends, err := endOffsets(ctx, b.clusters[left], tr.topic)
+	if err != nil {
+		return call, 0, 0, 0, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		a, ok := tr.acks.first(call, ends)
+		all := ok
+		var last time.Time
+		for _, g := range tr.groups {
+			t, gok := g.first(call, ends)
+			all = all && gok
+			if t.After(last) {
+				last = t
+			}
+		}
+		if all {
+			return call, answer, a.Sub(call), last.Sub(call), nil
+		}
+		if time.Now().After(deadline) {
+			return call, 0, 0, 0, fmt.Errorf("planned switch to %s: no ack or group back within a minute of the call", b.active)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// forcedSwitch runs one forced switch to the other cluster. The producer pauses
+// until the mirror has everything (so the switch loses nothing and the
+// mirror the other way finds the clusters identical), and resumes once the
+// switch has answered, as producers retrying against a dead cluster would:
+// measured is the call to the first acknowledgement of a record produced
+// after it.
+func (b *bench) forcedSwitch(ctx context.Context, tr *traffic) (answer, firstAck time.Duration, err error) {
+	tr.paused.Store(true)
+	defer tr.paused.Store(false)
+	if err := tr.prod.Flush(ctx); err != nil {
+		return 0, 0, err
+	}
+	if err := b.waitCaughtUp(ctx, 0); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	if answer, err = b.switchTo(ctx, b.other(), "forced"); err != nil {
+		return 0, 0, err
+	}
+	resumed := time.Now()
+	tr.paused.Store(false)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if a, ok := tr.acks.firstSent(resumed); ok {
+			return answer, a.Sub(t0), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("forced switch to %s: no ack within a minute", b.active)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (b *bench) measureSwitches(ctx context.Context) error {
+	tr, stop, err := b.startTraffic(ctx, "switchbench-traffic")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	var starts []time.Time // each planned switch's call
 	for r := range b.o.rounds {
-		answer, ack, grp, err := planned()
+		call, answer, ack, grp, err := b.plannedSwitch(ctx, tr)
 		if err != nil {
 			return err
 		}
-		starts = append(starts, lastCall)
-		b.during = append(b.during, acks.sentBetween(lastCall, lastCall.Add(answer)))
+		starts = append(starts, call)
+		b.during = append(b.during, tr.acks.sentBetween(call, call.Add(answer)))
 		b.planned["answer"] = append(b.planned["answer"], answer)
 		b.planned["ack"] = append(b.planned["ack"], ack)
 		b.planned["groups"] = append(b.planned["groups"], grp)
@@ -549,45 +642,14 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 			t1 = starts[r+1]
 		}
 		worst := 0
-		for _, g := range groups {
+		for _, g := range tr.groups {
 			worst = max(worst, g.readAgain(t0, t1))
 		}
 		b.reread = append(b.reread, worst)
 		step("planned %d: the most any group read again %d, records produced while it ran %d", r+1, worst, b.during[r])
 	}
-	// Forced: the producer pauses until the mirror has everything (so the
-	// switch loses nothing and the mirror the other way finds the clusters
-	// identical), and resumes once the switch has answered, as producers
-	// retrying against a dead cluster would: measured is the call to the
-	// first acknowledgement of a record produced after it.
-	forced := func() (answer, firstAck time.Duration, err error) {
-		paused.Store(true)
-		defer paused.Store(false)
-		if err := prod.Flush(ctx); err != nil {
-			return 0, 0, err
-		}
-		if err := b.waitCaughtUp(ctx, 0); err != nil {
-			return 0, 0, err
-		}
-		t0 := time.Now()
-		if answer, err = b.switchTo(ctx, b.other(), "forced"); err != nil {
-			return 0, 0, err
-		}
-		resumed := time.Now()
-		paused.Store(false)
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if a, ok := acks.firstSent(resumed); ok {
-				return answer, a.Sub(t0), nil
-			}
-			if time.Now().After(deadline) {
-				return 0, 0, fmt.Errorf("forced switch to %s: no ack within a minute", b.active)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	for r := range b.o.rounds {
-		answer, ack, err := forced()
+		answer, ack, err := b.forcedSwitch(ctx, tr)
 		if err != nil {
 			return err
 		}
@@ -596,10 +658,8 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 		step("forced %d → %s: answer %v, first ack %v", r+1, b.active, answer, ack)
 		time.Sleep(2 * time.Second)
 	}
-	acks.mu.Lock()
-	defer acks.mu.Unlock()
-	if acks.errs > 0 {
-		return fmt.Errorf("%d produces failed during the switches", acks.errs)
+	if n := tr.errs(); n > 0 {
+		return fmt.Errorf("%d produces failed during the switches", n)
 	}
 	return nil
 }

@@ -1,0 +1,417 @@
+package main
+
+// The scale mode (-shapes, `make bench-scale`): the same switches measured
+// as the clusters Ferry fronts grow. Shapes are taken in the order given,
+// each growing the last on the same clusters and the same Ferry (topics
+// and groups are added, never removed), so that each cost is read as a
+// slope between shapes as well as a level:
+//
+//   - partitions: topics of 10 partitions each, one record in every
+//     partition, idle but mirrored; the traffic (-rate records/s and
+//     -groups live consumer groups, half of them KIP-848) stays on its own
+//     topic;
+//   - groups: groups with a committed offset on each partition of one
+//     idle topic, as consumers that come and go leave them: every switch
+//     copies them all.
+//
+// At each shape: the member's resident and Go heap memory and its CPU with
+// the producer paused (idle cost), Metadata for every topic at the member
+// and at the active cluster directly (sequential requests, p50 and p99),
+// then -rounds planned and -rounds forced switches as in the default mode.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/conformance/benchutil"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+)
+
+// shape is a size of the clusters: partitions mirrored and groups with
+// committed offsets.
+type shape struct{ partitions, groups int }
+
+func (s shape) String() string { return fmt.Sprintf("%dx%d", s.partitions, s.groups) }
+
+// parseShapes reads "100x10,1000x100": partitions x groups, each shape at
+// least as large as the one before.
+func parseShapes(v string) ([]shape, error) {
+	var out []shape
+	for f := range strings.SplitSeq(v, ",") {
+		p, g, ok := strings.Cut(strings.TrimSpace(f), "x")
+		np, err1 := strconv.Atoi(p)
+		ng, err2 := strconv.Atoi(g)
+		if !ok || err1 != nil || err2 != nil || np < scaleTopicPartitions || ng < 0 {
+			return nil, fmt.Errorf("shape %q: want PARTITIONSxGROUPS, partitions at least %d", f, scaleTopicPartitions)
+		}
+		s := shape{np, ng}
+		if n := len(out); n > 0 && (s.partitions < out[n-1].partitions || s.groups < out[n-1].groups) {
+			return nil, fmt.Errorf("shape %v after %v: shapes only grow", s, out[n-1])
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// scaleTopicPartitions is the partitions of each idle topic.
+const scaleTopicPartitions = 10
+
+// shapeResult is what one shape measured.
+type shapeResult struct {
+	shape
+	mirrored              int // partitions the mirror reported
+	grow                  time.Duration
+	rss, heap             int64
+	idleCPU               float64 // of one core
+	metaFerry, metaDirect []time.Duration
+	planned               map[string][]time.Duration
+	forced, forcedAnswer  []time.Duration
+	steps                 []string // each planned switch's, as it answered
+	topicsNow, groupsNow  int
+}
+
+func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
+	tr, stop, err := b.startTraffic(ctx, "switchbench-traffic")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var topics, groups int // created so far
+	for _, sh := range shapes {
+		r := &shapeResult{shape: sh, planned: map[string][]time.Duration{}}
+		t0 := time.Now()
+		step("shape %v: growing to %d idle topics of %d partitions and %d groups", sh, sh.partitions/scaleTopicPartitions, scaleTopicPartitions, sh.groups)
+		var err error
+		if topics, err = b.growTopics(ctx, topics, sh.partitions/scaleTopicPartitions); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		if groups, err = b.growGroups(ctx, groups, sh.groups, topics); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		r.grow = time.Since(t0)
+		r.topicsNow, r.groupsNow = topics, groups
+		if r.mirrored, err = b.mirroredPartitions(); err != nil {
+			return err
+		}
+		step("shape %v: %d partitions mirrored, caught up %v after the growth began", sh, r.mirrored, r.grow.Round(time.Millisecond))
+		if err := b.measureIdle(ctx, tr, r); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		if err := b.measureMetadata(ctx, r); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		for i := range b.o.rounds {
+			_, answer, ack, grp, err := b.plannedSwitch(ctx, tr)
+			if err != nil {
+				return fmt.Errorf("shape %v: %w", sh, err)
+			}
+			r.planned["answer"] = append(r.planned["answer"], answer)
+			r.planned["ack"] = append(r.planned["ack"], ack)
+			r.planned["groups"] = append(r.planned["groups"], grp)
+			r.steps = append(r.steps, b.lastSteps)
+			step("shape %v: planned %d → %s: answer %v, first ack %v, every live group consuming %v (steps: %s)", sh, i+1, b.active, answer, ack, grp, b.lastSteps)
+			time.Sleep(2 * time.Second)
+		}
+		for i := range b.o.rounds {
+			answer, ack, err := b.forcedSwitch(ctx, tr)
+			if err != nil {
+				return fmt.Errorf("shape %v: %w", sh, err)
+			}
+			r.forcedAnswer = append(r.forcedAnswer, answer)
+			r.forced = append(r.forced, ack)
+			step("shape %v: forced %d → %s: answer %v, first ack %v (steps: %s)", sh, i+1, b.active, answer, ack, b.lastSteps)
+			time.Sleep(2 * time.Second)
+		}
+		b.shapes = append(b.shapes, r)
+	}
+	if n := tr.errs(); n > 0 {
+		return fmt.Errorf("%d produces failed during the switches", n)
+	}
+	return nil
+}
+
+// activeAdmin is an admin client of the active cluster, directly.
+func (b *bench) activeAdmin(opts ...kgo.Opt) (*kadm.Client, func(), error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.clusters[b.active].Addrs()...)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+func scaleTopic(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+// growTopics creates idle topics have..want-1 on the active cluster, with
+// one record in each partition, and returns want.
+func (b *bench) growTopics(ctx context.Context, have, want int) (int, error) {
+	if want <= have {
+		return have, nil
+	}
+	adm, closeAdm, err := b.activeAdmin()
+	if err != nil {
+		return have, err
+	}
+	defer closeAdm()
+	for i := have; i < want; i += 200 {
+		var names []string
+		for j := i; j < min(i+200, want); j++ {
+			names = append(names, scaleTopic(j))
+		}
+		resps, err := adm.CreateTopics(ctx, scaleTopicPartitions, 1, nil, names...)
+		if err == nil {
+			err = resps.Error()
+		}
+		if err != nil {
+			return have, fmt.Errorf("creating topics: %w", err)
+		}
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b.clusters[b.active].Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return have, err
+	}
+	defer prod.Close()
+	var recs []*kgo.Record
+	for i := have; i < want; i++ {
+		for p := range int32(scaleTopicPartitions) {
+			recs = append(recs, &kgo.Record{Topic: scaleTopic(i), Partition: p, Value: []byte("idle")})
+		}
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return have, fmt.Errorf("a record in each new partition: %w", err)
+	}
+	return want, nil
+}
+
+// growGroups commits offsets for groups have..want-1 on the active
+// cluster, group i on every partition of idle topic i mod topics, and
+// returns want.
+func (b *bench) growGroups(ctx context.Context, have, want, topics int) (int, error) {
+	if want <= have {
+		return have, nil
+	}
+	if topics == 0 {
+		return have, fmt.Errorf("groups need an idle topic")
+	}
+	adm, closeAdm, err := b.activeAdmin()
+	if err != nil {
+		return have, err
+	}
+	defer closeAdm()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := have; i < want; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var o kadm.Offsets
+			for p := range int32(scaleTopicPartitions) {
+				o.AddOffset(scaleTopic(i%topics), p, 1, -1)
+			}
+			resp, err := adm.CommitOffsets(ctx, fmt.Sprintf("scale-g-%05d", i), o)
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return have, fmt.Errorf("committing group offsets: %d failed, the first: %w", len(errs), errs[0])
+	}
+	return want, nil
+}
+
+// mirroredPartitions is how many partitions the mirror reports.
+func (b *bench) mirroredPartitions() (int, error) {
+	var st struct {
+		Mirror struct {
+			Partitions []struct{} `json:"partitions"`
+		} `json:"mirror"`
+	}
+	resp, err := http.Get("http://" + b.admin + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, err
+	}
+	return len(st.Mirror.Partitions), nil
+}
+
+// measureIdle reads the member's memory, then its CPU over idleFor with
+// the producer paused (the live groups still poll, as idle consumers do).
+func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) error {
+	const idleFor = 10 * time.Second
+	tr.paused.Store(true)
+	defer tr.paused.Store(false)
+	if err := tr.prod.Flush(ctx); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // the last records mirrored
+	c0, err := benchutil.PidCPU(b.ferryPID)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := sleepCtx(ctx, idleFor); err != nil {
+		return err
+	}
+	c1, err := benchutil.PidCPU(b.ferryPID)
+	if err != nil {
+		return err
+	}
+	r.idleCPU = (c1 - c0).Seconds() / time.Since(t0).Seconds()
+	if r.rss, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
+		return err
+	}
+	if r.heap, err = b.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return err
+	}
+	step("shape %v: member RSS %s, Go heap in use %s, CPU idle %.1f%% of a core", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// metric reads one unlabelled metric of the member's /metrics.
+func (b *bench) metric(name string) (int64, error) {
+	resp, err := http.Get("http://" + b.admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /metrics (%v)", name, sc.Err())
+}
+
+// metadataRounds is how many Metadata requests for every topic each side
+// is asked: p99 resolved to its second-highest of 200.
+const metadataRounds = 200
+
+// measureMetadata times Metadata for every topic, one request at a time,
+// at the member and at the active cluster directly.
+func (b *bench) measureMetadata(ctx context.Context, r *shapeResult) error {
+	for _, side := range []struct {
+		seed []string
+		out  *[]time.Duration
+	}{{[]string{b.addr}, &r.metaFerry}, {b.clusters[b.active].Addrs(), &r.metaDirect}} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(side.seed...))
+		if err != nil {
+			return err
+		}
+		for i := range metadataRounds + 5 {
+			req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
+			t0 := time.Now()
+			resp, err := req.RequestWith(ctx, cl)
+			took := time.Since(t0)
+			if err != nil {
+				cl.Close()
+				return fmt.Errorf("metadata: %w", err)
+			}
+			if i < 5 {
+				continue // connections up, versions known
+			}
+			n := 0
+			for _, t := range resp.Topics {
+				n += len(t.Partitions)
+			}
+			if n < r.partitions {
+				cl.Close()
+				return fmt.Errorf("metadata named %d partitions, want at least %d", n, r.partitions)
+			}
+			*side.out = append(*side.out, took)
+		}
+		cl.Close()
+	}
+	step("shape %v: Metadata for every topic: member p50 %v p99 %v, directly p50 %v p99 %v", r.shape,
+		pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99))
+	return nil
+}
+
+// pct is the p-th percentile of xs (nearest rank).
+func pct(xs []time.Duration, p int) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))].Round(10 * time.Microsecond)
+}
+
+func (b *bench) reportShapes(w io.Writer) error {
+	m := benchutil.ReadMachine()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# Scale benchmark\n\n")
+	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine), franz-go clients.\n\n",
+		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
+	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
+		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range b.shapes {
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% |\n",
+			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.forced),
+			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
+			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
+	}
+	if n := len(b.shapes); n >= 2 {
+		a, z := b.shapes[0], b.shapes[n-1]
+		if dp := z.mirrored - a.mirrored; dp > 0 {
+			fmt.Fprintf(&sb, "\nPer mirrored partition, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
+				a.mirrored, z.mirrored, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
+				100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
+		}
+	}
+	fmt.Fprintf(&sb, "\nEach planned switch's steps, as it answered them:\n\n")
+	for _, r := range b.shapes {
+		for i, s := range r.steps {
+			fmt.Fprintf(&sb, "- %v, round %d: %s\n", r.shape, i+1, s)
+		}
+	}
+	fmt.Fprint(w, sb.String())
+	if b.o.out != "" {
+		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
+	}
+	return nil
+}

@@ -38,7 +38,6 @@ type conn struct {
 	corr    int32
 	pending []*call
 	err     error
-	bw      *bufio.Writer
 
 	done chan struct{}
 }
@@ -54,6 +53,9 @@ type call struct {
 
 // errConnClosed is returned for requests on a conn that was closed.
 var errConnClosed = errors.New("mirror: broker connection closed")
+
+// readBufferSize is each connection's read buffer.
+const readBufferSize = 4 << 10
 
 // maxResponseSize caps one response frame.
 const maxResponseSize = 256 << 20
@@ -71,7 +73,6 @@ func dialConn(ctx context.Context, addr string, sec *clusterauth.Security) (*con
 		addr:    addr,
 		sec:     sec,
 		renewAt: sess.RenewAt(),
-		bw:      bufio.NewWriterSize(nc, 64<<10),
 		done:    make(chan struct{}),
 	}
 	go c.readLoop()
@@ -110,12 +111,9 @@ func (c *conn) Send(req kmsg.Request) *call {
 	buf := c.fmt.AppendRequest(nil, req, cl.corr)
 	c.pending = append(c.pending, cl)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.bw.Write(buf); err == nil {
-		err = c.bw.Flush()
-		if err != nil {
-			c.failLocked(err)
-		}
-	} else {
+	// The frame is whole in buf: written as it is (a buffered writer
+	// would copy it, and cost 64 KiB a connection, two a partition).
+	if _, err := c.nc.Write(buf); err != nil {
 		c.failLocked(err)
 	}
 	return cl
@@ -162,7 +160,10 @@ func (c *conn) failLocked(err error) {
 
 func (c *conn) readLoop() {
 	defer close(c.done)
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	// Small: a frame larger than the buffer is read straight into its
+	// body; the buffer only gathers the sizes and small answers (a
+	// connection per partition and side: its size is paid per partition).
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	var sizeBuf [4]byte
 	for {
 		_, err := io.ReadFull(br, sizeBuf[:])

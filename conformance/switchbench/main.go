@@ -113,6 +113,7 @@ type bench struct {
 	lastSteps      string // the last switch's steps, as it answered them
 	ferryPID       int
 	shapes         []*shapeResult // the scale mode's
+	lastGroups     string         // the last planned switch's time to each group consuming
 }
 
 func run(ctx context.Context, o options) error {
@@ -494,7 +495,16 @@ type traffic struct {
 	prod   *kgo.Client
 	acks   *recorder
 	groups []*recorder
+	kip848 bool // odd groups use KIP-848
 	paused atomic.Bool
+}
+
+// groupKind names group i's protocol.
+func (tr *traffic) groupKind(i int) string {
+	if tr.kip848 && i%2 == 1 {
+		return "KIP-848"
+	}
+	return "classic"
 }
 
 // startTraffic starts the traffic on a new topic; stop ends it.
@@ -513,7 +523,7 @@ func (b *bench) startTraffic(ctx context.Context, topic string) (tr *traffic, st
 			c()
 		}
 	}
-	tr = &traffic{topic: topic, acks: &recorder{}}
+	tr = &traffic{topic: topic, acks: &recorder{}, kip848: len(b.o.shapes) > 0} // the scale mode's groups are half KIP-848
 	if tr.prod, err = b.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond), kgo.RecordDeliveryTimeout(2*time.Minute)); err != nil {
 		stop()
 		return nil, nil, err
@@ -545,8 +555,8 @@ func (b *bench) startTraffic(ctx context.Context, topic string) (tr *traffic, st
 	for g := range tr.groups {
 		tr.groups[g] = &recorder{}
 		opts := []kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumerGroup(fmt.Sprintf("switchbench-%d", g)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
-		if len(b.o.shapes) > 0 && g%2 == 1 {
-			opts = append(opts, kgo.ServerSideBalancer()) // the scale mode's groups are half KIP-848
+		if tr.kip848 && g%2 == 1 {
+			opts = append(opts, kgo.ServerSideBalancer())
 		}
 		cl, err := b.client(opts...)
 		if err != nil {
@@ -595,14 +605,17 @@ func (b *bench) plannedSwitch(ctx context.Context, tr *traffic) (call time.Time,
 		a, ok := tr.acks.first(call, ends)
 		all := ok
 		var last time.Time
-		for _, g := range tr.groups {
+		var each []string
+		for i, g := range tr.groups {
 			t, gok := g.first(call, ends)
 			all = all && gok
 			if t.After(last) {
 				last = t
 			}
+			each = append(each, fmt.Sprintf("%s %v", tr.groupKind(i), t.Sub(call).Round(time.Millisecond)))
 		}
 		if all {
+			b.lastGroups = strings.Join(each, ", ")
 			return call, answer, a.Sub(call), last.Sub(call), nil
 		}
 		if time.Now().After(deadline) {

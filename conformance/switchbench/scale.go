@@ -126,7 +126,7 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 			r.planned["ack"] = append(r.planned["ack"], ack)
 			r.planned["groups"] = append(r.planned["groups"], grp)
 			r.steps = append(r.steps, b.lastSteps)
-			step("shape %v: planned %d → %s: answer %v, first ack %v, every live group consuming %v (steps: %s)", sh, i+1, b.active, answer, ack, grp, b.lastSteps)
+			step("shape %v: planned %d → %s: answer %v, first ack %v, every live group consuming %v (%s; steps: %s)", sh, i+1, b.active, answer, ack, grp, b.lastGroups, b.lastSteps)
 			time.Sleep(2 * time.Second)
 		}
 		for i := range b.o.rounds {

@@ -255,7 +255,10 @@ func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
 		}
 		ok := err == nil && st.Mirror.Running && len(st.Mirror.Partitions) > 0
 		for _, p := range st.Mirror.Partitions {
-			ok = ok && p.Lag <= maxLag && p.State != "halted"
+			// A writer still starting (after a switch, every partition's
+			// writer starts again in the other direction) has no lag
+			// yet: it is not caught up.
+			ok = ok && p.Lag <= maxLag && p.State != "halted" && p.State != "starting"
 		}
 		if ok {
 			return nil

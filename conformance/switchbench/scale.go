@@ -79,6 +79,7 @@ type shapeResult struct {
 	idleCPU               float64 // of one core
 	metaFerry, metaDirect []time.Duration
 	planned               map[string][]time.Duration
+	mirrorBack            []time.Duration // planned switch's call → the mirror caught up the other way
 	forced, forcedAnswer  []time.Duration
 	steps                 []string // each planned switch's, as it answered
 	topicsNow, groupsNow  int
@@ -118,7 +119,7 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
 		for i := range b.o.rounds {
-			_, answer, ack, grp, err := b.plannedSwitch(ctx, tr)
+			call, answer, ack, grp, err := b.plannedSwitch(ctx, tr)
 			if err != nil {
 				return fmt.Errorf("shape %v: %w", sh, err)
 			}
@@ -126,7 +127,14 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 			r.planned["ack"] = append(r.planned["ack"], ack)
 			r.planned["groups"] = append(r.planned["groups"], grp)
 			r.steps = append(r.steps, b.lastSteps)
-			step("shape %v: planned %d → %s: answer %v, first ack %v, every live group consuming %v (%s; steps: %s)", sh, i+1, b.active, answer, ack, grp, b.lastGroups, b.lastSteps)
+			// How long until the mirror runs the other way again, every
+			// writer past starting: the standby unprotected meanwhile.
+			if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+				return fmt.Errorf("shape %v: after planned %d: %w", sh, i+1, err)
+			}
+			r.mirrorBack = append(r.mirrorBack, time.Since(call))
+			step("shape %v: planned %d → %s: answer %v, first ack %v, every live group consuming %v (%s; steps: %s); mirror caught up the other way %v after the call",
+				sh, i+1, b.active, answer, ack, grp, b.lastGroups, b.lastSteps, r.mirrorBack[i].Round(time.Millisecond))
 			time.Sleep(2 * time.Second)
 		}
 		for i := range b.o.rounds {
@@ -387,11 +395,11 @@ func (b *bench) reportShapes(w io.Writer) error {
 		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
 		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
-	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
-		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% |\n",
-			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.forced),
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% |\n",
+			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.mirrorBack), dur(r.forced),
 			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
 			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
 	}

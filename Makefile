@@ -64,7 +64,7 @@ bench-mirror:
 bench-switchover:
 	$(GO) run ./conformance/switchbench $(SWITCHBENCHFLAGS)
 
-SCALEBENCHFLAGS ?= -shapes 100x10,1000x100,10000x1000 -rounds 3 -consume-bytes 0 -out docs/SCALE-BENCHMARKS.md
+SCALEBENCHFLAGS ?= -shapes 100x10,1000x100,10000x1000 -idle-conns 10000 -rounds 3 -consume-bytes 0 -out docs/SCALE-BENCHMARKS.md
 bench-scale:
 	$(GO) run ./conformance/switchbench $(SCALEBENCHFLAGS)
 

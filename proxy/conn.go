@@ -266,7 +266,7 @@ func (c *clientConn) readLoop() (err error) {
 			c.releaseUpstreams(err)
 		}
 	}()
-	br := bufio.NewReaderSize(c.nc, 32<<10)
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
 		if err := c.awaitRequest(br); err != nil {
 			return err
@@ -347,9 +347,32 @@ func (c *clientConn) readLoop() (err error) {
 	}
 }
 
+// Per-connection buffers, what an idle client connection costs beside its
+// two goroutines: the reader's, small, gathers frame sizes and small
+// pipelined requests (a frame larger than it is read straight into its
+// pooled buffer); the writer's is taken from a pool while answers are
+// being written and given back once they are flushed, so an idle
+// connection holds none.
+const (
+	readBufferSize  = 4 << 10
+	writeBufferSize = 32 << 10
+)
+
+var replyWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferSize) }}
+
+// putReplyWriter gives bw back to the pool, dropping what it still holds.
+func putReplyWriter(bw *bufio.Writer) {
+	bw.Reset(nil)
+	replyWriters.Put(bw)
+}
+
 func (c *clientConn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 32<<10)
+	var bw *bufio.Writer // nil while nothing is being written
 	for r := range c.replies {
+		if bw == nil {
+			bw = replyWriters.Get().(*bufio.Writer)
+			bw.Reset(c.nc)
+		}
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.settings.Load().WriteTimeout))
 		n, err := c.write(r, bw)
 		if c.stats != nil && n > 0 {
@@ -361,15 +384,23 @@ func (c *clientConn) writeLoop() {
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err == nil && len(c.replies) == 0 {
 			err = bw.Flush()
+			putReplyWriter(bw)
+			bw = nil
 			c.releaseQuiet()
 		}
 		if err != nil {
+			if bw != nil {
+				putReplyWriter(bw)
+			}
 			c.close(err)
 			c.drain()
 			return
 		}
 	}
-	bw.Flush()
+	if bw != nil {
+		bw.Flush()
+		putReplyWriter(bw)
+	}
 }
 
 // write writes one reply's frame to bw and returns its size.

@@ -64,6 +64,7 @@ type options struct {
 	consumeBytes int64
 	out          string
 	shapes       []shape // the scale mode (scale.go)
+	idleConns    int     // the scale mode: idle client connections opened at the first shape
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	fs.IntVar(&o.rate, "rate", 1000, "records/s the producer writes during the switches")
 	fs.StringVar(&cb, "consume-bytes", "256MiB", "record value bytes read in each consume round (KiB, MiB, GiB)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
+	fs.IntVar(&o.idleConns, "idle-conns", 0, "the scale mode: open this many idle client connections at the first shape and read the member's memory per connection")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -114,6 +116,7 @@ type bench struct {
 	ferryPID       int
 	shapes         []*shapeResult // the scale mode's
 	lastGroups     string         // the last planned switch's time to each group consuming
+	idleConns      *idleConnsResult
 }
 
 func run(ctx context.Context, o options) error {

@@ -22,15 +22,18 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -118,6 +121,11 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 		if err := b.measureMetadata(ctx, r); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
+		if b.o.idleConns > 0 && b.idleConns == nil {
+			if b.idleConns, err = b.measureIdleConns(ctx, b.o.idleConns); err != nil {
+				return fmt.Errorf("shape %v: idle connections: %w", sh, err)
+			}
+		}
 		for i := range b.o.rounds {
 			call, answer, ack, grp, err := b.plannedSwitch(ctx, tr)
 			if err != nil {
@@ -190,7 +198,10 @@ func (b *bench) growTopics(ctx context.Context, have, want int) (int, error) {
 			return have, fmt.Errorf("creating topics: %w", err)
 		}
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(b.clusters[b.active].Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	// New topics reach the broker's metadata a moment after they are
+	// created: unknown topics are retried until the delivery timeout.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b.clusters[b.active].Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(2*time.Minute))
 	if err != nil {
 		return have, err
 	}
@@ -411,6 +422,11 @@ func (b *bench) reportShapes(w io.Writer) error {
 				100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
 		}
 	}
+	if c := b.idleConns; c != nil {
+		fmt.Fprintf(&sb, "\n%d idle client connections (each asked ApiVersions, then nothing), opened from 64 goroutines at the first shape: %v (%.0f a second); the member's RSS %s → %s, %s per connection (Go heap %s), %.1f goroutines per connection.\n",
+			c.n, c.took.Round(time.Millisecond), float64(c.n)/c.took.Seconds(), benchutil.HumanBytes(c.rssBefore), benchutil.HumanBytes(c.rssAfter),
+			benchutil.HumanBytes(c.rssPer), benchutil.HumanBytes(c.heapPer), c.goroutinesPer)
+	}
 	fmt.Fprintf(&sb, "\nEach planned switch's steps, as it answered them:\n\n")
 	for _, r := range b.shapes {
 		for i, s := range r.steps {
@@ -422,4 +438,105 @@ func (b *bench) reportShapes(w io.Writer) error {
 		return os.WriteFile(b.o.out, []byte(sb.String()), 0o644)
 	}
 	return nil
+}
+
+// idleConnsResult is what opening many idle client connections cost.
+type idleConnsResult struct {
+	n                   int
+	took                time.Duration // opening them, ApiVersions answered on each
+	rssPer, heapPer     int64
+	goroutinesPer       float64
+	rssBefore, rssAfter int64
+}
+
+// measureIdleConns opens n client connections to the member, each asking
+// ApiVersions as a client does first (from 64 goroutines), keeps them open
+// and idle, and reads the member's memory before and after.
+func (b *bench) measureIdleConns(ctx context.Context, n int) (*idleConnsResult, error) {
+	r := &idleConnsResult{n: n}
+	var err error
+	if r.rssBefore, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
+		return nil, err
+	}
+	heap0, err := b.metric("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return nil, err
+	}
+	g0, err := b.metric("go_goroutines")
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]net.Conn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("switchbench-idle"))
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.Version = 3
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "switchbench", "1"
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	t0 := time.Now()
+	for range 64 {
+		wg.Go(func() {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				c, err := d.DialContext(ctx, "tcp", b.addr)
+				if err == nil {
+					conns[i] = c
+					c.SetDeadline(time.Now().Add(30 * time.Second))
+					_, err = c.Write(frame.AppendRequest(nil, req, 1))
+				}
+				if err == nil {
+					var size [4]byte
+					if _, err = io.ReadFull(c, size[:]); err == nil {
+						_, err = io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(size[:])))
+					}
+					c.SetDeadline(time.Time{})
+				}
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("connection %d: %w", i, err):
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.took = time.Since(t0)
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	time.Sleep(3 * time.Second) // settled
+	if r.rssAfter, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
+		return nil, err
+	}
+	heap1, err := b.metric("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return nil, err
+	}
+	g1, err := b.metric("go_goroutines")
+	if err != nil {
+		return nil, err
+	}
+	r.rssPer = (r.rssAfter - r.rssBefore) / int64(n)
+	r.heapPer = (heap1 - heap0) / int64(n)
+	r.goroutinesPer = float64(g1-g0) / float64(n)
+	step("%d idle client connections: opened (ApiVersions answered) in %v, %.0f/s; member RSS %s → %s, %s per connection (Go heap %s), %.1f goroutines per connection",
+		n, r.took.Round(time.Millisecond), float64(n)/r.took.Seconds(), benchutil.HumanBytes(r.rssBefore), benchutil.HumanBytes(r.rssAfter),
+		benchutil.HumanBytes(r.rssPer), benchutil.HumanBytes(r.heapPer), r.goroutinesPer)
+	return r, nil
 }

@@ -107,6 +107,7 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 	if r != nil {
 		return r, nil
 	}
+	rewritten = s.clampLostCommits(ctx, c, req, kr) || rewritten // epochs as the client sent them
 	rewritten = s.translate(ctx, req.up, gen, kr, toPhysical) || rewritten
 	if typ == coordTxn && mapped == nil {
 		for _, k := range keys {

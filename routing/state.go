@@ -89,6 +89,27 @@ func (s State) Previous() (gen uint32, cluster string, ok bool) {
 	return *l.FromGeneration, l.From, true
 }
 
+// LostStart is, when s was made by a forced switch that lost offsets of
+// the partition (s.Last's Lost), and epoch (a leader epoch a consumer
+// committed with its offset, as clients see epochs) was issued under a
+// generation before s's, the start of the partition's lost range: the
+// consumer read on the old cluster, where the offsets from there on hold
+// records the new active cluster never received. ok is false otherwise,
+// and for an unknown epoch (-1): nothing tells where it read.
+func (s State) LostStart(topic string, partition int32, epoch int32) (from int64, ok bool) {
+	l := s.Last
+	if epoch < 0 || l == nil || l.Mode != Forced || l.Outcome != OutcomeSwitched || l.To != s.Active ||
+		EpochGeneration(epoch) >= s.Generation {
+		return 0, false
+	}
+	for _, r := range l.Lost {
+		if r.Topic == topic && r.Partition == partition {
+			return r.From, true
+		}
+	}
+	return 0, false
+}
+
 // ForcedFrom reports whether s, the state a member routes by, holds writes
 // for a forced switch out of generation gen, or routes by a generation a
 // forced switch made from gen. From then on what the old cluster answers to

@@ -296,33 +296,40 @@ func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) er
 		return err
 	}
 	t0 := time.Now()
-	if err := sleepCtx(ctx, idleFor); err != nil {
-		return err
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(idleFor):
 	}
 	c1, err := benchutil.PidCPU(b.ferryPID)
 	if err != nil {
 		return err
 	}
 	r.idleCPU = (c1 - c0).Seconds() / time.Since(t0).Seconds()
-	if r.rss, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
+	mem, err := b.memory()
+	if err != nil {
 		return err
 	}
-	if r.heap, err = b.metric("go_memstats_heap_inuse_bytes"); err != nil {
-		return err
-	}
+	r.rss, r.heap = mem.rss, mem.heap
 	step("shape %v: member RSS %s, Go heap in use %s, CPU idle %.1f%% of a core", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+// memoryUse is the member's resident memory, Go heap in use and
+// goroutines.
+type memoryUse struct{ rss, heap, goroutines int64 }
+
+func (b *bench) memory() (memoryUse, error) {
+	var m memoryUse
+	var err error
+	if m.rss, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
+		return m, err
 	}
+	if m.heap, err = b.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return m, err
+	}
+	m.goroutines, err = b.metric("go_goroutines")
+	return m, err
 }
 
 // metric reads one unlabelled metric of the member's /metrics.
@@ -461,18 +468,11 @@ type idleConnsResult struct {
 // and idle, and reads the member's memory before and after.
 func (b *bench) measureIdleConns(ctx context.Context, n int) (*idleConnsResult, error) {
 	r := &idleConnsResult{n: n}
-	var err error
-	if r.rssBefore, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
-		return nil, err
-	}
-	heap0, err := b.metric("go_memstats_heap_inuse_bytes")
+	before, err := b.memory()
 	if err != nil {
 		return nil, err
 	}
-	g0, err := b.metric("go_goroutines")
-	if err != nil {
-		return nil, err
-	}
+	r.rssBefore = before.rss
 	conns := make([]net.Conn, n)
 	defer func() {
 		for _, c := range conns {
@@ -528,20 +528,14 @@ func (b *bench) measureIdleConns(ctx context.Context, n int) (*idleConnsResult, 
 	default:
 	}
 	time.Sleep(3 * time.Second) // settled
-	if r.rssAfter, err = benchutil.PidStatus(b.ferryPID, "VmRSS"); err != nil {
-		return nil, err
-	}
-	heap1, err := b.metric("go_memstats_heap_inuse_bytes")
+	after, err := b.memory()
 	if err != nil {
 		return nil, err
 	}
-	g1, err := b.metric("go_goroutines")
-	if err != nil {
-		return nil, err
-	}
-	r.rssPer = (r.rssAfter - r.rssBefore) / int64(n)
-	r.heapPer = (heap1 - heap0) / int64(n)
-	r.goroutinesPer = float64(g1-g0) / float64(n)
+	r.rssAfter = after.rss
+	r.rssPer = (after.rss - before.rss) / int64(n)
+	r.heapPer = (after.heap - before.heap) / int64(n)
+	r.goroutinesPer = float64(after.goroutines-before.goroutines) / float64(n)
 	step("%d idle client connections: opened (ApiVersions answered) in %v, %.0f/s; member RSS %s → %s, %s per connection (Go heap %s), %.1f goroutines per connection",
 		n, r.took.Round(time.Millisecond), float64(n)/r.took.Seconds(), benchutil.HumanBytes(r.rssBefore), benchutil.HumanBytes(r.rssAfter),
 		benchutil.HumanBytes(r.rssPer), benchutil.HumanBytes(r.heapPer), r.goroutinesPer)

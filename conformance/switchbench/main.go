@@ -25,10 +25,14 @@
 //     the other way finds both clusters equal, and resumes when the switch
 //     answers: call → first acknowledgement of a record produced after it.
 //
-// Medians of -rounds with min and max are printed, with the issue's floors;
-// -out writes them as markdown.
+// Medians of -rounds with min and max are printed, with the floors; -out
+// writes them as markdown.
 //
 //	go run ./conformance/switchbench -out docs/SWITCHOVER-BENCHMARKS.md
+//
+// With -shapes the switches are measured as the clusters grow, with the
+// member's memory, idle CPU and Metadata time at each size (scale.go,
+// `make bench-scale`).
 package main
 
 import (

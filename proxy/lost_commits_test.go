@@ -48,18 +48,24 @@ func TestCommitPastLostRangeLowered(t *testing.T) {
 		want      int64
 	}{
 		{"read-on-old", 0, 7, old, 5},
-		{"read-on-old", 1, 7, old, 7}, // t[1] lost nothing
+		{"read-on-old-by-id", 0, 7, old, 5}, // sent at v10, by topic ID
+		{"read-on-old", 1, 7, old, 7},       // t[1] lost nothing
 		{"read-on-new", 0, 7, cur, 7},
 		{"no-epoch", 0, 7, -1, 7},
 		{"below", 0, 4, old, 4},
 		{"at-start", 0, 5, old, 5},
 	}
+	top := maxVersion(t, s, kmsg.OffsetCommit)
+	if top < 10 {
+		t.Fatalf("OffsetCommit v%d advertised: the test wants v10 (topic IDs) too", top)
+	}
 	for i, cm := range commits {
 		req := kmsg.NewPtrOffsetCommitRequest()
-		req.Version = min(maxVersion(t, s, kmsg.OffsetCommit), 9) // by name
+		// By name, and from v10 by topic ID (Kafka 4's KIP-848 consumer).
+		req.Version = []int16{9, top}[i%2] // read-on-old-by-id is the second
 		req.Group, req.Generation = cm.group, -1
 		rt := kmsg.NewOffsetCommitRequestTopic()
-		rt.Topic = "t"
+		rt.Topic, rt.TopicID = "t", routing.VirtualTopicID("ferry-test", "t")
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = cm.partition, cm.offset, cm.epoch
 		rt.Partitions = append(rt.Partitions, rp)

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
@@ -29,9 +30,11 @@ func lostState() routing.State {
 // offsets 5–8, a group's commit of a position read on the old cluster (its
 // leader epoch of generation 0) at 7 is stored on the new active cluster
 // at 5, the lost range's start, where the group resumes reading the new
-// cluster's records; a position read on the new cluster (an epoch of
-// generation 1), one with no epoch, one below the range and one of a
-// partition that lost nothing are stored as committed.
+// cluster's records; so is a commit with no epoch past the new cluster's
+// end (6), which cannot have been read there. A position read on the new
+// cluster (an epoch of generation 1), one with no epoch within its end,
+// one below the range and one of a partition that lost nothing are stored
+// as committed.
 func TestCommitPastLostRangeLowered(t *testing.T) {
 	a := newKfake(t, 1, kfake.SeedTopics(2, "t"))
 	b := newKfake(t, 1, kfake.SeedTopics(2, "t"))
@@ -39,6 +42,14 @@ func TestCommitPastLostRangeLowered(t *testing.T) {
 	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(table),
 		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
 	c := dialRaw(t, addr)
+	// The new active cluster holds six records of t[0] written since the
+	// switch (offsets 0–5 here).
+	prod := newClient(t, b.ListenAddrs()[0], kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for range 6 {
+		if err := prod.ProduceSync(context.Background(), &kgo.Record{Topic: "t", Partition: 0, Value: []byte("new")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	old, cur := routing.VirtualEpoch(0, 0), routing.VirtualEpoch(1, 0)
 	commits := []struct {
 		group     string
@@ -51,7 +62,8 @@ func TestCommitPastLostRangeLowered(t *testing.T) {
 		{"read-on-old-by-id", 0, 7, old, 5}, // sent at v10, by topic ID
 		{"read-on-old", 1, 7, old, 7},       // t[1] lost nothing
 		{"read-on-new", 0, 7, cur, 7},
-		{"no-epoch", 0, 7, -1, 7},
+		{"no-epoch-past-end", 0, 7, -1, 5}, // t[0] ends at 6 on b: read on a
+		{"no-epoch-within-end", 0, 6, -1, 6},
 		{"below", 0, 4, old, 4},
 		{"at-start", 0, 5, old, 5},
 	}

@@ -97,17 +97,26 @@ func (s State) Previous() (gen uint32, cluster string, ok bool) {
 // records the new active cluster never received. ok is false otherwise,
 // and for an unknown epoch (-1): nothing tells where it read.
 func (s State) LostStart(topic string, partition int32, epoch int32) (from int64, ok bool) {
-	l := s.Last
-	if epoch < 0 || l == nil || l.Mode != Forced || l.Outcome != OutcomeSwitched || l.To != s.Active ||
-		EpochGeneration(epoch) >= s.Generation {
+	if epoch < 0 || EpochGeneration(epoch) >= s.Generation {
 		return 0, false
+	}
+	r, ok := s.LostRangeOf(topic, partition)
+	return r.From, ok
+}
+
+// LostRangeOf is the partition's lost range when s was made by a forced
+// switch that lost offsets of it (s.Last's Lost).
+func (s State) LostRangeOf(topic string, partition int32) (LostRange, bool) {
+	l := s.Last
+	if l == nil || l.Mode != Forced || l.Outcome != OutcomeSwitched || l.To != s.Active {
+		return LostRange{}, false
 	}
 	for _, r := range l.Lost {
 		if r.Topic == topic && r.Partition == partition {
-			return r.From, true
+			return r, true
 		}
 	}
-	return 0, false
+	return LostRange{}, false
 }
 
 // ForcedFrom reports whether s, the state a member routes by, holds writes

@@ -39,8 +39,9 @@ import (
 // clampLostCommits lowers, in an OffsetCommit or TxnOffsetCommit under the
 // state of a forced switch that lost offsets, each committed offset past
 // the start of its partition's lost range to that start, when its leader
-// epoch is of a generation before the switch's. It reports whether it
-// changed the request.
+// epoch is of a generation before the switch's, or when it has none and
+// lies past the active cluster's end. It reports whether it changed the
+// request.
 func (s *Server) clampLostCommits(ctx context.Context, c *clientConn, req *request, kr kmsg.Request) bool {
 	st := req.state
 	if st.Last == nil || len(st.Last.Lost) == 0 {

@@ -409,7 +409,13 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	// with a thousand groups take seconds with writes held.
 	src := m.srcAdm.FetchManyOffsets(ctx, groups...)
 	dst := m.dstAdm.FetchManyOffsets(ctx, groups...)
-	var errs []error
+	var errs []error // appended to under mu once the commits start
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	var topics []string
 	named := map[string]bool{}
 	for _, g := range groups {
@@ -424,34 +430,20 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			}
 		}
 	}
-	ends := map[string]map[int32]int64{}
+	var ends kadm.ListedOffsets
 	if len(topics) > 0 {
-		l, err := m.dstAdm.ListEndOffsets(ctx, topics...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("standby end offsets: %w", err))
+		var err error
+		if ends, err = m.dstAdm.ListEndOffsets(ctx, topics...); err != nil {
+			fail(fmt.Errorf("standby end offsets: %w", err))
 		}
-		l.Each(func(o kadm.ListedOffset) {
-			if o.Err == nil {
-				if ends[o.Topic] == nil {
-					ends[o.Topic] = map[int32]int64{}
-				}
-				ends[o.Topic][o.Partition] = o.Offset
-			}
-		})
 	}
 
-	var mu sync.Mutex
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
 	var eg errgroup.Group
 	eg.SetLimit(groupSyncParallel)
 	for _, g := range groups {
 		r := src[g]
 		if r.Err != nil {
-			errs = append(errs, fmt.Errorf("fetching offsets of group %s: %w", g, r.Err))
+			fail(fmt.Errorf("fetching offsets of group %s: %w", g, r.Err)) // commits of earlier groups run meanwhile
 			continue
 		}
 		commit := make(kadm.Offsets)
@@ -459,11 +451,11 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			if o.Err != nil || o.At < 0 {
 				return
 			}
-			end, ok := ends[o.Topic][o.Partition]
-			if !ok {
+			end, ok := ends.Lookup(o.Topic, o.Partition)
+			if !ok || end.Err != nil {
 				return // not mirrored (yet)
 			}
-			commit.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: min(o.At, end), LeaderEpoch: -1, Metadata: o.Metadata})
+			commit.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: min(o.At, end.Offset), LeaderEpoch: -1, Metadata: o.Metadata})
 		})
 		if len(commit) == 0 {
 			continue

@@ -26,6 +26,12 @@ package proxy
 // reset policy (the chaos replay of 2026-12-05: a KIP-848 consumer reset to
 // 0 after its commit of 39268 past a range lost from 38981). One with no
 // epoch at or below the end is kept: it may have been read on either.
+// Listing the end costs a round trip, so it is done only within the
+// window in which Ferry carries the commits of members from before a
+// switch (carriesStaleCommits): a consumer with a position read on the old
+// cluster commits well inside it, and one that has read on since commits
+// epoch-less offsets past the range's start for as long as the switch is
+// the last, each of which would cost the listing.
 
 import (
 	"context"
@@ -40,8 +46,8 @@ import (
 // state of a forced switch that lost offsets, each committed offset past
 // the start of its partition's lost range to that start, when its leader
 // epoch is of a generation before the switch's, or when it has none and
-// lies past the active cluster's end. It reports whether it changed the
-// request.
+// lies past the active cluster's end (within the stale-commit window). It
+// reports whether it changed the request.
 func (s *Server) clampLostCommits(ctx context.Context, c *clientConn, req *request, kr kmsg.Request) bool {
 	st := req.state
 	if st.Last == nil || len(st.Last.Lost) == 0 {
@@ -67,6 +73,9 @@ func (s *Server) clampLostCommits(ctx context.Context, c *clientConn, req *reque
 	var unknowns []unknown
 	clamp := func(topic string, partition int32, offset *int64, epoch int32) {
 		if epoch < 0 {
+			if !s.carriesStaleCommits(st.Generation) {
+				return
+			}
 			if r, ok := st.LostRangeOf(topic, partition); ok && *offset > r.From {
 				unknowns = append(unknowns, unknown{topic, partition, offset, r.From})
 			}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -129,5 +130,35 @@ func TestTxnCommitPastLostRangeLowered(t *testing.T) {
 	}
 	if got := tc.Topics[0].Partitions[1].Offset; got != 8 {
 		t.Errorf("t[1], which lost nothing: %d, want 8", got)
+	}
+}
+
+// TestEpochlessCommitKeptAfterStaleWindow: a commit with no epoch is judged
+// against the new cluster's end (a round trip) only within the window in
+// which Ferry carries commits from before a switch; past it, it is stored
+// as committed, as Kafka would store it.
+func TestEpochlessCommitKeptAfterStaleWindow(t *testing.T) {
+	a := newKfake(t, 1, kfake.SeedTopics(2, "t"))
+	b := newKfake(t, 1, kfake.SeedTopics(2, "t"))
+	s, addr := startFerry(t, a.ListenAddrs(), WithRoutingTable(routing.NewTable(lostState())),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs(), MirrorTarget: true}))
+	s.genSince.Store(&genStart{gen: 1, at: time.Now().Add(-2 * staleCommitWindow)})
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.Generation = 9, "late", -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = "t"
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Offset, rp.LeaderEpoch = 7, -1 // past the range's start and b's end (0)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	if code := rawCall(t, dialRaw(t, addr), req, 1).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+	got, err := kadm.NewClient(newClient(t, b.ListenAddrs()[0])).FetchOffsets(context.Background(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := got.Lookup("t", 0); !ok || o.At != 7 {
+		t.Errorf("an epoch-less commit of 7 past the stale-commit window: stored at %d (found %v), want 7", o.At, ok)
 	}
 }

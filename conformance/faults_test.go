@@ -265,24 +265,8 @@ func brokerSequenceStall(t *testing.T, f *ferrytest.Ferry, r *steadyRun) bool {
 	if !strings.HasPrefix(r.summary.FirstError, "unacknowledged") || !strings.Contains(r.stderr, "OUT_OF_ORDER_SEQUENCE_NUMBER") {
 		return false
 	}
-	mfs, err := f.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ferry_refusals_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == "other_generation" && m.GetCounter().GetValue() > 0 {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	return true // no refusal at all: a vector with no series is not gathered
+	refused, _ := counterSums(t, f, "ferry_refusals_total", "reason")
+	return refused["other_generation"] == 0 // absent: no refusal at all
 }
 
 // lastWords keeps a test's failure messages and logs them again, shortened,
@@ -580,33 +564,47 @@ func checkOnClusterOnce(t *testing.T, errorf func(format string, args ...any), c
 // by API, with the sum under "total".
 func upstreamFailures(t *testing.T, f *ferrytest.Ferry) map[string]float64 {
 	t.Helper()
+	out, ok := counterSums(t, f, "ferry_upstream_failures_total", "api")
+	if !ok {
+		t.Error("ferry_upstream_failures_total is not registered")
+	}
+	total := 0.0
+	for _, v := range out {
+		total += v
+	}
+	out["total"] = total
+	return out
+}
+
+// counterSums sums a counter vector of f's registry by one label's value
+// (a series without it under "?"); ok is false when no series is gathered
+// (a vector gathers nothing until a series has been created).
+func counterSums(t *testing.T, f *ferrytest.Ferry, name, label string) (sums map[string]float64, ok bool) {
+	t.Helper()
 	mfs, err := f.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{"total": 0}
+	sums = map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "ferry_upstream_failures_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			v := m.GetCounter().GetValue()
-			if v == 0 {
-				continue
+			if m.GetCounter().GetValue() == 0 {
+				continue // series created ahead (every API): kept out of the logged map
 			}
-			api := "?"
+			key := "?"
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "api" {
-					api = l.GetValue()
+				if l.GetName() == label {
+					key = l.GetValue()
 				}
 			}
-			out[api] += v
-			out["total"] += v
+			sums[key] += m.GetCounter().GetValue()
 		}
-		return out
+		return sums, true
 	}
-	t.Error("ferry_upstream_failures_total is not registered")
-	return out
+	return sums, false
 }
 
 func ptr(s string) *string { return &s }

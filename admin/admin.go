@@ -269,6 +269,7 @@ func New(opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /status/mirror", s.HandleMirror)
 	s.mux.HandleFunc("GET /status/routing", s.HandleRouting)
 	s.handleUI()
+	s.handleProfiles()
 	if cfg.connz != nil {
 		s.mux.HandleFunc("GET /connections", s.HandleConnections)
 	}

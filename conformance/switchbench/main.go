@@ -69,6 +69,7 @@ type options struct {
 	out          string
 	shapes       []shape // the scale mode (scale.go)
 	idleConns    int     // the scale mode: idle client connections opened at the first shape
+	profileDir   string  // the scale mode: the member's heap and idle CPU profiles per shape
 }
 
 func main() {
@@ -82,6 +83,7 @@ func main() {
 	fs.StringVar(&cb, "consume-bytes", "256MiB", "record value bytes read in each consume round (KiB, MiB, GiB)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.IntVar(&o.idleConns, "idle-conns", 0, "the scale mode: open this many idle client connections at the first shape and read the member's memory per connection")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "the scale mode: save the member's heap profile and a CPU profile of its idle period at each shape here (go tool pprof)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {

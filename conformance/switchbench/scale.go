@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -296,10 +297,16 @@ func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) er
 		return err
 	}
 	t0 := time.Now()
+	if b.o.profileDir != "" {
+		// The CPU profile spans the idle period itself.
+		if err := b.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(idleFor/time.Second)), fmt.Sprintf("cpu-idle-%v.pb.gz", r.shape)); err != nil {
+			return err
+		}
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(idleFor):
+	case <-time.After(time.Until(t0.Add(idleFor))):
 	}
 	c1, err := benchutil.PidCPU(b.ferryPID)
 	if err != nil {
@@ -311,7 +318,17 @@ func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) er
 		return err
 	}
 	r.rss, r.heap = mem.rss, mem.heap
-	step("shape %v: member RSS %s, Go heap in use %s, CPU idle %.1f%% of a core", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
+	if b.o.profileDir != "" {
+		if err := b.profile(ctx, "heap?gc=1", fmt.Sprintf("heap-%v.pb.gz", r.shape)); err != nil {
+			return err
+		}
+	}
+	stacks, err := b.metric("go_memstats_stack_inuse_bytes")
+	if err != nil {
+		return err
+	}
+	step("shape %v: member RSS %s, Go heap in use %s, stacks %s (%d goroutines), CPU idle %.1f%% of a core", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap),
+		benchutil.HumanBytes(stacks), mem.goroutines, 100*r.idleCPU)
 	return nil
 }
 
@@ -330,6 +347,36 @@ func (b *bench) memory() (memoryUse, error) {
 	}
 	m.goroutines, err = b.metric("go_goroutines")
 	return m, err
+}
+
+// profile saves the member's runtime profile /debug/pprof/<what> as file in
+// -profile-dir.
+func (b *bench) profile(ctx context.Context, what, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.admin+"/debug/pprof/"+what, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", what, resp.Status)
+	}
+	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(b.o.profileDir, file))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	step("profile %s saved in %s", what, f.Name())
+	return f.Close()
 }
 
 // metric reads one unlabelled metric of the member's /metrics.

@@ -1,0 +1,22 @@
+package admin
+
+import (
+	"net/http"
+	"net/http/pprof"
+)
+
+// handleProfiles serves Go's runtime profiles (net/http/pprof) under
+// /debug/pprof/, behind the token like every mutating endpoint: a heap or
+// goroutine profile shows what the process holds (addresses, topic names in
+// strings), and a CPU profile or trace costs CPU while it runs. A profile
+// (?seconds=N) must end within the server's write timeout (one minute).
+//
+//	curl -H "Authorization: Bearer $TOKEN" -o heap.pb.gz http://127.0.0.1:9644/debug/pprof/heap
+//	go tool pprof -top heap.pb.gz
+func (s *Server) handleProfiles() {
+	s.mux.Handle("GET /debug/pprof/", s.authorize(http.HandlerFunc(pprof.Index)))
+	s.mux.Handle("GET /debug/pprof/cmdline", s.authorize(http.HandlerFunc(pprof.Cmdline)))
+	s.mux.Handle("GET /debug/pprof/profile", s.authorize(http.HandlerFunc(pprof.Profile)))
+	s.mux.Handle("GET /debug/pprof/symbol", s.authorize(http.HandlerFunc(pprof.Symbol)))
+	s.mux.Handle("GET /debug/pprof/trace", s.authorize(http.HandlerFunc(pprof.Trace)))
+}

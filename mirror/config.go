@@ -54,6 +54,9 @@ type config struct {
 	// srcHooks and dstHooks are added to the clients of the source and the
 	// target (tests count their requests).
 	srcHooks, dstHooks []kgo.Hook
+	// onFetch, when set, is told of each copy fetch a writer sends and its
+	// wait (tests).
+	onFetch func(topic string, partition int32, wait time.Duration)
 
 	logger   *zap.Logger
 	registry prometheus.Registerer

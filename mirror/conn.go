@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -24,9 +23,17 @@ import (
 // serves one connection's requests in the order they were written, and so
 // assigns offsets in that order). conn writes requests in the order Send is
 // called and matches responses FIFO.
+//
+// A conn is used by its writer's goroutine only, and has none of its own:
+// Wait reads the responses, in order, up to the one waited for (those
+// before it are kept in their calls). A goroutine reading each connection
+// would cost two goroutine stacks per mirrored partition, for connections
+// that are idle most of the time (a long-polling Fetch).
 type conn struct {
 	nc   net.Conn
+	br   *bufio.Reader
 	fmt  *kmsg.RequestFormatter
+	wbuf []byte // the last request's encoding, reused
 	addr string
 	sec  *clusterauth.Security
 	// renewAt is when the SASL session (KIP-368) nears its end (zero:
@@ -34,19 +41,16 @@ type conn struct {
 	// moment (renew) instead of re-authenticating it in place.
 	renewAt time.Time
 
-	mu      sync.Mutex // guards writes, corr, pending and err
 	corr    int32
-	pending []*call
-	err     error
-
-	done chan struct{}
+	pending []*call // written, response not read yet, oldest first
+	err     error   // set once: the connection is closed
 }
 
 // call is one request in flight on a conn.
 type call struct {
 	req  kmsg.Request
 	corr int32
-	done chan struct{}
+	done bool // resp or err is set
 	resp kmsg.Response
 	err  error
 }
@@ -54,8 +58,11 @@ type call struct {
 // errConnClosed is returned for requests on a conn that was closed.
 var errConnClosed = errors.New("mirror: broker connection closed")
 
-// readBufferSize is each connection's read buffer.
-const readBufferSize = 4 << 10
+// readBufferSize is each connection's read buffer. Small: a frame larger
+// than the buffer is read straight into its body; the buffer only gathers
+// the sizes and small answers (a produce response, an empty fetch), and
+// there are two connections per mirrored partition.
+const readBufferSize = 512
 
 // maxResponseSize caps one response frame.
 const maxResponseSize = 256 << 20
@@ -67,16 +74,14 @@ func dialConn(ctx context.Context, addr string, sec *clusterauth.Security) (*con
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{
+	return &conn{
 		nc:      nc,
+		br:      bufio.NewReaderSize(nc, readBufferSize),
 		fmt:     kmsg.NewRequestFormatter(kmsg.FormatterClientID("ferry-mirror")),
 		addr:    addr,
 		sec:     sec,
 		renewAt: sess.RenewAt(),
-		done:    make(chan struct{}),
-	}
-	go c.readLoop()
-	return c, nil
+	}, nil
 }
 
 // renewing reports whether the connection's session nears its end.
@@ -98,41 +103,77 @@ func (c *conn) renew(ctx context.Context) (*conn, error) {
 
 // Send writes req and returns without waiting for the response.
 func (c *conn) Send(req kmsg.Request) *call {
-	cl := &call{req: req, done: make(chan struct{})}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	cl := &call{req: req}
 	if c.err != nil {
-		cl.err = c.err
-		close(cl.done)
+		cl.done, cl.err = true, c.err
 		return cl
 	}
 	c.corr++
 	cl.corr = c.corr
-	buf := c.fmt.AppendRequest(nil, req, cl.corr)
+	c.wbuf = c.fmt.AppendRequest(c.wbuf[:0], req, cl.corr)
 	c.pending = append(c.pending, cl)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	// The frame is whole in buf: written as it is (a buffered writer
-	// would copy it, and cost 64 KiB a connection, two a partition).
-	if _, err := c.nc.Write(buf); err != nil {
-		c.failLocked(err)
+	// The frame is whole in wbuf: written as it is (a buffered writer
+	// would copy it, and cost its buffer per connection).
+	if _, err := c.nc.Write(c.wbuf); err != nil {
+		c.fail(err)
+	}
+	if cap(c.wbuf) > readBufferSize<<3 {
+		c.wbuf = nil // a large produce's copy is not kept for the next ping
 	}
 	return cl
 }
 
-// Wait waits for the response of cl, or for ctx; on ctx's end the
+// Wait reads responses until cl's, or until ctx ends; on ctx's end the
 // connection is closed (the outcome of what was written is unknown).
 func (c *conn) Wait(ctx context.Context, cl *call) (kmsg.Response, error) {
-	select {
-	case <-cl.done:
-		return cl.resp, cl.err
-	case <-ctx.Done():
-		c.Close()
-		<-cl.done
-		if cl.err == nil {
-			return cl.resp, nil
+	if !cl.done {
+		// A deadline in the past unblocks the read when ctx ends.
+		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetReadDeadline(time.Unix(1, 0)) })
+		for !cl.done {
+			c.readOne()
 		}
+		if !stop() && ctx.Err() != nil {
+			c.fail(ctx.Err()) // the read deadline is past now
+		}
+	}
+	if cl.err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	return cl.resp, cl.err
+}
+
+// readOne reads the next response and hands it to the oldest call in
+// flight; an error fails the connection and every call in flight.
+func (c *conn) readOne() {
+	if c.err != nil {
+		c.fail(c.err)
+		return
+	}
+	var sizeBuf [4]byte
+	if _, err := io.ReadFull(c.br, sizeBuf[:]); err != nil {
+		c.fail(err)
+		return
+	}
+	n := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+	if n < 4 || n > maxResponseSize {
+		c.fail(fmt.Errorf("mirror: response frame size %d", n))
+		return
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.br, body); err != nil {
+		c.fail(err)
+		return
+	}
+	if len(c.pending) == 0 {
+		c.fail(errors.New("mirror: response with no request in flight"))
+		return
+	}
+	cl := c.pending[0]
+	c.pending[0] = nil
+	c.pending = c.pending[1:]
+	cl.resp, cl.err = decodeResponse(cl.req, cl.corr, body)
+	cl.done = true
 }
 
 // Do sends req and waits for its response.
@@ -142,66 +183,19 @@ func (c *conn) Do(ctx context.Context, req kmsg.Request) (kmsg.Response, error) 
 
 // Close closes the connection, failing every call in flight. Safe to call
 // more than once.
-func (c *conn) Close() {
-	c.mu.Lock()
-	c.failLocked(errConnClosed)
-	c.mu.Unlock()
-	<-c.done
-}
+func (c *conn) Close() { c.fail(errConnClosed) }
 
-func (c *conn) failLocked(err error) {
+// fail closes the connection (once; the first error stays) and fails every
+// call in flight with it.
+func (c *conn) fail(err error) {
 	if c.err == nil {
 		c.err = err
-		// A deadline in the past unblocks the reader.
-		_ = c.nc.SetDeadline(time.Now().Add(-time.Second))
 		_ = c.nc.Close()
 	}
-}
-
-func (c *conn) readLoop() {
-	defer close(c.done)
-	// Small: a frame larger than the buffer is read straight into its
-	// body; the buffer only gathers the sizes and small answers (a
-	// connection per partition and side: its size is paid per partition).
-	br := bufio.NewReaderSize(c.nc, readBufferSize)
-	var sizeBuf [4]byte
-	for {
-		_, err := io.ReadFull(br, sizeBuf[:])
-		var body []byte
-		if err == nil {
-			n := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-			if n < 4 || n > maxResponseSize {
-				err = fmt.Errorf("mirror: response frame size %d", n)
-			} else {
-				body = make([]byte, n)
-				_, err = io.ReadFull(br, body)
-			}
-		}
-		c.mu.Lock()
-		if err != nil {
-			c.failLocked(err)
-			pending := c.pending
-			c.pending = nil
-			cerr := c.err
-			c.mu.Unlock()
-			for _, cl := range pending {
-				cl.err = cerr
-				close(cl.done)
-			}
-			return
-		}
-		if len(c.pending) == 0 {
-			c.failLocked(errors.New("mirror: response with no request in flight"))
-			c.mu.Unlock()
-			continue
-		}
-		cl := c.pending[0]
-		c.pending = c.pending[1:]
-		c.mu.Unlock()
-
-		cl.resp, cl.err = decodeResponse(cl.req, cl.corr, body)
-		close(cl.done)
+	for _, cl := range c.pending {
+		cl.done, cl.err = true, c.err
 	}
+	c.pending = nil
 }
 
 func decodeResponse(req kmsg.Request, corr int32, body []byte) (kmsg.Response, error) {

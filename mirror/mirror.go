@@ -49,6 +49,9 @@ type Mirror struct {
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
+
+	// syncRound counts the sync loop's rounds (its goroutine only).
+	syncRound int
 }
 
 type topicPartition struct {

@@ -21,7 +21,11 @@ import (
 //  1. Topics: every selected source topic exists on the standby with the
 //     same partition count (partitions are added, never removed: Kafka
 //     cannot), its carried configs equal the source's, and the configs the
-//     mirror needs are forced (standbyConfigs). New partitions get a writer
+//     mirror needs are forced (standbyConfigs). A new topic's configs are
+//     read and copied in the first round that sees it; those of topics
+//     already mirrored every configEvery rounds (30 s by default: the
+//     configs of every topic, described on both clusters, are most of an
+//     idle mirror's cost at a thousand topics). New partitions get a writer
 //     on the member that owns them (assign). Only the syncing member
 //     (Ownership.Syncs) writes any of this; the others read which topics
 //     are ready.
@@ -38,6 +42,11 @@ import (
 //     leader epoch -1 (epochs differ between clusters).
 //  4. ACLs: every source ACL is created on the standby (additive: an ACL
 //     deleted on the source is not deleted on the standby).
+
+// configEvery is how many sync rounds pass between two copies of the
+// configs of topics already mirrored. MirrorMaker 2 copies them every 10
+// minutes (sync.topic.configs.interval.seconds).
+const configEvery = 6
 
 // standbyConfigs are set on every standby topic regardless of the source:
 //   - compression.type=producer: the broker keeps each batch as the writer
@@ -152,11 +161,23 @@ func (m *Mirror) syncTopics(ctx context.Context, syncs bool) error {
 		}
 	}
 
+	// A topic prepared (and its configs copied) in an earlier round needs
+	// its configs again only in a config round.
+	m.syncRound++
+	var prepared map[string]bool
+	if m.syncRound%configEvery != 1 {
+		prepared = make(map[string]bool)
+		for _, n := range names {
+			id, ok := known[n]
+			_, onStandby := dstTopics[n]
+			prepared[n] = ok && id == srcTopics[n].id && onStandby
+		}
+	}
 	var ready map[string]int32
 	if syncs {
-		ready, err = m.prepareTopics(ctx, names, srcTopics, dstTopics)
+		ready, err = m.prepareTopics(ctx, names, prepared, srcTopics, dstTopics)
 	} else {
-		ready, err = m.preparedTopics(ctx, names, srcTopics, dstTopics)
+		ready, err = m.preparedTopics(ctx, names, prepared, srcTopics, dstTopics)
 	}
 	m.mu.Lock()
 	for t, n := range ready {
@@ -169,18 +190,34 @@ func (m *Mirror) syncTopics(ctx context.Context, syncs bool) error {
 }
 
 // prepareTopics creates the standby topics that are missing, adds
-// partitions, and copies configs; it returns the topics it could prepare
-// and how many partitions each has on both clusters.
-func (m *Mirror) prepareTopics(ctx context.Context, names []string, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
-	if len(names) == 0 {
-		return nil, nil
+// partitions, and copies configs (not those of the topics marked prepared:
+// in an earlier round, and this is no config round); it returns the topics
+// it could prepare and how many partitions each has on both clusters.
+func (m *Mirror) prepareTopics(ctx context.Context, names []string, prepared map[string]bool, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
+	ready := make(map[string]int32)
+	var errs []error
+	var describe []string
+	for _, n := range names {
+		if !prepared[n] {
+			describe = append(describe, n)
+			continue
+		}
+		nparts := srcTopics[n].partitions
+		if err := m.addPartitions(ctx, n, dstTopics[n].partitions, nparts); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ready[n] = nparts
 	}
-	cfgs, err := m.srcAdm.DescribeTopicConfigs(ctx, names...)
+	if len(describe) == 0 {
+		return ready, errors.Join(errs...)
+	}
+	cfgs, err := m.srcAdm.DescribeTopicConfigs(ctx, describe...)
 	if err != nil {
-		return nil, fmt.Errorf("describing source topic configs: %w", err)
+		return ready, errors.Join(append(errs, fmt.Errorf("describing source topic configs: %w", err))...)
 	}
 	var dstNames []string
-	for _, n := range names {
+	for _, n := range describe {
 		if _, ok := dstTopics[n]; ok {
 			dstNames = append(dstNames, n)
 		}
@@ -188,11 +225,9 @@ func (m *Mirror) prepareTopics(ctx context.Context, names []string, srcTopics, d
 	var dstCfgs kadm.ResourceConfigs
 	if len(dstNames) > 0 {
 		if dstCfgs, err = m.dstAdm.DescribeTopicConfigs(ctx, dstNames...); err != nil {
-			return nil, fmt.Errorf("describing standby topic configs: %w", err)
+			return ready, errors.Join(append(errs, fmt.Errorf("describing standby topic configs: %w", err))...)
 		}
 	}
-	ready := make(map[string]int32)
-	var errs []error
 	for _, rc := range cfgs {
 		if rc.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
@@ -216,16 +251,9 @@ func (m *Mirror) prepareTopics(ctx context.Context, names []string, srcTopics, d
 			}
 			m.log.Info("standby topic created", zap.String("topic", rc.Name), zap.Int32("partitions", nparts))
 		} else {
-			if have := dst.partitions; have > 0 && have < nparts {
-				resp, err := m.dstAdm.UpdatePartitions(ctx, int(nparts), rc.Name)
-				if err == nil {
-					err = resp.Error()
-				}
-				if err != nil {
-					errs = append(errs, fmt.Errorf("adding partitions to standby topic %s: %w", rc.Name, err))
-					continue
-				}
-				m.log.Info("standby topic partitions added", zap.String("topic", rc.Name), zap.Int32("from", have), zap.Int32("to", nparts))
+			if err := m.addPartitions(ctx, rc.Name, dst.partitions, nparts); err != nil {
+				errs = append(errs, err)
+				continue
 			}
 			if err := m.alterConfigs(ctx, rc.Name, want, dstCfgs); err != nil {
 				errs = append(errs, err)
@@ -236,27 +264,49 @@ func (m *Mirror) prepareTopics(ctx context.Context, names []string, srcTopics, d
 	return ready, errors.Join(errs...)
 }
 
+// addPartitions grows the standby topic from have partitions to the
+// source's nparts (have 0: not known yet, left to the next round).
+func (m *Mirror) addPartitions(ctx context.Context, topic string, have, nparts int32) error {
+	if have <= 0 || have >= nparts {
+		return nil
+	}
+	resp, err := m.dstAdm.UpdatePartitions(ctx, int(nparts), topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("adding partitions to standby topic %s: %w", topic, err)
+	}
+	m.log.Info("standby topic partitions added", zap.String("topic", topic), zap.Int32("from", have), zap.Int32("to", nparts))
+	return nil
+}
+
 // preparedTopics returns, for a member that does not sync, the topics the
 // syncing member has prepared on the standby — the topic exists and has the
 // configs the writers need (standbyConfigs) — and how many partitions each
 // has on both clusters. A writer started earlier would retry until the
 // partition exists; one started before compression.type=producer is set
 // would have the standby recompress its batches.
-func (m *Mirror) preparedTopics(ctx context.Context, names []string, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
+func (m *Mirror) preparedTopics(ctx context.Context, names []string, prepared map[string]bool, srcTopics, dstTopics map[string]topicMeta) (map[string]int32, error) {
+	ready := make(map[string]int32)
 	var dstNames []string
 	for _, n := range names {
-		if d, ok := dstTopics[n]; ok && d.partitions > 0 {
+		d, ok := dstTopics[n]
+		switch {
+		case !ok || d.partitions <= 0:
+		case prepared[n]:
+			ready[n] = min(srcTopics[n].partitions, d.partitions)
+		default:
 			dstNames = append(dstNames, n)
 		}
 	}
 	if len(dstNames) == 0 {
-		return nil, nil
+		return ready, nil
 	}
 	dstCfgs, err := m.dstAdm.DescribeTopicConfigs(ctx, dstNames...)
 	if err != nil {
-		return nil, fmt.Errorf("describing standby topic configs: %w", err)
+		return ready, fmt.Errorf("describing standby topic configs: %w", err)
 	}
-	ready := make(map[string]int32)
 	var errs []error
 	for _, rc := range dstCfgs {
 		if rc.Err != nil {

@@ -3,12 +3,14 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/internal/testwait"
@@ -167,3 +169,62 @@ func TestMirrorSourceTruncated(t *testing.T) {
 }
 
 var kerrTopicExists = kerr.TopicAlreadyExists
+
+// TestMirrorConfigsEveryConfigRound: the configs of topics already
+// mirrored are described (on both clusters) once every configEvery sync
+// rounds, not every round; a new topic's are copied in the first round that
+// sees it, and a config changed on the source reaches the standby at the
+// next config round.
+func TestMirrorConfigsEveryConfigRound(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "meta-rounds"
+	createTopic(t, a, topic, 2, map[string]*string{"retention.ms": kadm.StringPtr("123456789")})
+	var src, dst requestCounts
+	m := newMirror(t, Topics([]string{topic}, nil), SyncGroups(false), SyncACLs(false),
+		func(c *config) { c.srcHooks, c.dstHooks = append(c.srcHooks, &src), append(c.dstHooks, &dst) })
+
+	m.syncOnce(ctx) // round 1: a config round, and the topic is new
+	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "123456789" {
+		t.Fatalf("standby retention.ms after the first round = %q", got)
+	}
+	srcAdm := kadm.NewClient(newClient(t, a))
+	if _, err := srcAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kadm.StringPtr("987654321")}}, topic); err != nil {
+		t.Fatal(err)
+	}
+	src.reset()
+	dst.reset()
+	for range configEvery - 1 { // rounds 2..configEvery
+		m.syncOnce(ctx)
+	}
+	if n, d := src.get(kmsg.DescribeConfigs), dst.get(kmsg.DescribeConfigs); n != 0 || d != 0 {
+		t.Errorf("%d rounds after the first described configs %d times on the source and %d on the standby, want none", configEvery-1, n, d)
+	}
+	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "123456789" {
+		t.Errorf("standby retention.ms between config rounds = %q, want the old value still", got)
+	}
+	m.syncOnce(ctx) // the next config round
+	if n := src.get(kmsg.DescribeConfigs); n == 0 {
+		t.Errorf("the config round described no config on the source")
+	}
+	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "987654321" {
+		t.Fatalf("standby retention.ms after the config round = %q, want the source's 987654321", got)
+	}
+
+	// Partitions added on the source are added between config rounds.
+	if _, err := srcAdm.UpdatePartitions(ctx, 3, topic); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the partition added on the standby", func() error {
+		m.syncOnce(ctx)
+		tds, err := kadm.NewClient(newClient(t, s)).ListTopics(ctx, topic)
+		if err != nil {
+			return err
+		}
+		if n := len(tds[topic].Partitions); n != 3 {
+			return fmt.Errorf("%d partitions on the standby", n)
+		}
+		return nil
+	})
+}

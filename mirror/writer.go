@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -122,6 +123,12 @@ type writer struct {
 	partition int32
 	log       *zap.Logger
 	labels    []string
+	// The partition's series, each looked up once (a lookup by label
+	// values hashes them, and listEnds updates every partition every
+	// second): the state from the start, the others (w.mu) from the first
+	// value they have (series), as a partition not started has no lag yet.
+	// After metrics.forget, setting them exports nothing.
+	gState, gMirrored, gLagRecords, gLagSeconds prometheus.Gauge
 
 	mu         sync.Mutex // guards status and the four below
 	status     PartitionStatus
@@ -186,8 +193,17 @@ func newWriter(m *Mirror, topic string, partition int32) *writer {
 		listedEnd:  -1,
 	}
 	w.status = PartitionStatus{Topic: topic, Partition: partition, State: StateStarting, Mirrored: -1, SourceEnd: -1, SourceStable: -1}
-	m.metrics.state.WithLabelValues(w.labels...).Set(float64(StateStarting))
+	w.gState = m.metrics.state.WithLabelValues(w.labels...)
+	w.gState.Set(float64(StateStarting))
 	return w
+}
+
+// series returns *g, looked up in vec the first time. w.mu is held.
+func (w *writer) series(g *prometheus.Gauge, vec *prometheus.GaugeVec) prometheus.Gauge {
+	if *g == nil {
+		*g = vec.WithLabelValues(w.labels...)
+	}
+	return *g
 }
 
 // Status returns the writer's status.
@@ -206,7 +222,7 @@ func (w *writer) setState(s PartitionState, err error) {
 	w.status.State = s
 	w.status.Err = err
 	w.mu.Unlock()
-	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(s))
+	w.gState.Set(float64(s))
 }
 
 // progress updates the mirrored offset and lag after a fetch or an ack.
@@ -235,8 +251,8 @@ func (w *writer) advanceLocked() {
 			st.State = StateMirroring
 		}
 	}
-	w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(st.State))
-	w.m.metrics.mirrored.WithLabelValues(w.labels...).Set(float64(st.Mirrored))
+	w.gState.Set(float64(st.State))
+	w.series(&w.gMirrored, w.m.metrics.mirrored).Set(float64(st.Mirrored))
 }
 
 // updateLocked sets SourceEnd to the larger of the high watermark of the
@@ -253,14 +269,19 @@ func (w *writer) updateLocked() {
 	st.LagRecords = lag
 	if lag > 0 && st.State == StateCaughtUp {
 		st.State = StateMirroring
-		w.m.metrics.state.WithLabelValues(w.labels...).Set(float64(st.State))
+		w.gState.Set(float64(st.State))
 	}
 	lagTime := time.Duration(0)
 	if lag > 0 {
 		lagTime = time.Since(w.caught)
+	} else {
+		// Caught up as of this listing: an idle partition's fetch may
+		// not end for idleFetchMaxWait, and the lag time of its next
+		// record counts from here, not from that fetch.
+		w.caught = time.Now()
 	}
-	w.m.metrics.lagRecords.WithLabelValues(w.labels...).Set(float64(lag))
-	w.m.metrics.lagSeconds.WithLabelValues(w.labels...).Set(lagTime.Seconds())
+	w.series(&w.gLagRecords, w.m.metrics.lagRecords).Set(float64(lag))
+	w.series(&w.gLagSeconds, w.m.metrics.lagSeconds).Set(lagTime.Seconds())
 }
 
 // run mirrors the partition until ctx ends or the writer halts. Transient
@@ -702,6 +723,7 @@ func (w *writer) markerTwice(ctx context.Context, sb protocol.Batch, at int64) (
 // copyLoop fetches and appends until an error.
 func (w *writer) copyLoop(ctx context.Context) error {
 	cfg := &w.m.cfg
+	wait := cfg.fetchMaxWait
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -713,10 +735,14 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		}
 		// Fetch from the source's log start if that is inside the batch
 		// the standby needs next: the broker returns that batch whole.
-		p, err := w.fetch(ctx, w.src, max(w.next, w.srcStart), 1, cfg.fetchMaxWait, cfg.fetchBytes)
+		if cfg.onFetch != nil {
+			cfg.onFetch(w.topic, w.partition, wait)
+		}
+		p, err := w.fetch(ctx, w.src, max(w.next, w.srcStart), 1, wait, cfg.fetchBytes)
 		if err != nil {
 			return err
 		}
+		wait = nextFetchWait(wait, cfg.fetchMaxWait, len(p.RecordBatches) > 0)
 		switch p.ErrorCode {
 		case 0:
 		case kerr.OffsetOutOfRange.Code:
@@ -744,6 +770,29 @@ func (w *writer) copyLoop(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// idleFetchMaxWait is how long the fetch of a partition with nothing new
+// may wait at the source leader, reached by doubling FetchMaxWait after
+// each empty fetch; the first fetch that returns records goes back to
+// FetchMaxWait. A fetch asks for one byte (MinBytes 1), so the leader
+// answers as soon as anything is appended (or the leader moves, or the
+// partition is deleted): the wait delays no record. It bounds what waits
+// for a fetch to end on an idle partition: raising the standby's log start
+// after the source's (trimLogStart) and replacing a connection whose SASL
+// session nears its end (renewConns). Each fetch of an idle partition
+// costs a round trip of CPU here and at the broker: at FetchMaxWait (500
+// ms), 10,000 idle partitions cost most of a core; at this wait, a
+// twentieth of it.
+const idleFetchMaxWait = 10 * time.Second
+
+// nextFetchWait is the wait of the fetch after one that waited wait and
+// returned records (got) or none.
+func nextFetchWait(wait, base time.Duration, got bool) time.Duration {
+	if got || wait < base {
+		return base
+	}
+	return min(2*wait, max(idleFetchMaxWait, base))
 }
 
 // renewConns replaces a connection whose SASL session (KIP-368) nears its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -63,13 +64,19 @@ func (m *Mirror) Drain(ctx context.Context) error {
 	var lag, stillOpen []string
 	for {
 		ends, err := m.sourceEnds(ctx)
+		if err != nil {
+			err = fmt.Errorf("source end offsets: %w", err)
+		}
 		var dst kadm.ListedOffsets
+		var unlisted map[topicPartition]error
 		if err == nil {
-			dst, err = m.standbyEnds(ctx, ends)
+			if dst, unlisted, err = m.standbyEnds(ctx, ends); err != nil {
+				err = fmt.Errorf("standby end offsets: %w", err)
+			}
 		}
 		if err == nil {
 			var open bool
-			lag, open, err = m.lagging(ends, dst)
+			lag, open, err = m.lagging(ends, dst, unlisted)
 			if err != nil {
 				return err
 			}
@@ -99,7 +106,7 @@ func (m *Mirror) Drain(ctx context.Context) error {
 		}
 		if sleep(ctx, 25*time.Millisecond) != nil {
 			if len(lag) == 0 && err != nil {
-				lag = []string{"source end offsets: " + err.Error()}
+				lag = []string{err.Error()}
 			}
 			if prev != nil {
 				// Named: one Ferry does not carry (a writer beside it
@@ -143,17 +150,17 @@ func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, 
 	}
 	hwms, err := m.srcAdm.ListEndOffsets(ctx, topics...)
 	if err == nil {
-		err = hwms.Error()
+		err = listedError(hwms)
 	}
 	if err != nil {
-		return nil, err
+		return nil, namedShardErrors(err)
 	}
 	lsos, err := m.srcAdm.ListCommittedOffsets(ctx, topics...)
 	if err == nil {
-		err = lsos.Error()
+		err = listedError(lsos)
 	}
 	if err != nil {
-		return nil, err
+		return nil, namedShardErrors(err)
 	}
 	for _, t := range topics {
 		for p := int32(0); p < td[t].partitions; p++ {
@@ -168,10 +175,63 @@ func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, 
 	return out, nil
 }
 
+// listedError is the first partition error of a listing, naming the
+// partition (kadm's Error does not).
+func listedError(lo kadm.ListedOffsets) error {
+	var first error
+	lo.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil && first == nil {
+			first = fmt.Errorf("%s[%d]: %w", o.Topic, o.Partition, o.Err)
+		}
+	})
+	return first
+}
+
+// shardPartitions returns, for a ListOffsets listing that failed on some
+// brokers (or found no leader to ask), each partition of the failed pieces
+// with its error; nil for any other error.
+func shardPartitions(err error) map[topicPartition]error {
+	se, ok := errors.AsType[*kadm.ShardErrors](err)
+	if !ok || se.AllFailed {
+		return nil
+	}
+	out := make(map[topicPartition]error)
+	for _, e := range se.Errs {
+		req, ok := e.Req.(*kmsg.ListOffsetsRequest)
+		if !ok {
+			return nil
+		}
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				out[topicPartition{t.Topic, p.Partition}] = e.Err
+			}
+		}
+	}
+	return out
+}
+
+// namedShardErrors names the partitions of a listing that failed on some
+// brokers (kadm's error names none): "t[0]: LEADER_NOT_AVAILABLE…".
+func namedShardErrors(err error) error {
+	ps := shardPartitions(err)
+	if len(ps) == 0 {
+		return err
+	}
+	var names []string
+	var first error
+	for tp, e := range ps {
+		names = append(names, fmt.Sprintf("%s[%d]", tp.topic, tp.partition))
+		first = e
+	}
+	sort.Strings(names)
+	return fmt.Errorf("%s: %w", strings.Join(names, ", "), first)
+}
+
 // standbyEnds reads the standby's end offsets of the partitions in ends.
 // A partition missing from the answer, or with an error, is not on the
-// standby (yet).
-func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (kadm.ListedOffsets, error) {
+// standby (yet). One whose broker could not be asked (no leader: its
+// replicas' brokers are down) is in unlisted, with the error.
+func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (_ kadm.ListedOffsets, unlisted map[topicPartition]error, _ error) {
 	seen := make(map[string]bool)
 	var topics []string
 	for tp := range ends {
@@ -181,24 +241,35 @@ func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]source
 		}
 	}
 	if len(topics) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return m.dstAdm.ListEndOffsets(ctx, topics...)
+	lo, err := m.dstAdm.ListEndOffsets(ctx, topics...)
+	if unlisted = shardPartitions(err); unlisted != nil {
+		err = nil
+	}
+	return lo, unlisted, err
 }
 
 // lagging names the partitions whose standby (dst, read from the cluster:
 // every partition, whichever member writes it) is behind the source's end,
 // and says whether any has an open transaction. A partition halted in this
 // member is an error.
-func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets) (lag []string, open bool, err error) {
+func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets, unlisted map[topicPartition]error) (lag []string, open bool, err error) {
 	if err := m.localHalt(func(tp topicPartition) bool { _, ok := ends[tp]; return ok }); err != nil {
 		return nil, false, err
 	}
 	for tp, e := range ends {
 		d, ok := dst.Lookup(tp.topic, tp.partition)
+		if uerr := unlisted[tp]; uerr != nil && !ok {
+			d, ok = kadm.ListedOffset{Err: uerr}, true
+		}
 		switch {
-		case !ok || d.Err != nil:
+		case !ok:
 			lag = append(lag, fmt.Sprintf("%s[%d]: not on the standby yet (source end %d)", tp.topic, tp.partition, e.hwm))
+		case d.Err != nil:
+			// A partition with no leader on the standby (its replicas'
+			// brokers down) cannot show its end, so cannot be judged.
+			lag = append(lag, fmt.Sprintf("%s[%d]: the standby does not give its end: %v (source end %d)", tp.topic, tp.partition, d.Err, e.hwm))
 		case d.Offset < e.hwm:
 			lag = append(lag, fmt.Sprintf("%s[%d]: standby %d of %d", tp.topic, tp.partition, d.Offset, e.hwm))
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 	"github.com/ferry-gw/ferry/proxy"
@@ -552,7 +553,7 @@ type MirrorConfig struct {
 	// and ACLs are synchronised, and new topics picked up. Default 5s.
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// InFlight is how many Produce requests each partition writer keeps in
-	// flight to the standby, 1 to 5. Default 5.
+	// flight to the standby, 1 to mirror.MaxInFlight. Default 32.
 	InFlight int `yaml:"inflight"`
 	// SyncGroups copies consumer group offsets. Default true.
 	SyncGroups *bool `yaml:"sync_groups"`
@@ -589,7 +590,7 @@ const (
 	defaultShutdownTimeout    = 15 * time.Second
 	defaultDialTimeout        = 10 * time.Second
 	defaultMirrorSync         = 5 * time.Second
-	defaultMirrorInFlight     = 5
+	defaultMirrorInFlight     = 32
 	defaultFleetBind          = "0.0.0.0:7946"
 	defaultWriteLease         = 1500 * time.Millisecond
 )
@@ -908,8 +909,8 @@ func (m *MirrorConfig) validate(clusters int) []error {
 	if m.SyncInterval < time.Second {
 		bad("mirror.sync_interval %s: must be at least 1s", m.SyncInterval)
 	}
-	if m.InFlight < 1 || m.InFlight > 5 {
-		bad("mirror.inflight %d: must be between 1 and 5 (the broker deduplicates a producer's last 5 batches)", m.InFlight)
+	if m.InFlight < 1 || m.InFlight > mirror.MaxInFlight {
+		bad("mirror.inflight %d: must be between 1 and %d", m.InFlight, mirror.MaxInFlight)
 	}
 	return errs
 }

@@ -38,6 +38,12 @@ func CloseCluster(c *kafkatest.Cluster) {
 // prefix+name: a benchmark's primary and standby, or source and target.
 // On failure it closes those that started.
 func StartClusters(prefix string, names ...string) (map[string]*kafkatest.Cluster, error) {
+	return StartClustersWith(prefix, nil, names...)
+}
+
+// StartClustersWith is StartClusters, each cluster's configuration passed
+// to adjust (when not nil) first.
+func StartClustersWith(prefix string, adjust func(name string, c *kafkatest.Config), names ...string) (map[string]*kafkatest.Cluster, error) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -46,7 +52,11 @@ func StartClusters(prefix string, names ...string) (map[string]*kafkatest.Cluste
 	)
 	for _, name := range names {
 		wg.Go(func() {
-			c, err := kafkatest.New(kafkatest.Config{Brokers: 1, Name: prefix + name})
+			cfg := kafkatest.Config{Brokers: 1, Name: prefix + name}
+			if adjust != nil {
+				adjust(name, &cfg)
+			}
+			c, err := kafkatest.New(cfg)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

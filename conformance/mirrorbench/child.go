@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -35,6 +36,8 @@ const (
 	profileEnv = "FERRY_MIRRORBENCH_CPUPROFILE"
 	// logLevelEnv sets the child's log level (default warn).
 	logLevelEnv = "FERRY_MIRRORBENCH_LOG_LEVEL"
+	// inflightEnv, when set, is the child's mirror.InFlight (-inflight).
+	inflightEnv = "FERRY_MIRRORBENCH_INFLIGHT"
 )
 
 // runChild is the mirror process: the mirror's defaults, except that group
@@ -51,7 +54,7 @@ func runChild() error {
 		}
 		defer stop()
 	}
-	m, err := mirror.New(
+	opts := []mirror.Option{
 		mirror.Source(os.Getenv(childEnv)),
 		mirror.Target(os.Getenv(targetEnv)),
 		mirror.Topics([]string{regexp.QuoteMeta(os.Getenv(topicEnv))}, nil),
@@ -59,7 +62,15 @@ func runChild() error {
 		mirror.SyncACLs(false),
 		mirror.Logger(log),
 		mirror.Registerer(prometheus.NewRegistry()),
-	)
+	}
+	if v := os.Getenv(inflightEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %w", inflightEnv, v, err)
+		}
+		opts = append(opts, mirror.InFlight(n))
+	}
+	m, err := mirror.New(opts...)
 	if err != nil {
 		return err
 	}
@@ -110,6 +121,10 @@ type proc struct {
 	err     error         // Wait's result, valid after done
 }
 
+// childInFlight is -inflight: the children's mirror.InFlight (0: the
+// mirror's default).
+var childInFlight int
+
 // startFerry starts the mirror child from source to target over topic.
 func startFerry(source, target, topic, profile string) (*proc, error) {
 	exe, err := os.Executable()
@@ -118,6 +133,9 @@ func startFerry(source, target, topic, profile string) (*proc, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childEnv+"="+source, targetEnv+"="+target, topicEnv+"="+topic, profileEnv+"="+profile)
+	if childInFlight > 0 {
+		cmd.Env = append(cmd.Env, inflightEnv+"="+strconv.Itoa(childInFlight))
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return startProc(cmd)

@@ -95,11 +95,14 @@ func (r loadResult) mbps() float64 { return float64(r.bytes) / 1e6 / r.elapsed.S
 // produceSource writes n records round-robin over the partitions of topic:
 // key recordKey, value from vs, one header, franz-go's defaults otherwise
 // (acks=all, idempotent, 10 ms linger, batches up to ~1 MB) and codec.
-func produceSource(ctx context.Context, bootstrap, topic, codec string, partitions int, n int64, vs [][]byte) (loadResult, error) {
-	cl, err := newClient(bootstrap,
-		kgo.ProducerBatchCompression(codecOpt(codec)),
+func produceSource(ctx context.Context, bootstrap, topic, codec string, partitions int, n int64, vs [][]byte, batchBytes int32) (loadResult, error) {
+	opts := []kgo.Opt{kgo.ProducerBatchCompression(codecOpt(codec)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.DefaultProduceTopic(topic))
+		kgo.DefaultProduceTopic(topic)}
+	if batchBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(batchBytes))
+	}
+	cl, err := newClient(bootstrap, opts...)
 	if err != nil {
 		return loadResult{}, err
 	}

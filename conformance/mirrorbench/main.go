@@ -64,6 +64,10 @@ type options struct {
 	out        string // markdown report path, or ""
 	cpuprofile string // prefix of the Ferry child's CPU profiles, or ""
 	skipMM2    bool
+	// rtts: Ferry's copy again with the target behind a delaying relay,
+	// at each round-trip time (issue 20: clusters a region apart).
+	rtts       []time.Duration
+	batchBytes int32 // the source producer's batch cap (0: franz-go's 1 MB)
 }
 
 // records is how many records one variant writes.
@@ -83,8 +87,30 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/MIRROR-BENCHMARKS.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the Ferry mirror child's CPU profile of each variant to <file>.<codec>")
 	fs.BoolVar(&o.skipMM2, "skip-mm2", false, "do not run MirrorMaker 2 (development only: the MM2 floors then fail)")
+	fs.IntVar(&childInFlight, "inflight", 0, "the Ferry mirror's Produce requests in flight per partition (mirror.InFlight; 0: its default)")
+	var rtts string
+	fs.StringVar(&rtts, "rtts", "", "comma-separated round-trip times (e.g. 20ms,50ms,100ms): Ferry's copy again with the target behind a relay adding each (a cluster a region away)")
+	var batch string
+	fs.StringVar(&batch, "batch-bytes", "", "the source producer's largest batch (e.g. 16KiB, the Java producer's default batch.size); default franz-go's 1 MB")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for _, r := range strings.Split(rtts, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		d, err := time.ParseDuration(r)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("-rtts: %q is no positive duration", r)
+		}
+		o.rtts = append(o.rtts, d)
+	}
+	if batch != "" {
+		b, err := benchutil.ParseBytes(batch)
+		if err != nil || b < 1<<10 || b > 1<<30 {
+			return o, fmt.Errorf("-batch-bytes: %q (from 1KiB to 1GiB)", batch)
+		}
+		o.batchBytes = int32(b)
 	}
 	var err error
 	if o.bytes, err = benchutil.ParseBytes(bytes); err != nil {

@@ -15,6 +15,7 @@ const (
 	minMM2Throughput = 2.0 // Ferry MB/s ≥ 2× MM2's, compressed topics
 	maxMM2CPU        = 0.5 // Ferry CPU per GiB ≤ 0.5× MM2's, compressed topics
 	minCeiling       = 0.8 // Ferry MB/s ≥ 0.8× the target's raw produce ceiling
+	minDistance      = 0.8 // Ferry MB/s at 50 ms round trip ≥ 0.8× at 0 ms (issue 20)
 )
 
 // rendered is the report as a terminal table and as markdown.
@@ -52,6 +53,20 @@ func (v *variant) rows() ([]row, bool) {
 		row{"copy MB/s, Ferry vs the target's produce ceiling", mb(f.mbps()), mb(v.ceiling.mbps), benchutil.Ratio(f.mbps(), v.ceiling.mbps),
 			fmt.Sprintf("≥ %.2f×", minCeiling), check(f.mbps() >= minCeiling*v.ceiling.mbps, true)},
 		row{"records identical at their source offset, Ferry vs MM2", fidShort(f.fid), mm2Fid(m), "–", "Ferry identical", check(f.fid.ok(), true)},
+	)
+	for _, d := range v.distance {
+		// The floor is stated at 50 ms (issue 20 §3); the other times are
+		// the curve.
+		floor, applies := "–", d.rtt == 50*time.Millisecond
+		if applies {
+			floor = fmt.Sprintf("≥ %.2f×", minDistance)
+		}
+		rs = append(rs,
+			row{fmt.Sprintf("copy MB/s, Ferry with the target %v away (round trip) vs at 0 ms", d.rtt), mb(d.mbps()), mb(f.mbps()), benchutil.Ratio(d.mbps(), f.mbps()),
+				floor, check(d.mbps() >= minDistance*f.mbps(), applies)},
+			row{fmt.Sprintf("records identical at their source offset, Ferry at %v", d.rtt), fidShort(d.fid), "–", "–", "identical", check(d.fid.ok(), true)})
+	}
+	rs = append(rs,
 		row{"process start to first records on the target, Ferry vs MM2", secs(f.startup), mm2Dur(m, m.startup), "–", "–", ""},
 		row{"process start to caught up, Ferry vs MM2", secs(f.startup + f.window), mm2Dur(m, m.startup+m.window), "–", "–", ""},
 		row{"CPU-s from process start to caught up, Ferry vs MM2", cpuS(f.cpuTotal.Seconds()), mm2CPU(m), "–", "–", ""},

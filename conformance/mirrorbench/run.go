@@ -55,7 +55,14 @@ type variant struct {
 	onDisk     int64 // the source topic's log size
 	ceiling    ceilingResult
 	ferry, mm2 copyResult
-	loadAvg    string // at the start of the variant
+	distance   []distanceResult // Ferry's copy with the target behind a delaying relay
+	loadAvg    string           // at the start of the variant
+}
+
+// distanceResult is Ferry's copy at one round-trip time to the target.
+type distanceResult struct {
+	rtt time.Duration
+	copyResult
 }
 
 // results is everything the report needs.
@@ -90,8 +97,24 @@ func run(ctx context.Context, o options, cmd string) error {
 		}
 	}
 
+	// With -rtts, the target also listens on "DELAYED", advertised at a
+	// relay that adds the round-trip time: a mirror bootstrapped there
+	// reaches the target's broker only through it.
+	var relay *benchutil.DelayRelay
+	adjust := func(string, *kafkatest.Config) {}
+	if len(o.rtts) > 0 {
+		if relay, err = benchutil.ListenDelayRelay(0); err != nil {
+			return err
+		}
+		defer relay.Close()
+		adjust = func(name string, c *kafkatest.Config) {
+			if name == "target" {
+				c.Listeners = []kafkatest.Listener{{Name: delayedListener, Advertise: func(int32) string { return relay.Addr() }}}
+			}
+		}
+	}
 	step("starting two 1-broker Kafka %s clusters (source, target)", kafkatest.Version())
-	clusters, err := benchutil.StartClusters("mirrorbench-", "source", "target")
+	clusters, err := benchutil.StartClustersWith("mirrorbench-", adjust, "source", "target")
 	if err != nil {
 		return err
 	}
@@ -100,6 +123,9 @@ func run(ctx context.Context, o options, cmd string) error {
 		benchutil.CloseClusters(clusters)
 	}()
 	source, target := clusters["source"], clusters["target"]
+	if relay != nil {
+		relay.Serve(target.ListenerAddr(delayedListener, target.NodeIDs()[0]))
+	}
 	// The admin clients poll end offsets and topic lists: kgo answers
 	// those from metadata at most MetadataMinAge old (5 s by default,
 	// during which a new topic stays unknown), so allow fresh metadata on
@@ -114,7 +140,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 	defer dstCl.Close()
-	env := &benchEnv{o: o, dir: dir, payload: payload, vals: vals, mm2Jars: res.mm2Jars,
+	env := &benchEnv{o: o, dir: dir, payload: payload, vals: vals, mm2Jars: res.mm2Jars, relay: relay,
 		source: source.Bootstrap(), target: target.Bootstrap(),
 		srcAdm: kadm.NewClient(srcCl), dstAdm: kadm.NewClient(dstCl)}
 
@@ -140,7 +166,12 @@ type benchEnv struct {
 	mm2Jars        string
 	source, target string // bootstrap servers
 	srcAdm, dstAdm *kadm.Client
+	relay          *benchutil.DelayRelay // in front of the target (-rtts), or nil
 }
+
+// delayedListener is the target's listener advertised at the delaying
+// relay (-rtts).
+const delayedListener = "DELAYED"
 
 // runVariant loads the source topic, measures the ceiling, Ferry and MM2,
 // and removes the topics again (so the next variant starts on empty disks).
@@ -156,7 +187,7 @@ func (e *benchEnv) runVariant(ctx context.Context, v *variant) error {
 	step("%s: loading %d records of %d bytes (%.2f GiB) into the source", v.codec, n, o.size, float64(n*int64(o.size))/(1<<30))
 	lctx, cancel := context.WithTimeout(ctx, o.timeout)
 	var err error
-	v.load, err = produceSource(lctx, e.source, v.topic, v.codec, o.partitions, n, e.vals)
+	v.load, err = produceSource(lctx, e.source, v.topic, v.codec, o.partitions, n, e.vals, o.batchBytes)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("loading the source: %w", err)
@@ -209,6 +240,30 @@ func (e *benchEnv) runVariant(ctx context.Context, v *variant) error {
 	step("%s: Ferry's copy: %s", v.codec, v.ferry.fid)
 	if err := deleteTopic(ctx, e.dstAdm, v.topic); err != nil {
 		return err
+	}
+
+	// 3b. Ferry's mirror again, with the target a round trip away.
+	for _, rtt := range o.rtts {
+		e.relay.SetRTT(rtt)
+		step("%s: Ferry's mirror with the target %v away (round trip, through a delaying relay)", v.codec, rtt)
+		p, err := startFerry(e.source, e.relay.Addr(), v.topic, "")
+		if err != nil {
+			return err
+		}
+		d := distanceResult{rtt: rtt}
+		d.copyResult, err = e.measureCopy(ctx, fmt.Sprintf("Ferry at %v", rtt), p, v.topic, idx.ends, nil)
+		p.stop(syscall.SIGTERM, 15*time.Second)
+		if err != nil {
+			return err
+		}
+		if d.fid, err = idx.compare(ctx, e.target, v.topic); err != nil {
+			return fmt.Errorf("comparing Ferry's copy at %v: %w", rtt, err)
+		}
+		step("%s: at %v: %.1f MB/s (%s of the copy at 0 ms); %s", v.codec, rtt, d.mbps(), benchutil.Ratio(d.mbps(), v.ferry.mbps()), d.fid)
+		v.distance = append(v.distance, d)
+		if err := deleteTopic(ctx, e.dstAdm, v.topic); err != nil {
+			return err
+		}
 	}
 
 	// 4. MirrorMaker 2, into a fresh topic of the same name.

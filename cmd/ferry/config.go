@@ -553,7 +553,7 @@ type MirrorConfig struct {
 	// and ACLs are synchronised, and new topics picked up. Default 5s.
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// InFlight is how many Produce requests each partition writer keeps in
-	// flight to the standby, 1 to mirror.MaxInFlight. Default 32.
+	// flight to the standby, 1 to mirror.MaxInFlight. Default 128.
 	InFlight int `yaml:"inflight"`
 	// SyncGroups copies consumer group offsets. Default true.
 	SyncGroups *bool `yaml:"sync_groups"`
@@ -590,7 +590,7 @@ const (
 	defaultShutdownTimeout    = 15 * time.Second
 	defaultDialTimeout        = 10 * time.Second
 	defaultMirrorSync         = 5 * time.Second
-	defaultMirrorInFlight     = 32
+	defaultMirrorInFlight     = 128
 	defaultFleetBind          = "0.0.0.0:7946"
 	defaultWriteLease         = 1500 * time.Millisecond
 )

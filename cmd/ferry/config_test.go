@@ -306,12 +306,12 @@ func TestMirrorConfigErrors(t *testing.T) {
 				`mirror.topics.include[1] "__.*": topics whose name starts with "__"`}},
 		{"short sync interval", twoClusters + "mirror: {sync_interval: 100ms}\n", []string{"mirror.sync_interval 100ms: must be at least 1s"}},
 		{"negative sync interval", twoClusters + "mirror: {sync_interval: -5s}\n", []string{"mirror.sync_interval -5s"}},
-		{"too many in flight", twoClusters + "mirror: {inflight: 129}\n", []string{"mirror.inflight 129: must be between 1 and 128"}},
+		{"too many in flight", twoClusters + "mirror: {inflight: 257}\n", []string{"mirror.inflight 257: must be between 1 and 256"}},
 		{"negative in flight", twoClusters + "mirror: {inflight: -1}\n", []string{"mirror.inflight -1"}},
 		{"checked while disabled", minimal + "mirror: {enabled: false, topics: {include: [\"(\"]}}\n", []string{"mirror.topics.include[0]"}},
 		{"not a boolean", twoClusters + "mirror: {sync_acls: sometimes}\n", []string{"line 9", "cannot unmarshal"}},
-		{"every problem at once", minimal + "mirror: {enabled: true, inflight: 200, groups: {exclude: [\")\"]}}\n",
-			[]string{"needs two clusters", "mirror.inflight 200", "mirror.groups.exclude[0]"}},
+		{"every problem at once", minimal + "mirror: {enabled: true, inflight: 300, groups: {exclude: [\")\"]}}\n",
+			[]string{"needs two clusters", "mirror.inflight 300", "mirror.groups.exclude[0]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := configFrom(tc.text)

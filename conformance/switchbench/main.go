@@ -70,6 +70,10 @@ type options struct {
 	shapes       []shape // the scale mode (scale.go)
 	idleConns    int     // the scale mode: idle client connections opened at the first shape
 	profileDir   string  // the scale mode: the member's heap and idle CPU profiles per shape
+	// rtt: the member reaches the standby through a relay adding this
+	// round-trip time (a standby a region away); the bench itself reads
+	// the standby directly.
+	rtt time.Duration
 }
 
 func main() {
@@ -84,6 +88,7 @@ func main() {
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.IntVar(&o.idleConns, "idle-conns", 0, "the scale mode: open this many idle client connections at the first shape and read the member's memory per connection")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "the scale mode: save the member's heap profile and a CPU profile of its idle period at each shape here (go tool pprof)")
+	fs.DurationVar(&o.rtt, "rtt", 0, "the member reaches the standby through a relay adding this round-trip time (e.g. 50ms: a standby a region away)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -120,6 +125,7 @@ type bench struct {
 	reread, during []int
 	lastSteps      string // the last switch's steps, as it answered them
 	ferryPID       int
+	standbyAddr    string         // the standby's bootstrap as the member has it (through the relay with -rtt)
 	shapes         []*shapeResult // the scale mode's
 	lastGroups     string         // the last planned switch's time to each group consuming
 	idleConns      *idleConnsResult
@@ -129,10 +135,32 @@ func run(ctx context.Context, o options) error {
 	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
 	var err error
-	if b.clusters, err = benchutil.StartClusters("switchbench-", "primary", "standby"); err != nil {
+	var relay *benchutil.DelayRelay
+	adjust := func(string, *kafkatest.Config) {}
+	if o.rtt > 0 {
+		// The standby also listens on "DELAYED", advertised at the relay:
+		// the member, bootstrapped there, reaches it only through it.
+		if relay, err = benchutil.ListenDelayRelay(o.rtt); err != nil {
+			return err
+		}
+		defer relay.Close()
+		adjust = func(name string, c *kafkatest.Config) {
+			if name == "standby" {
+				c.Listeners = []kafkatest.Listener{{Name: "DELAYED", Advertise: func(int32) string { return relay.Addr() }}}
+			}
+		}
+	}
+	if b.clusters, err = benchutil.StartClustersWith("switchbench-", adjust, "primary", "standby"); err != nil {
 		return err
 	}
 	defer benchutil.CloseClusters(b.clusters)
+	b.standbyAddr = b.clusters["standby"].Bootstrap()
+	if relay != nil {
+		sb := b.clusters["standby"]
+		relay.Serve(sb.ListenerAddr("DELAYED", sb.NodeIDs()[0]))
+		b.standbyAddr = relay.Addr()
+		step("the member reaches the standby through a relay adding %v round trip", o.rtt)
+	}
 	dir, err := os.MkdirTemp("", "switchbench-")
 	if err != nil {
 		return err
@@ -181,7 +209,7 @@ clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
 mirror: {sync_interval: 1s}
-`, b.addr, b.admin, b.clusters["primary"].Bootstrap(), b.clusters["standby"].Bootstrap())
+`, b.addr, b.admin, b.clusters["primary"].Bootstrap(), b.standbyAddr)
 	file := filepath.Join(dir, "ferry.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return nil, err

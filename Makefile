@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-scale bench-fleet bench-tls chaos lint demo
+.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
+	@echo "make bench-distance the mirror's copy and the planned switch with the standby 20, 50 and 100 ms away (a delaying relay): mirrorbench -rtts, switchbench -rtt (DISTANCEBENCHFLAGS, SWITCHRTT)"
 	@echo "make bench-scale the switchover, Metadata, memory and idle CPU as the clusters grow to 5,000 partitions and 500 groups, 10,000 idle client connections (SCALEBENCHFLAGS; 10000x1000 needs more than 20,000 file descriptors)"
 	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
 	@echo "make bench-tls   TLS to clients, to brokers, both and neither, through Ferry and directly, on real Kafka (TLSBENCHFLAGS)"
@@ -67,6 +68,16 @@ bench-switchover:
 SCALEBENCHFLAGS ?= -shapes 100x10,1000x100,5000x500 -idle-conns 10000 -rounds 3 -consume-bytes 0 -out docs/SCALE-BENCHMARKS.md
 bench-scale:
 	$(GO) run ./conformance/switchbench $(SCALEBENCHFLAGS)
+
+# The standby a round trip away: the mirror's copy (16 KiB batches, the Java
+# producer's default) at each round-trip time against the same copy at 0 ms,
+# then the planned and forced switch at 0 ms and at SWITCHRTT.
+DISTANCEBENCHFLAGS ?= -bytes 256MiB -partitions 4 -codecs none -skip-mm2 -rtts 20ms,50ms,100ms -batch-bytes 16KiB
+SWITCHRTT ?= 50ms
+bench-distance:
+	$(GO) run ./conformance/mirrorbench $(DISTANCEBENCHFLAGS)
+	$(GO) run ./conformance/switchbench -rounds 3 -consume-bytes 0
+	$(GO) run ./conformance/switchbench -rounds 3 -consume-bytes 0 -rtt $(SWITCHRTT)
 
 bench-fleet:
 	$(GO) run ./conformance/fleetbench $(FLEETBENCHFLAGS)

@@ -6,10 +6,10 @@ import (
 )
 
 // handleProfiles serves Go's runtime profiles (net/http/pprof) under
-// /debug/pprof/, behind the token like every mutating endpoint: a heap or
-// goroutine profile shows what the process holds (addresses, topic names in
-// strings), and a CPU profile or trace costs CPU while it runs. A profile
-// (?seconds=N) must end within the server's write timeout (one minute).
+// /debug/pprof/, behind the token like every mutating endpoint: goroutine
+// dumps show what every connection is doing, cmdline the command line, and
+// a CPU profile or trace costs CPU while it runs. A profile (?seconds=N)
+// must end within the server's write timeout (one minute).
 //
 //	curl -H "Authorization: Bearer $TOKEN" -o heap.pb.gz http://127.0.0.1:9644/debug/pprof/heap
 //	go tool pprof -top heap.pb.gz

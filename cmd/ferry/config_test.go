@@ -222,7 +222,7 @@ clusters:
 `
 
 func TestMirrorConfig(t *testing.T) {
-	defaults := MirrorConfig{Enabled: ptr(true), SyncInterval: 5 * time.Second, InFlight: 5, SyncGroups: ptr(true), SyncACLs: ptr(true),
+	defaults := MirrorConfig{Enabled: ptr(true), SyncInterval: 5 * time.Second, InFlight: 128, SyncGroups: ptr(true), SyncACLs: ptr(true),
 		RecompressCompacted: ptr(true)}
 	with := func(f func(*MirrorConfig)) MirrorConfig {
 		m := defaults

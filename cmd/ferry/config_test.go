@@ -68,7 +68,7 @@ func TestExampleConfig(t *testing.T) {
 			Topics:       Selection{Exclude: []string{`.*\.tmp`, "scratch-.*"}},
 			Groups:       Selection{Exclude: []string{"console-consumer-.*"}},
 			SyncInterval: 5 * time.Second,
-			InFlight:     5,
+			InFlight:     128,
 			SyncGroups:   ptr(true),
 			SyncACLs:     ptr(true),
 			// The example sets it to its default, to show the key.

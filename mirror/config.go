@@ -167,7 +167,8 @@ func InFlight(n int) Option { return func(c *config) { c.inflight = n } }
 const MaxInFlight = 256
 
 // FetchMaxWait sets how long a source fetch waits for new data (default
-// 500ms).
+// 500ms); after fetches that return nothing the wait doubles, up to 10 s
+// (idleFetchMaxWait), and is back to this after one that returns records.
 func FetchMaxWait(d time.Duration) Option { return func(c *config) { c.fetchMaxWait = d } }
 
 // SyncGroups enables or disables copying consumer group offsets (default on).

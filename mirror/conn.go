@@ -64,6 +64,11 @@ var errConnClosed = errors.New("mirror: broker connection closed")
 // there are two connections per mirrored partition.
 const readBufferSize = 512
 
+// keptRequestBuffer is the largest request encoding a connection keeps
+// for the next request: fetches and small produces reuse it, a large
+// produce's copy is let go.
+const keptRequestBuffer = 4 << 10
+
 // maxResponseSize caps one response frame.
 const maxResponseSize = 256 << 20
 
@@ -118,8 +123,8 @@ func (c *conn) Send(req kmsg.Request) *call {
 	if _, err := c.nc.Write(c.wbuf); err != nil {
 		c.fail(err)
 	}
-	if cap(c.wbuf) > readBufferSize<<3 {
-		c.wbuf = nil // a large produce's copy is not kept for the next ping
+	if cap(c.wbuf) > keptRequestBuffer {
+		c.wbuf = nil // a large produce's copy is not kept for the next fetch
 	}
 	return cl
 }

@@ -1,9 +1,12 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,15 +71,14 @@ func (m *Mirror) Drain(ctx context.Context) error {
 			err = fmt.Errorf("source end offsets: %w", err)
 		}
 		var dst kadm.ListedOffsets
-		var unlisted map[topicPartition]error
 		if err == nil {
-			if dst, unlisted, err = m.standbyEnds(ctx, ends); err != nil {
+			if dst, err = m.standbyEnds(ctx, ends); err != nil {
 				err = fmt.Errorf("standby end offsets: %w", err)
 			}
 		}
 		if err == nil {
 			var open bool
-			lag, open, err = m.lagging(ends, dst, unlisted)
+			lag, open, err = m.lagging(ends, dst)
 			if err != nil {
 				return err
 			}
@@ -217,21 +219,21 @@ func namedShardErrors(err error) error {
 	if len(ps) == 0 {
 		return err
 	}
-	var names []string
-	var first error
-	for tp, e := range ps {
-		names = append(names, fmt.Sprintf("%s[%d]", tp.topic, tp.partition))
-		first = e
+	tps := slices.SortedFunc(maps.Keys(ps), func(a, b topicPartition) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	names := make([]string, len(tps))
+	for i, tp := range tps {
+		names[i] = fmt.Sprintf("%s[%d]", tp.topic, tp.partition)
 	}
-	sort.Strings(names)
-	return fmt.Errorf("%s: %w", strings.Join(names, ", "), first)
+	return fmt.Errorf("%s: %w", strings.Join(names, ", "), ps[tps[0]])
 }
 
 // standbyEnds reads the standby's end offsets of the partitions in ends.
-// A partition missing from the answer, or with an error, is not on the
-// standby (yet). One whose broker could not be asked (no leader: its
-// replicas' brokers are down) is in unlisted, with the error.
-func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (_ kadm.ListedOffsets, unlisted map[topicPartition]error, _ error) {
+// A partition missing from the answer is not on the standby (yet); one
+// whose broker could not be asked (no leader: its replicas' brokers are
+// down) is in the answer with that error.
+func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (kadm.ListedOffsets, error) {
 	seen := make(map[string]bool)
 	var topics []string
 	for tp := range ends {
@@ -241,28 +243,35 @@ func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]source
 		}
 	}
 	if len(topics) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	lo, err := m.dstAdm.ListEndOffsets(ctx, topics...)
-	if unlisted = shardPartitions(err); unlisted != nil {
-		err = nil
+	unlisted := shardPartitions(err)
+	if unlisted == nil {
+		return lo, err
 	}
-	return lo, unlisted, err
+	if lo == nil {
+		lo = kadm.ListedOffsets{}
+	}
+	for tp, perr := range unlisted {
+		if lo[tp.topic] == nil {
+			lo[tp.topic] = map[int32]kadm.ListedOffset{}
+		}
+		lo[tp.topic][tp.partition] = kadm.ListedOffset{Topic: tp.topic, Partition: tp.partition, Err: perr}
+	}
+	return lo, nil
 }
 
 // lagging names the partitions whose standby (dst, read from the cluster:
 // every partition, whichever member writes it) is behind the source's end,
 // and says whether any has an open transaction. A partition halted in this
 // member is an error.
-func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets, unlisted map[topicPartition]error) (lag []string, open bool, err error) {
+func (m *Mirror) lagging(ends map[topicPartition]sourceEnd, dst kadm.ListedOffsets) (lag []string, open bool, err error) {
 	if err := m.localHalt(func(tp topicPartition) bool { _, ok := ends[tp]; return ok }); err != nil {
 		return nil, false, err
 	}
 	for tp, e := range ends {
 		d, ok := dst.Lookup(tp.topic, tp.partition)
-		if uerr := unlisted[tp]; uerr != nil && !ok {
-			d, ok = kadm.ListedOffset{Err: uerr}, true
-		}
 		switch {
 		case !ok:
 			lag = append(lag, fmt.Sprintf("%s[%d]: not on the standby yet (source end %d)", tp.topic, tp.partition, e.hwm))

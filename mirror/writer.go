@@ -789,7 +789,7 @@ const idleFetchMaxWait = 10 * time.Second
 // nextFetchWait is the wait of the fetch after one that waited wait and
 // returned records (got) or none.
 func nextFetchWait(wait, base time.Duration, got bool) time.Duration {
-	if got || wait < base {
+	if got {
 		return base
 	}
 	return min(2*wait, max(idleFetchMaxWait, base))

@@ -2,6 +2,8 @@ package benchutil
 
 import (
 	"net"
+
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +136,22 @@ func (r *DelayRelay) pipe(dst, src net.Conn) {
 	if tc, ok := dst.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}
+}
+
+// DelayedListener is the broker listener a 1-broker cluster behind a
+// DelayRelay has: advertised at the relay, so that a client bootstrapped
+// there reaches the broker only through it.
+const DelayedListener = "DELAYED"
+
+// Listener is the DelayedListener to add to the cluster's configuration
+// before it starts; ServeCluster then forwards to it.
+func (r *DelayRelay) Listener() kafkatest.Listener {
+	return kafkatest.Listener{Name: DelayedListener, Advertise: func(int32) string { return r.Addr() }}
+}
+
+// ServeCluster forwards to the DelayedListener of c's (one) broker.
+func (r *DelayRelay) ServeCluster(c *kafkatest.Cluster) {
+	r.Serve(c.ListenerAddr(DelayedListener, c.NodeIDs()[0]))
 }
 
 // Close stops accepting, closes every connection and waits for the

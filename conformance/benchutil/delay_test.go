@@ -70,9 +70,14 @@ func TestDelayRelay(t *testing.T) {
 	}
 	defer c2.Close()
 	start = time.Now()
-	c2.Write(msg)
+	if _, err := c2.Write(msg); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := io.ReadFull(c2, got[:len(msg)]); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("round trip at rtt 0: %v", time.Since(start))
+	// SetRTT(0) took effect: well under the 200 ms it was.
+	if d := time.Since(start); d >= rtt || string(got[:len(msg)]) != string(msg) {
+		t.Fatalf("after SetRTT(0): echo %q after %v", got[:len(msg)], d)
+	}
 }

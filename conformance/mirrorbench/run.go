@@ -97,9 +97,8 @@ func run(ctx context.Context, o options, cmd string) error {
 		}
 	}
 
-	// With -rtts, the target also listens on "DELAYED", advertised at a
-	// relay that adds the round-trip time: a mirror bootstrapped there
-	// reaches the target's broker only through it.
+	// With -rtts, the target also listens behind a relay that adds the
+	// round-trip time (benchutil.DelayedListener).
 	var relay *benchutil.DelayRelay
 	adjust := func(string, *kafkatest.Config) {}
 	if len(o.rtts) > 0 {
@@ -109,7 +108,7 @@ func run(ctx context.Context, o options, cmd string) error {
 		defer relay.Close()
 		adjust = func(name string, c *kafkatest.Config) {
 			if name == "target" {
-				c.Listeners = []kafkatest.Listener{{Name: delayedListener, Advertise: func(int32) string { return relay.Addr() }}}
+				c.Listeners = []kafkatest.Listener{relay.Listener()}
 			}
 		}
 	}
@@ -124,7 +123,7 @@ func run(ctx context.Context, o options, cmd string) error {
 	}()
 	source, target := clusters["source"], clusters["target"]
 	if relay != nil {
-		relay.Serve(target.ListenerAddr(delayedListener, target.NodeIDs()[0]))
+		relay.ServeCluster(target)
 	}
 	// The admin clients poll end offsets and topic lists: kgo answers
 	// those from metadata at most MetadataMinAge old (5 s by default,
@@ -168,10 +167,6 @@ type benchEnv struct {
 	srcAdm, dstAdm *kadm.Client
 	relay          *benchutil.DelayRelay // in front of the target (-rtts), or nil
 }
-
-// delayedListener is the target's listener advertised at the delaying
-// relay (-rtts).
-const delayedListener = "DELAYED"
 
 // runVariant loads the source topic, measures the ceiling, Ferry and MM2,
 // and removes the topics again (so the next variant starts on empty disks).

@@ -138,15 +138,16 @@ func run(ctx context.Context, o options) error {
 	var relay *benchutil.DelayRelay
 	adjust := func(string, *kafkatest.Config) {}
 	if o.rtt > 0 {
-		// The standby also listens on "DELAYED", advertised at the relay:
-		// the member, bootstrapped there, reaches it only through it.
+		// The standby also listens behind the relay
+		// (benchutil.DelayedListener): the member, bootstrapped there,
+		// reaches it only through it.
 		if relay, err = benchutil.ListenDelayRelay(o.rtt); err != nil {
 			return err
 		}
 		defer relay.Close()
 		adjust = func(name string, c *kafkatest.Config) {
 			if name == "standby" {
-				c.Listeners = []kafkatest.Listener{{Name: "DELAYED", Advertise: func(int32) string { return relay.Addr() }}}
+				c.Listeners = []kafkatest.Listener{relay.Listener()}
 			}
 		}
 	}
@@ -156,8 +157,7 @@ func run(ctx context.Context, o options) error {
 	defer benchutil.CloseClusters(b.clusters)
 	b.standbyAddr = b.clusters["standby"].Bootstrap()
 	if relay != nil {
-		sb := b.clusters["standby"]
-		relay.Serve(sb.ListenerAddr("DELAYED", sb.NodeIDs()[0]))
+		relay.ServeCluster(b.clusters["standby"])
 		b.standbyAddr = relay.Addr()
 		step("the member reaches the standby through a relay adding %v round trip", o.rtt)
 	}

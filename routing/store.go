@@ -44,6 +44,10 @@ const maxStateBytes = 8 << 20
 // retryBackoff is the pause between attempts on one cluster.
 const retryBackoff = 200 * time.Millisecond
 
+// stableBackoff is the first pause of a read waiting for the log to be
+// stable (read); it doubles up to retryBackoff.
+const stableBackoff = 10 * time.Millisecond
+
 // storeTxnTimeout is the transaction timeout of a state write: a write
 // whose member died mid-way is aborted by the next writer, or at the
 // latest after this.
@@ -69,6 +73,8 @@ type storeConfig struct {
 	timeout time.Duration
 	// security is each cluster's TLS and SASL (StoreClusterSecurity).
 	security map[string]*clusterauth.Security
+	// clientOpts go to every client the store makes (tests: hooks).
+	clientOpts []kgo.Opt
 }
 
 // StoreLogger sets the logger (default: none).
@@ -135,8 +141,33 @@ type storeCluster struct {
 	mu    sync.Mutex // serialises ensureTopic
 	ready bool       // the topic was seen with a leader
 
+	// kept is the transactional producer of the last write that
+	// committed, for the next write to this cluster (takeProducer): a
+	// producer made for each write costs its connections, the
+	// coordinator's lookup and InitProducerId, a dozen round trips, which
+	// a cluster a region away turns into most of a second of a switch's
+	// held writes. Nil when none is kept, or while a write uses it.
+	keptMu     sync.Mutex
+	kept       *kgo.Client
+	keptClosed bool // Close ran: nothing more is kept
+
+	// where is what the last read learnt of the topic (readOnce), so
+	// that the next read is one Fetch; nil after any failure, and on a
+	// cluster without topic IDs (a topic recreated under the same name
+	// would be read from the old log start).
+	whereMu sync.Mutex
+	where   *readPosition
+
 	rewriteMu sync.Mutex
 	rewrite   *rewrite // the state this cluster missed, written again in the background
+}
+
+// readPosition is where a read of the state topic starts: the topic's ID,
+// its partition's leader and log start when it was last read.
+type readPosition struct {
+	topicID  [16]byte
+	leader   int32
+	logStart int64
 }
 
 // rewrite is a background write of a state to a cluster that missed it.
@@ -187,10 +218,10 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 			s.Close()
 			return nil, fmt.Errorf("routing store: cluster %q has no bootstrap addresses", name)
 		}
-		opts := []kgo.Opt{
+		opts := append([]kgo.Opt{
 			kgo.ClientID("ferry-routing"),
 			kgo.MetadataMinAge(250 * time.Millisecond),
-		}
+		}, cfg.clientOpts...)
 		sec := cfg.security[name]
 		cl, err := sec.NewClient(addrs, opts...)
 		if err != nil {
@@ -220,6 +251,7 @@ func (s *KafkaStore) Close() {
 		s.stopBg()
 		s.bgWG.Wait()
 		for _, c := range s.clusters {
+			c.closeKept()
 			c.cl.Close()
 		}
 	})
@@ -553,6 +585,15 @@ func (s *KafkaStore) writeIf(ctx context.Context, c *storeCluster, val []byte, c
 	}
 	for {
 		err := s.writeOnceIf(ctx, c, val, cond)
+		var stale *staleProducerError
+		if errors.As(err, &stale) && ctx.Err() == nil {
+			// The producer kept from the last write no longer
+			// serves (another member's write fenced it, the
+			// transactional ID expired, its connections broke): a
+			// fresh one, at once.
+			c.log.Debug("the producer kept from the last routing state write failed; writing with a new one", zap.Error(stale.err))
+			err = s.writeOnceIf(ctx, c, val, cond)
+		}
 		if err == nil || !fencedWrite(err) {
 			return err
 		}
@@ -564,6 +605,13 @@ func (s *KafkaStore) writeIf(ctx context.Context, c *storeCluster, val []byte, c
 		}
 	}
 }
+
+// staleProducerError is a write that failed before its condition was
+// asked, with the producer kept from an earlier write (writeOnceIf).
+type staleProducerError struct{ err error }
+
+func (e *staleProducerError) Error() string { return e.err.Error() }
+func (e *staleProducerError) Unwrap() error { return e.err }
 
 // fencedWrite reports whether a transactional write failed because
 // another writer of the same transactional ID started meanwhile, or the
@@ -578,32 +626,46 @@ func fencedWrite(err error) bool {
 }
 
 func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byte, cond func(State, bool) error) error {
-	// A producer of its own for each write, closed when the write ends: a
-	// producer does not give up a record it may have sent before its
-	// broker answers, whatever the record's context says, so a write to a
-	// dead cluster would outlive ctx. Closing the client fails what it
-	// still holds; a transaction it leaves open is never committed (the
-	// next writer's InitProducerId, or the transaction timeout, aborts it).
-	p, err := c.sec.NewClient(c.addrs, slices.Concat(c.opts, []kgo.Opt{
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), // Load reads partition 0
-		kgo.ProducerBatchMaxBytes(maxStateBytes),
-		kgo.TransactionalID(s.txnID),
-		kgo.TransactionTimeout(storeTxnTimeout),
-	})...)
-	if err != nil {
-		return err
+	// The producer kept from the last write that committed, else a new
+	// one. A producer does not give up a record it may have sent before
+	// its broker answers, whatever the record's context says, so a write
+	// to a dead cluster would outlive ctx: a write that fails closes its
+	// producer (Close fails what it still holds; a transaction it leaves
+	// open is never committed: the next writer's InitProducerId, or the
+	// transaction timeout, aborts it), and only one that committed is
+	// kept. A kept producer whose epoch another member's write has since
+	// bumped is fenced at its first request, before anything commits:
+	// the fencing writeIf relies on holds for it as for a new one.
+	p, reused := c.takeProducer()
+	if p == nil {
+		var err error
+		if p, err = s.newProducer(c); err != nil {
+			return err
+		}
 	}
+	committed := false
 	defer func() {
-		if ctx.Err() != nil {
+		switch {
+		case committed:
+			c.keepProducer(p)
+		case ctx.Err() != nil:
 			// A cluster that does not answer (a frozen host, a
 			// partition: connections open, nothing answered) holds
 			// Close until its requests time out; the write has given
 			// up, and so does the caller.
 			go p.Close()
-			return
+		default:
+			p.Close()
 		}
-		p.Close()
 	}()
+	// stale marks a failure before the condition was asked, with a kept
+	// producer: writeIf tries a new one.
+	stale := func(err error) error {
+		if reused && ctx.Err() == nil {
+			return &staleProducerError{err}
+		}
+		return err
+	}
 	// BeginTransaction takes no context: it waits for the producer ID,
 	// which InitProducerId to such a cluster never brings (a forced
 	// switch away from a frozen cluster waited 50 s on it for the write
@@ -613,7 +675,7 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	select {
 	case err := <-began:
 		if err != nil {
-			return err
+			return stale(err)
 		}
 	case <-ctx.Done():
 		return ctx.Err()
@@ -628,6 +690,7 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	rec := &kgo.Record{Topic: s.topic, Partition: 0, Key: s.key, Value: val}
 	done := make(chan error, 1)
 	p.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -638,7 +701,8 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 		c.mu.Lock()
 		c.ready = false
 		c.mu.Unlock()
-		return err
+		c.forgetWhere()
+		return stale(err)
 	}
 	held, found, err := s.read(ctx, c, rec.Offset)
 	if err == nil {
@@ -656,7 +720,117 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	if s.beforeCommit != nil {
 		s.beforeCommit(c.name)
 	}
-	return p.EndTransaction(ctx, kgo.TryCommit)
+	if err := p.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
+// Warm readies a write of the state to cluster, ahead of a Save: the
+// topic, where to read it, and the producer the write takes, its producer
+// ID fetched (a new producer's connections, the coordinator's lookup and
+// InitProducerId are a dozen round trips). A planned switch warms every
+// cluster while it drains, so that its save costs the writes' own round
+// trips even the first time. A producer already kept
+// is left as it is; a failure is left to the write.
+func (s *KafkaStore) Warm(ctx context.Context, cluster string) {
+	c := s.clusters[cluster]
+	if c == nil || c.ensureTopic(ctx, s.topic) != nil {
+		return
+	}
+	if _, _, err := s.read(ctx, c, -1); err != nil {
+		return
+	}
+	if p, kept := c.takeProducer(); kept {
+		c.keepProducer(p)
+		return
+	}
+	p, err := s.newProducer(c)
+	if err != nil {
+		return
+	}
+	// As in writeOnceIf: BeginTransaction waits for the producer ID
+	// without a context.
+	began := make(chan error, 1)
+	go func() { began <- p.BeginTransaction() }()
+	select {
+	case err = <-began:
+	case <-ctx.Done():
+		go p.Close()
+		return
+	}
+	if err == nil {
+		// Nothing was produced: the transaction ends here, unsent.
+		err = p.EndTransaction(ctx, kgo.TryAbort)
+	}
+	if err != nil {
+		c.log.Debug("warming the routing state's write", zap.Error(err))
+		p.Close()
+		return
+	}
+	c.keepProducer(p)
+}
+
+// newProducer makes a transactional producer of the state to c.
+func (s *KafkaStore) newProducer(c *storeCluster) (*kgo.Client, error) {
+	return c.sec.NewClient(c.addrs, slices.Concat(c.opts, []kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), // Load reads partition 0
+		kgo.ProducerBatchMaxBytes(maxStateBytes),
+		kgo.TransactionalID(s.txnID),
+		kgo.TransactionTimeout(storeTxnTimeout),
+	})...)
+}
+
+// takeProducer returns the producer kept from the last write that
+// committed, and true, or nil; the caller has it alone.
+func (c *storeCluster) takeProducer() (*kgo.Client, bool) {
+	c.keptMu.Lock()
+	defer c.keptMu.Unlock()
+	p := c.kept
+	c.kept = nil
+	return p, p != nil
+}
+
+// keepProducer keeps p for the next write, unless another is kept (two
+// writes at once) or the store closed.
+func (c *storeCluster) keepProducer(p *kgo.Client) {
+	c.keptMu.Lock()
+	if c.kept == nil && !c.keptClosed {
+		c.kept, p = p, nil
+	}
+	c.keptMu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+}
+
+// lastWhere is where the last read started, or nil.
+func (c *storeCluster) lastWhere() *readPosition {
+	c.whereMu.Lock()
+	defer c.whereMu.Unlock()
+	return c.where
+}
+
+func (c *storeCluster) setWhere(pos *readPosition) {
+	c.whereMu.Lock()
+	c.where = pos
+	c.whereMu.Unlock()
+}
+
+// forgetWhere makes the next read ask where to read.
+func (c *storeCluster) forgetWhere() { c.setWhere(nil) }
+
+// closeKept closes the kept producer and keeps none from now on.
+func (c *storeCluster) closeKept() {
+	c.keptMu.Lock()
+	p := c.kept
+	c.kept = nil
+	c.keptClosed = true
+	c.keptMu.Unlock()
+	if p != nil {
+		p.Close()
+	}
 }
 
 // Load returns the state of the highest generation found on the clusters it
@@ -740,15 +914,23 @@ func (s *KafkaStore) read(ctx context.Context, c *storeCluster, before int64) (S
 		wait = min(wait, time.Until(dl)/2)
 	}
 	stableBy := time.Now().Add(wait)
+	// A transaction's markers land a moment after its EndTxn is
+	// answered: a read right after a write (the next switch's check of
+	// a cluster the last save wrote) polls briefly, not a whole backoff.
+	unstable := stableBackoff
 	for {
 		st, found, err := s.readOnce(ctx, c, before, time.Now().Before(stableBy))
 		if err == nil || !retriable(err) {
 			return st, found, err
 		}
+		backoff := retryBackoff
+		if errors.Is(err, errNotStable) {
+			backoff, unstable = unstable, min(2*unstable, retryBackoff)
+		}
 		select {
 		case <-ctx.Done():
 			return State{}, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(retryBackoff):
+		case <-time.After(backoff):
 		}
 	}
 }
@@ -781,15 +963,37 @@ var errNotStable = errors.New("the log is not yet stable up to the write")
 const stableWait = 5 * time.Second
 
 func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster, before int64, waitStable bool) (State, bool, error) {
-	md, err := c.metadata(ctx, s.topic)
-	if err != nil {
+	if pos := c.lastWhere(); pos != nil {
+		st, found, err := s.readFrom(ctx, c, pos, before, waitStable)
+		if err == nil || errors.Is(err, errNotStable) || ctx.Err() != nil {
+			return st, found, err
+		}
+		// The leader moved, the log start advanced, the topic was
+		// recreated, or a connection broke: ask again, at once.
+		c.forgetWhere()
+		c.log.Debug("reading the routing state where the last read did failed; asking where to read", zap.Error(err))
+	}
+	pos, err := s.locate(ctx, c)
+	if err != nil || pos == nil {
 		return State{}, false, err
 	}
-	if md.missing {
-		return State{}, false, nil
+	st, found, err := s.readFrom(ctx, c, pos, before, waitStable)
+	if err == nil && pos.topicID != ([16]byte{}) {
+		c.setWhere(pos)
 	}
-	leader := c.cl.Broker(int(md.leader))
+	return st, found, err
+}
 
+// locate asks where the state topic's partition is led and where its log
+// starts: nil when the topic is missing.
+func (s *KafkaStore) locate(ctx context.Context, c *storeCluster) (*readPosition, error) {
+	md, err := c.metadata(ctx, s.topic)
+	if err != nil {
+		return nil, err
+	}
+	if md.missing {
+		return nil, nil
+	}
 	lreq := kmsg.NewPtrListOffsetsRequest()
 	lreq.ReplicaID = -1
 	lt := kmsg.NewListOffsetsRequestTopic()
@@ -800,27 +1004,34 @@ func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster, before int64
 	lp.Timestamp = -2 // the log start
 	lt.Partitions = append(lt.Partitions, lp)
 	lreq.Topics = append(lreq.Topics, lt)
-	lresp, err := lreq.RequestWith(ctx, leader)
+	lresp, err := lreq.RequestWith(ctx, c.cl.Broker(int(md.leader)))
 	if err != nil {
-		return State{}, false, fmt.Errorf("ListOffsets: %w", err)
+		return nil, fmt.Errorf("ListOffsets: %w", err)
 	}
 	if len(lresp.Topics) != 1 || len(lresp.Topics[0].Partitions) != 1 {
-		return State{}, false, errors.New("ListOffsets: the answer does not name partition 0")
+		return nil, errors.New("ListOffsets: the answer does not name partition 0")
 	}
 	lpr := lresp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(lpr.ErrorCode); err != nil {
-		return State{}, false, fmt.Errorf("ListOffsets: %w", err)
+		return nil, fmt.Errorf("ListOffsets: %w", err)
 	}
+	return &readPosition{topicID: md.topicID, leader: md.leader, logStart: lpr.Offset}, nil
+}
 
+// readFrom reads the state from pos (readOnce). A log start that has
+// moved past pos's fails the first fetch (OFFSET_OUT_OF_RANGE): log
+// starts only advance, and a topic recreated has another ID.
+func (s *KafkaStore) readFrom(ctx context.Context, c *storeCluster, pos *readPosition, before int64, waitStable bool) (State, bool, error) {
+	leader := c.cl.Broker(int(pos.leader))
 	// From the log start to the last stable offset the first fetch
 	// reports, committed records only (a write that was refused, fenced
 	// or abandoned is never read: writeIf): the topic is compacted and
 	// holds a record per virtual cluster, so this is a fetch or two.
 	var st State
 	found := false
-	at, end := lpr.Offset, int64(-1)
+	at, end := pos.logStart, int64(-1)
 	for end < 0 || at < end {
-		rp, err := c.fetch(ctx, leader, s.topic, md.topicID, at)
+		rp, err := c.fetch(ctx, leader, s.topic, pos.topicID, at)
 		if err != nil {
 			return State{}, false, err
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -595,5 +597,145 @@ func TestKafkaStoreLoadWaitsForAStableLog(t *testing.T) {
 	mustLoad(t, newTestStore(t, "vc1", topic, only), &next)
 	if err := <-committed; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// requestLog records the requests a store's clients send, by broker port
+// and API key (kgo.HookBrokerWrite).
+type requestLog struct {
+	mu   sync.Mutex
+	sent map[int32]map[int16]int // port → key → count
+}
+
+func (l *requestLog) OnBrokerWrite(m kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sent == nil {
+		l.sent = map[int32]map[int16]int{}
+	}
+	if l.sent[m.Port] == nil {
+		l.sent[m.Port] = map[int16]int{}
+	}
+	l.sent[m.Port][key]++
+}
+
+// take returns what was sent to c's (one) broker since the last take, by
+// request name, and forgets it.
+func (l *requestLog) take(c *kafkatest.Cluster) map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, port, _ := net.SplitHostPort(c.Addrs()[0])
+	p, _ := strconv.Atoi(port)
+	out := map[string]int{}
+	for key, n := range l.sent[int32(p)] {
+		out[kmsg.NameForKey(key)] = n
+	}
+	delete(l.sent, int32(p))
+	return out
+}
+
+// TestKafkaStoreKeepsItsProducer: a save keeps the transactional producer
+// of each write that committed, and where it read the topic, so that the
+// next save to a cluster is a Produce, a Fetch and an EndTxn there, and a
+// Fetch for the check: no new connections, no InitProducerId, no
+// Metadata or ListOffsets (at 50 ms a round trip, 870 ms per save became
+// 255 ms). A kept producer another member's write has fenced since is
+// replaced at once: the save lands, and the fencing that makes the write
+// conditional holds for a kept producer (another member's write while
+// its transaction is open fences it; the other's state is read, not
+// overwritten).
+// A topic deleted and recreated is read again from its new log start,
+// not where the last read of the old one started.
+func TestKafkaStoreKeepsItsProducer(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_kept"
+	clusters := map[string]*kafkatest.Cluster{"a": a, "b": b}
+	sent := &requestLog{}
+	s := newTestStore(t, "vc1", topic, clusters, func(c *storeConfig) { c.clientOpts = append(c.clientOpts, kgo.WithHooks(sent)) })
+	other := newTestStore(t, "vc1", topic, clusters)
+
+	mustSave(t, s, fullState(1, "a", "b"))
+	sent.take(a)
+	sent.take(b)
+	want := fullState(2, "a", "b")
+	mustSave(t, s, want)
+	for name, c := range clusters {
+		got := sent.take(c)
+		for _, api := range []string{"InitProducerID", "FindCoordinator", "ApiVersions", "Metadata", "ListOffsets"} {
+			if got[api] != 0 {
+				t.Errorf("the second save sent %d %s to %s (sent %v), want none", got[api], api, name, got)
+			}
+		}
+		if got["Produce"] != 1 || got["EndTxn"] != 1 {
+			t.Errorf("the second save sent %v to %s, want one Produce and one EndTxn", got, name)
+		}
+	}
+	mustLoad(t, s, &want)
+
+	// Another member saves: its InitProducerId fences s's kept
+	// producers. s's next save replaces them, and lands.
+	mustSave(t, other, fullState(3, "b", "a"))
+	want = fullState(4, "a", "b")
+	mustSave(t, s, want)
+	if got := sent.take(a); got["InitProducerID"] == 0 {
+		t.Errorf("the save after another member's sent %v to a: no InitProducerId, so the fenced producer was used", got)
+	}
+	mustLoad(t, s, &want)
+	mustLoad(t, other, &want)
+
+	// Another member saves while s's kept producer has its record in an
+	// open transaction on a: s's write is fenced, reads again, finds the
+	// newer generation and is refused; no cluster holds s's state.
+	raced := 0
+	s.beforeCommit = func(cluster string) {
+		if raced++; raced > 1 {
+			return
+		}
+		if err := other.Save(ctxFor(t, 60*time.Second), fullState(6, "b", "a")); err != nil {
+			t.Errorf("the other member's save: %v", err)
+		}
+	}
+	if err := s.Save(ctxFor(t, 60*time.Second), fullState(5, "a", "b")); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("a save whose write another member's fenced: %v, want ErrSuperseded", err)
+	}
+	s.beforeCommit = nil
+	if raced != 1 {
+		t.Errorf("s's writes got to commit %d times, want once (the retry finds generation 6)", raced)
+	}
+	want = fullState(6, "b", "a")
+	mustLoad(t, s, &want)
+	for _, name := range []string{"a", "b"} {
+		if got, found, err := s.LoadFrom(ctxFor(t, 60*time.Second), name); err != nil || !found || got.Generation != 6 {
+			t.Errorf("cluster %s holds %s (found %v, %v), want generation 6", name, got, found, err)
+		}
+	}
+
+	// A store that has not written yet, warmed for a (as a planned
+	// switch does while it drains): its save to a finds its producer
+	// ready.
+	warm := newTestStore(t, "vc1", topic, clusters, func(c *storeConfig) { c.clientOpts = append(c.clientOpts, kgo.WithHooks(sent)) })
+	warm.Warm(ctxFor(t, 60*time.Second), "a")
+	sent.take(a)
+	mustSave(t, warm, fullState(7, "a", "b"))
+	if got := sent.take(a); got["InitProducerID"] != 0 || got["FindCoordinator"] != 0 || got["ListOffsets"] != 0 || got["Produce"] != 1 || got["EndTxn"] != 1 {
+		t.Errorf("a warmed store's save sent %v to a, want one Produce and one EndTxn, and no InitProducerId, FindCoordinator or ListOffsets", got)
+	}
+
+	// The topic deleted and recreated on a, with another state in it:
+	// s reads that, not from where it last read.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(a.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopic(ctxFor(t, 30*time.Second), topic); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a})
+	recreated := fullState(1, "a", "b")
+	testwait.Eventually(t, 60*time.Second, "the state saved in the recreated topic", func() error { return fresh.Save(ctxFor(t, 10*time.Second), recreated) })
+	got, found, err := s.LoadFrom(ctxFor(t, 60*time.Second), "a")
+	if err != nil || !found || got.Generation != 1 {
+		t.Fatalf("a holds %s (found %v, %v) after its topic was recreated, want generation 1", got, found, err)
 	}
 }

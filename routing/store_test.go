@@ -201,9 +201,9 @@ func TestKafkaStoreSaveReadsEachClusterTwice(t *testing.T) {
 		}
 		defer c.Close()
 		n := new(atomic.Int32)
-		c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
-			n.Add(1) // one a read (readOnce)
+			n.Add(1) // one a read (readOnce: the topic holds two small records)
 			return nil, nil, false
 		})
 		addrs[name], reads[name] = c.ListenAddrs(), n

@@ -381,6 +381,9 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		leaseEnds = s.now().Add(s.lease)
 		mark("save_draining")
 	}
+	// The flip's save writes to every cluster, the one switched to
+	// first: the writes are readied while the mirror drains.
+	warmed := s.warm(dctx)
 	if err := s.members.Hold(dctx, draining); err != nil {
 		if e := otherSwitch(err); e != nil {
 			return rollback(e)
@@ -445,6 +448,10 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	ends, _ := positions(s.mirror.Stop())
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
+	select {
+	case <-warmed:
+	case <-dctx.Done():
+	}
 	// Never flip past the deadline: a draining state read for longer than
 	// the timeout (and a margin) is taken for an abandoned switch's
 	// (lease.go).
@@ -590,6 +597,32 @@ func voidGeneration(voided []uint32, gen uint32) []uint32 {
 		out = out[len(out)-maxVoided:]
 	}
 	return out
+}
+
+// warmer is a Store that can ready a write to a cluster ahead of a
+// Save (KafkaStore.Warm).
+type warmer interface {
+	Warm(ctx context.Context, cluster string)
+}
+
+// warm readies the store's writes to every cluster in the background;
+// the channel closes when they are (at once for a store that cannot).
+func (s *Switcher) warm(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	w, ok := s.store.(warmer)
+	if !ok {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, c := range s.clusters {
+			wg.Go(func() { w.Warm(ctx, c) })
+		}
+		wg.Wait()
+	}()
+	return done
 }
 
 // saveUntilDone saves st, trying again for up to a minute: with write

@@ -9,10 +9,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
@@ -64,17 +66,48 @@ func (m *Mirror) Drain(ctx context.Context) error {
 	abortAt := time.Now().Add(grace)
 	aborted := false
 	var prev map[topicPartition]sourceEnd
+	var prevDst kadm.ListedOffsets // the standby's ends read last round, if then no partition lagged
+	prevOpen := false              // last round's ends had a transaction open
 	var lag, stillOpen []string
+	type listedTxns struct {
+		txns []OpenTxn
+		err  error
+	}
 	for {
-		ends, err := m.sourceEnds(ctx)
+		// A round that follows one with nothing lagging or open most
+		// likely ends the drain: the open transactions it then lists
+		// are listed at once with the ends (a round trip to a source a
+		// region away).
+		var txnsAhead chan listedTxns
+		if prevDst != nil && !prevOpen {
+			txnsAhead = make(chan listedTxns, 1)
+			mirrored := mirroredTopics(prev)
+			go func() {
+				txns, err := m.openTxns(ctx, mirrored, "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+				txnsAhead <- listedTxns{txns, err}
+			}()
+		}
+		ends, err := m.sourceEnds(ctx, prev)
 		if err != nil {
 			err = fmt.Errorf("source end offsets: %w", err)
 		}
 		var dst kadm.ListedOffsets
-		if err == nil {
+		switch {
+		case err == nil && prevDst != nil && sameEnds(prev, ends):
+			// The standby held these ends last round, and an end
+			// never goes back: not read again (a round trip to a
+			// standby a region away, twice a drain).
+			dst = prevDst
+		case err == nil:
 			if dst, err = m.standbyEnds(ctx, ends); err != nil {
 				err = fmt.Errorf("standby end offsets: %w", err)
 			}
+		}
+		prevDst = nil
+		var ahead *listedTxns
+		if txnsAhead != nil {
+			a := <-txnsAhead
+			ahead = &a
 		}
 		if err == nil {
 			var open bool
@@ -82,13 +115,25 @@ func (m *Mirror) Drain(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if len(lag) == 0 {
+				prevDst = dst
+			}
+			prevOpen = open
 			if len(lag) == 0 && !open && sameEnds(prev, ends) {
 				// A transaction can be open with nothing written yet (its
 				// partitions added, its produce held): the coordinator
 				// would abort it at its timeout, writing markers on the
 				// old cluster after the switch, at offsets the new one
-				// fills with other records. It is open too.
-				txns, err := m.openTxns(ctx, mirroredTopics(ends), "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+				// fills with other records. It is open too. (Listed
+				// after the last round's ends, as the ends of this one:
+				// the same topics.)
+				var txns []OpenTxn
+				var err error
+				if ahead != nil {
+					txns, err = ahead.txns, ahead.err
+				} else {
+					txns, err = m.openTxns(ctx, mirroredTopics(ends), "Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+				}
 				if err != nil {
 					m.log.Warn("listing the transactions open on the source", zap.Error(err))
 				}
@@ -134,38 +179,59 @@ func (m *Mirror) Drain(ctx context.Context) error {
 type sourceEnd struct{ hwm, lso int64 }
 
 // sourceEnds reads the high watermark and last stable offset of every
-// partition of every mirrored topic on the source.
-func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, error) {
-	td, err := listTopics(ctx, m.src)
+// partition of every mirrored topic on the source. With known, the last
+// round's, those partitions are listed at once with the topics (two
+// round trips become one), and listed again only if the topics name
+// others.
+func (m *Mirror) sourceEnds(ctx context.Context, known map[topicPartition]sourceEnd) (map[topicPartition]sourceEnd, error) {
+	var td map[string]topicMeta
+	var guess map[topicPartition]sourceEnd
+	var err, guessErr error
+	if len(known) > 0 {
+		var wg sync.WaitGroup
+		wg.Go(func() { guess, guessErr = m.listSourceEnds(ctx, partitionsOf(known)) })
+		td, err = listTopics(ctx, m.src)
+		wg.Wait()
+	} else {
+		td, err = listTopics(ctx, m.src)
+	}
 	if err != nil {
 		return nil, err
 	}
-	var topics []string
+	parts := map[string][]int32{}
+	n := 0
 	for name, t := range td {
 		if m.cfg.mirrorTopic(name, t.internal) {
-			topics = append(topics, name)
+			for p := range t.partitions {
+				parts[name] = append(parts[name], p)
+			}
+			n += int(t.partitions)
 		}
 	}
+	if guess != nil && guessErr == nil && samePartitions(parts, n, known) {
+		return guess, nil
+	}
+	return m.listSourceEnds(ctx, parts)
+}
+
+// listSourceEnds lists the high watermark and last stable offset of each
+// partition in parts on the source, both at once.
+func (m *Mirror) listSourceEnds(ctx context.Context, parts map[string][]int32) (map[topicPartition]sourceEnd, error) {
 	out := make(map[topicPartition]sourceEnd)
-	if len(topics) == 0 {
+	if len(parts) == 0 {
 		return out, nil
 	}
-	hwms, err := m.srcAdm.ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = listedError(hwms)
+	var hwms, lsos kadm.ListedOffsets
+	var hwmErr, lsoErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { lsos, lsoErr = ListEnds(ctx, m.src, parts, true) })
+	hwms, hwmErr = ListEnds(ctx, m.src, parts, false)
+	wg.Wait()
+	if err := cmp.Or(hwmErr, lsoErr, ListedError(hwms), ListedError(lsos)); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, namedShardErrors(err)
-	}
-	lsos, err := m.srcAdm.ListCommittedOffsets(ctx, topics...)
-	if err == nil {
-		err = listedError(lsos)
-	}
-	if err != nil {
-		return nil, namedShardErrors(err)
-	}
-	for _, t := range topics {
-		for p := int32(0); p < td[t].partitions; p++ {
+	for t, ps := range parts {
+		for _, p := range ps {
 			h, ok1 := hwms.Lookup(t, p)
 			l, ok2 := lsos.Lookup(t, p)
 			if !ok1 || !ok2 {
@@ -177,56 +243,109 @@ func (m *Mirror) sourceEnds(ctx context.Context) (map[topicPartition]sourceEnd, 
 	return out, nil
 }
 
-// listedError is the first partition error of a listing, naming the
-// partition (kadm's Error does not).
-func listedError(lo kadm.ListedOffsets) error {
-	var first error
-	lo.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil && first == nil {
-			first = fmt.Errorf("%s[%d]: %w", o.Topic, o.Partition, o.Err)
-		}
-	})
-	return first
-}
-
-// shardPartitions returns, for a ListOffsets listing that failed on some
-// brokers (or found no leader to ask), each partition of the failed pieces
-// with its error; nil for any other error.
-func shardPartitions(err error) map[topicPartition]error {
-	se, ok := errors.AsType[*kadm.ShardErrors](err)
-	if !ok || se.AllFailed {
-		return nil
-	}
-	out := make(map[topicPartition]error)
-	for _, e := range se.Errs {
-		req, ok := e.Req.(*kmsg.ListOffsetsRequest)
-		if !ok {
-			return nil
-		}
-		for _, t := range req.Topics {
-			for _, p := range t.Partitions {
-				out[topicPartition{t.Topic, p.Partition}] = e.Err
-			}
-		}
+// partitionsOf is the partitions of ends, by topic.
+func partitionsOf(ends map[topicPartition]sourceEnd) map[string][]int32 {
+	out := map[string][]int32{}
+	for tp := range ends {
+		out[tp.topic] = append(out[tp.topic], tp.partition)
 	}
 	return out
 }
 
-// namedShardErrors names the partitions of a listing that failed on some
-// brokers (kadm's error names none): "t[0]: LEADER_NOT_AVAILABLE…".
-func namedShardErrors(err error) error {
-	ps := shardPartitions(err)
-	if len(ps) == 0 {
-		return err
+// samePartitions reports whether parts, n partitions in all, are known's.
+func samePartitions(parts map[string][]int32, n int, known map[topicPartition]sourceEnd) bool {
+	if n != len(known) {
+		return false
 	}
-	tps := slices.SortedFunc(maps.Keys(ps), func(a, b topicPartition) int {
+	for t, ps := range parts {
+		for _, p := range ps {
+			if _, ok := known[topicPartition{t, p}]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ListEnds lists, on cl, the end of each partition in parts: the high
+// watermark, or with lastStable the last stable offset, one ListOffsets
+// per leader. The leaders come from the client's metadata,
+// which kgo keeps from the last Metadata answer for a few seconds: kadm's
+// listings ask for metadata first, a round trip more each, which a cluster
+// a region away turned into a third of a switch's drain. A partition the
+// cluster does not have is left out; one whose leader could not be asked
+// (none: its replicas' brokers are down), or that answered an error, is in
+// the listing with that error. Only ctx's end fails the listing.
+func ListEnds(ctx context.Context, cl *kgo.Client, parts map[string][]int32, lastStable bool) (kadm.ListedOffsets, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	if lastStable {
+		req.IsolationLevel = 1 // read committed
+	}
+	for t, ps := range parts {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = t
+		for _, p := range ps {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.CurrentLeaderEpoch = -1
+			rp.Timestamp = -1 // the end
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	out := kadm.ListedOffsets{}
+	add := func(o kadm.ListedOffset) {
+		if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			return // not on this cluster
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]kadm.ListedOffset{}
+		}
+		out[o.Topic][o.Partition] = o
+	}
+	for _, sh := range cl.RequestSharded(ctx, req) {
+		if sh.Err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("ListOffsets: %w", sh.Err)
+			}
+			for _, t := range sh.Req.(*kmsg.ListOffsetsRequest).Topics {
+				for _, p := range t.Partitions {
+					add(kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Err: sh.Err})
+				}
+			}
+			continue
+		}
+		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				add(kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Timestamp: p.Timestamp, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Err: kerr.ErrorForCode(p.ErrorCode)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// ListedError names the partitions of a listing that failed, sorted, with
+// the first one's error: "t[0], t[1]: LEADER_NOT_AVAILABLE…"; nil when none
+// did.
+func ListedError(lo kadm.ListedOffsets) error {
+	failed := map[topicPartition]error{}
+	lo.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			failed[topicPartition{o.Topic, o.Partition}] = o.Err
+		}
+	})
+	if len(failed) == 0 {
+		return nil
+	}
+	tps := slices.SortedFunc(maps.Keys(failed), func(a, b topicPartition) int {
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
 	names := make([]string, len(tps))
 	for i, tp := range tps {
 		names[i] = fmt.Sprintf("%s[%d]", tp.topic, tp.partition)
 	}
-	return fmt.Errorf("%s: %w", strings.Join(names, ", "), ps[tps[0]])
+	return fmt.Errorf("%s: %w", strings.Join(names, ", "), failed[tps[0]])
 }
 
 // standbyEnds reads the standby's end offsets of the partitions in ends.
@@ -234,32 +353,14 @@ func namedShardErrors(err error) error {
 // whose broker could not be asked (no leader: its replicas' brokers are
 // down) is in the answer with that error.
 func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]sourceEnd) (kadm.ListedOffsets, error) {
-	seen := make(map[string]bool)
-	var topics []string
-	for tp := range ends {
-		if !seen[tp.topic] {
-			seen[tp.topic] = true
-			topics = append(topics, tp.topic)
-		}
-	}
-	if len(topics) == 0 {
+	if len(ends) == 0 {
 		return nil, nil
 	}
-	lo, err := m.dstAdm.ListEndOffsets(ctx, topics...)
-	unlisted := shardPartitions(err)
-	if unlisted == nil {
-		return lo, err
+	parts := make(map[string][]int32)
+	for tp := range ends {
+		parts[tp.topic] = append(parts[tp.topic], tp.partition)
 	}
-	if lo == nil {
-		lo = kadm.ListedOffsets{}
-	}
-	for tp, perr := range unlisted {
-		if lo[tp.topic] == nil {
-			lo[tp.topic] = map[int32]kadm.ListedOffset{}
-		}
-		lo[tp.topic][tp.partition] = kadm.ListedOffset{Topic: tp.topic, Partition: tp.partition, Err: perr}
-	}
-	return lo, nil
+	return ListEnds(ctx, m.dst, parts, false)
 }
 
 // lagging names the partitions whose standby (dst, read from the cluster:

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -428,13 +429,20 @@ func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string
 // not to what this member's writers have mirrored: with WithOwnership the
 // other members' writers mirror the rest of the partitions.
 func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
-	srcGroups, err := m.srcAdm.ListGroups(ctx)
-	if err != nil {
-		return fmt.Errorf("listing source groups: %w", err)
+	// The two clusters are read at once, and the standby's two reads
+	// below too: a standby a region away costs a round trip per read,
+	// with a switch's writes held.
+	var srcGroups, dstGroups kadm.ListedGroups
+	var srcErr, dstErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { srcGroups, srcErr = m.srcAdm.ListGroups(ctx) })
+	wg.Go(func() { dstGroups, dstErr = m.dstAdm.ListGroups(ctx) })
+	wg.Wait()
+	if srcErr != nil {
+		return fmt.Errorf("listing source groups: %w", srcErr)
 	}
-	dstGroups, err := m.dstAdm.ListGroups(ctx)
-	if err != nil {
-		return fmt.Errorf("listing standby groups: %w", err)
+	if dstErr != nil {
+		return fmt.Errorf("listing standby groups: %w", dstErr)
 	}
 	var groups []string
 	active := map[string]string{} // group → its type, for those with members on the standby
@@ -457,36 +465,42 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	// side, and the standby's end offsets of every topic they name in one
 	// ListOffsets per broker: a request per group or topic made a switch
 	// with a thousand groups take seconds with writes held.
-	src := m.srcAdm.FetchManyOffsets(ctx, groups...)
-	dst := m.dstAdm.FetchManyOffsets(ctx, groups...)
-	var errs []error // appended to under mu once the commits start
+	var errs []error // appended to under mu
 	var mu sync.Mutex
 	fail := func(err error) {
 		mu.Lock()
 		errs = append(errs, err)
 		mu.Unlock()
 	}
-	var topics []string
-	named := map[string]bool{}
+	var dst kadm.FetchOffsetsResponses
+	wg.Go(func() { dst = m.dstAdm.FetchManyOffsets(ctx, groups...) })
+	src := m.srcAdm.FetchManyOffsets(ctx, groups...)
+	named := map[topicPartition]bool{}
+	parts := map[string][]int32{}
 	for _, g := range groups {
 		r, ok := src[g]
 		if !ok || r.Err != nil {
 			continue
 		}
-		for t := range r.Fetched {
-			if !named[t] && m.cfg.mirrorTopic(t, false) {
-				named[t] = true
-				topics = append(topics, t)
+		r.Fetched.Each(func(o kadm.OffsetResponse) {
+			tp := topicPartition{o.Topic, o.Partition}
+			if !named[tp] && m.cfg.mirrorTopic(o.Topic, false) {
+				named[tp] = true
+				parts[o.Topic] = append(parts[o.Topic], o.Partition)
 			}
-		}
+		})
 	}
 	var ends kadm.ListedOffsets
-	if len(topics) > 0 {
+	if len(parts) > 0 {
 		var err error
-		if ends, err = m.dstAdm.ListEndOffsets(ctx, topics...); err != nil {
+		ends, err = ListEnds(ctx, m.dst, parts, false)
+		if err = cmp.Or(err, ListedError(ends)); err != nil {
+			// Its groups' offsets are not copied: a switch must not
+			// go on without them.
 			fail(fmt.Errorf("standby end offsets: %w", err))
 		}
 	}
+	wg.Wait()
 
 	var eg errgroup.Group
 	eg.SetLimit(groupSyncParallel)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/admin"
@@ -43,6 +45,16 @@ type mirrorRunner struct {
 	mu     sync.Mutex // serialises Start, Stop and Close; guards closed
 	closed bool
 	cur    atomic.Pointer[runningMirror] // written under mu; read without it
+
+	// listers list end offsets when a switch stops the mirror
+	// (positions), one client per cluster, kept between switches and
+	// warmed by each drain (warmListers): a client made at the stop cost
+	// a connection and a metadata request first, four round trips to a
+	// cluster a region away, with every write held.
+	listersMu     sync.Mutex
+	listers       map[string]*kgo.Client
+	listersClosed bool
+	warming       atomic.Bool
 }
 
 // runningMirror is one mirror.Mirror and the goroutine running it.
@@ -247,6 +259,74 @@ func (r *mirrorRunner) Close() {
 	defer r.mu.Unlock()
 	r.closed = true
 	r.stopLocked()
+	r.listersMu.Lock()
+	r.listersClosed = true
+	for _, cl := range r.listers {
+		cl.Close()
+	}
+	r.listers = nil
+	r.listersMu.Unlock()
+}
+
+// lister returns cluster's lister client (listers), made at the first
+// call.
+func (r *mirrorRunner) lister(cluster string) (*kgo.Client, error) {
+	r.listersMu.Lock()
+	defer r.listersMu.Unlock()
+	if r.listersClosed {
+		return nil, mirror.ErrClosed
+	}
+	if cl := r.listers[cluster]; cl != nil {
+		return cl, nil
+	}
+	cl, err := r.client(cluster, kgo.ClientID("ferry-switch"))
+	if err != nil {
+		return nil, err
+	}
+	if r.listers == nil {
+		r.listers = map[string]*kgo.Client{}
+	}
+	r.listers[cluster] = cl
+	return cl, nil
+}
+
+// warmListers has the listers of the running mirror's two clusters ask
+// for the mirrored topics' metadata, in the background: their
+// connections open and the leaders known (kgo keeps them for a few
+// seconds) when the switch's stop lists the ends. One warm at a time.
+func (r *mirrorRunner) warmListers() {
+	c := r.cur.Load()
+	if c == nil || !r.warming.CompareAndSwap(false, true) {
+		return
+	}
+	topics := map[string]bool{}
+	for _, st := range c.m.Status() {
+		topics[st.Topic] = true
+	}
+	go func() {
+		defer r.warming.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, cluster := range []string{c.source, c.target} {
+			cl, err := r.lister(cluster)
+			if err != nil {
+				continue
+			}
+			wg.Go(func() {
+				req := kmsg.NewPtrMetadataRequest()
+				for t := range topics {
+					rt := kmsg.NewMetadataRequestTopic()
+					rt.Topic = kmsg.StringPtr(t)
+					req.Topics = append(req.Topics, rt)
+				}
+				if _, err := req.RequestWith(ctx, cl); err != nil {
+					r.log.Debug("warming the switch's listing of end offsets", zap.String("cluster", cluster), zap.Error(err))
+				}
+			})
+		}
+		wg.Wait()
+	}()
 }
 
 // Info is the mirror as /status reports it. It never waits for a Start or

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ func (m switchMirror) Drain(ctx context.Context) error {
 	if c == nil {
 		return errors.New("mirror: not running")
 	}
+	m.r.warmListers() // for Stop's listing
 	err := c.m.Drain(ctx)
 	var lag *mirror.LagError
 	if errors.As(err, &lag) {
@@ -119,40 +121,51 @@ func (r *mirrorRunner) positions(source, target string, sts []mirror.PartitionSt
 // where the lost ranges start.
 func (r *mirrorRunner) endOffsets(cluster, role string, sts []mirror.PartitionStatus, timeout time.Duration, stable bool) (ends, stableEnds map[string]map[int32]int64) {
 	ends, stableEnds = map[string]map[int32]int64{}, map[string]map[int32]int64{}
-	var topics []string
+	parts := map[string][]int32{}
 	for _, st := range sts {
-		if ends[st.Topic] == nil {
-			ends[st.Topic], stableEnds[st.Topic] = map[int32]int64{}, map[int32]int64{}
-			topics = append(topics, st.Topic)
-		}
+		parts[st.Topic] = append(parts[st.Topic], st.Partition)
 	}
-	if len(topics) == 0 {
+	if len(parts) == 0 {
 		return ends, stableEnds
 	}
-	cl, err := r.client(cluster, kgo.ClientID("ferry-switch"))
+	cl, err := r.lister(cluster)
 	if err != nil {
 		r.log.Error("listing end offsets at the switch", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
 		return ends, stableEnds
 	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	listInto := func(list func(context.Context, ...string) (kadm.ListedOffsets, error), into map[string]map[int32]int64) bool {
-		listed, err := list(ctx, topics...)
-		if err != nil {
-			r.log.Warn("listing end offsets at the switch: the mirror's own readings are used", zap.String("cluster", cluster), zap.String("role", role), zap.Error(err))
-			return false
+	list := func(lastStable bool, into map[string]map[int32]int64) {
+		listed, err := mirror.ListEnds(ctx, cl, parts, lastStable)
+		if err = cmp.Or(err, mirror.ListedError(listed)); err != nil {
+			r.log.Warn("listing end offsets at the switch: the mirror's own readings are used where the listing failed", zap.String("cluster", cluster), zap.String("role", role), zap.Bool("last_stable", lastStable), zap.Error(err))
 		}
 		listed.Each(func(o kadm.ListedOffset) {
 			if o.Err == nil {
+				if into[o.Topic] == nil {
+					into[o.Topic] = map[int32]int64{}
+				}
 				into[o.Topic][o.Partition] = o.Offset
 			}
 		})
-		return true
 	}
-	adm := kadm.NewClient(cl)
-	if listInto(adm.ListEndOffsets, ends) && stable {
-		listInto(adm.ListCommittedOffsets, stableEnds) // the last stable offsets
+	if !stable {
+		list(false, ends)
+		return ends, stableEnds
+	}
+	// Both at once: a round trip each to a standby a region away, with
+	// the switch's writes held.
+	var wg sync.WaitGroup
+	wg.Go(func() { list(true, stableEnds) })
+	list(false, ends)
+	wg.Wait()
+	// A last stable offset counts only with the end beside it.
+	for t, ps := range stableEnds {
+		for p := range ps {
+			if _, ok := ends[t][p]; !ok {
+				delete(ps, p)
+			}
+		}
 	}
 	return ends, stableEnds
 }

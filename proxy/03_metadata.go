@@ -72,7 +72,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 	var upResp *kmsg.MetadataResponse
 	if all || len(up.Topics) > 0 {
-		r, err := up.RequestWith(ctx, req.up.Client)
+		r, err := req.up.AskMetadata(ctx, up)
 		if err != nil {
 			// The cluster cannot answer now: answer from what Ferry last
 			// knew, so that clients keep their brokers and retry.
@@ -111,6 +111,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	if refused != nil {
 		s.internalRefused(c, req)
 	}
+	resp.Topics = make([]kmsg.MetadataResponseTopic, 0, len(upResp.Topics)+len(unknownIDs)+len(refused))
 	for _, t := range upResp.Topics {
 		if t.Topic != nil && s.internal.has(*t.Topic) {
 			continue // listed for all topics: never shown
@@ -118,6 +119,7 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		out := kmsg.MetadataResponseTopic{ErrorCode: t.ErrorCode, Topic: t.Topic, IsInternal: t.IsInternal, AuthorizedOperations: t.AuthorizedOperations}
 		if t.Topic != nil {
 			out.TopicID = routing.VirtualTopicID(s.cfg.clusterID, *t.Topic)
+			out.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, len(t.Partitions))
 			for _, p := range t.Partitions {
 				out.Partitions = append(out.Partitions, s.virtualPartition(req.up, *t.Topic, p, gen, brokers))
 			}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,11 +65,11 @@ func (s *Server) virtualCoordinator(u *upstream.Cluster, key string, phys int32)
 func (s *Server) replicaLanes(u *upstream.Cluster, brokers []routing.Broker, leader int32, replicas, isr []int32) ([]int32, []int32) {
 	member := leader / laneStride
 	n := max(1, min(len(replicas), len(brokers)))
+	// A few replicas each: slices, not maps (this runs for every
+	// partition of every Metadata answer).
 	out := make([]int32, 0, n)
-	in := make(map[int32]bool, n)
 	add := func(v int32) {
-		if len(out) < n && !in[v] {
-			in[v] = true
+		if len(out) < n && !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}
@@ -83,14 +84,14 @@ func (s *Server) replicaLanes(u *upstream.Cluster, brokers []routing.Broker, lea
 	for _, r := range replicas {
 		add(laneNode(member, u.Lane(r, s.lanes)))
 	}
-	for _, v := range replicaSet(brokers, leader, n) {
-		add(v)
+	if len(out) < n {
+		for _, v := range replicaSet(brokers, leader, n) {
+			add(v)
+		}
 	}
 	outISR := make([]int32, 0, len(isr))
-	inISR := make(map[int32]bool, len(isr))
 	for _, r := range isr {
-		if v := laneNode(member, u.Lane(r, s.lanes)); in[v] && !inISR[v] {
-			inISR[v] = true
+		if v := laneNode(member, u.Lane(r, s.lanes)); slices.Contains(out, v) && !slices.Contains(outISR, v) {
 			outISR = append(outISR, v)
 		}
 	}

@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"hash/fnv"
 	"sort"
 	"sync/atomic"
 )
@@ -71,17 +70,30 @@ func (f *StaticBrokerSet) Owner(key string) int32 { return Rendezvous(f.Brokers(
 // low bits of the key's hash decided the winner and some members got twice
 // the keys of others.
 func Rendezvous(brokers []Broker, key string) int32 {
+	// FNV-1a inline, the key hashed once (hash/fnv allocated a hasher
+	// per member, for every partition of every Metadata answer).
+	keyed := uint64(fnvOffset64)
+	for i := range len(key) {
+		keyed = (keyed ^ uint64(key[i])) * fnvPrime64
+	}
 	best, bestID := uint64(0), int32(-1)
 	for _, b := range brokers {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		h.Write([]byte{byte(b.NodeID >> 24), byte(b.NodeID >> 16), byte(b.NodeID >> 8), byte(b.NodeID)})
-		if s := mix64(h.Sum64()); bestID < 0 || s > best {
+		h := keyed
+		for _, c := range [4]byte{byte(b.NodeID >> 24), byte(b.NodeID >> 16), byte(b.NodeID >> 8), byte(b.NodeID)} {
+			h = (h ^ uint64(c)) * fnvPrime64
+		}
+		if s := mix64(h); bestID < 0 || s > best {
 			best, bestID = s, b.NodeID
 		}
 	}
 	return bestID
 }
+
+// FNV-1a's 64-bit parameters (hash/fnv).
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
 // mix64 is murmur3's fmix64: every input bit affects every output bit.
 func mix64(k uint64) uint64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sort"
@@ -82,6 +83,9 @@ type Cluster struct {
 	Meta      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
 	refreshed time.Time  // guarded by refreshMu
+	// metaBroker is the broker AskMetadata asks, the last that answered
+	// (nil: one of those the client knows).
+	metaBroker atomic.Pointer[kgo.Broker]
 
 	coordMu sync.Mutex
 	// coords is the coordinator cache: the most recently used
@@ -239,13 +243,41 @@ func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 	}
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = nil // all
-	resp, err := req.RequestWith(ctx, u.Client)
+	resp, err := u.AskMetadata(ctx, req)
 	if err != nil {
 		return u.Snapshot(), fmt.Errorf("cluster %q: metadata: %w", u.Name, err)
 	}
 	snap := u.Install(resp, true)
 	u.refreshed = time.Now()
 	return snap, nil
+}
+
+// AskMetadata sends req to one broker, the last that answered, and
+// through the client (any broker, with its retries) when that fails. Not
+// through the client first: kgo keeps every Metadata answer that passes
+// through it in a cache of its own, maps of every topic and partition,
+// which took 6 of the 13 ms Ferry added to an answer of 10,000 partitions,
+// and kgo refreshes what it needs itself (a broker it does not know yet
+// it looks up when asked to reach it).
+func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+	b := u.metaBroker.Load()
+	if b == nil {
+		if known := u.Client.DiscoveredBrokers(); len(known) > 0 {
+			b = known[rand.IntN(len(known))]
+		}
+	}
+	if b != nil {
+		resp, err := req.RequestWith(ctx, b)
+		if err == nil {
+			u.metaBroker.Store(b)
+			return resp, nil
+		}
+		u.metaBroker.CompareAndSwap(b, nil) // another next time
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	return req.RequestWith(ctx, u.Client)
 }
 
 // install builds a snapshot from a metadata response. A full response
@@ -279,6 +311,7 @@ func (u *Cluster) Install(resp *kmsg.MetadataResponse, full bool) *Snapshot {
 				continue
 			}
 			t := &Topic{Name: *rt.Topic, ID: rt.TopicID, VID: routing.VirtualTopicID(u.ClusterID, *rt.Topic), Err: rt.ErrorCode, Internal: rt.IsInternal}
+			t.Parts = make([]partInfo, 0, len(rt.Partitions)) // partitions 0…n-1, in most answers
 			for _, p := range rt.Partitions {
 				if p.Partition < 0 || p.Partition > 1<<20 {
 					continue

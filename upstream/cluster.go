@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -83,9 +83,9 @@ type Cluster struct {
 	Meta      atomic.Pointer[Snapshot]
 	refreshMu sync.Mutex // one refresh at a time; later callers reuse its result
 	refreshed time.Time  // guarded by refreshMu
-	// metaBroker is the broker AskMetadata asks, the last that answered
-	// (nil: one of those the client knows).
-	metaBroker atomic.Pointer[kgo.Broker]
+	// metaBroker is the node ID, plus one, of the broker AskMetadata
+	// asks (0: none chosen yet).
+	metaBroker atomic.Int64
 
 	coordMu sync.Mutex
 	// coords is the coordinator cache: the most recently used
@@ -252,32 +252,45 @@ func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 	return snap, nil
 }
 
-// AskMetadata sends req to one broker, the last that answered, and
-// through the client (any broker, with its retries) when that fails. Not
+// AskMetadata sends req to one broker, the last that answered, or the
+// next ones when it fails, and through the client (any broker, with its
+// retries) when they do. Not
 // through the client first: kgo keeps every Metadata answer that passes
 // through it in a cache of its own, maps of every topic and partition,
 // which took 6 of the 13 ms Ferry added to an answer of 10,000 partitions,
 // and kgo refreshes what it needs itself (a broker it does not know yet
 // it looks up when asked to reach it).
 func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
-	b := u.metaBroker.Load()
-	if b == nil {
-		if known := u.Client.DiscoveredBrokers(); len(known) > 0 {
-			b = known[rand.IntN(len(known))]
-		}
+	id := int32(u.metaBroker.Load()) - 1
+	if id < 0 {
+		id = u.nextBroker(-1)
 	}
-	if b != nil {
-		resp, err := req.RequestWith(ctx, b)
+	// The kept broker, then the next ones (at most three in all): kgo
+	// could pick the one that just failed again.
+	for range min(3, len(u.Snapshot().Brokers)) {
+		resp, err := req.RequestWith(ctx, u.Client.Broker(int(id)))
 		if err == nil {
-			u.metaBroker.Store(b)
+			u.metaBroker.Store(int64(id) + 1)
 			return resp, nil
 		}
-		u.metaBroker.CompareAndSwap(b, nil) // another next time
 		if ctx.Err() != nil {
 			return nil, err
 		}
+		id = u.nextBroker(id)
 	}
+	u.metaBroker.Store(0)
 	return req.RequestWith(ctx, u.Client)
+}
+
+// nextBroker is the broker after id (-1: the first) in node ID order
+// among those the snapshot lists, or -1 when it lists none.
+func (u *Cluster) nextBroker(id int32) int32 {
+	ids := slices.Sorted(maps.Keys(u.Snapshot().Brokers))
+	if len(ids) == 0 {
+		return -1
+	}
+	i, _ := slices.BinarySearch(ids, id+1)
+	return ids[i%len(ids)]
 }
 
 // install builds a snapshot from a metadata response. A full response

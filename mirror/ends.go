@@ -2,8 +2,13 @@ package mirror
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -62,42 +67,75 @@ func (m *Mirror) listEnds(ctx context.Context) {
 	if len(byTopic) == 0 {
 		return
 	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.endsInterval)
+	defer cancel()
+	listed, _ := ListEnds(rctx, m.src, byTopic, false) // the high watermark, as Fetch reports it
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset < 0 {
+			return
+		}
+		if w := ws[topicPartition{o.Topic, o.Partition}]; w != nil {
+			w.listed(o.Offset)
+		}
+	})
+}
+
+// ListEnds lists, on cl, the end of each partition in parts: the high
+// watermark, or with lastStable the last stable offset, one ListOffsets
+// per leader. The leaders come from the client's metadata,
+// which kgo keeps from the last Metadata answer for a few seconds: kadm's
+// listings ask for metadata first, a round trip more each, which a cluster
+// a region away turned into a third of a switch's drain. A partition the
+// cluster does not have is left out; one whose leader could not be asked
+// (none: its replicas' brokers are down), or that answered an error, is in
+// the listing with that error. Only ctx's end fails the listing.
+func ListEnds(ctx context.Context, cl *kgo.Client, parts map[string][]int32, lastStable bool) (kadm.ListedOffsets, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
-	req.IsolationLevel = 0 // the high watermark, as Fetch reports it
-	for topic, parts := range byTopic {
+	if lastStable {
+		req.IsolationLevel = 1 // read committed
+	}
+	for t, ps := range parts {
 		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		for _, p := range parts {
+		rt.Topic = t
+		for _, p := range ps {
 			rp := kmsg.NewListOffsetsRequestTopicPartition()
 			rp.Partition = p
 			rp.CurrentLeaderEpoch = -1
-			rp.Timestamp = -1 // latest
+			rp.Timestamp = -1 // the end
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		req.Topics = append(req.Topics, rt)
 	}
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.endsInterval)
-	defer cancel()
-	for _, shard := range m.src.RequestSharded(rctx, req) {
-		if shard.Err != nil {
+	out := kadm.ListedOffsets{}
+	add := func(o kadm.ListedOffset) {
+		if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			return // not on this cluster
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]kadm.ListedOffset{}
+		}
+		out[o.Topic][o.Partition] = o
+	}
+	for _, sh := range cl.RequestSharded(ctx, req) {
+		if sh.Err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("ListOffsets: %w", sh.Err)
+			}
+			for _, t := range sh.Req.(*kmsg.ListOffsetsRequest).Topics {
+				for _, p := range t.Partitions {
+					add(kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Err: sh.Err})
+				}
+			}
 			continue
 		}
-		resp, ok := shard.Resp.(*kmsg.ListOffsetsResponse)
-		if !ok {
-			continue
-		}
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.ErrorCode != 0 || rp.Offset < 0 {
-					continue
-				}
-				if w := ws[topicPartition{rt.Topic, rp.Partition}]; w != nil {
-					w.listed(rp.Offset)
-				}
+		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, p := range t.Partitions {
+				add(kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Timestamp: p.Timestamp, Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Err: kerr.ErrorForCode(p.ErrorCode)})
 			}
 		}
 	}
+	return out, nil
 }
 
 // listed records the source's end offset as listed by listEnds.

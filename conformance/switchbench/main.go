@@ -270,10 +270,13 @@ func (b *bench) createTopic(ctx context.Context, topic string) error {
 	return err
 }
 
-// waitCaughtUp polls /status until every mirrored partition lags by at
-// most maxLag records (under continuous traffic the lag at one instant is
-// rarely 0: "caught up" is the steady state, not an empty pipe).
-func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
+// waitCaughtUp polls /status until the mirror has at least minPartitions
+// partitions and every one lags by at most maxLag records (under
+// continuous traffic the lag at one instant is rarely 0: "caught up" is
+// the steady state, not an empty pipe). The count matters while topics
+// are being created: the mirror learns of new ones at its next sync, and
+// until then what it has is all caught up.
+func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64, minPartitions int) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var st struct {
@@ -290,7 +293,7 @@ func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
 			err = json.NewDecoder(resp.Body).Decode(&st)
 			resp.Body.Close()
 		}
-		ok := err == nil && st.Mirror.Running && len(st.Mirror.Partitions) > 0
+		ok := err == nil && st.Mirror.Running && len(st.Mirror.Partitions) > 0 && len(st.Mirror.Partitions) >= minPartitions
 		for _, p := range st.Mirror.Partitions {
 			// A writer still starting (after a switch, every partition's
 			// writer starts again in the other direction) has no lag
@@ -307,7 +310,7 @@ func (b *bench) waitCaughtUp(ctx context.Context, maxLag int64) error {
 				states[p.State]++
 				worst = max(worst, p.Lag)
 			}
-			return fmt.Errorf("mirror not caught up: running %v, partitions by state %v, the most lag %d records (%v)", st.Mirror.Running, states, worst, err)
+			return fmt.Errorf("mirror not caught up: running %v, %d partitions (want %d) by state %v, the most lag %d records (%v)", st.Mirror.Running, len(st.Mirror.Partitions), minPartitions, states, worst, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -414,7 +417,7 @@ func (b *bench) measureConsume(ctx context.Context) error {
 	if perr != nil {
 		return perr
 	}
-	if err := b.waitCaughtUp(ctx, 0); err != nil {
+	if err := b.waitCaughtUp(ctx, 0, 0); err != nil {
 		return err
 	}
 	read := func(gen int) error {
@@ -627,7 +630,7 @@ func (tr *traffic) errs() int {
 // its call, and from the call its answer, the first produce acknowledged by
 // the new active cluster and every group consuming again.
 func (b *bench) plannedSwitch(ctx context.Context, tr *traffic) (call time.Time, answer, firstAck, allGroups time.Duration, err error) {
-	if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+	if err := b.waitCaughtUp(ctx, int64(b.o.rate/10), 0); err != nil {
 		return call, 0, 0, 0, err
 	}
 	left := b.active

@@ -107,7 +107,9 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 		if groups, err = b.growGroups(ctx, groups, sh.groups, topics); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
-		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+		// Every idle topic and the traffic topic mirrored.
+		want := topics*scaleTopicPartitions + b.o.partitions
+		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10), want); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
 		r.grow = time.Since(t0)
@@ -138,7 +140,7 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 			r.steps = append(r.steps, b.lastSteps)
 			// How long until the mirror runs the other way again, every
 			// writer past starting: the standby unprotected meanwhile.
-			if err := b.waitCaughtUp(ctx, int64(b.o.rate/10)); err != nil {
+			if err := b.waitCaughtUp(ctx, int64(b.o.rate/10), want); err != nil {
 				return fmt.Errorf("shape %v: after planned %d: %w", sh, i+1, err)
 			}
 			r.mirrorBack = append(r.mirrorBack, time.Since(call))

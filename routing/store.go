@@ -138,8 +138,12 @@ type storeCluster struct {
 	cl    *kgo.Client           // metadata, topic creation, reads
 	log   *zap.Logger
 
-	mu    sync.Mutex // serialises ensureTopic
-	ready bool       // the topic was seen with a leader
+	// ensuring serialises ensureTopic, within each caller's ctx: a warm
+	// stuck on a cluster that does not answer must not hold a save's
+	// write there past the write's own time.
+	ensuring chan struct{}
+	mu       sync.Mutex // guards ready
+	ready    bool       // the topic was seen with a leader
 
 	// kept is the transactional producer of the last write that
 	// committed, for the next write to this cluster (takeProducer): a
@@ -149,7 +153,8 @@ type storeCluster struct {
 	// held writes. Nil when none is kept, or while a write uses it.
 	keptMu     sync.Mutex
 	kept       *kgo.Client
-	keptClosed bool // Close ran: nothing more is kept
+	keptClosed bool          // Close ran: nothing more is kept
+	warming    chan struct{} // closed when the warm under way ends (Warm); nil: none
 
 	// where is what the last read learnt of the topic (readOnce), so
 	// that the next read is one Fetch; nil after any failure, and on a
@@ -228,7 +233,7 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 			s.Close()
 			return nil, fmt.Errorf("routing store: cluster %q: %w", name, err)
 		}
-		s.clusters[name] = &storeCluster{name: name, addrs: addrs, sec: sec, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name))}
+		s.clusters[name] = &storeCluster{name: name, addrs: addrs, sec: sec, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name)), ensuring: make(chan struct{}, 1)}
 		s.names = append(s.names, name)
 	}
 	slices.Sort(s.names)
@@ -636,6 +641,9 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	// kept. A kept producer whose epoch another member's write has since
 	// bumped is fenced at its first request, before anything commits:
 	// the fencing writeIf relies on holds for it as for a new one.
+	if err := c.warmed(ctx); err != nil {
+		return err
+	}
 	p, reused := c.takeProducer()
 	if p == nil {
 		var err error
@@ -727,23 +735,61 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	return nil
 }
 
-// Warm readies a write of the state to cluster, ahead of a Save: the
-// topic, where to read it, and the producer the write takes, its producer
-// ID fetched (a new producer's connections, the coordinator's lookup and
-// InitProducerId are a dozen round trips). A planned switch warms every
-// cluster while it drains, so that its save costs the writes' own round
-// trips even the first time. A producer already kept
-// is left as it is; a failure is left to the write.
+// Warm readies a write of the state to cluster, ahead of a Save, in the
+// background: the topic, where to read it, and the producer the write
+// takes, its producer ID fetched (a new producer's connections, the
+// coordinator's lookup and InitProducerId are a dozen round trips). A
+// planned switch warms every cluster while it drains, so that its save
+// costs the writes' own round trips even the first time. A write to the
+// cluster meanwhile waits for the warm within its own time (a save's write
+// to a cluster it does not make active waits no longer than it would have
+// written), so that the two do not each initialise a producer and fence
+// each other. A producer already kept is left as it is; a failure is left
+// to the write. The warm ends with ctx, or at Close.
 func (s *KafkaStore) Warm(ctx context.Context, cluster string) {
 	c := s.clusters[cluster]
-	if c == nil || c.ensureTopic(ctx, s.topic) != nil {
+	if c == nil {
+		return
+	}
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.bgClosed {
+		return
+	}
+	c.keptMu.Lock()
+	if c.warming != nil {
+		c.keptMu.Unlock()
+		return // one at a time
+	}
+	done := make(chan struct{})
+	c.warming = done
+	c.keptMu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.bg, cancel) // Close ends it
+	s.bgWG.Go(func() {
+		defer func() {
+			stop()
+			cancel()
+			c.keptMu.Lock()
+			c.warming = nil
+			c.keptMu.Unlock()
+			close(done)
+		}()
+		s.warm(wctx, c)
+	})
+}
+
+func (s *KafkaStore) warm(ctx context.Context, c *storeCluster) {
+	if c.ensureTopic(ctx, s.topic) != nil {
 		return
 	}
 	if _, _, err := s.read(ctx, c, -1); err != nil {
 		return
 	}
-	if p, kept := c.takeProducer(); kept {
-		c.keepProducer(p)
+	c.keptMu.Lock()
+	kept := c.kept != nil
+	c.keptMu.Unlock()
+	if kept {
 		return
 	}
 	p, err := s.newProducer(c)
@@ -770,6 +816,22 @@ func (s *KafkaStore) Warm(ctx context.Context, cluster string) {
 		return
 	}
 	c.keepProducer(p)
+}
+
+// warmed waits, within ctx, for a warm of c under way (Warm).
+func (c *storeCluster) warmed(ctx context.Context) error {
+	c.keptMu.Lock()
+	w := c.warming
+	c.keptMu.Unlock()
+	if w == nil {
+		return nil
+	}
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // newProducer makes a transactional producer of the state to c.
@@ -1188,16 +1250,31 @@ func topicSettings(brokers int) (rf int16, minISR int) {
 // has a leader. Another member may be creating it at the same time.
 func (c *storeCluster) ensureTopic(ctx context.Context, topic string) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ready {
+	ready := c.ready
+	c.mu.Unlock()
+	if ready {
 		return nil
+	}
+	select {
+	case c.ensuring <- struct{}{}:
+		defer func() { <-c.ensuring }()
+	case <-ctx.Done():
+		return fmt.Errorf("%w (another call was making sure of the topic)", ctx.Err())
 	}
 	created := false
 	for {
+		c.mu.Lock()
+		ready := c.ready
+		c.mu.Unlock()
+		if ready {
+			return nil // made ready meanwhile
+		}
 		md, err := c.metadata(ctx, topic)
 		switch {
 		case err == nil && !md.missing:
+			c.mu.Lock()
 			c.ready = true
+			c.mu.Unlock()
 			return nil
 		case err == nil && !created:
 			if err = c.create(ctx, topic, md.brokers); err == nil {

@@ -715,6 +715,9 @@ func TestKafkaStoreKeepsItsProducer(t *testing.T) {
 	// ready.
 	warm := newTestStore(t, "vc1", topic, clusters, func(c *storeConfig) { c.clientOpts = append(c.clientOpts, kgo.WithHooks(sent)) })
 	warm.Warm(ctxFor(t, 60*time.Second), "a")
+	if err := warm.clusters["a"].warmed(ctxFor(t, 60*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	sent.take(a)
 	mustSave(t, warm, fullState(7, "a", "b"))
 	if got := sent.take(a); got["InitProducerID"] != 0 || got["FindCoordinator"] != 0 || got["ListOffsets"] != 0 || got["Produce"] != 1 || got["EndTxn"] != 1 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"strconv"
 	"sync/atomic"
@@ -262,4 +263,70 @@ func producesGeneration(t *testing.T, req kmsg.Request, gen uint32) bool {
 		}
 	}
 	return false
+}
+
+// TestKafkaStoreWarmOfDeadClusterHoldsNoSave: a warm of a cluster that
+// accepts connections and answers nothing (a frozen host) holds a save's
+// write there no longer than the write's own time, so the save lands on
+// the active cluster as it did without the warm, and Close ends the warm.
+func TestKafkaStoreWarmOfDeadClusterHoldsNoSave(t *testing.T) {
+	a, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	defer func() {
+		frozen.Close()
+		<-accepted
+	}()
+	go func() {
+		defer close(accepted)
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := frozen.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	s, err := NewKafkaStore("vc", map[string][]string{"a": a.ListenAddrs(), "b": {frozen.Addr().String()}},
+		StoreLogger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))), StoreTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.Warm(ctx, "a")
+	s.Warm(ctx, "b") // stuck until ctx's end, a minute
+	start := time.Now()
+	if err := s.Save(ctx, State{Generation: 1, Active: "a", Phase: PhaseServing}); err != nil {
+		t.Fatalf("save with b frozen: %v", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the save took %v: it waited for b's warm", took)
+	}
+	if got, found, err := s.LoadFrom(ctx, "a"); err != nil || !found || got.Generation != 1 {
+		t.Fatalf("a holds %s (found %v, %v), want generation 1", got, found, err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for b's warm")
+	}
 }

@@ -382,8 +382,9 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 		mark("save_draining")
 	}
 	// The flip's save writes to every cluster, the one switched to
-	// first: the writes are readied while the mirror drains.
-	warmed := s.warm(dctx)
+	// first: the writes are readied while the mirror drains (each write
+	// waits for its cluster's warm, within its own time).
+	s.warm(dctx)
 	if err := s.members.Hold(dctx, draining); err != nil {
 		if e := otherSwitch(err); e != nil {
 			return rollback(e)
@@ -448,10 +449,6 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 	ends, _ := positions(s.mirror.Stop())
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
-	select {
-	case <-warmed:
-	case <-dctx.Done():
-	}
 	// Never flip past the deadline: a draining state read for longer than
 	// the timeout (and a margin) is taken for an abandoned switch's
 	// (lease.go).
@@ -599,30 +596,19 @@ func voidGeneration(voided []uint32, gen uint32) []uint32 {
 	return out
 }
 
-// warmer is a Store that can ready a write to a cluster ahead of a
-// Save (KafkaStore.Warm).
+// warmer is a Store that can ready its writes to a cluster ahead of a
+// Save, in the background (KafkaStore.Warm).
 type warmer interface {
 	Warm(ctx context.Context, cluster string)
 }
 
-// warm readies the store's writes to every cluster in the background;
-// the channel closes when they are (at once for a store that cannot).
-func (s *Switcher) warm(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
-	w, ok := s.store.(warmer)
-	if !ok {
-		close(done)
-		return done
-	}
-	go func() {
-		defer close(done)
-		var wg sync.WaitGroup
+// warm has the store ready its writes to every cluster, if it can.
+func (s *Switcher) warm(ctx context.Context) {
+	if w, ok := s.store.(warmer); ok {
 		for _, c := range s.clusters {
-			wg.Go(func() { w.Warm(ctx, c) })
+			w.Warm(ctx, c)
 		}
-		wg.Wait()
-	}()
-	return done
+	}
 }
 
 // saveUntilDone saves st, trying again for up to a minute: with write

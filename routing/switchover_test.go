@@ -145,10 +145,10 @@ func (w *warmingStore) Save(ctx context.Context, st State) error {
 	return w.script.Save(ctx, st)
 }
 
-// TestPlannedSwitchWarmsTheStore: a planned switch readies the store's
-// writes to every cluster while it drains, and saves only once that is
-// done (at 50 ms a round trip, a save with a new producer
-// took 870 ms of held writes, one warmed 255 ms).
+// TestPlannedSwitchWarmsTheStore: a planned switch has the store ready
+// its writes to every cluster before it drains, and saves after (at 50 ms
+// a round trip, a save with a new producer took 870 ms of held writes,
+// one warmed 255 ms).
 func TestPlannedSwitchWarmsTheStore(t *testing.T) {
 	sc := &script{table: NewTable(State{Generation: 4, Active: "a"})}
 	ws := &warmingStore{script: sc}

@@ -297,11 +297,7 @@ func (m *Mirror) standbyEnds(ctx context.Context, ends map[topicPartition]source
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	parts := make(map[string][]int32)
-	for tp := range ends {
-		parts[tp.topic] = append(parts[tp.topic], tp.partition)
-	}
-	return ListEnds(ctx, m.dst, parts, false)
+	return ListEnds(ctx, m.dst, partitionsOf(ends), false)
 }
 
 // lagging names the partitions whose standby (dst, read from the cluster:

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -142,8 +143,7 @@ type storeCluster struct {
 	// stuck on a cluster that does not answer must not hold a save's
 	// write there past the write's own time.
 	ensuring chan struct{}
-	mu       sync.Mutex // guards ready
-	ready    bool       // the topic was seen with a leader
+	ready    atomic.Bool // the topic was seen with a leader
 
 	// kept is the transactional producer of the last write that
 	// committed, for the next write to this cluster (takeProducer): a
@@ -160,8 +160,7 @@ type storeCluster struct {
 	// that the next read is one Fetch; nil after any failure, and on a
 	// cluster without topic IDs (a topic recreated under the same name
 	// would be read from the old log start).
-	whereMu sync.Mutex
-	where   *readPosition
+	where atomic.Pointer[readPosition]
 
 	rewriteMu sync.Mutex
 	rewrite   *rewrite // the state this cluster missed, written again in the background
@@ -706,10 +705,8 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 	}
 	if err != nil {
 		// The topic may have been deleted: look again next time.
-		c.mu.Lock()
-		c.ready = false
-		c.mu.Unlock()
-		c.forgetWhere()
+		c.ready.Store(false)
+		c.where.Store(nil)
 		return stale(err)
 	}
 	held, found, err := s.read(ctx, c, rec.Offset)
@@ -867,22 +864,6 @@ func (c *storeCluster) keepProducer(p *kgo.Client) {
 	}
 }
 
-// lastWhere is where the last read started, or nil.
-func (c *storeCluster) lastWhere() *readPosition {
-	c.whereMu.Lock()
-	defer c.whereMu.Unlock()
-	return c.where
-}
-
-func (c *storeCluster) setWhere(pos *readPosition) {
-	c.whereMu.Lock()
-	c.where = pos
-	c.whereMu.Unlock()
-}
-
-// forgetWhere makes the next read ask where to read.
-func (c *storeCluster) forgetWhere() { c.setWhere(nil) }
-
 // closeKept closes the kept producer and keeps none from now on.
 func (c *storeCluster) closeKept() {
 	c.keptMu.Lock()
@@ -1025,14 +1006,14 @@ var errNotStable = errors.New("the log is not yet stable up to the write")
 const stableWait = 5 * time.Second
 
 func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster, before int64, waitStable bool) (State, bool, error) {
-	if pos := c.lastWhere(); pos != nil {
+	if pos := c.where.Load(); pos != nil {
 		st, found, err := s.readFrom(ctx, c, pos, before, waitStable)
 		if err == nil || errors.Is(err, errNotStable) || ctx.Err() != nil {
 			return st, found, err
 		}
 		// The leader moved, the log start advanced, the topic was
 		// recreated, or a connection broke: ask again, at once.
-		c.forgetWhere()
+		c.where.Store(nil)
 		c.log.Debug("reading the routing state where the last read did failed; asking where to read", zap.Error(err))
 	}
 	pos, err := s.locate(ctx, c)
@@ -1041,7 +1022,7 @@ func (s *KafkaStore) readOnce(ctx context.Context, c *storeCluster, before int64
 	}
 	st, found, err := s.readFrom(ctx, c, pos, before, waitStable)
 	if err == nil && pos.topicID != ([16]byte{}) {
-		c.setWhere(pos)
+		c.where.Store(pos)
 	}
 	return st, found, err
 }
@@ -1249,10 +1230,7 @@ func topicSettings(brokers int) (rf int16, minISR int) {
 // ensureTopic creates the topic if it is missing and returns once partition 0
 // has a leader. Another member may be creating it at the same time.
 func (c *storeCluster) ensureTopic(ctx context.Context, topic string) error {
-	c.mu.Lock()
-	ready := c.ready
-	c.mu.Unlock()
-	if ready {
+	if c.ready.Load() {
 		return nil
 	}
 	select {
@@ -1263,18 +1241,13 @@ func (c *storeCluster) ensureTopic(ctx context.Context, topic string) error {
 	}
 	created := false
 	for {
-		c.mu.Lock()
-		ready := c.ready
-		c.mu.Unlock()
-		if ready {
+		if c.ready.Load() {
 			return nil // made ready meanwhile
 		}
 		md, err := c.metadata(ctx, topic)
 		switch {
 		case err == nil && !md.missing:
-			c.mu.Lock()
-			c.ready = true
-			c.mu.Unlock()
+			c.ready.Store(true)
 			return nil
 		case err == nil && !created:
 			if err = c.create(ctx, topic, md.brokers); err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -253,21 +252,21 @@ func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 }
 
 // AskMetadata sends req to one broker, the last that answered, or the
-// next ones when it fails, and through the client (any broker, with its
-// retries) when they do. Not
-// through the client first: kgo keeps every Metadata answer that passes
-// through it in a cache of its own, maps of every topic and partition,
-// which took 6 of the 13 ms Ferry added to an answer of 10,000 partitions,
-// and kgo refreshes what it needs itself (a broker it does not know yet
-// it looks up when asked to reach it).
+// next ones (BrokersFrom) when it fails, and through the client (any
+// broker, with its retries) when they do. Not through the client first:
+// kgo keeps every Metadata answer that passes through it in a cache of its
+// own, maps of every topic and partition, which took a large share of what
+// Ferry added to an answer of 10,000 partitions, and kgo refreshes what it
+// needs itself (a broker it does not know yet it looks up when asked to
+// reach it).
 func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
-	id := int32(u.metaBroker.Load()) - 1
-	if id < 0 {
-		id = u.nextBroker(-1)
+	ids := u.BrokerIDs()
+	if kept := int32(u.metaBroker.Load()) - 1; slices.Contains(ids, kept) {
+		ids = u.BrokersFrom(kept)
 	}
 	// The kept broker, then the next ones (at most three in all): kgo
 	// could pick the one that just failed again.
-	for range min(3, len(u.Snapshot().Brokers)) {
+	for _, id := range ids[:min(3, len(ids))] {
 		resp, err := req.RequestWith(ctx, u.Client.Broker(int(id)))
 		if err == nil {
 			u.metaBroker.Store(int64(id) + 1)
@@ -276,21 +275,9 @@ func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		id = u.nextBroker(id)
 	}
 	u.metaBroker.Store(0)
 	return req.RequestWith(ctx, u.Client)
-}
-
-// nextBroker is the broker after id (-1: the first) in node ID order
-// among those the snapshot lists, or -1 when it lists none.
-func (u *Cluster) nextBroker(id int32) int32 {
-	ids := slices.Sorted(maps.Keys(u.Snapshot().Brokers))
-	if len(ids) == 0 {
-		return -1
-	}
-	i, _ := slices.BinarySearch(ids, id+1)
-	return ids[i%len(ids)]
 }
 
 // install builds a snapshot from a metadata response. A full response

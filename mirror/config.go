@@ -29,6 +29,7 @@ type config struct {
 	inflight     int
 	txnSlots     int
 	fetchMaxWait time.Duration
+	idleWait     time.Duration // a fetch wait that parks (idleFetchMaxWait; tests shorten it)
 	fetchBytes   int32
 	syncGroups   bool
 	syncACLs     bool
@@ -68,6 +69,7 @@ func defaultConfig() config {
 		inflight:     128,
 		txnSlots:     4,
 		fetchMaxWait: 500 * time.Millisecond,
+		idleWait:     idleFetchMaxWait,
 		fetchBytes:   8 << 20,
 		syncGroups:   true,
 		syncACLs:     true,

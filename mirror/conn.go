@@ -10,6 +10,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -42,8 +43,9 @@ type conn struct {
 	renewAt time.Time
 
 	corr    int32
-	pending []*call // written, response not read yet, oldest first
-	err     error   // set once: the connection is closed
+	pending []*call          // written, response not read yet, oldest first
+	err     error            // set once: the connection is closed
+	open    prometheus.Gauge // decremented when closed (nil: not counted)
 }
 
 // call is one request in flight on a conn.
@@ -196,6 +198,9 @@ func (c *conn) fail(err error) {
 	if c.err == nil {
 		c.err = err
 		_ = c.nc.Close()
+		if c.open != nil {
+			c.open.Dec()
+		}
 	}
 	for _, cl := range c.pending {
 		cl.done, cl.err = true, c.err
@@ -220,4 +225,65 @@ func decodeResponse(req kmsg.Request, corr int32, body []byte) (kmsg.Response, e
 		return nil, fmt.Errorf("mirror: decoding %s response: %w", kmsg.NameForKey(req.Key()), err)
 	}
 	return resp, nil
+}
+
+// link is a writer's connection to one partition leader: dialed when first
+// needed, and closed while the partition is idle (park), so that an idle
+// partition holds no socket and no buffer. The producers' state is the
+// writer's, not the connection's: a link redials at will when nothing is in
+// flight on it.
+type link struct {
+	addr string
+	sec  *clusterauth.Security
+	open prometheus.Gauge // the mirror's open connections
+	c    *conn
+}
+
+func newLink(addr string, sec *clusterauth.Security, open prometheus.Gauge) *link {
+	return &link{addr: addr, sec: sec, open: open}
+}
+
+// conn returns the link's connection, dialing it if it has none.
+func (l *link) conn(ctx context.Context) (*conn, error) {
+	if l.c != nil {
+		return l.c, nil
+	}
+	c, err := dialConn(ctx, l.addr, l.sec)
+	if err != nil {
+		return nil, err
+	}
+	c.open = l.open
+	if c.open != nil {
+		c.open.Inc()
+	}
+	l.c = c
+	return c, nil
+}
+
+// Do sends req on the link's connection and waits for its response.
+func (l *link) Do(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	c, err := l.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(ctx, req)
+}
+
+// idle reports whether nothing is in flight on the link.
+func (l *link) idle() bool { return l.c == nil || len(l.c.pending) == 0 }
+
+// renew closes the connection when its SASL session (KIP-368) nears its
+// end; the next request dials a new one. Nothing may be in flight.
+func (l *link) renew() {
+	if l.c != nil && l.c.renewing() {
+		l.Close()
+	}
+}
+
+// Close closes the connection, if any; the link can dial again.
+func (l *link) Close() {
+	if l.c != nil {
+		l.c.Close()
+		l.c = nil
+	}
 }

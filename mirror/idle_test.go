@@ -2,11 +2,17 @@ package mirror
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // TestIdlePartitionFetchesRarely: a partition with nothing new is fetched
@@ -98,4 +104,100 @@ func TestIdlePartitionFetchesRarely(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestIdlePartitionsPark: partitions idle long enough park (watch.go): their
+// writers hold no connection, and one fetch session per source broker
+// watches them all. A record appended to one parked partition wakes that
+// partition's writer only, and is mirrored at its offset; the partition
+// parks again, and a second record wakes it again (the session forgets a
+// woken partition before naming it again, so the broker compares it with
+// its log afresh). A source transaction left open wakes nothing that can
+// copy; its commit does, and the committed record is mirrored.
+func TestIdlePartitionsPark(t *testing.T) {
+	a, s := clusters(t)
+	const topic, parts = "idle-park", 8
+	createTopic(t, a, topic, parts, nil)
+	src := newClient(t, a, manualPartitioner())
+	for p := range int32(parts) {
+		produceN(t, src, topic, p, 1, 1, "first")
+	}
+
+	var mu sync.Mutex
+	fetches := make(map[int32]int) // the writers' own copy fetches, per partition
+	m := startMirror(t, Topics([]string{topic}, nil), func(c *config) {
+		c.idleWait = 400 * time.Millisecond
+		c.onFetch = func(tp string, p int32, _ time.Duration) {
+			if tp == topic {
+				mu.Lock()
+				fetches[p]++
+				mu.Unlock()
+			}
+		}
+	})
+	waitCaughtUp(t, m, topic)
+
+	parked := func() int { return int(testutil.ToFloat64(m.metrics.parked)) }
+	waitParked := func(what string) {
+		t.Helper()
+		testwait.Eventually(t, 30*time.Second, what+": every partition parked", func() error {
+			if n := parked(); n != parts {
+				return fmt.Errorf("%d of %d partitions parked", n, parts)
+			}
+			return nil
+		})
+	}
+	waitParked("idle")
+	// One connection: the watcher's. Every writer closed both of its own.
+	if n := testutil.ToFloat64(m.metrics.conns); n != 1 {
+		t.Fatalf("%v mirror connections open with every partition parked, want 1 (the watcher's)", n)
+	}
+	mirrored := func(p int32, want int64) {
+		t.Helper()
+		testwait.Eventually(t, 15*time.Second, "mirrored", func() error {
+			if _, end := offsetsOf(t, s, topic, p); end != want {
+				return fmt.Errorf("standby %s[%d] ends at %d, want %d", topic, p, end, want)
+			}
+			return nil
+		})
+	}
+	snapshot := func() map[int32]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(fetches)
+	}
+
+	// A record on partition 3 wakes its writer, and only its.
+	before := snapshot()
+	produceN(t, src, topic, 3, 1, 1, "second")
+	mirrored(3, 2)
+	after := snapshot()
+	for p := range int32(parts) {
+		if woke := after[p] > before[p]; woke != (p == 3) {
+			t.Errorf("partition %d: own fetches %d before the record on partition 3, %d after", p, before[p], after[p])
+		}
+	}
+
+	// It parks again, and wakes again.
+	waitParked("partition 3 idle again")
+	produceN(t, src, topic, 3, 1, 1, "third")
+	mirrored(3, 3)
+	waitParked("partition 3 idle a third time")
+
+	// A transaction on partition 6: open, nothing a read_committed fetch
+	// can copy; committed, its record and marker are mirrored.
+	txn := txnClient(t, "idle-park-txn")
+	begin(t, txn)
+	produceN(t, txn, topic, 6, 1, 1, "txn")
+	time.Sleep(time.Second)
+	if _, end := offsetsOf(t, s, topic, 6); end != 1 {
+		t.Fatalf("standby %s[6] ends at %d with the source transaction open, want 1", topic, end)
+	}
+	end(t, txn, true)
+	mirrored(6, 3) // the record and the COMMIT marker
+	got := consumeAll(t, s, topic, 6, true)
+	if len(got) != 2 || got[1].Offset != 1 || !strings.HasPrefix(got[1].Value, "txn ") {
+		t.Fatalf("standby %s[6], read_committed: %+v, want the transaction's record at offset 1", topic, got)
+	}
+	waitParked("after the transaction")
 }

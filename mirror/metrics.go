@@ -25,6 +25,8 @@ type metrics struct {
 	syncErrors   *prometheus.CounterVec
 	owned        prometheus.Gauge
 	handovers    *prometheus.CounterVec
+	conns        prometheus.Gauge
+	parked       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,13 +64,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Mirrored partitions this member owns (writes), whether or not their writer is running."}),
 		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_handovers_total",
 			Help: "Partitions whose ownership this member gained or lost (direction), after it first learnt of them."}, []string{"direction"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_connections",
+			Help: "Broker connections the mirror's writers and idle-partition watchers hold open."}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_idle_partitions",
+			Help: "Mirrored partitions idle long enough that their writers hold no connection and one fetch session per source broker watches them."}),
 	}
 	// Both directions exist from the start, so that a rate shows 0.
 	m.handovers.WithLabelValues("gained")
 	m.handovers.WithLabelValues("lost")
 	if reg != nil {
 		reg.MustRegister(m.lagRecords, m.lagSeconds, m.mirrored, m.state, m.halts, m.halted, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors, m.owned, m.handovers)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors, m.owned, m.handovers, m.conns, m.parked)
 	}
 	return m
 }

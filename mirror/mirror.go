@@ -43,9 +43,10 @@ type Mirror struct {
 	owned    map[topicPartition]bool          // ownership of parts as last applied (assign)
 	closed   bool
 	running  bool
-	cancel   context.CancelFunc // of Run's context
-	runCtx   context.Context    // Run's context, for the writers Restart starts
-	wg       sync.WaitGroup     // every goroutine started by goRun
+	cancel   context.CancelFunc  // of Run's context
+	runCtx   context.Context     // Run's context, for the writers Restart starts
+	watchers map[string]*watcher // of idle partitions, by source broker (watch.go)
+	wg       sync.WaitGroup      // every goroutine started by goRun
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close

@@ -204,7 +204,7 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 
 // batchAt returns the batch of c's log (read_uncommitted) that holds
 // offset, or nil if there is none (a gap, or below the log start).
-func (w *writer) batchAt(ctx context.Context, c *conn, offset int64) (protocol.Batch, error) {
+func (w *writer) batchAt(ctx context.Context, c *link, offset int64) (protocol.Batch, error) {
 	epoch := w.epoch
 	w.epoch = -1 // no divergence check on this look-up
 	p, err := w.fetch(ctx, c, offset, 0, 0, 1<<20)

@@ -138,7 +138,7 @@ type writer struct {
 	retired    bool      // replaced (Restart) or forgotten: touches nothing any more
 
 	// Per session (see session).
-	src, dst *conn
+	src, dst *link // the leaders', dialed when needed (closed while parked)
 	next     int64 // the next offset to write, on both logs
 	acked    int64 // the standby's end offset acknowledged so far
 	plain    producer
@@ -149,6 +149,7 @@ type writer struct {
 	epoch    int32     // source leader epoch of the last batch written (kept across sessions)
 	trimmed  int64     // the standby's log start is known to be at least this
 	srcStart int64     // the source's log start, when it is inside a batch
+	srcLog   int64     // the source's log start at the last copy fetch
 	started  bool      // the session got as far as copying
 	lastPing time.Time // when the last successful ownership check was sent
 	fillSlot *txnSlot  // a filler transaction an earlier writer left open
@@ -173,6 +174,7 @@ type txnSlot struct {
 }
 
 type pendingProduce struct {
+	conn  *conn
 	call  *call
 	base  int64 // source offset the batch must land at
 	next  int64
@@ -369,10 +371,12 @@ func (w *writer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("standby leader: %w", err)
 	}
-	if w.src, err = dialConn(ctx, srcAddr, w.m.cfg.srcSec); err != nil {
+	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
+	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
+	if _, err = w.src.conn(ctx); err != nil {
 		return fmt.Errorf("source leader: %w", err)
 	}
-	if w.dst, err = dialConn(ctx, dstAddr, w.m.cfg.dstSec); err != nil {
+	if _, err = w.dst.conn(ctx); err != nil {
 		return fmt.Errorf("standby leader: %w", err)
 	}
 
@@ -448,7 +452,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // listOffset asks c (a leader) for the partition's offset at ts (-1 latest,
 // -2 earliest).
-func (w *writer) listOffset(ctx context.Context, c *conn, ts int64) (int64, error) {
+func (w *writer) listOffset(ctx context.Context, c *link, ts int64) (int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.Version = listOffsetsVersion
 	req.ReplicaID = -1
@@ -476,7 +480,7 @@ func (w *writer) listOffset(ctx context.Context, c *conn, ts int64) (int64, erro
 }
 
 // fetch reads raw batches from c at offset.
-func (w *writer) fetch(ctx context.Context, c *conn, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
+func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = fetchVersion
 	req.ReplicaID = -1
@@ -696,7 +700,7 @@ func (w *writer) markerTwice(ctx context.Context, sb protocol.Batch, at int64) (
 	}
 	// markerAt reports whether c holds a marker of kind at at-1 (of pid
 	// and epoch when ours: the source's markers are its producers').
-	markerAt := func(c *conn, ours bool) (bool, error) {
+	markerAt := func(c *link, ours bool) (bool, error) {
 		r, err := w.fetch(ctx, c, at-1, 0, 0, 1<<20)
 		if err != nil {
 			return false, err
@@ -730,19 +734,26 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		}
 		// Nothing is in flight here (drain): a connection whose SASL
 		// session nears its end is replaced now.
-		if err := w.renewConns(ctx); err != nil {
-			return err
-		}
+		w.renewConns()
 		// Fetch from the source's log start if that is inside the batch
 		// the standby needs next: the broker returns that batch whole.
+		at := max(w.next, w.srcStart)
+		if wait >= max(cfg.idleWait, cfg.fetchMaxWait) && len(w.inflight) == 0 {
+			// Idle: the partition's watcher waits for it (watch.go).
+			if err := w.park(ctx, at); err != nil {
+				return err
+			}
+			wait = cfg.fetchMaxWait
+		}
 		if cfg.onFetch != nil {
 			cfg.onFetch(w.topic, w.partition, wait)
 		}
-		p, err := w.fetch(ctx, w.src, max(w.next, w.srcStart), 1, wait, cfg.fetchBytes)
+		p, err := w.fetch(ctx, w.src, at, 1, wait, cfg.fetchBytes)
 		if err != nil {
 			return err
 		}
-		wait = nextFetchWait(wait, cfg.fetchMaxWait, len(p.RecordBatches) > 0)
+		w.srcLog = p.LogStartOffset
+		wait = nextFetchWait(wait, cfg.fetchMaxWait, cfg.idleWait, len(p.RecordBatches) > 0)
 		switch p.ErrorCode {
 		case 0:
 		case kerr.OffsetOutOfRange.Code:
@@ -772,44 +783,47 @@ func (w *writer) copyLoop(ctx context.Context) error {
 	}
 }
 
-// idleFetchMaxWait is how long the fetch of a partition with nothing new
-// may wait at the source leader, reached by doubling FetchMaxWait after
-// each empty fetch; the first fetch that returns records goes back to
-// FetchMaxWait. A fetch asks for one byte (MinBytes 1), so the leader
-// answers as soon as anything is appended (or the leader moves, or the
-// partition is deleted): the wait delays no record. It bounds what waits
-// for a fetch to end on an idle partition: raising the standby's log start
-// after the source's (trimLogStart) and replacing a connection whose SASL
-// session nears its end (renewConns). Each fetch of an idle partition
-// costs a round trip of CPU here and at the broker: at FetchMaxWait (500
-// ms), 10,000 idle partitions cost most of a core; at this wait, a
-// twentieth of it.
+// idleFetchMaxWait is how long the fetches of a partition with nothing new
+// wait at the source leader before the partition parks (watch.go), reached
+// by doubling FetchMaxWait after each empty fetch; the first fetch that
+// returns records goes back to FetchMaxWait. A fetch asks for one byte
+// (MinBytes 1), so the leader answers as soon as anything is appended (or
+// the leader moves, or the partition is deleted): the wait delays no
+// record. Each fetch of an idle partition costs a round trip of CPU here
+// and at the broker, and its two connections a buffer each: a partition
+// idle for the sum of these waits (15 s at the default FetchMaxWait)
+// closes them and costs nothing on its own until its log changes.
 const idleFetchMaxWait = 10 * time.Second
 
 // nextFetchWait is the wait of the fetch after one that waited wait and
-// returned records (got) or none.
-func nextFetchWait(wait, base time.Duration, got bool) time.Duration {
+// returned records (got) or none; a wait of max(idle, base) parks.
+func nextFetchWait(wait, base, idle time.Duration, got bool) time.Duration {
 	if got {
 		return base
 	}
-	return min(2*wait, max(idleFetchMaxWait, base))
+	return min(2*wait, max(idle, base))
+}
+
+// park closes the writer's connections and waits until its partition's
+// watcher sees the source log change past at (or fails), or ctx ends.
+// Nothing is in flight.
+func (w *writer) park(ctx context.Context, at int64) error {
+	addr := w.src.addr
+	w.src.Close()
+	w.dst.Close()
+	return w.m.watcherFor(addr).park(ctx, topicPartition{w.topic, w.partition},
+		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog})
 }
 
 // renewConns replaces a connection whose SASL session (KIP-368) nears its
 // end with a new one to the same leader; nothing may be in flight. The
 // producers' state is the writer's, not the connections'.
-func (w *writer) renewConns(ctx context.Context) error {
+func (w *writer) renewConns() {
 	if len(w.inflight) > 0 {
-		return nil
+		return
 	}
-	var err error
-	if w.src, err = w.src.renew(ctx); err != nil {
-		return fmt.Errorf("source leader: renewing the connection: %w", err)
-	}
-	if w.dst, err = w.dst.renew(ctx); err != nil {
-		return fmt.Errorf("standby leader: renewing the connection: %w", err)
-	}
-	return nil
+	w.src.renew()
+	w.dst.renew()
 }
 
 // outOfRange handles a fetch below the source's log start (fill up to it)
@@ -1064,7 +1078,7 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 			return err
 		}
 	}
-	if w.dst.renewing() {
+	if w.dst.c != nil && w.dst.c.renewing() {
 		// Its SASL session nears its end in the middle of a long
 		// fetch's batches: what is in flight is answered on it, the
 		// rest goes on a new connection.
@@ -1073,10 +1087,11 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 				return err
 			}
 		}
-		var err error
-		if w.dst, err = w.dst.renew(ctx); err != nil {
-			return fmt.Errorf("standby leader: renewing the connection: %w", err)
-		}
+		w.dst.renew()
+	}
+	dst, err := w.dst.conn(ctx)
+	if err != nil {
+		return fmt.Errorf("standby leader: %w", err)
 	}
 	if w.fillSlot != nil && kind != "filler" {
 		return w.halt(ErrDiverged, b.BaseOffset(),
@@ -1117,7 +1132,7 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 	t.Partitions = append(t.Partitions, pp)
 	req.Topics = append(req.Topics, t)
 
-	w.inflight = append(w.inflight, pendingProduce{call: w.dst.Send(req), base: base, next: next, kind: kind, bytes: len(b)})
+	w.inflight = append(w.inflight, pendingProduce{conn: dst, call: dst.Send(req), base: base, next: next, kind: kind, bytes: len(b)})
 	w.next = next
 	return nil
 }
@@ -1135,7 +1150,7 @@ func nextSeq(seq, n int32) int32 {
 func (w *writer) waitOldest(ctx context.Context) error {
 	pp := w.inflight[0]
 	w.inflight = w.inflight[1:]
-	resp, err := w.dst.Wait(ctx, pp.call)
+	resp, err := pp.conn.Wait(ctx, pp.call)
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,7 @@ type shapeResult struct {
 	grow                  time.Duration
 	rss, heap             int64
 	idleCPU               float64 // of one core
+	parked, mirrorConns   int     // idle partitions parked, the mirror's broker connections (-1: not reported)
 	metaFerry, metaDirect []time.Duration
 	planned               map[string][]time.Duration
 	mirrorBack            []time.Duration // planned switch's call → the mirror caught up the other way
@@ -294,6 +295,25 @@ func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) er
 		return err
 	}
 	time.Sleep(2 * time.Second) // the last records mirrored
+	// An idle partition parks about 15 s after its last record
+	// (mirror/watch.go): the figures are those of the steady state, every
+	// idle topic's partitions parked (a build without parking reports no
+	// such metric, and is measured at once).
+	r.parked, r.mirrorConns = -1, -1
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		n, err := b.metric("ferry_mirror_idle_partitions")
+		if err != nil {
+			break
+		}
+		r.parked = int(n)
+		if r.parked >= r.mirrored-b.o.partitions || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if n, err := b.metric("ferry_mirror_connections"); err == nil {
+		r.mirrorConns = int(n)
+	}
 	c0, err := benchutil.PidCPU(b.ferryPID)
 	if err != nil {
 		return err
@@ -329,8 +349,8 @@ func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) er
 	if err != nil {
 		return err
 	}
-	step("shape %v: member RSS %s, Go heap in use %s, stacks %s (%d goroutines), CPU idle %.1f%% of a core", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap),
-		benchutil.HumanBytes(stacks), mem.goroutines, 100*r.idleCPU)
+	step("shape %v: member RSS %s, Go heap in use %s, stacks %s (%d goroutines), CPU idle %.1f%% of a core; %d partitions parked, %d mirror connections", r.shape, benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap),
+		benchutil.HumanBytes(stacks), mem.goroutines, 100*r.idleCPU, r.parked, r.mirrorConns)
 	return nil
 }
 
@@ -454,6 +474,14 @@ func pct(xs []time.Duration, p int) time.Duration {
 	return s[max(0, min(i, len(s)-1))].Round(10 * time.Microsecond)
 }
 
+// parkedConns is the report's parked partitions / mirror connections.
+func parkedConns(r *shapeResult) string {
+	if r.parked < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d / %d", r.parked, r.mirrorConns)
+}
+
 func (b *bench) reportShapes(w io.Writer) error {
 	m := benchutil.ReadMachine()
 	var sb strings.Builder
@@ -462,13 +490,13 @@ func (b *bench) reportShapes(w io.Writer) error {
 		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
 	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
 		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
-	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
-		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% |\n",
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s |\n",
 			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.mirrorBack), dur(r.forced),
 			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
-			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU)
+			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r))
 	}
 	// The slope from the first shape measured after the idle connections
 	// were opened and closed: the heap they leave behind (freed, not yet

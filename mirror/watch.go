@@ -1,0 +1,358 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+// Idle partitions.
+//
+// A writer whose fetches have come back empty until their wait reached
+// idleFetchMaxWait parks: it closes both its connections and hands its
+// partition to the watcher of its source leader, one per source broker,
+// which long-polls every parked partition of that broker in one Fetch in a
+// fetch session (KIP-227). The broker keeps the session's partitions and
+// offsets, so a request names only the partitions parked or woken since
+// the last one, and an answer only those whose log changed: with nothing
+// new, a request every FetchMaxWait costs a few dozen bytes whatever the
+// number of parked partitions. Before, every idle partition held two
+// sockets and sent its own fetch every 10 s: 10,000 idle partitions took
+// 20,000 file descriptors here and at the brokers, and a fifth of a core.
+//
+// The watcher wakes a writer when its partition has anything for it: a
+// last stable offset above the writer's position (a record to copy, a
+// transaction ended), a high watermark below it (truncation), a raised log
+// start (trimLogStart), a diverging epoch, or an error (the leader moved,
+// the topic went). The condition is on the partition's state, not on
+// events, so nothing that happened before the watcher first asked is
+// missed. The writer then dials again and fetches on its own connection as
+// before. What a parked partition pays is that dial, and, when a record
+// lands while the watcher's request in flight does not yet name the
+// partition (it was parked after the request was sent), up to FetchMaxWait
+// before the next request does.
+//
+// Any failure of the watcher's own requests wakes every partition it
+// watches: each writer then finds out for itself, as it did before.
+
+// fetchSession is what a broker keeps of a KIP-227 fetch session, as the
+// watcher last told it.
+type fetchSession struct {
+	id    int32
+	epoch int32                          // of the next request: 0 starts a session
+	sent  map[topicPartition]parkedFetch // partitions in the session, as last sent
+}
+
+func (s *fetchSession) reset() {
+	s.id, s.epoch = 0, 0
+	clear(s.sent)
+}
+
+// parkedFetch is where a parked partition's writer is: the fetch the
+// watcher makes for it, and what it has seen.
+type parkedFetch struct {
+	offset   int64 // the writer's next offset
+	epoch    int32 // leader epoch of the last batch it wrote
+	logStart int64 // the source's log start it last saw
+}
+
+type parking struct {
+	parkedFetch
+	woke chan struct{} // closed when the writer is to go on
+}
+
+// watcher watches the parked partitions whose leader is one source broker.
+type watcher struct {
+	m    *Mirror
+	addr string
+	log  *zap.Logger
+
+	mu     sync.Mutex
+	parked map[topicPartition]*parking
+	// gone are partitions woken or unparked since the last request: the
+	// next one forgets them before naming them again, so that the broker
+	// compares a partition parked again with its log afresh (a session
+	// answers only for a partition that changed since its last answer).
+	gone map[topicPartition]struct{}
+	kick chan struct{} // something was parked
+}
+
+// watcherFor returns the watcher of the source broker at addr, starting
+// it if it has none.
+func (m *Mirror) watcherFor(addr string) *watcher {
+	m.mu.Lock()
+	wt, ok := m.watchers[addr]
+	if !ok {
+		wt = &watcher{
+			m:      m,
+			addr:   addr,
+			log:    m.log.With(zap.String("broker", addr)),
+			parked: make(map[topicPartition]*parking),
+			gone:   make(map[topicPartition]struct{}),
+			kick:   make(chan struct{}, 1),
+		}
+		if m.watchers == nil {
+			m.watchers = make(map[string]*watcher)
+		}
+		m.watchers[addr] = wt
+	}
+	ctx := m.runCtx
+	m.mu.Unlock()
+	if !ok {
+		// Closed, it does not run, and a writer parked on it waits for
+		// its own end (Close ends every writer).
+		m.goRun(func() { wt.run(ctx) })
+	}
+	return wt
+}
+
+// park waits until the partition has something for its writer, or the
+// watcher failed (nil: the writer then fetches for itself), or ctx ends.
+func (wt *watcher) park(ctx context.Context, tp topicPartition, at parkedFetch) error {
+	p := &parking{parkedFetch: at, woke: make(chan struct{})}
+	wt.mu.Lock()
+	wt.parked[tp] = p
+	wt.mu.Unlock()
+	wt.m.metrics.parked.Inc()
+	defer wt.m.metrics.parked.Dec()
+	select {
+	case wt.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.woke:
+		return nil
+	case <-ctx.Done():
+		wt.mu.Lock()
+		if wt.parked[tp] == p {
+			wt.wakeLocked(tp, p)
+		}
+		wt.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// wakeLocked takes a parked partition off the watcher and lets its writer
+// go on.
+func (wt *watcher) wakeLocked(tp topicPartition, p *parking) {
+	close(p.woke)
+	delete(wt.parked, tp)
+	wt.gone[tp] = struct{}{}
+}
+
+// wakeAll wakes every parked partition.
+func (wt *watcher) wakeAll() {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	for tp, p := range wt.parked {
+		wt.wakeLocked(tp, p)
+	}
+}
+
+// run sends the watcher's fetches until ctx ends; with nothing parked, it
+// holds no connection.
+func (wt *watcher) run(ctx context.Context) {
+	var c *conn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	sess := fetchSession{sent: make(map[topicPartition]parkedFetch)}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		req := wt.request(&sess)
+		if req == nil {
+			// Nothing parked: no connection, no session, until something is.
+			if c != nil {
+				c.Close()
+				c = nil
+			}
+			sess.reset()
+			select {
+			case <-wt.kick:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if c != nil && c.renewing() {
+			c.Close()
+			c = nil
+		}
+		if c == nil {
+			var err error
+			if c, err = dialConn(ctx, wt.addr, wt.m.cfg.srcSec); err != nil {
+				wt.fail(ctx, &sess, err, &backoff)
+				continue
+			}
+			c.open = wt.m.metrics.conns
+			c.open.Inc()
+			sess.reset()
+			req = wt.request(&sess)
+			if req == nil {
+				continue
+			}
+		}
+		resp, err := c.Do(ctx, req)
+		if err != nil {
+			c.Close()
+			c = nil
+			wt.fail(ctx, &sess, err, &backoff)
+			continue
+		}
+		r := resp.(*kmsg.FetchResponse)
+		switch err := kerr.ErrorForCode(r.ErrorCode); {
+		case errors.Is(err, kerr.FetchSessionIDNotFound), errors.Is(err, kerr.InvalidFetchSessionEpoch):
+			// The broker let the session go (its cache is full, it
+			// restarted): start a new one, naming every partition.
+			sess.reset()
+			continue
+		case err != nil:
+			wt.fail(ctx, &sess, err, &backoff)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if r.SessionID == 0 {
+			// No session (the broker has no room for one): every request
+			// is a full one.
+			sess.reset()
+		} else {
+			sess.id = r.SessionID
+			if sess.epoch++; sess.epoch < 0 {
+				sess.epoch = 1
+			}
+		}
+		wt.deliver(r)
+	}
+}
+
+// request builds the next fetch: the partitions parked since the session
+// last named them, and those it names that are parked no more (forgotten);
+// nil with nothing parked.
+func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if len(wt.parked) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = fetchVersion
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(wt.m.cfg.fetchMaxWait / time.Millisecond)
+	req.MinBytes = 1
+	// The watcher wants to know that a partition changed, not its records
+	// (its writer fetches them): a byte each. The broker still returns the
+	// first batch it finds (KIP-74), once per wake.
+	req.MaxBytes = 1
+	req.IsolationLevel = 1
+	req.SessionID = sess.id
+	req.SessionEpoch = sess.epoch
+	if sess.epoch == 0 {
+		// A full request: the new session holds what it names.
+		clear(sess.sent)
+		clear(wt.gone)
+	}
+	topics := make(map[string]int) // index in req.Topics
+	add := func(tp topicPartition) *kmsg.FetchRequestTopic {
+		i, ok := topics[tp.topic]
+		if !ok {
+			i = len(req.Topics)
+			topics[tp.topic] = i
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic = tp.topic
+			req.Topics = append(req.Topics, t)
+		}
+		return &req.Topics[i]
+	}
+	forgotten := make(map[string]int)
+	forget := func(tp topicPartition) {
+		delete(sess.sent, tp)
+		i, ok := forgotten[tp.topic]
+		if !ok {
+			i = len(req.ForgottenTopics)
+			forgotten[tp.topic] = i
+			ft := kmsg.NewFetchRequestForgottenTopic()
+			ft.Topic = tp.topic
+			req.ForgottenTopics = append(req.ForgottenTopics, ft)
+		}
+		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.partition)
+	}
+	// The broker adds what a request names before it forgets: a partition
+	// forgotten here is named again in the next request, not this one.
+	again := make(map[topicPartition]bool, len(wt.gone))
+	for tp := range wt.gone {
+		if _, ok := sess.sent[tp]; ok {
+			forget(tp)
+			again[tp] = true
+		}
+	}
+	clear(wt.gone)
+	for tp := range sess.sent {
+		if _, ok := wt.parked[tp]; !ok {
+			forget(tp)
+		}
+	}
+	for tp, p := range wt.parked {
+		if sent, ok := sess.sent[tp]; ok && sent == p.parkedFetch || again[tp] {
+			continue
+		}
+		sess.sent[tp] = p.parkedFetch
+		t := add(tp)
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.Partition = tp.partition
+		fp.CurrentLeaderEpoch = -1
+		fp.LastFetchedEpoch = p.epoch
+		fp.FetchOffset = p.offset
+		fp.LogStartOffset = -1
+		fp.PartitionMaxBytes = 1
+		t.Partitions = append(t.Partitions, fp)
+	}
+	return req
+}
+
+// deliver wakes the writers of the partitions r says changed.
+func (wt *watcher) deliver(r *kmsg.FetchResponse) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	for i := range r.Topics {
+		rt := &r.Topics[i]
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			tp := topicPartition{rt.Topic, rp.Partition}
+			p, ok := wt.parked[tp]
+			if !ok || !changed(p.parkedFetch, rp) {
+				continue
+			}
+			wt.wakeLocked(tp, p)
+		}
+	}
+}
+
+// changed reports whether the watcher's answer for a parked partition has
+// anything for its writer.
+func changed(at parkedFetch, rp *kmsg.FetchResponseTopicPartition) bool {
+	return rp.ErrorCode != 0 ||
+		len(rp.RecordBatches) > 0 ||
+		rp.LastStableOffset > at.offset ||
+		rp.HighWatermark < at.offset ||
+		rp.LogStartOffset > at.logStart ||
+		rp.DivergingEpoch.EndOffset >= 0
+}
+
+// fail wakes every parked partition with err (their writers find out for
+// themselves) and waits the backoff before the next attempt.
+func (wt *watcher) fail(ctx context.Context, sess *fetchSession, err error, backoff *time.Duration) {
+	if ctx.Err() != nil {
+		return
+	}
+	wt.log.Warn("mirror idle-partition watcher failed, waking its partitions", zap.Error(err))
+	sess.reset()
+	wt.wakeAll()
+	_ = sleep(ctx, *backoff)
+	*backoff = min(2**backoff, 5*time.Second)
+}

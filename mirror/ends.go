@@ -23,7 +23,8 @@ import (
 // source broker leading any of them (the client shards it by leader, from
 // its cached metadata), and each writer's SourceEnd is the larger of the
 // high watermark of its last fetch and the one last listed. Nothing of this
-// runs per record or per fetch.
+// runs per record or per fetch. A parked partition (watch.go) is left out:
+// its watcher's fetch session answers whenever its high watermark moves.
 
 // defaultEndsInterval is how often the source's end offsets of the
 // mirrored partitions are listed for the lag: SourceEnd, the lag and a
@@ -59,8 +60,8 @@ func (m *Mirror) listEnds(ctx context.Context) {
 	m.mu.Unlock()
 	byTopic := map[string][]int32{}
 	for tp, w := range ws {
-		if w.Status().State == StateStopped {
-			continue
+		if w.parked.Load() || w.Status().State == StateStopped {
+			continue // a parked partition's watcher reports its end
 		}
 		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
 	}

@@ -345,3 +345,91 @@ func (c *requestCounts) get(key kmsg.Key) int {
 	defer c.mu.Unlock()
 	return c.n[int16(key)]
 }
+
+// TestMirrorPeriodicGroupSyncReadsOnlyWhatMoved: the periodic group sync
+// reads the standby's offsets and ends only for groups whose source offsets
+// moved since it last found them in sync; a round with nothing moved sends
+// the standby no request at all. An offset changed on the standby behind
+// the mirror's back is put right at the next full round, within
+// groupFullSyncRounds rounds.
+func TestMirrorPeriodicGroupSyncReadsOnlyWhatMoved(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, groups = "grp-periodic", 20
+	cl := newClient(t, a, manualPartitioner())
+	createTopic(t, a, topic, 2, nil)
+	for p := int32(0); p < 2; p++ {
+		produceN(t, cl, topic, p, 10, 5, "periodic")
+	}
+	var dst requestCounts
+	m := startMirror(t, Topics([]string{topic}, nil), Groups([]string{"gp-.*"}, nil), SyncACLs(false),
+		SyncInterval(time.Hour), // the first round only: the rounds below are the test's
+		func(c *config) { c.dstHooks = append(c.dstHooks, &dst) })
+	waitCaughtUp(t, m, topic)
+	srcAdm := kadm.NewClient(cl)
+	dstAdm := kadm.NewClient(newClient(t, s))
+	commit := func(adm *kadm.Client, g string, at int64) {
+		t.Helper()
+		var o kadm.Offsets
+		o.AddOffset(topic, 0, at, -1)
+		o.AddOffset(topic, 1, at, -1)
+		if resp, err := adm.CommitOffsets(ctx, g, o); err != nil || resp.Error() != nil {
+			t.Fatalf("commit %s: %v %v", g, err, resp.Error())
+		}
+	}
+	standbyAt := func(g string) int64 {
+		t.Helper()
+		r, err := dstAdm.FetchOffsets(ctx, g)
+		if err != nil {
+			t.Fatalf("%s on the standby: %v", g, err)
+		}
+		o, _ := r.Lookup(topic, 1)
+		return o.At
+	}
+	for i := range groups {
+		commit(srcAdm, fmt.Sprintf("gp-%02d", i), int64(i%10))
+	}
+	round := func() {
+		t.Helper()
+		if err := m.syncGroups(ctx, false); err != nil {
+			t.Fatalf("periodic group sync: %v", err)
+		}
+	}
+	m.inSync.mu.Lock()
+	m.inSync.round = 1 // the next round is not a full one
+	m.inSync.mu.Unlock()
+	round() // copies every group: none was found in sync yet
+	if got := standbyAt("gp-07"); got != 7 {
+		t.Fatalf("gp-07 at %d on the standby after a round, want 7", got)
+	}
+
+	dst.reset()
+	round()
+	if n := dst.all(); len(n) != 0 {
+		t.Errorf("a periodic round with no group's offsets moved sent the standby %v (requests by key), want none", n)
+	}
+
+	commit(srcAdm, "gp-03", 9)
+	dst.reset()
+	round()
+	if got := standbyAt("gp-03"); got != 9 {
+		t.Errorf("gp-03 at %d on the standby after its source offsets moved to 9, want 9", got)
+	}
+	if n := dst.get(kmsg.OffsetCommit); n != 1 {
+		t.Errorf("%d OffsetCommit requests for one group moved, want 1", n)
+	}
+
+	// Behind the mirror's back.
+	commit(dstAdm, "gp-05", 1)
+	for i := 0; ; i++ {
+		round()
+		if got := standbyAt("gp-05"); got == 5 {
+			t.Logf("gp-05 put right after %d rounds", i+1)
+			break
+		}
+		if i >= groupFullSyncRounds {
+			t.Fatalf("gp-05 changed on the standby not put right in %d periodic rounds", i+1)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package mirror
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +154,10 @@ func TestIdlePartitionsPark(t *testing.T) {
 	if n := testutil.ToFloat64(m.metrics.conns); n != 1 {
 		t.Fatalf("%v mirror connections open with every partition parked, want 1 (the watcher's)", n)
 	}
+	// And no goroutine: a parked partition is its writer's state alone.
+	if n := writerGoroutines(); n != 0 {
+		t.Fatalf("%d writer goroutines with every partition parked, want none", n)
+	}
 	mirrored := func(p int32, want int64) {
 		t.Helper()
 		testwait.Eventually(t, 15*time.Second, "mirrored", func() error {
@@ -189,7 +195,22 @@ func TestIdlePartitionsPark(t *testing.T) {
 	txn := txnClient(t, "idle-park-txn")
 	begin(t, txn)
 	produceN(t, txn, topic, 6, 1, 1, "txn")
-	time.Sleep(time.Second)
+	// Its lag shows the open transaction's record: listEnds leaves parked
+	// partitions to their watcher, which reports the high watermark.
+	testwait.Eventually(t, 10*time.Second, "the open transaction in the lag", func() error {
+		for _, st := range m.Status() {
+			if st.Topic == topic && st.Partition == 6 {
+				if st.SourceEnd != 2 || st.LagRecords != 1 {
+					return fmt.Errorf("%s[6]: source end %d, lag %d, want 2 and 1", topic, st.SourceEnd, st.LagRecords)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no status for %s[6]", topic)
+	})
+	if parked() != parts {
+		t.Fatalf("%d of %d partitions parked with a source transaction open on one, want all: an open transaction has nothing to copy", parked(), parts)
+	}
 	if _, end := offsetsOf(t, s, topic, 6); end != 1 {
 		t.Fatalf("standby %s[6] ends at %d with the source transaction open, want 1", topic, end)
 	}
@@ -200,4 +221,11 @@ func TestIdlePartitionsPark(t *testing.T) {
 		t.Fatalf("standby %s[6], read_committed: %+v, want the transaction's record at offset 1", topic, got)
 	}
 	waitParked("after the transaction")
+}
+
+// writerGoroutines counts the goroutines running a partition writer.
+func writerGoroutines() int {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2) // each goroutine's stack
+	return strings.Count(buf.String(), "mirror.(*writer).run(")
 }

@@ -46,6 +46,7 @@ type Mirror struct {
 	cancel   context.CancelFunc  // of Run's context
 	runCtx   context.Context     // Run's context, for the writers Restart starts
 	watchers map[string]*watcher // of idle partitions, by source broker (watch.go)
+	inSync   groupsInSync        // the periodic group sync's (sync.go)
 	wg       sync.WaitGroup      // every goroutine started by goRun
 
 	closeOnce sync.Once
@@ -206,14 +207,11 @@ func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32)
 	w := newWriter(m, topic, partition)
 	wctx, cancel := context.WithCancel(ctx)
 	h := &writerHandle{w: w, cancel: cancel, done: make(chan struct{})}
+	w.ctx, w.done = wctx, h.done
 	m.writers[key] = h
 	m.mu.Unlock()
-	if !m.goRun(func() {
-		defer close(h.done)
-		w.run(wctx)
-	}) {
+	if !w.start(false) {
 		cancel()
-		close(h.done)
 	}
 }
 

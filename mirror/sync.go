@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,14 +431,18 @@ func (m *Mirror) alterConfigs(ctx context.Context, topic string, want map[string
 // not to what this member's writers have mirrored: with WithOwnership the
 // other members' writers mirror the rest of the partitions.
 func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
-	// The two clusters are read at once, and the standby's two reads
-	// below too: a standby a region away costs a round trip per read,
-	// with a switch's writes held.
+	// A switch (evict) reads the two clusters at once, and the standby's
+	// two reads below too: a standby a region away costs a round trip per
+	// read, with a switch's writes held. The periodic round reads the
+	// source first, and the standby only for the groups whose source
+	// offsets moved since it last found them in sync (groupsInSync).
 	var srcGroups, dstGroups kadm.ListedGroups
 	var srcErr, dstErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { srcGroups, srcErr = m.srcAdm.ListGroups(ctx) })
-	wg.Go(func() { dstGroups, dstErr = m.dstAdm.ListGroups(ctx) })
+	if evict {
+		wg.Go(func() { dstGroups, dstErr = m.dstAdm.ListGroups(ctx) })
+	}
 	wg.Wait()
 	if srcErr != nil {
 		return fmt.Errorf("listing source groups: %w", srcErr)
@@ -445,18 +451,10 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		return fmt.Errorf("listing standby groups: %w", dstErr)
 	}
 	var groups []string
-	active := map[string]string{} // group → its type, for those with members on the standby
 	for _, g := range srcGroups.Sorted() {
-		if !m.cfg.mirrorGroup(g.Group) || g.GroupType == "share" {
-			continue
+		if m.cfg.mirrorGroup(g.Group) && g.GroupType != "share" {
+			groups = append(groups, g.Group)
 		}
-		if d, ok := dstGroups[g.Group]; ok && d.State != "" && d.State != "Empty" && d.State != "Dead" {
-			if !evict {
-				continue // active on the standby: its members own the offsets there
-			}
-			active[g.Group] = d.GroupType
-		}
-		groups = append(groups, g.Group)
 	}
 	if len(groups) == 0 {
 		return nil
@@ -472,9 +470,34 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		errs = append(errs, err)
 		mu.Unlock()
 	}
-	var dst kadm.FetchOffsetsResponses
-	wg.Go(func() { dst = m.dstAdm.FetchManyOffsets(ctx, groups...) })
-	src := m.srcAdm.FetchManyOffsets(ctx, groups...)
+	var src, dst kadm.FetchOffsetsResponses
+	if evict {
+		wg.Go(func() { dst = m.dstAdm.FetchManyOffsets(ctx, groups...) })
+		src = m.srcAdm.FetchManyOffsets(ctx, groups...)
+	} else {
+		src = m.srcAdm.FetchManyOffsets(ctx, groups...)
+		if groups = m.inSync.changed(groups, src); len(groups) == 0 {
+			return nil
+		}
+		if dstGroups, dstErr = m.dstAdm.ListGroups(ctx); dstErr != nil {
+			return fmt.Errorf("listing standby groups: %w", dstErr)
+		}
+		groups = slices.DeleteFunc(groups, func(g string) bool {
+			return activeOn(dstGroups, g) // its members own the offsets there
+		})
+		if len(groups) == 0 {
+			return nil
+		}
+		wg.Go(func() { dst = m.dstAdm.FetchManyOffsets(ctx, groups...) })
+	}
+	active := map[string]string{} // group → its type, for those with members on the standby
+	if evict {
+		for _, g := range groups {
+			if activeOn(dstGroups, g) {
+				active[g] = dstGroups[g].GroupType
+			}
+		}
+	}
 	named := map[topicPartition]bool{}
 	parts := map[string][]int32{}
 	for _, g := range groups {
@@ -511,14 +534,18 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			continue
 		}
 		commit := make(kadm.Offsets)
+		whole := true // every source offset as it is on the source
 		r.Fetched.Each(func(o kadm.OffsetResponse) {
 			if o.Err != nil || o.At < 0 {
+				whole = whole && o.Err == nil
 				return
 			}
 			end, ok := ends.Lookup(o.Topic, o.Partition)
 			if !ok || end.Err != nil {
+				whole = false
 				return // not mirrored (yet)
 			}
+			whole = whole && o.At <= end.Offset
 			commit.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: min(o.At, end.Offset), LeaderEpoch: -1, Metadata: o.Metadata})
 		})
 		if len(commit) == 0 {
@@ -526,6 +553,9 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 		}
 		groupType, isActive := active[g]
 		if have, ok := dst[g]; ok && have.Err == nil && !isActive && sameOffsets(have.Fetched, commit) {
+			if whole && !evict {
+				m.inSync.mark(g, r.Fetched)
+			}
 			continue
 		}
 		eg.Go(func() error {
@@ -554,12 +584,85 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 			}
 			if err != nil {
 				fail(fmt.Errorf("committing offsets of group %s on the standby: %w", g, err))
+			} else if whole && !evict {
+				m.inSync.mark(g, r.Fetched)
 			}
 			return nil
 		})
 	}
 	eg.Wait()
 	return errors.Join(errs...)
+}
+
+// groupsInSync are the groups the periodic group sync found in sync: the
+// standby held (or took) the source's offsets, none clamped to a standby
+// end. A round reads the standby's offsets and ends only for the other
+// groups and those whose source offsets moved since (compared by a sum of
+// hashes), so that a thousand idle groups cost one OffsetFetch per
+// coordinator on the source. Every groupFullSyncRounds-th round compares
+// every group, as does every switch (syncGroups with evict), whatever
+// changed on the standby meanwhile.
+type groupsInSync struct {
+	mu    sync.Mutex
+	seed  maphash.Seed
+	sums  map[string]uint64
+	round int
+}
+
+// groupFullSyncRounds: one periodic group sync in this many compares
+// every group with the standby (a minute at the 5 s sync interval).
+const groupFullSyncRounds = 12
+
+// changed returns the groups of this round to compare with the standby.
+func (s *groupsInSync) changed(groups []string, src kadm.FetchOffsetsResponses) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.round++; s.round%groupFullSyncRounds == 1 || s.sums == nil {
+		s.seed = maphash.MakeSeed()
+		s.sums = make(map[string]uint64)
+		return groups
+	}
+	out := groups[:0:0]
+	for _, g := range groups {
+		r, ok := src[g]
+		if sum, in := s.sums[g]; ok && r.Err == nil && in && sum == s.sum(r.Fetched) {
+			continue
+		}
+		delete(s.sums, g)
+		out = append(out, g)
+	}
+	return out
+}
+
+// mark records a group found or put in sync with these source offsets.
+func (s *groupsInSync) mark(group string, src kadm.OffsetResponses) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sums != nil {
+		s.sums[group] = s.sum(src)
+	}
+}
+
+// sum hashes a group's offsets, in no order.
+func (s *groupsInSync) sum(r kadm.OffsetResponses) uint64 {
+	var sum uint64
+	r.Each(func(o kadm.OffsetResponse) {
+		errored := o.Err != nil
+		sum += maphash.Comparable(s.seed, struct {
+			topic     string
+			partition int32
+			at        int64
+			metadata  string
+			errored   bool
+		}{o.Topic, o.Partition, o.At, o.Metadata, errored})
+	})
+	return sum
+}
+
+// activeOn reports whether group has members on the cluster listed.
+func activeOn(listed kadm.ListedGroups, group string) bool {
+	d, ok := listed[group]
+	return ok && d.State != "" && d.State != "Empty" && d.State != "Dead"
 }
 
 // groupSyncParallel bounds the groups whose offsets are committed on the

@@ -63,7 +63,9 @@ type parkedFetch struct {
 
 type parking struct {
 	parkedFetch
-	woke chan struct{} // closed when the writer is to go on
+	seen func(hw int64) // the source's high watermark, when it moves with nothing to copy
+	wake func()         // starts the writer again; called once, without wt.mu
+	stop func() bool    // of the writer's context's AfterFunc
 }
 
 // watcher watches the parked partitions whose leader is one source broker.
@@ -79,7 +81,10 @@ type watcher struct {
 	// compares a partition parked again with its log afresh (a session
 	// answers only for a partition that changed since its last answer).
 	gone map[topicPartition]struct{}
-	kick chan struct{} // something was parked
+	// fresh are partitions parked since the last request: a request looks
+	// at what changed, not at every parked partition.
+	fresh map[topicPartition]struct{}
+	kick  chan struct{} // something was parked
 }
 
 // watcherFor returns the watcher of the source broker at addr, starting
@@ -94,6 +99,7 @@ func (m *Mirror) watcherFor(addr string) *watcher {
 			log:    m.log.With(zap.String("broker", addr)),
 			parked: make(map[topicPartition]*parking),
 			gone:   make(map[topicPartition]struct{}),
+			fresh:  make(map[topicPartition]struct{}),
 			kick:   make(chan struct{}, 1),
 		}
 		if m.watchers == nil {
@@ -111,46 +117,63 @@ func (m *Mirror) watcherFor(addr string) *watcher {
 	return wt
 }
 
-// park waits until the partition has something for its writer, or the
-// watcher failed (nil: the writer then fetches for itself), or ctx ends.
-func (wt *watcher) park(ctx context.Context, tp topicPartition, at parkedFetch) error {
-	p := &parking{parkedFetch: at, woke: make(chan struct{})}
+// park hands a partition to the watcher, which calls wake once: when the
+// partition has something for its writer, when the watcher fails (the
+// writer then fetches for itself), or when ctx ends.
+func (wt *watcher) park(ctx context.Context, tp topicPartition, at parkedFetch, seen func(hw int64), wake func()) {
+	p := &parking{parkedFetch: at, seen: seen, wake: wake}
 	wt.mu.Lock()
+	old := wt.parked[tp] // a writer replaced while parked (one runs per partition)
+	if old != nil {
+		wt.wakeLocked(tp, old)
+	}
 	wt.parked[tp] = p
-	wt.mu.Unlock()
+	wt.fresh[tp] = struct{}{}
 	wt.m.metrics.parked.Inc()
-	defer wt.m.metrics.parked.Dec()
+	p.stop = context.AfterFunc(ctx, func() { wt.unpark(tp, p) })
+	wt.mu.Unlock()
+	if old != nil {
+		old.wake()
+	}
 	select {
 	case wt.kick <- struct{}{}:
 	default:
 	}
-	select {
-	case <-p.woke:
-		return nil
-	case <-ctx.Done():
-		wt.mu.Lock()
-		if wt.parked[tp] == p {
-			wt.wakeLocked(tp, p)
-		}
-		wt.mu.Unlock()
-		return ctx.Err()
+}
+
+// unpark wakes p if it is still parked (its writer's context ended).
+func (wt *watcher) unpark(tp topicPartition, p *parking) {
+	wt.mu.Lock()
+	parked := wt.parked[tp] == p
+	if parked {
+		wt.wakeLocked(tp, p)
+	}
+	wt.mu.Unlock()
+	if parked {
+		p.wake()
 	}
 }
 
-// wakeLocked takes a parked partition off the watcher and lets its writer
-// go on.
+// wakeLocked takes a parked partition off the watcher; its writer is to be
+// woken once wt.mu is let go.
 func (wt *watcher) wakeLocked(tp topicPartition, p *parking) {
-	close(p.woke)
+	p.stop()
 	delete(wt.parked, tp)
 	wt.gone[tp] = struct{}{}
+	wt.m.metrics.parked.Dec()
 }
 
 // wakeAll wakes every parked partition.
 func (wt *watcher) wakeAll() {
 	wt.mu.Lock()
-	defer wt.mu.Unlock()
+	woken := make([]*parking, 0, len(wt.parked))
 	for tp, p := range wt.parked {
 		wt.wakeLocked(tp, p)
+		woken = append(woken, p)
+	}
+	wt.mu.Unlock()
+	for _, p := range woken {
+		p.wake()
 	}
 }
 
@@ -252,10 +275,15 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 	req.IsolationLevel = 1
 	req.SessionID = sess.id
 	req.SessionEpoch = sess.epoch
+	fresh := wt.fresh
 	if sess.epoch == 0 {
 		// A full request: the new session holds what it names.
 		clear(sess.sent)
 		clear(wt.gone)
+		fresh = make(map[topicPartition]struct{}, len(wt.parked))
+		for tp := range wt.parked {
+			fresh[tp] = struct{}{}
+		}
 	}
 	topics := make(map[string]int) // index in req.Topics
 	add := func(tp topicPartition) *kmsg.FetchRequestTopic {
@@ -282,23 +310,26 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 		}
 		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.partition)
 	}
+	// Every partition that leaves parked passes through gone (wakeLocked).
 	// The broker adds what a request names before it forgets: a partition
 	// forgotten here is named again in the next request, not this one.
-	again := make(map[topicPartition]bool, len(wt.gone))
+	var again []topicPartition
 	for tp := range wt.gone {
 		if _, ok := sess.sent[tp]; ok {
 			forget(tp)
-			again[tp] = true
+			if _, ok := wt.parked[tp]; ok {
+				again = append(again, tp)
+			}
 		}
+		delete(fresh, tp)
 	}
 	clear(wt.gone)
-	for tp := range sess.sent {
-		if _, ok := wt.parked[tp]; !ok {
-			forget(tp)
+	for tp := range fresh {
+		p, ok := wt.parked[tp]
+		if !ok {
+			continue
 		}
-	}
-	for tp, p := range wt.parked {
-		if sent, ok := sess.sent[tp]; ok && sent == p.parkedFetch || again[tp] {
+		if sent, ok := sess.sent[tp]; ok && sent == p.parkedFetch {
 			continue
 		}
 		sess.sent[tp] = p.parkedFetch
@@ -312,11 +343,21 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 		fp.PartitionMaxBytes = 1
 		t.Partitions = append(t.Partitions, fp)
 	}
+	clear(wt.fresh)
+	for _, tp := range again {
+		wt.fresh[tp] = struct{}{} // named in the next request
+	}
 	return req
 }
 
 // deliver wakes the writers of the partitions r says changed.
 func (wt *watcher) deliver(r *kmsg.FetchResponse) {
+	var woken []*parking
+	defer func() {
+		for _, p := range woken {
+			p.wake()
+		}
+	}()
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
 	for i := range r.Topics {
@@ -325,10 +366,15 @@ func (wt *watcher) deliver(r *kmsg.FetchResponse) {
 			rp := &rt.Partitions[j]
 			tp := topicPartition{rt.Topic, rp.Partition}
 			p, ok := wt.parked[tp]
-			if !ok || !changed(p.parkedFetch, rp) {
-				continue
+			switch {
+			case !ok:
+			case changed(p.parkedFetch, rp):
+				wt.wakeLocked(tp, p)
+				woken = append(woken, p)
+			case p.seen != nil:
+				// An open transaction's records: the lag shows them.
+				p.seen(rp.HighWatermark)
 			}
-			wt.wakeLocked(tp, p)
 		}
 	}
 }

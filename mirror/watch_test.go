@@ -31,11 +31,22 @@ func named(req *kmsg.FetchRequest) (names, forgets []int32) {
 // so a partition named anew must be a new one to the session.
 func TestWatcherSession(t *testing.T) {
 	m := &Mirror{metrics: newMetrics(nil), runCtx: context.Background()}
-	wt := &watcher{m: m, parked: map[topicPartition]*parking{}, gone: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1)}
+	wt := &watcher{m: m, parked: map[topicPartition]*parking{}, gone: map[topicPartition]struct{}{},
+		fresh: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1)}
+	woken := map[int32]int{}
+	// As park does, without the writer's context.
 	park := func(p int32, offset int64) *parking {
-		pk := &parking{parkedFetch: parkedFetch{offset: offset, epoch: 3}, woke: make(chan struct{})}
-		wt.parked[topicPartition{"t", p}] = pk
+		pk := &parking{parkedFetch: parkedFetch{offset: offset, epoch: 3},
+			wake: func() { woken[p]++ }, stop: func() bool { return true }}
+		tp := topicPartition{"t", p}
+		wt.parked[tp] = pk
+		wt.fresh[tp] = struct{}{}
 		return pk
+	}
+	// As park does when its writer stops.
+	unpark := func(p int32) {
+		tp := topicPartition{"t", p}
+		wt.wakeLocked(tp, wt.parked[tp])
 	}
 	sess := fetchSession{sent: map[topicPartition]parkedFetch{}}
 	check := func(what string, wantNames, wantForgets []int32) {
@@ -55,25 +66,31 @@ func TestWatcherSession(t *testing.T) {
 	if wt.request(&sess) != nil {
 		t.Fatal("a request with nothing parked")
 	}
-	park(0, 10)
-	p1 := park(1, 20)
+	p0 := park(0, 10)
+	var seen0 []int64
+	p0.seen = func(hw int64) { seen0 = append(seen0, hw) }
+	park(1, 20)
 	park(2, 30)
 	check("first, full", []int32{0, 1, 2}, nil)
 	check("nothing changed", nil, nil)
 
 	// Partition 1 changes: woken, its writer goes on.
 	resp := &kmsg.FetchResponse{Topics: []kmsg.FetchResponseTopic{{Topic: "t", Partitions: []kmsg.FetchResponseTopicPartition{
-		{Partition: 0, HighWatermark: 10, LastStableOffset: 10, LogStartOffset: 0, DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}},
+		{Partition: 0, HighWatermark: 12, LastStableOffset: 10, LogStartOffset: 0, DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}},
 		{Partition: 1, HighWatermark: 21, LastStableOffset: 21, LogStartOffset: 0, DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}},
 	}}}}
 	wt.deliver(resp)
-	select {
-	case <-p1.woke:
-	default:
-		t.Fatal("partition 1's last stable offset passed its writer's position: not woken")
+	if woken[1] != 1 {
+		t.Fatalf("partition 1's last stable offset passed its writer's position: woken %d times, want once", woken[1])
 	}
-	if _, ok := wt.parked[topicPartition{"t", 0}]; !ok {
+	if _, ok := wt.parked[topicPartition{"t", 1}]; ok {
+		t.Fatal("partition 1 woken and still parked")
+	}
+	if _, ok := wt.parked[topicPartition{"t", 0}]; !ok || woken[0] != 0 {
 		t.Fatal("partition 0, unchanged, woken")
+	}
+	if !slices.Equal(seen0, []int64{12}) {
+		t.Fatalf("partition 0's high watermark reported %v, want [12] (an open transaction's records)", seen0)
 	}
 	// It parks again at the same offset before the next request (its
 	// fetch found nothing after all): forgotten first, named after.
@@ -85,15 +102,15 @@ func TestWatcherSession(t *testing.T) {
 	park(2, 31)
 	check("new offset", []int32{2}, nil)
 	// Unparked (its writer stopped): forgotten.
-	delete(wt.parked, topicPartition{"t", 0})
+	unpark(0)
 	check("unparked", nil, []int32{0})
 
 	// A new session (the broker lost it): a full request names every
 	// parked partition.
 	sess.reset()
 	check("new session", []int32{1, 2}, nil)
-	delete(wt.parked, topicPartition{"t", 1})
-	delete(wt.parked, topicPartition{"t", 2})
+	unpark(1)
+	unpark(2)
 	if wt.request(&sess) != nil {
 		t.Fatal("a request with nothing parked")
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,6 +137,13 @@ type writer struct {
 	fetchedEnd int64     // the source's high watermark at the last fetch (-1: none yet)
 	listedEnd  int64     // the source's end offset last listed (ends.go; -1: none yet)
 	retired    bool      // replaced (Restart) or forgotten: touches nothing any more
+	// parked: the writer has no goroutine and waits for its partition's
+	// watcher (watch.go), which reports the source's high watermark in
+	// listEnds' place and starts the writer again.
+	parked atomic.Bool
+
+	ctx  context.Context // the writer's, until it is stopped
+	done chan struct{}   // closed when the writer has stopped for good
 
 	// Per session (see session).
 	src, dst *link // the leaders', dialed when needed (closed while parked)
@@ -286,20 +294,49 @@ func (w *writer) updateLocked() {
 	w.series(&w.gLagSeconds, w.m.metrics.lagSeconds).Set(lagTime.Seconds())
 }
 
-// run mirrors the partition until ctx ends or the writer halts. Transient
-// errors (leader moves, broker restarts, lost connections) end a session;
-// the next session starts again from the standby's end offset.
-func (w *writer) run(ctx context.Context) {
+// start runs the writer in a goroutine of its own: from a new session, or
+// (resume) back into its copy loop after parking, the session's state
+// intact. done is closed when the writer stops for good, not when it
+// parks. It reports false when the mirror is closed.
+func (w *writer) start(resume bool) bool {
+	if !w.m.goRun(func() {
+		if !w.run(w.ctx, resume) {
+			close(w.done)
+		}
+	}) {
+		close(w.done)
+		return false
+	}
+	return true
+}
+
+// errParked ends a writer's goroutine when its partition parks.
+var errParked = errors.New("mirror: partition parked")
+
+// run mirrors the partition until ctx ends or the writer halts, or parks
+// (true: its watcher starts it again). Transient errors (leader moves,
+// broker restarts, lost connections) end a session; the next session starts
+// again from the standby's end offset.
+func (w *writer) run(ctx context.Context, resume bool) (parked bool) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		w.started = false
-		err := w.session(ctx)
+		var err error
+		if resume {
+			resume, w.started = false, true
+			err = w.copyLoop(ctx)
+		} else {
+			w.started = false
+			err = w.session(ctx)
+		}
+		if errors.Is(err, errParked) {
+			return true // the watcher has the writer now: touch nothing
+		}
 		w.closeConns()
 		if w.started {
 			backoff = 100 * time.Millisecond
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		var halt *HaltError
 		if errors.Is(err, ErrFenced) && w.m.cfg.ownership != nil {
@@ -313,7 +350,7 @@ func (w *writer) run(ctx context.Context) {
 				zap.Error(err), zap.Duration("backoff", 2*w.m.cfg.fencePeriod))
 			w.setState(StateStarting, err)
 			if sleep(ctx, 2*w.m.cfg.fencePeriod) != nil {
-				return
+				return false
 			}
 			continue
 		}
@@ -321,11 +358,11 @@ func (w *writer) run(ctx context.Context) {
 			w.log.Error("mirror partition halted", zap.Error(err))
 			w.m.metrics.halt(w.topic, w.partition, err)
 			w.setState(StateHalted, err)
-			return
+			return false
 		}
 		if errors.Is(err, errTopicGone) {
 			w.setState(StateStopped, err)
-			return
+			return false
 		}
 		w.log.Warn("mirror partition session ended, retrying", zap.Error(err), zap.Duration("backoff", backoff))
 		w.mu.Lock()
@@ -333,11 +370,12 @@ func (w *writer) run(ctx context.Context) {
 		w.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+	return false
 }
 
 var errTopicGone = errors.New("mirror: source topic deleted")
@@ -740,10 +778,7 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		at := max(w.next, w.srcStart)
 		if wait >= max(cfg.idleWait, cfg.fetchMaxWait) && len(w.inflight) == 0 {
 			// Idle: the partition's watcher waits for it (watch.go).
-			if err := w.park(ctx, at); err != nil {
-				return err
-			}
-			wait = cfg.fetchMaxWait
+			return w.park(ctx, at)
 		}
 		if cfg.onFetch != nil {
 			cfg.onFetch(w.topic, w.partition, wait)
@@ -804,15 +839,34 @@ func nextFetchWait(wait, base, idle time.Duration, got bool) time.Duration {
 	return min(2*wait, max(idle, base))
 }
 
-// park closes the writer's connections and waits until its partition's
-// watcher sees the source log change past at (or fails), or ctx ends.
-// Nothing is in flight.
+// park closes the writer's connections and hands the partition to its
+// watcher, which starts the writer again (wake) when the source log
+// changes past at, when it fails, or when ctx ends; it returns errParked,
+// which ends the writer's goroutine. Nothing is in flight. A parked
+// partition costs its writer's state and nothing else: no goroutine, no
+// connection, no request of its own.
 func (w *writer) park(ctx context.Context, at int64) error {
 	addr := w.src.addr
 	w.src.Close()
 	w.dst.Close()
-	return w.m.watcherFor(addr).park(ctx, topicPartition{w.topic, w.partition},
-		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog})
+	w.inflight = nil
+	w.parked.Store(true)
+	w.m.watcherFor(addr).park(ctx, topicPartition{w.topic, w.partition},
+		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.listed, w.wake)
+	return errParked
+}
+
+// wake starts a parked writer again, back into its copy loop. Caught up
+// until now: the lag time of what woke it counts from here, as listEnds
+// would have had it.
+func (w *writer) wake() {
+	w.parked.Store(false)
+	w.mu.Lock()
+	if w.status.LagRecords == 0 {
+		w.caught = time.Now()
+	}
+	w.mu.Unlock()
+	w.start(true)
 }
 
 // renewConns replaces a connection whose SASL session (KIP-368) nears its
@@ -1149,6 +1203,9 @@ func nextSeq(seq, n int32) int32 {
 // batch landed.
 func (w *writer) waitOldest(ctx context.Context) error {
 	pp := w.inflight[0]
+	// The slot let go: it holds the connection and the response, which a
+	// parked writer must not keep.
+	w.inflight[0] = pendingProduce{}
 	w.inflight = w.inflight[1:]
 	resp, err := pp.conn.Wait(ctx, pp.call)
 	if err != nil {

@@ -63,7 +63,7 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 	// previous owner whose fence period to wait out. (Epoch exhaustion also
 	// restarts at 0, after 32767 owners; not a case worth 2 s per start.)
 	if p.epoch > 0 {
-		w.log.Debug("mirror partition ownership taken, waiting out the previous fence period",
+		w.logger().Debug("mirror partition ownership taken, waiting out the previous fence period",
 			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("fence_period", w.m.cfg.fencePeriod))
 		if err := sleep(ctx, w.m.cfg.fencePeriod); err != nil {
 			return err
@@ -79,7 +79,7 @@ func (w *writer) waitGate(ctx context.Context) error {
 	if gate == nil || gate() {
 		return nil
 	}
-	w.log.Info("mirror partition writer waiting: this member may not write now")
+	w.logger().Info("mirror partition writer waiting: this member may not write now")
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for !gate() {

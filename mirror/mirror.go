@@ -92,7 +92,7 @@ func New(opts ...Option) (*Mirror, error) {
 		src.Close()
 		return nil, fmt.Errorf("mirror: target client: %w", err)
 	}
-	return &Mirror{
+	m := &Mirror{
 		cfg:      cfg,
 		log:      cfg.logger,
 		metrics:  newMetrics(cfg.registry),
@@ -105,7 +105,11 @@ func New(opts ...Option) (*Mirror, error) {
 		parts:    make(map[string]int32),
 		owned:    make(map[topicPartition]bool),
 		done:     make(chan struct{}),
-	}, nil
+	}
+	if cfg.registry != nil {
+		cfg.registry.MustRegister(partitionMetrics{m})
+	}
+	return m, nil
 }
 
 // Run mirrors until ctx ends or Close is called. It returns ErrClosed

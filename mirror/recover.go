@@ -149,7 +149,7 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 			if ok && ap.ProducerEpoch == s.epoch {
 				s.seq = nextSeq(ap.LastSequence, 1)
 			}
-			w.log.Warn("writer transaction left open with nothing appended: kept for the next transaction or gap",
+			w.logger().Warn("writer transaction left open with nothing appended: kept for the next transaction or gap",
 				zap.String("transactional_id", *s.txnID))
 			continue
 		}
@@ -172,7 +172,7 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 			s.srcPID = -1
 			w.fillSlot = s
 			w.m.metrics.resumedTxns.Inc()
-			w.log.Info("resuming a filler transaction an earlier writer left open",
+			w.logger().Info("resuming a filler transaction an earlier writer left open",
 				zap.String("transactional_id", *s.txnID), zap.Int64("first_offset", first), zap.Int64("standby_end", w.next))
 			continue
 		}
@@ -195,7 +195,7 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 		s.srcPID = pid
 		w.open[pid] = s
 		w.m.metrics.resumedTxns.Inc()
-		w.log.Info("resuming a writer transaction an earlier writer left open",
+		w.logger().Info("resuming a writer transaction an earlier writer left open",
 			zap.String("transactional_id", *s.txnID), zap.Int64("source_producer_id", pid),
 			zap.Int64("first_offset", first), zap.Int64("standby_end", w.next))
 	}

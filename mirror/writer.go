@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -122,14 +121,6 @@ type writer struct {
 	m         *Mirror
 	topic     string
 	partition int32
-	log       *zap.Logger
-	labels    []string
-	// The partition's series, each looked up once (a lookup by label
-	// values hashes them, and listEnds updates every partition every
-	// second): the state from the start, the others (w.mu) from the first
-	// value they have (series), as a partition not started has no lag yet.
-	// After metrics.forget, setting them exports nothing.
-	gState, gMirrored, gLagRecords, gLagSeconds prometheus.Gauge
 
 	mu         sync.Mutex // guards status and the four below
 	status     PartitionStatus
@@ -195,25 +186,21 @@ func newWriter(m *Mirror, topic string, partition int32) *writer {
 		m:          m,
 		topic:      topic,
 		partition:  partition,
-		log:        m.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
-		labels:     []string{topic, strconv.Itoa(int(partition))},
 		caught:     time.Now(),
 		epoch:      -1,
 		fetchedEnd: -1,
 		listedEnd:  -1,
 	}
 	w.status = PartitionStatus{Topic: topic, Partition: partition, State: StateStarting, Mirrored: -1, SourceEnd: -1, SourceStable: -1}
-	w.gState = m.metrics.state.WithLabelValues(w.labels...)
-	w.gState.Set(float64(StateStarting))
 	return w
 }
 
-// series returns *g, looked up in vec the first time. w.mu is held.
-func (w *writer) series(g *prometheus.Gauge, vec *prometheus.GaugeVec) prometheus.Gauge {
-	if *g == nil {
-		*g = vec.WithLabelValues(w.labels...)
-	}
-	return *g
+// logger is the mirror's logger with the partition's fields. Made when a
+// line is logged, which is rare: one kept per writer cost a kilobyte of
+// heap per mirrored partition (zap encodes the fields into a buffer of the
+// logger's own).
+func (w *writer) logger() *zap.Logger {
+	return w.m.log.With(zap.String("topic", w.topic), zap.Int32("partition", w.partition))
 }
 
 // Status returns the writer's status.
@@ -232,7 +219,6 @@ func (w *writer) setState(s PartitionState, err error) {
 	w.status.State = s
 	w.status.Err = err
 	w.mu.Unlock()
-	w.gState.Set(float64(s))
 }
 
 // progress updates the mirrored offset and lag after a fetch or an ack.
@@ -261,8 +247,6 @@ func (w *writer) advanceLocked() {
 			st.State = StateMirroring
 		}
 	}
-	w.gState.Set(float64(st.State))
-	w.series(&w.gMirrored, w.m.metrics.mirrored).Set(float64(st.Mirrored))
 }
 
 // updateLocked sets SourceEnd to the larger of the high watermark of the
@@ -279,19 +263,13 @@ func (w *writer) updateLocked() {
 	st.LagRecords = lag
 	if lag > 0 && st.State == StateCaughtUp {
 		st.State = StateMirroring
-		w.gState.Set(float64(st.State))
 	}
-	lagTime := time.Duration(0)
-	if lag > 0 {
-		lagTime = time.Since(w.caught)
-	} else {
+	if lag == 0 {
 		// Caught up as of this listing: an idle partition's fetch may
 		// not end for idleFetchMaxWait, and the lag time of its next
 		// record counts from here, not from that fetch.
 		w.caught = time.Now()
 	}
-	w.series(&w.gLagRecords, w.m.metrics.lagRecords).Set(float64(lag))
-	w.series(&w.gLagSeconds, w.m.metrics.lagSeconds).Set(lagTime.Seconds())
 }
 
 // start runs the writer in a goroutine of its own: from a new session, or
@@ -346,7 +324,7 @@ func (w *writer) run(ctx context.Context, resume bool) (parked bool) {
 			// here too, assign cancels ctx; still owned after two
 			// fence periods (the other member's time to learn it is not the
 			// owner), take the partition back.
-			w.log.Warn("mirror partition writer fenced by another member's writer, retrying while this member owns it",
+			w.logger().Warn("mirror partition writer fenced by another member's writer, retrying while this member owns it",
 				zap.Error(err), zap.Duration("backoff", 2*w.m.cfg.fencePeriod))
 			w.setState(StateStarting, err)
 			if sleep(ctx, 2*w.m.cfg.fencePeriod) != nil {
@@ -355,7 +333,7 @@ func (w *writer) run(ctx context.Context, resume bool) (parked bool) {
 			continue
 		}
 		if errors.As(err, &halt) {
-			w.log.Error("mirror partition halted", zap.Error(err))
+			w.logger().Error("mirror partition halted", zap.Error(err))
 			w.m.metrics.halt(w.topic, w.partition, err)
 			w.setState(StateHalted, err)
 			return false
@@ -364,7 +342,7 @@ func (w *writer) run(ctx context.Context, resume bool) (parked bool) {
 			w.setState(StateStopped, err)
 			return false
 		}
-		w.log.Warn("mirror partition session ended, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+		w.logger().Warn("mirror partition session ended, retrying", zap.Error(err), zap.Duration("backoff", backoff))
 		w.mu.Lock()
 		w.status.Err = err
 		w.mu.Unlock()
@@ -450,7 +428,7 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.resumeOpen(ctx); err != nil {
 		return err
 	}
-	w.log.Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
+	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
 	w.progress(-1, -1)
 	w.started = true
 	return w.copyLoop(ctx)
@@ -703,7 +681,7 @@ func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 		rt, _ := protocol.ControlType(rb)
 		if st == protocol.ControlAbort && rt == protocol.ControlCommit && tail {
 			w.m.metrics.lostCommit.Inc()
-			w.log.Error("source transaction committed but aborted on the standby (writer crashed before the commit): read_committed readers of the standby miss the last batch before this offset",
+			w.logger().Error("source transaction committed but aborted on the standby (writer crashed before the commit): read_committed readers of the standby miss the last batch before this offset",
 				zap.Int64("marker_offset", at))
 		}
 		return nil
@@ -911,7 +889,7 @@ func (w *writer) outOfRange(ctx context.Context) error {
 		if to == w.next {
 			return nil
 		}
-		w.log.Info("source log starts above the mirror position: filling", zap.Int64("from", w.next), zap.Int64("to", to))
+		w.logger().Info("source log starts above the mirror position: filling", zap.Int64("from", w.next), zap.Int64("to", to))
 		if err := w.fill(ctx, w.next, to); err != nil {
 			return err
 		}
@@ -955,7 +933,7 @@ func (w *writer) trimLogStart(ctx context.Context, srcStart int64) error {
 			}
 		}
 	}
-	w.log.Info("standby log start raised to match the source", zap.Int64("log_start", srcStart))
+	w.logger().Info("standby log start raised to match the source", zap.Int64("log_start", srcStart))
 	w.trimmed = srcStart
 	return nil
 }

@@ -38,6 +38,12 @@ type config struct {
 	recompress   bool          // see reframe.go
 	ownership    Ownership     // nil: every partition, and the sync loop
 	endsInterval time.Duration // see ends.go
+	// parkedListEvery: one end listing in this many names the parked
+	// partitions too (ends.go; tests shorten it).
+	parkedListEvery int
+	// deafWatcher, in tests, makes the watchers wake no writer on a
+	// change: a watcher that missed one.
+	deafWatcher bool
 	// gate, when set, is asked before every append (WithWriteGate).
 	gate func() bool
 	// syncGate, when set, is asked before the sync loop writes on the
@@ -65,19 +71,20 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		syncInterval: 5 * time.Second,
-		inflight:     128,
-		txnSlots:     4,
-		fetchMaxWait: 500 * time.Millisecond,
-		idleWait:     idleFetchMaxWait,
-		fetchBytes:   8 << 20,
-		syncGroups:   true,
-		syncACLs:     true,
-		idPrefix:     DefaultTransactionalIDPrefix,
-		fencePeriod:  2 * time.Second,
-		recompress:   true,
-		endsInterval: defaultEndsInterval,
-		logger:       zap.NewNop(),
+		syncInterval:    5 * time.Second,
+		inflight:        128,
+		txnSlots:        4,
+		fetchMaxWait:    500 * time.Millisecond,
+		idleWait:        idleFetchMaxWait,
+		fetchBytes:      8 << 20,
+		syncGroups:      true,
+		syncACLs:        true,
+		idPrefix:        DefaultTransactionalIDPrefix,
+		fencePeriod:     2 * time.Second,
+		recompress:      true,
+		endsInterval:    defaultEndsInterval,
+		parkedListEvery: 30,
+		logger:          zap.NewNop(),
 	}
 }
 

@@ -25,6 +25,10 @@ import (
 // high watermark of its last fetch and the one last listed. Nothing of this
 // runs per record or per fetch. A parked partition (watch.go) is left out:
 // its watcher's fetch session answers whenever its high watermark moves.
+// One listing in parkedListEvery names the parked partitions too, and wakes
+// each whose end is past where its writer parked: whatever the watcher
+// might miss (it answers on a broker's word that nothing changed) waits at
+// most that long, and shows in the lag meanwhile.
 
 // defaultEndsInterval is how often the source's end offsets of the
 // mirrored partitions are listed for the lag: SourceEnd, the lag and a
@@ -37,13 +41,13 @@ const defaultEndsInterval = time.Second
 func (m *Mirror) refreshEnds(ctx context.Context) {
 	t := time.NewTicker(m.cfg.endsInterval)
 	defer t.Stop()
-	for {
+	for round := 1; ; round++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		m.listEnds(ctx)
+		m.listEnds(ctx, round%m.cfg.parkedListEvery == 0)
 	}
 }
 
@@ -51,7 +55,7 @@ func (m *Mirror) refreshEnds(ctx context.Context) {
 // runs here (stopped ones aside) and hands each to its writer. A source
 // that does not answer within an interval is skipped: the ends stay as last
 // seen.
-func (m *Mirror) listEnds(ctx context.Context) {
+func (m *Mirror) listEnds(ctx context.Context, parked bool) {
 	m.mu.Lock()
 	ws := make(map[topicPartition]*writer, len(m.writers))
 	for tp, h := range m.writers {
@@ -60,7 +64,7 @@ func (m *Mirror) listEnds(ctx context.Context) {
 	m.mu.Unlock()
 	byTopic := map[string][]int32{}
 	for tp, w := range ws {
-		if w.parked.Load() || w.Status().State == StateStopped {
+		if w.parked.Load() && !parked || w.Status().State == StateStopped {
 			continue // a parked partition's watcher reports its end
 		}
 		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
@@ -77,6 +81,9 @@ func (m *Mirror) listEnds(ctx context.Context) {
 		}
 		if w := ws[topicPartition{o.Topic, o.Partition}]; w != nil {
 			w.listed(o.Offset)
+			if w.parked.Load() && o.Offset > w.parkedAt.Load() {
+				w.nudge()
+			}
 		}
 	})
 }

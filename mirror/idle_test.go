@@ -129,6 +129,7 @@ func TestIdlePartitionsPark(t *testing.T) {
 	fetches := make(map[int32]int) // the writers' own copy fetches, per partition
 	m := startMirror(t, Topics([]string{topic}, nil), func(c *config) {
 		c.idleWait = 400 * time.Millisecond
+		c.parkedListEvery = 1 << 30 // the watcher alone wakes (TestParkedPartitionListedNowAndThen)
 		c.onFetch = func(tp string, p int32, _ time.Duration) {
 			if tp == topic {
 				mu.Lock()
@@ -228,4 +229,38 @@ func writerGoroutines() int {
 	var buf bytes.Buffer
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2) // each goroutine's stack
 	return strings.Count(buf.String(), "mirror.(*writer).run(")
+}
+
+// TestParkedPartitionListedNowAndThen: a change the watcher misses (here
+// a watcher that wakes nothing) still reaches the standby, through the end
+// listing that names the parked partitions every parkedListEvery rounds,
+// and shows in the lag meanwhile.
+func TestParkedPartitionListedNowAndThen(t *testing.T) {
+	a, s := clusters(t)
+	const topic = "idle-listed"
+	createTopic(t, a, topic, 1, nil)
+	src := newClient(t, a, manualPartitioner())
+	produceN(t, src, topic, 0, 1, 1, "first")
+	m := startMirror(t, Topics([]string{topic}, nil), func(c *config) {
+		c.idleWait = 400 * time.Millisecond
+		c.deafWatcher = true
+		c.endsInterval = 200 * time.Millisecond
+		c.parkedListEvery = 10 // every 2 s
+	})
+	waitCaughtUp(t, m, topic)
+	testwait.Eventually(t, 30*time.Second, "the partition parked", func() error {
+		if n := testutil.ToFloat64(m.metrics.parked); n != 1 {
+			return fmt.Errorf("%v partitions parked", n)
+		}
+		return nil
+	})
+	produceN(t, src, topic, 0, 1, 1, "second")
+	t0 := time.Now()
+	testwait.Eventually(t, 15*time.Second, "the record mirrored", func() error {
+		if _, end := offsetsOf(t, s, topic, 0); end != 2 {
+			return fmt.Errorf("standby ends at %d, want 2", end)
+		}
+		return nil
+	})
+	t.Logf("mirrored %v after the record, the watcher deaf", time.Since(t0).Round(time.Millisecond))
 }

@@ -46,7 +46,10 @@ type Mirror struct {
 	cancel   context.CancelFunc  // of Run's context
 	runCtx   context.Context     // Run's context, for the writers Restart starts
 	watchers map[string]*watcher // of idle partitions, by source broker (watch.go)
+	life     context.Context     // ends at Close: the watchers'
+	endLife  context.CancelFunc
 	inSync   groupsInSync        // the periodic group sync's (sync.go)
+	setups   chan struct{}       // writers starting a session (setupParallel)
 	wg       sync.WaitGroup      // every goroutine started by goRun
 
 	closeOnce sync.Once
@@ -105,7 +108,9 @@ func New(opts ...Option) (*Mirror, error) {
 		parts:    make(map[string]int32),
 		owned:    make(map[topicPartition]bool),
 		done:     make(chan struct{}),
+		setups:   make(chan struct{}, setupParallel),
 	}
+	m.life, m.endLife = context.WithCancel(context.Background())
 	if cfg.registry != nil {
 		cfg.registry.MustRegister(partitionMetrics{m})
 	}
@@ -167,6 +172,7 @@ func (m *Mirror) Close() {
 		if cancel != nil {
 			cancel()
 		}
+		m.endLife()
 		// 2. Stop the writers and wait for every goroutine.
 		m.stopWriters()
 		m.wg.Wait()

@@ -45,7 +45,13 @@ import (
 type fetchSession struct {
 	id    int32
 	epoch int32                          // of the next request: 0 starts a session
-	sent  map[topicPartition]parkedFetch // partitions in the session, as last sent
+	sent  map[topicPartition]sentFetch // partitions in the session, as last sent
+}
+
+// sentFetch is what a request told the session of a partition.
+type sentFetch struct {
+	offset int64
+	epoch  int32
 }
 
 func (s *fetchSession) reset() {
@@ -58,7 +64,7 @@ func (s *fetchSession) reset() {
 type parkedFetch struct {
 	offset   int64 // the writer's next offset
 	epoch    int32 // leader epoch of the last batch it wrote
-	logStart int64 // the source's log start it last saw
+	logStart int64 // the source's log start it last saw (-1: none yet, the watcher's first answer tells)
 }
 
 type parking struct {
@@ -107,7 +113,7 @@ func (m *Mirror) watcherFor(addr string) *watcher {
 		}
 		m.watchers[addr] = wt
 	}
-	ctx := m.runCtx
+	ctx := m.life
 	m.mu.Unlock()
 	if !ok {
 		// Closed, it does not run, and a writer parked on it waits for
@@ -154,6 +160,21 @@ func (wt *watcher) unpark(tp topicPartition, p *parking) {
 	}
 }
 
+// unparkAny wakes whatever writer is parked for tp.
+func (wt *watcher) unparkAny(tp topicPartition) {
+	wt.mu.Lock()
+	p := wt.parked[tp]
+	if p != nil {
+		wt.wakeLocked(tp, p)
+	}
+	wt.mu.Unlock()
+	if p != nil {
+		wt.log.Debug("a parked partition's end was listed past its writer's position (an open transaction, or a change its watcher missed): woken",
+			zap.String("topic", tp.topic), zap.Int32("partition", tp.partition))
+		p.wake()
+	}
+}
+
 // wakeLocked takes a parked partition off the watcher; its writer is to be
 // woken once wt.mu is let go.
 func (wt *watcher) wakeLocked(tp topicPartition, p *parking) {
@@ -186,7 +207,7 @@ func (wt *watcher) run(ctx context.Context) {
 			c.Close()
 		}
 	}()
-	sess := fetchSession{sent: make(map[topicPartition]parkedFetch)}
+	sess := fetchSession{sent: make(map[topicPartition]sentFetch)}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		req := wt.request(&sess)
@@ -329,10 +350,11 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 		if !ok {
 			continue
 		}
-		if sent, ok := sess.sent[tp]; ok && sent == p.parkedFetch {
+		sent := sentFetch{p.offset, p.epoch}
+		if was, ok := sess.sent[tp]; ok && was == sent {
 			continue
 		}
-		sess.sent[tp] = p.parkedFetch
+		sess.sent[tp] = sent
 		t := add(tp)
 		fp := kmsg.NewFetchRequestTopicPartition()
 		fp.Partition = tp.partition
@@ -368,12 +390,17 @@ func (wt *watcher) deliver(r *kmsg.FetchResponse) {
 			p, ok := wt.parked[tp]
 			switch {
 			case !ok:
-			case changed(p.parkedFetch, rp):
+			case changed(p.parkedFetch, rp) && !wt.m.cfg.deafWatcher:
 				wt.wakeLocked(tp, p)
 				woken = append(woken, p)
-			case p.seen != nil:
-				// An open transaction's records: the lag shows them.
-				p.seen(rp.HighWatermark)
+			default:
+				if p.logStart < 0 && rp.ErrorCode == 0 {
+					p.logStart = rp.LogStartOffset // parked before the writer knew it
+				}
+				if p.seen != nil {
+					// An open transaction's records: the lag shows them.
+					p.seen(rp.HighWatermark)
+				}
 			}
 		}
 	}
@@ -386,7 +413,7 @@ func changed(at parkedFetch, rp *kmsg.FetchResponseTopicPartition) bool {
 		len(rp.RecordBatches) > 0 ||
 		rp.LastStableOffset > at.offset ||
 		rp.HighWatermark < at.offset ||
-		rp.LogStartOffset > at.logStart ||
+		at.logStart >= 0 && rp.LogStartOffset > at.logStart ||
 		rp.DivergingEpoch.EndOffset >= 0
 }
 

@@ -30,7 +30,7 @@ func named(req *kmsg.FetchRequest) (names, forgets []int32) {
 // only for partitions whose log changed since its last answer about them,
 // so a partition named anew must be a new one to the session.
 func TestWatcherSession(t *testing.T) {
-	m := &Mirror{metrics: newMetrics(nil), runCtx: context.Background()}
+	m := &Mirror{metrics: newMetrics(nil), life: context.Background()}
 	wt := &watcher{m: m, parked: map[topicPartition]*parking{}, gone: map[topicPartition]struct{}{},
 		fresh: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1)}
 	woken := map[int32]int{}
@@ -48,7 +48,7 @@ func TestWatcherSession(t *testing.T) {
 		tp := topicPartition{"t", p}
 		wt.wakeLocked(tp, wt.parked[tp])
 	}
-	sess := fetchSession{sent: map[topicPartition]parkedFetch{}}
+	sess := fetchSession{sent: map[topicPartition]sentFetch{}}
 	check := func(what string, wantNames, wantForgets []int32) {
 		t.Helper()
 		req := wt.request(&sess)
@@ -123,6 +123,11 @@ func TestWatcherWakes(t *testing.T) {
 		DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}}
 	if changed(at, &quiet) {
 		t.Fatal("an open transaction past the writer's position (high watermark above, last stable offset at it) woke it")
+	}
+	// Parked at a session's start, before the writer knew the log start:
+	// the watcher's first answer tells it, and wakes nothing.
+	if unknown := (parkedFetch{offset: 100, epoch: 2, logStart: -1}); changed(unknown, &quiet) {
+		t.Fatal("a log start the writer did not know yet woke it")
 	}
 	for name, edit := range map[string]func(p *kmsg.FetchResponseTopicPartition){
 		"committed records":    func(p *kmsg.FetchResponseTopicPartition) { p.LastStableOffset = 101 },

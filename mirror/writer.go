@@ -131,7 +131,9 @@ type writer struct {
 	// parked: the writer has no goroutine and waits for its partition's
 	// watcher (watch.go), which reports the source's high watermark in
 	// listEnds' place and starts the writer again.
-	parked atomic.Bool
+	parked   atomic.Bool
+	parkedAt atomic.Int64 // the offset the writer parked at
+	watcher  *watcher     // it parked with (set before parked)
 
 	ctx  context.Context // the writer's, until it is stopped
 	done chan struct{}   // closed when the writer has stopped for good
@@ -387,14 +389,10 @@ func (w *writer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("standby leader: %w", err)
 	}
+	// Dialed when first used: none is held through the fence period.
 	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
 	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
-	if _, err = w.src.conn(ctx); err != nil {
-		return fmt.Errorf("source leader: %w", err)
-	}
-	if _, err = w.dst.conn(ctx); err != nil {
-		return fmt.Errorf("standby leader: %w", err)
-	}
+	w.srcLog = -1
 
 	// Ownership (see fence.go): the partition's own transactional ID,
 	// whose producer appends the plain batches and fillers of one. Its
@@ -414,6 +412,24 @@ func (w *writer) session(ctx context.Context) error {
 	w.marker = make(map[int64]int64)
 	w.srcStart = 0
 
+	// Every writer starts at once after a switch: at most setupParallel
+	// hold their two connections through the checks below, and each then
+	// parks (the watcher wakes it at once if there is anything to copy).
+	// Ten thousand writers dialing both leaders together took 20,000 file
+	// descriptors at each broker, and the brokers down with them.
+	select {
+	case w.m.setups <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	release := sync.OnceFunc(func() { <-w.m.setups })
+	defer release()
+	if _, err := w.src.conn(ctx); err != nil {
+		return fmt.Errorf("source leader: %w", err)
+	}
+	if _, err := w.dst.conn(ctx); err != nil {
+		return fmt.Errorf("standby leader: %w", err)
+	}
 	end, err := w.standbyEnd(ctx)
 	if err != nil {
 		return err
@@ -431,8 +447,16 @@ func (w *writer) session(ctx context.Context) error {
 	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
 	w.progress(-1, -1)
 	w.started = true
+	if len(w.inflight) == 0 {
+		return w.park(ctx, max(w.next, w.srcStart))
+	}
+	release()
 	return w.copyLoop(ctx)
 }
+
+// setupParallel bounds the writers holding their connections through a
+// session's start (session).
+const setupParallel = 256
 
 // standbyEnd returns the standby's end offset: its high watermark, waiting
 // until it stops moving (an append acknowledged by the leader but not yet
@@ -828,10 +852,18 @@ func (w *writer) park(ctx context.Context, at int64) error {
 	w.src.Close()
 	w.dst.Close()
 	w.inflight = nil
+	w.watcher = w.m.watcherFor(addr)
+	w.parkedAt.Store(at)
 	w.parked.Store(true)
-	w.m.watcherFor(addr).park(ctx, topicPartition{w.topic, w.partition},
+	w.watcher.park(ctx, topicPartition{w.topic, w.partition},
 		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.listed, w.wake)
 	return errParked
+}
+
+// nudge wakes a parked writer whose partition's end was listed past where
+// it parked (listEnds), should its watcher have missed it.
+func (w *writer) nudge() {
+	w.watcher.unparkAny(topicPartition{w.topic, w.partition})
 }
 
 // wake starts a parked writer again, back into its copy loop. Caught up

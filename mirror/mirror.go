@@ -48,9 +48,9 @@ type Mirror struct {
 	watchers map[string]*watcher // of idle partitions, by source broker (watch.go)
 	life     context.Context     // ends at Close: the watchers'
 	endLife  context.CancelFunc
-	inSync   groupsInSync        // the periodic group sync's (sync.go)
-	setups   chan struct{}       // writers starting a session (setupParallel)
-	wg       sync.WaitGroup      // every goroutine started by goRun
+	inSync   groupsInSync   // the periodic group sync's (sync.go)
+	setups   chan struct{}  // writers starting a session (setupParallel)
+	wg       sync.WaitGroup // every goroutine started by goRun
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close

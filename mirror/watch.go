@@ -44,7 +44,7 @@ import (
 // watcher last told it.
 type fetchSession struct {
 	id    int32
-	epoch int32                          // of the next request: 0 starts a session
+	epoch int32                        // of the next request: 0 starts a session
 	sent  map[topicPartition]sentFetch // partitions in the session, as last sent
 }
 

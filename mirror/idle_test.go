@@ -155,6 +155,13 @@ func TestIdlePartitionsPark(t *testing.T) {
 	if n := testutil.ToFloat64(m.metrics.conns); n != 1 {
 		t.Fatalf("%v mirror connections open with every partition parked, want 1 (the watcher's)", n)
 	}
+	// Caught up, as the watcher's first answer told each writer (they
+	// parked as their sessions started, before fetching anything).
+	for _, st := range m.Status() {
+		if st.State != StateCaughtUp || st.LagRecords != 0 || st.SourceEnd != 1 {
+			t.Errorf("%s[%d] parked: %v, source end %d, lag %d; want caught up at 1", st.Topic, st.Partition, st.State, st.SourceEnd, st.LagRecords)
+		}
+	}
 	// And no goroutine: a parked partition is its writer's state alone.
 	if n := writerGoroutines(); n != 0 {
 		t.Fatalf("%d writer goroutines with every partition parked, want none", n)
@@ -263,4 +270,27 @@ func TestParkedPartitionListedNowAndThen(t *testing.T) {
 		return nil
 	})
 	t.Logf("mirrored %v after the record, the watcher deaf", time.Since(t0).Round(time.Millisecond))
+}
+
+// TestWriterStartsParkedCaughtUp: a writer whose partition has nothing to
+// copy when its session starts (empty here; a mirror started again over
+// partitions already mirrored is the same) parks at once, and is caught
+// up as its watcher's first answer tells it: no fetch of its own did.
+func TestWriterStartsParkedCaughtUp(t *testing.T) {
+	a, _ := clusters(t)
+	const topic = "idle-empty"
+	createTopic(t, a, topic, 2, nil)
+	// No end listing: the watcher alone tells the writers.
+	m := startMirror(t, Topics([]string{topic}, nil), func(c *config) { c.endsInterval = time.Hour })
+	testwait.Eventually(t, 30*time.Second, "both partitions parked and caught up", func() error {
+		if n := testutil.ToFloat64(m.metrics.parked); n != 2 {
+			return fmt.Errorf("%v partitions parked", n)
+		}
+		for _, st := range m.Status() {
+			if st.State != StateCaughtUp || st.SourceEnd != 0 || st.LagRecords != 0 {
+				return fmt.Errorf("%s[%d]: %v, source end %d, lag %d; want caught up at 0", st.Topic, st.Partition, st.State, st.SourceEnd, st.LagRecords)
+			}
+		}
+		return nil
+	})
 }

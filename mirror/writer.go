@@ -856,8 +856,20 @@ func (w *writer) park(ctx context.Context, at int64) error {
 	w.parkedAt.Store(at)
 	w.parked.Store(true)
 	w.watcher.park(ctx, topicPartition{w.topic, w.partition},
-		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.listed, w.wake)
+		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.watched, w.wake)
 	return errParked
+}
+
+// watched records the source's high watermark as a parked writer's
+// watcher saw it (in listEnds' place): a writer that parked as its session
+// started learns here that it is caught up, where its first fetch told it.
+func (w *writer) watched(hw int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.retired {
+		w.listedEnd = hw
+		w.advanceLocked()
+	}
 }
 
 // nudge wakes a parked writer whose partition's end was listed past where

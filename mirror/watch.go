@@ -308,28 +308,21 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 	}
 	topics := make(map[string]int) // index in req.Topics
 	add := func(tp topicPartition) *kmsg.FetchRequestTopic {
-		i, ok := topics[tp.topic]
-		if !ok {
-			i = len(req.Topics)
-			topics[tp.topic] = i
-			t := kmsg.NewFetchRequestTopic()
-			t.Topic = tp.topic
-			req.Topics = append(req.Topics, t)
-		}
-		return &req.Topics[i]
+		return &req.Topics[indexOf(topics, &req.Topics, tp.topic, func(t string) kmsg.FetchRequestTopic {
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic = t
+			return rt
+		})]
 	}
-	forgotten := make(map[string]int)
+	forgotten := make(map[string]int) // index in req.ForgottenTopics
 	forget := func(tp topicPartition) {
 		delete(sess.sent, tp)
-		i, ok := forgotten[tp.topic]
-		if !ok {
-			i = len(req.ForgottenTopics)
-			forgotten[tp.topic] = i
+		ft := &req.ForgottenTopics[indexOf(forgotten, &req.ForgottenTopics, tp.topic, func(t string) kmsg.FetchRequestForgottenTopic {
 			ft := kmsg.NewFetchRequestForgottenTopic()
-			ft.Topic = tp.topic
-			req.ForgottenTopics = append(req.ForgottenTopics, ft)
-		}
-		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.partition)
+			ft.Topic = t
+			return ft
+		})]
+		ft.Partitions = append(ft.Partitions, tp.partition)
 	}
 	// Every partition that leaves parked passes through gone (wakeLocked).
 	// The broker adds what a request names before it forgets: a partition
@@ -404,6 +397,18 @@ func (wt *watcher) deliver(r *kmsg.FetchResponse) {
 			}
 		}
 	}
+}
+
+// indexOf returns the index of topic's entry in *list, appending one made
+// by mk when it has none; index maps topics to their entries.
+func indexOf[T any](index map[string]int, list *[]T, topic string, mk func(string) T) int {
+	i, ok := index[topic]
+	if !ok {
+		i = len(*list)
+		index[topic] = i
+		*list = append(*list, mk(topic))
+	}
+	return i
 }
 
 // changed reports whether the watcher's answer for a parked partition has

@@ -94,20 +94,6 @@ func dialConn(ctx context.Context, addr string, sec *clusterauth.Security) (*con
 // renewing reports whether the connection's session nears its end.
 func (c *conn) renewing() bool { return !c.renewAt.IsZero() && time.Now().After(c.renewAt) }
 
-// renew returns c, or a new connection to the same broker in its place
-// when c's session nears its end; c must have nothing in flight.
-func (c *conn) renew(ctx context.Context) (*conn, error) {
-	if !c.renewing() {
-		return c, nil
-	}
-	n, err := dialConn(ctx, c.addr, c.sec)
-	if err != nil {
-		return c, err
-	}
-	c.Close()
-	return n, nil
-}
-
 // Send writes req and returns without waiting for the response.
 func (c *conn) Send(req kmsg.Request) *call {
 	cl := &call{req: req}
@@ -268,9 +254,6 @@ func (l *link) Do(ctx context.Context, req kmsg.Request) (kmsg.Response, error) 
 	}
 	return c.Do(ctx, req)
 }
-
-// idle reports whether nothing is in flight on the link.
-func (l *link) idle() bool { return l.c == nil || len(l.c.pending) == 0 }
 
 // renew closes the connection when its SASL session (KIP-368) nears its
 // end; the next request dials a new one. Nothing may be in flight.

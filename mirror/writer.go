@@ -891,9 +891,9 @@ func (w *writer) wake() {
 	w.start(true)
 }
 
-// renewConns replaces a connection whose SASL session (KIP-368) nears its
-// end with a new one to the same leader; nothing may be in flight. The
-// producers' state is the writer's, not the connections'.
+// renewConns closes a connection whose SASL session (KIP-368) nears its
+// end; the next request dials a new one to the same leader. Nothing may be
+// in flight. The producers' state is the writer's, not the connections'.
 func (w *writer) renewConns() {
 	if len(w.inflight) > 0 {
 		return

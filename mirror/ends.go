@@ -81,8 +81,8 @@ func (m *Mirror) listEnds(ctx context.Context, parked bool) {
 		}
 		if w := ws[topicPartition{o.Topic, o.Partition}]; w != nil {
 			w.listed(o.Offset)
-			if w.parked.Load() && o.Offset > w.parkedAt.Load() {
-				w.nudge()
+			if w.parked.Load() {
+				w.watcher.nudge(topicPartition{o.Topic, o.Partition}, o.Offset)
 			}
 		}
 	})

@@ -136,7 +136,7 @@ func (wt *watcher) park(ctx context.Context, tp topicPartition, at parkedFetch, 
 	wt.parked[tp] = p
 	wt.fresh[tp] = struct{}{}
 	wt.m.metrics.parked.Inc()
-	p.stop = context.AfterFunc(ctx, func() { wt.unpark(tp, p) })
+	p.stop = context.AfterFunc(ctx, func() { wt.unpark(tp, func(q *parking) bool { return q == p }) })
 	wt.mu.Unlock()
 	if old != nil {
 		old.wake()
@@ -147,31 +147,30 @@ func (wt *watcher) park(ctx context.Context, tp topicPartition, at parkedFetch, 
 	}
 }
 
-// unpark wakes p if it is still parked (its writer's context ended).
-func (wt *watcher) unpark(tp topicPartition, p *parking) {
-	wt.mu.Lock()
-	parked := wt.parked[tp] == p
-	if parked {
-		wt.wakeLocked(tp, p)
-	}
-	wt.mu.Unlock()
-	if parked {
-		p.wake()
-	}
-}
-
-// unparkAny wakes whatever writer is parked for tp.
-func (wt *watcher) unparkAny(tp topicPartition) {
+// unpark wakes the writer parked for tp if wake says so of its parking
+// (its own, when its context ends; one parked below an end listed, from
+// listEnds), and reports whether it did.
+func (wt *watcher) unpark(tp topicPartition, wake func(*parking) bool) bool {
 	wt.mu.Lock()
 	p := wt.parked[tp]
-	if p != nil {
+	woken := p != nil && wake(p)
+	if woken {
 		wt.wakeLocked(tp, p)
 	}
 	wt.mu.Unlock()
-	if p != nil {
+	if woken {
+		p.wake()
+	}
+	return woken
+}
+
+// nudge wakes the writer parked for tp below end, the source's end as
+// listEnds listed it: should the watcher have missed a change, or an open
+// transaction holds the end above the last stable offset.
+func (wt *watcher) nudge(tp topicPartition, end int64) {
+	if wt.unpark(tp, func(p *parking) bool { return end > p.offset }) {
 		wt.log.Debug("a parked partition's end was listed past its writer's position (an open transaction, or a change its watcher missed): woken",
 			zap.String("topic", tp.topic), zap.Int32("partition", tp.partition))
-		p.wake()
 	}
 }
 
@@ -201,22 +200,15 @@ func (wt *watcher) wakeAll() {
 // run sends the watcher's fetches until ctx ends; with nothing parked, it
 // holds no connection.
 func (wt *watcher) run(ctx context.Context) {
-	var c *conn
-	defer func() {
-		if c != nil {
-			c.Close()
-		}
-	}()
+	l := newLink(wt.addr, wt.m.cfg.srcSec, wt.m.metrics.conns)
+	defer l.Close()
 	sess := fetchSession{sent: make(map[topicPartition]sentFetch)}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		req := wt.request(&sess)
 		if req == nil {
 			// Nothing parked: no connection, no session, until something is.
-			if c != nil {
-				c.Close()
-				c = nil
-			}
+			l.Close()
 			sess.reset()
 			select {
 			case <-wt.kick:
@@ -224,28 +216,21 @@ func (wt *watcher) run(ctx context.Context) {
 			}
 			continue
 		}
-		if c != nil && c.renewing() {
-			c.Close()
-			c = nil
-		}
-		if c == nil {
-			var err error
-			if c, err = dialConn(ctx, wt.addr, wt.m.cfg.srcSec); err != nil {
+		l.renew()
+		if l.c == nil {
+			// A new connection starts a new session.
+			if _, err := l.conn(ctx); err != nil {
 				wt.fail(ctx, &sess, err, &backoff)
 				continue
 			}
-			c.open = wt.m.metrics.conns
-			c.open.Inc()
 			sess.reset()
-			req = wt.request(&sess)
-			if req == nil {
+			if req = wt.request(&sess); req == nil {
 				continue
 			}
 		}
-		resp, err := c.Do(ctx, req)
+		resp, err := l.Do(ctx, req)
 		if err != nil {
-			c.Close()
-			c = nil
+			l.Close()
 			wt.fail(ctx, &sess, err, &backoff)
 			continue
 		}

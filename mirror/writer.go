@@ -131,9 +131,8 @@ type writer struct {
 	// parked: the writer has no goroutine and waits for its partition's
 	// watcher (watch.go), which reports the source's high watermark in
 	// listEnds' place and starts the writer again.
-	parked   atomic.Bool
-	parkedAt atomic.Int64 // the offset the writer parked at
-	watcher  *watcher     // it parked with (set before parked)
+	parked  atomic.Bool
+	watcher *watcher // it parked with (set before parked)
 
 	ctx  context.Context // the writer's, until it is stopped
 	done chan struct{}   // closed when the writer has stopped for good
@@ -853,7 +852,6 @@ func (w *writer) park(ctx context.Context, at int64) error {
 	w.dst.Close()
 	w.inflight = nil
 	w.watcher = w.m.watcherFor(addr)
-	w.parkedAt.Store(at)
 	w.parked.Store(true)
 	w.watcher.park(ctx, topicPartition{w.topic, w.partition},
 		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.watched, w.wake)
@@ -870,12 +868,6 @@ func (w *writer) watched(hw int64) {
 		w.listedEnd = hw
 		w.advanceLocked()
 	}
-}
-
-// nudge wakes a parked writer whose partition's end was listed past where
-// it parked (listEnds), should its watcher have missed it.
-func (w *writer) nudge() {
-	w.watcher.unparkAny(topicPartition{w.topic, w.partition})
 }
 
 // wake starts a parked writer again, back into its copy loop. Caught up

@@ -55,8 +55,10 @@ type Mirror struct {
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
 
-	// syncRound counts the sync loop's rounds (its goroutine only).
+	// syncRound counts the sync loop's rounds; settled is the source's
+	// topics as last found ready (both the sync loop's goroutine only).
 	syncRound int
+	settled   settledTopics
 }
 
 type topicPartition struct {

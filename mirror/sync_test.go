@@ -211,6 +211,11 @@ func TestMirrorConfigsEveryConfigRound(t *testing.T) {
 	if n, d := src.get(kmsg.DescribeConfigs), dst.get(kmsg.DescribeConfigs); n != 0 || d != 0 {
 		t.Errorf("%d rounds after a config round described configs %d times on the source and %d on the standby, want none", configEvery-1, n, d)
 	}
+	// Nothing moved on the source but a config: the standby's topics are
+	// not listed either (the source's are, every round).
+	if n, d := src.get(kmsg.Metadata), dst.get(kmsg.Metadata); n < configEvery-1 || d != 0 {
+		t.Errorf("%d rounds after a config round asked Metadata %d times of the source and %d of the standby, want every round and none", configEvery-1, n, d)
+	}
 	if got := topicConfig(ctx, s, t, topic, "retention.ms"); got != "123456789" {
 		t.Errorf("standby retention.ms between config rounds = %q, want the old value still", got)
 	}

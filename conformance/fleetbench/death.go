@@ -53,6 +53,7 @@ type deathRound struct {
 	aliveAfter    time.Duration   // the victim's restart → every member's /status lists three alive
 	metadataAfter time.Duration   // the victim's restart → Metadata through every member names all three
 	lagging       string          // whose Metadata lacked whom in between
+	mirrorAfter   time.Duration   // the victim's restart → the fleet's mirror caught up (writers handed back)
 	gone          time.Duration   // kill → both survivors' gossip no longer lists the victim alive
 	errs          int             // records that failed (none expected: delivery is retried)
 	worst         time.Duration   // the longest any record waited for its ack, of those sent around the kill
@@ -196,7 +197,7 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 				}
 			}
 		}
-		b.deaths[v.name] = append(b.deaths[v.name], dr)
+		b.cur.deaths[v.name] = append(b.cur.deaths[v.name], dr)
 		step("death (%s) %d: leaders by member at the kill: %s", v.name, r+1, dr.views)
 		step("death (%s) %d: kill -9 of member %d (leading %d partitions): every franz-go producer acknowledged again %v after the kill (each: %v; Java: %v); survivors stopped listing it alive after %v; longest ack wait %v; %d records failed",
 			v.name, r+1, victim.id, dr.led, ms2(dr.recovered), durs(dr.each), ms2(dr.java), ms2(dr.gone), ms2(dr.worst), dr.errs)
@@ -204,7 +205,7 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 		if err := b.fleet.start(victim, b.fleet.allSeeds()); err != nil {
 			return err
 		}
-		if err := b.fleet.waitAlive(ctx, 0, 1, 2); err != nil {
+		if err := b.fleet.waitAlive(ctx, b.fleet.ids()...); err != nil {
 			return err
 		}
 		alive := time.Now()
@@ -212,12 +213,19 @@ func (b *bench) measureDeath(ctx context.Context, v variant, topic string) error
 		if err != nil {
 			return err
 		}
-		rs := &b.deaths[v.name][len(b.deaths[v.name])-1]
+		rs := &b.cur.deaths[v.name][len(b.cur.deaths[v.name])-1]
 		rs.aliveAfter, rs.metadataAfter, rs.lagging = alive.Sub(restarted), time.Since(restarted), lagging
 		if lagging != "" {
-			step("death (%s) %d: after the restart every member's /status listed three alive %v after the start, but %s; every member's Metadata named all three %v after the start",
+			step("death (%s) %d: after the restart every member's /status listed all alive %v after the start, but %s; every member's Metadata named them all %v after the start",
 				v.name, r+1, ms2(rs.aliveAfter), lagging, ms2(rs.metadataAfter))
 		}
+		// The next kill with the restarted member's writers handed back
+		// and caught up, not still starting.
+		if _, _, err := b.waitCaughtUp(ctx, 5*time.Minute); err != nil {
+			return fmt.Errorf("%s round %d, after the restart: %w", v.name, r+1, err)
+		}
+		rs.mirrorAfter = time.Since(restarted)
+		step("death (%s) %d: the fleet's mirror caught up %v after the restart", v.name, r+1, ms2(rs.mirrorAfter))
 	}
 	return nil
 }
@@ -248,7 +256,7 @@ func (b *bench) waitMetadata(ctx context.Context) (string, error) {
 			return strings.Join(lagging, "; "), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("Metadata through the members did not name all three within 2 minutes: %s", strings.Join(lagging, "; "))
+			return "", fmt.Errorf("Metadata through the members did not name them all within 2 minutes: %s", strings.Join(lagging, "; "))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

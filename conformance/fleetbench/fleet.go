@@ -33,7 +33,7 @@ type member struct {
 	done chan struct{} // closed when the running process exited
 }
 
-// testbed is up to three members in front of a primary and a standby.
+// testbed is the members in front of a primary and a standby.
 type testbed struct {
 	bin, dir         string
 	key              string
@@ -86,6 +86,15 @@ fleet:
 `, m.id, m.kafka, m.admin, f.logLevel, f.primary.Bootstrap(), f.standby.Bootstrap(), m.gossip, strings.Join(seeds, ", "), f.key)
 	path := filepath.Join(f.dir, fmt.Sprintf("member-%d.yaml", m.id))
 	return path, os.WriteFile(path, []byte(cfg), 0o644)
+}
+
+// ids is every member's node ID.
+func (f *testbed) ids() []int32 {
+	var out []int32
+	for _, m := range f.members {
+		out = append(out, m.id)
+	}
+	return out
 }
 
 // allSeeds is every member's gossip address.

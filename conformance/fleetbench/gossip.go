@@ -22,6 +22,8 @@ type switchRound struct {
 	serving  time.Duration // call → every member's /status routing.generation is the new one
 	gossiped time.Duration // call → every member's /status lists every member at the new generation
 	slowest  string        // whose view of whom was the last to show the new generation
+	caughtUp time.Duration // call → the fleet's mirror caught up the other way (every writer restarted)
+	waited   time.Duration // the wait before the call for the mirror caught up (after the previous phase)
 	polls    []time.Duration
 }
 
@@ -100,8 +102,12 @@ func (b *bench) measureGossip(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := b.waitCaughtUp(ctx); err != nil {
-			return err
+		// A planned switch drains into the standby: the mirror must be
+		// caught up (after the last switch, every writer restarted the
+		// other way; after the death rounds, handed back).
+		_, waited, err := b.waitCaughtUp(ctx, 5*time.Minute)
+		if err != nil {
+			return fmt.Errorf("before switch %d: %w", r+1, err)
 		}
 		gen := st.Routing.Generation + 1
 		to := "standby"
@@ -109,7 +115,7 @@ func (b *bench) measureGossip(ctx context.Context) error {
 			to = "primary"
 		}
 		via := ms[r%len(ms)]
-		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		seen := make([]statusSeen, len(ms))
 		var wg sync.WaitGroup
 		for i, m := range ms {
@@ -125,10 +131,10 @@ func (b *bench) measureGossip(ctx context.Context) error {
 		}
 		wg.Wait()
 		cancel()
-		sr := switchRound{to: to, via: via.id, answer: answer}
+		sr := switchRound{to: to, via: via.id, answer: answer, waited: waited}
 		for i, s := range seen {
 			if s.err != nil || s.serving.IsZero() || s.gossiped.IsZero() {
-				return fmt.Errorf("switch %d to %s: member %d did not show generation %d within a minute (%v)", r+1, to, i, gen, s.err)
+				return fmt.Errorf("switch %d to %s: member %d did not show generation %d within 2 minutes (%v)", r+1, to, i, gen, s.err)
 			}
 			sr.serving = max(sr.serving, s.serving.Sub(call))
 			if d := s.gossiped.Sub(call); d > sr.gossiped {
@@ -148,29 +154,20 @@ func (b *bench) measureGossip(ctx context.Context) error {
 			}
 			step("  member %d: serving %v, views %v", i, ms2(s.serving.Sub(call)), v)
 		}
-		b.switches = append(b.switches, sr)
 		pm, _, _ := benchutil.Spread(sr.polls)
 		step("switch %d → %s via member %d: answer %v; every member serving generation %d %v after the call (%v after the answer), all gossiped %v after the call (%v after the answer; last: %s); /status answered in %v (median)",
 			r+1, to, via.id, ms2(answer), gen, ms2(sr.serving), ms2(sr.serving-answer), ms2(sr.gossiped), ms2(sr.gossiped-answer), sr.slowest, ms2(pm))
+		// The next switch needs the mirror caught up the other way: timed
+		// from this one's call.
+		if _, _, err := b.waitCaughtUp(ctx, 5*time.Minute); err != nil {
+			return fmt.Errorf("after switch %d: %w", r+1, err)
+		}
+		sr.caughtUp = time.Since(call)
+		step("switch %d: the fleet's mirror caught up the other way %v after the call", r+1, ms2(sr.caughtUp))
+		b.cur.switches = append(b.cur.switches, sr)
 		time.Sleep(time.Second)
 	}
 	return nil
-}
-
-// waitCaughtUp waits until member 0's /status shows every mirrored
-// partition caught up.
-func (b *bench) waitCaughtUp(ctx context.Context) error {
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		st, err := b.fleet.status(ctx, b.fleet.members[0])
-		if err == nil && st.Mirror.Summary.AllCaughtUp {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("mirror not caught up within 3 minutes (%v)", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func ms2(d time.Duration) string { return d.Round(time.Millisecond).String() }

@@ -37,6 +37,16 @@
 //     jars) runs alongside at its defaults (then metadata.max.age.ms
 //     lowered likewise) and is reported apart.
 //
+// With -idle-partitions (a list, e.g. 0,10000) the gossip and death
+// phases run once per shape: before each, idle topics of 10 partitions
+// with one record in each are created on the active cluster directly until
+// there are that many idle partitions, and the fleet's mirror is waited
+// for until it lists them all caught up (issue 20: the fleet at 10,000
+// partitions). Each switch and each restart of a killed member is then
+// followed by a wait for the mirror caught up again (every writer
+// restarted the other way, or handed back), which is timed and reported.
+// -members runs a fleet of that many members instead of three.
+//
 // Medians of the rounds with min and max are printed with the issue's
 // floors; -out writes them as markdown. -phases runs a part only (e.g.
 // -phases gossip); -log-level debug makes the members log memberlist's
@@ -51,6 +61,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,11 +82,13 @@ type options struct {
 	phases           string
 	java             bool
 	out              string
+	idle             []int // idle partitions of each shape, ascending
+	members          int
 }
 
 func main() {
 	var o options
-	var mb string
+	var mb, idle string
 	fs := flag.NewFlagSet("fleetbench", flag.ExitOnError)
 	fs.IntVar(&o.rounds, "rounds", 5, "member deaths per client setting, and planned switches (medians of this many)")
 	fs.IntVar(&o.producers, "producers", 4, "producers during the member deaths")
@@ -89,15 +102,25 @@ func main() {
 	fs.BoolVar(&o.java, "java", true, "also run a Java kafka-clients producer (javac and java needed) during the member deaths")
 	fs.StringVar(&o.phases, "phases", "mirror,gossip,death", "the parts to run, comma-separated (the report shows only what ran)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
+	fs.StringVar(&idle, "idle-partitions", "0", "idle mirrored partitions (topics of 10 partitions, one record in each) the gossip and death phases run with; a comma-separated list runs them once per shape, ascending (e.g. 0,10000)")
+	fs.IntVar(&o.members, "members", 3, "members of the fleet")
 	fs.Parse(os.Args[1:])
+	for _, f := range strings.Split(idle, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n%idleTopicPartitions != 0 || (len(o.idle) > 0 && n <= o.idle[len(o.idle)-1]) {
+			fmt.Fprintf(os.Stderr, "fleetbench: -idle-partitions %q: ascending multiples of %d\n", idle, idleTopicPartitions)
+			os.Exit(2)
+		}
+		o.idle = append(o.idle, n)
+	}
 	n, err := benchutil.ParseBytes(mb)
 	if err != nil || n < 1024 {
 		fmt.Fprintln(os.Stderr, "fleetbench: -mirror-bytes:", mb, err)
 		os.Exit(2)
 	}
 	o.mirrorBytes = n
-	if o.rounds < 1 || o.producers < 1 || o.mirrorRounds < 1 || o.partitions < 3 {
-		fmt.Fprintln(os.Stderr, "fleetbench: -rounds, -producers and -mirror-rounds must be at least 1, -partitions at least 3")
+	if o.rounds < 1 || o.producers < 1 || o.mirrorRounds < 1 || o.partitions < 3 || o.members < 2 {
+		fmt.Fprintln(os.Stderr, "fleetbench: -rounds, -producers and -mirror-rounds must be at least 1, -partitions at least 3, -members at least 2")
 		os.Exit(2)
 	}
 	benchutil.Run("fleetbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
@@ -112,15 +135,17 @@ type bench struct {
 	primary, standby *kafkatest.Cluster
 	fleet            *testbed
 	mirror           map[int][]mirrorResult // members → rounds
-	switches         []switchRound
-	deaths           map[string][]deathRound // variant → rounds
+	shapes           []*shape
+	cur              *shape // the shape being measured
+	idleTopics       int    // idle topics created so far
+	warmup           time.Duration
 	started          time.Time
 	machine          benchutil.Machine
 	javaCP           string // class path of FleetProducer; "" without -java
 }
 
 func run(ctx context.Context, o options) error {
-	b := &bench{o: o, mirror: map[int][]mirrorResult{}, deaths: map[string][]deathRound{}, started: time.Now(), machine: benchutil.ReadMachine()}
+	b := &bench{o: o, mirror: map[int][]mirrorResult{}, started: time.Now(), machine: benchutil.ReadMachine()}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
 	clusters, err := benchutil.StartClusters("fleetbench-", "primary", "standby")
 	if err != nil {
@@ -144,7 +169,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%w (run with -java=false to leave the Java producer out)", err)
 		}
 	}
-	if b.fleet, err = newTestbed(dir, bin, b.primary, b.standby, 3, o.logLevel); err != nil {
+	if b.fleet, err = newTestbed(dir, bin, b.primary, b.standby, o.members, o.logLevel); err != nil {
 		return err
 	}
 	defer b.fleet.stopAll()
@@ -156,7 +181,7 @@ func run(ctx context.Context, o options) error {
 		return out
 	}(), ", "))
 
-	all := []int32{0, 1, 2}
+	all := b.fleet.ids()
 	phase := func(name string) bool { return slices.Contains(strings.Split(o.phases, ","), name) }
 	if !phase("mirror") {
 		for _, m := range b.fleet.members {
@@ -184,25 +209,55 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	if phase("gossip") {
-		if err := b.measureGossip(ctx); err != nil {
-			return fmt.Errorf("gossip: %w", err)
-		}
-	}
-	if !phase("death") {
-		b.fleet.stopAll()
-		return b.report()
-	}
-
 	const topic = "fleetbench-death"
-	if err := b.createTopic(ctx, b.fleet.members[0], topic, o.partitions); err != nil {
-		return err
-	}
-	for _, v := range b.variants() {
-		step("member deaths, clients at %s", v.desc)
-		if err := b.measureDeath(ctx, v, topic); err != nil {
-			return fmt.Errorf("member death: %w", err)
+	if phase("death") {
+		// Before the shapes, so that every shape mirrors it.
+		if err := b.createTopic(ctx, b.fleet.members[0], topic, o.partitions); err != nil {
+			return err
 		}
+	}
+	if phase("gossip") {
+		// The first switch on fresh clusters creates the routing state
+		// topic and waits for its leader (seconds): not measured.
+		if _, _, err := b.waitCaughtUp(ctx, 5*time.Minute); err != nil {
+			return err
+		}
+		st, err := b.fleet.status(ctx, b.fleet.members[0])
+		if err != nil {
+			return err
+		}
+		to := "standby"
+		if st.Routing.Active == "standby" {
+			to = "primary"
+		}
+		took, err := b.switchTo(ctx, b.fleet.members[0], to)
+		if err != nil {
+			return fmt.Errorf("warm-up switch: %w", err)
+		}
+		b.warmup = took
+		step("warm-up switch → %s (not measured): answer %v", to, ms2(took))
+	}
+	for _, n := range o.idle {
+		b.cur = &shape{idle: n, deaths: map[string][]deathRound{}}
+		b.shapes = append(b.shapes, b.cur)
+		if err := b.grow(ctx, n); err != nil {
+			return fmt.Errorf("%d idle partitions: %w", n, err)
+		}
+		if phase("gossip") {
+			if err := b.measureGossip(ctx); err != nil {
+				return fmt.Errorf("gossip: %w", err)
+			}
+		}
+		if phase("death") {
+			for _, v := range b.variants() {
+				step("member deaths, clients at %s", v.desc)
+				if err := b.measureDeath(ctx, v, topic); err != nil {
+					return fmt.Errorf("member death: %w", err)
+				}
+			}
+		}
+		b.cur.memEnd = b.memory(ctx)
+		step("%d idle partitions: members at the end: %s", n, b.cur.memEnd)
 	}
 	b.fleet.stopAll()
 	return b.report()

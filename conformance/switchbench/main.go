@@ -70,6 +70,11 @@ type options struct {
 	shapes       []shape // the scale mode (scale.go)
 	idleConns    int     // the scale mode: idle client connections opened at the first shape
 	profileDir   string  // the scale mode: the member's heap and idle CPU profiles per shape
+	catchUpBytes int64   // the scale mode: the backlog the mirror copies in each catch-up round (catchup.go)
+	// syncInterval is the member's mirror.sync_interval (0: 1 s in the
+	// switch mode, so a forced switch's groups re-read at most a second's
+	// commits; Ferry's default in the scale mode, whose idle CPU it sets).
+	syncInterval time.Duration
 	// rtt: the member reaches the standby through a relay adding this
 	// round-trip time (a standby a region away); the bench itself reads
 	// the standby directly.
@@ -78,7 +83,7 @@ type options struct {
 
 func main() {
 	var o options
-	var cb string
+	var cb, cub string
 	fs := flag.NewFlagSet("switchbench", flag.ExitOnError)
 	fs.IntVar(&o.rounds, "rounds", 5, "switches measured per kind (medians of this many)")
 	fs.IntVar(&o.groups, "groups", 3, "consumer groups reading through Ferry during the switches")
@@ -89,6 +94,8 @@ func main() {
 	fs.IntVar(&o.idleConns, "idle-conns", 0, "the scale mode: open this many idle client connections at the first shape and read the member's memory per connection")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "the scale mode: save the member's heap profile and a CPU profile of its idle period at each shape here (go tool pprof)")
 	fs.DurationVar(&o.rtt, "rtt", 0, "the member reaches the standby through a relay adding this round-trip time (e.g. 50ms: a standby a region away)")
+	fs.StringVar(&cub, "catchup-bytes", "512MiB", "the scale mode: record value bytes of the backlog the mirror copies in each catch-up round, spread over a tenth of the shape's partitions (0: none)")
+	fs.DurationVar(&o.syncInterval, "sync-interval", 0, "the member's mirror.sync_interval (default: 1s in the switch mode, Ferry's default in the scale mode)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -104,6 +111,13 @@ func main() {
 		os.Exit(2)
 	}
 	o.consumeBytes = n
+	if o.catchUpBytes, err = benchutil.ParseBytes(cub); err != nil {
+		fmt.Fprintln(os.Stderr, "switchbench: -catchup-bytes:", err)
+		os.Exit(2)
+	}
+	if o.syncInterval == 0 && len(o.shapes) == 0 {
+		o.syncInterval = time.Second
+	}
 	benchutil.Run("switchbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -208,8 +222,10 @@ log_level: warn
 clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
-mirror: {sync_interval: 1s}
 `, b.addr, b.admin, b.clusters["primary"].Bootstrap(), b.standbyAddr)
+	if b.o.syncInterval > 0 {
+		cfg += fmt.Sprintf("mirror: {sync_interval: %v}\n", b.o.syncInterval)
+	}
 	file := filepath.Join(dir, "ferry.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return nil, err

@@ -84,6 +84,9 @@ type shapeResult struct {
 	parked, mirrorConns   int     // idle partitions parked, the mirror's broker connections (-1: not reported)
 	metaFerry, metaDirect []time.Duration
 	planned               map[string][]time.Duration
+	catchUp               []float64       // MB/s of each catch-up round (catchup.go), from the restart
+	catchUpCopy           []float64       // the same from the backlog's first byte on the standby
+	catchUpFirst          []time.Duration // restart → the first byte on the standby
 	mirrorBack            []time.Duration // planned switch's call → the mirror caught up the other way
 	forced, forcedAnswer  []time.Duration
 	steps                 []string // each planned switch's, as it answered
@@ -124,6 +127,14 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 		}
 		if err := b.measureMetadata(ctx, r); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
+		}
+		for range b.o.rounds {
+			if b.o.catchUpBytes <= 0 {
+				break
+			}
+			if err := b.measureCatchUp(ctx, r); err != nil {
+				return fmt.Errorf("shape %v: catch-up: %w", sh, err)
+			}
 		}
 		if b.o.idleConns > 0 && b.idleConns == nil {
 			if b.idleConns, err = b.measureIdleConns(ctx, b.o.idleConns); err != nil {
@@ -205,7 +216,7 @@ func (b *bench) growTopics(ctx context.Context, have, want int) (int, error) {
 	// New topics reach the broker's metadata a moment after they are
 	// created: unknown topics are retried until the delivery timeout.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(b.clusters[b.active].Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(2*time.Minute))
+		kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(5*time.Minute))
 	if err != nil {
 		return have, err
 	}
@@ -288,7 +299,7 @@ func (b *bench) mirroredPartitions() (int, error) {
 // measureIdle reads the member's memory, then its CPU over idleFor with
 // the producer paused (the live groups still poll, as idle consumers do).
 func (b *bench) measureIdle(ctx context.Context, tr *traffic, r *shapeResult) error {
-	const idleFor = 10 * time.Second
+	const idleFor = 30 * time.Second // one round of each periodic task (configs, the parked partitions' listing)
 	tr.paused.Store(true)
 	defer tr.paused.Store(false)
 	if err := tr.prod.Flush(ctx); err != nil {
@@ -475,6 +486,21 @@ func pct(xs []time.Duration, p int) time.Duration {
 }
 
 // parkedConns is the report's parked partitions / mirror connections.
+func durOrNone(xs []time.Duration) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return dur(xs)
+}
+
+func mbps(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	m, lo, hi := benchutil.Spread(xs)
+	return fmt.Sprintf("%.1f MB/s (%.1f – %.1f)", m, lo, hi)
+}
+
 func parkedConns(r *shapeResult) string {
 	if r.parked < 0 {
 		return "–"
@@ -488,15 +514,30 @@ func (b *bench) reportShapes(w io.Writer) error {
 	fmt.Fprintf(&sb, "# Scale benchmark\n\n")
 	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine), franz-go clients.\n\n",
 		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
+	interval := "Ferry's default (5 s)"
+	if b.o.syncInterval > 0 {
+		interval = b.o.syncInterval.String()
+	}
+	fmt.Fprintf(&sb, "The member runs with its defaults but for the listeners; mirror.sync_interval: %s. Idle CPU is the member's over 30 s with the producer paused (the live groups still poll), once every idle partition has parked. Mirror catch-up: the writers of partition 0 of every idle topic halted, %s of %d-byte records (lz4) written to those partitions directly, the writers restarted; MB/s of record values from the restart to the standby holding every offset (each restarted writer takes its partition over first: its fence period, five producer IDs, the check of its tail), and from the first byte of the backlog seen on the standby; medians of %d with the range in brackets.\n\n",
+		interval, benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
 	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
 		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
-	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections | mirror catch-up from the restart | its first byte after | the copy from there |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
-		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s |\n",
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s | %s | %s | %s |\n",
 			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.mirrorBack), dur(r.forced),
 			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
-			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r))
+			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r), mbps(r.catchUp), durOrNone(r.catchUpFirst), mbps(r.catchUpCopy))
+	}
+	if n := len(b.shapes); n >= 2 && len(b.shapes[0].catchUp) > 0 && len(b.shapes[n-1].catchUp) > 0 {
+		a, z := b.shapes[0], b.shapes[n-1]
+		am, _, _ := benchutil.Spread(a.catchUp)
+		zm, _, _ := benchutil.Spread(z.catchUp)
+		zc, _, _ := benchutil.Spread(z.catchUpCopy)
+		ac, _, _ := benchutil.Spread(a.catchUpCopy)
+		fmt.Fprintf(&sb, "\nMirror catch-up at %d partitions against %d: %s from the restart (floor ≥ 0.8×), %s from the first byte.\n",
+			z.partitions, a.partitions, benchutil.Ratio(zm, am), benchutil.Ratio(zc, ac))
 	}
 	// The slope from the first shape measured after the idle connections
 	// were opened and closed: the heap they leave behind (freed, not yet

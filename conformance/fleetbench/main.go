@@ -126,6 +126,9 @@ func main() {
 	benchutil.Run("fleetbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
 }
 
+// deathTopic is the topic the death phase produces to.
+const deathTopic = "fleetbench-death"
+
 // step logs one line of progress.
 var step = benchutil.Step
 
@@ -139,6 +142,7 @@ type bench struct {
 	cur              *shape // the shape being measured
 	idleTopics       int    // idle topics created so far
 	warmup           time.Duration
+	deathPartitions  int // partitions of deathTopic, once created
 	started          time.Time
 	machine          benchutil.Machine
 	javaCP           string // class path of FleetProducer; "" without -java
@@ -209,12 +213,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	const topic = "fleetbench-death"
 	if phase("death") {
 		// Before the shapes, so that every shape mirrors it.
-		if err := b.createTopic(ctx, b.fleet.members[0], topic, o.partitions); err != nil {
+		if err := b.createTopic(ctx, b.fleet.members[0], deathTopic, o.partitions); err != nil {
 			return err
 		}
+		b.deathPartitions = o.partitions
 	}
 	if phase("gossip") {
 		// The first switch on fresh clusters creates the routing state
@@ -251,7 +255,7 @@ func run(ctx context.Context, o options) error {
 		if phase("death") {
 			for _, v := range b.variants() {
 				step("member deaths, clients at %s", v.desc)
-				if err := b.measureDeath(ctx, v, topic); err != nil {
+				if err := b.measureDeath(ctx, v, deathTopic); err != nil {
 					return fmt.Errorf("member death: %w", err)
 				}
 			}

@@ -103,19 +103,6 @@ func (b *bench) grow(ctx context.Context, n int) error {
 			return err
 		}
 		defer cl.Close()
-		for i := b.idleTopics; i < want; i += 200 { // CreateTopics in batches: one request of thousands times out
-			var names []string
-			for j := i; j < min(i+200, want); j++ {
-				names = append(names, idleTopic(j))
-			}
-			resps, err := adm.CreateTopics(ctx, idleTopicPartitions, 1, nil, names...)
-			if err == nil {
-				err = resps.Error()
-			}
-			if err != nil {
-				return fmt.Errorf("creating idle topics: %w", err)
-			}
-		}
 		// New topics reach the broker's metadata a moment after they are
 		// created: unknown topics are retried.
 		prod, err := kgo.NewClient(kgo.SeedBrokers(active.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -124,16 +111,33 @@ func (b *bench) grow(ctx context.Context, n int) error {
 			return err
 		}
 		defer prod.Close()
-		var recs []*kgo.Record
-		for i := b.idleTopics; i < want; i++ {
-			for p := range int32(idleTopicPartitions) {
-				recs = append(recs, &kgo.Record{Topic: idleTopic(i), Partition: p, Value: []byte("idle")})
+		// 100 topics at a time, each step's records produced before the
+		// next step's topics are created: 10,000 partitions created at
+		// once, while the members' mirror starts a writer for each as it
+		// appears, left the records undelivered after 2 minutes.
+		for i := b.idleTopics; i < want; i += 100 {
+			var names []string
+			var recs []*kgo.Record
+			for j := i; j < min(i+100, want); j++ {
+				names = append(names, idleTopic(j))
+				for p := range int32(idleTopicPartitions) {
+					recs = append(recs, &kgo.Record{Topic: idleTopic(j), Partition: p, Value: []byte("idle")})
+				}
 			}
+			resps, err := adm.CreateTopics(ctx, idleTopicPartitions, 1, nil, names...)
+			if err == nil {
+				err = resps.Error()
+			}
+			if err != nil {
+				return fmt.Errorf("creating idle topics: %w", err)
+			}
+			t := time.Now()
+			if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				return fmt.Errorf("a record in each partition of idle topics %d–%d: %w", i, i+len(names)-1, err)
+			}
+			step("  idle topics %d–%d created, a record in each partition %v after", i, i+len(names)-1, ms2(time.Since(t)))
+			b.idleTopics = i + len(names)
 		}
-		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			return fmt.Errorf("a record in each idle partition: %w", err)
-		}
-		b.idleTopics = want
 	}
 	mirrored, _, err := b.waitCaughtUp(ctx, 10*time.Minute)
 	if err != nil {
@@ -146,9 +150,10 @@ func (b *bench) grow(ctx context.Context, n int) error {
 }
 
 // waitCaughtUp waits until member 0's /status (the fleet's mirror, merged
-// from every live member's answer) lists every idle partition, none of
-// them starting or halted, and every partition caught up; it returns how
-// many partitions were listed and how long it waited. A switch restarts
+// from every live member's answer) lists every idle partition and the
+// death phase's topic, none of them starting or halted, and every
+// partition caught up; it returns how many partitions were listed and how
+// long it waited. A switch restarts
 // every writer the other way and a member's restart hands writers back,
 // so at thousands of partitions this takes tens of seconds.
 func (b *bench) waitCaughtUp(ctx context.Context, within time.Duration) (int, time.Duration, error) {
@@ -159,15 +164,18 @@ func (b *bench) waitCaughtUp(ctx context.Context, within time.Duration) (int, ti
 		sent := time.Now()
 		st, err := b.fleet.status(ctx, b.fleet.members[0])
 		took := time.Since(sent)
-		idle, states := 0, map[string]int{}
+		idle, death, states := 0, 0, map[string]int{}
 		for _, p := range st.Mirror.Partitions {
 			states[p.State]++
 			if strings.HasPrefix(p.Topic, "fleetbench-idle-") {
 				idle++
 			}
+			if p.Topic == deathTopic {
+				death++
+			}
 		}
 		want := b.idleTopics * idleTopicPartitions
-		if err == nil && st.Mirror.Summary.AllCaughtUp && idle == want && states["starting"] == 0 && states["halted"] == 0 {
+		if err == nil && st.Mirror.Summary.AllCaughtUp && idle == want && death == b.deathPartitions && states["starting"] == 0 && states["halted"] == 0 {
 			return len(st.Mirror.Partitions), time.Since(start), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

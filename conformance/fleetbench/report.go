@@ -128,7 +128,7 @@ func (b *bench) report() error {
 		"Every process (two brokers, %s members, the load and the pollers) shares the machine's %d cores.\n\n",
 		title(number(n)), ml.ProbeInterval, ml.ProbeTimeout, ml.SuspicionMult, ml.SuspicionMult, ml.GossipInterval, ml.PushPullInterval, number(n), m.CPUs)
 	if len(b.shapes) > 1 || (len(b.shapes) == 1 && b.shapes[0].idle > 0) {
-		fmt.Fprintf(&sb, "**Shapes.** The gossip and death phases ran once per column: before each, idle topics of %d partitions (RF 1) were created on the active cluster directly, with one record in each partition, until there were that many idle partitions, and the fleet's mirror (each member's writers, merged in `/status`) was waited for until it listed every one caught up; \"mirrored\" is every partition it listed then (the idle ones, the death phase's topic, the mirror phase's). "+
+		fmt.Fprintf(&sb, "**Shapes.** The gossip and death phases ran once per column: before each, idle topics of %d partitions (RF 1) were created on the active cluster directly, 100 at a time with one record in each partition acknowledged before the next 100, until there were that many idle partitions, and the fleet's mirror (each member's writers, merged in `/status`) was waited for until it listed every one caught up; \"mirrored\" is every partition it listed then (the idle ones, the death phase's topic, the mirror phase's). "+
 			"Idle partitions' writers park after ~15 s. A planned switch restarts every writer the other way, and the next switch's drain needs the standby caught up, so after each switch the bench waits until the fleet's mirror lists every partition caught up again (none starting), timed from the switch's call; likewise after each killed member's restart (its share of the writers handed back). "+
 			"`/status` carries the whole fleet's mirror listing, gathered from every member at each request, so at thousands of partitions it is megabytes: its answer time, below, is the resolution of the switch figures.\n\n", idleTopicPartitions)
 	}
@@ -161,7 +161,11 @@ func (b *bench) report() error {
 		return false
 	}
 
-	fmt.Fprintf(&sb, "Medians of %d (the mirror rows: of %d), with the lowest and highest in brackets; the floors are judged on the medians, and a round over a floor is counted beside the verdict.\n\n", b.o.rounds, b.o.mirrorRounds)
+	mirrorRows := ""
+	if len(mb1)+len(mbn) > 0 {
+		mirrorRows = fmt.Sprintf(" (the mirror rows: of %d)", b.o.mirrorRounds)
+	}
+	fmt.Fprintf(&sb, "Medians of %d%s, with the lowest and highest in brackets; the floors are judged on the medians, and a round over a floor is counted beside the verdict.\n\n", b.o.rounds, mirrorRows)
 	fmt.Fprintf(&sb, "| measure |")
 	for _, sh := range b.shapes {
 		fmt.Fprintf(&sb, " %s |", sh.label())

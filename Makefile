@@ -18,7 +18,7 @@ help:
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
 	@echo "make bench-distance the mirror's copy and the planned switch with the standby 20, 50 and 100 ms away (a delaying relay): mirrorbench -rtts, switchbench -rtt (DISTANCEBENCHFLAGS, SWITCHRTT)"
-	@echo "make bench-scale the switchover, Metadata, memory and idle CPU as the clusters grow to 10,000 partitions and 1,000 groups, 10,000 idle client connections (SCALEBENCHFLAGS)"
+	@echo "make bench-scale the switchover, Metadata, memory, idle CPU and the mirror's catch-up as the clusters grow to 10,000 partitions and 1,000 groups, 10,000 idle client connections (SCALEBENCHFLAGS)"
 	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
 	@echo "make bench-tls   TLS to clients, to brokers, both and neither, through Ferry and directly, on real Kafka (TLSBENCHFLAGS)"
 	@echo "make chaos       the randomized fault schedule against a fleet on real Kafka, forced switches included, CHAOS_DURATION (30m), CHAOS_SEED (0: from the clock), CHAOS_FORCED (true); writes docs/CHAOS.md"

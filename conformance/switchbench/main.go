@@ -78,7 +78,8 @@ type options struct {
 	// rtt: the member reaches the standby through a relay adding this
 	// round-trip time (a standby a region away); the bench itself reads
 	// the standby directly.
-	rtt time.Duration
+	rtt      time.Duration
+	logLevel string // the member's log_level
 }
 
 func main() {
@@ -95,6 +96,7 @@ func main() {
 	fs.StringVar(&o.profileDir, "profile-dir", "", "the scale mode: save the member's heap profile and a CPU profile of its idle period at each shape here (go tool pprof)")
 	fs.DurationVar(&o.rtt, "rtt", 0, "the member reaches the standby through a relay adding this round-trip time (e.g. 50ms: a standby a region away)")
 	fs.StringVar(&cub, "catchup-bytes", "512MiB", "the scale mode: record value bytes of the backlog the mirror copies in each catch-up round, spread over a tenth of the shape's partitions (0: none)")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "the member's log_level (its log: $TMPDIR/switchbench-ferry.log)")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 0, "the member's mirror.sync_interval (default: 1s in the switch mode, Ferry's default in the scale mode)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
@@ -218,11 +220,11 @@ func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
 	cfg := fmt.Sprintf(`cluster_id: ferry-switchbench
 listen: %s
 admin_listen: %s
-log_level: warn
+log_level: %s
 clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
-`, b.addr, b.admin, b.clusters["primary"].Bootstrap(), b.standbyAddr)
+`, b.addr, b.admin, b.o.logLevel, b.clusters["primary"].Bootstrap(), b.standbyAddr)
 	if b.o.syncInterval > 0 {
 		cfg += fmt.Sprintf("mirror: {sync_interval: %v}\n", b.o.syncInterval)
 	}

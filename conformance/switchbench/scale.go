@@ -128,17 +128,19 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 		if err := b.measureMetadata(ctx, r); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
+		if b.o.idleConns > 0 && b.idleConns == nil {
+			if b.idleConns, err = b.measureIdleConns(ctx, b.o.idleConns); err != nil {
+				return fmt.Errorf("shape %v: idle connections: %w", sh, err)
+			}
+		}
+		// After the idle connections: the heap the copy frees would
+		// be reused by them, and their cost read low.
 		for range b.o.rounds {
 			if b.o.catchUpBytes <= 0 {
 				break
 			}
 			if err := b.measureCatchUp(ctx, r); err != nil {
 				return fmt.Errorf("shape %v: catch-up: %w", sh, err)
-			}
-		}
-		if b.o.idleConns > 0 && b.idleConns == nil {
-			if b.idleConns, err = b.measureIdleConns(ctx, b.o.idleConns); err != nil {
-				return fmt.Errorf("shape %v: idle connections: %w", sh, err)
 			}
 		}
 		for i := range b.o.rounds {

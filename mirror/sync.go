@@ -273,6 +273,7 @@ func (m *Mirror) prepareTopics(ctx context.Context, names []string, prepared map
 			return ready, errors.Join(append(errs, fmt.Errorf("describing standby topic configs: %w", err))...)
 		}
 	}
+	var create []kmsg.CreateTopicsRequestTopic
 	for _, rc := range cfgs {
 		if rc.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", rc.Name, rc.Err))
@@ -282,31 +283,74 @@ func (m *Mirror) prepareTopics(ctx context.Context, names []string, prepared map
 		nparts := srcTopics[rc.Name].partitions
 		dst, exists := dstTopics[rc.Name]
 		if !exists {
-			create := make(map[string]*string, len(want))
-			for k, v := range want {
-				create[k] = kmsg.StringPtr(v)
-			}
-			resp, err := m.dstAdm.CreateTopic(ctx, nparts, -1, create, rc.Name)
-			if err == nil {
-				err = resp.Err
-			}
-			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-				errs = append(errs, fmt.Errorf("creating standby topic %s: %w", rc.Name, err))
-				continue
-			}
-			m.log.Info("standby topic created", zap.String("topic", rc.Name), zap.Int32("partitions", nparts))
-		} else {
-			if err := m.addPartitions(ctx, rc.Name, dst.partitions, nparts); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := m.alterConfigs(ctx, rc.Name, want, dstCfgs); err != nil {
-				errs = append(errs, err)
-			}
+			create = append(create, standbyTopic(rc.Name, nparts, want))
+			continue
+		}
+		if err := m.addPartitions(ctx, rc.Name, dst.partitions, nparts); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := m.alterConfigs(ctx, rc.Name, want, dstCfgs); err != nil {
+			errs = append(errs, err)
 		}
 		ready[rc.Name] = nparts
 	}
-	return ready, errors.Join(errs...)
+	created, err := m.createTopics(ctx, create)
+	for t, n := range created {
+		ready[t] = n
+	}
+	return ready, errors.Join(append(errs, err)...)
+}
+
+// createTopicsBatch is how many topics one CreateTopics asks for: a mirror
+// started in front of a cluster of a thousand topics used to create them one
+// request after another, 5 a second here.
+const createTopicsBatch = 100
+
+func standbyTopic(name string, nparts int32, configs map[string]string) kmsg.CreateTopicsRequestTopic {
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = name, nparts, -1
+	for k, v := range configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		t.Configs = append(t.Configs, c)
+	}
+	return t
+}
+
+// createTopics creates the standby topics, createTopicsBatch to a request,
+// and returns those that exist now (created, or found created) with their
+// partition counts.
+func (m *Mirror) createTopics(ctx context.Context, topics []kmsg.CreateTopicsRequestTopic) (map[string]int32, error) {
+	created := make(map[string]int32, len(topics))
+	var errs []error
+	for batch := range slices.Chunk(topics, createTopicsBatch) {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		req.TimeoutMillis = 60_000
+		req.Topics = batch
+		resp, err := req.RequestWith(ctx, m.dst)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("creating %d standby topics: %w", len(batch), err))
+			continue
+		}
+		nparts := make(map[string]int32, len(batch))
+		for _, t := range batch {
+			nparts[t.Topic] = t.NumPartitions
+		}
+		for _, t := range resp.Topics {
+			err := kerr.ErrorForCode(t.ErrorCode)
+			switch {
+			case err == nil:
+				m.log.Info("standby topic created", zap.String("topic", t.Topic), zap.Int32("partitions", nparts[t.Topic]))
+			case errors.Is(err, kerr.TopicAlreadyExists):
+			default:
+				errs = append(errs, fmt.Errorf("creating standby topic %s: %w", t.Topic, err))
+				continue
+			}
+			created[t.Topic] = nparts[t.Topic]
+		}
+	}
+	return created, errors.Join(errs...)
 }
 
 // addPartitions grows the standby topic from have partitions to the

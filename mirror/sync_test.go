@@ -243,3 +243,59 @@ func TestMirrorConfigsEveryConfigRound(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMirrorCreatesTopicsInFewRequests: topics that appear on the source
+// together are created on the standby in one CreateTopics a round (up to
+// createTopicsBatch of them), each with its own partition count and the
+// source's configs: a mirror started in front of a thousand topics used to
+// create them one request after another.
+func TestMirrorCreatesTopicsInFewRequests(t *testing.T) {
+	a, s := clusters(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 30
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("many-%02d", i))
+	}
+	srcAdm := kadm.NewClient(newClient(t, a))
+	resps, err := srcAdm.CreateTopics(ctx, 2, 1, map[string]*string{"retention.ms": kadm.StringPtr("7654321")}, names...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srcAdm.UpdatePartitions(ctx, 3, names[0]); err != nil {
+		t.Fatal(err)
+	}
+	var dst requestCounts
+	m := newMirror(t, Topics([]string{"many-.*"}, nil), SyncGroups(false), SyncACLs(false),
+		func(c *config) { c.dstHooks = append(c.dstHooks, &dst) })
+	dstAdm := kadm.NewClient(newClient(t, s))
+	rounds := 0
+	testwait.Eventually(t, time.Minute, "every topic on the standby", func() error {
+		m.syncOnce(ctx)
+		rounds++
+		tds, err := dstAdm.ListTopics(ctx, names...)
+		if err != nil {
+			return err
+		}
+		for i, name := range names {
+			want := 2
+			if i == 0 {
+				want = 3
+			}
+			if got := len(tds[name].Partitions); got != want {
+				return fmt.Errorf("%s: %d partitions on the standby, want %d", name, got, want)
+			}
+		}
+		return nil
+	})
+	if got := topicConfig(ctx, s, t, names[n-1], "retention.ms"); got != "7654321" {
+		t.Errorf("standby %s retention.ms = %q, want the source's", names[n-1], got)
+	}
+	if c := dst.get(kmsg.CreateTopics); c == 0 || c > rounds {
+		t.Errorf("%d topics created with %d CreateTopics in %d rounds, want at most one a round", n, c, rounds)
+	}
+}

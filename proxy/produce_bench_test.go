@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/protocol"
+)
+
+// Ferry's own cost per produce request, the way the real-broker benchmark
+// (conformance/bench) produces: idempotent, acks=all, one request in flight
+// per connection, each request a batch of already compressed bytes for
+// every partition. The broker is kfake, but its produce requests are
+// answered by a shim in front of it from a canned answer, so that the
+// fake's own decoding and bookkeeping stay out of ns/op and the profile:
+//
+//	go test ./proxy -run '^$' -bench 'ProduceThrough' -benchmem -cpuprofile /tmp/produce.pb.gz
+func BenchmarkProduceThrough(b *testing.B) {
+	for _, c := range []struct{ parts, batch, conns int }{
+		{6, 16 << 10, 1},
+		{2, 64 << 10, 3},
+	} {
+		b.Run(fmt.Sprintf("parts=%d/batch=%dKiB/conns=%d", c.parts, c.batch>>10, c.conns), func(b *testing.B) {
+			benchProduceThrough(b, c.parts, c.batch, c.conns)
+		})
+	}
+}
+
+func benchProduceThrough(b *testing.B, parts, batch, conns int) {
+	kf := newKfake(b, 1, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		return &cannedProduceListener{Listener: ln}, err
+	}))
+	_, addr := startFerry(b, kf.ListenAddrs(), WithLogger(zap.NewNop()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(newClient(b, addr))
+	if _, err := adm.CreateTopic(ctx, int32(parts), 1, nil, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	td, err := adm.ListTopics(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	frame := produceFrame(td["bench"].ID, parts, batch)
+	b.SetBytes(int64(len(frame)))
+
+	var cs []net.Conn
+	for range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		cs = append(cs, nc)
+		if err := produceRoundTrip(nc, frame, 0); err != nil { // warm
+			b.Fatal(err)
+		}
+	}
+	ch := make(chan int32, conns)
+	cpu0 := processCPU()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	go func() {
+		for i := range b.N {
+			ch <- int32(i + 1)
+		}
+		close(ch)
+	}()
+	for _, nc := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			own := append([]byte(nil), frame...)
+			for corr := range ch {
+				if err := produceRoundTrip(nc, own, corr); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	// The machine may be shared: CPU time is steadier than wall time.
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// produceFrame is a v13 Produce frame (size included) for the topic,
+// acks=all, one batch of batch compressed-looking bytes per partition.
+func produceFrame(topicID [16]byte, parts, batch int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 13
+	req.Acks = -1
+	req.TimeoutMillis = 30000
+	t := kmsg.NewProduceRequestTopic()
+	t.TopicID = topicID
+	for p := range parts {
+		records := make([]byte, batch)
+		for i := range records {
+			records[i] = byte(rng.Uint32())
+		}
+		rb := kmsg.RecordBatch{
+			PartitionLeaderEpoch: -1,
+			Magic:                2,
+			Attributes:           3, // lz4
+			LastOffsetDelta:      63,
+			FirstTimestamp:       time.Now().UnixMilli(),
+			MaxTimestamp:         time.Now().UnixMilli(),
+			ProducerID:           4000,
+			FirstSequence:        int32(p) * 64,
+			NumRecords:           64,
+			Records:              records,
+		}
+		raw := rb.AppendTo(nil)
+		rb.Length = int32(len(raw) - 12)
+		raw = rb.AppendTo(nil)
+		protocol.WalkBatches(raw, func(b protocol.Batch) error { b.UpdateCRC(); return nil })
+		tp := kmsg.NewProduceRequestTopicPartition()
+		tp.Partition = int32(p)
+		tp.Records = raw
+		t.Partitions = append(t.Partitions, tp)
+	}
+	req.Topics = append(req.Topics, t)
+	return kmsg.NewRequestFormatter(kmsg.FormatterClientID("bench")).AppendRequest(nil, req, 0)
+}
+
+// produceRoundTrip sends frame with correlation ID corr and reads its
+// answer.
+func produceRoundTrip(nc net.Conn, frame []byte, corr int32) error {
+	binary.BigEndian.PutUint32(frame[8:], uint32(corr))
+	if _, err := nc.Write(frame); err != nil {
+		return err
+	}
+	var size [8]byte
+	if _, err := io.ReadFull(nc, size[:]); err != nil {
+		return err
+	}
+	if got := int32(binary.BigEndian.Uint32(size[4:])); got != corr {
+		return fmt.Errorf("answer to %d, want %d", got, corr)
+	}
+	_, err := io.CopyN(io.Discard, nc, int64(binary.BigEndian.Uint32(size[:]))-4)
+	return err
+}
+
+// cannedProduceListener answers every Produce request itself with success
+// for each partition (the answer built once per request size), and passes
+// every other request to the kfake broker behind it.
+type cannedProduceListener struct{ net.Listener }
+
+func (l *cannedProduceListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	c := &cannedProduceConn{Conn: nc, pr: pr, answers: map[int][]byte{}}
+	go c.pump(pw)
+	return c, nil
+}
+
+type cannedProduceConn struct {
+	net.Conn
+	pr      *io.PipeReader
+	wmu     sync.Mutex
+	answers map[int][]byte // by request size: the answer's body
+}
+
+func (c *cannedProduceConn) Read(p []byte) (int, error) { return c.pr.Read(p) }
+
+func (c *cannedProduceConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *cannedProduceConn) Close() error {
+	c.pr.Close()
+	return c.Conn.Close()
+}
+
+func (c *cannedProduceConn) pump(pw *io.PipeWriter) {
+	defer pw.Close()
+	br := bufio.NewReaderSize(c.Conn, 64<<10)
+	var frame, out []byte
+	for {
+		var size [4]byte
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(size[:]))
+		frame = append(frame[:0], size[:]...)
+		frame = append(frame, make([]byte, n)...)
+		if _, err := io.ReadFull(br, frame[4:]); err != nil {
+			return
+		}
+		hdr, err := protocol.ParseRequestHeader(frame[4:])
+		if err != nil || hdr.Key != int16(kmsg.Produce) {
+			if _, err := pw.Write(frame); err != nil {
+				return
+			}
+			continue
+		}
+		body, ok := c.answers[n]
+		if !ok {
+			req := kmsg.NewPtrProduceRequest()
+			req.Version = hdr.Version
+			if err := req.ReadFrom(frame[4+hdr.Size:]); err != nil {
+				return
+			}
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			for _, t := range req.Topics {
+				rt := kmsg.NewProduceResponseTopic()
+				rt.Topic, rt.TopicID = t.Topic, t.TopicID
+				for _, p := range t.Partitions {
+					rp := kmsg.NewProduceResponseTopicPartition()
+					rp.Partition = p.Partition
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+			body = resp.AppendTo(nil)
+			c.answers[n] = body
+		}
+		out = protocol.AppendResponseHeader(append(out[:0], 0, 0, 0, 0), hdr.Key, hdr.Version, hdr.CorrelationID)
+		out = append(out, body...)
+		binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}

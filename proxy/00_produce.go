@@ -213,7 +213,11 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		}
 		gen := req.state.Generation
 		// Every partition's answer by (topic name, partition).
-		answers := map[tp]kmsg.ProduceResponseTopicPartition{}
+		n := 0
+		for _, t := range in.Topics {
+			n += len(t.Partitions)
+		}
+		answers := make(map[tp]kmsg.ProduceResponseTopicPartition, n)
 		var throttle int32
 		var hinted bool
 		for i, r := range g.resps {
@@ -249,9 +253,10 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		}
 		out := kmsg.NewPtrProduceResponse()
 		out.ThrottleMillis = throttle
+		out.Topics = make([]kmsg.ProduceResponseTopic, 0, len(in.Topics))
 		var failed map[gapPart]bool
 		for ti, t := range in.Topics {
-			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
+			rt := kmsg.ProduceResponseTopic{Topic: t.Topic, TopicID: t.TopicID, Partitions: make([]kmsg.ProduceResponseTopicPartition, 0, len(t.Partitions))}
 			for _, p := range t.Partitions {
 				a := answerFor(local, answers, ti, names[ti], p.Partition, produceError)
 				if a.ErrorCode == kerr.DuplicateSequenceNumber.Code {

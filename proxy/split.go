@@ -132,6 +132,9 @@ type splitTopic[P any] struct {
 }
 
 func (sp *leaderSplit[P]) fail(ti int, p int32, code int16) {
+	if sp.local == nil {
+		sp.local = map[int]map[int32]int16{}
+	}
 	if sp.local[ti] == nil {
 		sp.local[ti] = map[int32]int16{}
 	}
@@ -149,11 +152,11 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 	sp := &leaderSplit[P]{
 		names:   make([]string, len(topics)),
 		physIDs: make([][16]byte, len(topics)),
-		local:   map[int]map[int32]int16{},
 		brokers: map[int32][]splitTopic[P]{},
 	}
 	byID := req.hdr.Version >= 13
 	internal := false
+	p := new(P) // the copy checked, one for all: check's argument escapes
 	for ti := range topics {
 		name, id, parts := topic(&topics[ti])
 		if byID {
@@ -176,8 +179,8 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 		}
 		sp.names[ti], sp.physIDs[ti] = name, id
 		for pi := range parts {
-			p := parts[pi]
-			pn := partition(&p)
+			*p = parts[pi]
+			pn := partition(p)
 			pinfo, ok := req.up.Partition(c.ctx, name, pn)
 			switch {
 			case !ok:
@@ -187,15 +190,17 @@ func splitTopics[T, P any](c *clientConn, req *request, topics []T, topic func(*
 				sp.fail(ti, pn, kerr.NotLeaderForPartition.Code)
 				continue
 			}
-			if code := check(ti, name, &p, pinfo.Leader); code != 0 {
+			if code := check(ti, name, p, pinfo.Leader); code != 0 {
 				sp.fail(ti, pn, code)
 				continue
 			}
 			ts := sp.brokers[pinfo.Leader]
 			if n := len(ts); n > 0 && ts[n-1].ti == ti {
-				ts[n-1].parts = append(ts[n-1].parts, p)
+				ts[n-1].parts = append(ts[n-1].parts, *p)
 			} else {
-				ts = append(ts, splitTopic[P]{ti: ti, parts: []P{p}})
+				// Room for the topic's other partitions: nearly always
+				// with the same leader (lanes).
+				ts = append(ts, splitTopic[P]{ti: ti, parts: append(make([]P, 0, len(parts)-pi), *p)})
 			}
 			sp.brokers[pinfo.Leader] = ts
 		}

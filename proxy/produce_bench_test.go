@@ -31,6 +31,7 @@ import (
 //	go test ./proxy -run '^$' -bench 'ProduceThrough' -benchmem -cpuprofile /tmp/produce.pb.gz
 func BenchmarkProduceThrough(b *testing.B) {
 	for _, c := range []struct{ parts, batch, conns int }{
+		{6, 6 << 10, 1}, // about the size conformance/bench sends at half rate
 		{6, 16 << 10, 1},
 		{2, 64 << 10, 3},
 	} {

@@ -54,7 +54,7 @@ func (w *writer) ownerTxnID() string {
 // checks that no later writer took it meanwhile.
 func (w *writer) takeOwnership(ctx context.Context) error {
 	id := w.ownerTxnID()
-	p, err := w.initProducer(ctx, &id)
+	p, err := w.m.initProducer(ctx, &id)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (w *writer) checkFence(ctx context.Context) error {
 	var epoch int16
 	err := retryTxn(ctx, "DescribeTransactions", func() error {
 		sent = time.Now()
-		ds, err := w.m.coord(w.topic, w.partition).adm.DescribeTransactions(ctx, id)
+		ds, err := w.m.dstAdm.DescribeTransactions(ctx, id)
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net"
 	"sort"
 	"strconv"
@@ -34,7 +33,6 @@ type Mirror struct {
 
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
-	coords         []coordClient // the writers' transaction-coordinator requests (coord)
 
 	assignMu sync.Mutex // one assign at a time (ownership.go)
 
@@ -99,22 +97,8 @@ func New(opts ...Option) (*Mirror, error) {
 		src.Close()
 		return nil, fmt.Errorf("mirror: target client: %w", err)
 	}
-	coords := make([]coordClient, coordConns)
-	for i := range coords {
-		cl, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers), kgo.WithHooks(cfg.dstHooks...))
-		if err != nil {
-			src.Close()
-			dst.Close()
-			for _, c := range coords[:i] {
-				c.cl.Close()
-			}
-			return nil, fmt.Errorf("mirror: target client: %w", err)
-		}
-		coords[i] = coordClient{cl, kadm.NewClient(cl)}
-	}
 	m := &Mirror{
 		cfg:      cfg,
-		coords:   coords,
 		log:      cfg.logger,
 		metrics:  newMetrics(cfg.registry),
 		src:      src,
@@ -197,34 +181,7 @@ func (m *Mirror) Close() {
 		// 3. Close the clients.
 		m.src.Close()
 		m.dst.Close()
-		for _, c := range m.coords {
-			c.cl.Close()
-		}
 	})
-}
-
-// coordConns is how many clients the writers' requests to the standby's
-// transaction coordinators (InitProducerId, DescribeTransactions,
-// AddPartitionsToTxn, EndTxn) are spread over. A broker serves one request
-// at a time per connection, and each writer sends seven of them as it
-// starts, five InitProducerIds each writing the transaction log: through
-// one client, 1,000 writers restarted at once started over 6 s.
-const coordConns = 4
-
-// coordClient is a client of the standby for coordinator requests.
-type coordClient struct {
-	cl  *kgo.Client
-	adm *kadm.Client
-}
-
-var coordSeed = maphash.MakeSeed()
-
-// coord is the client for the coordinator requests of a partition's
-// writer: always the same one, so a writer's requests stay in order on one
-// connection as before.
-func (m *Mirror) coord(topic string, partition int32) coordClient {
-	h := maphash.String(coordSeed, topic) + uint64(partition)
-	return m.coords[h%uint64(len(m.coords))]
 }
 
 // goRun runs fn in a tracked goroutine unless the mirror is closed.
@@ -510,8 +467,8 @@ func retryTxn(ctx context.Context, what string, fn func() error) error {
 // initProducer gets a producer ID on the target: idempotent if txnID is
 // nil, else for that transactional ID (bumping its epoch, which fences an
 // older holder and aborts a transaction it left open).
-func (w *writer) initProducer(ctx context.Context, txnID *string) (producer, error) {
-	return initProducerOn(ctx, w.m.coord(w.topic, w.partition).cl, txnID)
+func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, error) {
+	return initProducerOn(ctx, m.dst, txnID)
 }
 
 // initProducerOn is initProducer on the cluster cl reaches.
@@ -537,8 +494,7 @@ func initProducerOn(ctx context.Context, cl *kgo.Client, txnID *string) (produce
 }
 
 // addPartition adds the partition to p's transaction.
-func (w *writer) addPartition(ctx context.Context, p *producer) error {
-	topic, partition := w.topic, w.partition
+func (m *Mirror) addPartition(ctx context.Context, p *producer, topic string, partition int32) error {
 	return retryTxn(ctx, "AddPartitionsToTxn", func() error {
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()
 		req.TransactionalID = *p.txnID
@@ -548,7 +504,7 @@ func (w *writer) addPartition(ctx context.Context, p *producer) error {
 		t.Topic = topic
 		t.Partitions = []int32{partition}
 		req.Topics = append(req.Topics, t)
-		resp, err := req.RequestWith(ctx, w.m.coord(topic, partition).cl)
+		resp, err := req.RequestWith(ctx, m.dst)
 		if err != nil {
 			return err
 		}
@@ -566,15 +522,15 @@ func (w *writer) addPartition(ctx context.Context, p *producer) error {
 	})
 }
 
-// sendEndTxn commits or aborts p's transaction.
-func (w *writer) sendEndTxn(ctx context.Context, p *producer, commit bool) error {
+// endTxn commits or aborts p's transaction.
+func (m *Mirror) endTxn(ctx context.Context, p *producer, commit bool) error {
 	return retryTxn(ctx, "EndTxn", func() error {
 		req := kmsg.NewPtrEndTxnRequest()
 		req.TransactionalID = *p.txnID
 		req.ProducerID = p.id
 		req.ProducerEpoch = p.epoch
 		req.Commit = commit
-		resp, err := req.RequestWith(ctx, w.m.coord(w.topic, w.partition).cl)
+		resp, err := req.RequestWith(ctx, m.dst)
 		if err != nil {
 			return err
 		}

@@ -67,7 +67,7 @@ func (w *writer) initSlots(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var err error
-		ds, err = w.m.coord(w.topic, w.partition).adm.DescribeTransactions(ctx, ids...)
+		ds, err = w.m.dstAdm.DescribeTransactions(ctx, ids...)
 		if err != nil {
 			return fmt.Errorf("describing writer transactions: %w", err)
 		}
@@ -109,7 +109,7 @@ func (w *writer) initSlots(ctx context.Context) error {
 				continue
 			}
 		}
-		p, err := w.initProducer(ctx, &id)
+		p, err := w.m.initProducer(ctx, &id)
 		if err != nil {
 			return err
 		}

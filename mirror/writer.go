@@ -1297,7 +1297,7 @@ func (w *writer) beginTxn(ctx context.Context, pid, at int64) (*txnSlot, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := w.addPartition(ctx, &s.producer); err != nil {
+	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {
 		return nil, w.txnErr(err, at)
 	}
 	s.open, s.srcPID = true, pid
@@ -1320,7 +1320,7 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if testHookEndTxn != nil {
 		testHookEndTxn(commit)
 	}
-	if err := w.sendEndTxn(ctx, &s.producer, commit); err != nil {
+	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)
 	}
 	if testHookEndedTxn != nil {
@@ -1413,7 +1413,7 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 	if err != nil {
 		return err
 	}
-	if err := w.addPartition(ctx, &s.producer); err != nil {
+	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {
 		return w.txnErr(err, from)
 	}
 	s.open, s.srcPID = true, -1

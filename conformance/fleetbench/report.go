@@ -70,27 +70,28 @@ func (sh *shape) label() string {
 
 // shapeFigures is a shape's rounds gathered per measure.
 type shapeFigures struct {
-	deathDef, deathLow, goneDef, goneLow, javaDef, javaLow, mirrorAfter             []time.Duration
+	def, low                                                                        deathFigures // the deaths at the clients' defaults, with the max age lowered
+	mirrorAfter                                                                     []time.Duration
 	answer, serving, servingAfter, gossiped, gossipedAfter, caughtUp, waited, polls []time.Duration
 }
 
+// deathFigures are the member deaths of one client setting.
+type deathFigures struct{ recovered, gone, java []time.Duration }
+
 func (sh *shape) figures() shapeFigures {
 	var f shapeFigures
-	for _, d := range sh.deaths["default"] {
-		f.deathDef = append(f.deathDef, d.recovered)
-		f.goneDef = append(f.goneDef, d.gone)
-		if d.java >= 0 {
-			f.javaDef = append(f.javaDef, d.java)
+	for _, set := range []struct {
+		name string
+		to   *deathFigures
+	}{{"default", &f.def}, {"lowered", &f.low}} {
+		for _, d := range sh.deaths[set.name] {
+			set.to.recovered = append(set.to.recovered, d.recovered)
+			set.to.gone = append(set.to.gone, d.gone)
+			if d.java >= 0 {
+				set.to.java = append(set.to.java, d.java)
+			}
+			f.mirrorAfter = append(f.mirrorAfter, d.mirrorAfter)
 		}
-		f.mirrorAfter = append(f.mirrorAfter, d.mirrorAfter)
-	}
-	for _, d := range sh.deaths["lowered"] {
-		f.deathLow = append(f.deathLow, d.recovered)
-		f.goneLow = append(f.goneLow, d.gone)
-		if d.java >= 0 {
-			f.javaLow = append(f.javaLow, d.java)
-		}
-		f.mirrorAfter = append(f.mirrorAfter, d.mirrorAfter)
 	}
 	for _, s := range sh.switches {
 		f.answer = append(f.answer, s.answer)
@@ -171,14 +172,14 @@ func (b *bench) report() error {
 		fmt.Fprintf(&sb, " %s |", sh.label())
 	}
 	fmt.Fprintf(&sb, " floor |\n|---|%s---|\n", strings.Repeat("---|", len(b.shapes)))
-	if has(func(f shapeFigures) []time.Duration { return f.deathDef }) {
-		row("kill -9 of a member → every franz-go producer acknowledged again, clients at their defaults (metadata max age 5m)", func(f shapeFigures, _ *shape) string { return judged(f.deathDef, deathFloor) }, "≤ 10 s")
-		row(fmt.Sprintf("the same, metadata max age lowered to %v", b.o.maxAge), func(f shapeFigures, _ *shape) string { return dur(f.deathLow) }, "")
-		if has(func(f shapeFigures) []time.Duration { return f.javaDef }) {
-			row("kill -9 of a member → the Java kafka-clients producer acknowledged again, at its defaults (metadata.max.age.ms 5 min)", func(f shapeFigures, _ *shape) string { return judged(f.javaDef, deathFloor) }, "≤ 10 s")
-			row(fmt.Sprintf("the same, metadata.max.age.ms lowered to %d", b.o.maxAge.Milliseconds()), func(f shapeFigures, _ *shape) string { return dur(f.javaLow) }, "")
+	if has(func(f shapeFigures) []time.Duration { return f.def.recovered }) {
+		row("kill -9 of a member → every franz-go producer acknowledged again, clients at their defaults (metadata max age 5m)", func(f shapeFigures, _ *shape) string { return judged(f.def.recovered, deathFloor) }, "≤ 10 s")
+		row(fmt.Sprintf("the same, metadata max age lowered to %v", b.o.maxAge), func(f shapeFigures, _ *shape) string { return dur(f.low.recovered) }, "")
+		if has(func(f shapeFigures) []time.Duration { return f.def.java }) {
+			row("kill -9 of a member → the Java kafka-clients producer acknowledged again, at its defaults (metadata.max.age.ms 5 min)", func(f shapeFigures, _ *shape) string { return judged(f.def.java, deathFloor) }, "≤ 10 s")
+			row(fmt.Sprintf("the same, metadata.max.age.ms lowered to %d", b.o.maxAge.Milliseconds()), func(f shapeFigures, _ *shape) string { return dur(f.low.java) }, "")
 		}
-		row("kill -9 → every survivor's gossip no longer lists the member alive (default / lowered rounds)", func(f shapeFigures, _ *shape) string { return dur(f.goneDef) + " / " + dur(f.goneLow) }, "")
+		row("kill -9 → every survivor's gossip no longer lists the member alive (default / lowered rounds)", func(f shapeFigures, _ *shape) string { return dur(f.def.gone) + " / " + dur(f.low.gone) }, "")
 		row("the killed member's restart → the fleet's mirror caught up (its writers handed back), all rounds", func(f shapeFigures, _ *shape) string { return dur(f.mirrorAfter) }, "")
 	}
 	if has(func(f shapeFigures) []time.Duration { return f.answer }) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -68,7 +70,13 @@ func benchProduceThrough(b *testing.B, parts, batch, conns int) {
 		}
 		defer nc.Close()
 		cs = append(cs, nc)
-		if err := produceRoundTrip(nc, frame, 0); err != nil { // warm
+		// Warm, and check that what is measured is a produce every
+		// partition of which succeeds, not a refusal.
+		body, err := produceRoundTrip(nc, frame, 0, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := allProduced(body, parts); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -88,7 +96,7 @@ func benchProduceThrough(b *testing.B, parts, batch, conns int) {
 			defer wg.Done()
 			own := append([]byte(nil), frame...)
 			for corr := range ch {
-				if err := produceRoundTrip(nc, own, corr); err != nil {
+				if _, err := produceRoundTrip(nc, own, corr, false); err != nil {
 					b.Error(err)
 					return
 				}
@@ -149,21 +157,53 @@ func produceFrame(topicID [16]byte, parts, batch int) []byte {
 }
 
 // produceRoundTrip sends frame with correlation ID corr and reads its
-// answer.
-func produceRoundTrip(nc net.Conn, frame []byte, corr int32) error {
+// answer, whose body (after the correlation ID) it returns if keep.
+func produceRoundTrip(nc net.Conn, frame []byte, corr int32, keep bool) ([]byte, error) {
 	binary.BigEndian.PutUint32(frame[8:], uint32(corr))
 	if _, err := nc.Write(frame); err != nil {
-		return err
+		return nil, err
 	}
 	var size [8]byte
 	if _, err := io.ReadFull(nc, size[:]); err != nil {
-		return err
+		return nil, err
 	}
 	if got := int32(binary.BigEndian.Uint32(size[4:])); got != corr {
-		return fmt.Errorf("answer to %d, want %d", got, corr)
+		return nil, fmt.Errorf("answer to %d, want %d", got, corr)
 	}
-	_, err := io.CopyN(io.Discard, nc, int64(binary.BigEndian.Uint32(size[:]))-4)
-	return err
+	n := int64(binary.BigEndian.Uint32(size[:])) - 4
+	if !keep {
+		_, err := io.CopyN(io.Discard, nc, n)
+		return nil, err
+	}
+	body := make([]byte, n)
+	_, err := io.ReadFull(nc, body)
+	return body, err
+}
+
+// allProduced checks a v13 Produce answer's body: every one of parts
+// partitions answered without an error.
+func allProduced(body []byte, parts int) error {
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = 13
+	if len(body) == 0 {
+		return errors.New("empty produce answer")
+	}
+	if err := resp.ReadFrom(body[1:]); err != nil { // after the header's tagged fields
+		return err
+	}
+	n := 0
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return fmt.Errorf("partition %d answered %v", p.Partition, kerr.ErrorForCode(p.ErrorCode))
+			}
+			n++
+		}
+	}
+	if n != parts {
+		return fmt.Errorf("%d partitions answered, want %d", n, parts)
+	}
+	return nil
 }
 
 // cannedProduceListener answers every Produce request itself with success

@@ -32,11 +32,17 @@ import (
 //     (DescribeTransactions); a check that sees another epoch halts the
 //     writer with ErrFenced;
 //   - a new writer, after its InitProducerId, waits a whole fence period before it
-//     reads the standby's end or touches the transactional slots.
+//     reads the standby's end or touches the transactional slots — less
+//     when it directly succeeds an earlier session of this process
+//     (predecessor), whose appends it knows: then until a fence period
+//     after the last of them.
 //
 // So every append of the old writer was sent at least 3/4 of a fence period before
 // the new writer looks at the standby. Its transactional work is fenced at
-// the coordinator besides (slot epochs), and from the new writer's first
+// the coordinator besides (slot epochs: a slot is initialised at the
+// session's start, or, when the coordinator does not know its ID, before its
+// first transaction, within a quarter fence period of a check as an append
+// is), and from the new writer's first
 // append on, the standby leader refuses the old epoch
 // (INVALID_PRODUCER_EPOCH). What remains is an append that spends more than
 // 3/4 of a fence period between the old writer's socket and the leader's log (a
@@ -53,24 +59,99 @@ func (w *writer) ownerTxnID() string {
 // transactional ID, then waits out the fence period of any earlier holder and
 // checks that no later writer took it meanwhile.
 func (w *writer) takeOwnership(ctx context.Context) error {
+	pred := w.pred
+	w.pred, w.owned, w.lastSent, w.heir = nil, false, time.Time{}, nil
 	id := w.ownerTxnID()
 	p, err := w.m.initProducer(ctx, &id)
 	if err != nil {
 		return err
 	}
 	w.plain = p
-	// Epoch 0 means the coordinator had never seen this ID: there is no
-	// previous owner whose fence period to wait out. (Epoch exhaustion also
-	// restarts at 0, after 32767 owners; not a case worth 2 s per start.)
-	if p.epoch > 0 {
+	if pred.succeededBy(p) {
+		w.heir = pred
+	}
+	if wait := fenceWait(pred, p, w.m.cfg.fencePeriod, time.Now()); wait > 0 {
 		w.logger().Debug("mirror partition ownership taken, waiting out the previous fence period",
-			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("fence_period", w.m.cfg.fencePeriod))
-		if err := sleep(ctx, w.m.cfg.fencePeriod); err != nil {
+			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("wait", wait))
+		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
 	w.lastPing = time.Time{}
-	return w.checkFence(ctx)
+	if err := w.checkFence(ctx); err != nil {
+		return err
+	}
+	w.owned = true
+	return nil
+}
+
+// fenceWait is how long a writer that took ownership as owner waits before
+// it reads the standby, given its predecessor in this process (nil: none).
+// Epoch 0 means the coordinator had never seen the ID: there is no previous
+// owner to wait out. (Epoch exhaustion also restarts at 0, after 32767
+// owners; not a case worth 2 s per start.)
+func fenceWait(pred *predecessor, owner producer, period time.Duration, now time.Time) time.Duration {
+	switch {
+	case owner.epoch == 0:
+		return 0
+	case !pred.succeededBy(owner):
+		return period
+	case pred.lastSent.IsZero():
+		return 0
+	}
+	return max(0, pred.lastSent.Add(period).Sub(now))
+}
+
+// predecessor is what a session leaves the partition's next session in this
+// process (the writer's own, after an error, or a new writer's, on Restart).
+//
+// The fence period exists for writers this process cannot see. When the
+// new owner epoch is the predecessor's plus one under the same producer ID,
+// no InitProducerId came in between: every writer of an older epoch was
+// waited out by the predecessor (its session had taken ownership), and the
+// predecessor's own appends were all sent by lastSent. So the new session
+// waits only until lastSent plus a fence period — not at all if the
+// predecessor appended nothing — which keeps the guarantee above (every
+// earlier append sent a fence period before the standby is read). Restarting
+// a halted partition, or a session after a leader moved, costs no fence
+// period on an idle partition.
+//
+// unused are the slot producers the predecessor initialised and never began
+// a transaction with. No request was ever sent under their epochs, and any
+// older epoch was fenced by that initialisation, so the next session keeps
+// those whose ID and epoch the coordinator still holds with no transaction
+// open (initSlots) instead of initialising them again: four InitProducerIds
+// fewer per idle partition, which is what a thousand writers starting at
+// once queue on at the transaction coordinator.
+type predecessor struct {
+	plain    producer
+	lastSent time.Time
+	unused   map[string]producer // by transactional ID
+}
+
+// predecessor is what this session leaves the next one: nil if it never
+// took ownership (a session that failed before that leaves its own
+// predecessor's, which still holds).
+func (w *writer) predecessor() *predecessor {
+	if !w.owned {
+		return w.pred
+	}
+	p := &predecessor{plain: w.plain, lastSent: w.lastSent}
+	for _, s := range w.slots {
+		if s.unused {
+			if p.unused == nil {
+				p.unused = make(map[string]producer, len(w.slots))
+			}
+			p.unused[*s.txnID] = s.producer
+		}
+	}
+	return p
+}
+
+// succeededBy reports whether owner is the next epoch of p's producer: no
+// other writer took the partition in between.
+func (p *predecessor) succeededBy(owner producer) bool {
+	return p != nil && p.plain.id == owner.id && int(owner.epoch) == int(p.plain.epoch)+1 // int: no wrap at 32767
 }
 
 // waitGate waits while the member's write gate (WithWriteGate) is shut.

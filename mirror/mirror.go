@@ -207,9 +207,10 @@ func (m *Mirror) stopWriters() {
 	m.mu.Unlock()
 }
 
-// startWriter starts the writer of a partition if it has none. Only
-// assign calls it.
-func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32) {
+// startWriter starts the writer of a partition if it has none, given what
+// its previous writer in this process left (nil: nothing). Only assign and
+// Restart call it.
+func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32, pred *predecessor) {
 	key := topicPartition{topic, partition}
 	m.mu.Lock()
 	if _, ok := m.writers[key]; ok || m.closed {
@@ -217,6 +218,7 @@ func (m *Mirror) startWriter(ctx context.Context, topic string, partition int32)
 		return
 	}
 	w := newWriter(m, topic, partition)
+	w.pred = pred
 	wctx, cancel := context.WithCancel(ctx)
 	h := &writerHandle{w: w, cancel: cancel, done: make(chan struct{})}
 	w.ctx, w.done = wctx, h.done

@@ -177,7 +177,7 @@ func (m *Mirror) assign(ctx context.Context) {
 
 	for tp, own := range owned {
 		if own {
-			m.startWriter(ctx, tp.topic, tp.partition)
+			m.startWriter(ctx, tp.topic, tp.partition, nil)
 		}
 	}
 	m.metrics.owned.Set(float64(count))

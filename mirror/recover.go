@@ -25,7 +25,9 @@ import (
 //     waits while one is preparing to commit or abort (its markers are
 //     being written);
 //  2. initialises every slot that has no open transaction on the
-//     partition, and keeps the producer ID and epoch of each one that has;
+//     partition, and keeps the producer ID and epoch of each one that has
+//     (a slot whose transactional ID the coordinator does not know is
+//     initialised only when a transaction first needs it: readySlot);
 //  3. after reading the standby's end, asks the standby leader where each
 //     open transaction starts and which sequence it reached
 //     (DescribeProducers), and reads what is at that start: a filler batch
@@ -109,13 +111,45 @@ func (w *writer) initSlots(ctx context.Context) error {
 				continue
 			}
 		}
+		if p, ok := w.keptSlot(id, ds[id]); ok {
+			w.slots = append(w.slots, &txnSlot{producer: p, unused: true})
+			continue
+		}
+		if errors.Is(d.Err, kerr.TransactionalIDNotFound) {
+			// No writer holds it (never initialised, or idle past the
+			// coordinator's expiry): nothing to fence. It is initialised
+			// when a transaction first needs it (readySlot); on an idle
+			// partition, never.
+			w.slots = append(w.slots, &txnSlot{producer: producer{id: -1, epoch: -1, txnID: &id}, lazy: true})
+			continue
+		}
 		p, err := w.m.initProducer(ctx, &id)
 		if err != nil {
 			return err
 		}
-		w.slots = append(w.slots, &txnSlot{producer: p})
+		w.slots = append(w.slots, &txnSlot{producer: p, unused: true})
 	}
 	return nil
+}
+
+// keptSlot returns the slot producer the session's direct predecessor left
+// unused under transactional ID id (fence.go, predecessor), if the
+// coordinator, as described in d, still holds its ID and epoch with no
+// transaction open or ending.
+func (w *writer) keptSlot(id string, d kadm.DescribedTransaction) (producer, bool) {
+	if w.heir == nil {
+		return producer{}, false
+	}
+	p, ok := w.heir.unused[id]
+	if !ok || d.Err != nil || d.ProducerID != p.id || d.ProducerEpoch != p.epoch {
+		return producer{}, false
+	}
+	switch d.State {
+	case "Empty", "CompleteCommit", "CompleteAbort":
+		p.txnID = &id // its own copy: the slot's, not the map entry's
+		return p, true
+	}
+	return producer{}, false
 }
 
 // resumeOpen matches each transaction left open with what it mirrors (step

@@ -66,7 +66,9 @@ func (m *Mirror) Restart(topic string, partition int32) (PartitionStatus, error)
 	m.metrics.forget(topic, partition)
 	m.log.Info("mirror partition writer restarted by request", zap.String("topic", topic), zap.Int32("partition", partition),
 		zap.String("halt_reason", haltReason(st.Err)), zap.Error(st.Err))
-	m.startWriter(ctx, topic, partition)
+	// Its successor skips what the halted one makes needless (fence.go,
+	// predecessor): read once its goroutine has returned.
+	m.startWriter(ctx, topic, partition, h.w.predecessor())
 	return st, nil
 }
 

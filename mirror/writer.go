@@ -153,6 +153,12 @@ type writer struct {
 	started  bool      // the session got as far as copying
 	lastPing time.Time // when the last successful ownership check was sent
 	fillSlot *txnSlot  // a filler transaction an earlier writer left open
+	owned    bool      // the session took ownership (its fence period waited out)
+	lastSent time.Time // when the session last sent an append or EndTxn
+	// pred is what the partition's previous session in this process left
+	// (fence.go, predecessor): the next takeOwnership uses it, once.
+	pred *predecessor
+	heir *predecessor // this session's predecessor, when it succeeded it directly
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -166,6 +172,14 @@ type producer struct {
 
 type txnSlot struct {
 	producer
+	// unused: this process initialised the slot's producer and never
+	// began a transaction with it, so a later session may keep it
+	// (fence.go, predecessor).
+	unused bool
+	// lazy: the coordinator did not know the slot's transactional ID at
+	// the session's start; readySlot initialises it before its first
+	// transaction.
+	lazy   bool
 	open   bool
 	srcPID int64
 	// added: the partition is in the slot's open transaction but nothing
@@ -310,6 +324,7 @@ func (w *writer) run(ctx context.Context, resume bool) (parked bool) {
 		if errors.Is(err, errParked) {
 			return true // the watcher has the writer now: touch nothing
 		}
+		w.pred = w.predecessor()
 		w.closeConns()
 		if w.started {
 			backoff = 100 * time.Millisecond
@@ -392,6 +407,7 @@ func (w *writer) session(ctx context.Context) error {
 	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
 	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
 	w.srcLog = -1
+	began := time.Now()
 
 	// Ownership (see fence.go): the partition's own transactional ID,
 	// whose producer appends the plain batches and fillers of one. Its
@@ -400,6 +416,7 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.takeOwnership(ctx); err != nil {
 		return err
 	}
+	owned := time.Now()
 	// The transactional slots (recover.go): a transaction an earlier writer
 	// left open on this partition is resumed, every other slot is
 	// initialised (which fences an older writer's transactional work).
@@ -408,6 +425,7 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.initSlots(ctx); err != nil {
 		return err
 	}
+	slotted := time.Now()
 	w.marker = make(map[int64]int64)
 	w.srcStart = 0
 
@@ -423,6 +441,7 @@ func (w *writer) session(ctx context.Context) error {
 	}
 	release := sync.OnceFunc(func() { <-w.m.setups })
 	defer release()
+	admitted := time.Now()
 	if _, err := w.src.conn(ctx); err != nil {
 		return fmt.Errorf("source leader: %w", err)
 	}
@@ -443,7 +462,12 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.resumeOpen(ctx); err != nil {
 		return err
 	}
-	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id))
+	// The steps' times tell where a slow start went (after a switch, every
+	// writer starts at once and they queue at the coordinator and at setups).
+	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id),
+		zap.Duration("took", time.Since(began)), zap.Duration("ownership", owned.Sub(began)),
+		zap.Duration("slots", slotted.Sub(owned)), zap.Duration("queued", admitted.Sub(slotted)),
+		zap.Duration("checks", time.Since(admitted)))
 	w.progress(-1, -1)
 	w.started = true
 	if len(w.inflight) == 0 {
@@ -1168,6 +1192,7 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 	if err := w.checkFence(ctx); err != nil {
 		return err
 	}
+	w.lastSent = time.Now()
 	prod := &w.plain
 	if slot != nil {
 		prod = &slot.producer
@@ -1291,10 +1316,35 @@ func (w *writer) freeSlot(at int64) (*txnSlot, error) {
 	return nil, w.halt(ErrTooManyOpenTxns, at, "%d source transactions open at once, more than the writer's %d transactional slots", len(w.slots)+1, len(w.slots))
 }
 
+// readySlot readies slot s for a transaction: initialises its producer if
+// the session left that to its first use (lazy), and marks it used (no
+// later session keeps it: fence.go, predecessor).
+func (w *writer) readySlot(ctx context.Context, s *txnSlot, at int64) error {
+	s.unused = false
+	if !s.lazy {
+		return nil
+	}
+	// An InitProducerId fences whoever holds the ID: only an owner sends
+	// one (see fence.go; a stale one, stuck past the fence period, halts
+	// the next owner instead of mixing into its partition).
+	if err := w.checkFence(ctx); err != nil {
+		return err
+	}
+	p, err := w.m.initProducer(ctx, s.txnID)
+	if err != nil {
+		return w.txnErr(err, at)
+	}
+	s.producer, s.lazy = p, false
+	return nil
+}
+
 // beginTxn opens a writer transaction for source producer pid.
 func (w *writer) beginTxn(ctx context.Context, pid, at int64) (*txnSlot, error) {
 	s, err := w.freeSlot(at)
 	if err != nil {
+		return nil, err
+	}
+	if err := w.readySlot(ctx, s, at); err != nil {
 		return nil, err
 	}
 	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {
@@ -1320,6 +1370,7 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if testHookEndTxn != nil {
 		testHookEndTxn(commit)
 	}
+	w.lastSent = time.Now()
 	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)
 	}
@@ -1411,6 +1462,9 @@ func (w *writer) fill(ctx context.Context, from, to int64) error {
 	}
 	s, err := w.freeSlot(from)
 	if err != nil {
+		return err
+	}
+	if err := w.readySlot(ctx, s, from); err != nil {
 		return err
 	}
 	if err := w.m.addPartition(ctx, &s.producer, w.topic, w.partition); err != nil {

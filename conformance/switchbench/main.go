@@ -80,6 +80,12 @@ type options struct {
 	// the standby directly.
 	rtt      time.Duration
 	logLevel string // the member's log_level
+	// brokerHeap is each broker's -Xmx (and -Xms). The harness's 512 MiB
+	// fits the tests' shapes; 10,000 partitions and their writers' 50,000
+	// transactional IDs held a 512 MiB broker heap 80-90% full, so the
+	// scale mode measured the brokers' collector. Production brokers at
+	// that size run with several GiB.
+	brokerHeap string
 }
 
 func main() {
@@ -98,6 +104,7 @@ func main() {
 	fs.StringVar(&cub, "catchup-bytes", "512MiB", "the scale mode: record value bytes of the backlog the mirror copies in each catch-up round, spread over a tenth of the shape's partitions (0: none)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "the member's log_level (its log: $TMPDIR/switchbench-ferry.log)")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 0, "the member's mirror.sync_interval (default: 1s in the switch mode, Ferry's default in the scale mode)")
+	fs.StringVar(&o.brokerHeap, "broker-heap", "", "each broker's JVM heap, e.g. 2g (default: 2g in the scale mode, the harness's 512m in the switch mode)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -119,6 +126,9 @@ func main() {
 	}
 	if o.syncInterval == 0 && len(o.shapes) == 0 {
 		o.syncInterval = time.Second
+	}
+	if o.brokerHeap == "" && len(o.shapes) > 0 {
+		o.brokerHeap = "2g"
 	}
 	benchutil.Run("switchbench", "Ferry and Kafka", func(ctx context.Context) error { return run(ctx, o) })
 }
@@ -149,10 +159,19 @@ type bench struct {
 
 func run(ctx context.Context, o options) error {
 	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
-	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
+	heapNote := ""
+	if o.brokerHeap != "" {
+		heapNote = ", heap " + o.brokerHeap
+	}
+	step("starting two 1-broker Kafka %s clusters (primary, standby%s)", kafkatest.Version(), heapNote)
 	var err error
 	var relay *benchutil.DelayRelay
-	adjust := func(string, *kafkatest.Config) {}
+	heap := func(c *kafkatest.Config) {
+		if o.brokerHeap != "" {
+			c.JVMArgs = append(c.JVMArgs, "-Xms"+o.brokerHeap, "-Xmx"+o.brokerHeap)
+		}
+	}
+	adjust := func(_ string, c *kafkatest.Config) { heap(c) }
 	if o.rtt > 0 {
 		// The standby also listens behind the relay
 		// (benchutil.DelayedListener): the member, bootstrapped there,
@@ -162,6 +181,7 @@ func run(ctx context.Context, o options) error {
 		}
 		defer relay.Close()
 		adjust = func(name string, c *kafkatest.Config) {
+			heap(c)
 			if name == "standby" {
 				c.Listeners = []kafkatest.Listener{relay.Listener()}
 			}

@@ -216,9 +216,11 @@ func (b *bench) growTopics(ctx context.Context, have, want int) (int, error) {
 		}
 	}
 	// New topics reach the broker's metadata a moment after they are
-	// created: unknown topics are retried until the delivery timeout.
+	// created: unknown topics are retried until the delivery timeout,
+	// generous because this is set-up, not a measurement (1,000 new
+	// topics once took a loaded machine's broker past 5 minutes).
 	prod, err := kgo.NewClient(kgo.SeedBrokers(b.clusters[b.active].Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(5*time.Minute))
+		kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(15*time.Minute))
 	if err != nil {
 		return have, err
 	}

@@ -393,6 +393,13 @@ func (w *writer) session(ctx context.Context) error {
 	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
 	w.srcLog = -1
 
+	// A target without DescribeTransactions (Kafka before 3.0) cannot
+	// run the fence checks below: halted at once, saying so, rather than
+	// failing every check.
+	if w.m.dstAPIs.lacks(ctx, w.m.dst, int16(kmsg.DescribeTransactions)) {
+		return w.halt(ErrTargetTooOld, w.next,
+			"the target cluster offers no DescribeTransactions (KIP-664, Kafka 3.0 and later), which each writer needs to fence an older one before it appends: it cannot be mirrored into until it is upgraded")
+	}
 	// Ownership (see fence.go): the partition's own transactional ID,
 	// whose producer appends the plain batches and fillers of one. Its
 	// InitProducerId bumps the epoch, which stops an older writer at its

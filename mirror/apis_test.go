@@ -25,6 +25,12 @@ func fakeClusterWithout(t *testing.T, keys ...kmsg.Key) *kfake.Cluster {
 	for _, k := range keys {
 		v.SetMaxKeyVersion(int16(k), -1)
 	}
+	return fakeClusterAt(t, v)
+}
+
+// fakeClusterAt is a kfake cluster that offers the versions v.
+func fakeClusterAt(t *testing.T, v *kversion.Versions) *kfake.Cluster {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.MaxVersions(v))
 	if err != nil {
 		t.Fatal(err)
@@ -87,4 +93,24 @@ func TestTargetWithoutDescribeTransactionsHalts(t *testing.T) {
 	if e := fakeEnd(t, b, topic, 0); e != 0 {
 		t.Fatalf("the target's end is %d, want 0: nothing written", e)
 	}
+}
+
+// TestTargetWithOlderProduce: a target serving Produce up to v9 (Kafka
+// before 3.7) is written at v9. Before, the writers sent v11, the broker
+// closed each connection, and the partition retried its session ("EOF")
+// for ever: 4.4 → 3.6, the failback of TestVersionsMigration.
+func TestTargetWithOlderProduce(t *testing.T) {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(int16(kmsg.Produce), 9)
+	a, b := fakeCluster(t), fakeClusterAt(t, v)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const topic = "produce-v9"
+	acl := fakeClient(t, a)
+	if _, err := kadm.NewClient(acl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produceFake(t, acl, topic, 0, numbered("a", 0, 10)...)
+	runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
+	standbyEndReaches(t, b, topic, 0, 10, "the partition mirrored into a target with Produce v9")
 }

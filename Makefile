@@ -6,13 +6,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short bench bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
+.PHONY: help build test test-short test-versions bench bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
 
 help:
 	@echo "make build       build $(BIN)"
 	@echo "make demo        run Ferry in front of two in-process Kafka clusters"
 	@echo "make test        the full suite: installs the client matrix's tools, real Kafka (Java), ~40 min max"
 	@echo "make test-short  unit and in-process tests only (no JVM)"
+	@echo "make test-versions the whole Kafka version matrix (2.8 ZooKeeper, 3.6 and 3.9 KRaft and ZooKeeper, 4.4): Ferry in front of each, each older one migrated to 4.4 and back (make test runs a slice)"
 	@echo "make bench       Ferry vs a direct connection and a bare splice relay on a real 3-broker cluster, then bench-mirror"
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
@@ -51,6 +52,14 @@ test:
 
 test-short:
 	$(GO) test -short ./...
+
+# The whole version matrix (kafkatest.Matrix; docs/COMPATIBILITY.md): the
+# harness starting each version, Ferry in front of each, and each older
+# variant migrated to 4.4 and back, then retired. `make test` runs a slice
+# of it (TestVersions/2.8.2-zk, TestVersionsFront/3.9.1-kraft,
+# TestVersionsMigration/3.9.1-zk).
+test-versions:
+	FERRY_VERSIONS=all $(GO) test -count=1 -timeout 60m -run '^TestVersions' -v ./conformance/kafkatest ./cmd/ferry
 
 bench:
 	$(GO) run ./conformance/bench $(BENCHFLAGS)

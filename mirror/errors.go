@@ -52,6 +52,13 @@ var (
 	// on one partition than the writer has transactional IDs (its four slots).
 	ErrTooManyOpenTxns = errors.New("mirror: too many interleaved source transactions")
 
+	// ErrTargetTooOld means the target cluster lacks an API the writers
+	// need: DescribeTransactions (KIP-664, Kafka 3.0), with which a
+	// writer checks before each append that no later writer took the
+	// partition (fence.go). Nothing is written to such a target; it must
+	// be upgraded to be mirrored into.
+	ErrTargetTooOld = errors.New("mirror: target cluster too old to mirror into")
+
 	// ErrClosed is returned by Run after Close.
 	ErrClosed = errors.New("mirror: closed")
 )
@@ -101,6 +108,8 @@ func haltReason(err error) string {
 		return "too_many_open_txns"
 	case errors.Is(err, ErrHaltedOnRequest):
 		return "requested"
+	case errors.Is(err, ErrTargetTooOld):
+		return "target_too_old"
 	}
 	return "other"
 }

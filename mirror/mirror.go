@@ -33,6 +33,10 @@ type Mirror struct {
 
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
+	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
+	// noTxnListing logs once that the source has no ListTransactions.
+	srcAPIs, dstAPIs apiSupport
+	noTxnListing     sync.Once
 
 	assignMu sync.Mutex // one assign at a time (ownership.go)
 

@@ -35,7 +35,17 @@ func WithTxnCarrier(carrier TxnCarrier) Option { return func(c *config) { c.carr
 // write to a partition of a topic in mirrored: a transaction only on
 // topics not mirrored (a writer beside Ferry) neither holds the drain up
 // nor is fenced. The error says which brokers did not answer.
+//
+// A source without ListTransactions (Kafka before 3.0) lists none: the
+// drain then judges open transactions by each partition's last stable
+// offset alone (logged once).
 func (m *Mirror) openTxns(ctx context.Context, mirrored map[string]bool, states ...string) ([]OpenTxn, error) {
+	if m.srcAPIs.lacks(ctx, m.src, int16(kmsg.ListTransactions)) {
+		m.noTxnListing.Do(func() {
+			m.log.Warn("the source cluster offers no ListTransactions (KIP-664, Kafka 3.0 and later): a switch's drain sees a transaction open on the source only by a partition's last stable offset (one with partitions added and nothing written yet goes unseen, and the coordinator may abort it on the old cluster after the switch), and cannot fence transactions left open")
+		})
+		return nil, nil
+	}
 	req := kmsg.NewPtrListTransactionsRequest()
 	req.StateFilters = states
 	shards := m.src.RequestSharded(ctx, req)

@@ -49,8 +49,11 @@ import (
 
 // Wire versions the writer speaks on its own connections. Produce v11 and
 // EndTxn v4 keep transactions on the classic protocol (the writer adds
-// partitions with AddPartitionsToTxn), which every Kafka 3.x/4.x broker
-// serves. Fetch v12 is the last version that names topics.
+// partitions with AddPartitionsToTxn). A target that serves Produce only
+// to an older version (v9 before Kafka 3.7, whose request is the same) is
+// written at its highest (writer.produceV): an unknown version makes a
+// broker close the connection. Fetch v12 is the last version that names
+// topics.
 const (
 	produceVersion     = 11
 	fetchVersion       = 12
@@ -139,6 +142,7 @@ type writer struct {
 
 	// Per session (see session).
 	src, dst *link // the leaders', dialed when needed (closed while parked)
+	produceV int16 // the Produce version the target is written at
 	next     int64 // the next offset to write, on both logs
 	acked    int64 // the standby's end offset acknowledged so far
 	plain    producer
@@ -409,6 +413,17 @@ func (w *writer) session(ctx context.Context) error {
 	w.srcLog = -1
 	began := time.Now()
 
+	// A target without DescribeTransactions (Kafka before 3.0) cannot
+	// run the fence checks below: halted at once, saying so, rather than
+	// failing every check.
+	if w.m.dstAPIs.lacks(ctx, w.m.dst, int16(kmsg.DescribeTransactions)) {
+		return w.halt(ErrTargetTooOld, w.next,
+			"the target cluster offers no DescribeTransactions (KIP-664, Kafka 3.0 and later), which each writer needs to fence an older one before it appends: it cannot be mirrored into until it is upgraded")
+	}
+	w.produceV = produceVersion
+	if v, ok, err := w.m.dstAPIs.maxVersion(ctx, w.m.dst, int16(kmsg.Produce)); err == nil && ok {
+		w.produceV = min(produceVersion, v)
+	}
 	// Ownership (see fence.go): the partition's own transactional ID,
 	// whose producer appends the plain batches and fillers of one. Its
 	// InitProducerId bumps the epoch, which stops an older writer at its
@@ -1211,7 +1226,7 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 	prod.seq = nextSeq(prod.seq, b.NumRecords())
 
 	req := kmsg.NewPtrProduceRequest()
-	req.Version = produceVersion
+	req.Version = w.produceV
 	req.Acks = -1
 	req.TimeoutMillis = 30000
 	if slot != nil {

@@ -25,8 +25,7 @@ import (
 
 var cdsOnce struct {
 	sync.Mutex
-	done bool
-	path string
+	paths map[string]string // jar directory → archive, "" when none
 }
 
 // cdsArgs are the JVM flags that use archive, if any. The archive's
@@ -39,33 +38,38 @@ func cdsArgs(archive string) []string {
 	return []string{"-XX:SharedArchiveFile=" + archive, "-Xlog:cds=off,cds+dynamic=off"}
 }
 
-// cdsArchive returns the path of the broker class archive for the jars in
-// jars, creating it on first use, or "" when it is off or cannot be made.
-func cdsArchive(jars string) string {
+// cdsArchive returns the path of the broker class archive for version's
+// jars in jars, creating it on first use, or "" when it is off or cannot be
+// made. Each version has its own archive (<jars>-cds), made by a cluster of
+// that version: a JVM's archive is only valid for its class path.
+func cdsArchive(version, jars string) string {
 	cdsOnce.Lock()
 	defer cdsOnce.Unlock()
-	if cdsOnce.done {
-		return cdsOnce.path
+	if path, done := cdsOnce.paths[jars]; done {
+		return path
 	}
-	cdsOnce.done = true
+	if cdsOnce.paths == nil {
+		cdsOnce.paths = make(map[string]string)
+	}
+	cdsOnce.paths[jars] = ""
 	if os.Getenv("FERRY_KAFKATEST_CDS") == "0" {
 		return ""
 	}
-	path, err := makeCDSArchive(jars)
+	path, err := makeCDSArchive(version, jars)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "kafkatest: running without a class data sharing archive: %v\n", err)
+		fmt.Fprintf(os.Stderr, "kafkatest: running Kafka %s without a class data sharing archive: %v\n", version, err)
 		return ""
 	}
-	cdsOnce.path = path
+	cdsOnce.paths[jars] = path
 	return path
 }
 
-func makeCDSArchive(jars string) (string, error) {
+func makeCDSArchive(version, jars string) (string, error) {
 	key, err := cdsKey(jars)
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(filepath.Dir(jars), "kafka-"+kafkaVersion+"-cds")
+	dir := jars + "-cds"
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -86,7 +90,7 @@ func makeCDSArchive(jars string) (string, error) {
 		return "", fmt.Errorf("an earlier attempt failed (remove %s to retry): %s", failed, b)
 	}
 	start := time.Now()
-	if err := dumpCDSArchive(jars, archive); err != nil {
+	if err := dumpCDSArchive(version, jars, archive); err != nil {
 		_ = os.WriteFile(failed, []byte(err.Error()), 0o644)
 		return "", err
 	}
@@ -117,11 +121,13 @@ func cdsKey(jars string) (string, error) {
 }
 
 // dumpCDSArchive runs a 1-node cluster that writes its class list to a
-// temporary archive at exit, then moves the archive into place.
-func dumpCDSArchive(jars, archive string) error {
+// temporary archive at exit, then moves the archive into place: KRaft where
+// the version has it, else ZooKeeper.
+func dumpCDSArchive(version, jars, archive string) error {
 	tmp := fmt.Sprintf("%s.tmp-%d", archive, os.Getpid())
 	defer os.Remove(tmp)
-	c, err := newCluster(Config{Brokers: 1, Name: "cds-archive"}, jars, "", tmp)
+	cfg := Config{Brokers: 1, Name: "cds-archive", Version: version, ZooKeeper: !hasKRaft(version)}
+	c, err := newCluster(cfg, jars, "", tmp)
 	if err != nil {
 		return err
 	}

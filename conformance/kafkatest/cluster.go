@@ -64,6 +64,14 @@ type Config struct {
 	// Listeners are extra client listeners on every node, on ports the
 	// harness picks.
 	Listeners []Listener
+	// Version is the Apache Kafka version the nodes run, one of Versions;
+	// "" is the default, Version().
+	Version string
+	// ZooKeeper runs the cluster in ZooKeeper mode: one ZooKeeper JVM
+	// (ZooKeeperServerMain) beside the nodes, which are brokers only, one
+	// of them elected controller. Versions before 4.0 only, and the only
+	// mode 2.8 is run in.
+	ZooKeeper bool
 }
 
 // Listener is an extra client listener (Config.Listeners), PLAINTEXT like
@@ -98,6 +106,13 @@ func WithBrokerConfig(k, v string) Option {
 	}
 }
 
+// WithVersion runs the cluster on another Kafka version (see
+// Config.Version and Versions).
+func WithVersion(v string) Option { return func(c *Config) { c.Version = v } }
+
+// WithZooKeeper runs the cluster in ZooKeeper mode (see Config.ZooKeeper).
+func WithZooKeeper() Option { return func(c *Config) { c.ZooKeeper = true } }
+
 // WithName names the cluster (see Config.Name).
 func WithName(name string) Option { return func(c *Config) { c.Name = name } }
 
@@ -107,9 +122,11 @@ func WithListener(l Listener) Option {
 	return func(c *Config) { c.Listeners = append(c.Listeners, l) }
 }
 
-// Cluster is a running KRaft cluster of combined broker+controller JVMs.
+// Cluster is a running KRaft cluster of combined broker+controller JVMs,
+// or a ZooKeeper-mode cluster of broker JVMs and one ZooKeeper JVM.
 type Cluster struct {
 	cfg       Config
+	zk        *zkNode // ZooKeeper mode only
 	dir       string
 	removeDir bool
 	clusterID string
@@ -174,12 +191,59 @@ var nameClean = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // does not need a testing.T, so TestMain can share a cluster between tests;
 // the caller must Close it (Main does so on exit).
 func New(cfg Config) (*Cluster, error) {
-	jars, err := jarDir()
+	if cfg.Version == "" {
+		cfg.Version = kafkaVersion
+	}
+	if err := checkMode(cfg); err != nil {
+		return nil, err
+	}
+	jars, err := jarDirFor(cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("kafkatest: %w", err)
 	}
-	return newCluster(cfg, jars, cdsArchive(jars), "")
+	return newCluster(cfg, jars, cdsArchive(cfg.Version, jars), "")
 }
+
+// checkMode refuses a version in a mode it does not have (or that the
+// harness does not run it in).
+func checkMode(cfg Config) error {
+	if _, _, err := parseVersion(cfg.Version); err != nil {
+		return err
+	}
+	switch {
+	case cfg.ZooKeeper && !hasZooKeeper(cfg.Version):
+		return fmt.Errorf("kafkatest: Kafka %s has no ZooKeeper mode", cfg.Version)
+	case !cfg.ZooKeeper && !hasKRaft(cfg.Version):
+		return fmt.Errorf("kafkatest: Kafka %s runs in ZooKeeper mode only here (KRaft before 3.3 was not production-ready): add WithZooKeeper()", cfg.Version)
+	}
+	return nil
+}
+
+// parseVersion reads a version's major and minor numbers.
+func parseVersion(v string) (major, minor int, err error) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, fmt.Errorf("kafkatest: version %q is not major.minor[.patch]", v)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("kafkatest: version %q is not major.minor[.patch]", v)
+	}
+	return major, minor, nil
+}
+
+// atLeast reports whether version v is major.minor or later.
+func atLeast(v string, major, minor int) bool {
+	ma, mi, err := parseVersion(v)
+	return err == nil && (ma > major || ma == major && mi >= minor)
+}
+
+// hasKRaft: KRaft is production-ready from 3.3.
+func hasKRaft(v string) bool { return atLeast(v, 3, 3) }
+
+// hasZooKeeper: 4.0 removed ZooKeeper mode.
+func hasZooKeeper(v string) bool { return !atLeast(v, 4, 0) }
 
 // newCluster starts a cluster whose JVMs share the class archive cds (if
 // not empty); a non-empty cdsDump makes node 1 write an archive to that
@@ -187,6 +251,9 @@ func New(cfg Config) (*Cluster, error) {
 func newCluster(cfg Config, jars, cds, cdsDump string) (*Cluster, error) {
 	if cfg.Brokers < 1 {
 		return nil, fmt.Errorf("kafkatest: Config.Brokers is %d, want at least 1", cfg.Brokers)
+	}
+	if cfg.Version == "" {
+		cfg.Version = kafkaVersion
 	}
 	cfg.Name = nameClean.ReplaceAllString(cfg.Name, "_")
 	if len(cfg.Name) > 40 {
@@ -214,6 +281,10 @@ func newCluster(cfg Config, jars, cds, cdsDump string) (*Cluster, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kafkatest: cluster dir: %w", err)
+	}
+	if cfg.ZooKeeper {
+		d := filepath.Join(c.dir, "zookeeper")
+		c.zk = &zkNode{dir: d, props: d + ".properties", log: d + ".log"}
 	}
 	for i := 1; i <= cfg.Brokers; i++ {
 		d := filepath.Join(c.dir, fmt.Sprintf("node-%d", i))
@@ -269,12 +340,24 @@ func newClusterID() string {
 // waits until the cluster is ready.
 func (c *Cluster) start(attempt int) error {
 	per := 2 + len(c.cfg.Listeners)
-	ports, err := pickPorts(per * len(c.nodes))
+	ports, err := pickPorts(per*len(c.nodes) + 1)
 	if err != nil {
 		return err
 	}
 	for i, n := range c.nodes {
 		n.port, n.ctrlPort, n.extra = ports[per*i], ports[per*i+1], ports[per*i+2:per*(i+1)]
+	}
+	if c.cfg.Version != kafkaVersion || c.zk != nil {
+		// Kafka before 4.0 logs through log4j 1, configured by a file.
+		if err := os.WriteFile(c.log4jProps(), []byte(log4jProperties), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.zk != nil {
+		c.zk.port = ports[len(ports)-1]
+		if err := c.startZooKeeper(attempt); err != nil {
+			return err
+		}
 	}
 	for _, n := range c.nodes {
 		if err := os.RemoveAll(n.dir); err != nil {
@@ -285,8 +368,10 @@ func (c *Cluster) start(attempt int) error {
 		}
 		appendLog(n.log, fmt.Sprintf("kafkatest: attempt %d: node %d PLAINTEXT %s CONTROLLER %d", attempt, n.id, n.addr(), n.ctrlPort))
 	}
-	if err := c.format(); err != nil {
-		return err
+	if c.zk == nil {
+		if err := c.format(); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	for _, n := range c.nodes {
@@ -298,7 +383,18 @@ func (c *Cluster) start(attempt int) error {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	return c.waitReady(ctx, c.NodeIDs(), c.nodes)
+	if err := c.waitReady(ctx, c.NodeIDs(), c.nodes); err != nil {
+		return err
+	}
+	if c.zk != nil {
+		// ZooKeeper mode: the cluster ID is made by the first broker.
+		id, err := c.readClusterID(ctx)
+		if err != nil {
+			return err
+		}
+		c.clusterID = id
+	}
+	return nil
 }
 
 // pickPorts is freePorts; tests replace it to force a bind clash.
@@ -380,6 +476,23 @@ func (c *Cluster) properties(n *node) string {
 		// them at the next retention check, whenever that falls.
 		"log.retention.ms": "-1",
 	}
+	if c.zk != nil {
+		// Brokers only, registered in ZooKeeper; one is elected controller.
+		for _, k := range []string{"process.roles", "node.id", "controller.quorum.voters", "controller.listener.names"} {
+			delete(props, k)
+		}
+		props["broker.id"] = strconv.Itoa(int(n.id))
+		props["zookeeper.connect"] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.zk.port))
+		props["listeners"] = strings.Replace(listeners, fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", n.ctrlPort), "", 1)
+		props["listener.security.protocol.map"] = strings.TrimPrefix(protocols, "CONTROLLER:PLAINTEXT,")
+	}
+	if !atLeast(c.cfg.Version, 4, 0) {
+		// Share groups and KIP-848 groups came with 4.0 (3.x had
+		// KIP-848 as an early access, off here).
+		for _, k := range []string{"share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr", "group.coordinator.rebalance.protocols"} {
+			delete(props, k)
+		}
+	}
 	for _, l := range c.cfg.Listeners {
 		for k, v := range l.Config {
 			props["listener.name."+strings.ToLower(l.Name)+"."+k] = v
@@ -394,7 +507,11 @@ func (c *Cluster) properties(n *node) string {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	fmt.Fprintf(&b, "# written by kafkatest for cluster %s (%s)\n", c.cfg.Name, c.clusterID)
+	mode := "KRaft"
+	if c.zk != nil {
+		mode = "ZooKeeper"
+	}
+	fmt.Fprintf(&b, "# written by kafkatest for cluster %s (%s), Kafka %s, %s mode\n", c.cfg.Name, c.clusterID, c.cfg.Version, mode)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s=%s\n", k, props[k])
 	}
@@ -413,6 +530,7 @@ func (c *Cluster) format() error {
 	for i, n := range c.nodes {
 		wg.Go(func() {
 			args := append(baseJVMArgs(c.owner), cdsArgs(c.cds)...)
+			args = append(args, c.log4jArgs()...)
 			args = append(args, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 				"-cp", c.jars+"/*", "kafka.tools.StorageTool", "format", "-t", c.clusterID, "-c", n.props)
 			errs[i] = c.runLogged(n, formatTimeout, args)
@@ -459,6 +577,7 @@ func (c *Cluster) launch(n *node) error {
 	if c.cdsDump != "" && n.id == 1 {
 		args = append(args, "-XX:ArchiveClassesAtExit="+c.cdsDump)
 	}
+	args = append(args, c.log4jArgs()...)
 	args = append(args, c.cfg.JVMArgs...)
 	args = append(args, "-Dferry.kafkatest.node="+c.cfg.Name+"/"+strconv.Itoa(int(n.id)),
 		"-cp", c.jars+"/*", "kafka.Kafka", n.props)
@@ -532,7 +651,14 @@ func (c *Cluster) ListenerAddr(name string, nodeID int32) string {
 	return ""
 }
 
-// ClusterID returns the KRaft cluster ID the nodes were formatted with.
+// Version returns the Kafka version the cluster runs.
+func (c *Cluster) Version() string { return c.cfg.Version }
+
+// ZooKeeper reports whether the cluster runs in ZooKeeper mode.
+func (c *Cluster) ZooKeeper() bool { return c.zk != nil }
+
+// ClusterID returns the KRaft cluster ID the nodes were formatted with, or
+// in ZooKeeper mode the one the brokers made.
 func (c *Cluster) ClusterID() string { return c.clusterID }
 
 // Dir returns the directory holding the nodes' data, properties and logs.
@@ -633,7 +759,7 @@ func (c *Cluster) Restart(nodeID int32) error {
 	return nil
 }
 
-// killAll SIGKILLs every node and waits for the exits.
+// killAll SIGKILLs every node (and ZooKeeper) and waits for the exits.
 func (c *Cluster) killAll() {
 	c.mu.Lock()
 	var ps []*process
@@ -641,6 +767,9 @@ func (c *Cluster) killAll() {
 		if n.proc != nil {
 			ps = append(ps, n.proc)
 		}
+	}
+	if c.zk != nil && c.zk.proc != nil {
+		ps = append(ps, c.zk.proc)
 	}
 	c.mu.Unlock()
 	for _, p := range ps {
@@ -676,9 +805,17 @@ func (c *Cluster) Close() error {
 // with its node.
 func (c *Cluster) LogTail(lines int) string {
 	var b strings.Builder
+	type logFile struct{ label, path string }
+	var logs []logFile
+	if c.zk != nil {
+		logs = append(logs, logFile{fmt.Sprintf("zookeeper (127.0.0.1:%d)", c.zk.port), c.zk.log})
+	}
 	for _, n := range c.nodes {
-		fmt.Fprintf(&b, "---- node %d (%s) %s ----\n", n.id, n.addr(), n.log)
-		data, err := tailBytes(n.log, int64(lines)*300+4096)
+		logs = append(logs, logFile{fmt.Sprintf("node %d (%s)", n.id, n.addr()), n.log})
+	}
+	for _, n := range logs {
+		fmt.Fprintf(&b, "---- %s %s ----\n", n.label, n.path)
+		data, err := tailBytes(n.path, int64(lines)*300+4096)
 		if err != nil {
 			fmt.Fprintf(&b, "(%v)\n", err)
 			continue

@@ -7,6 +7,15 @@
 // broker+controller mode, listening on free loopback ports, with its own
 // directory and log file.
 //
+// Kafka 4.4.0 is the default. WithVersion runs another broker version
+// (Versions: 2.8.2, 3.6.2, 3.9.1), resolved from
+// conformance/maven/broker/pom.xml into its own cache directory,
+// kafka-<version>, with its own class data sharing archive; WithZooKeeper
+// runs a cluster in ZooKeeper mode (before 4.0; the only mode 2.8 is run
+// in): one ZooKeeper JVM beside the nodes, which are brokers only. Matrix
+// lists the variants; FERRY_VERSIONS=all makes tests run all of them
+// (FullMatrix).
+//
 // Typical use:
 //
 //	func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -29,4 +38,5 @@
 //	FERRY_KAFKATEST_KEEP=1         keep temporary cluster directories after Close
 //	FERRY_KAFKATEST_CDS=0          do not use the class data sharing archive
 //	FERRY_KAFKATEST_READY_TIMEOUT  readiness bound, a Go duration (default 90s)
+//	FERRY_VERSIONS=all             run the whole version matrix (make test-versions)
 package kafkatest

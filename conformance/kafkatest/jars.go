@@ -18,6 +18,12 @@ import (
 // kafkaVersion must match kafka.version in conformance/maven/pom.xml.
 const kafkaVersion = "4.4.0"
 
+// Versions are the broker versions WithVersion is tested with (the version
+// matrix): each resolves from conformance/maven/broker/pom.xml into its own
+// cache directory, <cache>/kafka-<version>. 2.8 runs with ZooKeeper only;
+// 3.x with either; 4.x with KRaft only.
+var Versions = []string{"2.8.2", "3.6.2", "3.9.1", kafkaVersion}
+
 // completeMarker is written into the jar directory after a successful copy;
 // it holds a hash of the pom the jars were resolved from.
 const completeMarker = ".complete"
@@ -45,16 +51,21 @@ func Classpath(t testing.TB) string {
 
 var jarOnce struct {
 	sync.Mutex
-	dir string
+	dirs map[string]string // version → resolved directory
 }
 
-// jarDir resolves the jars once per process; failures are retried on the
-// next call.
-func jarDir() (string, error) {
+// jarDir resolves the default version's jars once per process; failures
+// are retried on the next call.
+func jarDir() (string, error) { return jarDirFor(kafkaVersion) }
+
+// jarDirFor resolves a version's jars once per process: the default from
+// conformance/maven/pom.xml (tools and client programs included), any
+// other from conformance/maven/broker/pom.xml with -Dkafka.version.
+func jarDirFor(version string) (string, error) {
 	jarOnce.Lock()
 	defer jarOnce.Unlock()
-	if jarOnce.dir != "" {
-		return jarOnce.dir, nil
+	if d := jarOnce.dirs[version]; d != "" {
+		return d, nil
 	}
 	if err := checkTools(); err != nil {
 		return "", err
@@ -67,11 +78,20 @@ func jarDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(cache, "kafka-"+kafkaVersion)
-	if err := ResolveJars(filepath.Join(root, "conformance", "maven", "pom.xml"), dir, "Kafka", kafkaVersion, "kafka_2.13-"+kafkaVersion+".jar"); err != nil {
+	dir := filepath.Join(cache, "kafka-"+version)
+	jar := "kafka_2.13-" + version + ".jar"
+	if version == kafkaVersion {
+		err = ResolveJars(filepath.Join(root, "conformance", "maven", "pom.xml"), dir, "Kafka", version, jar)
+	} else {
+		err = resolveJars(filepath.Join(root, "conformance", "maven", "broker", "pom.xml"), dir, "Kafka", version, jar, "-Dkafka.version="+version)
+	}
+	if err != nil {
 		return "", err
 	}
-	jarOnce.dir = dir
+	if jarOnce.dirs == nil {
+		jarOnce.dirs = make(map[string]string)
+	}
+	jarOnce.dirs[version] = dir
 	return dir, nil
 }
 
@@ -96,9 +116,18 @@ func checkTools() error {
 // in errors. A flock on dir+".lock" serialises parallel test binaries and
 // benchmarks.
 func ResolveJars(pom, dir, name, version, jar string) error {
+	return resolveJars(pom, dir, name, version, jar)
+}
+
+// resolveJars is ResolveJars with extra Maven arguments (properties the
+// pom reads), which are part of what the completion marker hashes.
+func resolveJars(pom, dir, name, version, jar string, mvnArgs ...string) error {
 	pomBytes, err := os.ReadFile(pom)
 	if err != nil {
 		return fmt.Errorf("read %s pom: %w", name, err)
+	}
+	for _, a := range mvnArgs {
+		pomBytes = append(pomBytes, "\n"+a...)
 	}
 	sum := sha256.Sum256(pomBytes)
 	want := []byte(hex.EncodeToString(sum[:]) + "\n")
@@ -121,8 +150,9 @@ func ResolveJars(pom, dir, name, version, jar string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	cmd := exec.Command("mvn", "-q", "-B", "-f", pom, "dependency:copy-dependencies",
-		"-DoutputDirectory="+dir, "-DincludeScope=runtime")
+	args := append([]string{"-q", "-B", "-f", pom, "dependency:copy-dependencies",
+		"-DoutputDirectory=" + dir, "-DincludeScope=runtime"}, mvnArgs...)
+	cmd := exec.Command("mvn", args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("resolving %s %s jars with Maven failed (%v); command: %s\n%s",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 )
@@ -383,4 +384,89 @@ func TestReapOrphans(t *testing.T) {
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("live owner dir removed: %v", err)
 	}
+}
+
+// TestVersions starts each version of the matrix (one node, ZooKeeper or
+// KRaft) and does a produce/consume round trip; in ZooKeeper mode, Close
+// kills ZooKeeper too. The ApiVersions each answers are logged: what the
+// compatibility table is drawn from. `make test` runs 2.8.2 with
+// ZooKeeper (the oldest, and the ZooKeeper path); FERRY_VERSIONS=all every
+// variant.
+func TestVersions(t *testing.T) {
+	for _, v := range Matrix() {
+		t.Run(v.String(), func(t *testing.T) {
+			if !FullMatrix() && v != (Variant{Version: "2.8.2", ZooKeeper: true}) {
+				t.Skip("FERRY_VERSIONS=all (make test-versions) runs the whole matrix")
+			}
+			start := time.Now()
+			c := Start(t, 1, v.Options()...)
+			t.Logf("Kafka %s ready in %v at %s, cluster ID %s", v, time.Since(start).Round(time.Millisecond), c.Bootstrap(), c.ClusterID())
+			if c.Version() != v.Version || c.ZooKeeper() != v.ZooKeeper || c.ClusterID() == "" {
+				t.Fatalf("cluster reports version %s, ZooKeeper %v, cluster ID %q", c.Version(), c.ZooKeeper(), c.ClusterID())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cl := newClient(t, c)
+			logApiVersions(t, ctx, cl)
+			createTopic(t, ctx, kadm.NewClient(cl), "round", 1, 1)
+			for i, val := range []string{"first", "second"} {
+				r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: "round", Value: []byte(val)}).First()
+				if err != nil || r.Offset != int64(i) {
+					t.Fatalf("produce %q: offset %d, %v; want offset %d", val, r.Offset, err, i)
+				}
+			}
+			consumer := newClient(t, c, kgo.ConsumeTopics("round"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			var got []string
+			for len(got) < 2 {
+				fs := consumer.PollFetches(ctx)
+				if err := ctx.Err(); err != nil {
+					t.Fatalf("consumed %v before %v", got, err)
+				}
+				fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", topic, p, err) })
+				fs.EachRecord(func(r *kgo.Record) { got = append(got, fmt.Sprintf("%d:%s", r.Offset, r.Value)) })
+			}
+			if fmt.Sprint(got) != "[0:first 1:second]" {
+				t.Fatalf("consumed %v, want [0:first 1:second]", got)
+			}
+			if !v.ZooKeeper {
+				return
+			}
+			zk := c.zk.addr()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if conn, err := net.DialTimeout("tcp", zk, time.Second); err == nil {
+				conn.Close()
+				t.Fatalf("ZooKeeper at %s still accepts connections after Close", zk)
+			}
+		})
+	}
+}
+
+// logApiVersions logs the versions of the APIs Ferry's compatibility
+// depends on, as the broker answers them.
+func logApiVersions(t *testing.T, ctx context.Context, cl *kgo.Client) {
+	t.Helper()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("ApiVersions: %v", err)
+	}
+	max := map[int16]int16{}
+	for _, k := range resp.ApiKeys {
+		max[k.ApiKey] = k.MaxVersion
+	}
+	var b strings.Builder
+	for _, key := range []int16{0, 1, 3, 22, 24, 26, 61, 65, 66, 68, 69} {
+		name := kmsg.NameForKey(key)
+		if v, ok := max[key]; ok {
+			fmt.Fprintf(&b, " %s=v%d", name, v)
+		} else {
+			fmt.Fprintf(&b, " %s=absent", name)
+		}
+	}
+	var feats []string
+	for _, f := range resp.FinalizedFeatures {
+		feats = append(feats, fmt.Sprintf("%s=%d", f.Name, f.MaxVersionLevel))
+	}
+	t.Logf("ApiVersions:%s; finalized features %v", b.String(), feats)
 }

@@ -325,7 +325,7 @@ func JavaCmd(ctx context.Context, t testing.TB, mainClass string, args ...string
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
-	argv := append(baseJVMArgs(owner), cdsArgs(cdsArchive(JarDir(t)))...)
+	argv := append(baseJVMArgs(owner), cdsArgs(cdsArchive(kafkaVersion, JarDir(t)))...)
 	argv = append(argv, "-Xmx512m", "-cp", cp, mainClass)
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, "java", argv...)

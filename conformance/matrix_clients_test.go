@@ -66,6 +66,14 @@ type client struct {
 	// predates them): the tests that run those modes take the clients
 	// that have them.
 	streams bool
+	// ignoresSameEpochLeader declares that the client keeps a partition on
+	// its old leader when metadata names a new one with the leader epoch
+	// unchanged, as librdkafka from 2.4.0 does until a later release fixed
+	// it. A fleet member's death moves the partitions it led to another
+	// member just so (the physical leader and its epoch are unchanged), and
+	// such a client loses them for good: TestFleetMemberKillClients leaves
+	// it out, saying so.
+	ignoresSameEpochLeader bool
 	// command returns the unstarted program; args start with the mode.
 	command func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd
 }
@@ -155,7 +163,11 @@ func clients(t *testing.T) []*client {
 			groupProtocols: []string{"classic", "consumer"},
 			transactions:   true,
 			streams:        true,
-			command:        binaryCommand(goClient),
+			// librdkafka 2.6.1: its producer failed every record of the
+			// dead member's partitions after a fleet member's kill, its
+			// groups read none of them.
+			ignoresSameEpochLeader: true,
+			command:                binaryCommand(goClient),
 		},
 	}
 }

@@ -74,6 +74,13 @@ type client struct {
 	// such a client loses them for good: TestFleetMemberKillClients leaves
 	// it out, saying so.
 	ignoresSameEpochLeader bool
+	// endTxnUnknownProducerFatal declares that its transactional producer
+	// takes UNKNOWN_PRODUCER_ID in answer to EndTxn as fatal, where Java
+	// and librdkafka abort the transaction and go on: Ferry answers so
+	// after a switch to a producer of the generation before, and such a
+	// producer cannot get past it. The switchover tests run no txn role
+	// (nor its read_committed group) for it, saying so.
+	endTxnUnknownProducerFatal bool
 	// command returns the unstarted program; args start with the mode.
 	command func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd
 }
@@ -152,7 +159,10 @@ func clients(t *testing.T) []*client {
 			groupProtocols: []string{"classic"},
 			transactions:   true,
 			streams:        true,
-			command:        plainCommand(kpPython, kpClient),
+			// "Unhandled error in EndTxnResponse: [Error 59]
+			// UnknownProducerIdError", then every call refused.
+			endTxnUnknownProducerFatal: true,
+			command:                    plainCommand(kpPython, kpClient),
 		},
 		{
 			// confluent-kafka-go v2.6.1 and the librdkafka 2.6.1 it

@@ -109,11 +109,12 @@ func withEnv(cl *client, env []string) *client {
 
 // TestClientSecurity runs each client family through Ferry with TLS and
 // SASL/SCRAM-SHA-512 on the client side, and Ferry to the cluster over
-// SASL_SSL (SCRAM-SHA-512) too: Java, librdkafka (PyPI's and
-// Debian's 2.0.2), kafkajs and franz-go each produce (idempotent), consume
-// the records back in a consumer group, and write transactions, half
-// aborted, that a read_committed group reader sees only the committed half
-// of. Every connection Ferry held shows the principal User:alice.
+// SASL_SSL (SCRAM-SHA-512) too: Java, librdkafka (PyPI's and Debian's
+// 2.0.2), confluent-kafka-go, kafkajs, kafka-python and franz-go each
+// produce (idempotent), consume the records back in a consumer group, and
+// write transactions, half aborted, that a read_committed group reader sees
+// only the committed half of. Every connection Ferry held shows the
+// principal User:alice.
 //
 //	TestClientSecurity/<client>/{produce-consume,transactions}
 func TestClientSecurity(t *testing.T) {

@@ -77,7 +77,8 @@ type steadyRun struct {
 
 func (r *steadyRun) name() string { return r.family + "/" + r.wave + "/" + r.path }
 
-// TestBrokerDeathProducers runs, for franz-go, Java, librdkafka and kafkajs,
+// TestBrokerDeathProducers runs, for franz-go and every client program with
+// produce-steady (Java, librdkafka, kafkajs, kafka-python, confluent-kafka-go),
 // steady producers directly to a 3-broker cluster and through Ferry, all at
 // once, each to a topic of its own (RF 3, min.insync.replicas 2). Once every
 // producer of the first wave has records on the cluster it kills -9 broker
@@ -106,8 +107,12 @@ func TestBrokerDeathProducers(t *testing.T) {
 	bootstrap := map[string]string{"direct": c.Bootstrap(), "ferry": f.Addr}
 	var runs []*steadyRun
 	suffix := randomSuffix()
+	families := []string{"franz-go"} // in process, produceSteadyGo
+	for _, cl := range streamClients(cls) {
+		families = append(families, cl.name)
+	}
 	for _, wave := range []string{"running", "starting"} {
-		for _, fam := range []string{"franz-go", "java", "librdkafka", "kafkajs"} {
+		for _, fam := range families {
 			for _, path := range []string{"direct", "ferry"} {
 				r := &steadyRun{family: fam, path: path, wave: wave, count: steadyCount, duration: steadyDuration,
 					topic: fmt.Sprintf("death-%s-%s-%s-%s", fam, wave, path, suffix)}

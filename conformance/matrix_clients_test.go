@@ -61,6 +61,26 @@ type client struct {
 	groupProtocols []string
 	// transactions says whether produce supports --transactional-id.
 	transactions bool
+	// streams says whether the program has the produce-steady and stream
+	// modes (every client but Debian's librdkafka 2.0.2, whose program
+	// predates them): the tests that run those modes take the clients
+	// that have them.
+	streams bool
+	// ignoresSameEpochLeader declares that the client keeps a partition on
+	// its old leader when metadata names a new one with the leader epoch
+	// unchanged, as librdkafka from 2.4.0 does until a later release fixed
+	// it. A fleet member's death moves the partitions it led to another
+	// member just so (the physical leader and its epoch are unchanged), and
+	// such a client loses them for good: TestFleetMemberKillClients leaves
+	// it out, saying so.
+	ignoresSameEpochLeader bool
+	// endTxnUnknownProducerFatal declares that its transactional producer
+	// takes UNKNOWN_PRODUCER_ID in answer to EndTxn as fatal, where Java
+	// and librdkafka abort the transaction and go on: Ferry answers so
+	// after a switch to a producer of the generation before, and such a
+	// producer cannot get past it. The switchover tests run no txn role
+	// (nor its read_committed group) for it, saying so.
+	endTxnUnknownProducerFatal bool
 	// command returns the unstarted program; args start with the mode.
 	command func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd
 }
@@ -72,6 +92,10 @@ var allCodecs = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 func clients(t *testing.T) []*client {
 	t.Helper()
 	venvPython := filepath.Join(cacheDir(t), "clients", "py-venv", "bin", "python")
+	kpPython := mustExist(t, filepath.Join(cacheDir(t), "clients", "kafka-python-venv", "bin", "python"))
+	kpClient := mustExist(t, filepath.Join("clients", "kafka-python", "client.py"))
+	checkImport(t, kpPython, "kafka, snappy, lz4.frame, zstandard, crc32c")
+	goClient := mustExist(t, confluentGoBinary(t))
 	pyClient := mustExist(t, filepath.Join("clients", "python", "client.py"))
 	nodeClient := mustExist(t, filepath.Join("clients", "node", "client.js"))
 	mustExist(t, filepath.Join("clients", "node", "node_modules", "kafkajs", "package.json"))
@@ -88,6 +112,7 @@ func clients(t *testing.T) []*client {
 			fetchCodecs:    allCodecs,
 			groupProtocols: []string{"classic", "consumer"},
 			transactions:   true,
+			streams:        true,
 			command:        javaCommand,
 		},
 		{
@@ -97,6 +122,7 @@ func clients(t *testing.T) []*client {
 			fetchCodecs:    allCodecs,
 			groupProtocols: []string{"classic", "consumer"},
 			transactions:   true,
+			streams:        true,
 			command:        plainCommand(venvPython, pyClient),
 		},
 		{
@@ -108,6 +134,7 @@ func clients(t *testing.T) []*client {
 			fetchCodecs:    allCodecs,
 			groupProtocols: []string{"classic"},
 			transactions:   true,
+			streams:        false,
 			command:        plainCommand(debianPython, pyClient),
 		},
 		{
@@ -119,9 +146,75 @@ func clients(t *testing.T) []*client {
 			fetchCodecs:    []string{"none", "gzip", "snappy"},
 			groupProtocols: []string{"classic"},
 			transactions:   true,
+			streams:        true,
 			command:        plainCommand(nodeBin, nodeClient),
 		},
+		{
+			// kafka-python 3.0.12, pure Python, with python-snappy, lz4
+			// and zstandard installed for its codecs. Idempotent and
+			// transactional producers; no KIP-848 consumer.
+			name:           "kafka-python",
+			produceCodecs:  allCodecs,
+			fetchCodecs:    allCodecs,
+			groupProtocols: []string{"classic"},
+			transactions:   true,
+			streams:        true,
+			// "Unhandled error in EndTxnResponse: [Error 59]
+			// UnknownProducerIdError", then every call refused.
+			endTxnUnknownProducerFatal: true,
+			command:                    plainCommand(kpPython, kpClient),
+		},
+		{
+			// confluent-kafka-go v2.6.1 and the librdkafka 2.6.1 it
+			// bundles: a Go program, built by install.sh.
+			name:           "confluent-kafka-go",
+			produceCodecs:  allCodecs,
+			fetchCodecs:    allCodecs,
+			groupProtocols: []string{"classic", "consumer"},
+			transactions:   true,
+			streams:        true,
+			// librdkafka 2.6.1: its producer failed every record of the
+			// dead member's partitions after a fleet member's kill, its
+			// groups read none of them.
+			ignoresSameEpochLeader: true,
+			command:                binaryCommand(goClient),
+		},
 	}
+}
+
+// streamClients is the clients that have the produce-steady and stream
+// modes.
+func streamClients(cls []*client) []*client {
+	var out []*client
+	for _, cl := range cls {
+		if cl.streams {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// confluentGoBinary is where install.sh builds clients/confluent-kafka-go:
+// <cache>/clients/confluent-kafka-go-<hash>/client, the hash (12 hex
+// digits of SHA-256) over go.mod, go.sum and the .go files in name order,
+// so that a binary built from other sources is not taken for this one.
+func confluentGoBinary(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join("clients", "confluent-kafka-go")
+	gos, err := filepath.Glob(filepath.Join(src, "*.go"))
+	if err != nil || len(gos) == 0 {
+		t.Fatalf("no Go sources in %s (%v)", src, err)
+	}
+	h := sha256.New()
+	for _, f := range append([]string{filepath.Join(src, "go.mod"), filepath.Join(src, "go.sum")}, gos...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("client program dependency missing: %v; %s", err, installHint)
+		}
+		h.Write(b)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))[:12]
+	return filepath.Join(cacheDir(t), "clients", "confluent-kafka-go-"+sum, "client")
 }
 
 func mustExist(t *testing.T, path string) string {
@@ -157,6 +250,17 @@ func checkImport(t *testing.T, python, module string) {
 func plainCommand(interpreter, script string) func(context.Context, *testing.T, ...string) *exec.Cmd {
 	return func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, interpreter, append([]string{script}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
+		return cmd
+	}
+}
+
+// binaryCommand runs a program, as plainCommand does a script.
+func binaryCommand(bin string) func(context.Context, *testing.T, ...string) *exec.Cmd {
+	return func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second

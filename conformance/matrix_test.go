@@ -20,11 +20,12 @@ import (
 	"github.com/ferry-gw/ferry/proxy"
 )
 
-// The client conformance matrix: real non-Go clients (Java kafka-clients,
-// librdkafka in two versions, kafkajs), each run as a program from
-// clients/, produce to and consume from a shared 3-broker cluster through
-// target(). Every consumer reads what every producer wrote, record for
-// record, and leaves committed offsets at the end of the log.
+// The client conformance matrix: real clients (Java kafka-clients,
+// librdkafka in two versions, confluent-kafka-go, kafkajs, kafka-python),
+// each run as a program from clients/, produce to and consume from a
+// shared 3-broker cluster through target(). Every consumer reads what every
+// producer wrote, record for record, and leaves committed offsets at the
+// end of the log.
 //
 // Needs the client tools: run clients/install.sh first. Then
 //

@@ -181,33 +181,21 @@ def produce_steady(a):
     os._exit(0)  # do not let exit wait for what is left
 
 
-def new_consumer(a, topic, group, isolation, protocol):
-    """A group consumer subscribed to topic.
-
-    The topic's metadata is fetched before subscribing. Without it, a new
-    group's leader assigns nothing (it has no partitions for the topic yet),
-    then rejoins once the metadata comes; with kafka-python 3.0.12 that
-    second round's SyncGroup answer sometimes left its IO thread hung for
-    good, the assignment never applied and nothing read (seen in the
-    matrix and the fleet tests, a few runs in ten)."""
+def new_consumer(a, group, isolation, protocol):
     if protocol != "classic":
         sys.exit(f"kafka-python has no {protocol} group protocol (KIP-848); only classic")
-    c = kafka.KafkaConsumer(**security(), **{
+    return kafka.KafkaConsumer(**security(), **{
         "bootstrap_servers": a.bootstrap.split(","),
         "group_id": group,
         "auto_offset_reset": "earliest",
         "enable_auto_commit": False,
         "isolation_level": isolation,
     })
-    deadline = time.monotonic() + 30
-    while not c.partitions_for_topic(topic) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    c.subscribe([topic])
-    return c
 
 
 def consume(a):
-    c = new_consumer(a, a.topic, a.group, a.isolation, a.group_protocol)
+    c = new_consumer(a, a.group, a.isolation, a.group_protocol)
+    c.subscribe([a.topic])
     out = []
     deadline = time.monotonic() + CONSUME_TIMEOUT_S
 
@@ -369,7 +357,8 @@ def consume_role(a, spec, stop):
     """A consumer group member that commits, after every poll that returned
     records, the offset after the last record read of each partition."""
     role, topic, group, protocol, isolation = spec.split(":")
-    c = new_consumer(a, topic, group, isolation, protocol)
+    c = new_consumer(a, group, isolation, protocol)
+    c.subscribe([topic])
 
     def commit(offsets):
         if not offsets:

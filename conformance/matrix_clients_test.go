@@ -74,13 +74,6 @@ type client struct {
 	// such a client loses them for good: TestFleetMemberKillClients leaves
 	// it out, saying so.
 	ignoresSameEpochLeader bool
-	// endTxnUnknownProducerFatal declares that its transactional producer
-	// takes UNKNOWN_PRODUCER_ID in answer to EndTxn as fatal, where Java
-	// and librdkafka abort the transaction and go on: Ferry answers so
-	// after a switch to a producer of the generation before, and such a
-	// producer cannot get past it. The switchover tests run no txn role
-	// (nor its read_committed group) for it, saying so.
-	endTxnUnknownProducerFatal bool
 	// command returns the unstarted program; args start with the mode.
 	command func(ctx context.Context, t *testing.T, args ...string) *exec.Cmd
 }
@@ -92,9 +85,6 @@ var allCodecs = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 func clients(t *testing.T) []*client {
 	t.Helper()
 	venvPython := filepath.Join(cacheDir(t), "clients", "py-venv", "bin", "python")
-	kpPython := mustExist(t, filepath.Join(cacheDir(t), "clients", "kafka-python-venv", "bin", "python"))
-	kpClient := mustExist(t, filepath.Join("clients", "kafka-python", "client.py"))
-	checkImport(t, kpPython, "kafka, snappy, lz4.frame, zstandard, crc32c")
 	goClient := mustExist(t, confluentGoBinary(t))
 	pyClient := mustExist(t, filepath.Join("clients", "python", "client.py"))
 	nodeClient := mustExist(t, filepath.Join("clients", "node", "client.js"))
@@ -148,21 +138,6 @@ func clients(t *testing.T) []*client {
 			transactions:   true,
 			streams:        true,
 			command:        plainCommand(nodeBin, nodeClient),
-		},
-		{
-			// kafka-python 3.0.12, pure Python, with python-snappy, lz4
-			// and zstandard installed for its codecs. Idempotent and
-			// transactional producers; no KIP-848 consumer.
-			name:           "kafka-python",
-			produceCodecs:  allCodecs,
-			fetchCodecs:    allCodecs,
-			groupProtocols: []string{"classic"},
-			transactions:   true,
-			streams:        true,
-			// "Unhandled error in EndTxnResponse: [Error 59]
-			// UnknownProducerIdError", then every call refused.
-			endTxnUnknownProducerFatal: true,
-			command:                    plainCommand(kpPython, kpClient),
 		},
 		{
 			// confluent-kafka-go v2.6.1 and the librdkafka 2.6.1 it

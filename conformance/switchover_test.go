@@ -34,8 +34,8 @@ import (
 )
 
 // Planned switchovers under continuous traffic from every client program
-// with the stream mode (clients(t): Java, librdkafka, kafkajs, kafka-python
-// and confluent-kafka-go, each consumer group protocol it has), on real Kafka,
+// with the stream mode (clients(t): Java, librdkafka, kafkajs and
+// confluent-kafka-go, each consumer group protocol it has), on real Kafka,
 // through the ferry binary (franz-go is covered by
 // cmd/ferry/switchover_kafka_test.go). Each client program runs its stream
 // mode: an idempotent producer, a transactional producer, consumer groups on
@@ -621,8 +621,8 @@ func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 }
 
 // TestPlannedSwitchoverClients runs Java (classic and consumer group
-// protocols), librdkafka (both too), kafkajs (classic), kafka-python
-// (classic) and confluent-kafka-go (both) programs through `ferry serve`
+// protocols), librdkafka (both too), kafkajs (classic) and
+// confluent-kafka-go (both) programs through `ferry serve`
 // while it switches primary → standby → primary, planned.
 // Per client:
 //   - the idempotent producer sees no error; every acknowledged record is
@@ -693,25 +693,18 @@ func switchoverClients(t *testing.T, members int) {
 		}
 		p := &streamProc{name: fam.name, window: &window, roles: map[string]*streamRole{}}
 		p.addRole(&streamRole{name: "produce", kind: "produce", topic: topic})
+		p.addRole(&streamRole{name: "txn", kind: "txn", topic: txnTopic})
 		args := []string{"stream", "--bootstrap", bootstrap, "--partitions", strconv.Itoa(switchPartitions),
-			"--rate", strconv.Itoa(switchRate), "--produce", topic}
-		txns := !fam.endTxnUnknownProducerFatal
-		if txns {
-			p.addRole(&streamRole{name: "txn", kind: "txn", topic: txnTopic})
-			args = append(args, "--txn", txnTopic+":sw-txn-"+fam.name+"-"+sfx)
-		} else {
-			t.Logf("%s: no txn role nor read_committed group: declared to take UNKNOWN_PRODUCER_ID from EndTxn, Ferry's answer after a switch, as fatal (endTxnUnknownProducerFatal)", fam.name)
-		}
+			"--rate", strconv.Itoa(switchRate), "--produce", topic,
+			"--txn", txnTopic + ":sw-txn-" + fam.name + "-" + sfx}
 		for _, proto := range fam.groupProtocols {
 			r := &streamRole{name: proto, kind: "consume", topic: topic, group: fmt.Sprintf("sw-%s-%s-%s", fam.name, proto, sfx)}
 			p.addRole(r)
 			args = append(args, "--consume", strings.Join([]string{r.name, r.topic, r.group, proto, "read_uncommitted"}, ":"))
 		}
-		if txns {
-			rc := &streamRole{name: "read-committed", kind: "consume", topic: txnTopic, group: fmt.Sprintf("sw-%s-rc-%s", fam.name, sfx), readCommit: true}
-			p.addRole(rc)
-			args = append(args, "--consume", strings.Join([]string{rc.name, rc.topic, rc.group, "classic", "read_committed"}, ":"))
-		}
+		rc := &streamRole{name: "read-committed", kind: "consume", topic: txnTopic, group: fmt.Sprintf("sw-%s-rc-%s", fam.name, sfx), readCommit: true}
+		p.addRole(rc)
+		args = append(args, "--consume", strings.Join([]string{rc.name, rc.topic, rc.group, "classic", "read_committed"}, ":"))
 		p.cmd = fam.command(ctx, t, args...)
 		procs = append(procs, p)
 	}
@@ -827,10 +820,8 @@ func switchoverClients(t *testing.T, members int) {
 			logProducers(t, ctx, primary, prod.topic, bad)
 			logProducers(t, ctx, standby, prod.topic, bad)
 		}
-		if txn != nil {
-			checkTxn(t, txn, "primary", onPrimary[txn.topic])
-			checkTxn(t, txn, "standby", onStandby[txn.topic])
-		}
+		checkTxn(t, txn, "primary", onPrimary[txn.topic])
+		checkTxn(t, txn, "standby", onStandby[txn.topic])
 		for _, name := range p.order {
 			if r := p.roles[name]; r.kind == "consume" {
 				checkStreamConsumed(t, r, expected(procsRole(procs, p.name, r.readCommit)), txn)

@@ -79,16 +79,23 @@ func TestWriterStartsWithFewInitProducerIDs(t *testing.T) {
 		t.Fatalf("two writers started with %d InitProducerId, want 6 (one ownership each, partition 1's four known slots)", n)
 	}
 
+	// A committed source transaction of two records on partition p,
+	// mirrored: both isolation levels read want records on both clusters.
+	ta := txnClient(t, "src-"+topic)
+	committed := func(p int32, want int) {
+		t.Helper()
+		begin(t, ta)
+		produceN(t, ta, topic, p, 2, 1, fmt.Sprintf("t%d", p))
+		end(t, ta, true)
+		waitCaughtUp(t, m, topic)
+		if unc, com := sameRecords(t, topic, p); len(unc) != want || len(com) != want {
+			t.Fatalf("partition %d: %d read_uncommitted, %d read_committed records on both; want %d and %d", p, len(unc), len(com), want, want)
+		}
+	}
+
 	// Partition 0's transaction initialises one of its slots first.
 	dst.reset()
-	ta := txnClient(t, "src-"+topic)
-	begin(t, ta)
-	produceN(t, ta, topic, 0, 2, 1, "t0")
-	end(t, ta, true)
-	waitCaughtUp(t, m, topic)
-	if unc, com := sameRecords(t, topic, 0); len(unc) != 5 || len(com) != 5 {
-		t.Fatalf("partition 0: %d read_uncommitted, %d read_committed records on both; want 5 and 5", len(unc), len(com))
-	}
+	committed(0, 5)
 	if n := dst.get(kmsg.InitProducerID); n != 1 {
 		t.Fatalf("partition 0's first transaction sent %d InitProducerId, want 1 (its slot, initialised when needed)", n)
 	}
@@ -113,13 +120,7 @@ func TestWriterStartsWithFewInitProducerIDs(t *testing.T) {
 	}
 
 	// A source transaction, mirrored through a kept slot.
-	begin(t, ta)
-	produceN(t, ta, topic, 1, 2, 1, "t1")
-	end(t, ta, true)
-	waitCaughtUp(t, m, topic)
-	if unc, com := sameRecords(t, topic, 1); len(unc) != 4 || len(com) != 4 {
-		t.Fatalf("partition 1: %d read_uncommitted, %d read_committed records on both; want 4 and 4", len(unc), len(com))
-	}
+	committed(1, 4)
 	if n := dst.get(kmsg.InitProducerID); n != 1 {
 		t.Fatalf("%d InitProducerId after the transaction, want still 1", n)
 	}

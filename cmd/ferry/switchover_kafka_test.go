@@ -732,9 +732,8 @@ func sumEnds(ends map[int32]int64) int64 {
 	return n
 }
 
-// finalized is the feature levels an ApiVersions answer from bootstrap
-// finalizes.
-func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]int16 {
+// apiVersions is the ApiVersions answer from bootstrap.
+func apiVersions(t *testing.T, ctx context.Context, bootstrap string) *kmsg.ApiVersionsResponse {
 	t.Helper()
 	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, newClient(t, kgo.SeedBrokers(bootstrap)))
 	if err == nil {
@@ -743,6 +742,14 @@ func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]i
 	if err != nil {
 		t.Fatalf("ApiVersions from %s: %v", bootstrap, err)
 	}
+	return resp
+}
+
+// finalized is the feature levels an ApiVersions answer from bootstrap
+// finalizes.
+func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]int16 {
+	t.Helper()
+	resp := apiVersions(t, ctx, bootstrap)
 	out := map[string]int16{}
 	for _, f := range resp.FinalizedFeatures {
 		out[f.Name] = f.MaxVersionLevel

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -261,13 +260,7 @@ func (f *versionFlow) readCommitted(ctx context.Context) {
 // apiMax is what an ApiVersions answer from bootstrap offers, by key.
 func apiMax(t *testing.T, ctx context.Context, bootstrap string) map[int16]int16 {
 	t.Helper()
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, newClient(t, kgo.SeedBrokers(bootstrap)))
-	if err == nil {
-		err = kerr.ErrorForCode(resp.ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("ApiVersions from %s: %v", bootstrap, err)
-	}
+	resp := apiVersions(t, ctx, bootstrap)
 	out := map[int16]int16{}
 	for _, k := range resp.ApiKeys {
 		out[k.ApiKey] = k.MaxVersion

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,12 +117,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd, args []string) *proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
+		p.kill()
 		if t.Failed() {
 			t.Logf("ferry %s output:\n%s", strings.Join(args, " "), p.output())
 		}
@@ -133,6 +129,42 @@ func (p *proc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.out, "\n")
+}
+
+// waitOrExit waits until some output line matches re (true) or the
+// process exits first (false).
+func (p *proc) waitOrExit(t *testing.T, re *regexp.Regexp, timeout time.Duration) bool {
+	t.Helper()
+	deadline := time.After(timeout)
+	for i := 0; ; {
+		p.mu.Lock()
+		lines := p.out[i:]
+		i = len(p.out)
+		p.mu.Unlock()
+		if slices.ContainsFunc(lines, re.MatchString) {
+			return true
+		}
+		select {
+		case <-p.more:
+		case <-p.done:
+			p.mu.Lock()
+			rest := p.out[i:]
+			p.mu.Unlock()
+			return slices.ContainsFunc(rest, re.MatchString)
+		case <-deadline:
+			t.Fatalf("no line matching %q within %s", re, timeout)
+		}
+	}
+}
+
+// kill ends the process and waits for it.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // waitFor waits until some output line matches re and returns its

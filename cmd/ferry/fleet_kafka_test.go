@@ -73,16 +73,40 @@ func startTestFleet(t *testing.T, n int) *testFleet {
 		standby: kafkatest.Start(t, 1, kafkatest.WithName("standby")),
 		key:     writeKey(t, 1),
 	}
-	for i := range n {
-		f.members = append(f.members, &fleetMember{id: int32(i), kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)})
-	}
-	var seeds []string
-	for _, m := range f.members {
-		seeds = append(seeds, m.gossip)
-	}
-	for _, m := range f.members {
-		m.config = writeConfig(t, f.configFor(m.id, m.kafka, m.admin, m.gossip, seeds, f.key))
-		f.start(t, m)
+	// A port found free can be taken before the member binds it (by
+	// another test's listener, or as the local port of a connection):
+	// then the fleet starts again on new addresses.
+	for attempt := 1; ; attempt++ {
+		f.members = f.members[:0]
+		for i := range n {
+			f.members = append(f.members, &fleetMember{id: int32(i), kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)})
+		}
+		var seeds []string
+		for _, m := range f.members {
+			seeds = append(seeds, m.gossip)
+		}
+		clash := false
+		for _, m := range f.members {
+			m.config = writeConfig(t, f.configFor(m.id, m.kafka, m.admin, m.gossip, seeds, f.key))
+			m.p = startFerry(f.t, "serve", "--config", m.config)
+			if m.p.waitOrExit(t, servingLine, 2*time.Minute) {
+				continue
+			}
+			if attempt < 3 && strings.Contains(m.p.output(), "address already in use") {
+				clash = true
+				break
+			}
+			t.Fatalf("member %d exited (%v) before serving", m.id, m.p.err)
+		}
+		if !clash {
+			break
+		}
+		t.Logf("attempt %d: a member's address was taken before it bound it; the fleet starts again on new addresses", attempt)
+		for _, m := range f.members {
+			if m.p != nil {
+				m.p.kill()
+			}
+		}
 	}
 	f.waitAlive(t, f.ids()...)
 	return f

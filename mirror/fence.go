@@ -60,7 +60,7 @@ func (w *writer) ownerTxnID() string {
 // checks that no later writer took it meanwhile.
 func (w *writer) takeOwnership(ctx context.Context) error {
 	pred := w.pred
-	w.pred, w.owned, w.lastSent, w.heir = nil, false, time.Time{}, nil
+	w.pred, w.owned, w.lastSent, w.kept = nil, false, time.Time{}, nil
 	id := w.ownerTxnID()
 	p, err := w.m.initProducer(ctx, &id)
 	if err != nil {
@@ -68,7 +68,7 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 	}
 	w.plain = p
 	if pred.succeededBy(p) {
-		w.heir = pred
+		w.kept = pred.unused
 	}
 	if wait := fenceWait(pred, p, w.m.cfg.fencePeriod, time.Now()); wait > 0 {
 		w.logger().Debug("mirror partition ownership taken, waiting out the previous fence period",

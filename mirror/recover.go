@@ -137,10 +137,7 @@ func (w *writer) initSlots(ctx context.Context) error {
 // coordinator, as described in d, still holds its ID and epoch with no
 // transaction open or ending.
 func (w *writer) keptSlot(id string, d kadm.DescribedTransaction) (producer, bool) {
-	if w.heir == nil {
-		return producer{}, false
-	}
-	p, ok := w.heir.unused[id]
+	p, ok := w.kept[id]
 	if !ok || d.Err != nil || d.ProducerID != p.id || d.ProducerEpoch != p.epoch {
 		return producer{}, false
 	}

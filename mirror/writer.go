@@ -162,7 +162,7 @@ type writer struct {
 	// pred is what the partition's previous session in this process left
 	// (fence.go, predecessor): the next takeOwnership uses it, once.
 	pred *predecessor
-	heir *predecessor // this session's predecessor, when it succeeded it directly
+	kept map[string]producer // the unused slots of a predecessor this session directly succeeded
 }
 
 // producer is a producer ID the writer appends with, and its next sequence

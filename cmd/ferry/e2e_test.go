@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,41 +134,12 @@ func (p *proc) output() string {
 // process exits first (false).
 func (p *proc) waitOrExit(t *testing.T, re *regexp.Regexp, timeout time.Duration) bool {
 	t.Helper()
-	deadline := time.After(timeout)
-	for i := 0; ; {
-		p.mu.Lock()
-		lines := p.out[i:]
-		i = len(p.out)
-		p.mu.Unlock()
-		if slices.ContainsFunc(lines, re.MatchString) {
-			return true
-		}
-		select {
-		case <-p.more:
-		case <-p.done:
-			p.mu.Lock()
-			rest := p.out[i:]
-			p.mu.Unlock()
-			return slices.ContainsFunc(rest, re.MatchString)
-		case <-deadline:
-			t.Fatalf("no line matching %q within %s", re, timeout)
-		}
-	}
+	return p.match(t, re, timeout) != nil
 }
 
-// kill ends the process and waits for it.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-	default:
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// waitFor waits until some output line matches re and returns its
-// submatches.
-func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+// match waits until some output line matches re and returns its
+// submatches, or nil once the process has exited without one.
+func (p *proc) match(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
 	t.Helper()
 	deadline := time.After(timeout)
 	for i := 0; ; {
@@ -194,11 +164,32 @@ func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) [
 					return m
 				}
 			}
-			t.Fatalf("ferry exited (%v) before printing a line matching %q", p.err, re)
+			return nil
 		case <-deadline:
 			t.Fatalf("no line matching %q within %s", re, timeout)
 		}
 	}
+}
+
+// kill ends the process and waits for it.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitFor waits until some output line matches re and returns its
+// submatches.
+func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	m := p.match(t, re, timeout)
+	if m == nil {
+		t.Fatalf("ferry exited (%v) before printing a line matching %q", p.err, re)
+	}
+	return m
 }
 
 // stop sends SIGTERM and requires a clean exit (status 0) within timeout.

@@ -189,7 +189,7 @@ func (w *writer) checkFence(ctx context.Context) error {
 	var epoch int16
 	err := retryTxn(ctx, "DescribeTransactions", func() error {
 		sent = time.Now()
-		ds, err := w.m.dstAdm.DescribeTransactions(ctx, id)
+		ds, err := w.m.txnAdm(id).DescribeTransactions(ctx, id)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"sort"
 	"strconv"
@@ -33,6 +34,10 @@ type Mirror struct {
 
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
+	// coord are the target clients the writers' transaction coordinator
+	// requests go through (coord[0] is dst), coordAdm the same wrapped.
+	coord    []*kgo.Client
+	coordAdm []*kadm.Client
 	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
 	// noTxnListing logs once that the source has no ListTransactions.
 	srcAPIs, dstAPIs apiSupport
@@ -96,10 +101,22 @@ func New(opts ...Option) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror: source client: %w", err)
 	}
-	dst, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers), kgo.WithHooks(cfg.dstHooks...))
-	if err != nil {
-		src.Close()
-		return nil, fmt.Errorf("mirror: target client: %w", err)
+	coord := make([]*kgo.Client, coordConns)
+	for i := range coord {
+		cl, err := cfg.dstSec.NewClient(cfg.target, kgo.ClientID("ferry-mirror"), kgo.MaxVersions(vers), kgo.WithHooks(cfg.dstHooks...))
+		if err != nil {
+			src.Close()
+			for _, c := range coord[:i] {
+				c.Close()
+			}
+			return nil, fmt.Errorf("mirror: target client: %w", err)
+		}
+		coord[i] = cl
+	}
+	dst := coord[0]
+	coordAdm := make([]*kadm.Client, len(coord))
+	for i, cl := range coord {
+		coordAdm[i] = kadm.NewClient(cl)
 	}
 	m := &Mirror{
 		cfg:      cfg,
@@ -108,7 +125,9 @@ func New(opts ...Option) (*Mirror, error) {
 		src:      src,
 		dst:      dst,
 		srcAdm:   kadm.NewClient(src),
-		dstAdm:   kadm.NewClient(dst),
+		dstAdm:   coordAdm[0],
+		coord:    coord,
+		coordAdm: coordAdm,
 		writers:  make(map[topicPartition]*writerHandle),
 		topicIDs: make(map[string][16]byte),
 		parts:    make(map[string]int32),
@@ -184,7 +203,9 @@ func (m *Mirror) Close() {
 		m.wg.Wait()
 		// 3. Close the clients.
 		m.src.Close()
-		m.dst.Close()
+		for _, cl := range m.coord {
+			cl.Close()
+		}
 	})
 }
 
@@ -474,7 +495,30 @@ func retryTxn(ctx context.Context, what string, fn func() error) error {
 // nil, else for that transactional ID (bumping its epoch, which fences an
 // older holder and aborts a transaction it left open).
 func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, error) {
-	return initProducerOn(ctx, m.dst, txnID)
+	return initProducerOn(ctx, m.txnClient(*txnID), txnID)
+}
+
+// coordConns is how many connections to each target broker the writers'
+// transaction coordinator requests (InitProducerId, DescribeTransactions,
+// AddPartitionsToTxn, EndTxn) are spread over. A broker takes one request
+// of a connection at a time, and one client keeps one connection per
+// broker: the 1,000 writers starting together at 10,000 partitions queued
+// there. On this project's 2-core machine, 1,000 InitProducerIds for new
+// IDs took 3.9 s through one connection and 1.2 s through eight;
+// DescribeTransactions 0.65 s and 0.32 s.
+const coordConns = 8
+
+// txnClient is the target client for requests about transactional ID id:
+// always the same one for an ID.
+func (m *Mirror) txnClient(id string) *kgo.Client { return m.coord[coordIndex(id, len(m.coord))] }
+
+// txnAdm is txnClient's admin client.
+func (m *Mirror) txnAdm(id string) *kadm.Client { return m.coordAdm[coordIndex(id, len(m.coordAdm))] }
+
+func coordIndex(id string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
 }
 
 // initProducerOn is initProducer on the cluster cl reaches.
@@ -510,7 +554,7 @@ func (m *Mirror) addPartition(ctx context.Context, p *producer, topic string, pa
 		t.Topic = topic
 		t.Partitions = []int32{partition}
 		req.Topics = append(req.Topics, t)
-		resp, err := req.RequestWith(ctx, m.dst)
+		resp, err := req.RequestWith(ctx, m.txnClient(*p.txnID))
 		if err != nil {
 			return err
 		}
@@ -536,7 +580,7 @@ func (m *Mirror) endTxn(ctx context.Context, p *producer, commit bool) error {
 		req.ProducerID = p.id
 		req.ProducerEpoch = p.epoch
 		req.Commit = commit
-		resp, err := req.RequestWith(ctx, m.dst)
+		resp, err := req.RequestWith(ctx, m.txnClient(*p.txnID))
 		if err != nil {
 			return err
 		}

@@ -154,6 +154,7 @@ type writer struct {
 	trimmed  int64     // the standby's log start is known to be at least this
 	srcStart int64     // the source's log start, when it is inside a batch
 	srcLog   int64     // the source's log start at the last copy fetch
+	srcEnd   int64     // the source's high watermark as the start's tail check read it (-1: not read)
 	started  bool      // the session got as far as copying
 	lastPing time.Time // when the last successful ownership check was sent
 	fillSlot *txnSlot  // a filler transaction an earlier writer left open
@@ -410,7 +411,7 @@ func (w *writer) session(ctx context.Context) error {
 	// Dialed when first used: none is held through the fence period.
 	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
 	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
-	w.srcLog = -1
+	w.srcLog, w.srcEnd = -1, -1
 	began := time.Now()
 
 	// A target without DescribeTransactions (Kafka before 3.0) cannot
@@ -446,7 +447,8 @@ func (w *writer) session(ctx context.Context) error {
 
 	// Every writer starts at once after a switch: at most setupParallel
 	// hold their two connections through the checks below, and each then
-	// parks (the watcher wakes it at once if there is anything to copy).
+	// parks unless its source is known to be ahead (the watcher wakes it
+	// at once if there is anything to copy).
 	// Ten thousand writers dialing both leaders together took 20,000 file
 	// descriptors at each broker, and the brokers down with them.
 	select {
@@ -474,6 +476,14 @@ func (w *writer) session(ctx context.Context) error {
 	if err := w.checkTail(ctx); err != nil {
 		return err
 	}
+	if w.next == 0 {
+		// An empty standby partition has no tail to check: its source's
+		// end says whether it has anything to copy (unknown on an error:
+		// it parks).
+		if end, err := w.listOffset(ctx, w.src, -1); err == nil {
+			w.srcEnd = end
+		}
+	}
 	if err := w.resumeOpen(ctx); err != nil {
 		return err
 	}
@@ -485,7 +495,11 @@ func (w *writer) session(ctx context.Context) error {
 		zap.Duration("checks", time.Since(admitted)))
 	w.progress(-1, -1)
 	w.started = true
-	if len(w.inflight) == 0 {
+	// A partition the tail check found behind its source copies at once:
+	// parking would close both connections only for the watcher to wake
+	// it and dial them again (1,000 restarted writers with a backlog each
+	// paid that twice).
+	if len(w.inflight) == 0 && w.srcEnd <= w.next {
 		return w.park(ctx, max(w.next, w.srcStart))
 	}
 	release()
@@ -708,6 +722,9 @@ func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 	}
 	if err := kerr.ErrorForCode(sr.ErrorCode); err != nil {
 		return fmt.Errorf("source fetch at %d: %w", at, err)
+	}
+	if tail {
+		w.srcEnd = sr.HighWatermark
 	}
 	if tail && sr.HighWatermark < w.next {
 		return w.halt(ErrSourceTruncated, w.next, "standby holds offsets up to %d, source high watermark is %d", w.next, sr.HighWatermark)

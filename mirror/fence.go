@@ -188,8 +188,10 @@ func (w *writer) checkFence(ctx context.Context) error {
 	var pid int64
 	var epoch int16
 	err := retryTxn(ctx, "DescribeTransactions", func() error {
+		// The coalesced request leaves after this (coalesce.go): the
+		// answer is no older than sent.
 		sent = time.Now()
-		ds, err := w.m.txnAdm(id).DescribeTransactions(ctx, id)
+		ds, err := w.m.txnDescs.getAll(ctx, id)
 		if err != nil {
 			return err
 		}

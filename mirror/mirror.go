@@ -35,9 +35,12 @@ type Mirror struct {
 	src, dst       *kgo.Client
 	srcAdm, dstAdm *kadm.Client
 	// coord are the target clients the writers' transaction coordinator
-	// requests go through (coord[0] is dst), coordAdm the same wrapped.
-	coord    []*kgo.Client
-	coordAdm []*kadm.Client
+	// requests go through (coord[0] is dst).
+	coord []*kgo.Client
+	// srcLeaders, dstLeaders and txnDescs coalesce the writers' starts'
+	// lookups (coalesce.go).
+	srcLeaders, dstLeaders *coalescer[string, topicLeaders]
+	txnDescs               *coalescer[string, kadm.DescribedTransaction]
 	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
 	// noTxnListing logs once that the source has no ListTransactions.
 	srcAPIs, dstAPIs apiSupport
@@ -114,10 +117,6 @@ func New(opts ...Option) (*Mirror, error) {
 		coord[i] = cl
 	}
 	dst := coord[0]
-	coordAdm := make([]*kadm.Client, len(coord))
-	for i, cl := range coord {
-		coordAdm[i] = kadm.NewClient(cl)
-	}
 	m := &Mirror{
 		cfg:      cfg,
 		log:      cfg.logger,
@@ -125,9 +124,8 @@ func New(opts ...Option) (*Mirror, error) {
 		src:      src,
 		dst:      dst,
 		srcAdm:   kadm.NewClient(src),
-		dstAdm:   coordAdm[0],
+		dstAdm:   kadm.NewClient(dst),
 		coord:    coord,
-		coordAdm: coordAdm,
 		writers:  make(map[topicPartition]*writerHandle),
 		topicIDs: make(map[string][16]byte),
 		parts:    make(map[string]int32),
@@ -136,6 +134,8 @@ func New(opts ...Option) (*Mirror, error) {
 		setups:   make(chan struct{}, setupParallel),
 	}
 	m.life, m.endLife = context.WithCancel(context.Background())
+	m.srcLeaders, m.dstLeaders = m.newLeaders(src), m.newLeaders(dst)
+	m.txnDescs = m.newTxnDescriber()
 	if cfg.registry != nil {
 		cfg.registry.MustRegister(partitionMetrics{m})
 	}
@@ -428,39 +428,113 @@ func (m *Mirror) localHalt(in func(topicPartition) bool) error {
 	return nil
 }
 
-// leaderAddr returns the address of the partition's leader in cl's
-// cluster.
-func (m *Mirror) leaderAddr(ctx context.Context, cl *kgo.Client, topic string, partition int32) (string, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	t := kmsg.NewMetadataRequestTopic()
-	t.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, t)
-	resp, err := req.RequestWith(ctx, cl)
+// leaderAddr returns the address of the partition's leader, from a
+// Metadata request that carries every topic asked about meanwhile (leaders:
+// m.srcLeaders or m.dstLeaders).
+func (m *Mirror) leaderAddr(ctx context.Context, leaders *coalescer[string, topicLeaders], topic string, partition int32) (string, error) {
+	got, err := leaders.getAll(ctx, topic)
 	if err != nil {
 		return "", err
 	}
-	if len(resp.Topics) != 1 {
-		return "", errors.New("metadata: malformed response")
+	tl, ok := got[topic]
+	if !ok {
+		return "", fmt.Errorf("metadata: %s missing from the response", topic)
 	}
-	rt := resp.Topics[0]
-	if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
-		return "", fmt.Errorf("metadata for %s: %w", topic, err)
+	if tl.err != nil {
+		return "", fmt.Errorf("metadata for %s: %w", topic, tl.err)
 	}
-	for _, p := range rt.Partitions {
-		if p.Partition != partition {
-			continue
-		}
-		if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
-			return "", fmt.Errorf("metadata for %s[%d]: %w", topic, partition, err)
-		}
-		for _, b := range resp.Brokers {
-			if b.NodeID == p.Leader {
-				return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
-			}
-		}
-		return "", fmt.Errorf("%s[%d]: leader %d not among the brokers", topic, partition, p.Leader)
+	if err := tl.errs[partition]; err != nil {
+		return "", fmt.Errorf("%s[%d]: %w", topic, partition, err)
+	}
+	if addr, ok := tl.addrs[partition]; ok {
+		return addr, nil
 	}
 	return "", fmt.Errorf("%s[%d]: %w", topic, partition, kerr.UnknownTopicOrPartition)
+}
+
+// topicLeaders is what a Metadata answer says of one topic's partitions.
+type topicLeaders struct {
+	err   error            // the topic's own error
+	addrs map[int32]string // a partition's leader's address
+	errs  map[int32]error  // why a partition has no leader address
+}
+
+// coalescerMax bounds the keys of one coalesced request (topics of a
+// Metadata request, transactional IDs of a DescribeTransactions).
+const coalescerMax = 2000
+
+// coalesceTimeout bounds one coalesced request.
+const coalesceTimeout = 30 * time.Second
+
+// newLeaders returns the coalescer of leader lookups on cl's cluster.
+func (m *Mirror) newLeaders(cl *kgo.Client) *coalescer[string, topicLeaders] {
+	return &coalescer[string, topicLeaders]{
+		start: m.goRun,
+		ctx:   m.life,
+		max:   coalescerMax,
+		fetch: func(ctx context.Context, topics []string) (map[string]topicLeaders, error) {
+			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
+			defer cancel()
+			req := kmsg.NewPtrMetadataRequest()
+			for _, topic := range topics {
+				t := kmsg.NewMetadataRequestTopic()
+				t.Topic = kmsg.StringPtr(topic)
+				req.Topics = append(req.Topics, t)
+			}
+			resp, err := req.RequestWith(ctx, cl)
+			if err != nil {
+				return nil, err
+			}
+			addrs := make(map[int32]string, len(resp.Brokers))
+			for _, b := range resp.Brokers {
+				addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+			}
+			out := make(map[string]topicLeaders, len(resp.Topics))
+			for _, rt := range resp.Topics {
+				if rt.Topic == nil {
+					continue
+				}
+				tl := topicLeaders{err: kerr.ErrorForCode(rt.ErrorCode), addrs: make(map[int32]string, len(rt.Partitions))}
+				for _, p := range rt.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
+						tl.setErr(p.Partition, err)
+						continue
+					}
+					addr, ok := addrs[p.Leader]
+					if !ok {
+						tl.setErr(p.Partition, fmt.Errorf("leader %d not among the brokers", p.Leader))
+						continue
+					}
+					tl.addrs[p.Partition] = addr
+				}
+				out[*rt.Topic] = tl
+			}
+			return out, nil
+		},
+	}
+}
+
+func (tl *topicLeaders) setErr(partition int32, err error) {
+	if tl.errs == nil {
+		tl.errs = make(map[int32]error)
+	}
+	tl.errs[partition] = err
+}
+
+// newTxnDescriber returns the coalescer of DescribeTransactions on the
+// target.
+func (m *Mirror) newTxnDescriber() *coalescer[string, kadm.DescribedTransaction] {
+	return &coalescer[string, kadm.DescribedTransaction]{
+		start: m.goRun,
+		ctx:   m.life,
+		max:   coalescerMax,
+		fetch: func(ctx context.Context, ids []string) (map[string]kadm.DescribedTransaction, error) {
+			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
+			defer cancel()
+			// Partial on error: the IDs of the coordinators that answered.
+			return m.dstAdm.DescribeTransactions(ctx, ids...)
+		},
+	}
 }
 
 // retriableTxnErr reports whether a transaction coordinator error is worth
@@ -499,21 +573,18 @@ func (m *Mirror) initProducer(ctx context.Context, txnID *string) (producer, err
 }
 
 // coordConns is how many connections to each target broker the writers'
-// transaction coordinator requests (InitProducerId, DescribeTransactions,
-// AddPartitionsToTxn, EndTxn) are spread over. A broker takes one request
-// of a connection at a time, and one client keeps one connection per
-// broker: the 1,000 writers starting together at 10,000 partitions queued
-// there. On this project's 2-core machine, 1,000 InitProducerIds for new
-// IDs took 3.9 s through one connection and 1.2 s through eight;
-// DescribeTransactions 0.65 s and 0.32 s.
+// transaction coordinator requests (InitProducerId, AddPartitionsToTxn,
+// EndTxn) are spread over. A broker takes one request of a connection at a
+// time, and one client keeps one connection per broker: the 1,000 writers
+// starting together at 10,000 partitions queued there. On this project's
+// 2-core machine, 1,000 InitProducerIds for new IDs took 3.9 s through one
+// connection and 1.2 s through eight. (DescribeTransactions takes a list:
+// the writers' are coalesced instead, txnDescs.)
 const coordConns = 8
 
 // txnClient is the target client for requests about transactional ID id:
 // always the same one for an ID.
 func (m *Mirror) txnClient(id string) *kgo.Client { return m.coord[coordIndex(id, len(m.coord))] }
-
-// txnAdm is txnClient's admin client.
-func (m *Mirror) txnAdm(id string) *kadm.Client { return m.coordAdm[coordIndex(id, len(m.coordAdm))] }
 
 func coordIndex(id string, n int) int {
 	h := fnv.New32a()

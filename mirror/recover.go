@@ -69,7 +69,7 @@ func (w *writer) initSlots(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var err error
-		ds, err = w.m.txnAdm(ids[0]).DescribeTransactions(ctx, ids...)
+		ds, err = w.m.txnDescs.getAll(ctx, ids...)
 		if err != nil {
 			return fmt.Errorf("describing writer transactions: %w", err)
 		}

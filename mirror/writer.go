@@ -400,11 +400,12 @@ func (w *writer) halt(err error, offset int64, format string, args ...any) error
 // standby's end, checks that the standby's tail matches the source, and
 // then copies until an error.
 func (w *writer) session(ctx context.Context) error {
-	srcAddr, err := w.m.leaderAddr(ctx, w.m.src, w.topic, w.partition)
+	looked := time.Now()
+	srcAddr, err := w.m.leaderAddr(ctx, w.m.srcLeaders, w.topic, w.partition)
 	if err != nil {
 		return fmt.Errorf("source leader: %w", err)
 	}
-	dstAddr, err := w.m.leaderAddr(ctx, w.m.dst, w.topic, w.partition)
+	dstAddr, err := w.m.leaderAddr(ctx, w.m.dstLeaders, w.topic, w.partition)
 	if err != nil {
 		return fmt.Errorf("standby leader: %w", err)
 	}
@@ -490,7 +491,7 @@ func (w *writer) session(ctx context.Context) error {
 	// The steps' times tell where a slow start went (after a switch, every
 	// writer starts at once and they queue at the coordinator and at setups).
 	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id),
-		zap.Duration("took", time.Since(began)), zap.Duration("ownership", owned.Sub(began)),
+		zap.Duration("took", time.Since(began)), zap.Duration("leaders", began.Sub(looked)), zap.Duration("ownership", owned.Sub(began)),
 		zap.Duration("slots", slotted.Sub(owned)), zap.Duration("queued", admitted.Sub(slotted)),
 		zap.Duration("checks", time.Since(admitted)))
 	w.progress(-1, -1)

@@ -29,9 +29,10 @@ const catchUpValueSize = 1024
 // and the writers restarted (POST /mirror/restart). MB/s is the backlog's
 // value bytes over the time from the restart to the standby holding every
 // offset the active cluster holds there, both read directly. The restart
-// is part of it: each writer takes its partition over (its fence period and
-// producer IDs), checks the standby's tail and starts its session, as after
-// a member's restart or a switch; the copy alone is timed too, from the
+// is part of it: each writer takes its partition over (a producer ID, the
+// checks of its ownership and slots), checks the standby's tail and
+// starts its session, as after a member's restart or a switch; the copy
+// alone is timed too, from the
 // first byte of the backlog seen on the standby.
 func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	var tps []admin.TopicPartition

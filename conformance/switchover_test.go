@@ -290,6 +290,30 @@ func startFerryServe(t *testing.T, bin string, primary, standby *kafkatest.Clust
 // is not nil: the configuration gets its node ID and a fleet section.
 func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) *ferryServe {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		f, clash := startFerryMemberOnce(t, bin, primary, standby, seat)
+		if !clash {
+			return f
+		}
+		// A gossip port is picked free before the member binds it, and
+		// another process (a broker, another test's member) can take it
+		// in between: the member starts again on a new one. Its peers'
+		// seed lists keep the old address; a member joins through any seed
+		// that answers.
+		if seat == nil || attempt == 3 {
+			b, _ := os.ReadFile(f.log)
+			t.Fatalf("ferry serve exited, its address taken (%v):\n%s", f.cmd.ProcessState, b)
+		}
+		old := seat.gossip
+		seat.gossip = freeGossipAddr(t)
+		t.Logf("%s: an address was taken before it bound it (gossip %s); starting again with gossip on %s", f.name(), old, seat.gossip)
+	}
+}
+
+// startFerryMemberOnce is one attempt of startFerryMember; clash is true
+// when the member exited because an address it was to listen on was taken.
+func startFerryMemberOnce(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) (_ *ferryServe, clash bool) {
+	t.Helper()
 	dir := t.TempDir()
 	level := switchLogLevel
 	if l := os.Getenv("FERRY_SWITCH_LOG"); l != "" {
@@ -361,6 +385,11 @@ mirror: {sync_interval: 1s%s}
 		}
 		select {
 		case <-exited:
+			b, _ = os.ReadFile(f.log) // all of it, now that it is closed
+			if bytes.Contains(b, []byte("already in use")) {
+				clash = true
+				return nil
+			}
 			t.Fatalf("ferry serve exited (%v):\n%s", f.cmd.ProcessState, b)
 		default:
 		}
@@ -369,10 +398,13 @@ mirror: {sync_interval: 1s%s}
 		}
 		return nil
 	})
+	if clash {
+		return f, true
+	}
 	if seat != nil {
 		seat.listen = f.addr
 	}
-	return f
+	return f, false
 }
 
 func (f *ferryServe) name() string {

@@ -92,7 +92,7 @@ func startTestFleet(t *testing.T, n int) *testFleet {
 			if m.p.waitOrExit(t, servingLine, 2*time.Minute) {
 				continue
 			}
-			if attempt < 3 && strings.Contains(m.p.output(), "address already in use") {
+			if attempt < 3 && strings.Contains(m.p.output(), "already in use") {
 				clash = true
 				break
 			}

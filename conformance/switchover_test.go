@@ -290,6 +290,13 @@ func startFerryServe(t *testing.T, bin string, primary, standby *kafkatest.Clust
 // is not nil: the configuration gets its node ID and a fleet section.
 func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) *ferryServe {
 	t.Helper()
+	return startFerryWith(t, bin, primary, standby, seat, "")
+}
+
+// startFerryWith is startFerryMember with extra configuration lines
+// (e.g. a policy section).
+func startFerryWith(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat, extra string) *ferryServe {
+	t.Helper()
 	dir := t.TempDir()
 	level := switchLogLevel
 	if l := os.Getenv("FERRY_SWITCH_LOG"); l != "" {
@@ -308,6 +315,7 @@ clusters:
   - {name: standby, bootstrap: [%s]}
 mirror: {sync_interval: 1s%s}
 `, listen, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "), mirrorExclude(seat))
+	cfg += extra
 	if seat != nil {
 		cfg += fmt.Sprintf("node_id: %d\nfleet: {bind: %q, seeds: [%s], key_file: %q}\n",
 			seat.nodeID, seat.gossip, strings.Join(seat.seeds, ", "), seat.keyFile)

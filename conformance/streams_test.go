@@ -365,7 +365,7 @@ func checkStreamsCounts(t *testing.T, cluster string, acked map[int]partOff, in,
 			seen[u.n] = true
 		}
 		if len(us) != want {
-			t.Errorf("%s: key %s has %d output records (last count %d), %d input records", cluster, k, len(us), lastCount(us), want)
+			t.Errorf("%s: key %s has %d output records (the last: %s), %d input records", cluster, k, len(us), lastOf(us), want)
 		}
 	}
 	if bad > 10 {
@@ -420,7 +420,7 @@ func streamsShort(in, out map[partOff]string) map[string]string {
 	return short
 }
 
-func lastCount[T any](us []T) any {
+func lastOf[T any](us []T) string {
 	if len(us) == 0 {
 		return "none"
 	}

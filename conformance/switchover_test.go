@@ -290,8 +290,15 @@ func startFerryServe(t *testing.T, bin string, primary, standby *kafkatest.Clust
 // is not nil: the configuration gets its node ID and a fleet section.
 func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) *ferryServe {
 	t.Helper()
+	return startFerryWith(t, bin, primary, standby, seat, "")
+}
+
+// startFerryWith is startFerryMember with extra configuration lines
+// (e.g. a policy section).
+func startFerryWith(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat, extra string) *ferryServe {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		f, clash := startFerryMemberOnce(t, bin, primary, standby, seat)
+		f, clash := startFerryOnce(t, bin, primary, standby, seat, extra)
 		if !clash {
 			return f
 		}
@@ -310,9 +317,9 @@ func startFerryMember(t *testing.T, bin string, primary, standby *kafkatest.Clus
 	}
 }
 
-// startFerryMemberOnce is one attempt of startFerryMember; clash is true
-// when the member exited because an address it was to listen on was taken.
-func startFerryMemberOnce(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat) (_ *ferryServe, clash bool) {
+// startFerryOnce is one attempt of startFerryWith; clash is true when the
+// member exited because an address it was to listen on was taken.
+func startFerryOnce(t *testing.T, bin string, primary, standby *kafkatest.Cluster, seat *fleetSeat, extra string) (_ *ferryServe, clash bool) {
 	t.Helper()
 	dir := t.TempDir()
 	level := switchLogLevel
@@ -332,6 +339,7 @@ clusters:
   - {name: standby, bootstrap: [%s]}
 mirror: {sync_interval: 1s%s}
 `, listen, level, strings.Join(primary.Addrs(), ", "), strings.Join(standby.Addrs(), ", "), mirrorExclude(seat))
+	cfg += extra
 	if seat != nil {
 		cfg += fmt.Sprintf("node_id: %d\nfleet: {bind: %q, seeds: [%s], key_file: %q}\n",
 			seat.nodeID, seat.gossip, strings.Join(seat.seeds, ", "), seat.keyFile)

@@ -120,6 +120,49 @@ func TestMirrorLogStart(t *testing.T) {
 	}
 }
 
+// TestMirrorLogStartAtEnd: a partition whose every record was deleted
+// (log start = end on both clusters, as Kafka Streams leaves a repartition
+// topic it has processed to the end and the mirror copies the purge) is
+// mirrored again by a new writer session: the tail check finds no batch on
+// the standby and lets it start. Before, the standby's fetch at its last
+// offset answered OFFSET_OUT_OF_RANGE, and every start failed with it: after
+// a switch the mirror never caught up (TestStreamsExactlyOnceSwitch).
+func TestMirrorLogStartAtEnd(t *testing.T) {
+	a, s := clusters(t)
+	const topic = "logstart-end"
+	createTopic(t, a, topic, 1, nil)
+	cl := newClient(t, a, manualPartitioner())
+	produceN(t, cl, topic, 0, 40, 10, "le")
+	m := startMirror(t, Topics([]string{topic}, nil))
+	waitCaughtUp(t, m, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var o kadm.Offsets
+	o.AddOffset(topic, 0, 40, -1)
+	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 20*time.Second, "the standby's log start raised to its end, 40", func() error {
+		if start, end := offsetsOf(t, s, topic, 0); start != 40 || end != 40 {
+			return fmt.Errorf("log start %d, end %d", start, end)
+		}
+		return nil
+	})
+	m.Close()
+
+	// A new session (a restart, or the mirror of a switch) goes on.
+	m = startMirror(t, Topics([]string{topic}, nil))
+	produceN(t, cl, topic, 0, 10, 10, "le2")
+	if err := m.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatalf("the mirror did not catch up after its restart: %v\n%+v", err, m.Status())
+	}
+	sameBatches(t, topic, 0)
+	unc, _ := sameRecords(t, topic, 0)
+	if len(unc) != 10 || unc[0].Offset != 40 {
+		t.Fatalf("got %d records, want 10 from 40: %+v", len(unc), unc)
+	}
+}
+
 // TestMirrorCompactedHoles: a compacted source topic after a real cleaner
 // run has holes between batches (and empty batches the cleaner kept for
 // idempotent producers): the standby fills them and every surviving record

@@ -692,8 +692,11 @@ func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 	if err != nil {
 		return err
 	}
-	if !tail && st.ErrorCode == kerr.OffsetOutOfRange.Code {
-		return nil // below the standby's log start: nothing to compare
+	if st.ErrorCode == kerr.OffsetOutOfRange.Code {
+		if !tail {
+			return nil // below the standby's log start: nothing to compare
+		}
+		return w.tailDeleted(ctx, at)
 	}
 	if err := kerr.ErrorForCode(st.ErrorCode); err != nil {
 		return fmt.Errorf("standby fetch at %d: %w", at, err)
@@ -777,6 +780,34 @@ func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 		}
 		return nil
 	}
+}
+
+// tailDeleted is the tail check of a standby whose fetch at its last offset
+// at was out of range. Its log start may have passed its end: every record
+// deleted, as Kafka Streams leaves a repartition topic once it has processed
+// all of it (it purges up to its committed offset, the end), and as the
+// mirror copies such a purge (trimLogStart). No batch is left to compare;
+// the source must still reach the standby's end. Any other out of range
+// (the standby's end moved below at) is an error, retried by the next
+// session. Before, every start of such a partition's writer failed here
+// for as long as the log stayed empty, so the mirror never caught up.
+func (w *writer) tailDeleted(ctx context.Context, at int64) error {
+	start, err := w.listOffset(ctx, w.dst, -2)
+	if err != nil {
+		return err
+	}
+	if start <= at {
+		return fmt.Errorf("standby fetch at %d: %w (log start %d)", at, kerr.OffsetOutOfRange, start)
+	}
+	hw, err := w.listOffset(ctx, w.src, -1)
+	if err != nil {
+		return err
+	}
+	if hw < w.next {
+		return w.halt(ErrSourceTruncated, w.next, "standby holds offsets up to %d, source ends at %d", w.next, hw)
+	}
+	w.srcEnd = hw
+	return nil
 }
 
 // markerTwice reports whether the standby's marker sb at at repeats the

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -362,11 +361,6 @@ func TestShareGroupJava(t *testing.T) {
 func TestShareGroupSwitchover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
-	}
-	if os.Getenv("FERRY_SHARE_SWITCH") == "" {
-		// Written, never run yet (out of time): kept out of make test
-		// until it has passed on real brokers.
-		t.Skip("set FERRY_SHARE_SWITCH=1 to run (not yet verified on real brokers)")
 	}
 	bin, primary, standby := startPair(t, "share-primary", "share-standby")
 	ferry := startFerryServe(t, bin, primary, standby)

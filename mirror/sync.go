@@ -557,6 +557,24 @@ func (m *Mirror) syncGroups(ctx context.Context, evict bool) error {
 	if dstErr != nil {
 		return fmt.Errorf("listing standby groups: %w", dstErr)
 	}
+	// Share groups alongside (share_groups.go).
+	var shareErr error
+	shared := make(chan struct{})
+	go func() {
+		defer close(shared)
+		shareErr = m.shareGroupsRound(ctx, srcGroups, dstGroups, evict)
+	}()
+	err := m.syncOffsetGroups(ctx, evict, srcGroups, dstGroups)
+	<-shared
+	return errors.Join(err, shareErr)
+}
+
+// syncOffsetGroups is syncGroups for the groups that commit offsets
+// (classic and consumer groups), from the groups listed on each side
+// (dstGroups: only when evict).
+func (m *Mirror) syncOffsetGroups(ctx context.Context, evict bool, srcGroups, dstGroups kadm.ListedGroups) error {
+	var dstErr error
+	var wg sync.WaitGroup
 	var groups []string
 	for _, g := range srcGroups.Sorted() {
 		if m.cfg.mirrorGroup(g.Group) && g.GroupType != "share" {

@@ -61,6 +61,9 @@ type clientConn struct {
 
 	// lane is the virtual broker this connection reached (-1: any).
 	lane int
+	// shareTo is where the reader last sent a share request it chose a
+	// broker for by partition (78_share_fetch.go).
+	shareTo shareTarget
 
 	// What Connz reports (connz.go). stats is nil when connection stats
 	// are off. identified and lastUp are the reader goroutine's own;
@@ -189,6 +192,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		ups:         make(map[upKey]*upstream.Conn),
 		fetchUps:    make(map[upKey][]*upstream.Conn),
 		watermarks:  make(map[tp]watermarks),
+		shareTo:     shareTarget{broker: -1},
 		id:          s.connIDs.Add(1),
 		remote:      remote,
 		connectedAt: time.Now(),

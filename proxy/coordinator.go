@@ -61,6 +61,20 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 		return coordGroup, []string{r.Group}
 	case *kmsg.ConsumerGroupDescribeRequest:
 		return coordGroup, r.Groups
+	case *kmsg.ShareGroupHeartbeatRequest:
+		return coordGroup, []string{r.GroupID}
+	case *kmsg.ShareGroupDescribeRequest:
+		return coordGroup, r.GroupIDs
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		ks := make([]string, len(r.Groups))
+		for i, g := range r.Groups {
+			ks[i] = g.GroupID
+		}
+		return coordGroup, ks
+	case *kmsg.AlterShareGroupOffsetsRequest:
+		return coordGroup, []string{r.GroupID}
+	case *kmsg.DeleteShareGroupOffsetsRequest:
+		return coordGroup, []string{r.GroupID}
 	case *kmsg.InitProducerIDRequest:
 		if r.TransactionalID == nil {
 			return coordTxn, nil // any broker allocates an idempotent producer ID
@@ -143,6 +157,8 @@ func (s *Server) forwardCoordinated(c *clientConn, req *request, kr kmsg.Request
 			s.hideInternalAssigned(r)
 		case *kmsg.ConsumerGroupDescribeResponse:
 			s.hideInternalDescribed(r)
+		case *kmsg.ShareGroupHeartbeatResponse:
+			s.hideInternalShareAssigned(r)
 		}
 		return nil
 	}
@@ -207,6 +223,14 @@ func keysSubset(kr kmsg.Request, idxs []int) (sub kmsg.Request, ok bool) {
 		c := *r
 		c.Groups = pick(r.Groups, idxs)
 		return &c, true
+	case *kmsg.ShareGroupDescribeRequest:
+		c := *r
+		c.GroupIDs = pick(r.GroupIDs, idxs)
+		return &c, true
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
 	case *kmsg.DescribeTransactionsRequest:
 		c := *r
 		c.TransactionalIDs = pick(r.TransactionalIDs, idxs)
@@ -242,6 +266,10 @@ func mergeKeyAnswers(into, from kmsg.Response) {
 		r.Groups = append(r.Groups, from.(*kmsg.DeleteGroupsResponse).Groups...)
 	case *kmsg.ConsumerGroupDescribeResponse:
 		r.Groups = append(r.Groups, from.(*kmsg.ConsumerGroupDescribeResponse).Groups...)
+	case *kmsg.ShareGroupDescribeResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.ShareGroupDescribeResponse).Groups...)
+	case *kmsg.DescribeShareGroupOffsetsResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.DescribeShareGroupOffsetsResponse).Groups...)
 	case *kmsg.DescribeTransactionsResponse:
 		r.TransactionStates = append(r.TransactionStates, from.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
 	case *kmsg.OffsetFetchResponse:

@@ -21,7 +21,7 @@ import (
 var ErrUnsupportedVersion = errors.New("unsupported API key or version")
 
 // How Ferry treats each client-facing API key. Keys not listed (inter-broker
-// and controller RPCs, SASL, share and streams groups, delegation tokens)
+// and controller RPCs, SASL, streams groups, delegation tokens)
 // are not advertised and are refused (SaslHandshake is advertised and
 // answered: 17_sasl_handshake.go); so are the admin APIs that only make
 // sense against one physical cluster's brokers (DescribeQuorum), whose
@@ -36,6 +36,7 @@ const (
 	routeTxn                     // forwarded to the transaction coordinator
 	routeFanOut                  // sent to every broker, answers merged
 	routeAny                     // any broker (KRaft brokers forward to the controller)
+	routeLane                    // whole to the broker behind the client's lane (78_share_fetch.go)
 )
 
 var routes = map[int16]route{
@@ -90,6 +91,13 @@ var routes = map[int16]route{
 	int16(kmsg.PushTelemetry):                routeAny,
 	int16(kmsg.ListConfigResources):          routeAny,
 	int16(kmsg.DescribeTopicPartitions):      routeAny,
+	int16(kmsg.ShareGroupHeartbeat):          routeGroup,
+	int16(kmsg.ShareGroupDescribe):           routeGroup,
+	int16(kmsg.ShareFetch):                   routeLane,
+	int16(kmsg.ShareAcknowledge):             routeLane,
+	int16(kmsg.DescribeShareGroupOffsets):    routeGroup,
+	int16(kmsg.AlterShareGroupOffsets):       routeGroup,
+	int16(kmsg.DeleteShareGroupOffsets):      routeGroup,
 }
 
 // clientKeys lists every key Ferry serves.
@@ -128,6 +136,8 @@ func init() {
 		int16(kmsg.CreatePartitions):           handleCreatePartitions,
 		int16(kmsg.AlterPartitionAssignments):  handleAlterPartitionReassignments,
 		int16(kmsg.ListPartitionReassignments): handleListPartitionReassignments,
+		int16(kmsg.ShareFetch):                 handleShareFetch,
+		int16(kmsg.ShareAcknowledge):           handleShareAcknowledge,
 	}
 }
 
@@ -236,7 +246,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		s.remapped.answered(req.state.Generation, r, true)
 	}
 	var ue *upstream.UnreachableError
-	if routes[req.hdr.Key] == routeSplit && req.up != nil && errors.As(err, &ue) {
+	if rt := routes[req.hdr.Key]; (rt == routeSplit || rt == routeLane) && req.up != nil && errors.As(err, &ue) {
 		// The leader cannot be reached: Ferry says NOT_LEADER once the
 		// cluster has moved its partitions (or after leaderWait), not at
 		// once. A client retrying at once would spend its retries before

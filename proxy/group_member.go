@@ -92,6 +92,8 @@ func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream.Cluster
 	switch r := resp.(type) {
 	case *kmsg.ConsumerGroupHeartbeatResponse:
 		memberOfOtherCluster(gen, kr, r)
+	case *kmsg.ShareGroupHeartbeatResponse:
+		shareMemberOfOtherCluster(gen, kr, r)
 	case *kmsg.HeartbeatResponse:
 		if s.carriesStaleCommits(gen) {
 			staleMemberHeartbeat(r)
@@ -108,6 +110,20 @@ func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream.Cluster
 // switch.
 func memberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.ConsumerGroupHeartbeatResponse) {
 	hb, ok := kr.(*kmsg.ConsumerGroupHeartbeatRequest)
+	if !ok || gen == 0 || hb.MemberEpoch <= 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
+		return
+	}
+	msg := "member unknown to the cluster active since a switchover: rejoin"
+	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
+}
+
+// shareMemberOfOtherCluster is memberOfOtherCluster for a share group
+// member: the new cluster has no share group of that name until a member
+// joins (or the switch copied its start offsets), and the Java share
+// consumer takes GROUP_ID_NOT_FOUND as fatal; on UNKNOWN_MEMBER_ID it
+// rejoins with epoch 0.
+func shareMemberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.ShareGroupHeartbeatResponse) {
+	hb, ok := kr.(*kmsg.ShareGroupHeartbeatRequest)
 	if !ok || gen == 0 || hb.MemberEpoch <= 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
 		return
 	}

@@ -50,6 +50,14 @@ var heldWrites = map[int16]bool{
 	int16(kmsg.CreateACLs):                true,
 	int16(kmsg.DeleteACLs):                true,
 	int16(kmsg.AlterPartitionAssignments): true,
+	// A share group's start offsets are copied at the switch: changed
+	// meanwhile on the old cluster, the change would be lost.
+	// Acknowledgements (ShareAcknowledge, ShareFetch) are not held: one
+	// that lands on the old cluster after the copy leaves its records to
+	// be delivered again on the new one, as one held to the new cluster
+	// would (it acquired nothing there).
+	int16(kmsg.AlterShareGroupOffsets):  true,
+	int16(kmsg.DeleteShareGroupOffsets): true,
 }
 
 // holds reports whether a request of key waits under phase.

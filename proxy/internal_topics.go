@@ -322,6 +322,15 @@ func appendAnswers(resp, add kmsg.Response) bool {
 		r.Topics = append(r.Topics, add.(*kmsg.TxnOffsetCommitResponse).Topics...)
 	case *kmsg.DescribeTransactionsResponse:
 		r.TransactionStates = append(r.TransactionStates, add.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
+	case *kmsg.ShareFetchResponse:
+		// Ferry's refusals name no leader: they bring no endpoints.
+		a := add.(*kmsg.ShareFetchResponse)
+		r.Topics = append(r.Topics, a.Topics...)
+		r.NodeEndpoints = append(r.NodeEndpoints, a.NodeEndpoints...)
+	case *kmsg.ShareAcknowledgeResponse:
+		a := add.(*kmsg.ShareAcknowledgeResponse)
+		r.Topics = append(r.Topics, a.Topics...)
+		r.NodeEndpoints = append(r.NodeEndpoints, a.NodeEndpoints...)
 	case *kmsg.ConsumerGroupHeartbeatResponse, *kmsg.InitProducerIDResponse, *kmsg.AddOffsetsToTxnResponse, *kmsg.EndTxnResponse:
 		// no per-item answers
 	default:
@@ -382,6 +391,17 @@ func (s *Server) hideInternalAssigned(resp *kmsg.ConsumerGroupHeartbeatResponse)
 		return
 	}
 	take(&resp.Assignment.Topics, func(t *kmsg.ConsumerGroupHeartbeatResponseAssignmentTopic) bool { return s.internal.hasID(t.TopicID) })
+}
+
+// hideInternalShareAssigned takes Ferry's own topics out of a share
+// group member's assignment (its topic IDs virtual already).
+func (s *Server) hideInternalShareAssigned(resp *kmsg.ShareGroupHeartbeatResponse) {
+	if resp.Assignment == nil || len(s.internal.ids) == 0 {
+		return
+	}
+	take(&resp.Assignment.TopicPartitions, func(t *kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition) bool {
+		return s.internal.hasID(t.TopicID)
+	})
 }
 
 // hideInternalDescribed takes Ferry's own topics out of the members'

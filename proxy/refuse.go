@@ -26,7 +26,7 @@ func upstreamErrorCode(kr kmsg.Request) int16 {
 		return kerr.CoordinatorNotAvailable.Code
 	}
 	switch routes[key] {
-	case routeSplit:
+	case routeSplit, routeLane:
 		return kerr.NotLeaderForPartition.Code
 	case routeGroup, routeFanOut:
 		return kerr.CoordinatorNotAvailable.Code

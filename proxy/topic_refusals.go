@@ -14,9 +14,11 @@ package proxy
 //     which look at names and virtual IDs. Produce, Fetch and Metadata
 //     resolve their IDs themselves (splitTopics, handleMetadata); this
 //     covers DeleteTopics v6+, OffsetCommit v10+, OffsetFetch v10+,
-//     TxnOffsetCommit v6+, and a KIP-848 member's owned partitions in
-//     ConsumerGroupHeartbeat, which have no answer of their own and are
-//     left out of what is forwarded.
+//     TxnOffsetCommit v6+, ShareFetch and ShareAcknowledge (always
+//     forwarded, even with no topic left: the request carries the share
+//     session's epoch; a forgotten topic of an unknown ID is dropped), and
+//     a KIP-848 member's owned partitions in ConsumerGroupHeartbeat, which
+//     have no answer of their own and are left out of what is forwarded.
 //   - Kafka's internal topics (kafkaInternal): deleting them or their
 //     records, or changing their configs or partitions, is refused with
 //     TOPIC_AUTHORIZATION_FAILED, reason kafka_internal_topic. A client
@@ -56,7 +58,7 @@ var (
 		kmsg.DescribeConfigs, kmsg.AlterConfigs, kmsg.IncrementalAlterConfigs, kmsg.ElectLeaders,
 		kmsg.AlterPartitionAssignments, kmsg.AddPartitionsToTxn, kmsg.ListPartitionReassignments, kmsg.DescribeTopicPartitions)
 	topicIDKeys = keySet(kmsg.DeleteTopics, kmsg.OffsetCommit, kmsg.OffsetFetch, kmsg.TxnOffsetCommit,
-		kmsg.ConsumerGroupHeartbeat)
+		kmsg.ConsumerGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge)
 	kafkaInternalKeys = keySet(kmsg.DeleteTopics, kmsg.DeleteRecords, kmsg.CreatePartitions,
 		kmsg.AlterConfigs, kmsg.IncrementalAlterConfigs)
 	txnIDKeys = keySet(kmsg.InitProducerID, kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn,
@@ -174,6 +176,20 @@ func takeUnknownTopicIDs(kr kmsg.Request, known func([16]byte) bool) (kmsg.Reque
 		}
 		if cp != nil {
 			return cp, false
+		}
+	case *kmsg.ShareFetchRequest:
+		forgot := len(take(&r.ForgottenTopicsData, func(t *kmsg.ShareFetchRequestForgottenTopicsData) bool { return unknown(t.TopicID) })) > 0
+		out := take(&r.Topics, func(t *kmsg.ShareFetchRequestTopic) bool { return unknown(t.TopicID) })
+		if out != nil || forgot {
+			cp := *r
+			cp.Topics, cp.ForgottenTopicsData = out, nil
+			return &cp, false
+		}
+	case *kmsg.ShareAcknowledgeRequest:
+		if out := take(&r.Topics, func(t *kmsg.ShareAcknowledgeRequestTopic) bool { return unknown(t.TopicID) }); out != nil {
+			cp := *r
+			cp.Topics = out
+			return &cp, false
 		}
 	case *kmsg.ConsumerGroupHeartbeatRequest:
 		// The partitions the member owns: nothing answers them, and

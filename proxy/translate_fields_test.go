@@ -117,6 +117,18 @@ var handledIdentity = map[string]string{
 	"DescribeProducers.Response.Topics.Partitions.ActiveProducers.ProducerID": "virtual",
 	"ListTransactions.Response.TransactionStates.ProducerID":                  "virtual",
 
+	// Share fetches go whole to the broker behind the client's lane,
+	// rewritten by hand (78_share_fetch.go).
+	"ShareFetch.Request.Topics.TopicID": "virtual→physical", "ShareFetch.Request.ForgottenTopicsData.TopicID": "virtual→physical",
+	"ShareFetch.Response.Topics.TopicID": "virtual", "ShareFetch.Response.Topics.Partitions.CurrentLeader.LeaderID": "rendezvous",
+	"ShareFetch.Response.Topics.Partitions.CurrentLeader.LeaderEpoch": "virtual",
+	"ShareFetch.Response.NodeEndpoints.Host":                          "fleet", "ShareFetch.Response.NodeEndpoints.NodeID": "fleet", "ShareFetch.Response.NodeEndpoints.Port": "fleet",
+	"ShareAcknowledge.Request.Topics.TopicID": "virtual→physical", "ShareAcknowledge.Response.Topics.TopicID": "virtual",
+	"ShareAcknowledge.Response.Topics.Partitions.CurrentLeader.LeaderID": "rendezvous", "ShareAcknowledge.Response.Topics.Partitions.CurrentLeader.LeaderEpoch": "virtual",
+	"ShareAcknowledge.Response.NodeEndpoints.Host": "fleet", "ShareAcknowledge.Response.NodeEndpoints.NodeID": "fleet", "ShareAcknowledge.Response.NodeEndpoints.Port": "fleet",
+	"ShareFetch.Request.ShareSessionEpoch":       "the share session's own count, kept by the broker per member; a new cluster's broker knows no session and the client opens one",
+	"ShareAcknowledge.Request.ShareSessionEpoch": "the share session's own count, kept by the broker per member; a new cluster's broker knows no session and the client opens one",
+
 	// Not physical identity, despite the name.
 	"JoinGroup.Response.LeaderID":                   "a group member ID",
 	"ConsumerGroupDescribe.Response.Groups.Epoch":   "the group's epoch",
@@ -158,6 +170,11 @@ var handledIdentity = map[string]string{
 	"ConsumerGroupHeartbeat.Request.MemberEpoch":                "the member's epoch in its group",
 	"ConsumerGroupHeartbeat.Response.MemberEpoch":               "the member's epoch in its group",
 	"OffsetFetch.Request.Groups.MemberEpoch":                    "the member's epoch in its group",
+	"ShareGroupDescribe.Response.Groups.AssignmentEpoch":        "the group's epoch",
+	"ShareGroupDescribe.Response.Groups.GroupEpoch":             "the group's epoch",
+	"ShareGroupDescribe.Response.Groups.Members.MemberEpoch":    "the member's epoch in its group",
+	"ShareGroupHeartbeat.Request.MemberEpoch":                   "the member's epoch in its group",
+	"ShareGroupHeartbeat.Response.MemberEpoch":                  "the member's epoch in its group",
 
 	// Neither a cluster's nor a broker's identity.
 	"Fetch.Request.SessionEpoch":                          "sessionless upstream (-1); Ferry answers session 0",

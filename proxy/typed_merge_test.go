@@ -32,6 +32,12 @@ func TestKeysSubsetFollowsCoordinatorKeys(t *testing.T) {
 			return &kmsg.AddPartitionsToTxnRequest{Transactions: []kmsg.AddPartitionsToTxnRequestTransaction{
 				{TransactionalID: "a"}, {TransactionalID: "b"}, {TransactionalID: "c"}}}
 		},
+		kmsg.ShareGroupDescribe: func(int16) kmsg.Request {
+			return &kmsg.ShareGroupDescribeRequest{GroupIDs: []string{"a", "b", "c"}}
+		},
+		kmsg.DescribeShareGroupOffsets: func(int16) kmsg.Request {
+			return &kmsg.DescribeShareGroupOffsetsRequest{Groups: []kmsg.DescribeShareGroupOffsetsRequestGroup{{GroupID: "a"}, {GroupID: "b"}, {GroupID: "c"}}}
+		},
 	}
 	for key, mk := range three {
 		r := mk(0)
@@ -80,7 +86,7 @@ func TestKeysSubsetFollowsCoordinatorKeys(t *testing.T) {
 // throttle kept, for every request keysSubset splits.
 func TestMergeKeyAnswers(t *testing.T) {
 	for _, key := range []kmsg.Key{kmsg.DescribeGroups, kmsg.DeleteGroups, kmsg.ConsumerGroupDescribe,
-		kmsg.DescribeTransactions, kmsg.OffsetFetch, kmsg.AddPartitionsToTxn} {
+		kmsg.DescribeTransactions, kmsg.OffsetFetch, kmsg.AddPartitionsToTxn, kmsg.ShareGroupDescribe, kmsg.DescribeShareGroupOffsets} {
 		into, from := kmsg.RequestForKey(int16(key)).ResponseKind(), kmsg.RequestForKey(int16(key)).ResponseKind()
 		fillOne(reflect.ValueOf(into).Elem(), 1)
 		fillOne(reflect.ValueOf(from).Elem(), 2)

@@ -1255,6 +1255,14 @@ func answerShareGroupHeartbeatRequest(r *kmsg.ShareGroupHeartbeatRequest, code i
 
 func answerShareGroupDescribeRequest(r *kmsg.ShareGroupDescribeRequest, code int16, msg *string) *kmsg.ShareGroupDescribeResponse {
 	resp := r.ResponseKind().(*kmsg.ShareGroupDescribeResponse)
+	for i0 := range r.GroupIDs {
+		var e0 kmsg.ShareGroupDescribeResponseGroup
+		e0.Default()
+		e0.GroupID = r.GroupIDs[i0]
+		e0.ErrorCode = code
+		e0.ErrorMessage = msg
+		resp.Groups = append(resp.Groups, e0)
+	}
 	return resp
 }
 

@@ -50,6 +50,7 @@ var mirroredSlices = map[int16][]slicePair{
 	int16(kmsg.AlterUserSCRAMCredentials):    {{"Results", []string{"Deletions", "Upsertions"}}},
 	int16(kmsg.DescribeUserSCRAMCredentials): {{"Results", []string{"Users"}}},
 	int16(kmsg.UpdateFeatures):               {{"Results", []string{"FeatureUpdates"}}},
+	int16(kmsg.ShareGroupDescribe):           {{"Groups", []string{"GroupIDs"}}},
 }
 
 // sameNamedSlices pairs every slice of the answer with the request's slice

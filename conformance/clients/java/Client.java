@@ -9,6 +9,7 @@
 //	produce-steady --bootstrap B --topic T --count N --duration S
 //	stream --bootstrap B --partitions P --rate R [--produce T] [--txn T:ID]
 //	       [--consume NAME:T:GROUP:PROTOCOL:ISOLATION]...
+//	share-consume --bootstrap B --topic T --group G [--consumers K] [--ack explicit|implicit]
 //
 // produce and consume print one JSON line per record (see ../README.md);
 // admin prints one JSON object; produce-steady prints one line per
@@ -79,6 +80,7 @@ public final class Client {
             case "admin" -> admin(a);
             case "produce-steady" -> produceSteady(a);
             case "stream" -> Streaming.run(argv);
+            case "share-consume" -> shareConsume(a);
             default -> usage("unknown mode " + argv[0]);
         }
     }
@@ -333,6 +335,145 @@ public final class Client {
                     r.headers(), r.timestamp(), false)).append('\n');
         }
         return recs.count();
+    }
+
+    // ---- share-consume ----
+
+    /**
+     * Runs --consumers KafkaShareConsumers (default 2), each its own member of
+     * share group --group, on --topic until stdin ends. Each prints, as it
+     * happens, {"ev":"rec","consumer":i,"partition":p,"offset":o,"value":v,
+     * "delivery_count":c} per record delivered; with --ack explicit (the
+     * default) it accepts each record and commits the acknowledgements after
+     * every poll, with --ack implicit the poll's records are accepted by the
+     * commit. A commit prints {"ev":"ack_error","consumer":i,"partition":p,
+     * "error":"..."} per partition that refused it (p -1: the commit failed
+     * as a whole), then {"ev":"acked","consumer":i,"records":n}, n the
+     * records on the partitions that took it. A poll that throws prints
+     * {"ev":"error",...} and the consumer polls on. At the end each consumer
+     * closes (leaving the group) and {"ev":"done","consumer":i} is printed.
+     */
+    static void shareConsume(Map<String, String> a) throws Exception {
+        String topic = need(a, "topic");
+        String group = need(a, "group");
+        int n = Integer.parseInt(a.getOrDefault("consumers", "2"));
+        boolean explicit = !"implicit".equals(a.getOrDefault("ack", "explicit"));
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        List<Thread> threads = new ArrayList<>();
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        for (int i = 0; i < n; i++) {
+            int id = i;
+            Thread th = new Thread(() -> {
+                try {
+                    shareMember(need(a, "bootstrap"), topic, group, id, explicit, stop);
+                } catch (Throwable e) {
+                    failed.compareAndSet(null, e);
+                    stop.set(true);
+                }
+            });
+            th.start();
+            threads.add(th);
+        }
+        try (var in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            while (!stop.get() && in.readLine() != null) {
+                // any line: ignored; the end of stdin stops the consumers
+            }
+        }
+        stop.set(true);
+        for (Thread th : threads) {
+            th.join();
+        }
+        if (failed.get() != null) {
+            failed.get().printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static synchronized void emit(Map<String, Object> m) {
+        System.out.println(json(m));
+        System.out.flush();
+    }
+
+    static void shareMember(String bootstrap, String topic, String group, int id, boolean explicit,
+            java.util.concurrent.atomic.AtomicBoolean stop) {
+        Properties p = new Properties();
+        security(p);
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, explicit ? "explicit" : "implicit");
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
+        try (org.apache.kafka.clients.consumer.KafkaShareConsumer<String, String> c =
+                new org.apache.kafka.clients.consumer.KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            c.subscribe(List.of(topic));
+            while (!stop.get()) {
+                ConsumerRecords<String, String> recs;
+                try {
+                    recs = c.poll(Duration.ofMillis(200));
+                } catch (Exception e) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("ev", "error");
+                    m.put("consumer", id);
+                    m.put("error", e.toString());
+                    emit(m);
+                    continue;
+                }
+                for (ConsumerRecord<String, String> r : recs) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("ev", "rec");
+                    m.put("consumer", id);
+                    m.put("partition", r.partition());
+                    m.put("offset", r.offset());
+                    m.put("value", r.value());
+                    m.put("delivery_count", r.deliveryCount().map(x -> (Object) (int) x).orElse(null));
+                    emit(m);
+                    if (explicit) {
+                        c.acknowledge(r, org.apache.kafka.clients.consumer.AcknowledgeType.ACCEPT);
+                    }
+                }
+                if (recs.isEmpty()) {
+                    continue;
+                }
+                // Per failed partition an ack_error (partition -1: the commit
+                // failed as a whole), then always one acked line with the
+                // number of records on the partitions that took it.
+                int ok = 0;
+                try {
+                    Set<Integer> failedParts = new java.util.HashSet<>();
+                    for (var e : c.commitSync(Duration.ofSeconds(30)).entrySet()) {
+                        if (e.getValue().isPresent()) {
+                            failedParts.add(e.getKey().partition());
+                            Map<String, Object> m = new LinkedHashMap<>();
+                            m.put("ev", "ack_error");
+                            m.put("consumer", id);
+                            m.put("partition", e.getKey().partition());
+                            m.put("error", e.getValue().get().toString());
+                            emit(m);
+                        }
+                    }
+                    for (ConsumerRecord<String, String> r : recs) {
+                        if (!failedParts.contains(r.partition())) {
+                            ok++;
+                        }
+                    }
+                } catch (Exception e) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("ev", "ack_error");
+                    m.put("consumer", id);
+                    m.put("partition", -1);
+                    m.put("error", e.toString());
+                    emit(m);
+                }
+                Map<String, Object> done = new LinkedHashMap<>();
+                done.put("ev", "acked");
+                done.put("consumer", id);
+                done.put("records", ok);
+                emit(done);
+            }
+        }
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("ev", "done");
+        m.put("consumer", id);
+        emit(m);
     }
 
     // ---- admin ----
@@ -868,7 +1009,7 @@ public final class Client {
 
     static void usage(String why) {
         System.err.println("Client: " + why);
-        System.err.println("usage: Client produce|consume|admin|produce-steady|stream --bootstrap B [flags]");
+        System.err.println("usage: Client produce|consume|admin|produce-steady|stream|share-consume --bootstrap B [flags]");
         System.exit(2);
     }
 

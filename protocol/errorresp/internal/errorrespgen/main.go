@@ -42,6 +42,7 @@ var pairs = map[kmsg.Key][]pair{
 	kmsg.AlterUserSCRAMCredentials:    {{"Results", []string{"Deletions", "Upsertions"}}},
 	kmsg.DescribeUserSCRAMCredentials: {{"Results", []string{"Users"}}},
 	kmsg.UpdateFeatures:               {{"Results", []string{"FeatureUpdates"}}},
+	kmsg.ShareGroupDescribe:           {{"Groups", []string{"GroupIDs"}}},
 }
 
 type pair struct {

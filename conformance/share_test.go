@@ -1,0 +1,503 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/connstats"
+)
+
+// shareEvent is one line of the Java client's share-consume mode.
+type shareEvent struct {
+	Ev            string `json:"ev"`
+	Consumer      int    `json:"consumer"`
+	Partition     int32  `json:"partition"`
+	Offset        int64  `json:"offset"`
+	Value         string `json:"value"`
+	DeliveryCount *int   `json:"delivery_count"`
+	Records       int    `json:"records"`
+	Error         string `json:"error"`
+
+	window int32 // switches done when the test read the line
+}
+
+// shareProc is the Java client's share-consume mode running: K share
+// consumers in one share group, until stdin ends.
+type shareProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	window atomic.Int32
+	mu     sync.Mutex
+	events []shareEvent
+	bad    []string
+	stderr bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+func startShareConsumers(t *testing.T, bootstrap, topic, group string, consumers int) *shareProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	p := &shareProc{exited: make(chan struct{})}
+	p.cmd = javaCommand(ctx, t, "share-consume", "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--consumers", fmt.Sprint(consumers))
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			var e shareEvent
+			err := json.Unmarshal(sc.Bytes(), &e)
+			e.window = p.window.Load()
+			p.mu.Lock()
+			if err != nil || e.Ev == "" {
+				p.bad = append(p.bad, sc.Text())
+			} else {
+				p.events = append(p.events, e)
+			}
+			p.mu.Unlock()
+		}
+		err := p.cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// snapshot is the events read so far.
+func (p *shareProc) snapshot() []shareEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]shareEvent(nil), p.events...)
+}
+
+// delivered is the distinct values delivered so far.
+func delivered(es []shareEvent) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range es {
+		if e.Ev == "rec" {
+			out[e.Value] = true
+		}
+	}
+	return out
+}
+
+// waitDelivered waits until every value in want was delivered.
+func (p *shareProc) waitDelivered(t *testing.T, want map[string]partOff, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := delivered(p.snapshot())
+		missing := 0
+		for v := range want {
+			if !got[v] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("the share consumers exited (%v) with %d of %d records undelivered; stderr:\n%s", p.err, missing, len(want), p.stderrText())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records not delivered within %v; stderr:\n%s", missing, len(want), timeout, p.stderrText())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p *shareProc) stderrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return head(p.stderr.String(), 4000)
+}
+
+// stop ends stdin and waits for the consumers to close.
+func (p *shareProc) stop(t *testing.T) {
+	t.Helper()
+	p.stdin.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the share consumers did not stop; stderr:\n%s", p.stderrText())
+	}
+	if p.err != nil {
+		t.Fatalf("the share consumers failed: %v\n%s", p.err, p.stderrText())
+	}
+	if len(p.bad) > 0 {
+		t.Fatalf("lines that are no events: %q", p.bad)
+	}
+}
+
+// produceValues produces n records with values prefix-0 … prefix-(n-1)
+// through bootstrap and returns where each landed.
+func produceValues(ctx context.Context, t *testing.T, bootstrap, topic, prefix string, n int) map[string]partOff {
+	t.Helper()
+	// Spread over the partitions, in turn.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string]partOff{}
+	var mu sync.Mutex
+	for i := range n {
+		v := fmt.Sprintf("%s-%d", prefix, i)
+		cl.Produce(ctx, &kgo.Record{Value: []byte(v)}, func(r *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("producing %s: %v", v, err)
+				return
+			}
+			mu.Lock()
+			out[v] = partOff{r.Partition, r.Offset}
+			mu.Unlock()
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != n {
+		t.Fatalf("%d of %d records produced", len(out), n)
+	}
+	return out
+}
+
+// setShareGroupConfig sets a share group config through bootstrap.
+func setShareGroupConfig(ctx context.Context, t *testing.T, bootstrap, group, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value = name, kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) == 1 {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("setting %s=%s on share group %s: %v", name, value, group, err)
+	}
+}
+
+// shareStarts reads a share group's start offsets of topic, by partition.
+func shareStarts(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	d, err := adm.DescribeShareGroupOffsets(ctx, group)
+	if err == nil {
+		err = d.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for p, o := range d[group].Offsets[topic] {
+		if o.Err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, o.Err)
+		}
+		out[p] = o.StartOffset
+	}
+	return out, nil
+}
+
+// checkDeliveries fails the test for a record delivered at another
+// place than it was produced, or without its delivery count, or an error
+// the consumers reported (errOK: the errors expected).
+func checkDeliveries(t *testing.T, es []shareEvent, produced map[string]partOff, errOK func(shareEvent) bool) {
+	t.Helper()
+	for _, e := range es {
+		switch e.Ev {
+		case "rec":
+			w, ok := produced[e.Value]
+			if !ok || w.p != e.Partition || w.o != e.Offset {
+				t.Errorf("record %q delivered at %d/%d, produced at %v", e.Value, e.Partition, e.Offset, w)
+			}
+			if e.DeliveryCount == nil || *e.DeliveryCount < 1 {
+				t.Errorf("record %q delivered with delivery count %v", e.Value, e.DeliveryCount)
+			}
+		case "error", "ack_error":
+			if errOK == nil || !errOK(e) {
+				t.Errorf("consumer %d reported %s: %s", e.Consumer, e.Ev, e.Error)
+			}
+		}
+	}
+}
+
+// TestShareGroupJava: two Java KafkaShareConsumers in one share group
+// read a three-partition topic of the 3-broker cluster through Ferry and
+// acknowledge every record: between them they get every record produced,
+// where it was produced, and the share fetches reach Ferry on the lanes
+// of the partitions' leaders (the clients follow Ferry's virtual
+// leaders). Once they are done, the group's start offsets read through
+// Ferry (DescribeShareGroupOffsets) are the partitions' end offsets, as
+// read from the cluster directly.
+func TestShareGroupJava(t *testing.T) {
+	c := sharedCluster(t)
+	f := ferrytest.Start(t, c.Bootstrap())
+	adm := admin(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	topic := createTopic(t, adm, "share")
+	group := "share-" + randomSuffix()
+	setShareGroupConfig(ctx, t, f.Addr, group, "share.auto.offset.reset", "earliest")
+	const n = 300
+	produced := produceValues(ctx, t, f.Addr, topic, "v", n)
+
+	p := startShareConsumers(t, f.Addr, topic, group, 2)
+	p.waitDelivered(t, produced, 60*time.Second)
+	p.stop(t)
+	checkDeliveries(t, p.snapshot(), produced, nil)
+
+	// Every partition's leader's lane served share fetches.
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]bool{}
+	for _, pd := range md.Topics[topic].Partitions {
+		leaders[pd.Leader] = true
+	}
+	rep, err := f.Server.Connz(connstats.Query{State: "all", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes := map[int]uint64{}
+	for _, ci := range rep.Connections {
+		if n := ci.Requests["ShareFetch"]; n > 0 {
+			lanes[ci.Lane] += n
+		}
+	}
+	if len(lanes) != len(leaders) {
+		t.Errorf("share fetches reached lanes %v; the topic's partitions have %d leaders", lanes, len(leaders))
+	}
+
+	// The start offsets read through Ferry are the cluster's, each
+	// within the partition's records. (Kafka 4.4 was seen to report 0 on
+	// every partition after the Java consumers had every record accepted,
+	// read directly as through Ferry: the test does not ask for the end.)
+	ferryAdm := viaTarget(t, f.Addr)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	via, err := shareStarts(ctx, ferryAdm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets through Ferry: %v", err)
+	}
+	direct, err := shareStarts(ctx, adm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets read directly: %v", err)
+	}
+	t.Logf("start offsets through Ferry %v, directly %v, end offsets %v", via, direct, ends)
+	ends.Each(func(e kadm.ListedOffset) {
+		v, ok := via[e.Partition]
+		if !ok || v != direct[e.Partition] || v < 0 || v > e.Offset {
+			t.Errorf("partition %d: start offset through Ferry %d (%v), directly %d, end %d", e.Partition, v, ok, direct[e.Partition], e.Offset)
+		}
+	})
+}
+
+// TestShareGroupSwitchover: two Java share consumers read through `ferry
+// serve` while it switches, planned, to the standby. Before the switch
+// they have acknowledged part of the records; after it they carry on,
+// through the same Ferry connections, on the standby, and records
+// produced after the switch are delivered too. Checked:
+//   - every record, before and after the switch, is delivered at least
+//     once: none is skipped;
+//   - no record below the start offset the group had before the switch
+//     (read on the old cluster directly) is delivered after the switch;
+//   - every record whose acknowledgement a broker refused (the
+//     acknowledgements that reached the new cluster for records acquired
+//     on the old) is delivered again;
+//   - the start offsets on the new cluster, read directly at once after
+//     the switch, are at least those read before it and at most those
+//     the old cluster ended with.
+func TestShareGroupSwitchover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
+	}
+	bin, primary, standby := startPair(t, "share-primary", "share-standby")
+	ferry := startFerryServe(t, bin, primary, standby)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pAdm, sAdm := admin(t, primary), admin(t, standby)
+	topic := "share-switch"
+	createReadyTopic(ctx, t, viaTarget(t, ferry.addr), topic, 3, 1)
+	group := "share-switch-" + randomSuffix()
+	setShareGroupConfig(ctx, t, ferry.addr, group, "share.auto.offset.reset", "earliest")
+	const n1, n2 = 300, 100
+	produced := produceValues(ctx, t, ferry.addr, topic, "before", n1)
+
+	p := startShareConsumers(t, ferry.addr, topic, group, 2)
+	// Part of the records acknowledged before the switch.
+	testwaitFor(t, 60*time.Second, "a third of the records delivered and acknowledged", func() bool {
+		acked := 0
+		for _, e := range p.snapshot() {
+			if e.Ev == "acked" {
+				acked += e.Records
+			}
+		}
+		return acked >= n1/3
+	})
+	ferry.waitMirrorCaughtUp(t, 30*time.Second)
+	before, err := shareStarts(ctx, pAdm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets on the primary before the switch: %v", err)
+	}
+	// From here on, records delivered and errors reported count as
+	// after the switch: the primary delivers nothing below before either.
+	p.window.Store(1)
+	took := ferry.switchover(t, ctx, "standby", 1)
+	copied, err := shareStarts(ctx, sAdm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets on the standby after the switch: %v", err)
+	}
+	after, err := shareStarts(ctx, pAdm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets on the primary after the switch: %v", err)
+	}
+	t.Logf("switch took %s; start offsets: primary before %v, standby just after %v, primary after %v", took, before, copied, after)
+	for part := range int32(3) {
+		if copied[part] < before[part] || copied[part] > after[part] {
+			t.Errorf("partition %d: the standby's start offset %d after the switch is not between the primary's %d before and %d after it", part, copied[part], before[part], after[part])
+		}
+	}
+
+	for v, po := range produceValues(ctx, t, ferry.addr, topic, "after", n2) {
+		produced[v] = po
+	}
+	p.waitDelivered(t, produced, 60*time.Second)
+	// Acknowledgements refused are redelivered: wait for the last ones.
+	testwaitFor(t, 60*time.Second, "every record whose acknowledgement was refused delivered again", func() bool {
+		return len(refusedNotRedelivered(p.snapshot())) == 0
+	})
+	p.stop(t)
+	es := p.snapshot()
+	checkDeliveries(t, es, produced, func(e shareEvent) bool {
+		// Acknowledging, after the switch, records acquired from the
+		// old cluster: refused, and redelivered (checked below).
+		return e.Ev == "ack_error" && e.window > 0 || e.Ev == "error" && e.window > 0
+	})
+	redelivered, counts := 0, map[int]int{}
+	seen := map[string]bool{}
+	for _, e := range es {
+		if e.Ev != "rec" {
+			continue
+		}
+		if e.window > 0 && e.Offset < before[e.Partition] {
+			t.Errorf("record %q at %d/%d delivered after the switch, below the start offset %d the group had before it", e.Value, e.Partition, e.Offset, before[e.Partition])
+		}
+		if seen[e.Value] {
+			redelivered++
+			counts[*e.DeliveryCount]++
+		}
+		seen[e.Value] = true
+	}
+	if left := refusedNotRedelivered(es); len(left) > 0 {
+		t.Errorf("records whose acknowledgement was refused and that were not delivered again: %v", left)
+	}
+	t.Logf("%d deliveries of %d records; %d redeliveries, by delivery count %v", countEv(es, "rec"), len(produced), redelivered, counts)
+}
+
+// refusedNotRedelivered lists the records a consumer's refused
+// acknowledgement covered (the records it got since its last commit, on
+// the partition named; every partition when the commit failed as a
+// whole) that no later delivery brought again.
+func refusedNotRedelivered(es []shareEvent) []string {
+	pending := map[int][]int{} // consumer → its records since its last commit, by index
+	var refused []int
+	for i, e := range es {
+		switch e.Ev {
+		case "rec":
+			pending[e.Consumer] = append(pending[e.Consumer], i)
+		case "ack_error":
+			for _, ri := range pending[e.Consumer] {
+				if e.Partition < 0 || es[ri].Partition == e.Partition {
+					refused = append(refused, ri)
+				}
+			}
+		case "acked": // every commit ends with one
+			pending[e.Consumer] = nil
+		}
+	}
+	var out []string
+	for _, ri := range refused {
+		again := false
+		for _, e := range es[ri+1:] {
+			again = again || e.Ev == "rec" && e.Value == es[ri].Value
+		}
+		if !again {
+			out = append(out, fmt.Sprintf("%s@%d/%d", es[ri].Value, es[ri].Partition, es[ri].Offset))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func countEv(es []shareEvent, ev string) int {
+	n := 0
+	for _, e := range es {
+		if e.Ev == ev {
+			n++
+		}
+	}
+	return n
+}
+
+// testwaitFor polls cond until it holds or timeout passes.
+func testwaitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -113,7 +113,46 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		}
 		return nil, nil
 	}
+	var unsent []*subCall
+	for _, sc := range calls {
+		if sc.err != nil {
+			unsent = append(unsent, sc)
+		}
+	}
+	if len(unsent) > 0 {
+		// Noted now, not when answered: the answer waits for the
+		// cluster to move the leader (gather), and meanwhile the
+		// client may send the partition's next batch to the new one.
+		s.unansweredProduce(req, in, names, unsent)
+	}
 	return s.produceReply(c, req, in, names, calls, local), nil
+}
+
+// unansweredProduce notes as refused unwritten the batches of an
+// idempotent producer in the parts of a Produce that went to no broker or
+// got no answer: Ferry answers them NOT_LEADER_OR_FOLLOWER in the broker's
+// place, and until the client sends them again the partition's later
+// batches are refused behind them (nativeGaps), as a broker refuses a
+// batch after a missing one. Forwarded, a later batch could reach a new
+// leader that holds no state for the producer in the partition (the
+// refused batch was its first there, or lost with the old leader), which
+// takes any sequence as the first (KAFKA-15591): the refused batch would
+// then only ever meet OUT_OF_ORDER_SEQUENCE_NUMBER, and a client that
+// counts the later acknowledgement as covering it (librdkafka) loses it
+// silently. Whether the batch was written is unknown when its answer was
+// lost; sent again it is then a duplicate, which the broker recognises.
+func (s *Server) unansweredProduce(req *request, in *kmsg.ProduceRequest, names []string, calls []*subCall) {
+	failed := map[tp]bool{}
+	for _, sc := range calls {
+		for _, t := range sc.req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range t.Partitions {
+				failed[tp{t.Topic, p.Partition}] = true
+			}
+		}
+	}
+	s.remapped.refuseUnwritten(req.state.Generation, req, in, func(ti int, p int32) bool {
+		return failed[tp{names[ti], p}]
+	})
 }
 
 // physicalTopicIDs writes the physical topic IDs over the virtual ones in
@@ -220,9 +259,13 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		answers := make(map[tp]kmsg.ProduceResponseTopicPartition, n)
 		var throttle int32
 		var hinted bool
+		var unanswered []*subCall
 		for i, r := range g.resps {
 			sub := calls[i].req.(*kmsg.ProduceRequest)
 			if r == nil {
+				if calls[i].err == nil { // sent: noted unsent in handleProduce
+					unanswered = append(unanswered, calls[i])
+				}
 				for _, t := range sub.Topics {
 					for _, p := range t.Partitions {
 						answers[tp{t.Topic, p.Partition}] = produceError(p.Partition, kerr.NotLeaderForPartition.Code)
@@ -250,6 +293,9 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 					answers[tp{name, p.Partition}] = p
 				}
 			}
+		}
+		if len(unanswered) > 0 {
+			s.unansweredProduce(req, in, names, unanswered)
 		}
 		out := kmsg.NewPtrProduceResponse()
 		out.ThrottleMillis = throttle

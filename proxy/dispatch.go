@@ -237,8 +237,14 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 	if req.up != nil {
 		req.up.RefreshSoon()
 	}
-	if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
-		return nil
+	if p, ok := kr.(*kmsg.ProduceRequest); ok {
+		if p.Acks == 0 {
+			return nil
+		}
+		// Its batches wait for the client to send them again before
+		// the partitions' later ones go on (unansweredProduce); noted
+		// before the answer, which may wait for the leader to move.
+		s.remapped.refuseUnwritten(req.state.Generation, req, p, func(int, int32) bool { return true })
 	}
 	for _, r := range req.remaps {
 		// Not written, or not known to be: sent again by the client,

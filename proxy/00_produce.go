@@ -85,7 +85,7 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 		// written before.)
 		// Their batches still carry the client's IDs (refused before
 		// the rewrite), whatever other partitions of in now carry.
-		s.remapped.refuseUnwritten(gen, nil, in, func(ti int, p int32) bool {
+		s.remapped.refuseUnwritten(gen, nil, in, kerr.OutOfOrderSequenceNumber.Code, func(ti int, p int32) bool {
 			code := local[ti][p]
 			return code != 0 && code != kerr.DuplicateSequenceNumber.Code
 		})
@@ -132,8 +132,8 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 // idempotent producer in the parts of a Produce that went to no broker or
 // got no answer: Ferry answers them NOT_LEADER_OR_FOLLOWER in the broker's
 // place, and until the client sends them again the partition's later
-// batches are refused behind them (nativeGaps), as a broker refuses a
-// batch after a missing one. Forwarded, a later batch could reach a new
+// batches are refused NOT_LEADER_OR_FOLLOWER (gap.later) behind them
+// (nativeGaps). Forwarded, a later batch could reach a new
 // leader that holds no state for the producer in the partition (the
 // refused batch was its first there, or lost with the old leader), which
 // takes any sequence as the first (KAFKA-15591): the refused batch would
@@ -150,7 +150,7 @@ func (s *Server) unansweredProduce(req *request, in *kmsg.ProduceRequest, names 
 			}
 		}
 	}
-	s.remapped.refuseUnwritten(req.state.Generation, req, in, func(ti int, p int32) bool {
+	s.remapped.refuseUnwritten(req.state.Generation, req, in, kerr.NotLeaderForPartition.Code, func(ti int, p int32) bool {
 		return failed[tp{names[ti], p}]
 	})
 }
@@ -203,8 +203,7 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 				}
 			} else {
 				gk := gapKey{virt: pid, topic: topic, topicID: topicID, partition: partition}
-				if s.remapped.blocks(gen, gk, epoch, seq) {
-					code = kerr.OutOfOrderSequenceNumber.Code
+				if code = s.remapped.blocks(gen, gk, epoch, seq); code != 0 {
 					return errStop
 				}
 				ctx, cancel := context.WithTimeout(c.ctx, upstream.LookupTimeout)

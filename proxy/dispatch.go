@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
@@ -244,7 +245,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		// Its batches wait for the client to send them again before
 		// the partitions' later ones go on (unansweredProduce); noted
 		// before the answer, which may wait for the leader to move.
-		s.remapped.refuseUnwritten(req.state.Generation, req, p, func(int, int32) bool { return true })
+		s.remapped.refuseUnwritten(req.state.Generation, req, p, kerr.NotLeaderForPartition.Code, func(int, int32) bool { return true })
 	}
 	for _, r := range req.remaps {
 		// Not written, or not known to be: sent again by the client,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/routing"
@@ -179,7 +180,7 @@ func (s *Server) forcedAway(req *request) ([]byte, func()) {
 // client sends again.
 func (s *Server) unwrittenAnswer(req *request, msg string) kmsg.Response {
 	if p, ok := req.kr.(*kmsg.ProduceRequest); ok {
-		s.remapped.refuseUnwritten(s.routes.Current().Generation, req, p, func(int, int32) bool { return true })
+		s.remapped.refuseUnwritten(s.routes.Current().Generation, req, p, kerr.OutOfOrderSequenceNumber.Code, func(int, int32) bool { return true })
 	}
 	return errorResponse(req.kr, upstreamErrorCode(req.kr), msg)
 }

@@ -468,11 +468,11 @@ func TestRefusedAfterRewriteKeepsTheClientsID(t *testing.T) {
 	}}}
 	req := &request{state: routing.State{Generation: gen}, physicalIDs: true,
 		remaps: []remapBatch{{key: gapKey{virt: stale, topic: "t", partition: 1}, phys: 77, seq: 5}}}
-	r.refuseUnwritten(gen, req, in, func(int, int32) bool { return true })
-	if !r.blocks(gen, gapKey{virt: native, topic: "t", partition: 0}, 0, 4) {
+	r.refuseUnwritten(gen, req, in, kerr.OutOfOrderSequenceNumber.Code, func(int, int32) bool { return true })
+	if r.blocks(gen, gapKey{virt: native, topic: "t", partition: 0}, 0, 4) != kerr.OutOfOrderSequenceNumber.Code {
 		t.Error("the native producer's next batch does not wait for the refused one")
 	}
-	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) {
+	if r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) != kerr.OutOfOrderSequenceNumber.Code {
 		t.Error("the remapped producer's next batch does not wait for the refused one")
 	}
 }
@@ -572,12 +572,12 @@ func TestRefusedBeforeRewriteKeepsTheClientsID(t *testing.T) {
 	}}}
 	req := &request{state: routing.State{Generation: gen}, physicalIDs: true,
 		remaps: []remapBatch{{key: gapKey{virt: stale, topic: "t", partition: 0}, phys: 77, seq: 3}}}
-	r.refuseUnwritten(gen, nil, in, func(_ int, p int32) bool { return p == 1 })
-	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) {
+	r.refuseUnwritten(gen, nil, in, kerr.OutOfOrderSequenceNumber.Code, func(_ int, p int32) bool { return p == 1 })
+	if r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 1}, 0, 6) != kerr.OutOfOrderSequenceNumber.Code {
 		t.Error("the batch after the one refused before sending does not wait for it")
 	}
-	r.refuseUnwritten(gen, req, in, func(_ int, p int32) bool { return p == 0 })
-	if !r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 0}, 0, 4) {
+	r.refuseUnwritten(gen, req, in, kerr.OutOfOrderSequenceNumber.Code, func(_ int, p int32) bool { return p == 0 })
+	if r.blocks(gen, gapKey{virt: stale, topic: "t", partition: 0}, 0, 4) != kerr.OutOfOrderSequenceNumber.Code {
 		t.Error("the batch after the one refused after sending does not wait for it")
 	}
 }

@@ -219,6 +219,17 @@ type gapKey struct {
 type gap struct {
 	epoch int16
 	seq   int32
+	// later is what the partition's later batches are answered:
+	// OUT_OF_ORDER_SEQUENCE_NUMBER, as a broker answers a batch after a
+	// missing one, once the refused batch's own answer is on its way; or
+	// NOT_LEADER_OR_FOLLOWER while it may not be (unansweredProduce: its
+	// answer waits for the leader to move, and a later batch sent on
+	// another connection is answered first). librdkafka takes
+	// OUT_OF_ORDER_SEQUENCE_NUMBER with no earlier batch failed for a
+	// lost sequence and bumps its epoch, and the refused batch, sent
+	// again under the new epoch, is written a second time if it had
+	// been written.
+	later int16
 }
 
 // gapPart is a gapKey's partition.
@@ -251,7 +262,7 @@ type remapBatch struct {
 // (refused before being sent: that request may have rewritten other
 // partitions, and its mapping would take a stale ID of generation 0 for
 // a physical one).
-func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.ProduceRequest, refused func(ti int, partition int32) bool) {
+func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.ProduceRequest, later int16, refused func(ti int, partition int32) bool) {
 	if in.TransactionID != nil || in.Acks == 0 {
 		return
 	}
@@ -270,7 +281,7 @@ func (r *remappedPIDs) refuseUnwritten(gen uint32, req *request, in *kmsg.Produc
 				if req != nil {
 					virt = req.clientPID(t.Topic, t.TopicID, p.Partition, pid)
 				}
-				r.refused(gen, gapKey{virt: virt, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence())
+				r.refusedAs(gen, gapKey{virt: virt, topic: t.Topic, topicID: t.TopicID, partition: p.Partition}, b.ProducerEpoch(), b.BaseSequence(), later)
 				return nil
 			})
 		}
@@ -303,31 +314,37 @@ func (r *remappedPIDs) reset(gen uint32) bool {
 // refused notes that a batch (epoch, seq) of k.virt to k's partition was
 // refused unwritten under gen.
 func (r *remappedPIDs) refused(gen uint32, k gapKey, epoch int16, seq int32) {
+	r.refusedAs(gen, k, epoch, seq, kerr.OutOfOrderSequenceNumber.Code)
+}
+
+// refusedAs is refused, the partition's later batches answered later.
+func (r *remappedPIDs) refusedAs(gen uint32, k gapKey, epoch int16, seq int32, later int16) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reset(gen)
 	if g, ok := r.gaps.Peek(k); ok && g.epoch == epoch && g.seq <= seq {
 		return // an earlier batch is still missing
 	}
-	if r.gaps.Add(k, gap{epoch, seq}) && r.evicted != nil {
+	if r.gaps.Add(k, gap{epoch, seq, later}) && r.evicted != nil {
 		r.evicted.Inc()
 	}
 	r.anyGaps.Store(true)
 }
 
-// blocks reports whether a batch (epoch, seq) of k.virt to k's partition
-// comes after one refused unwritten under gen and not sent again since. A
-// batch at or before the refused one clears it: the client is resending.
-func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool {
+// blocks returns, when a batch (epoch, seq) of k.virt to k's partition
+// comes after one refused unwritten under gen and not sent again since,
+// the code it is refused with (gap.later); 0 otherwise. A batch at or
+// before the refused one clears it: the client is resending.
+func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) int16 {
 	if !r.anyGaps.Load() {
-		return false // the common case, without the lock
+		return 0 // the common case, without the lock
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reset(gen)
 	g, ok := r.gaps.Peek(k)
 	if !ok {
-		return false
+		return 0
 	}
 	if g.epoch != epoch || seq <= g.seq {
 		// Another epoch starts its sequences afresh.
@@ -335,12 +352,12 @@ func (r *remappedPIDs) blocks(gen uint32, k gapKey, epoch int16, seq int32) bool
 		if r.gaps.Len() == 0 {
 			r.anyGaps.Store(false)
 		}
-		return false
+		return 0
 	}
-	return true
+	return g.later
 }
 
-// nativeGaps answers OUT_OF_ORDER_SEQUENCE_NUMBER for a partition's
+// nativeGaps answers the gap's code (gap.later) for a partition's
 // records when a batch of an idempotent producer of gen in them comes
 // after one of its batches refused unwritten (refuseUnwritten); 0
 // otherwise. Producers of other generations are checked as their IDs are
@@ -359,8 +376,7 @@ func (r *remappedPIDs) nativeGaps(gen uint32, t *kmsg.ProduceRequestTopic, parti
 		if _, ok := routing.PhysicalPID(gen, pid); gen != 0 && !ok {
 			return nil // of another generation: checked as mapped
 		}
-		if r.blocks(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: partition}, b.ProducerEpoch(), b.BaseSequence()) {
-			code = kerr.OutOfOrderSequenceNumber.Code
+		if code = r.blocks(gen, gapKey{virt: pid, topic: t.Topic, topicID: t.TopicID, partition: partition}, b.ProducerEpoch(), b.BaseSequence()); code != 0 {
 			return errStop
 		}
 		return nil

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -37,22 +38,29 @@ type round[K comparable, V any] struct {
 	err  error
 }
 
-// getAll returns what the round carrying keys learned of them. err is the
-// round's error when any key is missing from its answer (nil otherwise,
-// even if the request failed for other keys), or ctx's.
+// getAll returns what the rounds carrying keys learned of them. err is the
+// error of a round that left any of its keys unanswered (nil otherwise,
+// even if a request failed for other keys), or ctx's.
 func (c *coalescer[K, V]) getAll(ctx context.Context, keys ...K) (map[K]V, error) {
 	c.mu.Lock()
-	var r *round[K, V]
-	if n := len(c.queue); n > 0 && len(c.queue[n-1].keys)+len(keys) <= c.max {
-		r = c.queue[n-1]
-	} else {
-		r = &round[K, V]{keys: make(map[K]struct{}, len(keys)), done: make(chan struct{})}
-		c.queue = append(c.queue, r)
+	// Keys beyond max go to rounds of their own: a request carries at most
+	// max keys, however many one ask brings.
+	chunks := slices.Collect(slices.Chunk(keys, c.max))
+	rounds := make([]*round[K, V], len(chunks)) // rounds[i] carries chunks[i]
+	for i, chunk := range chunks {
+		var r *round[K, V]
+		if n := len(c.queue); n > 0 && len(c.queue[n-1].keys)+len(chunk) <= c.max {
+			r = c.queue[n-1]
+		} else {
+			r = &round[K, V]{keys: make(map[K]struct{}, len(chunk)), done: make(chan struct{})}
+			c.queue = append(c.queue, r)
+		}
+		for _, k := range chunk {
+			r.keys[k] = struct{}{}
+		}
+		rounds[i] = r
 	}
-	for _, k := range keys {
-		r.keys[k] = struct{}{}
-	}
-	if !c.sending {
+	if !c.sending && len(rounds) > 0 {
 		c.sending = true
 		if !c.start(c.send) {
 			c.failAll(ErrClosed)
@@ -60,21 +68,26 @@ func (c *coalescer[K, V]) getAll(ctx context.Context, keys ...K) (map[K]V, error
 	}
 	c.mu.Unlock()
 
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for _, r := range rounds {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	out := make(map[K]V, len(keys))
-	for _, k := range keys {
-		v, ok := r.got[k]
-		if !ok {
-			if r.err != nil {
-				return out, r.err
+	for i, chunk := range chunks {
+		r := rounds[i]
+		for _, k := range chunk {
+			v, ok := r.got[k]
+			if !ok {
+				if r.err != nil {
+					return out, r.err
+				}
+				continue
 			}
-			continue
+			out[k] = v
 		}
-		out[k] = v
 	}
 	return out, nil
 }

@@ -146,3 +146,45 @@ func TestCoalescerErrors(t *testing.T) {
 		t.Errorf("a closed mirror sent %d requests", requests.Load())
 	}
 }
+
+// TestCoalescerSplitsLargeAsks: an ask of more keys than max goes out in
+// requests of at most max keys each (testCoalescer's fetch checks), every
+// key answered; a key one of those requests failed to answer fails the ask.
+func TestCoalescerSplitsLargeAsks(t *testing.T) {
+	const max = 100
+	boom := errors.New("coordinator unreachable")
+	c, requests, wg := testCoalescer(t, max, nil, func(keys []string) error {
+		for _, k := range keys {
+			if k[0] == 'x' {
+				return boom
+			}
+		}
+		return nil
+	})
+	ctx := context.Background()
+	keys := make([]string, max*5/2)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	got, err := c.getAll(ctx, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(keys) {
+		t.Errorf("%d keys answered, want %d", len(got), len(keys))
+	}
+	for _, k := range keys {
+		if got[k] != "v-"+k {
+			t.Errorf("key %s: got %q", k, got[k])
+		}
+	}
+	wg.Wait()
+	// 250 keys, 100 to a request.
+	if n := requests.Load(); n != 3 {
+		t.Errorf("%d requests, want 3", n)
+	}
+
+	if _, err := c.getAll(ctx, append(keys, "xmissing")...); !errors.Is(err, boom) {
+		t.Errorf("unanswered key in the last request: err %v, want %v", err, boom)
+	}
+}

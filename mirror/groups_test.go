@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -92,6 +94,49 @@ func TestMirrorGroupActiveOnStandby(t *testing.T) {
 	}
 	if g := dg["ga-active"]; len(g.Members) == 0 {
 		t.Fatalf("ga-active has no member on the standby (state %s): the test did not test an active group", g.State)
+	}
+}
+
+// TestEvictByHeartbeat: the shared eviction loop counts the members it
+// removed, takes a member the group no longer knows as gone and a group
+// the standby does not know as empty, and stops at the first failure,
+// naming its member.
+func TestEvictByHeartbeat(t *testing.T) {
+	type group struct {
+		code    int16
+		members []string
+	}
+	var sent []string
+	members := func(g group) (int16, []string) { return g.code, g.members }
+	leave := func(codes map[string]int16) func(string) (string, int16, error) {
+		return func(id string) (string, int16, error) {
+			sent = append(sent, id)
+			if id == "down" {
+				return id, 0, errors.New("connection refused")
+			}
+			return id, codes[id], nil
+		}
+	}
+	codes := map[string]int16{"gone": kerr.UnknownMemberID.Code, "fenced": kerr.FencedMemberEpoch.Code}
+
+	n, err := evictByHeartbeat([]group{{members: []string{"a", "gone", "b"}}}, members, leave(codes))
+	if n != 3 || err != nil || !slices.Equal(sent, []string{"a", "gone", "b"}) {
+		t.Errorf("evicting a, gone, b: %d, %v, sent %v", n, err, sent)
+	}
+	sent = nil
+	if n, err := evictByHeartbeat([]group{{code: kerr.GroupIDNotFound.Code}}, members, leave(codes)); n != 0 || err != nil || sent != nil {
+		t.Errorf("a group the standby does not know: %d, %v, sent %v", n, err, sent)
+	}
+	if n, err := evictByHeartbeat([]group{{code: kerr.CoordinatorNotAvailable.Code}}, members, leave(codes)); n != 0 || !errors.Is(err, kerr.CoordinatorNotAvailable) {
+		t.Errorf("a group's describe failing: %d, %v", n, err)
+	}
+	n, err = evictByHeartbeat([]group{{members: []string{"a", "fenced", "b"}}}, members, leave(codes))
+	if n != 1 || !errors.Is(err, kerr.FencedMemberEpoch) || !strings.Contains(err.Error(), "member fenced") || !slices.Equal(sent, []string{"a", "fenced"}) {
+		t.Errorf("a heartbeat answered with an error: %d, %v, sent %v", n, err, sent)
+	}
+	sent = nil
+	if n, err := evictByHeartbeat([]group{{members: []string{"a", "down", "b"}}}, members, leave(codes)); n != 1 || err == nil || !slices.Equal(sent, []string{"a", "down"}) {
+		t.Errorf("a heartbeat failing: %d, %v, sent %v", n, err, sent)
 	}
 }
 

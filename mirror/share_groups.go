@@ -222,28 +222,19 @@ func (m *Mirror) evictShareMembers(ctx context.Context, group string) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, g := range dresp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-			if errors.Is(err, kerr.GroupIDNotFound) {
-				return 0, nil
-			}
-			return 0, err
-		}
-		for _, mem := range g.Members {
+	return evictByHeartbeat(dresp.Groups,
+		func(g kmsg.ShareGroupDescribeResponseGroup) (int16, []kmsg.ShareGroupDescribeResponseGroupMember) {
+			return g.ErrorCode, g.Members
+		},
+		func(mem kmsg.ShareGroupDescribeResponseGroupMember) (string, int16, error) {
 			hb := kmsg.NewPtrShareGroupHeartbeatRequest()
 			hb.GroupID, hb.MemberID, hb.MemberEpoch = group, mem.MemberID, -1
 			resp, err := hb.RequestWith(ctx, m.dst)
 			if err != nil {
-				return n, err
+				return mem.MemberID, 0, err
 			}
-			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-				return n, fmt.Errorf("member %s: %w", mem.MemberID, err)
-			}
-			n++
-		}
-	}
-	return n, nil
+			return mem.MemberID, resp.ErrorCode, nil
+		})
 }
 
 func sameShareOffsets(have kadm.ShareOffsets, want kadm.Offsets) bool {

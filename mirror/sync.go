@@ -879,26 +879,52 @@ func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, e
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, g := range dresp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-			if errors.Is(err, kerr.GroupIDNotFound) {
-				return 0, nil // gone, or classic after all
+	return evictByHeartbeat(dresp.Groups,
+		func(g kmsg.ConsumerGroupDescribeResponseGroup) (int16, []kmsg.ConsumerGroupDescribeResponseGroupMember) {
+			var kip848 []kmsg.ConsumerGroupDescribeResponseGroupMember
+			for _, mem := range g.Members {
+				if mem.MemberType == 0 { // classic protocol (v1+): LeaveGroup removes it
+					continue
+				}
+				kip848 = append(kip848, mem)
 			}
-			return 0, err
-		}
-		for _, mem := range g.Members {
-			if mem.MemberType == 0 { // classic protocol (v1+): LeaveGroup removes it
-				continue
-			}
+			return g.ErrorCode, kip848
+		},
+		func(mem kmsg.ConsumerGroupDescribeResponseGroupMember) (string, int16, error) {
 			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 			hb.Group, hb.MemberID, hb.InstanceID, hb.MemberEpoch = group, mem.MemberID, mem.InstanceID, -1
 			resp, err := hb.RequestWith(ctx, m.dst)
 			if err != nil {
+				return mem.MemberID, 0, err
+			}
+			return mem.MemberID, resp.ErrorCode, nil
+		})
+}
+
+// evictByHeartbeat makes members of a KIP-848 consumer group or a share
+// group on the standby leave, one heartbeat with epoch -1 in each one's
+// name, and returns how many did. groups is the standby's describe answer
+// for the group; members reads a described group's error code and the
+// members to remove; leave sends one member's heartbeat and returns the
+// member's ID and the answer's error code. A group the standby does not
+// know has no member to remove, and a member it does not know has left.
+func evictByHeartbeat[G, M any](groups []G, members func(G) (int16, []M), leave func(M) (string, int16, error)) (int, error) {
+	n := 0
+	for _, g := range groups {
+		code, mems := members(g)
+		if err := kerr.ErrorForCode(code); err != nil {
+			if errors.Is(err, kerr.GroupIDNotFound) {
+				return 0, nil // gone, or (a consumer group) classic after all
+			}
+			return 0, err
+		}
+		for _, mem := range mems {
+			id, code, err := leave(mem)
+			if err != nil {
 				return n, err
 			}
-			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-				return n, fmt.Errorf("member %s: %w", mem.MemberID, err)
+			if err := kerr.ErrorForCode(code); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+				return n, fmt.Errorf("member %s: %w", id, err)
 			}
 			n++
 		}

@@ -154,6 +154,10 @@ func (l *Lease) renew(ctx context.Context) {
 	if st.Phase == "" {
 		st.Phase = PhaseServing
 	}
+	if st.Generation == cur.Generation && st.Phase == PhaseServing && cur.Phase == PhaseServing {
+		// A pause or resume of automatic failover this member missed.
+		l.table.SetFailoverPause(st.Generation, st.FailoverPaused)
+	}
 	abandoned := l.abandoned(st)
 	switch {
 	case st.Generation > cur.Generation:

@@ -70,6 +70,16 @@ type State struct {
 	// so a state of a voided generation is never taken (KafkaStore.Load),
 	// and later switches number past them.
 	Voided []uint32 `json:"voided,omitempty"`
+	// FailoverPaused, when set, holds automatic failover off (package
+	// failover): a person paused it, for maintenance, until they resume
+	// it. Switches carry it into the states they make.
+	FailoverPaused *FailoverPause `json:"failover_paused,omitempty"`
+}
+
+// FailoverPause is automatic failover held off by a person.
+type FailoverPause struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // IsVoided reports whether s voids generation gen.
@@ -154,7 +164,10 @@ type Switch struct {
 	// replaces one switch's state with another's of the same generation.
 	ID   string `json:"id,omitempty"`
 	Mode Mode   `json:"mode"`
-	From string `json:"from"`
+	// Automatic: the fleet decided on this switch itself (package
+	// failover), not a person.
+	Automatic bool   `json:"automatic,omitempty"`
+	From      string `json:"from"`
 	// FromGeneration is the generation the switch ended (nil in states
 	// saved before it was recorded).
 	FromGeneration *uint32   `json:"from_generation,omitempty"`
@@ -423,6 +436,28 @@ func holdsForOther(cur, next State) bool {
 	}
 	h, n := cur.SwitchID(), next.SwitchID()
 	return h != "" && n != "" && h != n
+}
+
+// SetFailoverPause sets the pause of automatic failover of the state in
+// force, when it is of generation gen, and reports whether it did. Only
+// that field changes: a state another switch holds writes for keeps its
+// phase, whatever the pause's state says.
+func (t *Table) SetFailoverPause(gen uint32, p *FailoverPause) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := *t.cur.Load()
+	if cur.Generation != gen || samePause(cur.FailoverPaused, p) {
+		return false
+	}
+	cur.FailoverPaused = p
+	t.cur.Store(&cur)
+	ch := make(chan struct{})
+	close(*t.changed.Swap(&ch))
+	return true
+}
+
+func samePause(a, b *FailoverPause) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.At.Equal(b.At) && a.Reason == b.Reason
 }
 
 func (t *Table) install(next State, ok func(cur State) bool) bool {

@@ -97,6 +97,13 @@ type Request struct {
 	// SkipPrincipalCheck, for a forced switch only, flips even when some
 	// mapped client principals cannot authenticate on the target.
 	SkipPrincipalCheck bool `json:"-"`
+	// Automatic marks a switch the fleet decided on itself (package
+	// failover); it is recorded in the switch (Switch.Automatic).
+	Automatic bool `json:"-"`
+	// OnlyFrom, when set, refuses the switch unless the generation in
+	// force is this one: a decision taken on views of one generation is
+	// never carried out on another (ReasonSuperseded).
+	OnlyFrom *uint32 `json:"-"`
 }
 
 // PrincipalCheck authenticates every mapped client principal on cluster
@@ -264,6 +271,9 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		return State{}, &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
 			Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
 	}
+	if req.OnlyFrom != nil && *req.OnlyFrom != cur.Generation {
+		return State{}, &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("decided in generation %d, and generation %d is in force (%s)", *req.OnlyFrom, cur.Generation, cur)}
+	}
 	if cur.Active == req.To {
 		if l := cur.Last; l != nil && l.To == req.To && l.Mode == req.Mode && l.Outcome == OutcomeSwitched {
 			return cur, nil // a repeat of the call that got us here
@@ -295,7 +305,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	// start keeps the monotonic reading: the switch's own deadline is
 	// counted on it, never on the wall clock (which may step).
 	start := s.now()
-	sw := &Switch{ID: id, Mode: req.Mode, From: cur.Active, To: req.To, Started: s.wall(start)}
+	sw := &Switch{ID: id, Mode: req.Mode, Automatic: req.Automatic, From: cur.Active, To: req.To, Started: s.wall(start)}
 	// Every state this switch installs, whatever its outcome, has sw as
 	// Last and the switch before it in the history.
 	cur.History = pushHistory(cur.History, cur.Last)
@@ -553,7 +563,7 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 	sw.FromGeneration = &from
 	s.finish(sw)
 	next := State{Generation: nextGeneration(cur), Active: sw.To, Phase: PhaseServing, Last: sw, History: cur.History,
-		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided}
+		APIVersions: cur.APIVersions, Features: cur.Features, Voided: cur.Voided, FailoverPaused: cur.FailoverPaused}
 	if s.advertised != nil {
 		if v := s.advertised(); len(v) > 0 {
 			next.APIVersions = v
@@ -572,6 +582,33 @@ func (s *Switcher) nextState(cur State, sw *Switch, ends map[string][]int64) Sta
 		next.Fences = next.Fences[len(next.Fences)-MaxFences:]
 	}
 	return next
+}
+
+// SetFailoverPause saves the state in force with automatic failover paused
+// (p) or resumed (nil), and puts it in force on this member; the other
+// members learn it from the caller (cmd/ferry calls them) or at their next
+// lease renewal, a restarted one from the saved state. Refused while a
+// switch runs: the state to save is the one it makes.
+func (s *Switcher) SetFailoverPause(ctx context.Context, p *FailoverPause) (State, error) {
+	if !s.mu.TryLock() {
+		return State{}, &Error{Reason: ReasonRunning, err: ErrOtherSwitch, Msg: "a switch is running; pause or resume automatic failover after it"}
+	}
+	defer s.mu.Unlock()
+	cur := s.table.Current()
+	if cur.Phase != PhaseServing {
+		return State{}, &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
+			Msg: fmt.Sprintf("a switch is running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
+	}
+	next := cur
+	next.FailoverPaused = p
+	if err := s.save(ctx, next); err != nil {
+		if errors.Is(err, ErrSuperseded) {
+			return State{}, &Error{Reason: ReasonSuperseded, err: err, Msg: err.Error()}
+		}
+		return State{}, &Error{Reason: ReasonSaveFailed, Msg: "saving the routing state on " + cur.Active + ": " + err.Error()}
+	}
+	s.table.SetFailoverPause(cur.Generation, p)
+	return s.table.Current(), nil
 }
 
 // nextGeneration is the generation a switch from cur saves: past cur's and

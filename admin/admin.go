@@ -16,6 +16,9 @@
 //	POST /switchover      switch the active cluster (WithSwitch); needs the token (WithToken)
 //	POST /mirror/restart  restart halted mirror partitions (WithMirrorRestart); needs the token
 //	POST /mirror/halt     halt mirror partitions, to copy a topic again (WithMirrorHalt); needs the token
+//	GET  /failover        JSON: automatic failover as this member sees it (WithFailover); 404 when off
+//	POST /failover/pause  hold automatic failover off, fleet-wide and durably (WithFailoverPause); needs the token
+//	POST /failover/resume let it act again; needs the token
 //
 // Endpoints that read are open; those that change something need
 // "Authorization: Bearer <token>" when a token is configured, and so do the
@@ -47,6 +50,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/clientauth"
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/internal/listen"
 	"github.com/ferry-gw/ferry/internal/logsample"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
@@ -81,6 +85,8 @@ type config struct {
 	started  func() bool
 	check    ClusterCheck
 	mirror   func() MirrorInfo
+	failover func() failover.Status
+	pauseFn  FailoverPauseFunc
 	// fleetMirror, members and readiness come from the fleet, when the
 	// member is in one.
 	fleetMirror func(ctx context.Context) MirrorStatus
@@ -282,6 +288,11 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.haltFn != nil {
 		s.HandleMutating(http.MethodPost, "/mirror/halt", http.HandlerFunc(s.HandleMirrorHalt))
 	}
+	s.mux.HandleFunc("GET /failover", s.HandleFailover)
+	if cfg.pauseFn != nil {
+		s.HandleMutating(http.MethodPost, "/failover/pause", s.HandleFailoverPause(true))
+		s.HandleMutating(http.MethodPost, "/failover/resume", s.HandleFailoverPause(false))
+	}
 	s.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_accept_errors_total",
 		Help: "Errors accepting an admin API connection that were retried (out of file descriptors and the like), by reason."}, []string{"reason"})
 	s.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "admin_auth_failures_total",
@@ -407,18 +418,21 @@ func (s *Server) HandleReadyz(w http.ResponseWriter, r *http.Request) {
 
 // Status is what /status reports.
 type Status struct {
-	Version       string          `json:"version"`
-	Node          Node            `json:"node"`
-	Ready         bool            `json:"ready"`
-	NotReady      string          `json:"not_ready,omitempty"`
-	Routing       RoutingStatus   `json:"routing"`
-	Clusters      []ClusterStatus `json:"clusters"`
-	Fleet         []Broker        `json:"fleet"`
-	Members       []Member        `json:"members,omitempty"`
-	Mirror        MirrorStatus    `json:"mirror"`
-	Process       Process         `json:"process"`
-	StartedAt     time.Time       `json:"started_at"`
-	UptimeSeconds float64         `json:"uptime_seconds"`
+	Version  string          `json:"version"`
+	Node     Node            `json:"node"`
+	Ready    bool            `json:"ready"`
+	NotReady string          `json:"not_ready,omitempty"`
+	Routing  RoutingStatus   `json:"routing"`
+	Clusters []ClusterStatus `json:"clusters"`
+	Fleet    []Broker        `json:"fleet"`
+	Members  []Member        `json:"members,omitempty"`
+	Mirror   MirrorStatus    `json:"mirror"`
+	// Failover is automatic failover as this member sees it; absent when
+	// it is off.
+	Failover      *failover.Status `json:"failover,omitempty"`
+	Process       Process          `json:"process"`
+	StartedAt     time.Time        `json:"started_at"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
 
 	// Auth is the state of authentication: OAUTHBEARER's keys, the
 	// identities a cluster refuses now.
@@ -508,6 +522,10 @@ func (s *Server) Status(ctx context.Context) Status {
 		Process:       processStatus(),
 		StartedAt:     s.started.UTC(),
 		UptimeSeconds: s.cfg.now().Sub(s.started).Seconds(),
+	}
+	if s.cfg.failover != nil {
+		fs := s.cfg.failover()
+		out.Failover = &fs
 	}
 	if err := s.Ready(ctx); err != nil {
 		out.NotReady = err.Error()

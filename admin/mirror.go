@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/mirror"
 )
 
@@ -29,6 +30,11 @@ type MirrorInfo struct {
 // WithMirror sets how /status learns the mirror's state. Without it, the
 // mirror section says the mirror is disabled.
 func WithMirror(f func() MirrorInfo) Option { return func(c *config) { c.mirror = f } }
+
+// WithFailover sets how /status learns automatic failover's view and
+// verdict (failover.Runner's Status). Without it /status has no failover
+// section.
+func WithFailover(f func() failover.Status) Option { return func(c *config) { c.failover = f } }
 
 // WithFleetMirror sets how /status learns the mirror of the whole fleet
 // (MergeMirror of every member's LocalMirror). Without it /status shows

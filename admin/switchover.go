@@ -73,6 +73,8 @@ type RoutingStatus struct {
 	// routing.MaxHistory), kept in the routing state: every member, and a
 	// restarted one, shows the same.
 	History []routing.Switch `json:"history"`
+	// FailoverPaused is set while automatic failover is paused.
+	FailoverPaused *routing.FailoverPause `json:"failover_paused,omitempty"`
 }
 
 func routingStatus(st routing.State) RoutingStatus {
@@ -85,7 +87,7 @@ func routingStatus(st routing.State) RoutingStatus {
 	if history == nil {
 		history = []routing.Switch{}
 	}
-	return RoutingStatus{Generation: st.Generation, Active: st.Active, Phase: phase, LastSwitch: st.Last, History: history}
+	return RoutingStatus{Generation: st.Generation, Active: st.Active, Phase: phase, LastSwitch: st.Last, History: history, FailoverPaused: st.FailoverPaused}
 }
 
 // SwitchRequest is the body of POST /switchover.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -86,7 +87,13 @@ func TestUIChromium(t *testing.T) {
 			{NodeID: 8, State: "suspect", Host: "ferry-8", Ports: []int32{9092, 9093}, Gossip: "ferry-8:7946", Admin: "ferry-8:9644", Version: "v1.2.3", Generation: 1, GossipGeneration: 1, Connections: -1, MirrorPartitions: -1},
 		}
 	}
-	f := newFixture(t, WithMirror(fm.get), WithConnections(p.Connz), WithMembers(members))
+	// Automatic failover, blocked by the loss budget.
+	fo := func() failover.Status {
+		return failover.Status{Enabled: true, After: "30s", Actor: 7,
+			View:    failover.View{Member: 7, Generation: 2, Active: "primary", DownMillis: 45000, Standby: "standby", StandbyUp: true},
+			Verdict: &failover.Verdict{Blocked: true, Reason: "the mirror's lag at the failure, 900 records and 2.0 s, exceeds max_loss (100 records)"}}
+	}
+	f := newFixture(t, WithMirror(fm.get), WithConnections(p.Connz), WithMembers(members), WithFailover(fo))
 	f.started.Store(true)
 	f.down["standby"] = true
 	started := time.Now().Add(-time.Minute).UTC()
@@ -128,6 +135,7 @@ func TestUIChromium(t *testing.T) {
 		`3 ranges`,
 		`suspect`,
 		`unreachable`,
+		`id="failover">automatic, after 30s · the mirror's lag at the failure, 900 records`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page does not show %q", want)

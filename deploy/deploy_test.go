@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/membership"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/proxy"
@@ -280,6 +281,8 @@ func inProcessMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	defer fl.Close()
+
+	failover.New(failover.Config{Routes: routes.Current, Standby: func(string) string { return "" }, Registerer: rec})
 
 	adm, err := admin.New(
 		admin.WithRoutes(routes),

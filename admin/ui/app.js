@@ -77,6 +77,25 @@ function renderRouting(st) {
     item("Generation", String(r.generation)),
     item("Ready", st.ready ? "ready" : "not ready: " + (st.not_ready || ""), st.ready ? "ok" : "bad"),
   );
+  const f = st.failover;
+  if (f) {
+    // Automatic failover: paused, blocked, switching, or the count
+    // towards it; the reason is the deciding member's.
+    let text = "automatic, after " + f.after, cls = "ok";
+    if (r.failover_paused) {
+      text = "paused" + (r.failover_paused.reason ? ": " + r.failover_paused.reason : "");
+      cls = "warn";
+    }
+    const v = f.verdict;
+    if (v && (v.blocked || v.act)) {
+      text += " · " + v.reason;
+      cls = "bad";
+    } else if (f.view && f.view.down_ms > 0) {
+      text += " · active unreachable for " + duration(f.view.down_ms / 1000);
+      cls = "warn";
+    }
+    box.appendChild(item("Failover", text, cls, "failover"));
+  }
 }
 
 function renderClusters(st) {

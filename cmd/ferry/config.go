@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-gw/ferry/admin"
 	"github.com/ferry-gw/ferry/clientauth"
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/mirror"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
@@ -183,6 +184,10 @@ type Config struct {
 	// they serve as one virtual cluster. Without it the member is on its
 	// own.
 	Fleet *FleetConfig `yaml:"fleet"`
+	// Failover makes the fleet switch the active cluster by force on its
+	// own when the active cluster is gone (package failover). Off by
+	// default.
+	Failover FailoverConfig `yaml:"failover"`
 	// Policy says which kinds of request clients may send through Ferry,
 	// which reaches the clusters under its own identity.
 	Policy PolicyConfig `yaml:"policy"`
@@ -357,6 +362,85 @@ func (c *Config) validateListener() []error {
 
 // FleetConfig is the fleet section: how this member finds and talks to the
 // other members.
+// FailoverConfig is the automatic failover policy.
+type FailoverConfig struct {
+	// Automatic turns it on.
+	Automatic bool `yaml:"automatic"`
+	// After is how long a member must have failed to reach the active
+	// cluster, with the standby answering, to vote for a switch; a
+	// majority of the members known must vote. Default 30s.
+	After time.Duration `yaml:"after"`
+	// MaxLoss bounds what an automatic switch may lose: the mirror's lag
+	// when the active cluster was last read. At least one is required.
+	MaxLoss struct {
+		Records *int64 `yaml:"records"`
+		Seconds *int64 `yaml:"seconds"`
+	} `yaml:"max_loss"`
+	// MinInterval is how long after any switch no automatic one is made.
+	// Default 10m.
+	MinInterval time.Duration `yaml:"min_interval"`
+	// Quorum is "majority" (the only one): more than half of the members
+	// known, alive or not, that did not leave.
+	Quorum string `yaml:"quorum"`
+}
+
+func (f *FailoverConfig) applyDefaults() {
+	if f.After == 0 {
+		f.After = 30 * time.Second
+	}
+	if f.MinInterval == 0 {
+		f.MinInterval = 10 * time.Minute
+	}
+	if f.Quorum == "" {
+		f.Quorum = "majority"
+	}
+}
+
+func (f *FailoverConfig) validate(c *Config) []error {
+	if !f.Automatic {
+		return nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Clusters) != 2 {
+		bad("failover.automatic: two clusters are needed, an active one and a standby")
+	}
+	if !c.Mirror.enabled() {
+		bad("failover.automatic: the mirror must run (the loss an automatic switch may make is its lag)")
+	}
+	if f.After < 5*time.Second {
+		bad("failover.after %s: must be at least 5s", f.After)
+	}
+	if f.MinInterval < 0 {
+		bad("failover.min_interval %s: must not be negative", f.MinInterval)
+	}
+	r, s := f.MaxLoss.Records, f.MaxLoss.Seconds
+	switch {
+	case r == nil && s == nil:
+		bad("failover.max_loss: set records, seconds or both: the most an automatic switch may lose (the mirror's lag at the failure)")
+	case r != nil && *r < 0:
+		bad("failover.max_loss.records %d: must be 0 or more", *r)
+	case s != nil && *s < 0:
+		bad("failover.max_loss.seconds %d: must be 0 or more", *s)
+	}
+	if f.Quorum != "majority" {
+		bad("failover.quorum %q: only majority is supported", f.Quorum)
+	}
+	return errs
+}
+
+// policy is f as package failover takes it.
+func (f *FailoverConfig) policy() failover.Policy {
+	p := failover.Policy{After: f.After, MinInterval: f.MinInterval, MaxLossRecords: -1, MaxLossSeconds: -1}
+	if f.MaxLoss.Records != nil {
+		p.MaxLossRecords = *f.MaxLoss.Records
+	}
+	if f.MaxLoss.Seconds != nil {
+		p.MaxLossSeconds = float64(*f.MaxLoss.Seconds)
+	}
+	return p
+}
+
 type FleetConfig struct {
 	// Bind is the gossip address (TCP and UDP). Default 0.0.0.0:7946.
 	Bind string `yaml:"bind"`
@@ -613,6 +697,7 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	if c.Active == "" && len(c.Clusters) > 0 {
 		c.Active = c.Clusters[0].Name
 	}
+	c.Failover.applyDefaults()
 	if c.MaxRequestSize == 0 {
 		c.MaxRequestSize = protocol.DefaultMaxFrameSize
 	}
@@ -790,6 +875,7 @@ func (c *Config) validate() error {
 	if c.Fleet != nil {
 		errs = append(errs, c.Fleet.validate()...)
 	}
+	errs = append(errs, c.Failover.validate(c)...)
 	errs = append(errs, c.Policy.validate()...)
 	if c.Lanes < 0 || c.Lanes > 999 {
 		bad("lanes %d: must be between 1 and 999 (or 0: as many as the largest cluster has brokers)", c.Lanes)

@@ -97,6 +97,11 @@ func TestExampleConfig(t *testing.T) {
 			KeyFile:    "/etc/ferry/gossip.key",
 			WriteLease: 1500 * time.Millisecond,
 		},
+		Failover: func() FailoverConfig {
+			f := FailoverConfig{After: 30 * time.Second, MinInterval: 10 * time.Minute, Quorum: "majority"}
+			f.MaxLoss.Records, f.MaxLoss.Seconds = ptr(int64(10000)), ptr(int64(5))
+			return f
+		}(),
 		LogLevel:           "info",
 		UnmappedPrincipals: "service",
 	}
@@ -182,6 +187,11 @@ func TestConfigErrors(t *testing.T) {
 		{"bad fleet", minimal + "fleet:\n  bind: gossip\n  advertise: \":7946\"\n  seeds: [\"ferry-1\"]\n  write_lease: 10ms\n", []string{
 			`fleet.bind "gossip": not host:port`, `fleet.advertise ":7946": the host is missing`, `fleet.seeds[0] "ferry-1": not host:port`, "fleet.write_lease 10ms: must be between 200ms and 1m"}},
 		{"unknown fleet key", minimal + "fleet:\n  seed: [a:1]\n", []string{`line 8: unknown key "seed"`}},
+		{"automatic failover with one cluster", minimal + "failover: {automatic: true, max_loss: {records: 10}}\n", []string{
+			"failover.automatic: two clusters are needed"}},
+		{"automatic failover with no budget, too soon, another quorum", minimal + "failover: {automatic: true, after: 1s, quorum: all, min_interval: -1m}\n", []string{
+			"failover.max_loss: set records, seconds or both", "failover.after 1s: must be at least 5s", `failover.quorum "all": only majority`, "failover.min_interval -1m0s"}},
+		{"negative loss budget", minimal + "failover: {automatic: true, max_loss: {records: -1}}\n", []string{"failover.max_loss.records -1: must be 0 or more"}},
 		{"short idle", minimal + "connections_max_idle: 500ms\n", []string{"connections_max_idle 500ms: must be at least 1s"}},
 		{"negative idle", minimal + "connections_max_idle: -10m\n", []string{"connections_max_idle -10m0s: must be at least 1s"}},
 		{"idle in milliseconds", minimal + "connections_max_idle: 600000\n", []string{"line 7", "into a duration (e.g. 30s)"}},

@@ -39,6 +39,7 @@ type testFleet struct {
 	primary, standby *kafkatest.Cluster
 	members          []*fleetMember
 	key              string // key file path
+	extra            string // more of every member's configuration (YAML)
 }
 
 // freeAddr is a loopback host:port free for TCP and UDP.
@@ -64,6 +65,13 @@ func writeKey(t *testing.T, seed byte) string {
 // members seeded with each other, and waits until every member sees all.
 func startTestFleet(t *testing.T, n int) *testFleet {
 	t.Helper()
+	return startTestFleetWith(t, n, "")
+}
+
+// startTestFleetWith is startTestFleet with extra added to every member's
+// configuration.
+func startTestFleetWith(t *testing.T, n int, extra string) *testFleet {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("real Kafka")
 	}
@@ -72,6 +80,7 @@ func startTestFleet(t *testing.T, n int) *testFleet {
 		primary: kafkatest.Start(t, 1, kafkatest.WithName("primary")),
 		standby: kafkatest.Start(t, 1, kafkatest.WithName("standby")),
 		key:     writeKey(t, 1),
+		extra:   extra,
 	}
 	// A port found free can be taken before the member binds it (by
 	// another test's listener, or as the local port of a connection):
@@ -127,7 +136,7 @@ fleet:
   bind: %s
   seeds: [%s]
   key_file: %s
-`, id, kafka, adminAddr, f.primary.Bootstrap(), f.standby.Bootstrap(), gossip, strings.Join(seeds, ", "), key)
+%s`, id, kafka, adminAddr, f.primary.Bootstrap(), f.standby.Bootstrap(), gossip, strings.Join(seeds, ", "), key, f.extra)
 }
 
 func (f *testFleet) ids() []int32 {

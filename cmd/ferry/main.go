@@ -70,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = connectionsCmd(ctx, args[1:], stdout, stderr)
 	case "mirror":
 		err = mirrorCmd(ctx, args[1:], stdout, stderr)
+	case "failover":
+		err = failoverCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		err = usersCmd(args[1:], os.Stdin, stdout, stderr)
 	case "version":

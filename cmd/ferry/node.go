@@ -47,6 +47,8 @@ type node struct {
 	fleet  *fleetRole
 	proxy  *proxy.Server
 	mirror *mirrorRunner // nil when the mirror is disabled
+	// failover is automatic failover (nil when off).
+	failover *failoverRole
 	// switcher runs switches of the active cluster (POST /switchover).
 	switcher *routing.Switcher
 	// store keeps the routing state on the clusters (__ferry_routing).
@@ -238,6 +240,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 			return out, err
 		})
 	}
+	if cfg.Failover.Automatic {
+		n.failover = n.newFailover(cfg)
+	}
 	adminOpts := []admin.Option{
 		admin.WithVersion(version()),
 		admin.WithNode(admin.Node{
@@ -266,6 +271,9 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 	}
 	if n.mirror != nil {
 		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart), admin.WithMirrorHalt(n.mirrorHalt))
+	}
+	if n.failover != nil {
+		adminOpts = append(adminOpts, admin.WithFailover(n.failover.r.Status), admin.WithFailoverPause(n.failoverPause))
 	}
 	if n.fleet != nil {
 		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)
@@ -358,6 +366,7 @@ func (n *node) start(ctx context.Context) error {
 			return err
 		}
 	}
+	n.runFailover()
 	return nil
 }
 
@@ -523,6 +532,9 @@ func (n *node) Close() {
 	n.closeOnce.Do(func() {
 		if n.fleet != nil && n.fleet.m != nil {
 			n.fleet.close()
+		}
+		if n.failover != nil {
+			n.failover.close()
 		}
 		if n.mirror != nil {
 			n.mirror.Close()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // statusTimeout bounds GET /status: the member probes each cluster (1 s
@@ -78,7 +79,7 @@ func printStatus(w io.Writer, st *admin.Status) {
 		if l.Duration != "" {
 			took = ", took " + l.Duration
 		}
-		line("last", "%s switch %s -> %s at %s%s: %s", l.Mode, l.From, l.To, l.Started.Format(time.RFC3339), took, outcome)
+		line("last", "%s switch %s -> %s at %s%s: %s", switchMode(l), l.From, l.To, l.Started.Format(time.RFC3339), took, outcome)
 		if len(l.Lost) > 0 {
 			fmt.Fprintf(w, "%-10s lost %d ranges:\n", "", len(l.Lost))
 			printLost(w, "             ", l.Lost)
@@ -96,7 +97,7 @@ func printStatus(w io.Writer, st *admin.Status) {
 		if h.LostRanges > 0 {
 			lost = fmt.Sprintf(", lost %d ranges", h.LostRanges)
 		}
-		line(key, "%s switch %s -> %s at %s, took %s: %s%s", h.Mode, h.From, h.To, h.Started.Format(time.RFC3339), h.Duration, h.Outcome, lost)
+		line(key, "%s switch %s -> %s at %s, took %s: %s%s", switchMode(&h), h.From, h.To, h.Started.Format(time.RFC3339), h.Duration, h.Outcome, lost)
 	}
 	if n := len(r.History) - statusHistoryLines; n > 0 {
 		line("", "and %d more (--json)", n)
@@ -131,4 +132,26 @@ func printStatus(w io.Writer, st *admin.Status) {
 			}
 		}
 	}
+	if f := st.Failover; f != nil {
+		state := "automatic, after " + f.After
+		if p := r.FailoverPaused; p != nil {
+			state += ", PAUSED since " + p.At.Format(time.RFC3339)
+			if p.Reason != "" {
+				state += ": " + p.Reason
+			}
+		}
+		if v := f.Verdict; v != nil && (v.Blocked || v.Act) {
+			state += "; " + v.Reason
+		}
+		line("failover", "%s (ferry failover status)", state)
+	}
+}
+
+// switchMode is a switch's mode as `ferry status` names it: "automatic
+// forced" for one the fleet decided on itself.
+func switchMode(sw *routing.Switch) string {
+	if sw.Automatic {
+		return "automatic " + string(sw.Mode)
+	}
+	return string(sw.Mode)
 }

@@ -22,6 +22,9 @@ Commands:
   mirror halt           halt mirror partitions of a topic, to copy it again (RUNBOOK 5.4)
                         (--admin HOST:PORT, --halted | --topic T [--partition N],
                         --json, --token-file F)
+  failover pause|resume hold automatic failover off for the whole fleet, or let
+                        it act again (--admin HOST:PORT, --reason TEXT, --token-file F)
+  failover status       print automatic failover as a member sees it (--admin, --json)
   users add|list|delete manage the SASL/SCRAM credential store
                         (--store FILE, --user NAME; the password on stdin)
   version               print the version

@@ -164,6 +164,69 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 			t.Fatalf("member %d serves generation %d: switched back by itself", m.id, st.Generation)
 		}
 	}
+
+	// Both clusters down: nobody votes (the standby must answer).
+	if err := f.primary.Kill(primaryNode); err != nil {
+		t.Fatal(err)
+	}
+	none := waitVerdict(t, f, func(v *routingVerdict) bool { return !v.Blocked && strings.Contains(v.Reason, "0 of 3 members") })
+	t.Logf("both clusters dead: %s", none)
+}
+
+// TestAutomaticFailoverLossOverBudgetRealKafka: a member alone (its own
+// majority), the mirror held back by a transaction left open on the
+// primary with 20 records acknowledged behind it, max_loss 5 records: the
+// primary's death makes no switch; the verdict is blocked, naming the
+// loss, and ferry_failover_blocked is 1.
+func TestAutomaticFailoverLossOverBudgetRealKafka(t *testing.T) {
+	primary, _, yaml := primaryAndStandby(t, "ferry-auto-loss-test")
+	n, addr := startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 5}}\n", failoverAfter))
+	const topic = "lossy"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produceNumbered(t, ctx, prod, "before", 10)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	leaveTxnOpen(t, ctx, addr, topic, "auto-loss-open")
+	unmirrored := produceNumbered(t, ctx, prod, "unmirrored", 20)
+	waitMirrorHeldAt(t, n, 10, unmirrored[len(unmirrored)-1]+1)
+	// The lag as the member last read it, before the primary goes.
+	testwait.Eventually(t, 30*time.Second, "the lag read", func() error {
+		if v := n.failover.r.View(); !v.LagKnown || v.LagRecords < 20 {
+			return fmt.Errorf("view %+v", v)
+		}
+		return nil
+	})
+	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, failoverAfter+time.Minute, "the verdict blocked for the loss", func() error {
+		st := n.failover.r.Status()
+		if v := st.Verdict; v == nil || !v.Blocked || !strings.Contains(v.Reason, "exceeds max_loss (5 records)") || v.LossRecords < 20 {
+			return fmt.Errorf("verdict %+v", st.Verdict)
+		}
+		return nil
+	})
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "ferry_failover_blocked" && len(mf.GetMetric()) == 1 {
+			blocked = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if blocked != 1 {
+		t.Fatalf("ferry_failover_blocked = %v, want 1", blocked)
+	}
+	time.Sleep(2 * time.Second)
+	if st := n.routes.Current(); st.Generation != 0 || st.Active != "primary" {
+		t.Fatalf("routing %s: switched with the loss over max_loss", st)
+	}
 }
 
 type routingVerdict struct {

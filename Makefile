@@ -17,7 +17,7 @@ help:
 	@echo "make bench       Ferry vs a direct connection and a bare splice relay on a real 3-broker cluster, then bench-mirror"
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
-	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS)"
+	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS); then automatic failover, the active cluster's broker killed (AUTOBENCHFLAGS)"
 	@echo "make bench-distance the mirror's copy and the planned switch with the standby 20, 50 and 100 ms away (a delaying relay): mirrorbench -rtts, switchbench -rtt (DISTANCEBENCHFLAGS, SWITCHRTT)"
 	@echo "make bench-scale the switchover, Metadata, memory, idle CPU and the mirror's catch-up as the clusters grow to 10,000 partitions and 1,000 groups, 10,000 idle client connections (SCALEBENCHFLAGS)"
 	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
@@ -71,8 +71,10 @@ bench-dedicated:
 bench-mirror:
 	$(GO) run ./conformance/mirrorbench $(MIRRORBENCHFLAGS)
 
+AUTOBENCHFLAGS ?= -rounds 5 -failover-after 5s
 bench-switchover:
 	$(GO) run ./conformance/switchbench $(SWITCHBENCHFLAGS)
+	$(GO) run ./conformance/switchbench -automatic $(AUTOBENCHFLAGS)
 
 SCALEBENCHFLAGS ?= -shapes 100x10,1000x100,5000x500,10000x1000 -idle-conns 10000 -rounds 3 -consume-bytes 0 -out docs/SCALE-BENCHMARKS.md
 bench-scale:

@@ -39,7 +39,7 @@ type Config struct {
 	// Switch runs the forced switch (routing.Switcher's Switch).
 	Switch func(ctx context.Context, req routing.Request) (routing.State, error)
 	// Interval is how often the clusters are probed and the decision
-	// taken. Default 1 s.
+	// taken. Default 500 ms.
 	Interval   time.Duration
 	Log        *zap.Logger
 	Registerer prometheus.Registerer
@@ -96,7 +96,7 @@ type Runner struct {
 // New returns a Runner; Run starts it.
 func New(cfg Config) *Runner {
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = 500 * time.Millisecond
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -247,7 +247,9 @@ func (r *Runner) decide(ctx context.Context) {
 	r.cfg.Log.Warn("automatic failover: switching by force", zap.String("from", st.Active), zap.String("to", v.Target),
 		zap.Uint32("generation", st.Generation), zap.String("why", v.Reason))
 	gen := st.Generation
-	next, err := r.cfg.Switch(ctx, routing.Request{To: v.Target, Mode: routing.Forced, Automatic: true, OnlyFrom: &gen})
+	// The active cluster has not answered this member for after: the
+	// save does not wait for it (it is written in the background).
+	next, err := r.cfg.Switch(ctx, routing.Request{To: v.Target, Mode: routing.Forced, Automatic: true, OnlyFrom: &gen, FromUnreachable: true})
 	a := &Attempt{At: time.Now().UTC(), To: v.Target, Outcome: routing.OutcomeSwitched}
 	if err != nil {
 		a.Outcome = "failed: " + err.Error()

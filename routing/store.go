@@ -302,7 +302,8 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 	// send members restarted later to the old cluster. The check reads
 	// every cluster first, so that a Save refused writes nowhere; each
 	// write checks again, atomically (writeIf).
-	if err := s.checkAll(ctx, st); err != nil {
+	unread, err := s.checkAll(ctx, st)
+	if err != nil {
 		return err
 	}
 	unlessSuperseded := func(c *storeCluster) func(State, bool) error {
@@ -327,6 +328,16 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 			continue
 		}
 		c := s.clusters[name]
+		if forced(st) && slices.Contains(unread, name) {
+			// A forced switch whose check could not read this cluster
+			// (the old active one, gone) does not wait for it a second
+			// time: the write goes on in the background, as after a
+			// failed write.
+			c.stopRewrite()
+			c.log.Warn("the routing state was not written to a cluster the forced switch could not read; writing it again in the background until that cluster holds its generation", zap.Stringer("routing", st))
+			s.rewriteLater(c, st, val)
+			continue
+		}
 		wg.Go(func() {
 			c.stopRewrite()
 			cctx, cancel := context.WithTimeout(ctx, s.otherWait(st))
@@ -357,11 +368,18 @@ const forcedOtherWait = 2 * time.Second
 // otherWait bounds st's save's read and write of a cluster it does not
 // make active.
 func (s *KafkaStore) otherWait(st State) time.Duration {
-	if st.Last != nil && st.Last.Mode == Forced {
+	if forced(st) {
 		return min(s.timeout, forcedOtherWait)
 	}
 	return s.timeout
 }
+
+// errSkipped is a cluster the caller of a forced switch's save found
+// unreachable (WithUnreachable): not read.
+var errSkipped = errors.New("routing store: found unreachable by the switch; not read")
+
+// forced reports whether st is a forced switch's.
+func forced(st State) bool { return st.Last != nil && st.Last.Mode == Forced }
 
 // ErrSuperseded is what Save's error wraps (as a *SupersededError) when a
 // cluster holds a routing state that st must not replace.
@@ -446,10 +464,17 @@ func voidedIn(results []readResult, gen uint32) bool {
 
 // checkAll reads every cluster and refuses st if one holds a state st
 // must not replace. The active cluster must be read; another that cannot
-// be (a forced switch finds the old one dead) is left to its write.
-func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
+// be (a forced switch finds the old one dead) is left to its write, and
+// named in unread.
+func (s *KafkaStore) checkAll(ctx context.Context, st State) (unread []string, err error) {
 	var errs []error
+	skip := Unreachable(ctx)
 	load := func(ctx context.Context, name string) (State, bool, error) {
+		if name != st.Active && forced(st) && slices.Contains(skip, name) {
+			// Found unreachable by the caller for a while: not
+			// waited for (written in the background, as unread).
+			return State{}, false, errSkipped
+		}
 		if name != st.Active {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, s.otherWait(st))
@@ -461,6 +486,8 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 		switch {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
+		case r.err != nil:
+			unread = append(unread, r.name)
 		case r.err == nil && r.found:
 			if why := Supersedes(r.st, st); why != "" {
 				errs = append(errs, &SupersededError{Cluster: r.name, Held: r.st, Why: why})
@@ -469,10 +496,10 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) error {
 	}
 	for _, err := range errs {
 		if errors.Is(err, ErrSuperseded) {
-			return err
+			return unread, err
 		}
 	}
-	return errors.Join(errs...)
+	return unread, errors.Join(errs...)
 }
 
 // rewriteLater writes st (encoded as val) to c in the background until c

@@ -449,6 +449,54 @@ func TestKafkaStoreClusterDown(t *testing.T) {
 	mustLoad(t, onlyB, &st3)
 }
 
+// TestKafkaStoreForcedSaveSkipsUnreachable: a forced switch's save told
+// that the old cluster is unreachable (automatic failover found it so,
+// WithUnreachable) does not wait to read it, where one not told waits
+// (forcedOtherWait; having failed to read it, neither waits to write it);
+// the state reaches the old cluster in the background once it is back.
+func TestKafkaStoreForcedSaveSkipsUnreachable(t *testing.T) {
+	a, b := kafkaClusters(t)
+	const topic = "__ferry_routing_skip"
+	both := map[string]*kafkatest.Cluster{"a": a, "b": b}
+	s := newTestStore(t, "vc1", topic, both, StoreTimeout(3*time.Second))
+	onlyA := newTestStore(t, "vc1", topic, map[string]*kafkatest.Cluster{"a": a}, StoreTimeout(3*time.Second))
+	mustSave(t, s, fullState(1, "a", "b"))
+	if err := a.Stop(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !a.Running(1) {
+			a.Restart(1)
+		}
+	})
+	start := time.Now()
+	mustSave(t, s, fullState(2, "b", "a"))
+	waited := time.Since(start)
+	st3 := fullState(3, "b", "a")
+	start = time.Now()
+	if err := s.Save(WithUnreachable(ctxFor(t, 60*time.Second), []string{"a"}), st3); err != nil {
+		t.Fatal(err)
+	}
+	skipped := time.Since(start)
+	t.Logf("a forced save with the old cluster down took %v; told it is unreachable, %v", waited, skipped)
+	if waited < forcedOtherWait {
+		t.Fatalf("the save not told waited %v, less than its wait to read the old cluster (%v): the comparison means nothing", waited, forcedOtherWait)
+	}
+	if skipped > waited-forcedOtherWait/2 {
+		t.Fatalf("told the old cluster is unreachable, the save took %v, against %v not told: it waited for it", skipped, waited)
+	}
+	if err := a.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 60*time.Second, "the skipped cluster written in the background", func() error {
+		got, found, err := onlyA.Load(ctxFor(t, 30*time.Second))
+		if err != nil || !found || got.Generation != 3 {
+			return fmt.Errorf("a holds %v (found %v, %v)", got, found, err)
+		}
+		return nil
+	})
+}
+
 // TestKafkaStoreNeverReplacesNewer: Save writes nothing, and answers
 // ErrSuperseded, when a cluster holds a newer generation (a planned
 // switch's rollback after a forced switch flipped), the same generation

@@ -104,6 +104,28 @@ type Request struct {
 	// force is this one: a decision taken on views of one generation is
 	// never carried out on another (ReasonSuperseded).
 	OnlyFrom *uint32 `json:"-"`
+	// FromUnreachable, for a forced switch, says the caller has found the
+	// cluster it leaves unreachable for a while (automatic failover: for
+	// its after): the save does not wait to read or write it, and writes
+	// it in the background (WithUnreachable).
+	FromUnreachable bool `json:"-"`
+}
+
+type unreachableKey struct{}
+
+// WithUnreachable returns ctx carrying clusters a forced switch's save
+// need not wait for (Request.FromUnreachable); Unreachable reads them.
+func WithUnreachable(ctx context.Context, clusters []string) context.Context {
+	if len(clusters) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, unreachableKey{}, slices.Clone(clusters))
+}
+
+// Unreachable is what WithUnreachable put in ctx.
+func Unreachable(ctx context.Context) []string {
+	c, _ := ctx.Value(unreachableKey{}).([]string)
+	return c
 }
 
 // PrincipalCheck authenticates every mapped client principal on cluster
@@ -316,7 +338,11 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	if req.Mode == Planned {
 		next, err = s.planned(ctx, cur, sw, start, req.Timeout, log)
 	} else {
-		next, err = s.forced(ctx, cur, sw, log)
+		var unreachable []string
+		if req.FromUnreachable {
+			unreachable = []string{cur.Active}
+		}
+		next, err = s.forced(ctx, cur, sw, unreachable, log)
 	}
 	if err != nil {
 		log.Error("switch did not happen", zap.Error(err))
@@ -493,7 +519,7 @@ func (s *Switcher) planned(ctx context.Context, cur State, sw *Switch, start tim
 // members (State.ForcedFrom).
 const forcedHoldWait = 2 * time.Second
 
-func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.Logger) (State, error) {
+func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, unreachable []string, log *zap.Logger) (State, error) {
 	// Writes are held on every member reached before the mirror stops:
 	// an old cluster that comes back while the switch saves (a paused
 	// broker, a partition healed) would otherwise acknowledge writes past
@@ -523,7 +549,7 @@ func (s *Switcher) forced(ctx context.Context, cur State, sw *Switch, log *zap.L
 	}
 	mark("stop_mirror")
 	next := s.nextState(cur, sw, ends)
-	err := s.save(ctx, next)
+	err := s.save(WithUnreachable(ctx, unreachable), next)
 	mark("save")
 	if errors.Is(err, ErrSuperseded) {
 		// Another switch's newer state is saved: it is in force, and

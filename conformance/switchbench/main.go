@@ -30,6 +30,9 @@
 //
 //	go run ./conformance/switchbench -out docs/SWITCHOVER-BENCHMARKS.md
 //
+// With -automatic, automatic failover instead (automatic.go): the active
+// cluster's broker killed under traffic, each round on fresh clusters.
+//
 // With -shapes the switches are measured as the clusters grow, with the
 // member's memory, idle CPU and Metadata time at each size (scale.go,
 // `make bench-scale`).
@@ -86,6 +89,10 @@ type options struct {
 	// scale mode measured the brokers' collector. Production brokers at
 	// that size run with several GiB.
 	brokerHeap string
+	// automatic: measure automatic failover instead (automatic.go), each
+	// of -rounds on fresh clusters, with failover.after failoverAfter.
+	automatic     bool
+	failoverAfter time.Duration
 }
 
 func main() {
@@ -105,6 +112,8 @@ func main() {
 	fs.StringVar(&o.logLevel, "log-level", "warn", "the member's log_level (its log: $TMPDIR/switchbench-ferry.log)")
 	fs.DurationVar(&o.syncInterval, "sync-interval", 0, "the member's mirror.sync_interval (default: 1s in the switch mode, Ferry's default in the scale mode)")
 	fs.StringVar(&o.brokerHeap, "broker-heap", "", "each broker's JVM heap, e.g. 2g (default: 2g in the scale mode, the harness's 512m in the switch mode)")
+	fs.BoolVar(&o.automatic, "automatic", false, "measure automatic failover: the active cluster's broker killed under traffic, -rounds times on fresh clusters (automatic.go)")
+	fs.DurationVar(&o.failoverAfter, "failover-after", 5*time.Second, "with -automatic, the member's failover.after")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -158,6 +167,9 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.automatic {
+		return runAutomatic(ctx, o)
+	}
 	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
 	heapNote := ""
 	if o.brokerHeap != "" {
@@ -247,6 +259,9 @@ clusters:
 `, b.addr, b.admin, b.o.logLevel, b.clusters["primary"].Bootstrap(), b.standbyAddr)
 	if b.o.syncInterval > 0 {
 		cfg += fmt.Sprintf("mirror: {sync_interval: %v}\n", b.o.syncInterval)
+	}
+	if b.o.automatic {
+		cfg += fmt.Sprintf("failover: {automatic: true, after: %v, max_loss: {records: 1000000}, min_interval: 1s}\n", b.o.failoverAfter)
 	}
 	file := filepath.Join(dir, "ferry.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {

@@ -765,10 +765,11 @@ func finalized(t *testing.T, ctx context.Context, bootstrap string) map[string]i
 // is acknowledged on the standby. Before, the write that tells the frozen
 // cluster of the new generation waited in kgo's BeginTransaction, which
 // takes no context, and then in the client's Close: 53 s in the chaos
-// run, this test's 40 s passed, writes refused all along. (Now about
+// run, this test's 40 s passed, writes refused all along. (Then about
 // 23 s: 3 s listing, 10 s reading the frozen cluster's state before the
-// save, 10 s trying to write it there; killed outright, the primary
-// refuses connections and the switch takes a few seconds.)
+// save, 10 s trying to write it there; the write is no longer waited for
+// once the read failed, it goes on in the background. Killed outright,
+// the primary refuses connections and the switch takes a few seconds.)
 func TestForcedSwitchOldClusterHung(t *testing.T) {
 	primary, _, yaml := primaryAndStandby(t, "ferry-forced-hung")
 	n, addr := startNode(t, yaml)

@@ -290,3 +290,41 @@ func TestRunnerLagOverBudget(t *testing.T) {
 		t.Fatalf("%d switches with the lag over max_loss", n)
 	}
 }
+
+// TestRunnerSavedPauseStops: a pause saved on the target that this member
+// has not taken yet (its table has none) still stops the switch, read just
+// before it, and the verdict says so.
+func TestRunnerSavedPauseStops(t *testing.T) {
+	f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{}, lag: 5}
+	cfg := f.config(0)
+	var loads atomic.Int32
+	cfg.LoadFrom = func(_ context.Context, cluster string) (routing.State, bool, error) {
+		loads.Add(1)
+		if cluster != "standby" {
+			t.Errorf("read the saved state of %s, want the target's", cluster)
+		}
+		st := serving(0, "primary")
+		st.FailoverPaused = &routing.FailoverPause{At: time.Now()}
+		return st, true, nil
+	}
+	r := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	time.Sleep(100 * time.Millisecond)
+	f.set("primary", true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := r.Status()
+		if v := st.Verdict; v != nil && v.Blocked && strings.Contains(v.Reason, "paused in the routing state saved on standby") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never blocked by the saved pause; status %+v (%d loads)", st.Verdict, loads.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Fatalf("%d switches with a pause saved", n)
+	}
+}

@@ -240,7 +240,8 @@ func (r *Runner) decide(ctx context.Context) {
 		case ok && saved.Generation > st.Generation:
 			return // switched already; this member learns it from its lease
 		case ok && saved.Generation == st.Generation && saved.FailoverPaused != nil:
-			r.cfg.Log.Info("automatic failover is paused in the saved routing state; not switching")
+			v.Act, v.Blocked, v.Reason = false, true, "automatic failover is paused in the routing state saved on "+v.Target+" (this member has not taken the pause yet)"
+			r.setVerdict(&v)
 			return
 		}
 	}

@@ -261,29 +261,35 @@ func TestRunnerSwitchesOnceWhenTheActiveIsGone(t *testing.T) {
 	}
 }
 
-// TestRunnerLagOverBudget: the lag read before the failure exceeds
-// max_loss: no switch, reported blocked.
-func TestRunnerLagOverBudget(t *testing.T) {
-	f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{}, lag: 500}
-	r := New(f.config(0))
+// blockedAfterFailure runs a Runner of cfg, takes the active cluster of f
+// away, and returns the first blocked verdict, failing the test after 10 s.
+func blockedAfterFailure(t *testing.T, f *fakeMember, cfg Config) *Verdict {
+	t.Helper()
+	r := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go r.Run(ctx)
 	time.Sleep(100 * time.Millisecond)
 	f.set("primary", true)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st := r.Status()
-		if st.Verdict != nil && st.Verdict.Blocked {
-			if !strings.Contains(st.Verdict.Reason, "exceeds max_loss") || st.Verdict.LossRecords != 500 {
-				t.Fatalf("verdict %+v: want blocked for the loss of 500 records", st.Verdict)
-			}
-			break
+		if v := r.Status().Verdict; v != nil && v.Blocked {
+			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("never blocked; status %+v", st)
+			t.Fatalf("never blocked; status %+v", r.Status())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunnerLagOverBudget: the lag read before the failure exceeds
+// max_loss: no switch, reported blocked.
+func TestRunnerLagOverBudget(t *testing.T) {
+	f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{}, lag: 500}
+	v := blockedAfterFailure(t, f, f.config(0))
+	if !strings.Contains(v.Reason, "exceeds max_loss") || v.LossRecords != 500 {
+		t.Fatalf("verdict %+v: want blocked for the loss of 500 records", v)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if n := len(f.requests()); n != 0 {
@@ -307,22 +313,9 @@ func TestRunnerSavedPauseStops(t *testing.T) {
 		st.FailoverPaused = &routing.FailoverPause{At: time.Now()}
 		return st, true, nil
 	}
-	r := New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.Run(ctx)
-	time.Sleep(100 * time.Millisecond)
-	f.set("primary", true)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := r.Status()
-		if v := st.Verdict; v != nil && v.Blocked && strings.Contains(v.Reason, "paused in the routing state saved on standby") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never blocked by the saved pause; status %+v (%d loads)", st.Verdict, loads.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	v := blockedAfterFailure(t, f, cfg)
+	if !strings.Contains(v.Reason, "paused in the routing state saved on standby") || loads.Load() == 0 {
+		t.Fatalf("verdict %+v (%d loads): want blocked by the pause saved on the target", v, loads.Load())
 	}
 	if n := len(f.requests()); n != 0 {
 		t.Fatalf("%d switches with a pause saved", n)

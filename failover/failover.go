@@ -107,7 +107,7 @@ type Verdict struct {
 // clock, for the interval since the last switch), from the views gathered
 // of the members (every member known that did not leave).
 func Decide(p Policy, st routing.State, standby string, members []Member, views []View, now time.Time) Verdict {
-	v := Verdict{Target: standby, Members: len(members), Needed: len(members)/2 + 1}
+	v := Verdict{Target: standby, Members: len(members), Needed: Quorum(len(members))}
 	if st.Phase != "" && st.Phase != routing.PhaseServing {
 		v.Reason = "a switch is running"
 		return v
@@ -200,6 +200,9 @@ func (p Policy) lossBudget() string {
 	}
 	return s
 }
+
+// Quorum is the majority of n members known.
+func Quorum(n int) int { return n/2 + 1 }
 
 // Actor is the member, of the alive ones, that decides and acts: the one
 // whose ID hashes highest with a fixed key (rendezvous hashing), so that

@@ -128,7 +128,7 @@ func (r *Runner) Run(ctx context.Context) {
 func (r *Runner) probe(ctx context.Context) {
 	st := r.cfg.Routes()
 	standby := r.cfg.Standby(st.Active)
-	pctx, cancel := context.WithTimeout(ctx, max(r.cfg.Interval, 2*time.Second))
+	pctx, cancel := context.WithTimeout(ctx, r.callTimeout())
 	defer cancel()
 	var activeErr, standbyErr error
 	var wg sync.WaitGroup
@@ -164,6 +164,10 @@ func (r *Runner) probe(ctx context.Context) {
 	}
 	r.m.down.Set(r.viewLocked(now).Down().Seconds())
 }
+
+// callTimeout bounds a probe and the gathering of views: a frozen
+// cluster or member counts as not answering.
+func (r *Runner) callTimeout() time.Duration { return max(r.cfg.Interval, 2*time.Second) }
 
 // View is this member's view now.
 func (r *Runner) View() View {
@@ -208,12 +212,12 @@ func (r *Runner) decide(ctx context.Context) {
 	}
 	st := r.cfg.Routes()
 	if self.DownMillis == 0 || self.Generation != st.Generation {
-		r.setVerdict(&Verdict{Reason: "the active cluster answers this member", Members: len(members), Needed: len(members)/2 + 1})
+		r.setVerdict(&Verdict{Reason: "the active cluster answers this member", Members: len(members), Needed: Quorum(len(members))})
 		return
 	}
 	views := []View{self}
 	if r.cfg.Views != nil {
-		vctx, cancel := context.WithTimeout(ctx, max(r.cfg.Interval, 2*time.Second))
+		vctx, cancel := context.WithTimeout(ctx, r.callTimeout())
 		views = r.cfg.Views(vctx)
 		cancel()
 	}

@@ -450,9 +450,7 @@ func (t *Table) SetFailoverPause(gen uint32, p *FailoverPause) bool {
 		return false
 	}
 	cur.FailoverPaused = p
-	t.cur.Store(&cur)
-	ch := make(chan struct{})
-	close(*t.changed.Swap(&ch))
+	t.storeLocked(cur)
 	return true
 }
 
@@ -469,10 +467,15 @@ func (t *Table) install(next State, ok func(cur State) bool) bool {
 	if !ok(*t.cur.Load()) {
 		return false
 	}
-	// The state first, then the channel: a reader that finds the new
-	// channel finds the new state.
+	t.storeLocked(next)
+	return true
+}
+
+// storeLocked puts next in force and wakes Changed's waiters; t.mu is
+// held. The state first, then the channel: a reader that finds the new
+// channel finds the new state.
+func (t *Table) storeLocked(next State) {
 	t.cur.Store(&next)
 	ch := make(chan struct{})
 	close(*t.changed.Swap(&ch))
-	return true
 }

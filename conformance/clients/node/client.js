@@ -403,18 +403,28 @@ async function produceRole (a, topic, stop) {
 // txnRole is a transactional producer: transactions of TXN_RECORDS records,
 // every TXN_ABORT_EVERY-th aborted on purpose. On an error it aborts and
 // carries on with a new transaction; an error the abort cannot get past ends
-// the role (fatal).
+// the role (fatal). A commit that fails leaves kafkajs's producer in state
+// COMMITTING for good (its EndTxn has no retry and no way back, whatever
+// the error: NOT_COORDINATOR from a cluster as much as UNKNOWN_PRODUCER_ID
+// from a switch that aborted the transaction), so the role does what a
+// kafkajs application must: it opens a new producer under the same
+// transactional ID and goes on.
 async function txnRole (a, spec, stop) {
   const role = 'txn'
   const [topic, transactionalId] = spec.split(/:(.*)/s)
-  const producer = streamKafka(a).producer({ idempotent: true, maxInFlightRequests: 1, transactionalId })
-  await producer.connect()
+  const newProducer = async () => {
+    const p = streamKafka(a).producer({ idempotent: true, maxInFlightRequests: 1, transactionalId })
+    await p.connect()
+    return p
+  }
+  let producer = await newProducer()
   const run = crypto.randomBytes(6).toString('hex')
   const seq = new Array(a.partitions).fill(0)
   let k = 0
   for (let n = 1; !stop.stopped; n++) {
     const abort = n % TXN_ABORT_EVERY === 0
     let txn
+    let committing = false
     try {
       txn = await producer.transaction()
       const messages = []
@@ -432,13 +442,17 @@ async function txnRole (a, spec, stop) {
         next.set(m.partition, j + 1n)
         emit({ role, ev: 'ack', partition: m.partition, offset: Number(BigInt(ack.baseOffset) + j), value: m.value, txn: n })
       }
+      committing = true
       if (abort) await txn.abort()
       else await txn.commit()
       emit({ role, ev: 'end', txn: n, outcome: abort ? 'aborted' : 'committed' })
     } catch (err) {
       emitError(role, err, false)
       try {
-        if (txn && txn.isActive()) await txn.abort()
+        if (committing) {
+          await Promise.race([producer.disconnect(), sleep(2000)])
+          producer = await newProducer()
+        } else if (txn && txn.isActive()) await txn.abort()
       } catch (err2) {
         emitError(role, err2, true)
         break

@@ -66,7 +66,24 @@ type View struct {
 	LagRecords int64   `json:"lag_records"`
 	LagSeconds float64 `json:"lag_seconds"`
 	LagKnown   bool    `json:"lag_known"`
-	Error      string  `json:"error,omitempty"` // why the active cluster was not reached
+	// LagRemembered: the lag is not the member's own reading but the
+	// last one another member had of it (this generation), the member
+	// restarted since and not yet able to read the active cluster.
+	LagRemembered bool   `json:"lag_remembered,omitempty"`
+	Error         string `json:"error,omitempty"` // why the active cluster was not reached
+	// Known are the lag readings this member has of the others (their
+	// own, gathered while the active cluster answered), of the
+	// generation it serves: a member restarted while the active cluster
+	// is gone has lost its own, and the one deciding takes it from here.
+	Known []Reading `json:"known,omitempty"`
+}
+
+// Reading is one member's lag as it last read it itself.
+type Reading struct {
+	Member     int32   `json:"member"`
+	Generation uint32  `json:"generation"`
+	Records    int64   `json:"records"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // Down reports how long v says the active cluster has been unreachable.
@@ -76,6 +93,10 @@ func (v View) Down() time.Duration { return time.Duration(v.DownMillis) * time.M
 type Member struct {
 	ID    int32
 	Alive bool // alive or suspect; dead members count toward the quorum, unheard
+	// Starting: alive in gossip but not running its runner (still
+	// waiting for a cluster at start, or automatic failover off there):
+	// it counts toward the quorum and never decides.
+	Starting bool
 }
 
 // Verdict is one decision.

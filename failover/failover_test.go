@@ -321,3 +321,160 @@ func TestRunnerSavedPauseStops(t *testing.T) {
 		t.Fatalf("%d switches with a pause saved", n)
 	}
 }
+
+// TestRunnerRemembersARestartedMembersLag: member 1 read a lag of 40
+// records while the active cluster answered, then restarted and has read
+// none since (the cluster gone). The member deciding takes the reading it
+// gathered before: with the budget at 100 it switches; at 30 it is
+// blocked for the loss, not for a lag unknown. And a member deciding that
+// restarted itself takes its own last reading from the others' memory.
+func TestRunnerRemembersARestartedMembersLag(t *testing.T) {
+	if a := Actor([]int32{0, 1}); a != 0 {
+		t.Fatalf("the actor of {0, 1} is %d; the cases below decide on 0", a)
+	}
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		act    bool
+	}{{"within max_loss", 100, true}, {"over max_loss", 30, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{}, lag: 5}
+			var mu sync.Mutex
+			other := View{Member: 1, Active: "primary", Standby: "standby", StandbyUp: true, LagRecords: 40, LagSeconds: 1, LagKnown: true}
+			cfg := f.config(0)
+			cfg.Policy.MaxLossRecords = tc.budget
+			cfg.Members = func() []Member { return []Member{{ID: 0, Alive: true}, {ID: 1, Alive: true}} }
+			var r *Runner
+			cfg.Views = func(context.Context) []View {
+				mu.Lock()
+				defer mu.Unlock()
+				return []View{r.View(), other}
+			}
+			r = New(cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go r.Run(ctx)
+			waitFor(t, "member 1's reading remembered", func() bool {
+				k := r.View().Known
+				return len(k) == 2 && k[1] == Reading{Member: 1, Records: 40, Seconds: 1}
+			})
+			// Member 1 restarted: its own reading is gone; then the
+			// active cluster goes for both.
+			mu.Lock()
+			other.LagRecords, other.LagSeconds, other.LagKnown = 0, 0, false
+			other.DownMillis, other.Error = time.Hour.Milliseconds(), "connection refused"
+			mu.Unlock()
+			f.set("primary", true)
+			waitFor(t, "a verdict with both votes", func() bool {
+				v := r.Status().Verdict
+				return v != nil && v.Votes == 2 && (v.Act || v.Blocked) || len(f.requests()) > 0
+			})
+			if tc.act {
+				waitFor(t, "the switch", func() bool { return len(f.requests()) == 1 })
+				return
+			}
+			v := blockedVerdict(t, r)
+			if !strings.Contains(v.Reason, "exceeds max_loss") || v.LossRecords != 45 {
+				t.Fatalf("verdict %+v: want blocked for the loss, 45 records (5 read, 40 remembered)", v)
+			}
+			if n := len(f.requests()); n != 0 {
+				t.Fatalf("%d switches over max_loss", n)
+			}
+		})
+	}
+	t.Run("the deciding member restarted", func(t *testing.T) {
+		f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{"primary": true}, lag: 5}
+		cfg := f.config(0)
+		cfg.Members = func() []Member { return []Member{{ID: 0, Alive: true}, {ID: 1, Alive: true}} }
+		other := View{Member: 1, Active: "primary", Standby: "standby", StandbyUp: true, LagRecords: 40, LagSeconds: 1, LagKnown: true,
+			DownMillis: time.Hour.Milliseconds(), Known: []Reading{{Member: 0, Records: 50, Seconds: 2}, {Member: 1, Records: 40, Seconds: 1}}}
+		var r *Runner
+		cfg.Views = func(context.Context) []View { return []View{r.View(), other} }
+		r = New(cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go r.Run(ctx)
+		waitFor(t, "the switch", func() bool { return len(f.requests()) == 1 })
+		if v := r.Status().Verdict; v == nil || v.LossRecords != 90 {
+			t.Fatalf("verdict %+v: want the loss bounded by 90 records (its own 50, remembered by member 1, and member 1's 40)", v)
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func blockedVerdict(t *testing.T, r *Runner) *Verdict {
+	t.Helper()
+	var v *Verdict
+	waitFor(t, "a blocked verdict", func() bool { v = r.Status().Verdict; return v != nil && v.Blocked })
+	return v
+}
+
+// TestRunnerStartingMemberNeverDecides: the member that would decide
+// restarts and is still starting (alive in gossip, waiting for a cluster,
+// answering no call). The others take another for the one deciding, which
+// counts the starting member toward the quorum and its loss at the reading
+// it gathered before: one switch, the loss bounded by every member's lag.
+func TestRunnerStartingMemberNeverDecides(t *testing.T) {
+	ids := []int32{0, 1, 2}
+	starting := Actor(ids)
+	var others []int32
+	for _, id := range ids {
+		if id != starting {
+			others = append(others, id)
+		}
+	}
+	self := Actor(others)
+	var voter int32
+	for _, id := range others {
+		if id != self {
+			voter = id
+		}
+	}
+	f := &fakeMember{st: serving(0, "primary"), down: map[string]bool{}, lag: 5}
+	cfg := f.config(self)
+	var mu sync.Mutex
+	restarted := false
+	cfg.Members = func() []Member {
+		mu.Lock()
+		defer mu.Unlock()
+		return []Member{{ID: starting, Alive: true, Starting: restarted}, {ID: self, Alive: true}, {ID: voter, Alive: true}}
+	}
+	var r *Runner
+	cfg.Views = func(context.Context) []View {
+		mu.Lock()
+		defer mu.Unlock()
+		v := View{Member: voter, Active: "primary", Standby: "standby", StandbyUp: true, LagRecords: 10, LagKnown: true}
+		if !restarted {
+			return []View{r.View(), v, {Member: starting, Active: "primary", Standby: "standby", StandbyUp: true, LagRecords: 20, LagKnown: true}}
+		}
+		v.DownMillis = time.Hour.Milliseconds()
+		return []View{r.View(), v} // the starting member answers no call
+	}
+	r = New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	waitFor(t, "the starting member's reading remembered", func() bool { return len(r.View().Known) == 3 })
+	if a := r.Status().Actor; a != starting {
+		t.Fatalf("the actor before the restart: %d, want %d", a, starting)
+	}
+	mu.Lock()
+	restarted = true
+	mu.Unlock()
+	f.set("primary", true)
+	waitFor(t, "the switch", func() bool { return len(f.requests()) == 1 })
+	st := r.Status()
+	if st.Actor != self || st.Verdict == nil || st.Verdict.Votes != 2 || st.Verdict.LossRecords != 35 {
+		t.Fatalf("status %+v, verdict %+v: want member %d deciding, 2 votes, a loss of 35 records (5, 10 and 20 remembered)", st, st.Verdict, self)
+	}
+}

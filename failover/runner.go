@@ -1,8 +1,10 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -87,6 +89,8 @@ type Runner struct {
 	downErr     string
 	standbyUp   bool
 	lag         View // the lag fields, at the last reach
+	known       map[int32]Reading
+	gathered    time.Time // the last gathering of the others' views
 	verdict     *Verdict
 	actor       int32
 	attempt     *Attempt
@@ -101,7 +105,7 @@ func New(cfg Config) *Runner {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	r := &Runner{cfg: cfg, m: newMetrics(cfg.Registerer), actor: -1}
+	r := &Runner{cfg: cfg, m: newMetrics(cfg.Registerer), actor: -1, known: map[int32]Reading{}}
 	st := cfg.Routes()
 	r.gen, r.active, r.lastReached = st.Generation, st.Active, time.Now()
 	return r
@@ -114,6 +118,7 @@ func (r *Runner) Run(ctx context.Context) {
 	for {
 		r.probe(ctx)
 		r.decide(ctx)
+		r.keepReadings(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -149,12 +154,14 @@ func (r *Runner) probe(ctx context.Context) {
 		// A new generation: its active cluster is counted afresh, and
 		// the lag read again.
 		r.gen, r.active, r.lastReached, r.lag = st.Generation, st.Active, now, View{}
+		clear(r.known)
 	}
 	r.standbyUp = standbyErr == nil
 	if activeErr == nil {
 		r.lastReached, r.downErr = now, ""
 		if rec, sec, ok := r.cfg.Lag(); ok {
 			r.lag = View{LagRecords: rec, LagSeconds: sec, LagKnown: true}
+			r.known[r.cfg.Self] = Reading{Member: r.cfg.Self, Generation: r.gen, Records: rec, Seconds: sec}
 		}
 	} else {
 		if r.downErr == "" {
@@ -184,7 +191,86 @@ func (r *Runner) viewLocked(now time.Time) View {
 		v.DownMillis = max(1, now.Sub(r.lastReached).Milliseconds())
 		v.Error = r.downErr
 	}
+	for _, k := range r.known {
+		if k.Generation == r.gen {
+			v.Known = append(v.Known, k)
+		}
+	}
+	slices.SortFunc(v.Known, func(a, b Reading) int { return cmp.Compare(a.Member, b.Member) })
 	return v
+}
+
+// readingsEvery is how many probes apart a member gathers the others'
+// views while the active cluster answers it (2 s at the default
+// interval), to remember their lag readings: the member that decides
+// after a failure may be one that restarted since (or took over from one
+// that did), and the loss is bounded only with every member's last
+// reading before the failure. Each member asks each other one: n² small
+// calls per period, for fleets of a few members.
+const readingsEvery = 4
+
+// keepReadings gathers the others' views every readingsEvery probes while this
+// member reaches the active cluster (while it does not, decide gathers
+// them on the member deciding).
+func (r *Runner) keepReadings(ctx context.Context) {
+	if r.cfg.Views == nil {
+		return
+	}
+	r.mu.Lock()
+	due := r.downErr == "" && time.Since(r.gathered) >= readingsEvery*r.cfg.Interval
+	r.mu.Unlock()
+	if due {
+		r.gather(ctx)
+	}
+}
+
+// gather asks the alive members for their views and remembers the lag
+// readings in them: a member's own reading replaces what was known of
+// it; one another member remembers fills a gap only (never a reading
+// this member had, which is as new).
+func (r *Runner) gather(ctx context.Context) []View {
+	vctx, cancel := context.WithTimeout(ctx, r.callTimeout())
+	views := r.cfg.Views(vctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gathered = time.Now()
+	for _, v := range views {
+		if v.Generation == r.gen && v.LagKnown && !v.LagRemembered {
+			r.known[v.Member] = Reading{Member: v.Member, Generation: v.Generation, Records: v.LagRecords, Seconds: v.LagSeconds}
+		}
+	}
+	for _, v := range views {
+		for _, k := range v.Known {
+			if _, ok := r.known[k.Member]; !ok && k.Generation == r.gen {
+				r.known[k.Member] = k
+			}
+		}
+	}
+	return views
+}
+
+// withRemembered fills in, for every view without its own lag reading,
+// the last reading of it known here; and adds, for a member of st that did
+// not answer (restarted, still waiting for a cluster), a view of its last
+// reading alone: no vote, its partitions' loss bounded.
+func (r *Runner) withRemembered(st routing.State, members []Member, views []View) []View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	heard := make(map[int32]bool, len(views))
+	for i, v := range views {
+		heard[v.Member] = true
+		if k, ok := r.known[v.Member]; ok && !v.LagKnown && k.Generation == v.Generation {
+			views[i].LagRecords, views[i].LagSeconds, views[i].LagKnown, views[i].LagRemembered = k.Records, k.Seconds, true, true
+		}
+	}
+	for _, m := range members {
+		if k, ok := r.known[m.ID]; ok && !heard[m.ID] && k.Generation == st.Generation {
+			views = append(views, View{Member: m.ID, Generation: st.Generation, Active: st.Active,
+				LagRecords: k.Records, LagSeconds: k.Seconds, LagKnown: true, LagRemembered: true})
+		}
+	}
+	return views
 }
 
 // decide, on the actor, gathers the views and switches when Decide says
@@ -198,7 +284,7 @@ func (r *Runner) decide(ctx context.Context) {
 	}
 	var alive []int32
 	for _, m := range members {
-		if m.Alive {
+		if m.Alive && !m.Starting {
 			alive = append(alive, m.ID)
 		}
 	}
@@ -217,11 +303,9 @@ func (r *Runner) decide(ctx context.Context) {
 	}
 	views := []View{self}
 	if r.cfg.Views != nil {
-		vctx, cancel := context.WithTimeout(ctx, r.callTimeout())
-		views = r.cfg.Views(vctx)
-		cancel()
+		views = r.gather(ctx)
 	}
-	v := Decide(r.cfg.Policy, st, r.cfg.Standby(st.Active), members, views, time.Now())
+	v := Decide(r.cfg.Policy, st, r.cfg.Standby(st.Active), members, r.withRemembered(st, members, views), time.Now())
 	r.setVerdict(&v)
 	if !v.Act {
 		return

@@ -476,6 +476,12 @@ func (f *Fleet) SetGeneration(g uint32) {
 	f.update(func(m *Meta) { m.Generation = g })
 }
 
+// SetStarting says whether this member decides automatic failovers yet
+// (Meta.Starting) and gossips it.
+func (f *Fleet) SetStarting(starting bool) {
+	f.update(func(m *Meta) { m.Starting = starting })
+}
+
 // SetPorts sets the client ports this member advertises (its lanes, once
 // they are bound) and gossips them. Ports that would make the metadata too
 // large are refused.

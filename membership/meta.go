@@ -23,6 +23,12 @@ type Meta struct {
 	// Heartbeats says the member sends liveness heartbeats (liveness.go),
 	// so that its silence from its first moment counts. New sets it.
 	Heartbeats bool `json:"hb,omitempty"`
+	// Starting says the member does not decide automatic failovers:
+	// still starting (waiting for a cluster, it is alive in gossip before
+	// it serves), or with automatic failover off. A Ferry
+	// member gossips it from New, and clears it (SetStarting) once its
+	// failover runner runs.
+	Starting bool `json:"starting,omitempty"`
 }
 
 // Validate reports what makes m unfit to be gossiped.

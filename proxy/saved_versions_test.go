@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
@@ -59,5 +61,47 @@ func TestSavedVersionsNarrowWhileAClusterIsDown(t *testing.T) {
 	saved[int16(kmsg.Produce)] = [2]int16{3, 9}
 	if got, _ := produceMax(routing.State{Active: "a", APIVersions: saved}); got != 9 {
 		t.Fatalf("with Produce v3-9 saved and the other cluster down: Produce v%d advertised, want 9", got)
+	}
+}
+
+// TestStartFollowsTheActiveCluster: a member starting while its active
+// cluster is dead waits for it; when the routing state names another
+// active cluster meanwhile (its fleet switched away, read from the
+// clusters), it waits for that one instead, and starts.
+func TestStartFollowsTheActiveCluster(t *testing.T) {
+	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	routes := routing.NewTable(routing.State{Active: "a"})
+	s, err := New(WithClusterID("ferry-test"),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: []string{deadAddr}}, upstream.Config{Name: "b", Bootstrap: c.ListenAddrs()}),
+		WithBrokerSet(routing.NewStaticBrokerSet(routing.Broker{NodeID: 0, Host: "127.0.0.1", Port: 1})),
+		WithRoutingTable(routes), WithStandbyWait(200*time.Millisecond),
+		WithLogger(zaptest.NewLogger(t)), WithRegisterer(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- s.Start(ctx) }()
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned %v with the active cluster dead", err)
+	case <-time.After(time.Second):
+	}
+	routes.Advance(routing.State{Generation: 1, Active: "b", Phase: routing.PhaseServing})
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("Start after the active cluster became b: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start still waiting 10 s after the routing state named b, which answers")
 	}
 }

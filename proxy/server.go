@@ -172,14 +172,17 @@ func New(opts ...Option) (*Server, error) {
 
 // Start connects to the clusters, learns the API versions they support and
 // loads their metadata. It retries the active cluster until ctx ends,
-// logging why it is unreachable: Ferry cannot serve without it. The other
+// logging why it is unreachable: Ferry cannot serve without it. Should the
+// routing state name another active cluster meanwhile (a member restarted
+// while its fleet switches away from a dead cluster learns the switch from
+// the clusters), it waits for that one instead. The other
 // clusters are waited for as long as WithStandbyWait allows, then connected
 // in the background: a standby that is down must not keep clients from the
 // active one. The versions advertised are those of the clusters reached in
 // time.
 func (s *Server) Start(ctx context.Context) error {
-	active := s.routes.Current().Active
-	if err := s.startCluster(ctx, s.ups[active]); err != nil {
+	active, err := s.startActive(ctx)
+	if err != nil {
 		return err
 	}
 	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
@@ -240,6 +243,39 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goTracked(s.warmLoop)
 	s.goTracked(s.forcedLoop)
 	return nil
+}
+
+// startActive connects to the active cluster, retrying until ctx ends, and
+// returns its name: the routing state's active cluster when it answered.
+func (s *Server) startActive(ctx context.Context) (string, error) {
+	for {
+		active := s.routes.Current().Active
+		actx, cancel := context.WithCancel(ctx)
+		go func() {
+			for {
+				changed := s.routes.Changed()
+				if s.routes.Current().Active != active {
+					cancel()
+					return
+				}
+				select {
+				case <-changed:
+				case <-actx.Done():
+					return
+				}
+			}
+		}()
+		err := s.startCluster(actx, s.ups[active])
+		cancel()
+		if err == nil {
+			return active, nil
+		}
+		if ctx.Err() != nil {
+			return "", err
+		}
+		s.log.Info("the routing state names another active cluster; connecting to it", zap.String("was", active),
+			zap.Stringer("routing", s.routes.Current()))
+	}
 }
 
 // savedStandbyWait bounds the wait at start for a cluster that is not the

@@ -72,7 +72,8 @@ func (n *node) newFailover(cfg *Config) *failoverRole {
 				if m.State == membership.Left {
 					continue
 				}
-				out = append(out, failover.Member{ID: m.NodeID, Alive: m.State == membership.Alive || m.State == membership.Suspect})
+				out = append(out, failover.Member{ID: m.NodeID, Alive: m.State == membership.Alive || m.State == membership.Suspect,
+					Starting: m.Starting && !m.Self})
 			}
 			return out
 		}
@@ -186,6 +187,9 @@ func (n *node) failoverPause(ctx context.Context, p *routing.FailoverPause) (rou
 func (n *node) runFailover() {
 	if n.failover == nil {
 		return
+	}
+	if n.fleet != nil {
+		n.fleet.m.SetStarting(false) // the others may now take it for the one deciding
 	}
 	n.wg.Add(1)
 	go func() {

@@ -116,6 +116,13 @@ func printFailover(w io.Writer, st *failover.Status) {
 	} else {
 		line("lag", "unknown")
 	}
+	if len(v.Known) > 0 {
+		var ks []string
+		for _, k := range v.Known {
+			ks = append(ks, fmt.Sprintf("member %d %d records, %.1f s", k.Member, k.Records, k.Seconds))
+		}
+		line("readings", "%s (the members' last own readings, kept for one restarted after a failure)", strings.Join(ks, "; "))
+	}
 	line("actor", "member %d decides", st.Actor)
 	if vd := st.Verdict; vd != nil {
 		what := "waits"

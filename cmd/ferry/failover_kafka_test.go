@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/admin"
@@ -23,7 +27,8 @@ const failoverAfter = 5 * time.Second
 // TestAutomaticFailoverRealKafka: a fleet of three with automatic failover
 // on, in front of real Kafka. Paused, the primary's death makes no switch
 // (the verdict says why, blocked); resumed with the primary back, its
-// death makes one automatic forced switch, within after and a few seconds,
+// death makes one automatic forced switch, within after and a few seconds
+// (the member that decides killed and restarted during the countdown),
 // that loses nothing the mirror had copied, and producers and consumers
 // carry on through the fleet at the same offsets. The standby's death
 // after that makes no switch back: the return to the cluster a forced
@@ -58,10 +63,10 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 		}
 	}
 
-	// Paused: the primary's death makes no switch.
-	ans := failoverCall(t, f.members[1], "pause", `{"reason": "maintenance window"}`)
-	if ans.Paused == nil || ans.Paused.Reason != "maintenance window" {
-		t.Fatalf("pause answered %+v", ans)
+	// Paused (`ferry failover pause`): the primary's death makes no switch.
+	if out := failoverCLI(t, ctx, "pause", "--admin", f.members[1].admin, "--reason", "maintenance window"); !strings.Contains(out, "Automatic failover is paused (since ") ||
+		!strings.Contains(out, ": maintenance window), in generation 0, active primary.") {
+		t.Fatalf("ferry failover pause printed %q", out)
 	}
 	for _, m := range f.members {
 		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("member %d paused", m.id), func() error {
@@ -78,6 +83,16 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 	}
 	blocked := waitVerdict(t, f, func(v *routingVerdict) bool { return v.Blocked && strings.Contains(v.Reason, "paused") })
 	t.Logf("paused, the primary dead: %s", blocked)
+	// `ferry failover status` of the member deciding says why.
+	stA, err := f.members[0].status(t)
+	if err != nil || stA.Failover == nil || int(stA.Failover.Actor) >= len(f.members) {
+		t.Fatalf("member 0's failover status: %+v (%v)", stA.Failover, err)
+	}
+	out := failoverCLI(t, ctx, "status", "--admin", f.members[stA.Failover.Actor].admin)
+	if !regexp.MustCompile(`verdict +BLOCKED, a person must decide: automatic failover is paused \(since [^)]+: maintenance window\)`).MatchString(out) {
+		t.Fatalf("ferry failover status printed %q", out)
+	}
+	t.Logf("ferry failover status:\n%s", out)
 	time.Sleep(2 * time.Second)
 	for _, m := range f.members {
 		if st := routingState(t, m); st.Generation != 0 {
@@ -105,6 +120,19 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	// The member that decides dies during the countdown and comes back:
+	// the others decide without it (it counts toward the quorum, unheard),
+	// or it does once back. One switch either way.
+	st0, err := f.members[0].status(t)
+	if err != nil || st0.Failover == nil || int(st0.Failover.Actor) >= len(f.members) {
+		t.Fatalf("member 0's failover status: %+v (%v)", st0.Failover, err)
+	}
+	actor := f.members[st0.Failover.Actor]
+	actor.p.kill()
+	restarted := time.Now()
+	f.start(t, actor)
+	t.Logf("member %d, the one deciding, killed %v after the primary and serving again %v later",
+		actor.id, restarted.Sub(killed).Round(time.Millisecond), time.Since(restarted).Round(100*time.Millisecond))
 	for _, m := range f.members {
 		waitGenerationWithin(t, m, 1, "standby", 2*time.Minute)
 	}
@@ -229,6 +257,228 @@ func TestAutomaticFailoverLossOverBudgetRealKafka(t *testing.T) {
 	}
 }
 
+// TestAutomaticFailoverMemberCutOffRealKafka: a fleet of three with
+// automatic failover on, one member cut off from the primary (its dials
+// refused and its connections closed: a -tags faults build) while the
+// others reach it: the member that decides, the worst placed. It counts
+// the primary unreachable, but its vote alone is no quorum: no switch,
+// well past after. Its write lease
+// lapses (ferry_write_lease_remaining_seconds 0): it stops writing, and a
+// produce to a partition it leads is not acknowledged and not written.
+// Joined up again, it renews its lease and the same produce is written, at
+// the offset after the last acknowledged.
+func TestAutomaticFailoverMemberCutOffRealKafka(t *testing.T) {
+	f := startTestFleetCuttable(t, 3, fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 100000}}\n", failoverAfter))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const topic = "cutoff"
+	const partitions = 12 // enough that every member leads some
+	createTopicVia(t, ctx, f.members[0].kafka, topic, partitions)
+	// The victim is the member that decides: cut off, it gathers the
+	// others' views and finds its own vote alone. (Another member cut off
+	// would not decide at all: the one deciding reaches the cluster.)
+	st0, err := f.members[0].status(t)
+	if err != nil || st0.Failover == nil || int(st0.Failover.Actor) >= len(f.members) {
+		t.Fatalf("member 0's failover status: %+v (%v)", st0.Failover, err)
+	}
+	victim := f.members[st0.Failover.Actor]
+	// The victim's brokers, as clients see them (its lanes), and a
+	// partition one of them leads.
+	adm := kadm.NewClient(newClient(t, kgo.SeedBrokers(strings.Split(f.bootstrap(), ",")...)))
+	var md kadm.Metadata
+	testwait.Eventually(t, time.Minute, "the topic's metadata through the fleet", func() error {
+		var err error
+		md, err = adm.Metadata(ctx, topic)
+		if err == nil && len(md.Topics[topic].Partitions) != partitions {
+			err = fmt.Errorf("partitions %+v", md.Topics[topic].Partitions)
+		}
+		return err
+	})
+	lanes := map[int32]bool{}
+	for _, b := range md.Brokers {
+		if net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))) == victim.kafka {
+			lanes[b.NodeID] = true
+		}
+	}
+	part := int32(-1)
+	for _, p := range md.Topics[topic].Partitions.Sorted() {
+		if lanes[p.Leader] {
+			part = p.Partition
+			break
+		}
+	}
+	if part < 0 {
+		t.Fatalf("member %d at %s (brokers %v of %+v) leads none of %s's partitions: %+v", victim.id, victim.kafka, lanes, md.Brokers, topic, md.Topics[topic].Partitions)
+	}
+	prod := newClient(t, kgo.SeedBrokers(strings.Split(f.bootstrap(), ",")...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordDeliveryTimeout(15*time.Second))
+	send := func(v string) (int64, error) {
+		r, err := prod.ProduceSync(ctx, &kgo.Record{Partition: part, Value: []byte(v)}).First()
+		if err != nil {
+			return -1, err
+		}
+		return r.Offset, nil
+	}
+	last, err := send("before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, f, topic)
+	leaseLeft := func() float64 {
+		_, body := httpGet(t, "http://"+victim.admin+"/metrics")
+		return metricValue(body, "ferry_write_lease_remaining_seconds")
+	}
+	if l := leaseLeft(); l <= 0 {
+		t.Fatalf("member %d's write lease before the cut: %v s", victim.id, l)
+	}
+	// Every member's lag reading, gathered by the one deciding (kept for
+	// a member that restarts after a failure).
+	testwait.Eventually(t, 30*time.Second, "the readings of all three in `ferry failover status`", func() error {
+		out := failoverCLI(t, ctx, "status", "--admin", victim.admin)
+		if !regexp.MustCompile(`readings +member 0 \d+ records, [0-9.]+ s; member 1 \d+ records, [0-9.]+ s; member 2 \d+ records`).MatchString(out) {
+			return fmt.Errorf("printed %q", out)
+		}
+		return nil
+	})
+
+	f.cut(t, victim, f.primary.Addrs())
+	testwait.Eventually(t, failoverAfter+time.Minute, fmt.Sprintf("member %d counting the primary unreachable past after", victim.id), func() error {
+		st, err := victim.status(t)
+		if err != nil || st.Failover == nil || st.Failover.View.Down() < failoverAfter+3*time.Second || !st.Failover.View.StandbyUp {
+			return fmt.Errorf("view %+v (%v)", st.Failover, err)
+		}
+		return nil
+	})
+	verdict := waitVerdict(t, f, func(v *routingVerdict) bool {
+		return !v.Blocked && strings.Contains(v.Reason, "1 of 3 members see primary unreachable")
+	})
+	t.Logf("one member cut off from the primary: %s", verdict)
+	for _, m := range f.members {
+		if st := routingState(t, m); st.Generation != 0 || st.Active != "primary" {
+			t.Fatalf("member %d serves generation %d on %s: one member's view switched the fleet", m.id, st.Generation, st.Active)
+		}
+	}
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("member %d's write lease lapsed", victim.id), func() error {
+		if l := leaseLeft(); l != 0 {
+			return fmt.Errorf("ferry_write_lease_remaining_seconds %v", l)
+		}
+		return nil
+	})
+	if off, err := send("while-cut"); err == nil {
+		t.Fatalf("a produce to partition %d, led by the member cut off, was acknowledged at %d", part, off)
+	} else {
+		t.Logf("a produce to partition %d, led by the member cut off: %v", part, err)
+	}
+
+	f.cut(t, victim, nil)
+	testwait.Eventually(t, time.Minute, fmt.Sprintf("member %d's write lease renewed", victim.id), func() error {
+		if l := leaseLeft(); l <= 0 {
+			return fmt.Errorf("ferry_write_lease_remaining_seconds %v", l)
+		}
+		return nil
+	})
+	off, err := send("after-cut")
+	if err != nil {
+		t.Fatalf("produce after the member joined up again: %v", err)
+	}
+	if off != last+1 {
+		t.Fatalf("after-cut acknowledged at %d; want %d, after before at %d", off, last+1, last)
+	}
+	got := map[string]bool{}
+	for _, s := range readAll(t, f.primary.Addrs(), topic) {
+		got[s] = true
+	}
+	for _, want := range []string{fmt.Sprintf("%d/%d=before", part, last), fmt.Sprintf("%d/%d=after-cut", part, off)} {
+		if !got[want] {
+			t.Fatalf("the primary lacks %s: %v", want, got)
+		}
+	}
+	for s := range got {
+		if strings.HasSuffix(s, "=while-cut") {
+			t.Fatalf("the primary holds %s, refused to its producer", s)
+		}
+	}
+	for _, m := range f.members {
+		if st := routingState(t, m); st.Generation != 0 {
+			t.Fatalf("member %d serves generation %d", m.id, st.Generation)
+		}
+	}
+}
+
+// TestAutomaticFailoverMinIntervalRealKafka: a lone member (its own
+// majority) with automatic failover on. The primary's death switches it to
+// the standby by itself; with the primary back, a person switches back
+// (planned); the primary's death again, within min_interval, makes no
+// second switch: the verdict is blocked naming min_interval, and the member
+// stays on the primary.
+func TestAutomaticFailoverMinIntervalRealKafka(t *testing.T) {
+	primary, _, yaml := primaryAndStandby(t, "ferry-auto-interval-test")
+	n, addr := startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 100000}, min_interval: 10m}\n", failoverAfter))
+	const topic = "flap"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produceNumbered(t, ctx, prod, "before", 10)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	node := primary.NodeIDs()[0]
+	if err := primary.Kill(node); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, failoverAfter+time.Minute, "the automatic switch to the standby", func() error {
+		if st := n.routes.Current(); st.Generation != 1 || st.Active != "standby" || st.Phase != routing.PhaseServing {
+			return fmt.Errorf("routing %s", st)
+		}
+		return nil
+	})
+	if l := n.routes.Current().Last; l == nil || !l.Automatic || l.Mode != routing.Forced {
+		t.Fatalf("the first switch: %+v; want automatic, forced", l)
+	}
+	if offs := produceNumbered(t, ctx, prod, "on-standby", 5); offs[0] != 10 {
+		t.Fatalf("first record on the standby at %d, want 10", offs[0])
+	}
+
+	// The primary back and mirrored: a person plans the return.
+	if err := primary.Restart(node); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 2*time.Minute, "the planned return to the primary", func() error {
+		_, err := n.switchover(ctx, routing.Request{To: "primary"})
+		return err
+	})
+	if st := n.routes.Current(); st.Generation != 2 || st.Active != "primary" || st.Last == nil || st.Last.Automatic || st.Last.Mode != routing.Planned {
+		t.Fatalf("after the return: %s, last %+v", st, st.Last)
+	}
+	if offs := produceNumbered(t, ctx, prod, "back", 5); offs[0] != 15 {
+		t.Fatalf("first record back on the primary at %d, want 15", offs[0])
+	}
+	testwait.Eventually(t, 30*time.Second, "the lag read since the return", func() error {
+		if v := n.failover.r.View(); v.Generation != 2 || !v.LagKnown {
+			return fmt.Errorf("view %+v", v)
+		}
+		return nil
+	})
+
+	// Down again within min_interval: no second switch.
+	if err := primary.Kill(node); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, failoverAfter+time.Minute, "the verdict blocked for min_interval", func() error {
+		st := n.failover.r.Status()
+		if v := st.Verdict; v == nil || !v.Blocked || !strings.Contains(v.Reason, "within min_interval 10m0s") {
+			return fmt.Errorf("verdict %+v", st.Verdict)
+		}
+		return nil
+	})
+	t.Logf("the primary down again: %s", n.failover.r.Status().Verdict.Reason)
+	time.Sleep(2 * time.Second)
+	if st := n.routes.Current(); st.Generation != 2 || st.Active != "primary" {
+		t.Fatalf("routing %s: switched again within min_interval", st)
+	}
+}
+
 type routingVerdict struct {
 	Blocked bool
 	Reason  string
@@ -268,14 +518,15 @@ func waitGenerationWithin(t *testing.T, m *fleetMember, gen uint32, active strin
 	})
 }
 
-// failoverCall posts a pause or resume to m's admin API, or fails.
-func failoverCall(t *testing.T, m *fleetMember, verb, body string) admin.FailoverAnswer {
+// failoverCLI runs `ferry failover` with args and returns what it
+// printed, or fails.
+func failoverCLI(t *testing.T, ctx context.Context, args ...string) string {
 	t.Helper()
-	ans, err := failoverTry(m, verb, body)
-	if err != nil {
-		t.Fatal(err)
+	var out, errOut bytes.Buffer
+	if err := failoverCmd(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("ferry failover %v: %v\n%s", args, err, errOut.String())
 	}
-	return ans
+	return out.String()
 }
 
 func failoverTry(m *fleetMember, verb, body string) (admin.FailoverAnswer, error) {

@@ -94,6 +94,7 @@ func (f *fleetRole) init(n *node, cfg *Config, port int, reg prometheus.Register
 		Admin:      n.adminLn.Addr().String(),
 		Version:    version(),
 		Generation: n.routes.Current().Generation,
+		Starting:   true, // until its failover runner runs (runFailover)
 	}, log, reg)
 	if err != nil {
 		if transport != nil {
@@ -106,6 +107,14 @@ func (f *fleetRole) init(n *node, cfg *Config, port int, reg prometheus.Register
 	}
 	f.m = m
 	f.lease = routing.NewLease(n.routes, n.store, fc.WriteLease, n.log.Named("lease"))
+	if reg != nil {
+		// A member cut off from the active cluster stops writing when its
+		// lease lapses: this is how an operator sees which one did.
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_write_lease_remaining_seconds",
+			Help: "How long this member's write lease holds without a renewal; 0: lapsed, and the member's writes wait.",
+		}, func() float64 { return max(f.lease.Left().Seconds(), 0) }))
+	}
 	f.refreshBrokers()
 	return nil
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -29,6 +32,7 @@ type fleetMember struct {
 	id                   int32
 	kafka, admin, gossip string
 	config               string
+	cutFile              string // the broker addresses it is cut off from (a fleet built for faults)
 	p                    *proc
 }
 
@@ -40,6 +44,7 @@ type testFleet struct {
 	members          []*fleetMember
 	key              string // key file path
 	extra            string // more of every member's configuration (YAML)
+	faults           string // the ferry binary built with -tags faults, or "": the test binary
 }
 
 // freeAddr is a loopback host:port free for TCP and UDP.
@@ -72,6 +77,18 @@ func startTestFleet(t *testing.T, n int) *testFleet {
 // configuration.
 func startTestFleetWith(t *testing.T, n int, extra string) *testFleet {
 	t.Helper()
+	return startFleet(t, n, extra, false)
+}
+
+// startTestFleetCuttable is startTestFleetWith with members built for
+// fault injection, each of which f.cut cuts off from a cluster.
+func startTestFleetCuttable(t *testing.T, n int, extra string) *testFleet {
+	t.Helper()
+	return startFleet(t, n, extra, true)
+}
+
+func startFleet(t *testing.T, n int, extra string, faults bool) *testFleet {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("real Kafka")
 	}
@@ -82,13 +99,18 @@ func startTestFleetWith(t *testing.T, n int, extra string) *testFleet {
 		key:     writeKey(t, 1),
 		extra:   extra,
 	}
+	if faults {
+		f.faults = buildFaultsBinary(t)
+	}
+	cuts := t.TempDir()
 	// A port found free can be taken before the member binds it (by
 	// another test's listener, or as the local port of a connection):
 	// then the fleet starts again on new addresses.
 	for attempt := 1; ; attempt++ {
 		f.members = f.members[:0]
 		for i := range n {
-			f.members = append(f.members, &fleetMember{id: int32(i), kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t)})
+			f.members = append(f.members, &fleetMember{id: int32(i), kafka: freeAddr(t), admin: freeAddr(t), gossip: freeAddr(t),
+				cutFile: filepath.Join(cuts, fmt.Sprintf("cut-%d", i))})
 		}
 		var seeds []string
 		for _, m := range f.members {
@@ -97,7 +119,7 @@ func startTestFleetWith(t *testing.T, n int, extra string) *testFleet {
 		clash := false
 		for _, m := range f.members {
 			m.config = writeConfig(t, f.configFor(m.id, m.kafka, m.admin, m.gossip, seeds, f.key))
-			m.p = startFerry(f.t, "serve", "--config", m.config)
+			m.p = f.run(m)
 			if m.p.waitOrExit(t, servingLine, 2*time.Minute) {
 				continue
 			}
@@ -161,8 +183,44 @@ var servingLine = regexp.MustCompile(`"msg":"serving Kafka clients"`)
 // start runs m's process for as long as the whole test.
 func (f *testFleet) start(t *testing.T, m *fleetMember) {
 	t.Helper()
-	m.p = startFerry(f.t, "serve", "--config", m.config)
+	m.p = f.run(m)
 	m.p.waitFor(t, servingLine, 2*time.Minute)
+}
+
+// run starts m's process for as long as the whole test.
+func (f *testFleet) run(m *fleetMember) *proc {
+	args := []string{"serve", "--config", m.config}
+	if f.faults == "" {
+		return startFerry(f.t, args...)
+	}
+	cmd := exec.Command(f.faults, args...)
+	cmd.Env = append(os.Environ(), "FERRY_FAULT_CUT_FILE="+m.cutFile)
+	return startCmd(f.t, cmd, args)
+}
+
+// cut cuts m off from the brokers at addrs (none: joins it up again), at
+// its next read of its cut file (every 100 ms): its dials to them fail and
+// its connections to them close (protocol/clusterauth/faults.go).
+func (f *testFleet) cut(t *testing.T, m *fleetMember, addrs []string) {
+	t.Helper()
+	if f.faults == "" {
+		t.Fatal("cut: the fleet was not built for faults (startTestFleetCuttable)")
+	}
+	if err := os.WriteFile(m.cutFile, []byte(strings.Join(addrs, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// buildFaultsBinary builds ferry with -tags faults for the test.
+func buildFaultsBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ferry-faults")
+	start := time.Now()
+	if out, err := exec.Command("go", "build", "-tags=faults", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags faults: %v\n%s", err, out)
+	}
+	t.Logf("ferry built with -tags faults in %v", time.Since(start).Round(time.Millisecond))
+	return bin
 }
 
 // status reads the member's /status, or fails.

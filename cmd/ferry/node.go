@@ -326,7 +326,18 @@ func (n *node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.proxy.Start(ctx); err != nil {
+	// While the proxy waits for the active cluster, the routing state is
+	// read again: a member restarted while its fleet switches away from a
+	// dead cluster learns the switch from the clusters (its lease and
+	// gossip run only once it serves), and the proxy then waits for the
+	// new active cluster.
+	rctx, stopRereading := context.WithCancel(ctx)
+	var rereading sync.WaitGroup
+	rereading.Go(func() { n.rereadRouting(rctx) })
+	err = n.proxy.Start(ctx)
+	stopRereading()
+	rereading.Wait()
+	if err != nil {
 		return err
 	}
 	if !loaded {
@@ -368,6 +379,25 @@ func (n *node) start(ctx context.Context) error {
 	}
 	n.runFailover()
 	return nil
+}
+
+// rereadRouting reads the routing state from the clusters every few
+// seconds until ctx ends, installing a newer generation.
+func (n *node) rereadRouting(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		st, ok, err := n.store.Load(ctx)
+		if err != nil || !ok || !slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == st.Active }) {
+			continue // loadRouting said why at first; the proxy's wait says the rest
+		}
+		if n.routes.Advance(st) {
+			n.log.Info("routing state loaded from the clusters while waiting for the active one", zap.Stringer("routing", st))
+		}
+	}
 }
 
 // loadRouting reads the routing state saved on the clusters and installs it

@@ -150,17 +150,19 @@ func (sec *Security) NewClient(addrs []string, opts ...kgo.Opt) (*kgo.Client, er
 // session, KIP-368).
 func (sec *Security) kgoOpts() []kgo.Opt {
 	if sec == nil {
-		return nil
+		return plainDialer()
 	}
 	var opts []kgo.Opt
-	if sec.tls != nil {
+	if sec.tls == nil {
+		opts = append(opts, plainDialer()...)
+	} else {
 		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			// franz-go's DialTimeout does not bound a custom dialer:
 			// the TCP connect and the TLS handshake get 10 s together.
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			d := net.Dialer{KeepAlive: 30 * time.Second}
-			nc, err := d.DialContext(ctx, network, addr)
+			nc, err := dialTCP(ctx, &d, network, addr)
 			if err != nil {
 				return nil, err
 			}
@@ -224,7 +226,7 @@ func (s Session) Deadline() time.Time {
 // exchange (SaslHandshake v1, SaslAuthenticate v2) as configured. A
 // failure after TCP is an *Error saying which step failed.
 func (sec *Security) Dial(ctx context.Context, d *net.Dialer, addr string) (net.Conn, Session, error) {
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := dialTCP(ctx, d, "tcp", addr)
 	if err != nil || sec == nil {
 		return nc, Session{}, err
 	}

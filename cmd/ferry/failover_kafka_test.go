@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,8 +30,8 @@ const failoverAfter = 5 * time.Second
 // (the verdict says why, blocked); resumed with the primary back, its
 // death makes one automatic forced switch, within after and a few seconds
 // (the member that decides killed and restarted during the countdown),
-// that loses nothing the mirror had copied, and producers and consumers
-// carry on through the fleet at the same offsets. The standby's death
+// that loses nothing the mirror had copied, and a producer and a consumer
+// group carry on through the fleet at the same offsets. The standby's death
 // after that makes no switch back: the return to the cluster a forced
 // switch left is a person's.
 func TestAutomaticFailoverRealKafka(t *testing.T) {
@@ -54,6 +55,38 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 		}
 	}
 	produce("before", 90)
+	// A consumer group through the fleet, committing as it goes: it reads
+	// on across the switch, at the offsets the records were acknowledged at.
+	var readMu sync.Mutex
+	read := map[string]string{} // value → partition/offset read at
+	cons := newClient(t, kgo.SeedBrokers(strings.Split(f.bootstrap(), ",")...), kgo.ConsumeTopics(topic),
+		kgo.ConsumerGroup("auto-readers"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitInterval(200*time.Millisecond))
+	cctx, stopConsumer := context.WithCancel(ctx)
+	var consumer sync.WaitGroup
+	consumer.Go(func() {
+		for cctx.Err() == nil {
+			cons.PollFetches(cctx).EachRecord(func(r *kgo.Record) {
+				readMu.Lock()
+				read[string(r.Value)] = fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+				readMu.Unlock()
+			})
+		}
+	})
+	defer func() { stopConsumer(); consumer.Wait() }()
+	waitRead := func(what string) {
+		t.Helper()
+		testwait.Eventually(t, time.Minute, "the group through the fleet reading "+what, func() error {
+			readMu.Lock()
+			defer readMu.Unlock()
+			for v, at := range acked {
+				if read[v] != at {
+					return fmt.Errorf("%s acknowledged at %s, read at %q", v, at, read[v])
+				}
+			}
+			return nil
+		})
+	}
+	waitRead("everything before the failure")
 	waitMirrorOwners(t, f.members[0], topic, 3, f.ids())
 	waitMirrored(t, f, topic)
 	for _, m := range f.members {
@@ -136,7 +169,7 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 	for _, m := range f.members {
 		waitGenerationWithin(t, m, 1, "standby", 2*time.Minute)
 	}
-	took := time.Since(killed)
+	serving := time.Since(killed)
 	st := routingState(t, f.members[0])
 	last := st.Last
 	if last == nil || last.Mode != routing.Forced || !last.Automatic || last.From != "primary" || last.To != "standby" || last.Outcome != routing.OutcomeSwitched {
@@ -147,7 +180,9 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 			t.Fatalf("the switch lost %+v, though the mirror had copied everything", last.Lost)
 		}
 	}
-	t.Logf("primary killed at %s; every member serving the standby %v later (after %s); lost ranges %v", killed.UTC().Format("15:04:05.000"), took.Round(100*time.Millisecond), failoverAfter, last.Lost)
+	took := last.Finished.Sub(killed)
+	t.Logf("primary killed at %s; switched %v later, every member serving the standby %v later (after %s); lost ranges %v",
+		killed.UTC().Format("15:04:05.000"), took.Round(100*time.Millisecond), serving.Round(100*time.Millisecond), failoverAfter, last.Lost)
 	t.Logf("the switch's steps: %+v", last.Steps)
 	for _, m := range f.members {
 		// Where the time went: each member's detection and the switch's steps.
@@ -176,6 +211,7 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 			t.Fatalf("%s acknowledged at %s, on the standby at %q", v, at, onStandby[v])
 		}
 	}
+	waitRead("what was produced after the switch, at the same offsets")
 
 	// The standby dies in turn: no switch back to the cluster the forced
 	// switch left.
@@ -476,6 +512,69 @@ func TestAutomaticFailoverMinIntervalRealKafka(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if st := n.routes.Current(); st.Generation != 2 || st.Active != "primary" {
 		t.Fatalf("routing %s: switched again within min_interval", st)
+	}
+}
+
+// TestAutomaticFailoverLossWithinBudgetRealKafka: a lone member, the
+// mirror held back by a transaction left open on the primary with 20
+// records acknowledged behind it, max_loss 100 records: the primary's death
+// makes one automatic forced switch, whose lost range is exactly what the
+// standby lacks of what the primary acknowledged, and producers carry on
+// on the standby at its end.
+func TestAutomaticFailoverLossWithinBudgetRealKafka(t *testing.T) {
+	primary, standby, yaml := primaryAndStandby(t, "ferry-auto-lossy-test")
+	n, addr := startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 100}}\n", failoverAfter))
+	const topic = "lossy"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, topic, 1)
+	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	produceNumbered(t, ctx, prod, "before", 10)
+	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	leaveTxnOpen(t, ctx, addr, topic, "auto-lossy-open")
+	unmirrored := produceNumbered(t, ctx, prod, "unmirrored", 20)
+	end := unmirrored[len(unmirrored)-1] + 1
+	waitMirrorHeldAt(t, n, 10, end)
+	testwait.Eventually(t, 30*time.Second, "the lag read", func() error {
+		if v := n.failover.r.View(); !v.LagKnown || v.LagRecords != end-10 {
+			return fmt.Errorf("view %+v; want a lag of %d records", v, end-10)
+		}
+		return nil
+	})
+	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, failoverAfter+time.Minute, "the automatic switch", func() error {
+		if st := n.routes.Current(); st.Generation != 1 || st.Phase != routing.PhaseServing {
+			return fmt.Errorf("routing %s", st)
+		}
+		return nil
+	})
+	st := n.routes.Current()
+	want := []routing.LostRange{{Topic: topic, Partition: 0, From: 10, To: end}}
+	if st.Active != "standby" || st.Last == nil || !st.Last.Automatic || fmt.Sprint(st.Last.Lost) != fmt.Sprint(want) {
+		t.Fatalf("after the switch: %s, last %+v; want an automatic switch to the standby that lost %v", st, st.Last, want)
+	}
+	// Every record the primary acknowledged is on the standby or in the
+	// lost range.
+	onStandby := map[string]bool{}
+	for _, r := range readAll(t, standby.Addrs(), topic) {
+		onStandby[r] = true
+	}
+	for i := range 10 {
+		if r := fmt.Sprintf("0/%d=before-%03d", i, i); !onStandby[r] {
+			t.Fatalf("the standby lacks %s", r)
+		}
+	}
+	for i, off := range unmirrored {
+		if off < want[0].From || off >= want[0].To {
+			t.Fatalf("unmirrored-%03d acknowledged at %d, outside the lost range %v", i, off, want)
+		}
+	}
+	if offs := produceNumbered(t, ctx, prod, "after", 3); offs[0] != 10 {
+		t.Fatalf("first record after the switch at %d, want 10 (the standby's end)", offs[0])
 	}
 }
 

@@ -39,13 +39,16 @@ package proxy
 //     offset the Java producer acknowledged, so it neither retries the batch
 //     forever (-1: "unknown, retry") nor resets its sequences and retries
 //     under the same ID (an offset above the last acknowledged one).
-//   - AddPartitionsToTxn, AddOffsetsToTxn: the first is refused
-//     UNKNOWN_PRODUCER_ID (abortable in Java, franz-go and kafkajs); later
-//     ones begin a transaction under the mapping, unless the client has yet
-//     to abort the transaction it held across the switch.
+//   - AddPartitionsToTxn: the first is refused UNKNOWN_PRODUCER_ID
+//     (abortable in Java, franz-go and kafkajs); later ones begin a
+//     transaction under the mapping, unless the client has yet to abort
+//     the transaction it held across the switch.
+//   - AddOffsetsToTxn: the same, but the first is answered without error
+//     and not sent (Kafka Streams takes any error there as fatal to its
+//     thread); the TxnOffsetCommit after it refuses.
 //   - TxnOffsetCommit outside a transaction begun under the mapping:
-//     answered without error and not sent (Java fails the producer on
-//     UNKNOWN_PRODUCER_ID there); its transaction cannot commit.
+//     UNKNOWN_MEMBER_ID (offsetsRefused): abortable in every client, a
+//     task migration for Kafka Streams; its transaction cannot commit.
 //   - EndTxn(commit) outside such a transaction: UNKNOWN_PRODUCER_ID. (kafkajs
 //     does not recover from any EndTxn error: a commit held across the
 //     switch, whose transaction the switch aborted, ends that producer.)

@@ -241,14 +241,37 @@ func TestOtherGenerationProducerIDs(t *testing.T) {
 	aot := kmsg.NewPtrAddOffsetsToTxnRequest()
 	aot.Version = maxVersion(t, s, kmsg.AddOffsetsToTxn)
 	aot.TransactionalID, aot.ProducerID, aot.ProducerEpoch, aot.Group = "tx-aot", stalePID, 4, "g"
-	local("AddOffsetsToTxn", kmsg.AddOffsetsToTxn, aot, kerr.UnknownProducerID.Code)
+	local("AddOffsetsToTxn", kmsg.AddOffsetsToTxn, aot, 0)
 
 	toc := kmsg.NewPtrTxnOffsetCommitRequest()
 	toc.Version = maxVersion(t, s, kmsg.TxnOffsetCommit)
 	toc.TransactionalID, toc.ProducerID, toc.ProducerEpoch, toc.Group = "tx-toc", stalePID, 4, "g"
 	toc.Generation, toc.MemberID = -1, ""
 	toc.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: staleEpoch}}}}
-	local("TxnOffsetCommit", kmsg.TxnOffsetCommit, toc, 0)
+	local("TxnOffsetCommit", kmsg.TxnOffsetCommit, toc, kerr.UnknownMemberID.Code)
+
+	// A transaction that adds its offsets first across the switch (as
+	// Kafka Streams' commit does): the add answered, the offsets refused
+	// as the group's (abortable everywhere, a task migration for Streams),
+	// the commit refused, the abort answered.
+	aot2 := kmsg.NewPtrAddOffsetsToTxnRequest()
+	aot2.Version = maxVersion(t, s, kmsg.AddOffsetsToTxn)
+	aot2.TransactionalID, aot2.ProducerID, aot2.ProducerEpoch, aot2.Group = "tx-offsets", stalePID, 4, "g"
+	local("offsets first: AddOffsetsToTxn", kmsg.AddOffsetsToTxn, aot2, 0)
+	toc2 := kmsg.NewPtrTxnOffsetCommitRequest()
+	toc2.Version = maxVersion(t, s, kmsg.TxnOffsetCommit)
+	toc2.TransactionalID, toc2.ProducerID, toc2.ProducerEpoch, toc2.Group = "tx-offsets", stalePID, 4, "g"
+	toc2.Generation, toc2.MemberID = -1, ""
+	toc2.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: staleEpoch}}}}
+	local("offsets first: TxnOffsetCommit", kmsg.TxnOffsetCommit, toc2, kerr.UnknownMemberID.Code)
+	commit2 := kmsg.NewPtrEndTxnRequest()
+	commit2.Version = maxVersion(t, s, kmsg.EndTxn)
+	commit2.TransactionalID, commit2.ProducerID, commit2.ProducerEpoch, commit2.Commit = "tx-offsets", stalePID, 4, true
+	local("offsets first: EndTxn commit", kmsg.EndTxn, commit2, kerr.UnknownProducerID.Code)
+	abort2 := kmsg.NewPtrEndTxnRequest()
+	abort2.Version = 1
+	abort2.TransactionalID, abort2.ProducerID, abort2.ProducerEpoch = "tx-offsets", stalePID, 4
+	local("offsets first: EndTxn abort", kmsg.EndTxn, abort2, 0)
 
 	commit := kmsg.NewPtrEndTxnRequest()
 	commit.Version = maxVersion(t, s, kmsg.EndTxn)

@@ -18,11 +18,12 @@ package proxy
 //     epoch) the drain is about to fence (switchFences), and answers a
 //     request still carrying them, under the same generation, as it does a
 //     producer ID of an earlier generation (producer_ids.go): Produce,
-//     AddPartitionsToTxn, AddOffsetsToTxn and EndTxn(commit) get
-//     UNKNOWN_PRODUCER_ID, which Java, franz-go and kafkajs abort on and
-//     recover from; EndTxn(abort) succeeds without being sent (the fence
-//     aborted it); TxnOffsetCommit succeeds without being sent (its
-//     transaction cannot commit); and the producer's InitProducerId with
+//     AddPartitionsToTxn and EndTxn(commit) get UNKNOWN_PRODUCER_ID, which
+//     Java, franz-go and kafkajs abort on and recover from; AddOffsetsToTxn
+//     succeeds without being sent and the TxnOffsetCommit after it is
+//     refused UNKNOWN_MEMBER_ID (offsetsRefused: abortable everywhere, a
+//     task migration for Kafka Streams); EndTxn(abort) succeeds without
+//     being sent (the fence aborted it); and the producer's InitProducerId with
 //     that ID and epoch (a KIP-360 bump, franz-go's reload) is sent as a
 //     fresh init, which the broker answers with the next epoch rather than
 //     PRODUCER_FENCED. Any other InitProducerId of the transactional ID
@@ -219,8 +220,10 @@ func (s *Server) switchFencedCoordinator(req *request, kr kmsg.Request) (r *repl
 	s.metrics.refused(req.hdr.Key, reasonSwitchFenced)
 	d := txnDecision{Verdict: txnRefuse, Code: kerr.UnknownProducerID.Code, Message: switchFencedMsg, Phys: -1}
 	switch kmsg.Key(q.API) {
-	case kmsg.TxnOffsetCommit:
+	case kmsg.AddOffsetsToTxn:
 		d = txnDecision{Verdict: txnSuccess, Phys: -1}
+	case kmsg.TxnOffsetCommit:
+		d.Code, d.Message = offsetsRefused, offsetsRefusedMsg
 	case kmsg.EndTxn:
 		if !q.Commit {
 			d = txnDecision{Verdict: txnSuccess, Phys: -1}

@@ -402,6 +402,18 @@ type txnDecision struct {
 
 const abortMsg = "ferry: the producer ID was issued before the last switch; abort the transaction"
 
+// offsetsRefused is the answer to a TxnOffsetCommit of a transaction that
+// cannot commit (begun before the switch that aborted it, or fenced by a
+// switch's drain): UNKNOWN_MEMBER_ID, the group's "your generation is
+// gone", which every client takes as abortable (Java's CommitFailedException,
+// librdkafka, franz-go, kafkajs) and Kafka Streams as a task migration, not
+// as fatal to its thread, as it does UNKNOWN_PRODUCER_ID there and at the
+// commit. (Before, the offsets were answered success, not sent, and the
+// commit refused.)
+var offsetsRefused = kerr.UnknownMemberID.Code
+
+const offsetsRefusedMsg = "ferry: the transaction was begun before the last switch, which aborted it; its offsets cannot commit: abort it"
+
 // staleQuery is kr as a txnQuery; false for a request that is refused
 // whatever the mapping (AddPartitionsToTxn v4+, the brokers' batched form).
 func staleQuery(gen uint32, version int16, kr kmsg.Request) (txnQuery, bool) {
@@ -488,6 +500,10 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream.Cluster, q txnQ
 		verdict remapVerdict
 		forward bool // under the mapping
 		success bool // answered by Ferry without error, not sent
+		// refused: the code a request neither forwarded nor answered
+		// success gets.
+		refused = kerr.UnknownProducerID.Code
+		msg     = abortMsg
 	)
 	s.txns.lookup(q.Gen, q.TxnID, q.PID, q.Epoch, func(m *txnRemap, v remapVerdict) {
 		e, verdict = m, v
@@ -508,15 +524,25 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream.Cluster, q txnQ
 				// which aborted it.
 				m.dead = true
 			}
-		case kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn:
+		case kmsg.AddPartitionsToTxn:
 			// The first is refused: a transaction begun before the
 			// switch may be going on.
 			forward = v == remapFound && !m.dead
+		case kmsg.AddOffsetsToTxn:
+			// Likewise, but answered success, not sent: the refusal
+			// comes at the TxnOffsetCommit that follows, as the
+			// group's (offsetsRefused). An error here is one Kafka
+			// Streams takes as fatal to its thread.
+			forward = v == remapFound && !m.dead
+			if !forward {
+				success, m.dead = true, true
+			}
 		case kmsg.TxnOffsetCommit:
-			// Java fails the producer on an error here; its
-			// transaction's EndTxn(commit) is refused instead.
-			forward, success = m.open, !m.open
-			m.dead = m.dead || !m.open
+			forward = m.open
+			if !forward {
+				m.dead = true
+				refused, msg = offsetsRefused, offsetsRefusedMsg
+			}
 		}
 	})
 	d = txnDecision{Verdict: txnRefuse, Phys: -1, PhysEpoch: -1}
@@ -530,7 +556,7 @@ func (s *Server) decideStaleTxn(ctx context.Context, u *upstream.Cluster, q txnQ
 		d.Code, d.Message = kerr.InvalidProducerEpoch.Code, "ferry: a newer producer of this transactional ID fenced this one"
 		return d, nil
 	case !forward && !success:
-		d.Code, d.Message = kerr.UnknownProducerID.Code, abortMsg
+		d.Code, d.Message = refused, msg
 		return d, nil
 	case success:
 		d.Verdict = txnSuccess

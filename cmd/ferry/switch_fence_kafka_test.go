@@ -242,3 +242,88 @@ func TestSwitchRolledBackAfterFencingZombieStaysFenced(t *testing.T) {
 		t.Fatalf("read committed on the primary: %v, want %v", got, want)
 	}
 }
+
+// TestSessionOffsetsAcrossSwitchRealKafka: a consume-transform-produce loop
+// (franz-go's GroupTransactSession, as Kafka Streams does it: records
+// produced, then the input offsets added to the transaction, then the
+// commit) has a transaction open when a planned switch begins; the drain
+// aborts it. Its commit after the switch adds the offsets under the
+// producer ID of the generation before: Ferry answers the add, and refuses
+// the offsets as the group's (UNKNOWN_MEMBER_ID), which the session takes
+// as abortable: End reports nothing committed and no error (Kafka Streams
+// takes the same answer as a task migration, where UNKNOWN_PRODUCER_ID at
+// the add or the commit ends its thread). The next transaction commits on
+// the new cluster, and read_committed the output holds that one's records
+// only.
+func TestSessionOffsetsAcrossSwitchRealKafka(t *testing.T) {
+	_, standby, yaml := primaryAndStandby(t, "ferry-session-offsets-test")
+	n, addr := startNode(t, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	createTopicVia(t, ctx, addr, "in", 1)
+	createTopicVia(t, ctx, addr, "out", 1)
+	in := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("in"))
+	produceNumbered(t, ctx, in, "in", 5)
+
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(addr), kgo.TransactionalID("session-offsets"),
+		kgo.ConsumerGroup("session-offsets"), kgo.ConsumeTopics("in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic("out"), kgo.RequireStableFetchOffsets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	// One round: poll what there is, copy it to out in a transaction.
+	copyRound := func(want int) []string {
+		t.Helper()
+		var got []string
+		for len(got) < want {
+			fs := sess.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("polled %d of %d records", len(got), want)
+			}
+			fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range got {
+			if err := sess.ProduceSync(ctx, &kgo.Record{Value: []byte("copy-" + v)}).FirstErr(); err != nil {
+				t.Fatalf("producing copy-%s: %v", v, err)
+			}
+		}
+		return got
+	}
+	copyRound(5)
+	if err := n.mirror.WaitCaughtUp(ctx, "in"); err != nil {
+		t.Fatal(err)
+	}
+	// The transaction is open (its records acknowledged): the switch's
+	// drain aborts it.
+	if _, err := n.switchover(ctx, routing.Request{To: "standby"}); err != nil {
+		t.Fatalf("planned switch: %v", err)
+	}
+	committed, err := sess.End(ctx, kgo.TryCommit)
+	if err != nil || committed {
+		t.Fatalf("End across the switch: committed %v, err %v; want nothing committed and no error (abortable)", committed, err)
+	}
+	// Again, on the new cluster: the input re-read from the group's
+	// offsets, copied and committed.
+	produceNumbered(t, ctx, in, "more", 2)
+	again := copyRound(7)
+	committed, err = sess.End(ctx, kgo.TryCommit)
+	if err != nil || !committed {
+		t.Fatalf("End after the switch: committed %v, err %v; want committed", committed, err)
+	}
+	slices.Sort(again)
+	want := []string{"in-000", "in-001", "in-002", "in-003", "in-004", "more-000", "more-001"}
+	if !slices.Equal(again, want) {
+		t.Fatalf("re-read after the aborted transaction: %v, want %v", again, want)
+	}
+	var copies []string
+	for _, v := range want {
+		copies = append(copies, "copy-"+v)
+	}
+	if got := committedValues(t, ctx, standby.Addrs(), "out"); !slices.Equal(got, copies) {
+		t.Fatalf("out on the standby, read_committed: %v; want %v once each", got, copies)
+	}
+}

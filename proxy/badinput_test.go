@@ -240,17 +240,24 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// closedAddr is a loopback address nothing listens on (a listener's,
+// closed).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // TestStandbyDownStillServes: a standby that cannot be reached at start
 // does not keep clients from the active cluster: Ferry serves once the
 // active one answers, and produce and consume work through it.
 func TestStandbyDownStillServes(t *testing.T) {
 	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close() // nothing listens there now
+	deadAddr := closedAddr(t)
 	_, addr := startFerry(t, c.ListenAddrs(),
 		WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: []string{deadAddr}}),
 		WithStandbyWait(time.Second))

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ import (
 // clusters it reached support.
 func TestSavedVersionsNarrowWhileAClusterIsDown(t *testing.T) {
 	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := closedAddr(t)
 	produceMax := func(st routing.State) (int16, *Server) {
 		s, addr := startFerry(t, c.ListenAddrs(),
 			WithClusters(upstream.Config{Name: "a", Bootstrap: c.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: []string{deadAddr}}),
@@ -70,12 +64,7 @@ func TestSavedVersionsNarrowWhileAClusterIsDown(t *testing.T) {
 // clusters), it waits for that one instead, and starts.
 func TestStartFollowsTheActiveCluster(t *testing.T) {
 	c := newKfake(t, 1, kfake.SeedTopics(1, "t"))
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := closedAddr(t)
 	routes := routing.NewTable(routing.State{Active: "a"})
 	s, err := New(WithClusterID("ferry-test"),
 		WithClusters(upstream.Config{Name: "a", Bootstrap: []string{deadAddr}}, upstream.Config{Name: "b", Bootstrap: c.ListenAddrs()}),

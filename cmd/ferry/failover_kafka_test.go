@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -243,27 +244,10 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 // primary's death makes no switch; the verdict is blocked, naming the
 // loss, and ferry_failover_blocked is 1.
 func TestAutomaticFailoverLossOverBudgetRealKafka(t *testing.T) {
-	primary, _, yaml := primaryAndStandby(t, "ferry-auto-loss-test")
-	n, addr := startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 5}}\n", failoverAfter))
-	const topic = "lossy"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	createTopicVia(t, ctx, addr, topic, 1)
-	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
-	produceNumbered(t, ctx, prod, "before", 10)
-	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	leaveTxnOpen(t, ctx, addr, topic, "auto-loss-open")
-	unmirrored := produceNumbered(t, ctx, prod, "unmirrored", 20)
-	waitMirrorHeldAt(t, n, 10, unmirrored[len(unmirrored)-1]+1)
-	// The lag as the member last read it, before the primary goes.
-	testwait.Eventually(t, 30*time.Second, "the lag read", func() error {
-		if v := n.failover.r.View(); !v.LagKnown || v.LagRecords < 20 {
-			return fmt.Errorf("view %+v", v)
-		}
-		return nil
-	})
+	hb := startHeldBack(t, ctx, "ferry-auto-loss-test", 5)
+	primary, n := hb.primary, hb.n
 	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -522,27 +506,11 @@ func TestAutomaticFailoverMinIntervalRealKafka(t *testing.T) {
 // standby lacks of what the primary acknowledged, and producers carry on
 // on the standby at its end.
 func TestAutomaticFailoverLossWithinBudgetRealKafka(t *testing.T) {
-	primary, standby, yaml := primaryAndStandby(t, "ferry-auto-lossy-test")
-	n, addr := startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: 100}}\n", failoverAfter))
-	const topic = "lossy"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	createTopicVia(t, ctx, addr, topic, 1)
-	prod := newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
-	produceNumbered(t, ctx, prod, "before", 10)
-	if err := n.mirror.WaitCaughtUp(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	leaveTxnOpen(t, ctx, addr, topic, "auto-lossy-open")
-	unmirrored := produceNumbered(t, ctx, prod, "unmirrored", 20)
-	end := unmirrored[len(unmirrored)-1] + 1
-	waitMirrorHeldAt(t, n, 10, end)
-	testwait.Eventually(t, 30*time.Second, "the lag read", func() error {
-		if v := n.failover.r.View(); !v.LagKnown || v.LagRecords != end-10 {
-			return fmt.Errorf("view %+v; want a lag of %d records", v, end-10)
-		}
-		return nil
-	})
+	hb := startHeldBack(t, ctx, "ferry-auto-lossy-test", 100)
+	primary, standby, n, prod, unmirrored, end := hb.primary, hb.standby, hb.n, hb.prod, hb.unmirrored, hb.end
+	const topic = heldBackTopic
 	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -576,6 +544,48 @@ func TestAutomaticFailoverLossWithinBudgetRealKafka(t *testing.T) {
 	if offs := produceNumbered(t, ctx, prod, "after", 3); offs[0] != 10 {
 		t.Fatalf("first record after the switch at %d, want 10 (the standby's end)", offs[0])
 	}
+}
+
+// heldBack is a lone member with automatic failover on whose mirror a
+// transaction left open on the primary holds back: 10 records copied, then
+// the open transaction's and 20 more acknowledged behind it (unmirrored,
+// the offsets; end, the primary's end).
+type heldBack struct {
+	primary, standby *kafkatest.Cluster
+	n                *node
+	prod             *kgo.Client
+	unmirrored       []int64
+	end              int64
+}
+
+const heldBackTopic = "lossy"
+
+// startHeldBack starts a heldBack with max_loss maxLoss records, and waits
+// until the member's view reads the lag (end - 10) from the primary.
+func startHeldBack(t *testing.T, ctx context.Context, clusterID string, maxLoss int) heldBack {
+	t.Helper()
+	var hb heldBack
+	var yaml, addr string
+	hb.primary, hb.standby, yaml = primaryAndStandby(t, clusterID)
+	hb.n, addr = startNode(t, yaml+fmt.Sprintf("failover: {automatic: true, after: %s, max_loss: {records: %d}}\n", failoverAfter, maxLoss))
+	createTopicVia(t, ctx, addr, heldBackTopic, 1)
+	hb.prod = newClient(t, kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(heldBackTopic))
+	produceNumbered(t, ctx, hb.prod, "before", 10)
+	if err := hb.n.mirror.WaitCaughtUp(ctx, heldBackTopic); err != nil {
+		t.Fatal(err)
+	}
+	leaveTxnOpen(t, ctx, addr, heldBackTopic, clusterID+"-open")
+	hb.unmirrored = produceNumbered(t, ctx, hb.prod, "unmirrored", 20)
+	hb.end = hb.unmirrored[len(hb.unmirrored)-1] + 1
+	waitMirrorHeldAt(t, hb.n, 10, hb.end)
+	// The lag as the member last read it, before the primary goes.
+	testwait.Eventually(t, 30*time.Second, "the lag read", func() error {
+		if v := hb.n.failover.r.View(); !v.LagKnown || v.LagRecords != hb.end-10 {
+			return fmt.Errorf("view %+v; want a lag of %d records", v, hb.end-10)
+		}
+		return nil
+	})
+	return hb
 }
 
 type routingVerdict struct {

@@ -494,6 +494,9 @@ type Member struct {
 	// mirrored partitions it writes, as it last answered (-1: it did not).
 	Connections      int `json:"connections"`
 	MirrorPartitions int `json:"mirror_partitions"`
+	// Starting: it gossips that it does not decide automatic failovers
+	// (still starting, or automatic failover off there).
+	Starting bool `json:"starting,omitempty"`
 }
 
 // Alive returns the node IDs of the members s lists alive, in order.

@@ -95,6 +95,16 @@ func TestAutomaticFailoverRealKafka(t *testing.T) {
 		if err != nil || st.Failover == nil || st.Failover.After != failoverAfter.String() {
 			t.Fatalf("member %d's /status failover section: %+v (%v)", m.id, st.Failover, err)
 		}
+		// Every member runs its runner: none gossips itself starting.
+		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("member %d seeing no member starting", m.id), func() error {
+			st, err := m.status(t)
+			for _, mm := range st.Members {
+				if mm.Starting || err != nil {
+					return fmt.Errorf("members %+v (%v)", st.Members, err)
+				}
+			}
+			return nil
+		})
 	}
 
 	// Paused (`ferry failover pause`): the primary's death makes no switch.

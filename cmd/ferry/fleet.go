@@ -327,7 +327,7 @@ func (f *fleetRole) members(ctx context.Context) []admin.Member {
 			NodeID: m.NodeID, State: m.State.String(), Self: m.Self,
 			Host: m.Host, Ports: m.Ports, Gossip: m.Addr, Admin: m.Admin,
 			Version: m.Version, Generation: m.Generation, GossipGeneration: m.Generation,
-			Connections: -1, MirrorPartitions: -1,
+			Connections: -1, MirrorPartitions: -1, Starting: m.Starting,
 		}
 		var info memberInfo
 		if b, ok := answers[m.NodeID]; ok && json.Unmarshal(b, &info) == nil {

@@ -194,9 +194,13 @@ func TestRollbackRacesInstall(t *testing.T) {
 		t.Fatalf("the forced switch: %v", err)
 	}
 	err := <-plannedErr
+	// It lost to the forced switch either way: superseded when the forced
+	// one's generation was installed by the time the planned one rolled
+	// back, switch_running when member 2 still held for the forced one
+	// (which of the two is a matter of scheduling; both refuse it).
 	var e *routing.Error
-	if !errors.As(err, &e) || e.Reason != routing.ReasonSuperseded {
-		t.Fatalf("the planned switch answered %v; want superseded", err)
+	if !errors.As(err, &e) || e.Reason != routing.ReasonSuperseded && e.Reason != routing.ReasonRunning {
+		t.Fatalf("the planned switch answered %v; want superseded or switch_running", err)
 	}
 	requireRoutes(t, ms, 1, "b")
 	if held, _, _ := store.Load(context.Background()); held.Generation != 1 || held.Active != "b" {

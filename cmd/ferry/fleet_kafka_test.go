@@ -639,7 +639,16 @@ func waitMirrored(t *testing.T, f *testFleet, topic string) {
 		src, dst = f.standby, f.primary
 	}
 	testwait.Eventually(t, 2*time.Minute, "the mirror target's ends equal to the source's", func() error {
-		if a, b := endOffsets(t, src.Addrs(), topic), endOffsets(t, dst.Addrs(), topic); fmt.Sprint(a) != fmt.Sprint(b) {
+		// The target's topic may not be created yet.
+		a, err := tryEndOffsets(t, src.Addrs(), topic)
+		if err != nil {
+			return err
+		}
+		b, err := tryEndOffsets(t, dst.Addrs(), topic)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) {
 			return fmt.Errorf("mirror target ends %v, source %v", b, a)
 		}
 		return nil

@@ -391,13 +391,18 @@ func (n *node) rereadRouting(ctx context.Context) {
 		case <-time.After(2 * time.Second):
 		}
 		st, ok, err := n.store.Load(ctx)
-		if err != nil || !ok || !slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == st.Active }) {
+		if err != nil || !ok || !n.configured(st.Active) {
 			continue // loadRouting said why at first; the proxy's wait says the rest
 		}
 		if n.routes.Advance(st) {
 			n.log.Info("routing state loaded from the clusters while waiting for the active one", zap.Stringer("routing", st))
 		}
 	}
+}
+
+// configured reports whether cluster is one of the configured clusters.
+func (n *node) configured(cluster string) bool {
+	return slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == cluster })
 }
 
 // loadRouting reads the routing state saved on the clusters and installs it
@@ -413,7 +418,7 @@ func (n *node) loadRouting(ctx context.Context, retry bool) (bool, error) {
 			if !ok {
 				return true, nil
 			}
-			if !slices.ContainsFunc(n.cfg.Clusters, func(c ClusterConfig) bool { return c.Name == st.Active }) {
+			if !n.configured(st.Active) {
 				return false, usageError{fmt.Errorf("the routing state saved on the clusters (%s) names cluster %q, which is not configured: configure it, or delete the %s topic on every cluster to start again from generation 0", st, st.Active, n.store.Topic())}
 			}
 			if n.routes.Advance(st) {

@@ -43,6 +43,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -224,6 +225,10 @@ type Server struct {
 	probeMu sync.Mutex
 	probes  map[string]probe
 
+	// clusters are the configured clusters, those retired taken out
+	// (RetireCluster replaces the slice).
+	clusters atomic.Pointer[[]upstream.Config]
+
 	metrics *switchMetrics // nil without WithRegisterer
 	// acceptErrors counts the accept errors retried (Serve).
 	acceptErrors *prometheus.CounterVec
@@ -265,6 +270,7 @@ func New(opts ...Option) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: cfg.now(), probes: map[string]probe{},
 		tokens: clientauth.NewTokenBuckets(cfg.tokenBurst, cfg.tokenInterval, tokenGuardMax, nil), refusalLogs: logsample.New(refusalLogInterval)}
+	s.clusters.Store(&cfg.clusters)
 	// ContinueOnError: a collector that fails (the process collector
 	// cannot open /proc files when the process is out of descriptors) must
 	// not hide every other metric when they are most needed.
@@ -394,7 +400,7 @@ func (s *Server) Ready(ctx context.Context) error {
 		}
 	}
 	active := s.cfg.routes.Current().Active
-	for _, c := range s.cfg.clusters {
+	for _, c := range *s.clusters.Load() {
 		if c.Name == active {
 			if err := s.checkCluster(ctx, c); err != nil {
 				return fmt.Errorf("%w: active cluster %q unreachable: %v", ErrNotReady, c.Name, err)
@@ -403,6 +409,13 @@ func (s *Server) Ready(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("%w: active cluster %q is not configured", ErrNotReady, active)
+}
+
+// RetireCluster takes a cluster out of those /status lists and /readyz may
+// check: the member no longer serves it.
+func (s *Server) RetireCluster(name string) {
+	next := slices.DeleteFunc(slices.Clone(*s.clusters.Load()), func(c upstream.Config) bool { return c.Name == name })
+	s.clusters.Store(&next)
 }
 
 // HandleReadyz answers 200 "ready" or 503 with the reason.
@@ -535,7 +548,7 @@ func (s *Server) Status(ctx context.Context) Status {
 	} else {
 		out.Ready = true
 	}
-	for _, c := range s.cfg.clusters {
+	for _, c := range *s.clusters.Load() {
 		cs := ClusterStatus{Name: c.Name, Bootstrap: c.Bootstrap, Active: c.Name == st.Active, Reachable: true, Security: c.Security.Describe()}
 		if err := s.checkCluster(ctx, c); err != nil {
 			cs.Reachable, cs.Error, cs.AuthFailed = false, err.Error(), clusterauth.AuthFailed(err)

@@ -17,7 +17,7 @@ import (
 
 func handleApiVersions(s *Server, _ *clientConn, req *request, _ kmsg.Request) (*reply, error) {
 	resp := kmsg.NewPtrApiVersionsResponse()
-	s.versions.AppendTo(resp)
+	s.advertised().AppendTo(resp)
 	s.appendFeatures(resp)
 	return localReply(req, resp), nil
 }
@@ -25,7 +25,7 @@ func handleApiVersions(s *Server, _ *clientConn, req *request, _ kmsg.Request) (
 func apiVersionsUnsupported(s *Server, req *request) *reply {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	s.versions.Only(int16(kmsg.ApiVersions)).AppendTo(resp)
+	s.advertised().Only(int16(kmsg.ApiVersions)).AppendTo(resp)
 	req.hdr.Version = 0 // answered at v0, header v0
 	return localReply(req, resp)
 }

@@ -230,7 +230,7 @@ func TestCoordinatorCacheBounded(t *testing.T) {
 			}
 		}
 	}
-	u := s.ups["a"]
+	u := s.cluster("a")
 	n := len(u.CoordinatorKeys())
 	oldest := u.CachedCoordinator(0, "group-0")
 	newest := u.CachedCoordinator(0, fmt.Sprint("group-", total-1))

@@ -311,7 +311,7 @@ func (c *clientConn) readLoop() (err error) {
 		} else {
 			req.state = c.s.routes.Current()
 		}
-		req.up = c.s.ups[req.state.Active]
+		req.up = c.s.cluster(req.state.Active)
 		if req.up != c.lastUp {
 			c.lastUp = req.up
 			c.cluster.Store(req.up)

@@ -146,7 +146,7 @@ func init() {
 // goroutine: everything it sends upstream is sent in arrival order.
 func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 	h := req.hdr
-	if h.Key == int16(kmsg.ApiVersions) && !s.versions.Supports(h.Key, h.Version) {
+	if h.Key == int16(kmsg.ApiVersions) && !s.advertised().Supports(h.Key, h.Version) {
 		s.metrics.refused(h.Key, reasonUnsupportedVersion)
 		return apiVersionsUnsupported(s, req), nil
 	}
@@ -160,9 +160,9 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		// gives (17_sasl_handshake.go).
 		return nil, s.refuse(h.Key, reasonSASL, errors.New("SaslAuthenticate: Ferry's listeners offer no SASL and refused the handshake; configure the client without SASL"))
 	}
-	if !s.versions.Supports(h.Key, h.Version) || !h.Known {
+	if !s.advertised().Supports(h.Key, h.Version) || !h.Known {
 		reason := reasonUnsupportedVersion
-		if _, served := s.versions[h.Key]; !served {
+		if _, served := s.advertised()[h.Key]; !served {
 			reason = reasonUnknownKey
 		}
 		return nil, s.refuse(h.Key, reason, fmt.Errorf("%w: %s (key %d) v%d", ErrUnsupportedVersion, kmsg.NameForKey(h.Key), h.Key, h.Version))

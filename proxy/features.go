@@ -48,15 +48,32 @@ func (s *Server) learnFeatures(u *upstream.Cluster, late bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.known == nil {
-		a.known = make(map[string]protocol.Features, len(s.ups))
+		a.known = make(map[string]protocol.Features, len(s.clusters()))
 	}
 	a.known[u.Name] = u.Features
+	s.advertiseFeatures(u.Name, late)
+}
+
+// forgetFeatures drops a retired cluster's features and recomputes what is
+// advertised.
+func (s *Server) forgetFeatures(name string) {
+	a := &s.features
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.known, name)
+	s.advertiseFeatures(name, true)
+}
+
+// advertiseFeatures recomputes what is advertised from what is known, a
+// cluster having been reached or retired; a.mu is held.
+func (s *Server) advertiseFeatures(cluster string, late bool) {
+	a := &s.features
 	var sets []protocol.Features
 	for _, f := range a.known {
 		sets = append(sets, f)
 	}
 	next := protocol.IntersectFeatures(sets...)
-	missing := len(a.known) < len(s.ups)
+	missing := len(a.known) < len(s.clusters())
 	if missing {
 		// No more than the routing state saved, every cluster
 		// reached then: the cluster not reached yet finalized them.
@@ -79,7 +96,7 @@ func (s *Server) learnFeatures(u *upstream.Cluster, late bool) {
 		log = s.log.Info
 	}
 	log("advertising the feature levels every cluster reached finalizes",
-		zap.String("cluster_reached", u.Name), zap.Bool("clusters_missing", missing),
+		zap.String("cluster", cluster), zap.Bool("clusters_missing", missing),
 		zap.Any("finalized", next.Finalized), zap.Int64("epoch", a.epoch))
 }
 
@@ -96,7 +113,7 @@ func (s *Server) appendFeatures(resp *kmsg.ApiVersionsResponse) {
 func (s *Server) SavedFeatures() map[string]int16 {
 	s.features.mu.RLock()
 	defer s.features.mu.RUnlock()
-	if len(s.features.known) < len(s.ups) {
+	if len(s.features.known) < len(s.clusters()) {
 		return nil
 	}
 	if out := maps.Clone(s.features.current.Finalized); out != nil {

@@ -191,3 +191,64 @@ func TestApiVersionsFeaturesWaitForLateCluster(t *testing.T) {
 		t.Fatalf("epoch %d once the late cluster was reached, %d before", got.FinalizedFeaturesEpoch, epoch0)
 	}
 }
+
+// TestRetireAdvertisesTheClusterLeft: Ferry in front of the newest release
+// and a Kafka 4.0 cluster (transaction.version 1) advertises what both
+// support; the 4.0 one retired while Ferry runs, a new connection is
+// offered the newest one's versions and feature levels, under a higher
+// epoch, and a connection opened before goes on. The active cluster
+// cannot be retired, nor one retired already.
+func TestRetireAdvertisesTheClusterLeft(t *testing.T) {
+	a := newKfake(t, 1)
+	b := newKfake(t, 1, kfake.MaxVersions(kversion.V4_0_0()))
+	setFeature(t, b, "transaction.version", 1)
+	ra, rb := apiVersionsV3(t, a.ListenAddrs()[0]), apiVersionsV3(t, b.ListenAddrs()[0])
+	s, addr := startFerry(t, a.ListenAddrs(),
+		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs()}),
+		WithRoutingTable(routing.NewTable(routing.State{Active: "a"})))
+	maxOf := func(r *kmsg.ApiVersionsResponse, key int16) int16 {
+		for _, k := range r.ApiKeys {
+			if k.ApiKey == key {
+				return k.MaxVersion
+			}
+		}
+		return -1
+	}
+	produce := int16(kmsg.Produce)
+	if maxOf(ra, produce) <= maxOf(rb, produce) {
+		t.Fatalf("Produce v%d on the newest, v%d on 4.0: the test needs the newest to offer more", maxOf(ra, produce), maxOf(rb, produce))
+	}
+	before := apiVersionsV3(t, addr)
+	sup, fin := wantFeatures(ra, rb)
+	sameFeatures(t, before, sup, fin)
+	if got := maxOf(before, produce); got != maxOf(rb, produce) {
+		t.Fatalf("both configured: Produce v%d advertised, want 4.0's v%d", got, maxOf(rb, produce))
+	}
+	open := newClient(t, addr)
+	ctx := context.Background()
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Retire("a"); err == nil {
+		t.Fatal("the active cluster retired")
+	}
+	if err := s.Retire("b"); err != nil {
+		t.Fatal(err)
+	}
+	after := apiVersionsV3(t, addr)
+	sameFeatures(t, after, supported(ra), finalized(ra))
+	if got := maxOf(after, produce); got != maxOf(ra, produce) {
+		t.Fatalf("b retired: Produce v%d advertised, want the newest's v%d", got, maxOf(ra, produce))
+	}
+	if finalized(after)["transaction.version"] != 2 || after.FinalizedFeaturesEpoch <= before.FinalizedFeaturesEpoch {
+		t.Fatalf("b retired: finalized %v under epoch %d (was %d); want transaction.version 2, a higher epoch",
+			finalized(after), after.FinalizedFeaturesEpoch, before.FinalizedFeaturesEpoch)
+	}
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, open); err != nil {
+		t.Fatalf("a connection opened before the retire: %v", err)
+	}
+	if err := s.Retire("b"); err == nil {
+		t.Fatal("b retired twice")
+	}
+}

@@ -304,7 +304,7 @@ func TestStreamedAnswerIdentityUnderGeneration(t *testing.T) {
 			if p0.DivergingEpoch.Epoch != routing.VirtualEpoch(gen, 3) || p0.DivergingEpoch.EndOffset != 10 {
 				t.Fatalf("diverging epoch %+v, want epoch %d", p0.DivergingEpoch, routing.VirtualEpoch(gen, 3))
 			}
-			if p1.CurrentLeader.LeaderEpoch != routing.VirtualEpoch(gen, 7) || p1.CurrentLeader.LeaderID != s.virtualLeader(s.ups["a"], "hinted", 1, 0) {
+			if p1.CurrentLeader.LeaderEpoch != routing.VirtualEpoch(gen, 7) || p1.CurrentLeader.LeaderID != s.virtualLeader(s.cluster("a"), "hinted", 1, 0) {
 				t.Fatalf("leader hint %+v, want epoch %d on a broker of Ferry's", p1.CurrentLeader, routing.VirtualEpoch(gen, 7))
 			}
 			got := protocol.Batch(p0.RecordBatches)

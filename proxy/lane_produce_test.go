@@ -106,7 +106,7 @@ func TestUnansweredProduceHoldsLaterBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, addr := startFerry(t, c.ListenAddrs())
-	u := s.ups["a"]
+	u := s.cluster("a")
 
 	leaderLane := func(leader int32) net.Conn {
 		t.Helper()

@@ -44,7 +44,7 @@ func TestWriteHeldForAConnectionNotSentAfterTheLeaseLapsed(t *testing.T) {
 	f.Topics = []kmsg.FetchRequestTopic{{Topic: "t", Partitions: []kmsg.FetchRequestTopicPartition{{Partition: 0, PartitionMaxBytes: 1 << 20, CurrentLeaderEpoch: -1, LogStartOffset: -1}}}}
 	writeReq(t, holder, f, 1)
 	testwait.Eventually(t, 20*time.Second, "the fetch checking out the connection", func() error {
-		if inUse, idle := s.ups["a"].ReapIdle(time.Time{}); inUse != 1 {
+		if inUse, idle := s.cluster("a").ReapIdle(time.Time{}); inUse != 1 {
 			return fmt.Errorf("%d in use, %d idle", inUse, idle)
 		}
 		return nil

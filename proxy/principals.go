@@ -115,7 +115,7 @@ const (
 // principal that cannot authenticate there would lose its access at the
 // flip.
 func (s *Server) CheckPrincipals(ctx context.Context, cluster string) ([]PrincipalFailure, error) {
-	u := s.ups[cluster]
+	u := s.cluster(cluster)
 	if u == nil {
 		return nil, fmt.Errorf("cluster %q is not configured", cluster)
 	}

@@ -112,7 +112,7 @@ func (s *Server) continues(ctx context.Context, c *clientConn, req *request, k g
 	}
 	pass := func() int16 { s.remapped.pass(gen, k); return 0 }
 	prevGen, from, ok := req.state.Previous()
-	u := s.ups[from]
+	u := s.cluster(from)
 	if !ok || u == nil {
 		return pass()
 	}

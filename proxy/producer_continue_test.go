@@ -338,11 +338,11 @@ func TestDescribeProducersPartitionErrorIsNotTheClusters(t *testing.T) {
 	s, _ := startFerry(t, kf.ListenAddrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	parts, err := describeProducers(ctx, s.ups["a"], "not-there", []int32{0, 1})
+	parts, err := describeProducers(ctx, s.cluster("a"), "not-there", []int32{0, 1})
 	if err != nil || len(parts) != 0 {
 		t.Fatalf("a topic missing on the cluster: %v, %v; want no partition and no error", parts, err)
 	}
-	parts, err = describeProducers(ctx, s.ups["a"], "t", []int32{0})
+	parts, err = describeProducers(ctx, s.cluster("a"), "t", []int32{0})
 	if _, ok := parts[0]; err != nil || !ok {
 		t.Fatalf("a topic there: %v, %v; want partition 0", parts, err)
 	}
@@ -368,15 +368,15 @@ func TestSilentMemberIsNotTakenToHoldNothing(t *testing.T) {
 	peers.silence(writer, true)
 	peers.silence(owner, true)
 	ctx := context.Background()
-	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err == nil {
+	if phys, err := members[third].ownerPID(ctx, members[third].cluster("a"), prevGen, virt); err == nil {
 		t.Fatalf("allocating with the members holding the ID silent: ID %d, no error; they hold %d", phys, held)
 	}
 	peers.silence(owner, false)
-	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err != nil || phys != held {
+	if phys, err := members[third].ownerPID(ctx, members[third].cluster("a"), prevGen, virt); err != nil || phys != held {
 		t.Fatalf("allocating with the owner answering: ID %d, %v; want the one it holds, %d", phys, err, held)
 	}
 	peers.silence(writer, false)
-	if phys, err := members[third].ownerPID(ctx, members[third].ups["a"], prevGen, virt); err != nil || phys != held {
+	if phys, err := members[third].ownerPID(ctx, members[third].cluster("a"), prevGen, virt); err != nil || phys != held {
 		t.Fatalf("allocating with the writer answering: ID %d, %v; want the one it holds, %d", phys, err, held)
 	}
 

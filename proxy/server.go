@@ -27,7 +27,10 @@ type Server struct {
 	log     *zap.Logger
 	routes  *routing.Table
 	brokers routing.BrokerSet
-	ups     map[string]*upstream.Cluster
+	// ups are the configured clusters by name. Retire replaces the map
+	// rather than changing it, so a reader takes it once (clusters,
+	// cluster) and never locks.
+	ups     atomic.Pointer[map[string]*upstream.Cluster]
 	metrics *metrics
 	mem     *upstream.Budget
 	// connMetrics count accept errors and closes by reason.
@@ -66,8 +69,9 @@ type Server struct {
 	lanes int
 
 	// versions is what Ferry advertises: what it can parse, intersected
-	// with what every configured cluster supports.
-	versions protocol.Versions
+	// with what every configured cluster supports (set by Start, and
+	// again when a cluster is retired).
+	versions atomic.Pointer[protocol.Versions]
 	// features is what Ferry advertises of the clusters' feature flags:
 	// what every cluster reached so far finalizes (features.go).
 	features advertisedFeatures
@@ -120,7 +124,6 @@ func New(opts ...Option) (*Server, error) {
 		log:     cfg.log,
 		routes:  cfg.routes,
 		brokers: cfg.brokers,
-		ups:     make(map[string]*upstream.Cluster, len(cfg.clusters)),
 		lns:     make(map[net.Listener]struct{}),
 		conns:   make(map[*clientConn]struct{}),
 
@@ -156,6 +159,8 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.idents = newIdentities(cfg.clusters)
+	ups := make(map[string]*upstream.Cluster, len(cfg.clusters))
+	s.ups.Store(&ups)
 	for _, cl := range cfg.clusters {
 		u, err := upstream.New(upstream.Options{ClusterID: s.cfg.clusterID, Log: s.cfg.log, DialTimeout: s.cfg.dialTimeout, MaxConnsPerBroker: s.cfg.maxConnsPerBroker, IdleConnsPerBroker: s.cfg.idleConnsPerBroker, MaxResponseSize: s.cfg.maxResponseSize}, cl)
 		if err != nil {
@@ -165,7 +170,7 @@ func New(opts ...Option) (*Server, error) {
 		u.Idents, u.Names = s.idents.securities(cl), s.idents.names
 		u.Spawn = s.goTracked
 		u.CoordsEvicted = m.evictions.WithLabelValues(stateCoordinators)
-		s.ups[cl.Name] = u
+		ups[cl.Name] = u
 	}
 	return s, nil
 }
@@ -186,8 +191,8 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
-	s.learnFeatures(s.ups[active], false)
-	for name, u := range s.ups {
+	s.learnFeatures(s.cluster(active), false)
+	for name, u := range s.clusters() {
 		if name == active {
 			sets = append(sets, u.Versions)
 			continue
@@ -228,12 +233,12 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 		})
 	}
-	s.versions = s.withSASL(protocol.Intersect(sets...))
+	s.setVersions(protocol.Intersect(sets...))
 	s.lanes = s.cfg.lanes
 	if s.lanes == 0 {
 		// As many lanes as the largest cluster has brokers: each
 		// physical leader gets a virtual broker of its own.
-		for _, u := range s.ups {
+		for _, u := range s.clusters() {
 			s.lanes = max(s.lanes, len(u.Snapshot().Brokers))
 		}
 	}
@@ -265,7 +270,7 @@ func (s *Server) startActive(ctx context.Context) (string, error) {
 				}
 			}
 		}()
-		err := s.startCluster(actx, s.ups[active])
+		err := s.startCluster(actx, s.cluster(active))
 		cancel()
 		if err == nil {
 			return active, nil
@@ -283,9 +288,13 @@ func (s *Server) startActive(ctx context.Context) (string, error) {
 // without it.
 const savedStandbyWait = 3 * time.Second
 
-// startCluster connects to one cluster, retrying until ctx ends.
+// startCluster connects to one cluster, retrying until ctx ends or the
+// cluster is retired.
 func (s *Server) startCluster(ctx context.Context, u *upstream.Cluster) error {
 	for attempt := 0; ; attempt++ {
+		if s.cluster(u.Name) != u {
+			return fmt.Errorf("cluster %q retired", u.Name)
+		}
 		err := u.Start(ctx)
 		if err == nil {
 			u.Started.Store(true)
@@ -308,7 +317,7 @@ func (s *Server) startCluster(ctx context.Context, u *upstream.Cluster) error {
 // checkLateVersions logs what a cluster reached after Ferry started serving
 // lacks of the versions clients were offered.
 func (s *Server) checkLateVersions(u *upstream.Cluster) {
-	missing := s.versions.Only(clientKeys()...).Missing(u.Versions) // not SaslHandshake: Ferry answers it
+	missing := s.advertised().Only(clientKeys()...).Missing(u.Versions) // not SaslHandshake: Ferry answers it
 	if len(missing) == 0 {
 		s.log.Info("cluster reached; it supports every API version Ferry advertises", zap.String("cluster", u.Name))
 		return
@@ -326,7 +335,7 @@ func (s *Server) refreshLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			for name, u := range s.ups {
+			for name, u := range s.clusters() {
 				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 				if _, err := u.Refresh(ctx, true); err != nil {
 					s.log.Warn("metadata refresh failed", zap.String("cluster", name), zap.Error(err))
@@ -509,7 +518,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
-	for _, u := range s.ups {
+	for _, u := range s.clusters() {
 		u.Close()
 	}
 	return nil
@@ -528,20 +537,90 @@ func (s *Server) Connections() int {
 func (s *Server) Lanes() int { return s.lanes }
 
 // Versions returns the API versions Ferry advertises.
-func (s *Server) Versions() protocol.Versions { return s.versions }
+func (s *Server) Versions() protocol.Versions { return s.advertised() }
+
+// advertised is the API versions Ferry advertises now; nil before Start.
+func (s *Server) advertised() protocol.Versions {
+	if v := s.versions.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
+
+// setVersions advertises the intersection vs (and SASL's, Ferry's own).
+func (s *Server) setVersions(vs protocol.Versions) {
+	v := s.withSASL(vs)
+	s.versions.Store(&v)
+}
+
+// clusters is the configured clusters by name, as of this call. The map
+// is never changed: do not change it.
+func (s *Server) clusters() map[string]*upstream.Cluster { return *s.ups.Load() }
+
+// cluster is the configured cluster name, or nil.
+func (s *Server) cluster(name string) *upstream.Cluster { return s.clusters()[name] }
+
+// Retire removes a cluster from the ones this member serves, while it
+// runs: the migration's last step, once the way back is not wanted. The
+// API versions and feature levels advertised are computed again from the
+// clusters left, so the connections opened from now on are offered what
+// those support (the newer cluster's, after a migration from an older
+// one); the connections already open keep what they negotiated, which
+// the clusters left support too. The cluster's connections are closed.
+// Refused, changing nothing, while the cluster is the active one or a
+// switch is under way (the caller also keeps switches from starting).
+func (s *Server) Retire(name string) error {
+	if s.cluster(name) == nil {
+		return fmt.Errorf("cluster %q is not configured", name)
+	}
+	if st := s.routes.Current(); st.Active == name || st.Phase != routing.PhaseServing {
+		return fmt.Errorf("cluster %q cannot be retired now: the routing state is %s", name, st)
+	}
+	s.mu.Lock() // one Retire at a time
+	old := s.clusters()
+	u := old[name]
+	if u == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("cluster %q is not configured", name)
+	}
+	next := make(map[string]*upstream.Cluster, len(old)-1)
+	for n, c := range old {
+		if n != name {
+			next[n] = c
+		}
+	}
+	s.ups.Store(&next)
+	s.mu.Unlock()
+
+	sets := []protocol.Versions{protocol.KmsgVersions().Only(clientKeys()...)}
+	for _, c := range next {
+		if c.Started.Load() {
+			sets = append(sets, c.Versions)
+		} else if saved := savedVersions(s.routes.Current()); saved != nil {
+			sets = append(sets, saved) // as Start: no more than saved
+		}
+	}
+	s.setVersions(protocol.Intersect(sets...))
+	s.forgetFeatures(name)
+	u.Close()
+	s.log.Info("cluster retired: advertising the API versions and feature levels of the clusters left to the connections opened from now on",
+		zap.String("cluster", name), zap.Int("clusters_left", len(next)))
+	return nil
+}
 
 // SavedVersions is what Versions says, in the form the routing state saves
 // (routing.State.APIVersions), or nil while a configured cluster has not
 // been reached: a narrower set than every cluster's must not be saved as
 // theirs.
 func (s *Server) SavedVersions() map[int16][2]int16 {
-	for _, u := range s.ups {
+	for _, u := range s.clusters() {
 		if !u.Started.Load() {
 			return nil
 		}
 	}
-	out := make(map[int16][2]int16, len(s.versions))
-	for k, r := range s.versions {
+	vs := s.advertised()
+	out := make(map[int16][2]int16, len(vs))
+	for k, r := range vs {
 		out[k] = [2]int16{r.Min, r.Max}
 	}
 	return out

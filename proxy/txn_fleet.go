@@ -287,7 +287,7 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 	}
 	switch call.Op {
 	case "decide":
-		u := s.ups[st.Active]
+		u := s.cluster(st.Active)
 		if u == nil {
 			return nil, fmt.Errorf("no upstream for the active cluster %q", st.Active)
 		}
@@ -307,7 +307,7 @@ func (s *Server) HandleTxnCall(ctx context.Context, _ int32, body []byte) ([]byt
 		}
 		return nil, nil
 	case "pid":
-		u := s.ups[st.Active]
+		u := s.cluster(st.Active)
 		if u == nil {
 			return nil, fmt.Errorf("no upstream for the active cluster %q", st.Active)
 		}

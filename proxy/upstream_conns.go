@@ -199,7 +199,7 @@ func (s *Server) giveBackLoop() {
 		for _, c := range conns {
 			c.releaseQuiet()
 		}
-		for _, u := range s.ups {
+		for _, u := range s.clusters() {
 			inUse, idle := u.ReapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
 			s.metrics.upConns.WithLabelValues(u.Name, "in_use").Set(float64(inUse))
 			s.metrics.upConns.WithLabelValues(u.Name, "idle").Set(float64(idle))

@@ -96,7 +96,7 @@ func TestPoolAtBoundAnswersRetriable(t *testing.T) {
 	writeReq(t, holder, f, 1)
 	// The fetch is upstream, parked.
 	testwait.Eventually(t, 20*time.Second, "the fetch checking out the upstream connection", func() error {
-		if inUse, idle := s.ups["a"].ReapIdle(time.Time{}); inUse != 1 {
+		if inUse, idle := s.cluster("a").ReapIdle(time.Time{}); inUse != 1 {
 			return fmt.Errorf("%d in use, %d idle", inUse, idle)
 		}
 		return nil

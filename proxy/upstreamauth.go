@@ -40,14 +40,14 @@ func (s *Server) OAuthKeys() *clientauth.OAuthKeysStatus {
 // UpstreamAuthFailures are the identities a cluster refuses now, Ferry's
 // own or a mapped principal's, by cluster: /status shows them.
 func (s *Server) UpstreamAuthFailures() []upstream.AuthFailure {
-	names := make([]string, 0, len(s.ups))
-	for name := range s.ups {
+	names := make([]string, 0, len(s.clusters()))
+	for name := range s.clusters() {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	var out []upstream.AuthFailure
 	for _, name := range names {
-		out = append(out, s.ups[name].AuthFailures()...)
+		out = append(out, s.cluster(name).AuthFailures()...)
 	}
 	return out
 }

@@ -32,7 +32,7 @@ func (s *Server) warmLoop() {
 		s.noteGeneration(st.Generation)
 		if st.Phase != routing.PhaseServing && st.Last != nil && st.Last != warmed && st.Last.To != st.Active {
 			warmed = st.Last
-			if from, to := s.ups[st.Active], s.ups[st.Last.To]; from != nil && to != nil && to.Started.Load() {
+			if from, to := s.cluster(st.Active), s.cluster(st.Last.To); from != nil && to != nil && to.Started.Load() {
 				s.warm(from, to)
 			}
 		}

@@ -33,7 +33,7 @@ func TestSwitchTargetWarmed(t *testing.T) {
 		}
 	}
 	cached := func(cluster string) int {
-		u := s.ups[cluster]
+		u := s.cluster(cluster)
 		n := 0
 		for _, g := range groups {
 			if u.CachedCoordinator(0, g) {

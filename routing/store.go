@@ -105,13 +105,17 @@ func StoreTimeout(d time.Duration) StoreOption { return func(c *storeConfig) { c
 // two Ferry deployments in front of the same physical clusters never read
 // each other's state.
 type KafkaStore struct {
-	key      []byte // the virtual cluster ID
-	topic    string
-	txnID    string // every member's writes' transactional ID (writeIf)
-	timeout  time.Duration
-	log      *zap.Logger
-	names    []string // sorted
+	key     []byte // the virtual cluster ID
+	topic   string
+	txnID   string // every member's writes' transactional ID (writeIf)
+	timeout time.Duration
+	log     *zap.Logger
+	// clusters are every configured cluster, never changed after
+	// NewKafkaStore; live names those not retired, sorted (Retire
+	// replaces it).
 	clusters map[string]*storeCluster
+	live     atomic.Pointer[[]string]
+	retireMu sync.Mutex
 
 	// bg ends at Close: the writes of a state to the clusters that
 	// missed it (rewriteLater).
@@ -217,6 +221,8 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 		clusters: make(map[string]*storeCluster, len(clusters)),
 	}
 	s.bg, s.stopBg = context.WithCancel(context.Background())
+	var names []string
+	s.live.Store(&names) // names as it grows: a Close on the way out closes those made
 	for name, addrs := range clusters {
 		if len(addrs) == 0 {
 			s.Close()
@@ -233,14 +239,49 @@ func NewKafkaStore(clusterID string, clusters map[string][]string, opts ...Store
 			return nil, fmt.Errorf("routing store: cluster %q: %w", name, err)
 		}
 		s.clusters[name] = &storeCluster{name: name, addrs: addrs, sec: sec, opts: opts, cl: cl, log: s.log.With(zap.String("cluster", name)), ensuring: make(chan struct{}, 1)}
-		s.names = append(s.names, name)
+		names = append(names, name)
 	}
-	slices.Sort(s.names)
+	slices.Sort(names)
 	return s, nil
 }
 
 // Clusters names the clusters, sorted.
-func (s *KafkaStore) Clusters() []string { return slices.Clone(s.names) }
+func (s *KafkaStore) Clusters() []string { return slices.Clone(s.liveNames()) }
+
+// liveNames is the clusters not retired, sorted. Never change it.
+func (s *KafkaStore) liveNames() []string { return *s.live.Load() }
+
+// liveCluster is the named cluster, or nil when it is not configured or
+// was retired.
+func (s *KafkaStore) liveCluster(name string) *storeCluster {
+	if !slices.Contains(s.liveNames(), name) {
+		return nil
+	}
+	return s.clusters[name]
+}
+
+// Retire stops keeping the routing state on a cluster: from now on it is
+// neither read nor written, and its client is closed. The caller makes
+// sure the routing state in force does not name it (a switch to it is
+// refused from now on by the switcher); what it holds is left there.
+func (s *KafkaStore) Retire(name string) error {
+	s.retireMu.Lock()
+	defer s.retireMu.Unlock()
+	names := s.liveNames()
+	if !slices.Contains(names, name) {
+		return fmt.Errorf("routing store: %q is not one of the clusters %v", name, names)
+	}
+	if len(names) == 1 {
+		return fmt.Errorf("routing store: %q is the only cluster", name)
+	}
+	next := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == name })
+	s.live.Store(&next)
+	c := s.clusters[name]
+	c.stopRewrite()
+	c.closeKept()
+	c.cl.Close()
+	return nil
+}
 
 // Topic is the state topic's name, on every cluster.
 func (s *KafkaStore) Topic() string { return s.topic }
@@ -254,7 +295,8 @@ func (s *KafkaStore) Close() {
 		s.bgMu.Unlock()
 		s.stopBg()
 		s.bgWG.Wait()
-		for _, c := range s.clusters {
+		for _, name := range s.liveNames() { // the retired were closed then
+			c := s.clusters[name]
 			c.closeKept()
 			c.cl.Close()
 		}
@@ -284,9 +326,9 @@ func (s *KafkaStore) Close() {
 // write to the active cluster that was sent but not answered within ctx may
 // still have landed there; Kafka cannot say.)
 func (s *KafkaStore) Save(ctx context.Context, st State) error {
-	active := s.clusters[st.Active]
+	active := s.liveCluster(st.Active)
 	if active == nil {
-		return fmt.Errorf("routing store: the state makes %q active, which is not one of the clusters %v", st.Active, s.names)
+		return fmt.Errorf("routing store: the state makes %q active, which is not one of the clusters %v", st.Active, s.liveNames())
 	}
 	val, err := json.Marshal(storedState{Format: storeFormat, State: st})
 	if err != nil {
@@ -323,7 +365,7 @@ func (s *KafkaStore) Save(ctx context.Context, st State) error {
 		return fmt.Errorf("routing store: writing %s to the active cluster %q: %w", st, st.Active, err)
 	}
 	var wg sync.WaitGroup
-	for _, name := range s.names {
+	for _, name := range s.liveNames() {
 		if name == st.Active {
 			continue
 		}
@@ -438,7 +480,7 @@ type readResult struct {
 
 // readAll reads every cluster at once, each within the store's timeout.
 func (s *KafkaStore) readAll(ctx context.Context) []readResult {
-	return readEach(ctx, s.names, s.LoadFrom)
+	return readEach(ctx, s.liveNames(), s.LoadFrom)
 }
 
 // readEach reads the named clusters at once with load.
@@ -482,7 +524,7 @@ func (s *KafkaStore) checkAll(ctx context.Context, st State) (unread []string, e
 		}
 		return s.LoadFrom(ctx, name)
 	}
-	for _, r := range readEach(ctx, s.names, load) {
+	for _, r := range readEach(ctx, s.liveNames(), load) {
 		switch {
 		case r.err != nil && r.name == st.Active:
 			errs = append(errs, fmt.Errorf("routing store: reading what the active cluster %q holds before writing %s: %w", r.name, st, r.err))
@@ -584,7 +626,7 @@ func (c *storeCluster) stopRewrite() {
 // be reached is logged and left to Save.
 func (s *KafkaStore) Prepare(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, name := range s.names {
+	for _, name := range s.liveNames() {
 		c := s.clusters[name]
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -771,7 +813,7 @@ func (s *KafkaStore) writeOnceIf(ctx context.Context, c *storeCluster, val []byt
 // each other. A producer already kept is left as it is; a failure is left
 // to the write. The warm ends with ctx, or at Close.
 func (s *KafkaStore) Warm(ctx context.Context, cluster string) {
-	c := s.clusters[cluster]
+	c := s.liveCluster(cluster)
 	if c == nil {
 		return
 	}
@@ -956,9 +998,9 @@ func (s *KafkaStore) Load(ctx context.Context) (State, bool, error) {
 // LoadFrom returns the state saved on one cluster, read within the store's
 // timeout (and ctx), and false when it holds none.
 func (s *KafkaStore) LoadFrom(ctx context.Context, cluster string) (State, bool, error) {
-	c := s.clusters[cluster]
+	c := s.liveCluster(cluster)
 	if c == nil {
-		return State{}, false, fmt.Errorf("routing store: %q is not one of the clusters %v", cluster, s.names)
+		return State{}, false, fmt.Errorf("routing store: %q is not one of the clusters %v", cluster, s.liveNames())
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

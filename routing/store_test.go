@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -328,5 +329,62 @@ func TestKafkaStoreWarmOfDeadClusterHoldsNoSave(t *testing.T) {
 	case <-closed:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waited for b's warm")
+	}
+}
+
+// TestKafkaStoreRetire: a retired cluster is neither read nor written; the
+// last cluster cannot be retired.
+func TestKafkaStoreRetire(t *testing.T) {
+	x, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	y, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	s, err := NewKafkaStore("vc", map[string][]string{"x": x.ListenAddrs(), "y": y.ListenAddrs()}, StoreLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := State{Generation: 1, Active: "x", Phase: PhaseServing}
+	if err := s.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Retire("y"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Clusters(); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("clusters %v after retiring y", got)
+	}
+	if err := s.Save(ctx, State{Generation: 2, Active: "y", Phase: PhaseServing}); err == nil {
+		t.Fatal("saved a state making the retired cluster active")
+	}
+	second := State{Generation: 2, Active: "x", Phase: PhaseServing}
+	if err := s.Save(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := s.Load(ctx); err != nil || !found || !reflect.DeepEqual(got, second) {
+		t.Fatalf("Load = %v, %v, %v; want %v", got, found, err, second)
+	}
+	if _, _, err := s.LoadFrom(ctx, "y"); err == nil {
+		t.Fatal("read the retired cluster")
+	}
+	// What y held is left there, as it was.
+	other, err := NewKafkaStore("vc", map[string][]string{"y": y.ListenAddrs()}, StoreLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if got, found, err := other.Load(ctx); err != nil || !found || got.Generation != 1 {
+		t.Fatalf("y holds %v, %v, %v; want generation 1, written before the retire", got, found, err)
+	}
+	if err := s.Retire("x"); err == nil {
+		t.Fatal("retired the last cluster")
 	}
 }

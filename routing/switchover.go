@@ -200,11 +200,12 @@ func (e *Error) Error() string {
 // Forced: stop the mirror, record what it had not copied, save and install
 // the next generation at once.
 type Switcher struct {
-	table    *Table
-	members  Members
-	mirror   Mirror // nil when the mirror is disabled
-	store    Store  // nil: not durable (tests)
-	clusters []string
+	table   *Table
+	members Members
+	mirror  Mirror // nil when the mirror is disabled
+	store   Store  // nil: not durable (tests)
+	// clusters are those a switch may go to; Retire replaces the slice.
+	clusters atomic.Pointer[[]string]
 	log      *zap.Logger
 	now      func() time.Time
 	// skew is added to the wall-clock stamps a switch saves (SkewClock).
@@ -241,7 +242,46 @@ func (s *Switcher) wall(t time.Time) time.Time { return t.Add(s.skew).UTC() }
 // NewSwitcher returns a switcher over the given table and members. mirror
 // and store may be nil.
 func NewSwitcher(table *Table, members Members, mirror Mirror, store Store, clusters []string, log *zap.Logger) *Switcher {
-	return &Switcher{table: table, members: members, mirror: mirror, store: store, clusters: clusters, log: log, now: time.Now}
+	s := &Switcher{table: table, members: members, mirror: mirror, store: store, log: log, now: time.Now}
+	s.clusters.Store(&clusters)
+	return s
+}
+
+// Clusters names the clusters a switch may go to.
+func (s *Switcher) Clusters() []string { return *s.clusters.Load() }
+
+// Retire takes cluster out of those a switch may go to, running also (the
+// member's own retiring of it) first, while no switch can start here:
+// refused with ReasonRunning while a switch runs or another member's
+// holds this one's writes, and refused when cluster is the active one.
+// When also fails, nothing changes here.
+func (s *Switcher) Retire(cluster string, also func() error) error {
+	if !s.mu.TryLock() {
+		id := ""
+		if p := s.running.Load(); p != nil {
+			id = *p
+		}
+		return &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is running: switch %s", id)}
+	}
+	defer s.mu.Unlock()
+	names := s.Clusters()
+	if !slices.Contains(names, cluster) {
+		return &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", cluster, names)}
+	}
+	cur := s.table.Current()
+	if cur.Phase != PhaseServing {
+		return &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
+			Msg: fmt.Sprintf("a switch is running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
+	}
+	if cur.Active == cluster {
+		return &Error{Reason: ReasonBadRequest, Msg: fmt.Sprintf("cluster %q is the active cluster (%s): switch away from it first", cluster, cur)}
+	}
+	if err := also(); err != nil {
+		return err
+	}
+	next := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == cluster })
+	s.clusters.Store(&next)
+	return nil
 }
 
 // SaveVersions makes every state the switcher saves carry the API versions
@@ -274,8 +314,8 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	if req.Mode != Planned && req.Mode != Forced {
 		return State{}, &Error{Reason: ReasonBadRequest, Msg: fmt.Sprintf("mode %q: want planned or forced", req.Mode)}
 	}
-	if !slices.Contains(s.clusters, req.To) {
-		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, s.clusters)}
+	if names := s.Clusters(); !slices.Contains(names, req.To) {
+		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, names)}
 	}
 	if !s.mu.TryLock() {
 		id := ""
@@ -285,6 +325,9 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		return State{}, &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is already running: switch %s", id)}
 	}
 	defer s.mu.Unlock()
+	if names := s.Clusters(); !slices.Contains(names, req.To) { // retired meanwhile
+		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, names)}
+	}
 	id := newSwitchID()
 	s.running.Store(&id)
 	cur := s.table.Current()
@@ -668,7 +711,7 @@ type warmer interface {
 // warm has the store ready its writes to every cluster, if it can.
 func (s *Switcher) warm(ctx context.Context) {
 	if w, ok := s.store.(warmer); ok {
-		for _, c := range s.clusters {
+		for _, c := range s.Clusters() {
 			w.Warm(ctx, c)
 		}
 	}

@@ -502,3 +502,27 @@ func TestFenceBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestSwitcherRetire: the active cluster cannot be retired, nor one that
+// is not configured; when the member's own retiring fails nothing changes;
+// once retired, a switch to the cluster is refused unknown_cluster.
+func TestSwitcherRetire(t *testing.T) {
+	_, sw := newScript(State{Generation: 4, Active: "a"})
+	var se *Error
+	if err := sw.Retire("a", func() error { t.Fatal("ran for the active cluster"); return nil }); !errors.As(err, &se) || se.Reason != ReasonBadRequest {
+		t.Fatalf("retiring the active cluster: %v", err)
+	}
+	if err := sw.Retire("c", func() error { return nil }); !errors.As(err, &se) || se.Reason != ReasonUnknownCluster {
+		t.Fatalf("retiring an unknown cluster: %v", err)
+	}
+	failed := errors.New("the proxy refused")
+	if err := sw.Retire("b", func() error { return failed }); !errors.Is(err, failed) || !slices.Equal(sw.Clusters(), []string{"a", "b"}) {
+		t.Fatalf("a failed retire: %v, clusters %v", err, sw.Clusters())
+	}
+	if err := sw.Retire("b", func() error { return nil }); err != nil || !slices.Equal(sw.Clusters(), []string{"a"}) {
+		t.Fatalf("retire: %v, clusters %v", err, sw.Clusters())
+	}
+	if _, err := sw.Switch(context.Background(), Request{To: "b"}); !errors.As(err, &se) || se.Reason != ReasonUnknownCluster {
+		t.Fatalf("a switch to the retired cluster: %v", err)
+	}
+}

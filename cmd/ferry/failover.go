@@ -41,6 +41,7 @@ type failoverRole struct {
 	mu      sync.Mutex
 	probers map[string]*kgo.Client
 	closed  bool
+	stop    context.CancelFunc // ends Run (set by runFailover)
 }
 
 // newFailover builds the runner of cfg.Failover, on a member whose mirror
@@ -137,6 +138,9 @@ func (fr *failoverRole) close() {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	fr.closed = true
+	if fr.stop != nil {
+		fr.stop()
+	}
 	for _, cl := range fr.probers {
 		cl.Close()
 	}
@@ -191,10 +195,18 @@ func (n *node) runFailover() {
 	if n.fleet != nil {
 		n.fleet.m.SetStarting(false) // the others may now take it for the one deciding
 	}
+	fr := n.failover
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if fr.closed {
+		return
+	}
+	ctx, stop := context.WithCancel(n.storeCtx)
+	fr.stop = stop
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		n.log.Info("automatic failover on", zap.Duration("after", n.cfg.Failover.After), zap.Duration("min_interval", n.cfg.Failover.MinInterval))
-		n.failover.r.Run(n.storeCtx)
+		fr.r.Run(ctx)
 	}()
 }

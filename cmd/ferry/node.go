@@ -557,6 +557,40 @@ func (n *node) setMirrorFilters(topics, groups Selection) (bool, error) {
 	return true, n.mirror.SetFilters(topics, groups)
 }
 
+// retireCluster stops serving a cluster, while the member runs: the
+// migration's last step (SIGHUP with the cluster taken out of `clusters`).
+// Refused, changing nothing, before the member serves, while a switch
+// runs, and for the active cluster. Then no switch can go to it
+// (unknown_cluster), automatic failover and the mirror stop (one cluster
+// is left, neither has anything to do), the routing state is kept on the
+// clusters left only, and the proxy offers new connections the API
+// versions and feature levels of the clusters left (proxy.Retire).
+func (n *node) retireCluster(name string) error {
+	if !n.started.Load() {
+		return errors.New("the member is not serving yet")
+	}
+	return n.switcher.Retire(name, func() error {
+		// The proxy first: it refuses should a switch another member
+		// runs hold this one's writes by now, and nothing is changed.
+		if err := n.proxy.Retire(name); err != nil {
+			return err
+		}
+		if n.failover != nil {
+			n.failover.close()
+		}
+		if n.mirror != nil {
+			n.mirror.Close()
+		}
+		if err := n.store.Retire(name); err != nil {
+			n.log.Warn("the routing state is still kept on the retired cluster", zap.String("cluster", name), zap.Error(err))
+		}
+		n.admin.RetireCluster(name)
+		n.log.Info("cluster retired: no switch can go to it, the mirror and automatic failover stopped, new connections are offered the versions of the clusters left",
+			zap.String("cluster", name), zap.Stringer("routing", n.routes.Current()))
+		return nil
+	})
+}
+
 // Close stops the member; safe to call more than once. In order: the fleet
 // (left), the mirror
 // (its writers stop between appends; the standby's end offset is the

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +19,8 @@ import (
 // reloadable are the keys SIGHUP applies to a running member: the log
 // level, the client connection limits and timeouts (proxy.Settings), the
 // lame-duck and shutdown timeouts, and the mirror's topic and group
-// filters. Every other key is read once, when the member starts: the proxy,
+// filters; and `clusters` when one of two is retired (retiring). Every
+// other key is read once, when the member starts: the proxy,
 // the mirror, the fleet and the admin API copy those settings when they are
 // built and have no way to change them safely while they run, so a change
 // there is logged as needing a restart and left alone.
@@ -45,6 +48,31 @@ type reloadTarget interface {
 	// setMirrorFilters reports false, changing nothing, while a
 	// switchover is in progress: the switch drains the running mirror.
 	setMirrorFilters(topics, groups Selection) (bool, error)
+	// retireCluster stops serving a cluster (node.retireCluster).
+	retireCluster(name string) error
+}
+
+// retiring reports the cluster next takes out of cur's when that is all it
+// changes of them: two clusters become one, the one left as it was. Such a
+// reload retires the cluster while the member runs (the migration's last
+// step); any other change of `clusters` needs a restart.
+func retiring(cur, next *Config) (string, bool) {
+	if len(cur.Clusters) != 2 || len(next.Clusters) != 1 {
+		return "", false
+	}
+	for i, c := range cur.Clusters {
+		if reflect.DeepEqual(c, next.Clusters[0]) {
+			return cur.Clusters[1-i].Name, true
+		}
+	}
+	return "", false
+}
+
+// retireKey reports whether key is one a retire applies: the clusters, the
+// active one (the one left), and the mirror and automatic failover, which
+// have nothing to do with one cluster and stop.
+func retireKey(key string) bool {
+	return key == "clusters" || key == "active" || strings.HasPrefix(key, "mirror.") || strings.HasPrefix(key, "failover.")
 }
 
 // reloader applies a configuration read again (SIGHUP) to a running member.
@@ -98,14 +126,20 @@ func (r *reloader) reload(environ []string) (applied, restart []string) {
 		return nil, nil
 	}
 	changed := map[string]bool{}
+	var pending []string // reloadable, changed, not applied now
+	retire, retires := retiring(&r.inForce, next)
+	var retireKeys []string
 	for _, key := range configDiff(&r.inForce, next) {
+		if retires && retireKey(key) {
+			retireKeys = append(retireKeys, key)
+			continue
+		}
 		if reloadable[key] {
 			changed[key] = true
 		} else {
 			restart = append(restart, key)
 		}
 	}
-	var pending []string // reloadable, changed, not applied now
 	take := func(keys []string, ok bool) {
 		for _, k := range keys {
 			if !changed[k] {
@@ -116,6 +150,22 @@ func (r *reloader) reload(environ []string) (applied, restart []string) {
 			} else {
 				pending = append(pending, k)
 			}
+		}
+	}
+	if retires {
+		ok := r.target != nil
+		if ok {
+			if err := r.target.retireCluster(retire); err != nil {
+				r.log.Error("cluster not retired", zap.String("cluster", retire), zap.Error(err))
+				ok = false
+			}
+		}
+		if ok {
+			r.inForce.Clusters, r.inForce.Active = next.Clusters, next.Active
+			r.inForce.Mirror, r.inForce.Failover = next.Mirror, next.Failover
+			applied = append(applied, retireKeys...)
+		} else {
+			pending = append(pending, retireKeys...)
 		}
 	}
 	if anyOf(changed, proxyKeys) {

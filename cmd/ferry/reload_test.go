@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ type fakeTarget struct {
 	filters    [][2]Selection
 	switching  bool
 	refuseWith error
+	retired    []string
 }
 
 func (f *fakeTarget) setProxySettings(st proxy.Settings) error {
@@ -26,6 +28,14 @@ func (f *fakeTarget) setProxySettings(st proxy.Settings) error {
 		return f.refuseWith
 	}
 	f.settings = append(f.settings, st)
+	return nil
+}
+
+func (f *fakeTarget) retireCluster(name string) error {
+	if f.refuseWith != nil {
+		return f.refuseWith
+	}
+	f.retired = append(f.retired, name)
 	return nil
 }
 
@@ -122,5 +132,86 @@ mirror:
 	}
 	if e := logs.FilterMessageSnippet("configuration not reloaded").Len(); e != 1 {
 		t.Fatalf("%d not-reloaded lines", e)
+	}
+}
+
+// TestReloadRetiresCluster: taking one of two clusters out of `clusters`,
+// the other as it was, retires it while the member runs (with the keys it
+// implies: the mirror has nothing to do); refused, it stays pending and is
+// tried again at the next reload. Any other change of `clusters` needs a
+// restart and retires nothing.
+func TestReloadRetiresCluster(t *testing.T) {
+	const two = `
+cluster_id: vc
+admin_open: true
+clusters:
+  - {name: old, bootstrap: ["k1:9092"]}
+  - {name: new, bootstrap: ["k2:9092"]}
+active: new
+mirror: {sync_interval: 1s}
+`
+	const one = `
+cluster_id: vc
+admin_open: true
+clusters:
+  - {name: new, bootstrap: ["k2:9092"]}
+mirror: {sync_interval: 1s}
+`
+	path := writeConfig(t, two)
+	f := &serveFlags{config: path}
+	cfg, err := serveConfigEnv(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
+	tg := &fakeTarget{}
+	r.attach(tg)
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The cluster left changed too: a restart, nothing retired.
+	write(strings.Replace(one, "k2:9092", "k3:9092", 1))
+	applied, restart := r.reload(nil)
+	if len(tg.retired) != 0 || len(applied) != 0 || !slices.Contains(restart, "clusters") {
+		t.Fatalf("retired %v, applied %v, restart %v; want clusters restart_needed, nothing retired", tg.retired, applied, restart)
+	}
+
+	// Refused (a switch runs): pending, in force as before.
+	tg.refuseWith = errors.New("a switch is running")
+	write(one)
+	if applied, restart = r.reload(nil); len(applied) != 0 || len(restart) != 0 || len(r.inForce.Clusters) != 2 {
+		t.Fatalf("refused retire: applied %v, restart %v, clusters in force %v", applied, restart, r.inForce.Clusters)
+	}
+	if e := logs.FilterMessage("cluster not retired").Len(); e != 1 {
+		t.Fatalf("%d cluster-not-retired lines", e)
+	}
+	if e := logs.FilterMessageSnippet("not applied now").All(); len(e) != 1 ||
+		!slices.Equal(e[0].ContextMap()["not_applied"].([]any), []any{"clusters", "mirror.enabled"}) {
+		t.Fatalf("not-applied lines: %+v", e)
+	}
+
+	// Tried again: retired, and in force.
+	tg.refuseWith = nil
+	applied, restart = r.reload(nil)
+	if !slices.Equal(tg.retired, []string{"old"}) || !slices.Equal(applied, []string{"clusters", "mirror.enabled"}) || len(restart) != 0 {
+		t.Fatalf("retired %v, applied %v, restart %v", tg.retired, applied, restart)
+	}
+	if len(r.inForce.Clusters) != 1 || r.inForce.Clusters[0].Name != "new" || r.inForce.Mirror.enabled() {
+		t.Fatalf("in force after the retire: clusters %v, mirror enabled %v", r.inForce.Clusters, r.inForce.Mirror.enabled())
+	}
+	// The same file again changes nothing.
+	if applied, restart = r.reload(nil); len(applied) != 0 || len(restart) != 0 || len(tg.retired) != 1 {
+		t.Fatalf("reloaded again: applied %v, restart %v, retired %v", applied, restart, tg.retired)
+	}
+
+	// Adding a cluster back is a restart.
+	write(two)
+	if applied, restart = r.reload(nil); len(applied) != 0 || !slices.Contains(restart, "clusters") || len(tg.retired) != 1 {
+		t.Fatalf("a cluster added: applied %v, restart %v, retired %v", applied, restart, tg.retired)
 	}
 }

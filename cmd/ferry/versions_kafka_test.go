@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/internal/testwait"
@@ -368,6 +372,7 @@ func TestVersionsMigration(t *testing.T) {
 				}
 				return y
 			}
+			path := writeConfig(t, config(old, nu))
 			n, addr := startNode(t, config(old, nu))
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
@@ -428,27 +433,53 @@ func TestVersionsMigration(t *testing.T) {
 				f.transactions(ctx, true)
 			}
 
-			// The older cluster retired from the configuration: the
-			// member restarted with 4.4 alone, at the same address.
-			n.Close()
-			n, addr = startNode(t, config(nu))
-			checkAdvertised(t, ctx, addr, nu.Bootstrap())
-			via, direct := apiMax(t, ctx, addr), apiMax(t, ctx, nu.Bootstrap())
-			for _, k := range []int16{0, 1, 3} {
-				if via[k] != direct[k] {
-					t.Fatalf("with the older cluster retired Ferry advertises %s v%d; 4.4 offers v%d", kmsg.NameForKey(k), via[k], direct[k])
+			// The older cluster retired from the configuration while
+			// the member runs (SIGHUP's reload): the clients carry on
+			// over the connections they have, new connections are
+			// offered 4.4's versions and feature levels.
+			retired := func() {
+				t.Helper()
+				checkAdvertised(t, ctx, addr, nu.Bootstrap())
+				via, direct := apiMax(t, ctx, addr), apiMax(t, ctx, nu.Bootstrap())
+				for _, k := range []int16{0, 1, 3} {
+					if via[k] != direct[k] {
+						t.Fatalf("with the older cluster retired Ferry advertises %s v%d; 4.4 offers v%d", kmsg.NameForKey(k), via[k], direct[k])
+					}
+				}
+				if fv, nv := finalized(t, ctx, addr), finalized(t, ctx, nu.Bootstrap()); fv["transaction.version"] != nv["transaction.version"] || fv["group.version"] != nv["group.version"] {
+					t.Fatalf("with the older cluster retired Ferry finalizes %v; 4.4 %v", fv, nv)
+				}
+				f.consume(ctx, f.produce(ctx, 10))
+				f.checkCommittedOn(nu.Addrs())
+				f.transactions(ctx, true)
+				var se *routing.Error
+				if _, err := n.switchover(ctx, routing.Request{To: "old"}); !errors.As(err, &se) || se.Reason != routing.ReasonUnknownCluster {
+					t.Fatalf("a switch to the retired cluster: %v; want it refused, %s", err, routing.ReasonUnknownCluster)
 				}
 			}
-			if fv, nv := finalized(t, ctx, addr), finalized(t, ctx, nu.Bootstrap()); fv["transaction.version"] != nv["transaction.version"] || fv["group.version"] != nv["group.version"] {
-				t.Fatalf("with the older cluster retired Ferry finalizes %v; 4.4 %v", fv, nv)
+			sf := &serveFlags{config: path}
+			cfg, err := serveConfigEnv(sf, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			f.consume(ctx, f.produce(ctx, 10))
-			f.checkCommittedOn(nu.Addrs())
-			f.transactions(ctx, true)
-			var se *routing.Error
-			if _, err := n.switchover(ctx, routing.Request{To: "old"}); !errors.As(err, &se) || se.Reason != routing.ReasonUnknownCluster {
-				t.Fatalf("a switch to the retired cluster: %v; want it refused, %s", err, routing.ReasonUnknownCluster)
+			r := newReloader(sf, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+			r.attach(n)
+			if err := os.WriteFile(path, []byte(config(nu)), 0o644); err != nil {
+				t.Fatal(err)
 			}
+			if applied, restart := r.reload(nil); !slices.Contains(applied, "clusters") || len(restart) != 0 {
+				t.Fatalf("reload without the older cluster: applied %v, restart_needed %v; want clusters applied", applied, restart)
+			}
+			if st := n.admin.Status(ctx); len(st.Clusters) != 1 || st.Clusters[0].Name != "new" || n.mirror.cur.Load() != nil {
+				t.Fatalf("after the retire /status lists clusters %+v, a mirror runs: %v", st.Clusters, n.mirror.cur.Load() != nil)
+			}
+			retired()
+
+			// A restart with 4.4 alone, at the same address, serves as
+			// the reload left it.
+			n.Close()
+			n, addr = startNode(t, config(nu))
+			retired()
 		})
 	}
 }

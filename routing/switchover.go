@@ -865,11 +865,35 @@ type Local struct {
 	// Settled returns once no write is in flight to an upstream (the
 	// table's phase already holds new ones), or ctx's error.
 	Settled func(ctx context.Context) error
+	// Clusters, when set, names the clusters this member serves: a
+	// switch to another (one this member retired while a member that
+	// still has it switches) is refused, at the hold and at the install,
+	// rather than routed to a cluster the member has no connection to.
+	Clusters func() []string
+}
+
+// serves refuses a state whose switch goes to a cluster the member does not
+// serve.
+func (l Local) serves(st State) error {
+	if l.Clusters == nil {
+		return nil
+	}
+	to := st.Active
+	if st.Phase != PhaseServing && st.Last != nil {
+		to = st.Last.To
+	}
+	if names := l.Clusters(); !slices.Contains(names, to) {
+		return &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured on this member (clusters: %v)", to, names)}
+	}
+	return nil
 }
 
 // Hold implements Members. A member holds for one switch at a time
 // (Table.UpdateFor).
 func (l Local) Hold(ctx context.Context, st State) error {
+	if err := l.serves(st); err != nil {
+		return err
+	}
 	if err := l.Table.UpdateFor(st); err != nil {
 		return err
 	}
@@ -882,6 +906,9 @@ func (l Local) Hold(ctx context.Context, st State) error {
 // Install implements Members. A rollback releases only its own switch's
 // hold (Table.UpdateFor).
 func (l Local) Install(_ context.Context, st State) error {
+	if err := l.serves(st); err != nil {
+		return err
+	}
 	return l.Table.UpdateFor(st)
 }
 

@@ -526,3 +526,26 @@ func TestSwitcherRetire(t *testing.T) {
 		t.Fatalf("a switch to the retired cluster: %v", err)
 	}
 }
+
+// TestLocalRefusesUnservedCluster: a member that does not serve a cluster
+// (retired while another member still has it) refuses to hold for a switch
+// to it, and to install a state making it active, and keeps routing as it
+// did.
+func TestLocalRefusesUnservedCluster(t *testing.T) {
+	table := NewTable(State{Generation: 4, Active: "a"})
+	l := Local{Table: table, Clusters: func() []string { return []string{"a"} }}
+	hold := State{Generation: 4, Active: "a", Phase: PhaseDraining, Last: &Switch{ID: "s1", From: "a", To: "b"}}
+	var se *Error
+	if err := l.Hold(context.Background(), hold); !errors.As(err, &se) || se.Reason != ReasonUnknownCluster {
+		t.Fatalf("hold for a switch to b: %v", err)
+	}
+	if err := l.Install(context.Background(), State{Generation: 5, Active: "b", Last: &Switch{ID: "s1", From: "a", To: "b"}}); !errors.As(err, &se) || se.Reason != ReasonUnknownCluster {
+		t.Fatalf("install of b active: %v", err)
+	}
+	if cur := table.Current(); cur.Generation != 4 || cur.Active != "a" || cur.Phase != PhaseServing {
+		t.Fatalf("routing %v after the refusals", cur)
+	}
+	if err := l.Install(context.Background(), State{Generation: 5, Active: "a"}); err != nil {
+		t.Fatalf("install of a served cluster: %v", err)
+	}
+}

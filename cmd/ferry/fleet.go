@@ -261,7 +261,7 @@ func (f *fleetRole) handle() {
 	if n.mirror != nil {
 		sm = switchMirror{n.mirror}
 	}
-	fleetswitch.Register(f.m, routing.Local{Table: n.routes, Settled: n.proxy.Settled}, sm)
+	fleetswitch.Register(f.m, routing.Local{Table: n.routes, Settled: n.proxy.Settled, Clusters: n.switcher.Clusters}, sm)
 	f.m.Handle(callMirrorStatus, func(context.Context, int32, []byte) ([]byte, error) {
 		return json.Marshal(n.admin.LocalMirror())
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -336,8 +337,56 @@ clusters:
 			f.checkCommittedOn(c.Addrs())
 			f.transactions(ctx, false)
 			f.consume(ctx, f.produce(ctx, 5))
+
+			// A KIP-848 consumer's first heartbeat gets the answer the
+			// cluster gives: 3.9 offers the API with the protocol off by
+			// default and refuses it UNSUPPORTED_VERSION (which the Java
+			// consumer reports as the cluster not supporting the CONSUMER
+			// protocol); 4.x admits the member. Older clusters do not
+			// offer it, nor does Ferry in front of them (checkAdvertised).
+			key := int16(kmsg.ConsumerGroupHeartbeat)
+			if v, ok := apiMax(t, ctx, c.Bootstrap())[key]; ok {
+				direct := firstHeartbeat(t, ctx, c.Bootstrap(), "kip848-direct", f.topic, v)
+				via := firstHeartbeat(t, ctx, addr, "kip848-via", f.topic, v)
+				if via != direct {
+					t.Fatalf("ConsumerGroupHeartbeat v%d: %v through Ferry, %v from the cluster", v, kerr.ErrorForCode(via), kerr.ErrorForCode(direct))
+				}
+				t.Logf("ConsumerGroupHeartbeat v%d: %v, through Ferry as from the cluster", v, kerr.ErrorForCode(via))
+			}
 		})
 	}
+}
+
+// firstHeartbeat sends a new KIP-848 member's first ConsumerGroupHeartbeat
+// (version v, subscribed to topic) to group through bootstrap and returns
+// its error code; a member admitted leaves again.
+func firstHeartbeat(t *testing.T, ctx context.Context, bootstrap, group, topic string, v int16) int16 {
+	t.Helper()
+	cl := newClient(t, kgo.SeedBrokers(bootstrap)) // asks at v: the highest both offer
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.Version = v
+	req.Group = group
+	if v >= 1 {
+		req.MemberID = "kip848-member-0000000" // from v1 the client names itself
+	}
+	req.RebalanceTimeoutMillis = 30000
+	req.SubscribedTopicNames = []string{topic}
+	req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("ConsumerGroupHeartbeat v%d through %s: %v", v, bootstrap, err)
+	}
+	if resp.ErrorCode == 0 {
+		leave := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		leave.Version, leave.Group, leave.MemberEpoch = v, group, -1
+		if resp.MemberID != nil {
+			leave.MemberID = *resp.MemberID
+		}
+		if _, err := leave.RequestWith(ctx, cl); err != nil {
+			t.Fatalf("ConsumerGroupHeartbeat leave through %s: %v", bootstrap, err)
+		}
+	}
+	return resp.ErrorCode
 }
 
 // TestVersionsMigration: each older variant as the active cluster, 4.4 the

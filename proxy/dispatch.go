@@ -216,6 +216,10 @@ func (s *Server) handle(c *clientConn, req *request, kr kmsg.Request) (*reply, e
 	}
 	switch routes[req.hdr.Key] {
 	case routeGroup, routeTxn:
+		if faultRefusedCommit(req, kr) {
+			c.log.Warn("fault injected: a Kafka Streams commit refused as after a switch that aborted its transaction", zap.String("client_id", req.hdr.ClientID))
+			return s.txnReply(req, kr, txnDecision{Verdict: txnRefuse, Code: kerr.UnknownProducerID.Code, Message: abortMsg, Phys: -1}), nil
+		}
 		return s.forwardCoordinated(c, req, kr)
 	case routeAny:
 		return s.forwardAny(c, req, kr)

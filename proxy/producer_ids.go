@@ -49,7 +49,9 @@ package proxy
 //   - TxnOffsetCommit outside a transaction begun under the mapping:
 //     UNKNOWN_MEMBER_ID (offsetsRefused): abortable in every client, a
 //     task migration for Kafka Streams; its transaction cannot commit.
-//   - EndTxn(commit) outside such a transaction: UNKNOWN_PRODUCER_ID. (kafkajs
+//   - EndTxn(commit) outside such a transaction: UNKNOWN_PRODUCER_ID;
+//     INVALID_PRODUCER_EPOCH to a Kafka Streams producer, a task migration
+//     there where the other ends its thread (txnReply). (kafkajs
 //     does not recover from any EndTxn error: a commit held across the
 //     switch, whose transaction the switch aborted, ends that producer.)
 //   - EndTxn(abort) outside such a transaction: answered success, nothing

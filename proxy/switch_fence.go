@@ -19,7 +19,9 @@ package proxy
 //     request still carrying them, under the same generation, as it does a
 //     producer ID of an earlier generation (producer_ids.go): Produce,
 //     AddPartitionsToTxn and EndTxn(commit) get UNKNOWN_PRODUCER_ID, which
-//     Java, franz-go and kafkajs abort on and recover from; AddOffsetsToTxn
+//     Java, franz-go and kafkajs abort on and recover from (a Kafka Streams
+//     producer's commit gets INVALID_PRODUCER_EPOCH, its task migration:
+//     txnReply, streamsProducer); AddOffsetsToTxn
 //     succeeds without being sent and the TxnOffsetCommit after it is
 //     refused UNKNOWN_MEMBER_ID (offsetsRefused: abortable everywhere, a
 //     task migration for Kafka Streams); EndTxn(abort) succeeds without

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"regexp"
 	"sync"
 	"time"
 
@@ -402,6 +403,26 @@ type txnDecision struct {
 
 const abortMsg = "ferry: the producer ID was issued before the last switch; abort the transaction"
 
+// The commit of a transaction a switch aborted (begun before it, or fenced
+// by its drain) is refused UNKNOWN_PRODUCER_ID, which Java, librdkafka,
+// franz-go and kafkajs take as abortable: the application aborts and goes
+// on. Kafka Streams does not: its commit path takes any error but a fenced
+// producer, an invalid epoch, a failed group commit or an invalid producer
+// ID mapping as fatal to the stream thread, while the Java producer takes
+// each of those at EndTxn as fatal to the producer. A Streams thread
+// recovers from a fenced producer (a task migration: its tasks closed
+// dirty, a new producer, the group rejoined, processing again from the
+// committed offsets, which the aborted transaction never moved), so its
+// producer, known by the client ID Streams gives it
+// (<client.id>-StreamThread-<n>-producer), is answered
+// INVALID_PRODUCER_EPOCH instead. A Streams transaction whose offsets Ferry
+// refuses meets offsetsRefused first, also a task migration.
+var streamsProducerID = regexp.MustCompile(`-StreamThread-[0-9]+-producer$`)
+
+func streamsProducer(clientID string) bool { return streamsProducerID.MatchString(clientID) }
+
+const streamsAbortedMsg = "ferry: a switch aborted this transaction; Kafka Streams: a task migration (the producer is replaced and the tasks resume from their committed offsets)"
+
 // offsetsRefused is the answer to a TxnOffsetCommit of a transaction that
 // cannot commit (begun before the switch that aborted it, or fenced by a
 // switch's drain): UNKNOWN_MEMBER_ID, the group's "your generation is
@@ -480,6 +501,9 @@ func (s *Server) staleTxn(c *clientConn, req *request, kr kmsg.Request) (*reply,
 
 // txnReply is Ferry's own answer to kr as d decided it.
 func (s *Server) txnReply(req *request, kr kmsg.Request, d txnDecision) *reply {
+	if end, ok := kr.(*kmsg.EndTxnRequest); ok && end.Commit && d.Code == kerr.UnknownProducerID.Code && streamsProducer(req.hdr.ClientID) {
+		d.Code, d.Message = kerr.InvalidProducerEpoch.Code, streamsAbortedMsg
+	}
 	resp := errorResponse(kr, d.Code, d.Message)
 	if e, ok := resp.(*kmsg.EndTxnResponse); ok {
 		e.ProducerID, e.ProducerEpoch = -1, -1

@@ -36,12 +36,30 @@ type staleTxnClient struct {
 	txnID string
 	epoch int16
 	seq   map[int32]int32
+	// clientID is sent in each request header ("raw" when empty).
+	clientID string
 }
 
 func (k *staleTxnClient) call(r kmsg.Request) kmsg.Response {
 	k.t.Helper()
 	k.corr++
-	return rawCall(k.t, k.conn, r, k.corr)
+	if k.clientID == "" {
+		return rawCall(k.t, k.conn, r, k.corr)
+	}
+	b := protocol.AppendSize(nil)
+	b = protocol.AppendRequestHeader(b, r, k.corr, k.clientID)
+	b = r.AppendTo(b)
+	protocol.FinishSize(b, 0)
+	k.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := k.conn.Write(b); err != nil {
+		k.t.Fatal(err)
+	}
+	resp := r.ResponseKind()
+	resp.SetVersion(r.GetVersion())
+	if err := resp.ReadFrom(readResp(k.t, k.conn)[protocol.ResponseHeaderSize(r.Key(), r.GetVersion()):]); err != nil {
+		k.t.Fatal(err)
+	}
+	return resp
 }
 
 // addPartitions answers AddPartitionsToTxn for partitions of "t".
@@ -444,6 +462,54 @@ func TestStaleTransactionHeldAcrossSwitch(t *testing.T) {
 	}
 	if n := nUp() - before; n != 0 {
 		t.Fatalf("%d requests reached the cluster, want none", n)
+	}
+	if code := k.addPartitions(0); code != 0 {
+		t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))
+	}
+	if p := k.produce(map[int32]string{0: "kept"})[0]; p.ErrorCode != 0 {
+		t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if code := k.endTxn(true); code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[kept]" || len(got[1]) != 0 {
+		t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
+	}
+}
+
+// TestStaleTransactionCommitKafkaStreams: the commit of a transaction begun
+// before the switch is refused INVALID_PRODUCER_EPOCH to a Kafka Streams
+// producer (known by its client ID), which Streams takes as a task
+// migration, where any other client gets UNKNOWN_PRODUCER_ID
+// (TestStaleTransactionHeldAcrossSwitch), which Streams would take as
+// fatal to its thread. Nothing reaches the cluster; the abort that follows
+// is answered, and the next transaction commits.
+func TestStaleTransactionCommitKafkaStreams(t *testing.T) {
+	s, addr, kf, up := txnFixture(t)
+	for _, id := range []string{"app-7f3e-StreamThread-1-producer", "my-client-StreamThread-12-producer"} {
+		if !streamsProducer(id) {
+			t.Fatalf("%q not taken for a Streams producer", id)
+		}
+	}
+	for _, id := range []string{"app-StreamThread-1-consumer", "producer-1", "StreamThread-producer", "app-StreamThread-1-producer-x"} {
+		if streamsProducer(id) {
+			t.Fatalf("%q taken for a Streams producer", id)
+		}
+	}
+	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: "streams-app-0-1", epoch: 4, seq: map[int32]int32{0: 5, 1: 9},
+		clientID: "streams-app-9b1c-StreamThread-1-producer"}
+	before := len(up.of(kmsg.EndTxn))
+	if p := k.produce(map[int32]string{0: "lost"})[0]; p.ErrorCode != kerr.UnknownProducerID.Code {
+		t.Fatalf("produce of the transaction held across: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(p.ErrorCode))
+	}
+	if code := k.endTxn(true); code != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("a Streams producer's commit of the transaction held across: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code))
+	}
+	if code := k.endTxn(false); code != 0 {
+		t.Fatalf("abort: %v, want none", kerr.ErrorForCode(code))
+	}
+	if n := len(up.of(kmsg.EndTxn)) - before; n != 0 {
+		t.Fatalf("%d EndTxn reached the cluster, want none", n)
 	}
 	if code := k.addPartitions(0); code != 0 {
 		t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))

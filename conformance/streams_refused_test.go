@@ -65,7 +65,7 @@ func TestStreamsCommitRefused(t *testing.T) {
 	}
 	prod := newStreamsProducer(t, f.addr, input)
 	defer prod.stop(t)
-	a := startStreamsApp(ctx, t, cp, f.addr, app, input, output)
+	a := startStreamsApp(ctx, t, cp, f.addr, app, input, output, "classic")
 	defer func() {
 		if t.Failed() {
 			a.mu.Lock()

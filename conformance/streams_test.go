@@ -69,7 +69,17 @@ const (
 //   - the group's committed offsets are the same on both clusters.
 //
 // The application never reaches ERROR. docs/STREAMS.md has the argument.
-func TestStreamsExactlyOnceSwitch(t *testing.T) {
+func TestStreamsExactlyOnceSwitch(t *testing.T) { streamsExactlyOnceSwitch(t, "classic") }
+
+// TestStreamsGroupProtocolSwitch is TestStreamsExactlyOnceSwitch with the
+// application in a streams group (group.protocol=streams, KIP-1071: the
+// group coordinator assigns the tasks over StreamsGroupHeartbeat, which
+// Ferry routes to it; after a switch the member rejoins the new cluster's
+// group, which the mirror's offsets made an empty classic group and the
+// member's first heartbeat makes a streams group).
+func TestStreamsGroupProtocolSwitch(t *testing.T) { streamsExactlyOnceSwitch(t, "streams") }
+
+func streamsExactlyOnceSwitch(t *testing.T, protocol string) {
 	if testing.Short() {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
 	}
@@ -108,7 +118,7 @@ func TestStreamsExactlyOnceSwitch(t *testing.T) {
 
 	prod := newStreamsProducer(t, f.addr, input)
 	defer prod.stop(t)
-	apps := []*streamsApp{startStreamsApp(ctx, t, cp, f.addr, app, input, output)}
+	apps := []*streamsApp{startStreamsApp(ctx, t, cp, f.addr, app, input, output, protocol)}
 	defer func() {
 		if t.Failed() {
 			for i, a := range apps {
@@ -169,6 +179,16 @@ func TestStreamsExactlyOnceSwitch(t *testing.T) {
 		t.Logf("planned switch to %s: %s by Ferry's account, %v answered", to, d, time.Since(start).Round(time.Millisecond))
 		progress("processing after the planned switch to " + to)
 	}
+	if protocol == "streams" {
+		// Switching back, the primary still had the application's
+		// member from before the first switch (the brokers' streams
+		// session is 20 s here): the switch removed it, so that the
+		// group took the offsets copied to it.
+		b, _ := os.ReadFile(f.log)
+		if !bytes.Contains(b, []byte("removed stale members from a group on the standby before copying its offsets")) {
+			t.Errorf("the switch back did not remove the streams group's member left on the primary (ferry log %s)", f.log)
+		}
+	}
 
 	// The forced switch: once the input stopped, the application counted
 	// all of it, the mirror copied everything and the group's offsets were
@@ -195,7 +215,7 @@ func TestStreamsExactlyOnceSwitch(t *testing.T) {
 	// from the changelog on the standby, where the mirror wrote most of
 	// it, and counts on from there.
 	apps[0].stop(t)
-	apps = append(apps, startStreamsApp(ctx, t, cp, f.addr, app, input, output))
+	apps = append(apps, startStreamsApp(ctx, t, cp, f.addr, app, input, output, protocol))
 	apps[1].waitState(t, "RUNNING", 90*time.Second)
 	progress("processing after a restart with an empty state directory")
 	prod.stop(t)
@@ -547,7 +567,7 @@ type streamsApp struct {
 	err      error
 }
 
-func startStreamsApp(ctx context.Context, t *testing.T, cp, bootstrap, appID, input, output string) *streamsApp {
+func startStreamsApp(ctx context.Context, t *testing.T, cp, bootstrap, appID, input, output, protocol string) *streamsApp {
 	t.Helper()
 	// JavaCmd's class path is Kafka's; the java launcher takes the last
 	// -cp given, so this one, followed by the main class, replaces it.
@@ -555,7 +575,7 @@ func startStreamsApp(ctx context.Context, t *testing.T, cp, bootstrap, appID, in
 	// Made before the command, so that it is removed after the process
 	// is killed (cleanups run last first).
 	stateDir := t.TempDir()
-	a.cmd = kafkatest.JavaCmd(ctx, t, "-cp", cp, "StreamsApp", bootstrap, appID, input, output, stateDir)
+	a.cmd = kafkatest.JavaCmd(ctx, t, "-cp", cp, "StreamsApp", bootstrap, appID, input, output, stateDir, protocol)
 	stdout, err := a.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -100,6 +100,10 @@ func New(opts ...Option) (*Mirror, error) {
 	vers.SetMaxKeyVersion(22, 4) // InitProducerId
 	vers.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
 	vers.SetMaxKeyVersion(26, 4) // EndTxn
+	// Kafka Streams groups (KIP-1071), whose members a switch removes
+	// from the standby (evictStreamsMembers): not in Stable yet.
+	vers.SetMaxKeyVersion(int16(kmsg.StreamsGroupHeartbeat), 0)
+	vers.SetMaxKeyVersion(int16(kmsg.StreamsGroupDescribe), 0)
 	src, err := cfg.srcSec.NewClient(cfg.source, kgo.ClientID("ferry-mirror"), kgo.WithHooks(cfg.srcHooks...))
 	if err != nil {
 		return nil, fmt.Errorf("mirror: source client: %w", err)

@@ -815,8 +815,15 @@ func commitAts(commit kadm.Offsets) map[string]map[int32]int64 {
 // --delete-members does.
 func (m *Mirror) evictMembers(ctx context.Context, group string, groupType string) error {
 	n := 0
-	if groupType == "consumer" {
+	switch groupType {
+	case "consumer":
 		k, err := m.evictConsumerMembers(ctx, group)
+		if err != nil {
+			return err
+		}
+		n += k
+	case "streams":
+		k, err := m.evictStreamsMembers(ctx, group)
 		if err != nil {
 			return err
 		}
@@ -894,6 +901,37 @@ func (m *Mirror) evictConsumerMembers(ctx context.Context, group string) (int, e
 			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 			hb.Group, hb.MemberID, hb.InstanceID, hb.MemberEpoch = group, mem.MemberID, mem.InstanceID, -1
 			resp, err := hb.RequestWith(ctx, m.dst)
+			if err != nil {
+				return mem.MemberID, 0, err
+			}
+			return mem.MemberID, resp.ErrorCode, nil
+		})
+}
+
+// evictStreamsMembers makes every member of a Kafka Streams group
+// (KIP-1071) on the standby leave, a StreamsGroupHeartbeat with epoch -1 in
+// each one's name, and returns how many did.
+func (m *Mirror) evictStreamsMembers(ctx context.Context, group string) (int, error) {
+	// franz-go does not route these to the group's coordinator itself.
+	co, ok := m.dstAdm.FindGroupCoordinators(ctx, group)[group]
+	if !ok || co.Err != nil {
+		return 0, fmt.Errorf("the coordinator of group %s: %v", group, co.Err)
+	}
+	coordinator := m.dst.Broker(int(co.NodeID))
+	dreq := kmsg.NewPtrStreamsGroupDescribeRequest()
+	dreq.Groups = []string{group}
+	dresp, err := dreq.RequestWith(ctx, coordinator)
+	if err != nil {
+		return 0, err
+	}
+	return evictByHeartbeat(dresp.Groups,
+		func(g kmsg.StreamsGroupDescribeResponseGroup) (int16, []kmsg.StreamsGroupDescribeResponseGroupMember) {
+			return g.ErrorCode, g.Members
+		},
+		func(mem kmsg.StreamsGroupDescribeResponseGroupMember) (string, int16, error) {
+			hb := kmsg.NewPtrStreamsGroupHeartbeatRequest()
+			hb.Group, hb.MemberID, hb.InstanceID, hb.MemberEpoch = group, mem.MemberID, mem.InstanceID, -1
+			resp, err := hb.RequestWith(ctx, coordinator)
 			if err != nil {
 				return mem.MemberID, 0, err
 			}

@@ -61,6 +61,10 @@ func coordinatorKeys(key int16, version int16, kr kmsg.Request) (int8, []string)
 		return coordGroup, []string{r.Group}
 	case *kmsg.ConsumerGroupDescribeRequest:
 		return coordGroup, r.Groups
+	case *kmsg.StreamsGroupHeartbeatRequest:
+		return coordGroup, []string{r.Group}
+	case *kmsg.StreamsGroupDescribeRequest:
+		return coordGroup, r.Groups
 	case *kmsg.ShareGroupHeartbeatRequest:
 		return coordGroup, []string{r.GroupID}
 	case *kmsg.ShareGroupDescribeRequest:
@@ -223,6 +227,10 @@ func keysSubset(kr kmsg.Request, idxs []int) (sub kmsg.Request, ok bool) {
 		c := *r
 		c.Groups = pick(r.Groups, idxs)
 		return &c, true
+	case *kmsg.StreamsGroupDescribeRequest:
+		c := *r
+		c.Groups = pick(r.Groups, idxs)
+		return &c, true
 	case *kmsg.ShareGroupDescribeRequest:
 		c := *r
 		c.GroupIDs = pick(r.GroupIDs, idxs)
@@ -266,6 +274,8 @@ func mergeKeyAnswers(into, from kmsg.Response) {
 		r.Groups = append(r.Groups, from.(*kmsg.DeleteGroupsResponse).Groups...)
 	case *kmsg.ConsumerGroupDescribeResponse:
 		r.Groups = append(r.Groups, from.(*kmsg.ConsumerGroupDescribeResponse).Groups...)
+	case *kmsg.StreamsGroupDescribeResponse:
+		r.Groups = append(r.Groups, from.(*kmsg.StreamsGroupDescribeResponse).Groups...)
 	case *kmsg.ShareGroupDescribeResponse:
 		r.Groups = append(r.Groups, from.(*kmsg.ShareGroupDescribeResponse).Groups...)
 	case *kmsg.DescribeShareGroupOffsetsResponse:

@@ -92,6 +92,8 @@ var routes = map[int16]route{
 	int16(kmsg.PushTelemetry):                routeAny,
 	int16(kmsg.ListConfigResources):          routeAny,
 	int16(kmsg.DescribeTopicPartitions):      routeAny,
+	int16(kmsg.StreamsGroupHeartbeat):        routeGroup,
+	int16(kmsg.StreamsGroupDescribe):         routeGroup,
 	int16(kmsg.ShareGroupHeartbeat):          routeGroup,
 	int16(kmsg.ShareGroupDescribe):           routeGroup,
 	int16(kmsg.ShareFetch):                   routeLane,

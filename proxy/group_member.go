@@ -94,6 +94,10 @@ func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream.Cluster
 		memberOfOtherCluster(gen, kr, r)
 	case *kmsg.ShareGroupHeartbeatResponse:
 		shareMemberOfOtherCluster(gen, kr, r)
+	case *kmsg.StreamsGroupHeartbeatResponse:
+		streamsMemberOfOtherCluster(gen, kr, r)
+	case *kmsg.TxnOffsetCommitResponse:
+		txnCommitOfOtherCluster(gen, kr, r)
 	case *kmsg.HeartbeatResponse:
 		if s.carriesStaleCommits(gen) {
 			staleMemberHeartbeat(r)
@@ -115,6 +119,53 @@ func memberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.ConsumerGroupHear
 	}
 	msg := "member unknown to the cluster active since a switchover: rejoin"
 	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
+}
+
+// streamsMemberOfOtherCluster is memberOfOtherCluster for a Kafka Streams
+// member of a streams group (KIP-1071): after a switch the new cluster has
+// no streams group of that name (the mirror's offsets made it an empty
+// classic group, which a member joining with epoch 0 converts), so it
+// answers a member heartbeating with its epoch GROUP_ID_NOT_FOUND, which
+// Streams takes as fatal; on UNKNOWN_MEMBER_ID it rejoins with epoch 0.
+//
+// A member leaving (epoch -1, or -2 for a static member) meets the same
+// answer there, which Streams also takes as fatal (its thread's unsubscribe
+// fails, on the task migration a switch causes): it is not a member of that
+// group, so it has left, and is answered so.
+func streamsMemberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.StreamsGroupHeartbeatResponse) {
+	hb, ok := kr.(*kmsg.StreamsGroupHeartbeatRequest)
+	if !ok || gen == 0 || hb.MemberEpoch == 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
+		return
+	}
+	if hb.MemberEpoch < 0 {
+		r.ErrorCode, r.ErrorMessage = 0, nil
+		r.MemberID, r.MemberEpoch = hb.MemberID, hb.MemberEpoch
+		return
+	}
+	msg := "member unknown to the cluster active since a switchover: rejoin"
+	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
+}
+
+// txnCommitOfOtherCluster answers UNKNOWN_MEMBER_ID for GROUP_ID_NOT_FOUND
+// to a member's TxnOffsetCommit under a generation after a switch: a
+// Kafka Streams member of a streams group (KIP-1071) commits, with its
+// member ID and epoch, to the new cluster's group, which is an empty
+// classic group (the mirror's offsets) until the member's first heartbeat
+// there makes it a streams group, and the coordinator answers "not a
+// streams group", which the Java producer takes as fatal. UNKNOWN_MEMBER_ID
+// is abortable (CommitFailedException), a task migration for Streams.
+func txnCommitOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.TxnOffsetCommitResponse) {
+	tc, ok := kr.(*kmsg.TxnOffsetCommitRequest)
+	if !ok || gen == 0 || (tc.MemberID == "" && tc.Generation <= 0) {
+		return
+	}
+	for i := range r.Topics {
+		for j := range r.Topics[i].Partitions {
+			if p := &r.Topics[i].Partitions[j]; p.ErrorCode == kerr.GroupIDNotFound.Code {
+				p.ErrorCode = kerr.UnknownMemberID.Code
+			}
+		}
+	}
 }
 
 // shareMemberOfOtherCluster is memberOfOtherCluster for a share group

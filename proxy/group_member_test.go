@@ -37,6 +37,20 @@ func TestMemberOfOtherCluster(t *testing.T) {
 		if resp.ErrorCode != c.want {
 			t.Errorf("generation %d, member epoch %d, broker's code %d: answered %d, want %d", c.gen, c.epoch, c.code, resp.ErrorCode, c.want)
 		}
+		// A Kafka Streams member of a streams group (KIP-1071) alike,
+		// but for a leave, which has left.
+		want := c.want
+		if c.gen > 0 && c.epoch < 0 && c.code == kerr.GroupIDNotFound.Code {
+			want = 0
+		}
+		sreq := kmsg.NewPtrStreamsGroupHeartbeatRequest()
+		sreq.MemberID, sreq.MemberEpoch = "m-1", c.epoch
+		sresp := kmsg.NewPtrStreamsGroupHeartbeatResponse()
+		sresp.ErrorCode = c.code
+		streamsMemberOfOtherCluster(c.gen, sreq, sresp)
+		if sresp.ErrorCode != want || (want == 0 && c.code != 0 && (sresp.MemberID != "m-1" || sresp.MemberEpoch != c.epoch)) {
+			t.Errorf("streams group: generation %d, member epoch %d, broker's code %d: answered %d (member %q at %d), want %d", c.gen, c.epoch, c.code, sresp.ErrorCode, sresp.MemberID, sresp.MemberEpoch, want)
+		}
 	}
 }
 
@@ -118,6 +132,39 @@ func TestStaleHeartbeatAnsweredRebalance(t *testing.T) {
 		staleMemberHeartbeat(r)
 		if r.ErrorCode != c.want {
 			t.Errorf("broker's %v answered %v, want %v", kerr.ErrorForCode(c.code), kerr.ErrorForCode(r.ErrorCode), kerr.ErrorForCode(c.want))
+		}
+	}
+}
+
+// After a switch a member's TxnOffsetCommit to the new cluster's group,
+// still an empty classic group there (a Kafka Streams member of a streams
+// group, KIP-1071), meets GROUP_ID_NOT_FOUND; the client gets
+// UNKNOWN_MEMBER_ID (abortable, a task migration for Streams). A commit
+// without a member, generation 0 and other errors pass as answered.
+func TestTxnCommitOfOtherCluster(t *testing.T) {
+	for _, c := range []struct {
+		gen       uint32
+		member    string
+		memberGen int32
+		code      int16
+		want      int16
+	}{
+		{1, "m-1", 3, kerr.GroupIDNotFound.Code, kerr.UnknownMemberID.Code},
+		{2, "", 3, kerr.GroupIDNotFound.Code, kerr.UnknownMemberID.Code},
+		{1, "", -1, kerr.GroupIDNotFound.Code, kerr.GroupIDNotFound.Code},
+		{0, "m-1", 3, kerr.GroupIDNotFound.Code, kerr.GroupIDNotFound.Code},
+		{1, "m-1", 3, kerr.IllegalGeneration.Code, kerr.IllegalGeneration.Code},
+		{1, "m-1", 3, 0, 0},
+	} {
+		req := kmsg.NewPtrTxnOffsetCommitRequest()
+		req.MemberID, req.Generation = c.member, c.memberGen
+		resp := kmsg.NewPtrTxnOffsetCommitResponse()
+		resp.Topics = []kmsg.TxnOffsetCommitResponseTopic{{Topic: "t", Partitions: []kmsg.TxnOffsetCommitResponseTopicPartition{{Partition: 0, ErrorCode: c.code}, {Partition: 1, ErrorCode: c.code}}}}
+		txnCommitOfOtherCluster(c.gen, req, resp)
+		for _, p := range resp.Topics[0].Partitions {
+			if p.ErrorCode != c.want {
+				t.Errorf("generation %d, member %q at %d, broker's code %d: answered %d, want %d", c.gen, c.member, c.memberGen, c.code, p.ErrorCode, c.want)
+			}
 		}
 	}
 }

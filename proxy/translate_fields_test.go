@@ -175,6 +175,26 @@ var handledIdentity = map[string]string{
 	"ShareGroupDescribe.Response.Groups.Members.MemberEpoch":    "the member's epoch in its group",
 	"ShareGroupHeartbeat.Request.MemberEpoch":                   "the member's epoch in its group",
 	"ShareGroupHeartbeat.Response.MemberEpoch":                  "the member's epoch in its group",
+	// KIP-1071 (Kafka Streams groups): the coordinator's epochs, as above
+	// (streamsMemberOfOtherCluster); the user endpoints are the
+	// applications' own (application.server, for interactive queries),
+	// never a broker's.
+	"StreamsGroupDescribe.Response.Groups.AssignmentEpoch":                      "the group's epoch",
+	"StreamsGroupDescribe.Response.Groups.Epoch":                                "the group's epoch",
+	"StreamsGroupDescribe.Response.Groups.Members.MemberEpoch":                  "the member's epoch in its group",
+	"StreamsGroupDescribe.Response.Groups.Members.TopologyEpoch":                "the topology's epoch in its group",
+	"StreamsGroupDescribe.Response.Groups.Topology.Epoch":                       "the topology's epoch in its group",
+	"StreamsGroupDescribe.Response.Groups.Members.UserEndpoint.Host":            "an application's endpoint",
+	"StreamsGroupDescribe.Response.Groups.Members.UserEndpoint.Port":            "an application's endpoint",
+	"StreamsGroupHeartbeat.Request.EndpointInformationEpoch":                    "the group's endpoint information epoch",
+	"StreamsGroupHeartbeat.Response.EndpointInformationEpoch":                   "the group's endpoint information epoch",
+	"StreamsGroupHeartbeat.Request.MemberEpoch":                                 "the member's epoch in its group",
+	"StreamsGroupHeartbeat.Response.MemberEpoch":                                "the member's epoch in its group",
+	"StreamsGroupHeartbeat.Request.Topology.Epoch":                              "the topology's epoch in its group",
+	"StreamsGroupHeartbeat.Request.UserEndpoint.Host":                           "an application's endpoint",
+	"StreamsGroupHeartbeat.Request.UserEndpoint.Port":                           "an application's endpoint",
+	"StreamsGroupHeartbeat.Response.PartitionsByUserEndpoint.UserEndpoint.Host": "an application's endpoint",
+	"StreamsGroupHeartbeat.Response.PartitionsByUserEndpoint.UserEndpoint.Port": "an application's endpoint",
 
 	// Neither a cluster's nor a broker's identity.
 	"Fetch.Request.SessionEpoch":                          "sessionless upstream (-1); Ferry answers session 0",

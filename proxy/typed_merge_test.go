@@ -32,6 +32,9 @@ func TestKeysSubsetFollowsCoordinatorKeys(t *testing.T) {
 			return &kmsg.AddPartitionsToTxnRequest{Transactions: []kmsg.AddPartitionsToTxnRequestTransaction{
 				{TransactionalID: "a"}, {TransactionalID: "b"}, {TransactionalID: "c"}}}
 		},
+		kmsg.StreamsGroupDescribe: func(int16) kmsg.Request {
+			return &kmsg.StreamsGroupDescribeRequest{Groups: []string{"a", "b", "c"}}
+		},
 		kmsg.ShareGroupDescribe: func(int16) kmsg.Request {
 			return &kmsg.ShareGroupDescribeRequest{GroupIDs: []string{"a", "b", "c"}}
 		},
@@ -86,7 +89,7 @@ func TestKeysSubsetFollowsCoordinatorKeys(t *testing.T) {
 // throttle kept, for every request keysSubset splits.
 func TestMergeKeyAnswers(t *testing.T) {
 	for _, key := range []kmsg.Key{kmsg.DescribeGroups, kmsg.DeleteGroups, kmsg.ConsumerGroupDescribe,
-		kmsg.DescribeTransactions, kmsg.OffsetFetch, kmsg.AddPartitionsToTxn, kmsg.ShareGroupDescribe, kmsg.DescribeShareGroupOffsets} {
+		kmsg.DescribeTransactions, kmsg.OffsetFetch, kmsg.AddPartitionsToTxn, kmsg.ShareGroupDescribe, kmsg.DescribeShareGroupOffsets, kmsg.StreamsGroupDescribe} {
 		into, from := kmsg.RequestForKey(int16(key)).ResponseKind(), kmsg.RequestForKey(int16(key)).ResponseKind()
 		fillOne(reflect.ValueOf(into).Elem(), 1)
 		fillOne(reflect.ValueOf(from).Elem(), 2)

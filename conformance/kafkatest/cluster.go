@@ -486,6 +486,19 @@ func (c *Cluster) properties(n *node) string {
 		props["listeners"] = strings.Replace(listeners, fmt.Sprintf(",CONTROLLER://127.0.0.1:%d", n.ctrlPort), "", 1)
 		props["listener.security.protocol.map"] = strings.TrimPrefix(protocols, "CONTROLLER:PLAINTEXT,")
 	}
+	if atLeast(c.cfg.Version, 4, 2) {
+		// Kafka Streams groups (KIP-1071), for the tests of Streams with
+		// group.protocol=streams; a client opts in.
+		props["group.coordinator.rebalance.protocols"] = "classic,consumer,streams"
+		// A member left behind on the cluster a switch left expires
+		// there within 20 s (the broker's default: 45 s), but is still
+		// there when a test switches back a few seconds later, so the
+		// switch removes it (the mirror's evictStreamsMembers).
+		props["group.streams.min.session.timeout.ms"] = "6000"
+		props["group.streams.session.timeout.ms"] = "20000"
+		props["group.streams.min.heartbeat.interval.ms"] = "1000"
+		props["group.streams.heartbeat.interval.ms"] = "1500"
+	}
 	if !atLeast(c.cfg.Version, 4, 0) {
 		// Share groups and KIP-848 groups came with 4.0 (3.x had
 		// KIP-848 as an early access, off here).

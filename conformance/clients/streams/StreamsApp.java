@@ -39,11 +39,14 @@ public final class StreamsApp {
         if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
             System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         }
-        if (argv.length != 5) {
-            System.err.println("usage: StreamsApp BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR");
+        if (argv.length != 5 && argv.length != 6) {
+            System.err.println("usage: StreamsApp BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR [GROUP_PROTOCOL]");
             System.exit(2);
         }
         String bootstrap = argv[0], appID = argv[1], input = argv[2], output = argv[3], stateDir = argv[4];
+        // classic (Streams' default) or streams (KIP-1071: the group
+        // coordinator assigns the tasks, StreamsGroupHeartbeat).
+        String groupProtocol = argv.length == 6 ? argv[5] : "classic";
 
         Properties p = new Properties();
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -52,14 +55,18 @@ public final class StreamsApp {
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        p.put("group.protocol", groupProtocol);
         // A short commit interval and purge interval, so that a test of a
         // minute sees many transactions and repartition purges.
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
         p.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 500);
         // The broker's smallest session: a member left behind on the
-        // cluster a switch left expires there soon.
-        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
-        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1500);
+        // cluster a switch left expires there soon. (With the streams
+        // protocol the broker sets both: group.streams.*.)
+        if (groupProtocol.equals("classic")) {
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
+            p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1500);
+        }
 
         StreamsBuilder b = new StreamsBuilder();
         b.stream(input, Consumed.with(Serdes.String(), Serdes.String()))

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/ferry-gw/ferry/conformance/kafkatest"
 	"github.com/ferry-gw/ferry/internal/testwait"
 )
@@ -55,14 +52,7 @@ func TestStreamsCommitRefused(t *testing.T) {
 	sfx := randomSuffix()
 	app := "ferry-streams-refused-" + sfx
 	input, output, changelog := "streams-in-"+sfx, "streams-out-"+sfx, app+"-counts-changelog"
-	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaFerry.Close()
-	for _, tp := range []string{input, output} {
-		createReadyTopic(ctx, t, kadm.NewClient(viaFerry), tp, streamsPartitions, 1)
-	}
+	createStreamsTopics(ctx, t, f.addr, input, output)
 	prod := newStreamsProducer(t, f.addr, input)
 	defer prod.stop(t)
 	a := startStreamsApp(ctx, t, cp, f.addr, app, input, output, "classic")

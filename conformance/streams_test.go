@@ -107,15 +107,7 @@ func streamsExactlyOnceSwitch(t *testing.T, protocol string) {
 	repartition, changelog := app+"-rekey-repartition", app+"-counts-changelog"
 	clusters := map[string]*kafkatest.Cluster{"primary": primary, "standby": standby}
 
-	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(f.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer viaFerry.Close()
-	for _, tp := range []string{input, output} {
-		createReadyTopic(ctx, t, kadm.NewClient(viaFerry), tp, streamsPartitions, 1)
-	}
-
+	createStreamsTopics(ctx, t, f.addr, input, output)
 	prod := newStreamsProducer(t, f.addr, input)
 	defer prod.stop(t)
 	apps := []*streamsApp{startStreamsApp(ctx, t, cp, f.addr, app, input, output, protocol)}
@@ -318,6 +310,20 @@ func waitGroupSynced(t *testing.T, ctx context.Context, group string, from, to *
 		}
 		return nil
 	})
+}
+
+// createStreamsTopics creates the application's input and output topics
+// through Ferry at addr.
+func createStreamsTopics(ctx context.Context, t *testing.T, addr string, topics ...string) {
+	t.Helper()
+	viaFerry, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaFerry.Close()
+	for _, tp := range topics {
+		createReadyTopic(ctx, t, kadm.NewClient(viaFerry), tp, streamsPartitions, 1)
+	}
 }
 
 // checkStreamsCounts checks what the cluster holds, read read_committed:

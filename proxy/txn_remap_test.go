@@ -439,89 +439,69 @@ func staleTransactionalProducerCarriesOn(t *testing.T, s *Server, coordAddr, pro
 // TestStaleTransactionHeldAcrossSwitch: a transaction the client began
 // before the switch (its partition added then) cannot go on: its produce
 // is refused, and so is anything but an abort until it aborts; the abort
-// is answered by Ferry; the next transaction commits.
+// is answered by Ferry; the next transaction commits. The commit is
+// refused UNKNOWN_PRODUCER_ID, but INVALID_PRODUCER_EPOCH to a Kafka
+// Streams producer (known by its client ID), which Streams takes as a task
+// migration where UNKNOWN_PRODUCER_ID would end its thread.
 func TestStaleTransactionHeldAcrossSwitch(t *testing.T) {
-	s, addr, kf, up := txnFixture(t)
-	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: "kjs-open", epoch: 4, seq: map[int32]int32{0: 5, 1: 9}}
-	nUp := func() int {
-		return len(up.of(kmsg.AddPartitionsToTxn)) + len(up.of(kmsg.Produce)) + len(up.of(kmsg.EndTxn))
-	}
-	before := nUp()
-	if p := k.produce(map[int32]string{0: "lost"})[0]; p.ErrorCode != kerr.UnknownProducerID.Code || p.LogStartOffset != -2 {
-		t.Fatalf("produce of the transaction held across: %v log start %d, want UNKNOWN_PRODUCER_ID, -2", kerr.ErrorForCode(p.ErrorCode), p.LogStartOffset)
-	}
-	// A client that carries on regardless.
-	if code := k.addPartitions(1); code != kerr.UnknownProducerID.Code {
-		t.Fatalf("AddPartitionsToTxn before the abort: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
-	}
-	if code := k.endTxn(true); code != kerr.UnknownProducerID.Code {
-		t.Fatalf("commit of the transaction held across: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
-	}
-	if code := k.endTxn(false); code != 0 {
-		t.Fatalf("abort: %v, want none", kerr.ErrorForCode(code))
-	}
-	if n := nUp() - before; n != 0 {
-		t.Fatalf("%d requests reached the cluster, want none", n)
-	}
-	if code := k.addPartitions(0); code != 0 {
-		t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))
-	}
-	if p := k.produce(map[int32]string{0: "kept"})[0]; p.ErrorCode != 0 {
-		t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
-	}
-	if code := k.endTxn(true); code != 0 {
-		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[kept]" || len(got[1]) != 0 {
-		t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
+	for _, c := range []struct {
+		name, clientID, txnID string
+		commit                int16 // the commit's answer
+	}{
+		{"kafkajs", "", "kjs-open", kerr.UnknownProducerID.Code},
+		{"Kafka Streams", "streams-app-9b1c-StreamThread-1-producer", "streams-app-0-1", kerr.InvalidProducerEpoch.Code},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, addr, kf, up := txnFixture(t)
+			k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: c.txnID, epoch: 4, seq: map[int32]int32{0: 5, 1: 9}, clientID: c.clientID}
+			nUp := func() int {
+				return len(up.of(kmsg.AddPartitionsToTxn)) + len(up.of(kmsg.Produce)) + len(up.of(kmsg.EndTxn))
+			}
+			before := nUp()
+			if p := k.produce(map[int32]string{0: "lost"})[0]; p.ErrorCode != kerr.UnknownProducerID.Code || p.LogStartOffset != -2 {
+				t.Fatalf("produce of the transaction held across: %v log start %d, want UNKNOWN_PRODUCER_ID, -2", kerr.ErrorForCode(p.ErrorCode), p.LogStartOffset)
+			}
+			// A client that carries on regardless.
+			if code := k.addPartitions(1); code != kerr.UnknownProducerID.Code {
+				t.Fatalf("AddPartitionsToTxn before the abort: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(code))
+			}
+			if code := k.endTxn(true); code != c.commit {
+				t.Fatalf("commit of the transaction held across: %v, want %v", kerr.ErrorForCode(code), kerr.ErrorForCode(c.commit))
+			}
+			if code := k.endTxn(false); code != 0 {
+				t.Fatalf("abort: %v, want none", kerr.ErrorForCode(code))
+			}
+			if n := nUp() - before; n != 0 {
+				t.Fatalf("%d requests reached the cluster, want none", n)
+			}
+			if code := k.addPartitions(0); code != 0 {
+				t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))
+			}
+			if p := k.produce(map[int32]string{0: "kept"})[0]; p.ErrorCode != 0 {
+				t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
+			}
+			if code := k.endTxn(true); code != 0 {
+				t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+			}
+			if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[kept]" || len(got[1]) != 0 {
+				t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
+			}
+		})
 	}
 }
 
-// TestStaleTransactionCommitKafkaStreams: the commit of a transaction begun
-// before the switch is refused INVALID_PRODUCER_EPOCH to a Kafka Streams
-// producer (known by its client ID), which Streams takes as a task
-// migration, where any other client gets UNKNOWN_PRODUCER_ID
-// (TestStaleTransactionHeldAcrossSwitch), which Streams would take as
-// fatal to its thread. Nothing reaches the cluster; the abort that follows
-// is answered, and the next transaction commits.
-func TestStaleTransactionCommitKafkaStreams(t *testing.T) {
-	s, addr, kf, up := txnFixture(t)
+// TestStreamsProducerClientIDs: the client IDs Kafka Streams gives its
+// producers (<client.id>-StreamThread-<n>-producer) and no others.
+func TestStreamsProducerClientIDs(t *testing.T) {
 	for _, id := range []string{"app-7f3e-StreamThread-1-producer", "my-client-StreamThread-12-producer"} {
 		if !streamsProducer(id) {
-			t.Fatalf("%q not taken for a Streams producer", id)
+			t.Errorf("%q not taken for a Streams producer", id)
 		}
 	}
-	for _, id := range []string{"app-StreamThread-1-consumer", "producer-1", "StreamThread-producer", "app-StreamThread-1-producer-x"} {
+	for _, id := range []string{"app-StreamThread-1-consumer", "producer-1", "StreamThread-producer", "app-StreamThread-1-producer-x", ""} {
 		if streamsProducer(id) {
-			t.Fatalf("%q taken for a Streams producer", id)
+			t.Errorf("%q taken for a Streams producer", id)
 		}
-	}
-	k := &staleTxnClient{t: t, s: s, conn: dialRaw(t, addr), txnID: "streams-app-0-1", epoch: 4, seq: map[int32]int32{0: 5, 1: 9},
-		clientID: "streams-app-9b1c-StreamThread-1-producer"}
-	before := len(up.of(kmsg.EndTxn))
-	if p := k.produce(map[int32]string{0: "lost"})[0]; p.ErrorCode != kerr.UnknownProducerID.Code {
-		t.Fatalf("produce of the transaction held across: %v, want UNKNOWN_PRODUCER_ID", kerr.ErrorForCode(p.ErrorCode))
-	}
-	if code := k.endTxn(true); code != kerr.InvalidProducerEpoch.Code {
-		t.Fatalf("a Streams producer's commit of the transaction held across: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(code))
-	}
-	if code := k.endTxn(false); code != 0 {
-		t.Fatalf("abort: %v, want none", kerr.ErrorForCode(code))
-	}
-	if n := len(up.of(kmsg.EndTxn)) - before; n != 0 {
-		t.Fatalf("%d EndTxn reached the cluster, want none", n)
-	}
-	if code := k.addPartitions(0); code != 0 {
-		t.Fatalf("AddPartitionsToTxn after the abort: %v", kerr.ErrorForCode(code))
-	}
-	if p := k.produce(map[int32]string{0: "kept"})[0]; p.ErrorCode != 0 {
-		t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
-	}
-	if code := k.endTxn(true); code != 0 {
-		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
-	}
-	if got := readCommitted(t, kf); fmt.Sprint(got[0]) != "[kept]" || len(got[1]) != 0 {
-		t.Fatalf("read_committed: %q; want [kept] on partition 0 only", got)
 	}
 }
 

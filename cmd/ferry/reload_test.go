@@ -62,12 +62,7 @@ func TestReloadLimitsAndFilters(t *testing.T) {
 	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
 	tg := &fakeTarget{switching: true}
 	r.attach(tg)
-	write := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); rewriteConfig(t, path, text) }
 
 	write(minimal + `
 max_connections: 500
@@ -167,12 +162,7 @@ mirror: {sync_interval: 1s}
 	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
 	tg := &fakeTarget{}
 	r.attach(tg)
-	write := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); rewriteConfig(t, path, text) }
 
 	// The cluster left changed too: a restart, nothing retired.
 	write(strings.Replace(one, "k2:9092", "k3:9092", 1))
@@ -213,5 +203,14 @@ mirror: {sync_interval: 1s}
 	write(two)
 	if applied, restart = r.reload(nil); len(applied) != 0 || !slices.Contains(restart, "clusters") || len(tg.retired) != 1 {
 		t.Fatalf("a cluster added: applied %v, restart %v, retired %v", applied, restart, tg.retired)
+	}
+}
+
+// rewriteConfig writes text to the configuration file at path, as an
+// operator does before SIGHUP.
+func rewriteConfig(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

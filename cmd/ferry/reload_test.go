@@ -52,16 +52,8 @@ func (f *fakeTarget) setMirrorFilters(topics, groups Selection) (bool, error) {
 // during a switchover are not applied and are tried again at the next
 // reload; the lame-duck and shutdown timeouts in force follow the file.
 func TestReloadLimitsAndFilters(t *testing.T) {
-	path := writeConfig(t, minimal)
-	f := &serveFlags{config: path}
-	cfg, err := serveConfigEnv(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
 	tg := &fakeTarget{switching: true}
-	r.attach(tg)
+	r, path, logs := testReloader(t, minimal, tg)
 	write := func(text string) { t.Helper(); rewriteConfig(t, path, text) }
 
 	write(minimal + `
@@ -152,16 +144,8 @@ clusters:
   - {name: new, bootstrap: ["k2:9092"]}
 mirror: {sync_interval: 1s}
 `
-	path := writeConfig(t, two)
-	f := &serveFlags{config: path}
-	cfg, err := serveConfigEnv(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	r := newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
 	tg := &fakeTarget{}
-	r.attach(tg)
+	r, path, logs := testReloader(t, two, tg)
 	write := func(text string) { t.Helper(); rewriteConfig(t, path, text) }
 
 	// The cluster left changed too: a restart, nothing retired.
@@ -213,4 +197,20 @@ func rewriteConfig(t *testing.T, path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testReloader is a reloader of a member started with the configuration
+// text (written to path), applying to tg, logging to logs.
+func testReloader(t *testing.T, text string, tg reloadTarget) (r *reloader, path string, logs *observer.ObservedLogs) {
+	t.Helper()
+	path = writeConfig(t, text)
+	f := &serveFlags{config: path}
+	cfg, err := serveConfigEnv(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	r = newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
+	r.attach(tg)
+	return r, path, logs
 }

@@ -413,9 +413,14 @@ func TestShareGroupSwitchover(t *testing.T) {
 		produced[v] = po
 	}
 	p.waitDelivered(t, produced, 60*time.Second)
-	// Acknowledgements refused are redelivered: wait for the last ones.
-	testwaitFor(t, 60*time.Second, "every record whose acknowledgement was refused delivered again", func() bool {
-		return len(refusedNotRedelivered(p.snapshot())) == 0
+	// Acknowledgements refused are redelivered: wait for the last ones,
+	// and for every commit in flight to be answered (a commit can fail
+	// after the records it covered were all delivered once, and its
+	// records are then redelivered only once their acquisition lock
+	// expires).
+	testwaitFor(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() bool {
+		es := p.snapshot()
+		return !commitsInFlight(es) && len(refusedNotRedelivered(es)) == 0
 	})
 	p.stop(t)
 	es := p.snapshot()
@@ -441,6 +446,11 @@ func TestShareGroupSwitchover(t *testing.T) {
 	}
 	if left := refusedNotRedelivered(es); len(left) > 0 {
 		t.Errorf("records whose acknowledgement was refused and that were not delivered again: %v", left)
+		for i, e := range es {
+			if e.Ev == "ack_error" || e.Ev == "error" {
+				t.Logf("event %d (after %d switches): %s consumer %d partition %d: %s", i, e.window, e.Ev, e.Consumer, e.Partition, e.Error)
+			}
+		}
 	}
 	t.Logf("%d deliveries of %d records; %d redeliveries, by delivery count %v", countEv(es, "rec"), len(produced), redelivered, counts)
 }
@@ -478,6 +488,26 @@ func refusedNotRedelivered(es []shareEvent) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// commitsInFlight reports whether a consumer has delivered records whose
+// commit has not been answered yet (no "acked" line after them).
+func commitsInFlight(es []shareEvent) bool {
+	pending := map[int]bool{}
+	for _, e := range es {
+		switch e.Ev {
+		case "rec":
+			pending[e.Consumer] = true
+		case "acked":
+			pending[e.Consumer] = false
+		}
+	}
+	for _, p := range pending {
+		if p {
+			return true
+		}
+	}
+	return false
 }
 
 func countEv(es []shareEvent, ev string) int {

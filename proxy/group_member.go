@@ -113,12 +113,21 @@ func (s *Server) memberFromBeforeSwitch(ctx context.Context, u *upstream.Cluster
 // a KIP-848 member heartbeating with an epoch under a generation after a
 // switch.
 func memberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.ConsumerGroupHeartbeatResponse) {
-	hb, ok := kr.(*kmsg.ConsumerGroupHeartbeatRequest)
-	if !ok || gen == 0 || hb.MemberEpoch <= 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
+	if hb, ok := kr.(*kmsg.ConsumerGroupHeartbeatRequest); ok {
+		rejoinNewCluster(gen, hb.MemberEpoch, &r.ErrorCode, &r.ErrorMessage)
+	}
+}
+
+// rejoinNewCluster is the answer of the *OfOtherCluster functions: under a
+// generation after a switch, a member heartbeating with its epoch (above
+// 0) that the new cluster answered GROUP_ID_NOT_FOUND is told
+// UNKNOWN_MEMBER_ID, on which it rejoins with epoch 0.
+func rejoinNewCluster(gen uint32, epoch int32, code *int16, msg **string) {
+	if gen == 0 || epoch <= 0 || *code != kerr.GroupIDNotFound.Code {
 		return
 	}
-	msg := "member unknown to the cluster active since a switchover: rejoin"
-	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
+	m := "member unknown to the cluster active since a switchover: rejoin"
+	*code, *msg = kerr.UnknownMemberID.Code, &m
 }
 
 // streamsMemberOfOtherCluster is memberOfOtherCluster for a Kafka Streams
@@ -142,8 +151,7 @@ func streamsMemberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.StreamsGro
 		r.MemberID, r.MemberEpoch = hb.MemberID, hb.MemberEpoch
 		return
 	}
-	msg := "member unknown to the cluster active since a switchover: rejoin"
-	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
+	rejoinNewCluster(gen, hb.MemberEpoch, &r.ErrorCode, &r.ErrorMessage)
 }
 
 // txnCommitOfOtherCluster answers UNKNOWN_MEMBER_ID for GROUP_ID_NOT_FOUND
@@ -174,12 +182,9 @@ func txnCommitOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.TxnOffsetCommi
 // consumer takes GROUP_ID_NOT_FOUND as fatal; on UNKNOWN_MEMBER_ID it
 // rejoins with epoch 0.
 func shareMemberOfOtherCluster(gen uint32, kr kmsg.Request, r *kmsg.ShareGroupHeartbeatResponse) {
-	hb, ok := kr.(*kmsg.ShareGroupHeartbeatRequest)
-	if !ok || gen == 0 || hb.MemberEpoch <= 0 || r.ErrorCode != kerr.GroupIDNotFound.Code {
-		return
+	if hb, ok := kr.(*kmsg.ShareGroupHeartbeatRequest); ok {
+		rejoinNewCluster(gen, hb.MemberEpoch, &r.ErrorCode, &r.ErrorMessage)
 	}
-	msg := "member unknown to the cluster active since a switchover: rejoin"
-	r.ErrorCode, r.ErrorMessage = kerr.UnknownMemberID.Code, &msg
 }
 
 // staleMemberCommit reports whether an OffsetCommit answered resp was sent by

@@ -37,6 +37,15 @@ func TestMemberOfOtherCluster(t *testing.T) {
 		if resp.ErrorCode != c.want {
 			t.Errorf("generation %d, member epoch %d, broker's code %d: answered %d, want %d", c.gen, c.epoch, c.code, resp.ErrorCode, c.want)
 		}
+		// A share group member (KIP-932) alike.
+		shreq := kmsg.NewPtrShareGroupHeartbeatRequest()
+		shreq.MemberEpoch = c.epoch
+		shresp := kmsg.NewPtrShareGroupHeartbeatResponse()
+		shresp.ErrorCode = c.code
+		shareMemberOfOtherCluster(c.gen, shreq, shresp)
+		if shresp.ErrorCode != c.want {
+			t.Errorf("share group: generation %d, member epoch %d, broker's code %d: answered %d, want %d", c.gen, c.epoch, c.code, shresp.ErrorCode, c.want)
+		}
 		// A Kafka Streams member of a streams group (KIP-1071) alike,
 		// but for a leave, which has left.
 		want := c.want

@@ -257,11 +257,7 @@ func (s *Switcher) Clusters() []string { return *s.clusters.Load() }
 // When also fails, nothing changes here.
 func (s *Switcher) Retire(cluster string, also func() error) error {
 	if !s.mu.TryLock() {
-		id := ""
-		if p := s.running.Load(); p != nil {
-			id = *p
-		}
-		return &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is running: switch %s", id)}
+		return s.lockedOut()
 	}
 	defer s.mu.Unlock()
 	names := s.Clusters()
@@ -270,8 +266,7 @@ func (s *Switcher) Retire(cluster string, also func() error) error {
 	}
 	cur := s.table.Current()
 	if cur.Phase != PhaseServing {
-		return &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
-			Msg: fmt.Sprintf("a switch is running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
+		return heldBy(cur)
 	}
 	if cur.Active == cluster {
 		return &Error{Reason: ReasonBadRequest, Msg: fmt.Sprintf("cluster %q is the active cluster (%s): switch away from it first", cluster, cur)}
@@ -318,11 +313,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 		return State{}, &Error{Reason: ReasonUnknownCluster, Msg: fmt.Sprintf("cluster %q is not configured (clusters: %v)", req.To, names)}
 	}
 	if !s.mu.TryLock() {
-		id := ""
-		if p := s.running.Load(); p != nil {
-			id = *p
-		}
-		return State{}, &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is already running: switch %s", id)}
+		return State{}, s.lockedOut()
 	}
 	defer s.mu.Unlock()
 	if names := s.Clusters(); !slices.Contains(names, req.To) { // retired meanwhile
@@ -332,9 +323,7 @@ func (s *Switcher) Switch(ctx context.Context, req Request) (State, error) {
 	s.running.Store(&id)
 	cur := s.table.Current()
 	if cur.Phase != PhaseServing {
-		// Another member's switch holds this one.
-		return State{}, &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
-			Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
+		return State{}, heldBy(cur) // another member's switch holds this one
 	}
 	if req.OnlyFrom != nil && *req.OnlyFrom != cur.Generation {
 		return State{}, &Error{Reason: ReasonSuperseded, Msg: fmt.Sprintf("decided in generation %d, and generation %d is in force (%s)", *req.OnlyFrom, cur.Generation, cur)}
@@ -910,6 +899,22 @@ func (l Local) Install(_ context.Context, st State) error {
 		return err
 	}
 	return l.Table.UpdateFor(st)
+}
+
+// lockedOut is the refusal while this switcher runs a switch (s.mu held).
+func (s *Switcher) lockedOut() *Error {
+	id := ""
+	if p := s.running.Load(); p != nil {
+		id = *p
+	}
+	return &Error{Reason: ReasonRunning, Switch: id, err: ErrOtherSwitch, Msg: fmt.Sprintf("a switch is already running: switch %s", id)}
+}
+
+// heldBy is the refusal while a switch holds the member's writes (cur, not
+// serving), this member's or another's.
+func heldBy(cur State) *Error {
+	return &Error{Reason: ReasonRunning, Switch: cur.SwitchID(), err: ErrOtherSwitch,
+		Msg: fmt.Sprintf("a switch is already running: writes are held for switch %s (%s)", cur.SwitchID(), cur)}
 }
 
 // newSwitchID returns a random switch ID.

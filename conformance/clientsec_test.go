@@ -110,7 +110,7 @@ func withEnv(cl *client, env []string) *client {
 // TestClientSecurity runs each client family through Ferry with TLS and
 // SASL/SCRAM-SHA-512 on the client side, and Ferry to the cluster over
 // SASL_SSL (SCRAM-SHA-512) too: Java, librdkafka (PyPI's and Debian's
-// 2.0.2), confluent-kafka-go, kafkajs and franz-go each
+// 2.0.2), confluent-kafka-go, kafkajs, kafka-python and franz-go each
 // produce (idempotent), consume the records back in a consumer group, and
 // write transactions, half aborted, that a read_committed group reader sees
 // only the committed half of. Every connection Ferry held shows the

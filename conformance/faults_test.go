@@ -78,7 +78,7 @@ type steadyRun struct {
 func (r *steadyRun) name() string { return r.family + "/" + r.wave + "/" + r.path }
 
 // TestBrokerDeathProducers runs, for franz-go and every client program with
-// produce-steady (Java, librdkafka, kafkajs, confluent-kafka-go),
+// produce-steady (Java, librdkafka, kafkajs, kafka-python, confluent-kafka-go),
 // steady producers directly to a 3-broker cluster and through Ferry, all at
 // once, each to a topic of its own (RF 3, min.insync.replicas 2). Once every
 // producer of the first wave has records on the cluster it kills -9 broker

@@ -25,7 +25,7 @@ import (
 )
 
 // A member of a fleet killed with SIGKILL under continuous traffic from the
-// Java and librdkafka client programs' stream mode (franz-go
+// Java, librdkafka and kafka-python client programs' stream mode (franz-go
 // is covered by cmd/ferry/fleet_kafka_test.go; confluent-kafka-go v2.6.1,
 // whose librdkafka cannot follow the leader moves, is declared out by
 // ignoresSameEpochLeader).
@@ -183,7 +183,7 @@ func waitMirrorListed(t *testing.T, m *ferryServe, topics []string, parts int, o
 }
 
 // TestFleetMemberKillClients runs the Java (classic and consumer group
-// protocols) and librdkafka (both too) programs'
+// protocols), librdkafka (both too) and kafka-python (classic) programs'
 // stream mode against a fleet
 // of three `ferry serve` members, bootstrap listing all three, and kills
 // with SIGKILL the member that leads and mirrors the most partitions. Per
@@ -207,12 +207,12 @@ func TestFleetMemberKillClients(t *testing.T) {
 	}
 	cls := clients(t)
 	javaClasses(t)
-	// The Java and librdkafka programs, each with every group
+	// The Java, librdkafka and kafka-python programs, each with every group
 	// protocol it has (kafkajs is not run here); confluent-kafka-go is
 	// declared unable to follow the leader moves a member's death makes
 	// (ignoresSameEpochLeader), and is left out saying so.
 	var families []*client
-	for _, name := range []string{"java", "librdkafka", "confluent-kafka-go"} {
+	for _, name := range []string{"java", "librdkafka", "kafka-python", "confluent-kafka-go"} {
 		cl := clientNamed(t, cls, name)
 		if cl.ignoresSameEpochLeader {
 			t.Logf("%s not run: declared to keep a partition on its old leader when metadata names a new one with the same epoch (ignoresSameEpochLeader)", name)

@@ -85,6 +85,9 @@ var allCodecs = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 func clients(t *testing.T) []*client {
 	t.Helper()
 	venvPython := filepath.Join(cacheDir(t), "clients", "py-venv", "bin", "python")
+	kpPython := mustExist(t, filepath.Join(cacheDir(t), "clients", "kafka-python-venv", "bin", "python"))
+	kpClient := mustExist(t, filepath.Join("clients", "kafka-python", "client.py"))
+	checkImport(t, kpPython, "kafka, snappy, lz4.frame, zstandard, crc32c")
 	goClient := mustExist(t, confluentGoBinary(t))
 	pyClient := mustExist(t, filepath.Join("clients", "python", "client.py"))
 	nodeClient := mustExist(t, filepath.Join("clients", "node", "client.js"))
@@ -138,6 +141,18 @@ func clients(t *testing.T) []*client {
 			transactions:   true,
 			streams:        true,
 			command:        plainCommand(nodeBin, nodeClient),
+		},
+		{
+			// kafka-python 3.0.12, pure Python, with python-snappy, lz4
+			// and zstandard installed for its codecs. Idempotent and
+			// transactional producers; no KIP-848 consumer.
+			name:           "kafka-python",
+			produceCodecs:  allCodecs,
+			fetchCodecs:    allCodecs,
+			groupProtocols: []string{"classic"},
+			transactions:   true,
+			streams:        true,
+			command:        plainCommand(kpPython, kpClient),
 		},
 		{
 			// confluent-kafka-go v2.6.1 and the librdkafka 2.6.1 it

@@ -21,7 +21,7 @@ import (
 )
 
 // The client conformance matrix: real clients (Java kafka-clients,
-// librdkafka in two versions, confluent-kafka-go, kafkajs),
+// librdkafka in two versions, confluent-kafka-go, kafkajs, kafka-python),
 // each run as a program from clients/, produce to and consume from a
 // shared 3-broker cluster through target(). Every consumer reads what every
 // producer wrote, record for record, and leaves committed offsets at the

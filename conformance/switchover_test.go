@@ -34,8 +34,8 @@ import (
 )
 
 // Planned switchovers under continuous traffic from every client program
-// with the stream mode (clients(t): Java, librdkafka, kafkajs and
-// confluent-kafka-go, each consumer group protocol it has), on real Kafka,
+// with the stream mode (clients(t): Java, librdkafka, kafkajs, kafka-python
+// and confluent-kafka-go, each consumer group protocol it has), on real Kafka,
 // through the ferry binary (franz-go is covered by
 // cmd/ferry/switchover_kafka_test.go). Each client program runs its stream
 // mode: an idempotent producer, a transactional producer, consumer groups on
@@ -661,8 +661,8 @@ func startClusters(t *testing.T, names ...string) []*kafkatest.Cluster {
 }
 
 // TestPlannedSwitchoverClients runs Java (classic and consumer group
-// protocols), librdkafka (both too), kafkajs (classic) and
-// confluent-kafka-go (both) programs through `ferry serve`
+// protocols), librdkafka (both too), kafkajs (classic), kafka-python
+// (classic) and confluent-kafka-go (both) programs through `ferry serve`
 // while it switches primary → standby → primary, planned.
 // Per client:
 //   - the idempotent producer sees no error; every acknowledged record is

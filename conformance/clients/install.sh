@@ -8,6 +8,8 @@
 #            "old librdkafka" row of the matrix)
 #   PyPI:    confluent-kafka (python/requirements.txt) in a venv at
 #            $FERRY_CACHE/clients/py-venv, else <repo>/.cache/clients/py-venv
+#   PyPI:    kafka-python with its codecs (kafka-python/requirements.txt) in a
+#            venv of its own at <cache>/clients/kafka-python-venv
 #   Go:      the confluent-kafka-go client (confluent-kafka-go/, a module of its
 #            own; cgo, so gcc) built with the Go module proxy into
 #            <cache>/clients/confluent-kafka-go-<hash of its sources>/client
@@ -114,6 +116,20 @@ if [[ ! -x $venv/bin/python || "$(cat "$venv/.ferry-requirements" 2>/dev/null)" 
 	printf '%s' "$want" >"$venv/.ferry-requirements"
 fi
 
+# --- PyPI kafka-python in a venv -------------------------------------------------
+# A venv of its own, with the stamp as above: kafka-python and its codecs
+# (python-snappy, lz4, zstandard; crc32c for the record checksums).
+kp_venv=$cache/clients/kafka-python-venv
+kp_want=$(cat "$here/kafka-python/requirements.txt")
+if [[ ! -x $kp_venv/bin/python || "$(cat "$kp_venv/.ferry-requirements" 2>/dev/null)" != "$kp_want" ]] ||
+	! "$kp_venv/bin/python" -c 'import kafka, snappy, lz4.frame, zstandard, crc32c' >/dev/null 2>&1; then
+	say "creating $kp_venv"
+	mkdir -p "$(dirname "$kp_venv")"
+	/usr/bin/python3 -m venv --clear "$kp_venv"
+	"$kp_venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$here/kafka-python/requirements.txt"
+	printf '%s' "$kp_want" >"$kp_venv/.ferry-requirements"
+fi
+
 # --- Go confluent-kafka-go ------------------------------------------------------------
 # Built once per version of its sources (the hash of go.mod, go.sum and the
 # .go files, as conformance/matrix_clients_test.go computes it): the tests
@@ -136,4 +152,4 @@ if [[ "$(cat "$here/node/node_modules/.ferry-lock" 2>/dev/null)" != "$lock" ]]; 
 	printf '%s' "$lock" >"$here/node/node_modules/.ferry-lock"
 fi
 
-say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), confluent-kafka-go $("$ckgo_bin" version), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json"), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), $(buildah --version), kubernetes-validate $("$k8s_venv/bin/kubernetes-validate" --version 2>&1 | tail -1)"
+say "ok: java $(javac -version 2>&1 | cut -d' ' -f2), $("$venv/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version(), "librdkafka", c.libversion()[0])'), debian $(/usr/bin/python3 -c 'import confluent_kafka as c; print("librdkafka", c.libversion()[0])'), kafka-python $("$kp_venv/bin/python" -c 'import kafka; print(kafka.__version__)'), confluent-kafka-go $("$ckgo_bin" version), node $(node --version) kafkajs $(node -p 'require(process.argv[1]).version' "$here/node/node_modules/kafkajs/package.json"), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), $(buildah --version), kubernetes-validate $("$k8s_venv/bin/kubernetes-validate" --version 2>&1 | tail -1)"

@@ -50,6 +50,9 @@ type Config struct {
 // Status is the detector as /status shows it.
 type Status struct {
 	Enabled bool `json:"enabled"`
+	// Stopped says why automatic failover stopped while the member runs
+	// (a cluster retired), with Enabled false; "" otherwise.
+	Stopped string `json:"stopped,omitempty"`
 	// After, MinInterval and the loss budget, as configured.
 	After          string  `json:"after"`
 	MinInterval    string  `json:"min_interval"`

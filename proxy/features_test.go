@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -196,16 +197,39 @@ func TestApiVersionsFeaturesWaitForLateCluster(t *testing.T) {
 // and a Kafka 4.0 cluster (transaction.version 1) advertises what both
 // support; the 4.0 one retired while Ferry runs, a new connection is
 // offered the newest one's versions and feature levels, under a higher
-// epoch, and a connection opened before goes on. The active cluster
-// cannot be retired, nor one retired already.
+// epoch, and a connection opened before goes on; the retired cluster's
+// ferry_upstream_connections series go. The active cluster cannot be
+// retired, nor one retired already.
 func TestRetireAdvertisesTheClusterLeft(t *testing.T) {
 	a := newKfake(t, 1)
 	b := newKfake(t, 1, kfake.MaxVersions(kversion.V4_0_0()))
 	setFeature(t, b, "transaction.version", 1)
 	ra, rb := apiVersionsV3(t, a.ListenAddrs()[0]), apiVersionsV3(t, b.ListenAddrs()[0])
-	s, addr := startFerry(t, a.ListenAddrs(),
+	reg := prometheus.NewRegistry()
+	s, addr := startFerry(t, a.ListenAddrs(), WithRegisterer(reg),
 		WithClusters(upstream.Config{Name: "a", Bootstrap: a.ListenAddrs()}, upstream.Config{Name: "b", Bootstrap: b.ListenAddrs()}),
 		WithRoutingTable(routing.NewTable(routing.State{Active: "a"})))
+	poolsOf := func() map[string]int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, mf := range mfs {
+			if mf.GetName() == "ferry_upstream_connections" {
+				for _, m := range mf.GetMetric() {
+					out[label(m, "cluster")]++
+				}
+			}
+		}
+		return out
+	}
+	testwait.Eventually(t, 10*time.Second, "both clusters' pool sizes published", func() error {
+		if got := poolsOf(); got["a"] != 2 || got["b"] != 2 {
+			return fmt.Errorf("ferry_upstream_connections series by cluster: %v", got)
+		}
+		return nil
+	})
 	maxOf := func(r *kmsg.ApiVersionsResponse, key int16) int16 {
 		for _, k := range r.ApiKeys {
 			if k.ApiKey == key {
@@ -251,4 +275,10 @@ func TestRetireAdvertisesTheClusterLeft(t *testing.T) {
 	if err := s.Retire("b"); err == nil {
 		t.Fatal("b retired twice")
 	}
+	testwait.Eventually(t, 10*time.Second, "b's pool sizes gone, a's kept", func() error {
+		if got := poolsOf(); got["a"] != 2 || got["b"] != 0 {
+			return fmt.Errorf("ferry_upstream_connections series by cluster: %v", got)
+		}
+		return nil
+	})
 }

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ferry-gw/ferry/upstream"
 )
 
@@ -184,6 +186,7 @@ func (s *Server) giveBackLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var conns []*clientConn
+	published := map[string]bool{} // clusters with pool sizes published
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -199,10 +202,18 @@ func (s *Server) giveBackLoop() {
 		for _, c := range conns {
 			c.releaseQuiet()
 		}
-		for _, u := range s.clusters() {
+		ups := s.clusters()
+		for _, u := range ups {
 			inUse, idle := u.ReapIdle(time.Now().Add(-s.cfg.upstreamIdleTimeout))
 			s.metrics.upConns.WithLabelValues(u.Name, "in_use").Set(float64(inUse))
 			s.metrics.upConns.WithLabelValues(u.Name, "idle").Set(float64(idle))
+			published[u.Name] = true
+		}
+		for name := range published {
+			if ups[name] == nil { // retired (Retire): its series go
+				s.metrics.upConns.DeletePartialMatch(prometheus.Labels{"cluster": name})
+				delete(published, name)
+			}
 		}
 	}
 }

@@ -42,6 +42,7 @@ type failoverRole struct {
 	probers map[string]*kgo.Client
 	closed  bool
 	stop    context.CancelFunc // ends Run (set by runFailover)
+	stopped string             // why it stopped while the member runs (retire), or ""
 }
 
 // newFailover builds the runner of cfg.Failover, on a member whose mirror
@@ -132,6 +133,28 @@ func (fr *failoverRole) probe(ctx context.Context, r *mirrorRunner, cluster stri
 		return fmt.Errorf("cluster %s lists no broker", cluster)
 	}
 	return nil
+}
+
+// retire stops automatic failover for good when cluster is retired (one
+// cluster is left: nothing to fail over to), and says so in its status.
+func (fr *failoverRole) retire(cluster string) {
+	fr.mu.Lock()
+	fr.stopped = fmt.Sprintf("cluster %q retired: one cluster left, nothing to fail over to", cluster)
+	fr.mu.Unlock()
+	fr.close()
+}
+
+// status is the runner's, unless retire stopped it: then disabled, with
+// the reason and without the last decision, which no longer stands.
+func (fr *failoverRole) status() failover.Status {
+	st := fr.r.Status()
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if fr.stopped != "" {
+		st.Enabled, st.Stopped = false, fr.stopped
+		st.Verdict, st.ActInSeconds = nil, nil
+	}
+	return st
 }
 
 func (fr *failoverRole) close() {

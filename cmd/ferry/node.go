@@ -273,7 +273,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		adminOpts = append(adminOpts, admin.WithMirrorRestart(n.mirrorRestart), admin.WithMirrorHalt(n.mirrorHalt))
 	}
 	if n.failover != nil {
-		adminOpts = append(adminOpts, admin.WithFailover(n.failover.r.Status), admin.WithFailoverPause(n.failoverPause))
+		adminOpts = append(adminOpts, admin.WithFailover(n.failover.status), admin.WithFailoverPause(n.failoverPause))
 	}
 	if n.fleet != nil {
 		n.switcher.SetWriteLease(cfg.Fleet.WriteLease)
@@ -576,7 +576,7 @@ func (n *node) retireCluster(name string) error {
 			return err
 		}
 		if n.failover != nil {
-			n.failover.close()
+			n.failover.retire(name)
 		}
 		if n.mirror != nil {
 			n.mirror.Close()

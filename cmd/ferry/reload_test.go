@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/ferry-gw/ferry/admin"
+	"github.com/ferry-gw/ferry/failover"
 	"github.com/ferry-gw/ferry/proxy"
 )
 
@@ -213,4 +218,53 @@ func testReloader(t *testing.T, text string, tg reloadTarget) (r *reloader, path
 	r = newReloader(f, cfg, zap.NewAtomicLevelAt(zap.InfoLevel), zap.New(core))
 	r.attach(tg)
 	return r, path, logs
+}
+
+// TestRetireStopsFailover: a member with automatic failover over two
+// clusters (kfake) retires the standby; /failover then says automatic
+// failover stopped, and why, rather than the last view of a runner that no
+// longer runs, and /status lists one cluster.
+func TestRetireStopsFailover(t *testing.T) {
+	a, b := kfakeCluster(t), kfakeCluster(t)
+	n, _ := startNode(t, fmt.Sprintf(`
+cluster_id: vc
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+admin_open: true
+clusters:
+  - {name: a, bootstrap: [%s]}
+  - {name: b, bootstrap: [%s]}
+mirror: {sync_interval: 1s}
+failover: {automatic: true, max_loss: {records: 10}}
+`, strings.Join(a.ListenAddrs(), ","), strings.Join(b.ListenAddrs(), ",")))
+	url := "http://" + n.adminLn.Addr().String()
+	failoverStatus := func() failover.Status {
+		t.Helper()
+		code, body := httpGet(t, url+"/failover")
+		var st failover.Status
+		if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
+			t.Fatalf("/failover: %d %s (%v)", code, body, err)
+		}
+		return st
+	}
+	if st := failoverStatus(); !st.Enabled || st.Stopped != "" {
+		t.Fatalf("/failover before the retire: %+v", st)
+	}
+	if err := n.retireCluster("a"); err == nil {
+		t.Fatal("the active cluster retired")
+	}
+	if err := n.retireCluster("b"); err != nil {
+		t.Fatal(err)
+	}
+	if st := failoverStatus(); st.Enabled || !strings.Contains(st.Stopped, `"b" retired`) || st.Verdict != nil {
+		t.Fatalf("/failover after the retire: %+v", st)
+	}
+	_, body := httpGet(t, url+"/status")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Clusters) != 1 || st.Clusters[0].Name != "a" || st.Failover == nil || st.Failover.Enabled {
+		t.Fatalf("/status after the retire: clusters %+v, failover %+v", st.Clusters, st.Failover)
+	}
 }

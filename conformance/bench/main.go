@@ -65,6 +65,7 @@ type options struct {
 	ferryBin       string // prebuilt ferry binary, or "" to build cmd/ferry
 	ferryCPUs      string // taskset CPU list to pin Ferry (and the relay) to, or ""
 	relay          bool   // also measure the relay path
+	relayCopy      bool   // the relay reads and writes through a buffer instead of splicing
 	generation     uint32 // -consume-generation: compare consuming under it with generation 0
 }
 
@@ -81,6 +82,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
 	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` (and the relay) to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
 	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
+	fs.BoolVar(&o.relayCopy, "relay-copy", false, "the relay reads each connection's bytes into a buffer and writes them from it (read(2) and write(2), 256 KiB) instead of splicing: the two copies through user space that any gateway looking at the bytes makes, so that Ferry/relay is Ferry's work beyond them")
 	gen := fs.Uint("consume-generation", 0, "instead of the full benchmark: fill the topic for -duration, then compare consume MB/s through a Ferry at generation 0 and one at this generation (both treating the cluster as a mirror target), and directly")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -22,6 +22,9 @@ const (
 	// relayEnv holds "listen>target" pairs, comma separated; its presence
 	// makes this binary run the relay instead of the benchmark.
 	relayEnv = "FERRY_BENCH_RELAY"
+	// relayCopyEnv, set to anything, makes the relay copy through a buffer
+	// (-relay-copy).
+	relayCopyEnv = "FERRY_BENCH_RELAY_COPY"
 	// relayListener is the brokers' listener that the relay forwards to.
 	relayListener = "RELAY"
 )
@@ -60,7 +63,7 @@ func runRelay(spec string) error {
 
 // relay copies c to a new connection to target and back until both sides
 // have finished. *net.TCPConn to *net.TCPConn is spliced by the net
-// package.
+// package, unless relayCopyEnv asks for a buffer.
 func relay(c *net.TCPConn, target string) {
 	defer c.Close()
 	nc, err := net.Dial("tcp", target)
@@ -72,11 +75,22 @@ func relay(c *net.TCPConn, target string) {
 	defer u.Close()
 	done := make(chan struct{})
 	go func() {
-		io.Copy(u, c)
+		relayCopy(u, c)
 		u.CloseWrite()
 		close(done)
 	}()
-	io.Copy(c, u)
+	relayCopy(c, u)
 	c.CloseWrite()
 	<-done
+}
+
+// relayCopy copies src to dst: spliced, or with relayCopyEnv set through a
+// 256 KiB buffer (wrapped, the connections hide the ReadFrom and WriteTo
+// that would splice).
+func relayCopy(dst, src *net.TCPConn) {
+	if os.Getenv(relayCopyEnv) == "" {
+		io.Copy(dst, src)
+		return
+	}
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 256<<10))
 }

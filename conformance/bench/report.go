@@ -112,7 +112,14 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
 		"it presents one virtual broker per physical leader (lanes), each on a port of its own, so clients keep one connection, "+
 		"one produce request in flight and one fetch per leader, as they do directly\n", res.ferryMode)
-	if relay {
+	switch {
+	case relay && o.relayCopy:
+		fmt.Fprintf(&b, "- relay (`-relay-copy`): a separate process (this benchmark re-executed) that reads the bytes of each client "+
+			"connection into a 256 KiB buffer and writes them to one broker, and back (read(2) and write(2): the two copies through "+
+			"user space that any gateway looking at the bytes makes; the default relay splices instead), and parses nothing. "+
+			"Clients reach it through a second listener on every broker, which advertises the relay's ports. Ferry/relay is what "+
+			"Ferry's work beyond those copies costs\n")
+	case relay:
 		fmt.Fprintf(&b, "- relay: the cheapest hop there can be, for scale. A separate process (this benchmark re-executed) copies "+
 			"bytes both ways between each client connection and one broker with splice(2), and parses nothing. Clients reach it "+
 			"through a second listener on every broker, which advertises the relay's ports. relay/direct is what any extra hop "+

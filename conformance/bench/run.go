@@ -95,7 +95,11 @@ func run(ctx context.Context, o options, cmd string) error {
 			spec = append(spec, fmt.Sprintf("127.0.0.1:%d>%s", relayPorts[i], cluster.ListenerAddr(relayListener, id)))
 		}
 		step("starting the relay")
-		rp, err := startChild(ctx, o.ferryCPUs, relayEnv+"="+strings.Join(spec, ","))
+		env := []string{relayEnv + "=" + strings.Join(spec, ",")}
+		if o.relayCopy {
+			env = append(env, relayCopyEnv+"=1")
+		}
+		rp, err := startChild(ctx, o.ferryCPUs, env...)
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}

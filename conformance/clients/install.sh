@@ -90,45 +90,35 @@ if ! command -v buildah >/dev/null 2>&1; then
 	apt_install buildah
 fi
 
-# --- PyPI kubernetes-validate in a venv ------------------------------------------
-# The Kubernetes JSON schemas ship inside the package, so validating the
-# rendered manifests needs no network. The stamp works as for the clients' venv.
+# --- PyPI venvs --------------------------------------------------------------------
+# venv DIR REQUIREMENTS CHECK makes a venv at DIR with REQUIREMENTS installed,
+# unless one is there already that was built from the same requirements (a
+# stamp file holds them; a change rebuilds it) and passes CHECK, a Python
+# line run in it.
+venv() {
+	local dir=$1 req=$2 check=$3 want
+	want=$(cat "$req")
+	if [[ -x $dir/bin/python && "$(cat "$dir/.ferry-requirements" 2>/dev/null)" == "$want" ]] &&
+		"$dir/bin/python" -c "$check" >/dev/null 2>&1; then
+		return
+	fi
+	say "creating $dir"
+	mkdir -p "$(dirname "$dir")"
+	/usr/bin/python3 -m venv --clear "$dir"
+	"$dir/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
+	printf '%s' "$want" >"$dir/.ferry-requirements"
+}
+
+# kubernetes-validate: the Kubernetes JSON schemas ship inside the package, so
+# validating the rendered manifests needs no network.
 k8s_venv=$cache/deploy/k8s-venv
-k8s_req=$root/deploy/kubernetes/requirements.txt
-k8s_want=$(cat "$k8s_req")
-if [[ ! -x $k8s_venv/bin/kubernetes-validate || "$(cat "$k8s_venv/.ferry-requirements" 2>/dev/null)" != "$k8s_want" ]]; then
-	say "creating $k8s_venv"
-	mkdir -p "$(dirname "$k8s_venv")"
-	/usr/bin/python3 -m venv --clear "$k8s_venv"
-	"$k8s_venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$k8s_req"
-	printf '%s' "$k8s_want" >"$k8s_venv/.ferry-requirements"
-fi
-
-# --- PyPI confluent-kafka in a venv ---------------------------------------------
-# The stamp holds the requirements the venv was built from; a change rebuilds it.
-want=$(cat "$here/python/requirements.txt")
-if [[ ! -x $venv/bin/python || "$(cat "$venv/.ferry-requirements" 2>/dev/null)" != "$want" ]] ||
-	! "$venv/bin/python" -c 'import confluent_kafka' >/dev/null 2>&1; then
-	say "creating $venv"
-	mkdir -p "$(dirname "$venv")"
-	/usr/bin/python3 -m venv --clear "$venv"
-	"$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$here/python/requirements.txt"
-	printf '%s' "$want" >"$venv/.ferry-requirements"
-fi
-
-# --- PyPI kafka-python in a venv -------------------------------------------------
-# A venv of its own, with the stamp as above: kafka-python and its codecs
-# (python-snappy, lz4, zstandard; crc32c for the record checksums).
+venv "$k8s_venv" "$root/deploy/kubernetes/requirements.txt" 'import kubernetes_validate'
+# confluent-kafka (the PyPI wheel, its librdkafka bundled).
+venv "$venv" "$here/python/requirements.txt" 'import confluent_kafka'
+# kafka-python, in a venv of its own, and its codecs (python-snappy, lz4,
+# zstandard; crc32c for the record checksums).
 kp_venv=$cache/clients/kafka-python-venv
-kp_want=$(cat "$here/kafka-python/requirements.txt")
-if [[ ! -x $kp_venv/bin/python || "$(cat "$kp_venv/.ferry-requirements" 2>/dev/null)" != "$kp_want" ]] ||
-	! "$kp_venv/bin/python" -c 'import kafka, snappy, lz4.frame, zstandard, crc32c' >/dev/null 2>&1; then
-	say "creating $kp_venv"
-	mkdir -p "$(dirname "$kp_venv")"
-	/usr/bin/python3 -m venv --clear "$kp_venv"
-	"$kp_venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$here/kafka-python/requirements.txt"
-	printf '%s' "$kp_want" >"$kp_venv/.ferry-requirements"
-fi
+venv "$kp_venv" "$here/kafka-python/requirements.txt" 'import kafka, snappy, lz4.frame, zstandard, crc32c'
 
 # --- Go confluent-kafka-go ------------------------------------------------------------
 # Built once per version of its sources (the hash of go.mod, go.sum and the

@@ -417,7 +417,11 @@ func TestShareGroupSwitchover(t *testing.T) {
 	// and for every commit in flight to be answered (a commit can fail
 	// after the records it covered were all delivered once, and its
 	// records are then redelivered only once their acquisition lock
-	// expires).
+	// expires). Refused here means failed by the Java client itself: it
+	// completes acknowledgements of records from a share session the
+	// switch ended with NetworkException ("The server disconnected before
+	// a response was received") when it opens the new session, since a
+	// session's first ShareFetch cannot carry them; Ferry closes nothing.
 	testwaitFor(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() bool {
 		es := p.snapshot()
 		return !commitsInFlight(es) && len(refusedNotRedelivered(es)) == 0

@@ -229,6 +229,17 @@ func setShareGroupConfig(ctx context.Context, t *testing.T, bootstrap, group, na
 
 // shareStarts reads a share group's start offsets of topic, by partition.
 func shareStarts(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	offs, err := shareOffsets(ctx, adm, group, topic)
+	out := map[int32]int64{}
+	for p, o := range offs {
+		out[p] = o.StartOffset
+	}
+	return out, err
+}
+
+// shareOffsets reads a share group's offsets of topic (start offset and
+// lag), by partition.
+func shareOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]kadm.ShareOffset, error) {
 	d, err := adm.DescribeShareGroupOffsets(ctx, group)
 	if err == nil {
 		err = d.Error()
@@ -236,12 +247,12 @@ func shareStarts(ctx context.Context, adm *kadm.Client, group, topic string) (ma
 	if err != nil {
 		return nil, err
 	}
-	out := map[int32]int64{}
+	out := map[int32]kadm.ShareOffset{}
 	for p, o := range d[group].Offsets[topic] {
 		if o.Err != nil {
 			return nil, fmt.Errorf("partition %d: %w", p, o.Err)
 		}
-		out[p] = o.StartOffset
+		out[p] = o
 	}
 	return out, nil
 }
@@ -318,9 +329,10 @@ func TestShareGroupJava(t *testing.T) {
 	}
 
 	// The start offsets read through Ferry are the cluster's, each
-	// within the partition's records. (Kafka 4.4 was seen to report 0 on
-	// every partition after the Java consumers had every record accepted,
-	// read directly as through Ferry: the test does not ask for the end.)
+	// within the partition's records. (Not the end: a broker persists a
+	// share partition's start offset one acknowledgement behind, and a
+	// partition's records acknowledged in one write leave it at 0;
+	// TestShareGroupSwitchover makes the write that moves it.)
 	ferryAdm := viaTarget(t, f.Addr)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
@@ -357,7 +369,18 @@ func TestShareGroupJava(t *testing.T) {
 //     on the old) is delivered again;
 //   - the start offsets on the new cluster, read directly at once after
 //     the switch, are at least those read before it and at most those
-//     the old cluster ended with.
+//     the old cluster ended with (its end offset where it reports lag 0);
+//   - switched back once every record is finished (lag 0), the start
+//     offsets copied are the ends, not one acknowledgement behind;
+//   - a first lot of records, every one acknowledged before the switch
+//     and followed by a marker record on each partition, acknowledged
+//     too, is behind the start offsets read before the switch, so not
+//     delivered after it: delivery resumes where the group acknowledged.
+//     (A broker persists a share partition's start offset with the state
+//     write of its next acknowledgement, one write behind what it holds
+//     in memory; the marker's acknowledgement makes that write. What a
+//     switch copies is the persisted one: the records of a partition's
+//     last acknowledgement before it are delivered again.)
 func TestShareGroupSwitchover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("conformance: real Kafka and client programs are not run in -short mode")
@@ -371,25 +394,52 @@ func TestShareGroupSwitchover(t *testing.T) {
 	createReadyTopic(ctx, t, viaTarget(t, ferry.addr), topic, 3, 1)
 	group := "share-switch-" + randomSuffix()
 	setShareGroupConfig(ctx, t, ferry.addr, group, "share.auto.offset.reset", "earliest")
-	const n1, n2 = 300, 100
-	produced := produceValues(ctx, t, ferry.addr, topic, "before", n1)
+	const n0, n1, n2 = 150, 300, 100
+	produced := produceValues(ctx, t, ferry.addr, topic, "first", n0)
 
 	p := startShareConsumers(t, ferry.addr, topic, group, 2)
-	// Part of the records acknowledged before the switch.
-	testwaitFor(t, 60*time.Second, "a third of the records delivered and acknowledged", func() bool {
-		acked := 0
-		for _, e := range p.snapshot() {
-			if e.Ev == "acked" {
-				acked += e.Records
+	ackedAtLeast := func(what string, n int) {
+		t.Helper()
+		testwaitFor(t, 60*time.Second, what, func() bool {
+			acked := 0
+			for _, e := range p.snapshot() {
+				if e.Ev == "acked" {
+					acked += e.Records
+				}
 			}
-		}
-		return acked >= n1/3
-	})
+			return acked >= n
+		})
+	}
+	// The first lot, all acknowledged, then a marker on each partition.
+	ackedAtLeast("the first lot delivered and acknowledged", n0)
+	firstEnds, err := pAdm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	markers := produceValues(ctx, t, ferry.addr, topic, "marker", 3)
+	onParts := map[int32]bool{}
+	for v, po := range markers {
+		produced[v], onParts[po.p] = po, true
+	}
+	if len(onParts) != 3 {
+		t.Fatalf("the markers went to partitions %v, want one on each of 3", onParts)
+	}
+	ackedAtLeast("the markers delivered and acknowledged", n0+3)
+	// Then a lot of which part is acknowledged before the switch.
+	for v, po := range produceValues(ctx, t, ferry.addr, topic, "before", n1) {
+		produced[v] = po
+	}
+	ackedAtLeast("a third of the next lot delivered and acknowledged", n0+3+n1/3)
 	ferry.waitMirrorCaughtUp(t, 30*time.Second)
 	before, err := shareStarts(ctx, pAdm, group, topic)
 	if err != nil {
 		t.Fatalf("start offsets on the primary before the switch: %v", err)
 	}
+	firstEnds.Each(func(e kadm.ListedOffset) {
+		if before[e.Partition] < e.Offset {
+			t.Errorf("partition %d: start offset %d before the switch, below the end %d of the first lot, every record of which was acknowledged (and a marker after it)", e.Partition, before[e.Partition], e.Offset)
+		}
+	})
 	// From here on, records delivered and errors reported count as
 	// after the switch: the primary delivers nothing below before either.
 	p.window.Store(1)
@@ -398,14 +448,24 @@ func TestShareGroupSwitchover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start offsets on the standby after the switch: %v", err)
 	}
-	after, err := shareStarts(ctx, pAdm, group, topic)
+	after, err := shareOffsets(ctx, pAdm, group, topic)
 	if err != nil {
 		t.Fatalf("start offsets on the primary after the switch: %v", err)
 	}
+	primaryEnds, err := pAdm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("switch took %s; start offsets: primary before %v, standby just after %v, primary after %v", took, before, copied, after)
 	for part := range int32(3) {
-		if copied[part] < before[part] || copied[part] > after[part] {
-			t.Errorf("partition %d: the standby's start offset %d after the switch is not between the primary's %d before and %d after it", part, copied[part], before[part], after[part])
+		// At most the primary's start offset after the switch, or,
+		// where it reports every record finished (lag 0), its end.
+		most := after[part].StartOffset
+		if end, ok := primaryEnds.Lookup(topic, part); ok && after[part].Lag == 0 {
+			most = max(most, end.Offset)
+		}
+		if copied[part] < before[part] || copied[part] > most {
+			t.Errorf("partition %d: the standby's start offset %d after the switch is not between the primary's %d before and %d after it (lag %d)", part, copied[part], before[part], most, after[part].Lag)
 		}
 	}
 
@@ -424,10 +484,67 @@ func TestShareGroupSwitchover(t *testing.T) {
 	// session's first ShareFetch cannot carry them; Ferry closes nothing.
 	testwaitFor(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() bool {
 		es := p.snapshot()
-		return !commitsInFlight(es) && len(refusedNotRedelivered(es)) == 0
+		return !commitsInFlight(es) && len(refusedNotRedelivered(es, nil)) == 0
 	})
+
+	// Every record finished: lag 0 on every partition of the standby.
+	// Switched back now, the switch copies the end, not the start offset
+	// the standby persisted, one acknowledgement behind
+	// (mirror.resumeEnds). (The primary's brokers may still hold the
+	// share partitions as they were before the first switch: they deliver
+	// from there once, until their first state write is refused, the copy
+	// having moved the state epoch, and they load the copied start offset;
+	// records between are delivered again, counted below, never skipped.)
+	testwaitFor(t, 60*time.Second, "lag 0 on every partition of the standby", func() bool {
+		offs, err := shareOffsets(ctx, sAdm, group, topic)
+		if err != nil || len(offs) != 3 {
+			return false
+		}
+		for _, o := range offs {
+			if o.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	finishedEnds, err := sAdm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := map[int32]int64{}
+	finishedEnds.Each(func(e kadm.ListedOffset) { finished[e.Partition] = e.Offset })
+	p.window.Store(2)
+	took2 := ferry.switchover(t, ctx, "primary", 2)
+	back, err := shareStarts(ctx, pAdm, group, topic)
+	if err != nil {
+		t.Fatalf("start offsets on the primary after the switch back: %v", err)
+	}
+	t.Logf("switch back took %s; the standby's ends with lag 0 %v, the primary's start offsets after %v", took2, finishedEnds, back)
+	finishedEnds.Each(func(e kadm.ListedOffset) {
+		if back[e.Partition] < e.Offset {
+			t.Errorf("partition %d: start offset %d on the primary after the switch back, below the standby's end %d, every record under which was finished", e.Partition, back[e.Partition], e.Offset)
+		}
+	})
+	for v, po := range produceValues(ctx, t, ferry.addr, topic, "back", 30) {
+		produced[v] = po
+	}
+	p.waitDelivered(t, produced, 60*time.Second)
+	// Up to 90 s, as after the first switch; what is left then is
+	// reported by the checks below.
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if es := p.snapshot(); !commitsInFlight(es) && len(refusedNotRedelivered(es, finished)) == 0 {
+			break
+		}
+	}
 	p.stop(t)
 	es := p.snapshot()
+	again := 0
+	for _, e := range es {
+		if end, ok := finishedEnds.Lookup(topic, e.Partition); e.Ev == "rec" && e.window == 2 && ok && e.Offset < end.Offset {
+			again++
+		}
+	}
+	t.Logf("after the switch back, %d deliveries of records below the ends where every record was finished (the primary brokers' share partitions from before the first switch)", again)
 	checkDeliveries(t, es, produced, func(e shareEvent) bool {
 		// Acknowledging, after the switch, records acquired from the
 		// old cluster: refused, and redelivered (checked below).
@@ -448,7 +565,7 @@ func TestShareGroupSwitchover(t *testing.T) {
 		}
 		seen[e.Value] = true
 	}
-	if left := refusedNotRedelivered(es); len(left) > 0 {
+	if left := refusedNotRedelivered(es, finished); len(left) > 0 {
 		t.Errorf("records whose acknowledgement was refused and that were not delivered again: %v", left)
 		for i, e := range es {
 			if e.Ev == "ack_error" || e.Ev == "error" {
@@ -463,7 +580,10 @@ func TestShareGroupSwitchover(t *testing.T) {
 // acknowledgement covered (the records it got since its last commit, on
 // the partition named; every partition when the commit failed as a
 // whole) that no later delivery brought again.
-func refusedNotRedelivered(es []shareEvent) []string {
+// Records below finished (partition → offset; nil for none) are left
+// out: every record there was finished before, and the group starts
+// above them.
+func refusedNotRedelivered(es []shareEvent, finished map[int32]int64) []string {
 	pending := map[int][]int{} // consumer → its records since its last commit, by index
 	var refused []int
 	for i, e := range es {
@@ -482,6 +602,9 @@ func refusedNotRedelivered(es []shareEvent) []string {
 	}
 	var out []string
 	for _, ri := range refused {
+		if es[ri].Offset < finished[es[ri].Partition] {
+			continue // finished before: below the start offset now, not delivered again
+		}
 		again := false
 		for _, e := range es[ri+1:] {
 			again = again || e.Ev == "rec" && e.Value == es[ri].Value

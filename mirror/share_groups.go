@@ -97,6 +97,16 @@ func (m *Mirror) syncShareGroups(ctx context.Context, src, dst kadm.ListedGroups
 			}
 		}
 	}
+	// At the switch, the start offsets a group's finished partitions can
+	// resume at (resumeEnds); the describe read after them replaces the
+	// first one.
+	var finished kadm.ListedOffsets
+	if evict && len(parts) > 0 {
+		var err error
+		if finished, srcOffs, err = m.resumeEnds(ctx, groups, parts); err != nil {
+			return fmt.Errorf("describing the share groups' start offsets: %w", err)
+		}
+	}
 	var ends kadm.ListedOffsets
 	if len(parts) > 0 {
 		var err error
@@ -124,7 +134,11 @@ func (m *Mirror) syncShareGroups(ctx context.Context, src, dst kadm.ListedGroups
 				if !ok || end.Err != nil {
 					continue // not mirrored (yet)
 				}
-				want.Add(kadm.Offset{Topic: t, Partition: p, At: min(o.StartOffset, end.Offset), LeaderEpoch: -1})
+				start := o.StartOffset
+				if f, ok := finished.Lookup(t, p); ok && f.Err == nil && o.Lag == 0 {
+					start = max(start, f.Offset)
+				}
+				want.Add(kadm.Offset{Topic: t, Partition: p, At: min(start, end.Offset), LeaderEpoch: -1})
 			}
 		}
 		if len(want) == 0 {
@@ -141,6 +155,30 @@ func (m *Mirror) syncShareGroups(ctx context.Context, src, dst kadm.ListedGroups
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// resumeEnds reads, for a switch, the source's last stable offsets of
+// parts, then the groups' start offsets again. The start offset a broker
+// reports is the one it persisted, which is one acknowledgement behind
+// the one it holds: it moves it once an acknowledgement's state write is
+// answered, and that write carried the old one. A partition the second
+// describe reports with lag 0 has every record below the broker's end
+// finished (acknowledged or archived), and that end is not below the
+// offset read before it (the last stable one: the end of a group reading
+// committed records, at most the end of one that does not), so the group
+// can resume there without a record skipped, rather than deliver the
+// records of its last acknowledgement again. With writes held by the
+// switch the two ends are the same.
+func (m *Mirror) resumeEnds(ctx context.Context, groups []string, parts map[string][]int32) (kadm.ListedOffsets, kadm.DescribedShareGroupsOffsets, error) {
+	stable, err := ListEnds(ctx, m.src, parts, true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("source last stable offsets: %w", err)
+	}
+	again, err := m.srcAdm.DescribeShareGroupOffsets(ctx, groups...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return stable, again, nil
 }
 
 // copyShareGroup sets a share group's start offsets on the standby (and,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/testwait"
 )
 
 // shareEvent is one line of the Java client's share-consume mode.
@@ -400,7 +401,7 @@ func TestShareGroupSwitchover(t *testing.T) {
 	p := startShareConsumers(t, ferry.addr, topic, group, 2)
 	ackedAtLeast := func(what string, n int) {
 		t.Helper()
-		testwaitFor(t, 60*time.Second, what, func() bool {
+		testwait.Until(t, 60*time.Second, what, func() bool {
 			acked := 0
 			for _, e := range p.snapshot() {
 				if e.Ev == "acked" {
@@ -482,10 +483,7 @@ func TestShareGroupSwitchover(t *testing.T) {
 	// switch ended with NetworkException ("The server disconnected before
 	// a response was received") when it opens the new session, since a
 	// session's first ShareFetch cannot carry them; Ferry closes nothing.
-	testwaitFor(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() bool {
-		es := p.snapshot()
-		return !commitsInFlight(es) && len(refusedNotRedelivered(es, nil)) == 0
-	})
+	p.waitSettled(t, nil)
 
 	// Every record finished: lag 0 on every partition of the standby.
 	// Switched back now, the switch copies the end, not the start offset
@@ -495,7 +493,7 @@ func TestShareGroupSwitchover(t *testing.T) {
 	// from there once, until their first state write is refused, the copy
 	// having moved the state epoch, and they load the copied start offset;
 	// records between are delivered again, counted below, never skipped.)
-	testwaitFor(t, 60*time.Second, "lag 0 on every partition of the standby", func() bool {
+	testwait.Until(t, 60*time.Second, "lag 0 on every partition of the standby", func() bool {
 		offs, err := shareOffsets(ctx, sAdm, group, topic)
 		if err != nil || len(offs) != 3 {
 			return false
@@ -507,40 +505,34 @@ func TestShareGroupSwitchover(t *testing.T) {
 		}
 		return true
 	})
-	finishedEnds, err := sAdm.ListEndOffsets(ctx, topic)
+	ends, err := sAdm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	finished := map[int32]int64{}
-	finishedEnds.Each(func(e kadm.ListedOffset) { finished[e.Partition] = e.Offset })
+	finished := map[int32]int64{} // partition → the standby's end, every record below it finished
+	ends.Each(func(e kadm.ListedOffset) { finished[e.Partition] = e.Offset })
 	p.window.Store(2)
 	took2 := ferry.switchover(t, ctx, "primary", 2)
 	back, err := shareStarts(ctx, pAdm, group, topic)
 	if err != nil {
 		t.Fatalf("start offsets on the primary after the switch back: %v", err)
 	}
-	t.Logf("switch back took %s; the standby's ends with lag 0 %v, the primary's start offsets after %v", took2, finishedEnds, back)
-	finishedEnds.Each(func(e kadm.ListedOffset) {
-		if back[e.Partition] < e.Offset {
-			t.Errorf("partition %d: start offset %d on the primary after the switch back, below the standby's end %d, every record under which was finished", e.Partition, back[e.Partition], e.Offset)
+	t.Logf("switch back took %s; the standby's ends with lag 0 %v, the primary's start offsets after %v", took2, finished, back)
+	for part, end := range finished {
+		if back[part] < end {
+			t.Errorf("partition %d: start offset %d on the primary after the switch back, below the standby's end %d, every record under which was finished", part, back[part], end)
 		}
-	})
+	}
 	for v, po := range produceValues(ctx, t, ferry.addr, topic, "back", 30) {
 		produced[v] = po
 	}
 	p.waitDelivered(t, produced, 60*time.Second)
-	// Up to 90 s, as after the first switch; what is left then is
-	// reported by the checks below.
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if es := p.snapshot(); !commitsInFlight(es) && len(refusedNotRedelivered(es, finished)) == 0 {
-			break
-		}
-	}
+	p.waitSettled(t, finished)
 	p.stop(t)
 	es := p.snapshot()
 	again := 0
 	for _, e := range es {
-		if end, ok := finishedEnds.Lookup(topic, e.Partition); e.Ev == "rec" && e.window == 2 && ok && e.Offset < end.Offset {
+		if end, ok := finished[e.Partition]; e.Ev == "rec" && e.window == 2 && ok && e.Offset < end {
 			again++
 		}
 	}
@@ -566,12 +558,7 @@ func TestShareGroupSwitchover(t *testing.T) {
 		seen[e.Value] = true
 	}
 	if left := refusedNotRedelivered(es, finished); len(left) > 0 {
-		t.Errorf("records whose acknowledgement was refused and that were not delivered again: %v", left)
-		for i, e := range es {
-			if e.Ev == "ack_error" || e.Ev == "error" {
-				t.Logf("event %d (after %d switches): %s consumer %d partition %d: %s", i, e.window, e.Ev, e.Consumer, e.Partition, e.Error)
-			}
-		}
+		t.Errorf("records whose acknowledgement was refused and that were not delivered again: %v; errors reported:\n%s", left, refusals(es))
 	}
 	t.Logf("%d deliveries of %d records; %d redeliveries, by delivery count %v", countEv(es, "rec"), len(produced), redelivered, counts)
 }
@@ -617,6 +604,35 @@ func refusedNotRedelivered(es []shareEvent, finished map[int32]int64) []string {
 	return out
 }
 
+// waitSettled waits, up to 90 s, until every commit is answered and every
+// record whose acknowledgement was refused delivered again (those below
+// finished aside, as refusedNotRedelivered has it), and fails the test
+// with the refusals otherwise. A refused record comes back once its
+// acquisition lock (30 s) expires.
+func (p *shareProc) waitSettled(t *testing.T, finished map[int32]int64) {
+	t.Helper()
+	testwait.Eventually(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() error {
+		es := p.snapshot()
+		left := refusedNotRedelivered(es, finished)
+		if !commitsInFlight(es) && len(left) == 0 {
+			return nil
+		}
+		return fmt.Errorf("commits in flight %v; refused and not delivered again %v; errors reported:\n%s", commitsInFlight(es), left, refusals(es))
+	})
+}
+
+// refusals lists the errors the consumers reported, with when, a line
+// each.
+func refusals(es []shareEvent) string {
+	var b strings.Builder
+	for i, e := range es {
+		if e.Ev == "ack_error" || e.Ev == "error" {
+			fmt.Fprintf(&b, "event %d (after %d switches): %s consumer %d partition %d: %s\n", i, e.window, e.Ev, e.Consumer, e.Partition, e.Error)
+		}
+	}
+	return b.String()
+}
+
 // commitsInFlight reports whether a consumer has delivered records whose
 // commit has not been answered yet (no "acked" line after them).
 func commitsInFlight(es []shareEvent) bool {
@@ -645,16 +661,4 @@ func countEv(es []shareEvent, ev string) int {
 		}
 	}
 	return n
-}
-
-// testwaitFor polls cond until it holds or timeout passes.
-func testwaitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -70,17 +70,22 @@ func (m *Mirror) syncShareGroups(ctx context.Context, src, dst kadm.ListedGroups
 	if len(groups) == 0 {
 		return nil
 	}
-	var srcOffs, dstOffs kadm.DescribedShareGroupsOffsets
-	var srcErr, dstErr error
+	// The standby's are compared only to skip a copy that would change
+	// nothing, outside a switch (which copies every group); on an error
+	// the copy is made anyway.
+	var dstOffs kadm.DescribedShareGroupsOffsets
 	var wg sync.WaitGroup
-	wg.Go(func() { dstOffs, dstErr = m.dstAdm.DescribeShareGroupOffsets(ctx, groups...) })
-	srcOffs, srcErr = m.srcAdm.DescribeShareGroupOffsets(ctx, groups...)
+	if !evict {
+		wg.Go(func() {
+			if d, err := m.dstAdm.DescribeShareGroupOffsets(ctx, groups...); err == nil {
+				dstOffs = d
+			}
+		})
+	}
+	srcOffs, srcErr := m.srcAdm.DescribeShareGroupOffsets(ctx, groups...)
 	wg.Wait()
 	if srcErr != nil {
 		return fmt.Errorf("describing the share groups' start offsets: %w", srcErr)
-	}
-	if dstErr != nil {
-		dstOffs = nil // compared only to skip a copy; copied anyway
 	}
 	parts := map[string][]int32{}
 	named := map[topicPartition]bool{}
@@ -144,7 +149,7 @@ func (m *Mirror) syncShareGroups(ctx context.Context, src, dst kadm.ListedGroups
 		if len(want) == 0 {
 			continue
 		}
-		if have, ok := dstOffs[g]; !evict && ok && have.Err == nil && sameShareOffsets(have.Offsets, want) {
+		if have, ok := dstOffs[g]; ok && have.Err == nil && sameShareOffsets(have.Offsets, want) {
 			continue
 		}
 		if !evict && !m.groupSyncOpen() {

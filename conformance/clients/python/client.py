@@ -15,51 +15,28 @@ prints them for acknowledged records only, then a summary line. Diagnostics go t
 stderr. Any failure exits non-zero.
 """
 
-import argparse
 import json
 import os
 import secrets
 import sys
-import threading
 import time
 
 import confluent_kafka as ck
 
-CONSUME_TIMEOUT_S = 60.0
-DRAIN_S = 10.0  # how long consume keeps reading past --count to reach the end offsets
-TXN_BATCH = 25  # records per transaction in transactional produce
-STEADY_GRACE_S = 60.0  # how long produce-steady waits for acks after its last send
-
-
-def record_json(partition, offset, key, value, headers, timestamp, aborted=False):
-    m = {
-        "partition": partition,
-        "offset": offset,
-        "key": key,
-        "value": value,
-        "headers": headers,
-        "timestamp": timestamp,
-    }
-    if aborted:
-        m["aborted"] = True
-    return json.dumps(m, separators=(",", ":"))
+# The matrix's command line, output and stream threads, shared with the
+# other Python program (../contract.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import contract  # noqa: E402
+from contract import (  # noqa: E402
+    CONSUME_TIMEOUT_S, DRAIN_S, STEADY_GRACE_S, TXN_ABORT_EVERY, TXN_BATCH,
+    TXN_PAUSE_S, TXN_RECORDS, emit, ev, record_json,
+)
 
 
 def security():
-    """The client-side security settings the tests pass in the environment
-    (clients/README.md, "Security"): none when CONFORMANCE_SECURITY_PROTOCOL
-    is unset."""
-    proto = os.environ.get("CONFORMANCE_SECURITY_PROTOCOL", "")
-    if not proto:
-        return {}
-    conf = {"security.protocol": proto}
-    if os.environ.get("CONFORMANCE_SSL_CA_FILE"):
-        conf["ssl.ca.location"] = os.environ["CONFORMANCE_SSL_CA_FILE"]
-    if os.environ.get("CONFORMANCE_SASL_MECHANISM"):
-        conf["sasl.mechanism"] = os.environ["CONFORMANCE_SASL_MECHANISM"]
-        conf["sasl.username"] = os.environ["CONFORMANCE_SASL_USERNAME"]
-        conf["sasl.password"] = os.environ["CONFORMANCE_SASL_PASSWORD"]
-    return conf
+    """The tests' security settings (../contract.py), under this library's names."""
+    return contract.security({"protocol": "security.protocol", "ca": "ssl.ca.location", "mechanism": "sasl.mechanism",
+                              "username": "sasl.username", "password": "sasl.password"})
 
 
 def log_errors(err):
@@ -250,25 +227,6 @@ def consume(a):
 
 
 # ---- stream ----
-
-TXN_RECORDS = 10  # records per transaction in stream's txn role
-TXN_ABORT_EVERY = 4  # every 4th transaction is aborted on purpose
-TXN_PAUSE_S = 0.1  # pause between transactions
-
-_out_lock = threading.Lock()
-
-
-def emit(m):
-    line = json.dumps(m, separators=(",", ":")) + "\n"
-    with _out_lock:
-        sys.stdout.write(line)
-
-
-def ev(role, kind, **kw):
-    m = {"role": role, "ev": kind}
-    m.update(kw)
-    return m
-
 
 def emit_error(role, err, fatal=False):
     """Prints an error; code is librdkafka's error name when there is one."""
@@ -469,88 +427,7 @@ def consume_role(a, spec, stop):
     c.close()
 
 
-def stream(a):
-    """Runs the roles asked for, each on its own thread, until stopped: a
-    stdin line "stop ROLE" stops one, the end of stdin every one left. Each
-    prints one JSON line per event (see ../README.md)."""
-    roles = []
-    if a.produce:
-        roles.append(("produce", produce_role, a.produce))
-    if a.txn:
-        roles.append(("txn", txn_role, a.txn))
-    for spec in a.consume or []:
-        if len(spec.split(":")) != 5:
-            sys.exit(f"--consume NAME:TOPIC:GROUP:PROTOCOL:ISOLATION, got {spec}")
-        roles.append((spec.split(":")[0], consume_role, spec))
-    stops = {name: threading.Event() for name, _, _ in roles}
-
-    def control():
-        for line in sys.stdin:
-            w = line.split()
-            if len(w) == 2 and w[0] == "stop" and w[1] in stops:
-                stops[w[1]].set()
-        for s in stops.values():
-            s.set()
-
-    def flusher():
-        while True:
-            time.sleep(0.05)
-            with _out_lock:
-                sys.stdout.flush()
-
-    def body(name, f, spec):
-        try:
-            f(a, spec, stops[name])
-        except Exception as e:  # noqa: BLE001 — whatever ends a role is reported
-            emit_error(name, e, True)
-        emit(ev(name, "done"))
-
-    threading.Thread(target=control, daemon=True).start()
-    threading.Thread(target=flusher, daemon=True).start()
-    threads = [threading.Thread(target=body, args=r) for r in roles]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    with _out_lock:
-        sys.stdout.flush()
-    os._exit(0)
-
-
-def main():
-    ap = argparse.ArgumentParser(prog="client.py")
-    ap.add_argument("mode", choices=["produce", "consume", "produce-steady", "stream"])
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--topic")
-    ap.add_argument("--count", type=int)
-    ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--rate", type=float, default=100.0)
-    ap.add_argument("--produce")
-    ap.add_argument("--txn")
-    ap.add_argument("--consume", action="append")
-    ap.add_argument("--compression", default="none",
-                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    ap.add_argument("--transactional-id")
-    ap.add_argument("--duration", type=float, default=0.0)
-    ap.add_argument("--group")
-    ap.add_argument("--isolation", default="read_uncommitted",
-                    choices=["read_uncommitted", "read_committed"])
-    ap.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
-    a = ap.parse_args()
-    if a.mode == "stream":
-        stream(a)
-        return
-    if a.topic is None or a.count is None:
-        ap.error(f"{a.mode} needs --topic and --count")
-    if a.mode == "produce":
-        produce(a)
-    elif a.mode == "produce-steady":
-        produce_steady(a)
-    else:
-        if not a.group:
-            ap.error("consume needs --group")
-        consume(a)
-
-
 if __name__ == "__main__":
-    main()
+    contract.main({"produce": produce, "produce-steady": produce_steady, "consume": consume},
+                  {"produce": produce_role, "txn": txn_role, "consume": consume_role},
+                  emit_error)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -78,7 +79,8 @@ func TestTargetWithoutDescribeTransactionsHalts(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceFake(t, acl, topic, 0, numbered("a", 0, 10)...)
-	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
+	reg := prometheus.NewRegistry()
+	m, _ := runFakeMirror(t, a, b, reg, Topics([]string{topic}, nil))
 	var st PartitionStatus
 	testwait.Eventually(t, 30*time.Second, "the partition halted", func() error {
 		var ok bool
@@ -92,6 +94,42 @@ func TestTargetWithoutDescribeTransactionsHalts(t *testing.T) {
 	}
 	if e := fakeEnd(t, b, topic, 0); e != 0 {
 		t.Fatalf("the target's end is %d, want 0: nothing written", e)
+	}
+	// Nothing of the source is known to be on the standby: its lag is the
+	// source's whole end (what a forced switch would lose, which automatic
+	// failover bounds), not 0, and it keeps its age while halted.
+	testwait.Eventually(t, 30*time.Second, "the halted partition's lag", func() error {
+		st, _ = partitionStatus(m, topic, 0)
+		if st.Mirrored != -1 || st.SourceEnd != 10 || st.LagRecords != 10 || st.LagTime <= 0 {
+			return fmt.Errorf("mirrored %d, source end %d, lag %d records and %v, want -1, 10, 10 and more than 0",
+				st.Mirrored, st.SourceEnd, st.LagRecords, st.LagTime)
+		}
+		return nil
+	})
+	// And so in the metrics, which have no mirrored offset to give.
+	want := map[string]bool{"ferry_mirror_lag_records": true, "ferry_mirror_lag_seconds": true, "ferry_mirror_mirrored_offset": false}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		present, ok := want[mf.GetName()]
+		if !ok {
+			continue
+		}
+		delete(want, mf.GetName())
+		if !present {
+			t.Errorf("%s is exported for a partition that never started", mf.GetName())
+			continue
+		}
+		if v := mf.GetMetric()[0].GetGauge().GetValue(); v <= 0 || mf.GetName() == "ferry_mirror_lag_records" && v != 10 {
+			t.Errorf("%s is %v, want 10 records, or seconds above 0", mf.GetName(), v)
+		}
+	}
+	for name, present := range want {
+		if present {
+			t.Errorf("%s is not exported for the halted partition", name)
+		}
 	}
 }
 

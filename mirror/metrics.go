@@ -105,14 +105,15 @@ func (c partitionMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.m.Status() {
 		p := strconv.Itoa(int(st.Partition))
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, float64(st.State), st.Topic, p)
-		if st.Mirrored < 0 {
-			continue // not started yet: no lag to tell
+		if st.Mirrored >= 0 {
+			ch <- prometheus.MustNewConstMetric(mirroredDesc, prometheus.GaugeValue, float64(st.Mirrored), st.Topic, p)
+		} else if st.SourceEnd < 0 {
+			continue // neither end known yet: no lag to tell
 		}
 		lag := time.Duration(0)
 		if st.LagRecords > 0 {
 			lag = st.LagTime
 		}
-		ch <- prometheus.MustNewConstMetric(mirroredDesc, prometheus.GaugeValue, float64(st.Mirrored), st.Topic, p)
 		ch <- prometheus.MustNewConstMetric(lagRecordsDesc, prometheus.GaugeValue, float64(st.LagRecords), st.Topic, p)
 		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, lag.Seconds(), st.Topic, p)
 	}

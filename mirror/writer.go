@@ -110,10 +110,13 @@ type PartitionStatus struct {
 	// acknowledged in the last interval. SourceStable is the last stable
 	// offset at the last fetch.
 	SourceEnd, SourceStable int64
-	// LagRecords is SourceEnd - Mirrored (offsets, markers included).
+	// LagRecords is SourceEnd - Mirrored (offsets, markers included);
+	// SourceEnd while Mirrored is not known (nothing is known to be on
+	// the standby).
 	LagRecords int64
 	// LagTime is how long ago the partition was last caught up (0 when it
-	// is).
+	// is, and when it stopped); for a partition never caught up, since
+	// its writer was made.
 	LagTime time.Duration
 	// Err is why the writer halted (a *HaltError), or the last transient
 	// error it is retrying.
@@ -228,7 +231,9 @@ func (w *writer) Status() PartitionStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.status
-	if st.State == StateMirroring || st.State == StateStarting {
+	if st.State == StateMirroring || st.State == StateStarting || st.State == StateHalted {
+		// Halted, the lag keeps growing from the last time it was
+		// caught up, as the records do.
 		st.LagTime = time.Since(w.caught)
 	}
 	return st
@@ -277,7 +282,11 @@ func (w *writer) updateLocked() {
 	st := &w.status
 	st.SourceEnd = max(w.fetchedEnd, w.listedEnd)
 	if st.Mirrored < 0 {
-		return // not started yet: no lag to tell
+		// Not started (or halted before it started): nothing is known
+		// to be on the standby, so the whole source end is the lag a
+		// forced switch must count on losing, not 0.
+		st.LagRecords = max(st.SourceEnd, 0)
+		return
 	}
 	lag := max(st.SourceEnd-st.Mirrored, 0)
 	st.LagRecords = lag

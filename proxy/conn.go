@@ -509,6 +509,9 @@ func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) erro
 		}
 		return err
 	}
+	// A large frame takes a kept buffer of its size, if there is one,
+	// before its charge is counted from the buffer's capacity.
+	upstream.RequestBufs.Fit(buf, n)
 	waited, err := c.mem.Admit(c.ctx, buf, n)
 	if err != nil {
 		return err

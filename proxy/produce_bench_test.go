@@ -36,6 +36,7 @@ func BenchmarkProduceThrough(b *testing.B) {
 		{6, 6 << 10, 1}, // about the size conformance/bench sends at half rate
 		{6, 16 << 10, 1},
 		{2, 64 << 10, 3},
+		{3, 384 << 10, 1}, // full speed: about the size conformance/bench sends then (1.1 MiB a request)
 	} {
 		b.Run(fmt.Sprintf("parts=%d/batch=%dKiB/conns=%d", c.parts, c.batch>>10, c.conns), func(b *testing.B) {
 			benchProduceThrough(b, c.parts, c.batch, c.conns)

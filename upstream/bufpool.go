@@ -14,9 +14,10 @@ import (
 // bytes), and a pool calibrated over both keeps the large buffers of
 // neither, so every large fetch answer would be allocated anew.
 var (
-	RequestBufs  = FramePool{charged: true} // client request frames
-	ResponseBufs = FramePool{charged: true} // upstream response frames
-	// encodedBufs hold requests and answers Ferry encodes itself.
+	RequestBufs  = FramePool{charged: true, keepLarge: true} // client request frames
+	ResponseBufs = FramePool{charged: true, keepLarge: true} // upstream response frames
+	// encodedBufs hold requests and answers Ferry encodes itself, which
+	// grow as they are encoded: a large one kept would never be fitted.
 	EncodedBufs FramePool
 )
 
@@ -44,9 +45,10 @@ const largeKeptBytes = 32 << 20
 // apart (large), and releases the memory budget a buffer was charged with
 // (budget.go) if its buffers are charged.
 type FramePool struct {
-	p       bytebufferpool.Pool
-	large   largeFrames
-	charged bool
+	p         bytebufferpool.Pool
+	large     largeFrames
+	charged   bool
+	keepLarge bool // its frames' sizes are known before they are read (Fit)
 }
 
 func (fp *FramePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
@@ -74,7 +76,7 @@ func (fp *FramePool) Put(buf *bytebufferpool.ByteBuffer) {
 		ReleaseBuf(buf)
 	}
 	if n := cap(buf.B); n > maxPooledBuf {
-		if !fp.large.keep(buf) {
+		if !fp.keepLarge || !fp.large.keep(buf) {
 			largeBufs.dropped(n)
 		}
 		return

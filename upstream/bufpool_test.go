@@ -12,7 +12,7 @@ import (
 // half as much again); what is kept stays within largeKeptBytes, the rest
 // dropped.
 func TestLargeFramesKept(t *testing.T) {
-	var fp FramePool
+	fp := FramePool{keepLarge: true}
 	const big = 2 << 20
 	put := func(size int) {
 		fp.Put(&bytebufferpool.ByteBuffer{B: make([]byte, size)})
@@ -66,5 +66,12 @@ func TestLargeFramesKept(t *testing.T) {
 	put(big)
 	if len(fp.large.bufs) != kept {
 		t.Fatalf("%d large buffers kept past the bound of %d bytes (%d before)", len(fp.large.bufs), largeKeptBytes, kept)
+	}
+
+	// A pool whose frames grow as they are encoded keeps none.
+	var enc FramePool
+	enc.Put(&bytebufferpool.ByteBuffer{B: make([]byte, big)})
+	if len(enc.large.bufs) != 0 {
+		t.Fatal("a pool of encoded frames kept a large buffer it could never fit")
 	}
 }

@@ -527,6 +527,7 @@ func (c *Conn) readLoop() {
 		// Held until its client takes it: not read ahead of a client
 		// over its budget (budget.go).
 		buf := ResponseBufs.Get()
+		ResponseBufs.Fit(buf, int(size))
 		if p.Mem != nil && !p.Mem.AdmitAnswer(p, buf, int(size), c.dead) {
 			ResponseBufs.Put(buf)
 			if !c.Alive() {

@@ -32,19 +32,29 @@ import (
 //
 //	go test ./proxy -run '^$' -bench 'ProduceThrough' -benchmem -cpuprofile /tmp/produce.pb.gz
 func BenchmarkProduceThrough(b *testing.B) {
-	for _, c := range []struct{ parts, batch, conns int }{
-		{6, 6 << 10, 1}, // about the size conformance/bench sends at half rate
-		{6, 16 << 10, 1},
-		{2, 64 << 10, 3},
-		{3, 384 << 10, 1}, // full speed: about the size conformance/bench sends then (1.1 MiB a request)
+	for _, c := range []struct {
+		parts, batch, conns int
+		chatter             bool
+	}{
+		{6, 6 << 10, 1, false}, // about the size conformance/bench sends at half rate
+		{6, 16 << 10, 1, false},
+		{2, 64 << 10, 3, false},
+		{3, 384 << 10, 1, false}, // full speed: about the size conformance/bench sends then (1.1 MiB a request)
+		// Another client's small requests, many times as many as the
+		// produces, as on a member that also serves consumers.
+		{6, 16 << 10, 1, true},
 	} {
-		b.Run(fmt.Sprintf("parts=%d/batch=%dKiB/conns=%d", c.parts, c.batch>>10, c.conns), func(b *testing.B) {
-			benchProduceThrough(b, c.parts, c.batch, c.conns)
+		name := fmt.Sprintf("parts=%d/batch=%dKiB/conns=%d", c.parts, c.batch>>10, c.conns)
+		if c.chatter {
+			name += "/with-small-requests"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchProduceThrough(b, c.parts, c.batch, c.conns, c.chatter)
 		})
 	}
 }
 
-func benchProduceThrough(b *testing.B, parts, batch, conns int) {
+func benchProduceThrough(b *testing.B, parts, batch, conns int, chatter bool) {
 	kf := newKfake(b, 1, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
 		ln, err := net.Listen(network, addr)
 		return &cannedProduceListener{Listener: ln}, err
@@ -80,6 +90,32 @@ func benchProduceThrough(b *testing.B, parts, batch, conns int) {
 		if err := allProduced(body, parts); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if chatter {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		defer func() { close(stop); <-done }()
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		go func() {
+			defer close(done)
+			req := kmsg.NewPtrApiVersionsRequest()
+			frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("chatter")).AppendRequest(nil, req, 0)
+			for corr := int32(1); ; corr++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := produceRoundTrip(nc, frame, corr, false); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(2 * time.Second) // long enough for the pools to calibrate on them
 	}
 	ch := make(chan int32, conns)
 	cpu0 := processCPU()

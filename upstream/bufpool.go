@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math/bits"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -27,22 +28,31 @@ var (
 // next to reading it.
 const maxPooledBuf = 1 << 20
 
-// Frames over maxPooledBuf (a producer's requests at full speed: franz-go
-// puts up to a megabyte per partition in one, so two or three partitions a
-// broker make them 2–3 MiB) are kept apart from the others, up to
+// Frames over keptFrom (where ReadFrameBody starts growing a buffer with
+// the bytes that arrive) are kept apart from the others, up to
 // largeKeptBytes in all, and handed only to a frame of about their size
 // (Fit): a small request never holds one, and so is never charged a large
-// buffer's capacity against its budget. Dropped, each such frame cost
-// twice its size in allocations as ReadFrameBody grew a buffer for it, and
-// a copy: the largest part of what Ferry added to a producer's bytes at
-// full speed (BenchmarkProduceThrough, the 1.1 MiB case: 3.2 MB allocated
-// a request before, none after). Bounded, they are what an idle member
-// keeps after a burst of large frames; the rest is dropped and reclaimed
+// buffer's capacity against its budget. Kept with the others,
+// bytebufferpool drops whatever is larger than 95 % of what it is given
+// (its calibration), so on a member whose producers' requests are fewer
+// than one in twenty (consumers' fetches, heartbeats) every one of them
+// was dropped; and buffers over maxPooledBuf (a producer's requests at full
+// speed: franz-go puts up to a megabyte a partition in one) always were.
+// Each such frame then cost twice its size in allocations as ReadFrameBody
+// grew a buffer for it, and a copy: the largest part of what Ferry added to
+// a producer's bytes (BenchmarkProduceThrough: 3.2 MB allocated for a
+// 1.1 MiB request before, none after; 150 KB for a 96 KiB one among
+// another client's small requests). Bounded, they are what an idle member
+// keeps after a burst of large frames; past the bound the others go to the
+// pool as before, or over maxPooledBuf are dropped and reclaimed
 // (largeBufs).
-const largeKeptBytes = 32 << 20
+const (
+	keptFrom       = 64 << 10
+	largeKeptBytes = 32 << 20
+)
 
-// framePool is a bytebufferpool.Pool that keeps buffers over maxPooledBuf
-// apart (large), and releases the memory budget a buffer was charged with
+// framePool is a bytebufferpool.Pool that keeps buffers over keptFrom apart
+// (large), and releases the memory budget a buffer was charged with
 // (budget.go) if its buffers are charged.
 type FramePool struct {
 	p         bytebufferpool.Pool
@@ -54,12 +64,12 @@ type FramePool struct {
 func (fp *FramePool) Get() *bytebufferpool.ByteBuffer { return fp.p.Get() }
 
 // Fit gives buf, uncharged and about to hold a frame of n bytes, a kept
-// large buffer with room for it, when n is over maxPooledBuf and one of
-// about its size is kept; otherwise buf is left as it is, to grow with the
-// bytes that arrive (ReadFrameBody). buf's own buffer goes back to the
-// pool.
+// large buffer with room for it, when n is over keptFrom, buf has no room
+// for it and one of about its size is kept; otherwise buf is left as it
+// is, to grow with the bytes that arrive (ReadFrameBody). buf's own buffer
+// goes back to the pool.
 func (fp *FramePool) Fit(buf *bytebufferpool.ByteBuffer, n int) {
-	if n <= maxPooledBuf || cap(buf.B) >= n {
+	if n <= keptFrom || cap(buf.B) >= n {
 		return
 	}
 	if lb := fp.large.take(n); lb != nil {
@@ -69,49 +79,62 @@ func (fp *FramePool) Fit(buf *bytebufferpool.ByteBuffer, n int) {
 }
 
 // Put releases buf's charge and keeps it for reuse: apart if it is over
-// maxPooledBuf, or dropped (and its memory reclaimed, largeBufs) when the
-// large ones kept are at their bound.
+// keptFrom and the large ones kept are under their bound; else in the pool,
+// or, over maxPooledBuf, dropped (and its memory reclaimed, largeBufs).
 func (fp *FramePool) Put(buf *bytebufferpool.ByteBuffer) {
 	if fp.charged {
 		ReleaseBuf(buf)
 	}
-	if n := cap(buf.B); n > maxPooledBuf {
-		if !fp.keepLarge || !fp.large.keep(buf) {
-			largeBufs.dropped(n)
-		}
-		return
+	switch n := cap(buf.B); {
+	case n > keptFrom && fp.keepLarge && fp.large.keep(buf):
+	case n > maxPooledBuf:
+		largeBufs.dropped(n)
+	default:
+		fp.p.Put(buf)
 	}
-	fp.p.Put(buf)
 }
 
-// largeFrames are the large buffers kept, up to largeKeptBytes: a few, so
-// a list searched whole.
+// largeFrames are the large buffers kept, up to largeKeptBytes, by size
+// class: four classes to each power of two, so a buffer of a class above a
+// frame's always has room for it, and one of its own class may.
 type largeFrames struct {
-	mu    sync.Mutex
-	bufs  []*bytebufferpool.ByteBuffer
-	bytes int
+	mu      sync.Mutex
+	classes [128][]*bytebufferpool.ByteBuffer
+	bytes   int
 }
 
-// take returns the smallest kept buffer with room for n bytes and at most
-// half as much again (the charge counts its capacity), or nil.
+// sizeClass is the class of a capacity c over keptFrom.
+func sizeClass(c int) int {
+	l := bits.Len(uint(c)) // c in [2^(l-1), 2^l)
+	return (l-1)*4 + int(uint(c)>>(l-3))&3
+}
+
+// classFloor is the smallest capacity of class k.
+func classFloor(k int) int {
+	return 1<<(k/4) + (k%4)<<(k/4-2)
+}
+
+// take returns a kept buffer with room for n bytes and at most half as much
+// again (the charge counts its capacity), from the smallest class that has
+// one, or nil.
 func (l *largeFrames) take(n int) *bytebufferpool.ByteBuffer {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	best := -1
-	for i, b := range l.bufs {
-		if c := cap(b.B); c >= n && c <= n+n/2 && (best < 0 || c < cap(l.bufs[best].B)) {
-			best = i
+	for k := sizeClass(n); k < len(l.classes) && classFloor(k) <= n+n/2; k++ {
+		bufs := l.classes[k]
+		for i := len(bufs) - 1; i >= 0; i-- {
+			b := bufs[i]
+			if c := cap(b.B); c < n || c > n+n/2 {
+				continue
+			}
+			bufs[i] = bufs[len(bufs)-1]
+			bufs[len(bufs)-1] = nil
+			l.classes[k] = bufs[:len(bufs)-1]
+			l.bytes -= cap(b.B)
+			return b
 		}
 	}
-	if best < 0 {
-		return nil
-	}
-	b := l.bufs[best]
-	l.bufs[best] = l.bufs[len(l.bufs)-1]
-	l.bufs[len(l.bufs)-1] = nil
-	l.bufs = l.bufs[:len(l.bufs)-1]
-	l.bytes -= cap(b.B)
-	return b
+	return nil
 }
 
 // keep keeps buf unless that would pass largeKeptBytes, and reports
@@ -119,12 +142,14 @@ func (l *largeFrames) take(n int) *bytebufferpool.ByteBuffer {
 func (l *largeFrames) keep(buf *bytebufferpool.ByteBuffer) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.bytes+cap(buf.B) > largeKeptBytes {
+	c := cap(buf.B)
+	k := sizeClass(c)
+	if l.bytes+c > largeKeptBytes || k >= len(l.classes) {
 		return false
 	}
 	buf.B = buf.B[:0]
-	l.bufs = append(l.bufs, buf)
-	l.bytes += cap(buf.B)
+	l.classes[k] = append(l.classes[k], buf)
+	l.bytes += c
 	return true
 }
 

@@ -63,6 +63,7 @@ type options struct {
 	out            string // markdown report path, or ""
 	cpuprofile     string // Ferry's CPU profile path, or ""
 	ferryBin       string // prebuilt ferry binary, or "" to build cmd/ferry
+	ferryBaseBin   string // a second ferry binary measured beside it, or ""
 	ferryCPUs      string // taskset CPU list to pin Ferry (and the relay) to, or ""
 	relay          bool   // also measure the relay path
 	relayCopy      bool   // the relay reads and writes through a buffer instead of splicing
@@ -80,6 +81,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write Ferry's CPU profile (of the whole run) to this file; runs Ferry as this binary re-executed instead of `ferry serve`")
 	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as `ferry serve` (default: build ./cmd/ferry)")
+	fs.StringVar(&o.ferryBaseBin, "ferry-base-bin", "", "also measure this ferry binary, as the path \""+pathBase+"\" run alongside: an older build against the new in the same run (CPU per GiB of both in the report)")
 	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` (and the relay) to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
 	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
 	fs.BoolVar(&o.relayCopy, "relay-copy", false, "the relay reads each connection's bytes into a buffer and writes them from it (read(2) and write(2), 256 KiB) instead of splicing: the two copies through user space that any gateway looking at the bytes makes, so that Ferry/relay is Ferry's work beyond them")

@@ -144,6 +144,13 @@ func report(res *results) rendered {
 	for _, r := range cpuRows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry)
 	}
+	if slices.Contains(res.paths, pathBase) {
+		fmt.Fprintf(&b, "\n### Against the base build (%s)\n\n| runs | base CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|\n", o.ferryBaseBin)
+		for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
+			base := cpuRow(ph.name, phase{runs: map[string][]runResult{pathFerry: ph.runs[pathBase]}})
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", ph.name, base.ferry, cpuRow(ph.name, ph).ferry)
+		}
+	}
 	fmt.Fprintf(&b, "\nFerry used %.2f CPU-seconds starting up and connecting, before the first run (not counted above).\n\n", res.startCPU.Seconds())
 	fmt.Fprintf(&b, "### Every run\n\n| phase | round | path | records | MB/s | p50 | p99 | CPU of the path's process |\n|---|--:|---|--:|--:|--:|--:|--:|\n")
 	for _, ph := range []phase{res.produce, res.halfRate, res.consume} {

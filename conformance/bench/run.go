@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ const (
 	pathDirect = "direct"
 	pathRelay  = "relay"
 	pathFerry  = "Ferry"
+	pathBase   = "Ferry-base" // -ferry-base-bin
 )
 
 // path is one way to the cluster.
@@ -141,6 +143,22 @@ func run(ctx context.Context, o options, cmd string) error {
 		return err
 	}
 	paths = append(paths, path{pathFerry, f.Addr, f})
+	if o.ferryBaseBin != "" {
+		bdir := filepath.Join(dir, "base")
+		if err := os.Mkdir(bdir, 0o755); err != nil {
+			return err
+		}
+		step("starting the base build of Ferry, %s", o.ferryBaseBin)
+		bf, err := startServe(ctx, o.ferryBaseBin, bdir, cluster.Bootstrap(), o.ferryCPUs)
+		if err != nil {
+			return fmt.Errorf("ferry base: %w", err)
+		}
+		defer func() {
+			step("stopping the base build of Ferry")
+			bf.Stop()
+		}()
+		paths = append(paths, path{pathBase, bf.Addr, bf})
+	}
 	for _, p := range paths {
 		res.paths = append(res.paths, p.name)
 	}

@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short test-versions bench bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
+.PHONY: help build test test-short test-versions bench bench-against bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-versions the whole Kafka version matrix (2.8 ZooKeeper, 3.6 and 3.9 KRaft and ZooKeeper, 4.4): Ferry in front of each, each older one migrated to 4.4 and back (make test runs a slice)"
 	@echo "make bench       Ferry vs a direct connection and a bare splice relay on a real 3-broker cluster, then bench-mirror"
 	@echo "make bench-dedicated the same with Ferry on CPU 1 and everything else on CPU 0 (taskset)"
+	@echo "make bench-against BASE=<commit> the same, with BASE's build of Ferry run beside this tree's, alternating (CPU per GiB of both): a change shown not to cost"
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS); then automatic failover, the active cluster's broker killed (AUTOBENCHFLAGS)"
 	@echo "make bench-distance the mirror's copy and the planned switch with the standby 20, 50 and 100 ms away (a delaying relay): mirrorbench -rtts, switchbench -rtt (DISTANCEBENCHFLAGS, SWITCHRTT)"
@@ -64,6 +65,16 @@ test-versions:
 bench:
 	$(GO) run ./conformance/bench $(BENCHFLAGS)
 	$(GO) run ./conformance/mirrorbench $(MIRRORBENCHFLAGS)
+
+# BASE's Ferry, built from its tree (git archive) in .cache, beside this
+# tree's in the same run.
+bench-against:
+	@test -n "$(BASE)" || { echo 'usage: make bench-against BASE=<commit> [BENCHFLAGS=...]' >&2; exit 2; }
+	rm -rf .cache/bench-base && mkdir -p .cache/bench-base
+	git archive $(BASE) | tar -x -C .cache/bench-base
+	cd .cache/bench-base && $(GO) build -o ../ferry-base ./cmd/ferry
+	$(GO) build -o .cache/ferry-new ./cmd/ferry
+	$(GO) run ./conformance/bench -ferry-bin .cache/ferry-new -ferry-base-bin .cache/ferry-base $(BENCHFLAGS)
 
 bench-dedicated:
 	taskset -c 0 $(GO) run ./conformance/bench -ferry-cpus 1 $(BENCHFLAGS)

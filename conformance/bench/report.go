@@ -83,6 +83,16 @@ func report(res *results) rendered {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.metric, r.direct, r.relay, r.ferry)
 	}
 	tw.Flush()
+	baseRows := baseCPURows(res)
+	if baseRows != nil {
+		fmt.Fprintf(&t, "\nAgainst the base build (%s), CPU-s per GiB:\n", o.ferryBaseBin)
+		tw = tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  runs\tbase\tFerry\n")
+		for _, r := range baseRows {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.metric, r.relay, r.ferry)
+		}
+		tw.Flush()
+	}
 	m := res.machine
 	fmt.Fprintf(&t, "\nmachine: %d CPUs (%s), %.1f GiB memory, Linux %s, load %s at start; %s; Kafka %s\n",
 		m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
@@ -144,11 +154,10 @@ func report(res *results) rendered {
 	for _, r := range cpuRows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.metric, r.direct, r.relay, r.ferry)
 	}
-	if slices.Contains(res.paths, pathBase) {
+	if baseRows != nil {
 		fmt.Fprintf(&b, "\n### Against the base build (%s)\n\n| runs | base CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|\n", o.ferryBaseBin)
-		for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
-			base := cpuRow(ph.name, phase{runs: map[string][]runResult{pathFerry: ph.runs[pathBase]}})
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", ph.name, base.ferry, cpuRow(ph.name, ph).ferry)
+		for _, r := range baseRows {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.metric, r.relay, r.ferry)
 		}
 	}
 	fmt.Fprintf(&b, "\nFerry used %.2f CPU-seconds starting up and connecting, before the first run (not counted above).\n\n", res.startCPU.Seconds())
@@ -202,6 +211,21 @@ func cpuRow(name string, ph phase) row {
 	gib, f := perGiB(ph.runs[pathFerry])
 	_, rl := perGiB(ph.runs[pathRelay])
 	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
+}
+
+// baseCPURows are, with -ferry-base-bin, each phase's CPU-seconds per GiB
+// of the base build (in relay's place) and of Ferry; nil without it.
+func baseCPURows(res *results) []row {
+	if !slices.Contains(res.paths, pathBase) {
+		return nil
+	}
+	var rows []row
+	for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
+		r := cpuRow(ph.name, ph)
+		r.relay = cpuRow(ph.name, phase{runs: map[string][]runResult{pathFerry: ph.runs[pathBase]}}).ferry
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 var median = benchutil.Median

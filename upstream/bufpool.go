@@ -22,10 +22,10 @@ var (
 	EncodedBufs FramePool
 )
 
-// maxPooledBuf is the largest buffer kept for reuse. A pool keeps what it
-// is given for as long as it is used, so a burst of 100 MiB requests would
-// stay in memory for good; allocating a large frame anew costs little
-// next to reading it.
+// maxPooledBuf is the largest buffer the pool keeps for reuse (larger ones
+// are kept apart, a bounded few: largeKeptBytes). A pool keeps what it is
+// given for as long as it is used, so a burst of 100 MiB requests would
+// stay in memory for good.
 const maxPooledBuf = 1 << 20
 
 // Frames over keptFrom (where ReadFrameBody starts growing a buffer with

@@ -133,6 +133,36 @@ func TestTargetWithoutDescribeTransactionsHalts(t *testing.T) {
 	}
 }
 
+// TestHaltedEmptyPartitionLosesNothing: a partition halted before it
+// started whose source holds nothing lags by nothing, in records or in
+// time (a forced switch loses nothing of it), where one that holds records
+// lags by all of them (TestTargetWithoutDescribeTransactionsHalts).
+func TestHaltedEmptyPartitionLosesNothing(t *testing.T) {
+	a, b := fakeCluster(t), fakeClusterWithout(t, kmsg.ListTransactions, kmsg.DescribeTransactions)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const topic = "old-target-empty"
+	if _, err := kadm.NewClient(fakeClient(t, a)).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{topic}, nil))
+	testwait.Eventually(t, 30*time.Second, "the empty partition halted, lagging by nothing", func() error {
+		st, ok := partitionStatus(m, topic, 0)
+		switch {
+		case !ok || st.State != StateHalted:
+			return fmt.Errorf("status %+v", st)
+		case st.SourceEnd != 0 || st.LagRecords != 0:
+			return fmt.Errorf("source end %d, lag %d records, want 0 and 0", st.SourceEnd, st.LagRecords)
+		case time.Since(start) < 3*time.Second || st.LagTime > time.Since(start)-2*time.Second:
+			// Its age counts from the last listing that found the
+			// source empty, not from the writer's start.
+			return fmt.Errorf("lag time %v after %v", st.LagTime, time.Since(start))
+		}
+		return nil
+	})
+}
+
 // TestTargetWithOlderProduce: a target serving Produce up to v9 (Kafka
 // before 3.7) is written at v9. Before, the writers sent v11, the broker
 // closed each connection, and the partition retried its session ("EOF")

@@ -286,6 +286,9 @@ func (w *writer) updateLocked() {
 		// to be on the standby, so the whole source end is the lag a
 		// forced switch must count on losing, not 0.
 		st.LagRecords = max(st.SourceEnd, 0)
+		if st.SourceEnd == 0 {
+			w.caught = time.Now() // an empty source: nothing to lose
+		}
 		return
 	}
 	lag := max(st.SourceEnd-st.Mirrored, 0)

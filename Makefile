@@ -73,6 +73,7 @@ bench-against:
 	rm -rf .cache/bench-base && mkdir -p .cache/bench-base
 	git archive $(BASE) | tar -x -C .cache/bench-base
 	cd .cache/bench-base && $(GO) build -o ../ferry-base ./cmd/ferry
+	rm -rf .cache/bench-base
 	$(GO) build -o .cache/ferry-new ./cmd/ferry
 	$(GO) run ./conformance/bench -ferry-bin .cache/ferry-new -ferry-base-bin .cache/ferry-base $(BENCHFLAGS)
 

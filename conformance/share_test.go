@@ -613,11 +613,11 @@ func (p *shareProc) waitSettled(t *testing.T, finished map[int32]int64) {
 	t.Helper()
 	testwait.Eventually(t, 90*time.Second, "every commit answered and every record whose acknowledgement was refused delivered again", func() error {
 		es := p.snapshot()
-		left := refusedNotRedelivered(es, finished)
-		if !commitsInFlight(es) && len(left) == 0 {
+		inFlight, left := commitsInFlight(es), refusedNotRedelivered(es, finished)
+		if !inFlight && len(left) == 0 {
 			return nil
 		}
-		return fmt.Errorf("commits in flight %v; refused and not delivered again %v; errors reported:\n%s", commitsInFlight(es), left, refusals(es))
+		return fmt.Errorf("commits in flight %v; refused and not delivered again %v; errors reported:\n%s", inFlight, left, refusals(es))
 	})
 }
 

@@ -281,17 +281,17 @@ func (w *writer) advanceLocked() {
 func (w *writer) updateLocked() {
 	st := &w.status
 	st.SourceEnd = max(w.fetchedEnd, w.listedEnd)
-	if st.Mirrored < 0 {
+	mirrored := st.Mirrored
+	if mirrored < 0 {
+		if st.SourceEnd < 0 {
+			return // neither end known: no lag to tell
+		}
 		// Not started (or halted before it started): nothing is known
 		// to be on the standby, so the whole source end is the lag a
 		// forced switch must count on losing, not 0.
-		st.LagRecords = max(st.SourceEnd, 0)
-		if st.SourceEnd == 0 {
-			w.caught = time.Now() // an empty source: nothing to lose
-		}
-		return
+		mirrored = 0
 	}
-	lag := max(st.SourceEnd-st.Mirrored, 0)
+	lag := max(st.SourceEnd-mirrored, 0)
 	st.LagRecords = lag
 	if lag > 0 && st.State == StateCaughtUp {
 		st.State = StateMirroring

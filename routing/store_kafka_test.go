@@ -12,7 +12,6 @@ import (
 	"net"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -225,25 +224,33 @@ func TestKafkaStoreRoundTrip(t *testing.T) {
 		}
 
 		// The records as a consumer sees them, up to the end of the log:
-		// keyed by virtual cluster ID, the value versioned, the last of each
-		// key the state it saved. A save that timed out on this cluster may
-		// still have landed before the background write that follows it,
-		// so a key can hold the same state twice until compaction.
+		// keyed by virtual cluster ID, the value versioned, each a state
+		// saved and the last of each key the one loaded. A save that timed
+		// out on this cluster may still have landed before the background
+		// write that follows it, so a key can hold the same state twice
+		// until compaction. The saves are transactional: the control
+		// records are kept so that reading ends at the end of the log.
 		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
 		end, _ := ends.Lookup(topic, 0)
-		cons, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		cons, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cons.Close()
+		want := map[string]string{"vc1": "format 1 generation 5", "vc2": "format 1 generation 9"}
 		var recs []string
 		last := map[string]string{}
-		for next := int64(0); next < end.Offset && ctx.Err() == nil; {
+		next := int64(0)
+		for next < end.Offset && ctx.Err() == nil {
 			cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 				next = r.Offset + 1
+				if r.Attrs.IsControl() {
+					return
+				}
 				var v struct {
 					Format int `json:"format"`
 					State  struct {
@@ -255,17 +262,17 @@ func TestKafkaStoreRoundTrip(t *testing.T) {
 				}
 				got := fmt.Sprintf("format %d generation %d", v.Format, v.State.Generation)
 				recs = append(recs, string(r.Key)+"="+got)
+				if want[string(r.Key)] != got {
+					t.Errorf("%s: record %d, %s=%s, is not a state saved", name, r.Offset, r.Key, got)
+				}
 				last[string(r.Key)] = got
 			})
 		}
-		want := map[string]string{"vc1": "format 1 generation 5", "vc2": "format 1 generation 9"}
+		if next < end.Offset {
+			t.Errorf("%s: read to offset %d of the log's %d", name, next, end.Offset)
+		}
 		if !reflect.DeepEqual(last, want) {
 			t.Errorf("%s: records %v, the last of each key %v, want %v", name, recs, last, want)
-		}
-		for _, r := range recs {
-			if k, v, _ := strings.Cut(r, "="); want[k] != v {
-				t.Errorf("%s: record %s is not a state saved (records %v)", name, r, recs)
-			}
 		}
 	}
 }

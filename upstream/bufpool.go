@@ -85,13 +85,15 @@ func (fp *FramePool) Put(buf *bytebufferpool.ByteBuffer) {
 	if fp.charged {
 		ReleaseBuf(buf)
 	}
-	switch n := cap(buf.B); {
-	case n > keptFrom && fp.keepLarge && fp.large.keep(buf):
-	case n > maxPooledBuf:
-		largeBufs.dropped(n)
-	default:
-		fp.p.Put(buf)
+	n := cap(buf.B)
+	if n > keptFrom && fp.keepLarge && fp.large.keep(buf) {
+		return
 	}
+	if n > maxPooledBuf {
+		largeBufs.dropped(n)
+		return
+	}
+	fp.p.Put(buf)
 }
 
 // largeFrames are the large buffers kept, up to largeKeptBytes, by size

@@ -89,7 +89,7 @@ func report(res *results) rendered {
 		tw = tabwriter.NewWriter(&t, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  runs\tbase\tFerry\n")
 		for _, r := range baseRows {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.metric, r.relay, r.ferry)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.phase, r.base, r.ferry)
 		}
 		tw.Flush()
 	}
@@ -157,7 +157,7 @@ func report(res *results) rendered {
 	if baseRows != nil {
 		fmt.Fprintf(&b, "\n### Against the base build (%s)\n\n| runs | base CPU-seconds per GiB | Ferry CPU-seconds per GiB |\n|---|--:|--:|\n", o.ferryBaseBin)
 		for _, r := range baseRows {
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.metric, r.relay, r.ferry)
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.phase, r.base, r.ferry)
 		}
 	}
 	fmt.Fprintf(&b, "\nFerry used %.2f CPU-seconds starting up and connecting, before the first run (not counted above).\n\n", res.startCPU.Seconds())
@@ -195,35 +195,41 @@ func latRow(metric string, ph phase, q float64) row {
 // cpuRow is the GiB moved through Ferry and the CPU-seconds per GiB of the
 // relay and of Ferry over ph's runs.
 func cpuRow(name string, ph phase) row {
-	perGiB := func(rs []runResult) (float64, string) {
-		var cpu time.Duration
-		var bytes int64
-		for _, r := range rs {
-			cpu += r.CPU
-			bytes += r.Bytes
-		}
-		gib := float64(bytes) / (1 << 30)
-		if gib == 0 {
-			return 0, "–"
-		}
-		return gib, fmt.Sprintf("%.2f", cpu.Seconds()/gib)
-	}
 	gib, f := perGiB(ph.runs[pathFerry])
 	_, rl := perGiB(ph.runs[pathRelay])
 	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
 }
 
-// baseCPURows are, with -ferry-base-bin, each phase's CPU-seconds per GiB
-// of the base build (in relay's place) and of Ferry; nil without it.
-func baseCPURows(res *results) []row {
+// perGiB is the GiB of record values rs moved and the CPU-seconds their
+// process spent per GiB ("–" for none).
+func perGiB(rs []runResult) (float64, string) {
+	var cpu time.Duration
+	var bytes int64
+	for _, r := range rs {
+		cpu += r.CPU
+		bytes += r.Bytes
+	}
+	gib := float64(bytes) / (1 << 30)
+	if gib == 0 {
+		return 0, "–"
+	}
+	return gib, fmt.Sprintf("%.2f", cpu.Seconds()/gib)
+}
+
+// baseRow is one phase's CPU-seconds per GiB of the base build
+// (-ferry-base-bin) and of Ferry.
+type baseRow struct{ phase, base, ferry string }
+
+// baseCPURows are each phase's baseRow; nil without a base build.
+func baseCPURows(res *results) []baseRow {
 	if !slices.Contains(res.paths, pathBase) {
 		return nil
 	}
-	var rows []row
+	var rows []baseRow
 	for _, ph := range []phase{res.produce, res.halfRate, res.consume} {
-		r := cpuRow(ph.name, ph)
-		r.relay = cpuRow(ph.name, phase{runs: map[string][]runResult{pathFerry: ph.runs[pathBase]}}).ferry
-		rows = append(rows, r)
+		_, base := perGiB(ph.runs[pathBase])
+		_, f := perGiB(ph.runs[pathFerry])
+		rows = append(rows, baseRow{ph.name, base, f})
 	}
 	return rows
 }

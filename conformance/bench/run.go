@@ -91,6 +91,16 @@ func run(ctx context.Context, o options, cmd string) error {
 	}
 	defer os.RemoveAll(dir)
 	paths := []path{{pathDirect, cluster.Bootstrap(), nil}}
+	// Every path's process is stopped when run returns, the last started
+	// first.
+	defer func() {
+		for i := len(paths) - 1; i >= 0; i-- {
+			if p := paths[i]; p.proc != nil {
+				step("stopping %s", p.name)
+				p.proc.Stop()
+			}
+		}
+	}()
 	if o.relay {
 		var spec []string
 		for i, id := range cluster.NodeIDs() {
@@ -105,10 +115,6 @@ func run(ctx context.Context, o options, cmd string) error {
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
-		defer func() {
-			step("stopping the relay")
-			rp.Stop()
-		}()
 		paths = append(paths, path{pathRelay, rp.Addr, rp})
 	}
 
@@ -135,14 +141,10 @@ func run(ctx context.Context, o options, cmd string) error {
 	if err != nil {
 		return fmt.Errorf("ferry: %w", err)
 	}
-	defer func() {
-		step("stopping Ferry")
-		f.Stop()
-	}()
+	paths = append(paths, path{pathFerry, f.Addr, f})
 	if res.startCPU, err = f.CPU(); err != nil {
 		return err
 	}
-	paths = append(paths, path{pathFerry, f.Addr, f})
 	if o.ferryBaseBin != "" {
 		bdir := filepath.Join(dir, "base")
 		if err := os.Mkdir(bdir, 0o755); err != nil {
@@ -153,10 +155,6 @@ func run(ctx context.Context, o options, cmd string) error {
 		if err != nil {
 			return fmt.Errorf("ferry base: %w", err)
 		}
-		defer func() {
-			step("stopping the base build of Ferry")
-			bf.Stop()
-		}()
 		paths = append(paths, path{pathBase, bf.Addr, bf})
 	}
 	for _, p := range paths {

@@ -161,8 +161,8 @@ def produce_steady(a):
     os._exit(0)  # do not let exit wait for what is left
 
 
-def new_consumer(a, group, isolation, protocol):
-    # Only "classic": the command line takes no other (contract.main).
+def new_consumer(a, group, isolation):
+    # A classic group: the command line takes no other protocol (contract.main).
     return kafka.KafkaConsumer(**security(), **{
         "bootstrap_servers": a.bootstrap.split(","),
         "group_id": group,
@@ -211,7 +211,7 @@ class Subscription:
 
 
 def consume(a):
-    c = new_consumer(a, a.group, a.isolation, a.group_protocol)
+    c = new_consumer(a, a.group, a.isolation)
     sub = Subscription(c, a.topic)
     out = []
     deadline = time.monotonic() + CONSUME_TIMEOUT_S
@@ -373,8 +373,8 @@ def emit_acked(role, txn, sent):
 def consume_role(a, spec, stop):
     """A consumer group member that commits, after every poll that returned
     records, the offset after the last record read of each partition."""
-    role, topic, group, protocol, isolation = spec.split(":")
-    c = new_consumer(a, group, isolation, protocol)
+    role, topic, group, _, isolation = spec.split(":")
+    c = new_consumer(a, group, isolation)
     sub = Subscription(c, topic)
 
     def commit(offsets):

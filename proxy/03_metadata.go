@@ -70,16 +70,27 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 			}
 		}
 	}
-	var upResp *kmsg.MetadataResponse
+	brokers := s.virtualBrokers()
+	gen := req.state.Generation
+	// Every topic, the cluster's authorized operations not asked for: the
+	// answer depends on nothing but the cluster's, and may be kept.
+	keep := all && !(in.IncludeClusterAuthorizedOperations && req.hdr.Version >= 8 && req.hdr.Version <= 10)
+	var (
+		upResp *kmsg.MetadataResponse
+		snap   *upstream.Snapshot
+	)
 	if all || len(up.Topics) > 0 {
 		r, err := req.up.AskMetadata(ctx, up)
 		if err != nil {
 			// The cluster cannot answer now: answer from what Ferry last
 			// knew, so that clients keep their brokers and retry.
 			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
-			r = metadataResponse(req.up.Snapshot(), up.Topics, all)
+			r, keep = metadataResponse(req.up.Snapshot(), up.Topics, all), false
+		} else if a := s.metaAnswers.find(keep, req.up, gen, brokers, r); a != nil {
+			a.installed()
+			return a.reply(req), nil
 		} else {
-			req.up.Install(r, all)
+			snap = req.up.Install(r, all)
 		}
 		upResp = r
 	} else {
@@ -87,7 +98,6 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 
 	resp := kmsg.NewPtrMetadataResponse()
-	brokers := s.virtualBrokers()
 	for _, b := range brokers {
 		resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 	}
@@ -107,7 +117,6 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		}
 	}
 	resp.ErrorCode = upResp.ErrorCode
-	gen := req.state.Generation
 	if refused != nil {
 		s.internalRefused(c, req)
 	}
@@ -132,6 +141,9 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		resp.Topics = append(resp.Topics, t)
 	}
 	resp.Topics = append(resp.Topics, refused...)
+	if keep {
+		return s.metaAnswers.keep(req.up, gen, brokers, upResp, resp, snap).reply(req), nil
+	}
 	return localReply(req, resp), nil
 }
 

@@ -49,6 +49,9 @@ type Server struct {
 	// internal are Ferry's own topics, hidden from clients
 	// (internal_topics.go).
 	internal internalTopics
+	// metaAnswers keeps the last answer for every topic
+	// (metadata_answers.go).
+	metaAnswers metadataAnswers
 	// tls and auth secure the listeners, when configured (tls.go,
 	// auth.go); authMetrics count authentications.
 	tls         *clientauth.TLSServer

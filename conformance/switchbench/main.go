@@ -93,12 +93,16 @@ type options struct {
 	// of -rounds on fresh clusters, with failover.after failoverAfter.
 	automatic     bool
 	failoverAfter time.Duration
+	// ferryBin is a prebuilt ferry binary to run instead of building
+	// cmd/ferry (an older build, to compare with in turn).
+	ferryBin string
 }
 
 func main() {
 	var o options
 	var cb, cub string
 	fs := flag.NewFlagSet("switchbench", flag.ExitOnError)
+	fs.StringVar(&o.ferryBin, "ferry-bin", "", "ferry binary to run as the member (default: build ./cmd/ferry)")
 	fs.IntVar(&o.rounds, "rounds", 5, "switches measured per kind (medians of this many)")
 	fs.IntVar(&o.groups, "groups", 3, "consumer groups reading through Ferry during the switches")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of each benchmark topic")
@@ -239,9 +243,12 @@ func run(ctx context.Context, o options) error {
 }
 
 func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
-	bin, err := benchutil.BuildFerry(ctx, dir)
-	if err != nil {
-		return nil, err
+	bin := b.o.ferryBin
+	if bin == "" {
+		var err error
+		if bin, err = benchutil.BuildFerry(ctx, dir); err != nil {
+			return nil, err
+		}
 	}
 	ports, err := benchutil.FreePorts(2)
 	if err != nil {

@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/protocol"
+	"github.com/ferry-gw/ferry/routing"
+	"github.com/ferry-gw/ferry/upstream"
+)
+
+// metadataAnswers keeps the member's last answer to a Metadata request for
+// every topic. Translating the cluster's answer (every partition's leader,
+// replicas and epoch), installing it as the snapshot and encoding it again
+// were most of the member's time per request at 10,000 partitions, while
+// the cluster's answer is the same from one request to the next until a
+// leader moves or a topic comes or goes. A request whose upstream answer
+// equals the kept one field by field, under the same generation and the
+// same members, is answered with the kept translation: what translating
+// it again would give, since nothing else goes into it (lanes, once given,
+// never change: upstream.Cluster.Lane).
+type metadataAnswers struct {
+	last atomic.Pointer[metadataAnswer]
+}
+
+// metadataAnswer is one kept answer: what it was translated from and under,
+// and the translation, encoded at each version asked for.
+type metadataAnswer struct {
+	up      *upstream.Cluster
+	gen     uint32
+	brokers []routing.Broker
+	from    *kmsg.MetadataResponse // the cluster's answer
+	index   *topicIndex            // where from says what of each topic
+	// snap is the snapshot installing from last gave: while it is the
+	// cluster's, installing an equal answer again changes nothing.
+	snap atomic.Pointer[upstream.Snapshot]
+
+	mu     sync.Mutex
+	resp   *kmsg.MetadataResponse // the translation; its version is set under mu
+	bodies map[int16][]byte       // resp encoded (no header), by version
+}
+
+// find returns the kept answer translated from an answer equal to from
+// under gen and brokers, or nil (always, unless ok: the request may be
+// answered with a kept answer).
+func (m *metadataAnswers) find(ok bool, up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse) *metadataAnswer {
+	a := m.last.Load()
+	if !ok || a == nil || a.up != up || a.gen != gen || !sameBrokers(a.brokers, brokers) || !sameMetadata(a.from, a.index, from) {
+		return nil
+	}
+	return a
+}
+
+// keep makes resp, translated from from, the kept answer; snap is what
+// installing from gave.
+func (m *metadataAnswers) keep(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from, resp *kmsg.MetadataResponse, snap *upstream.Snapshot) *metadataAnswer {
+	a := &metadataAnswer{up: up, gen: gen, brokers: brokers, from: from, index: indexTopics(from), resp: resp, bodies: map[int16][]byte{}}
+	a.snap.Store(snap)
+	m.last.Store(a)
+	return a
+}
+
+// installed makes sure the cluster's snapshot is from's: another refresh
+// (or a request for some topics) may have installed since.
+func (a *metadataAnswer) installed() {
+	if a.up.Snapshot() != a.snap.Load() {
+		a.snap.Store(a.up.Install(a.from, true))
+	}
+}
+
+// reply answers req with the kept translation.
+func (a *metadataAnswer) reply(req *request) *reply {
+	return &reply{req: req, finish: func(context.Context) ([]byte, func(), error) {
+		body := a.body(req)
+		buf := upstream.EncodedBufs.Get()
+		buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
+		buf.B = append(buf.B, body...)
+		return buf.B, func() { upstream.EncodedBufs.Put(buf) }, nil
+	}}
+}
+
+// body is the translation encoded at req's version, counted in req's
+// connection's statistics as an answer Ferry encodes is.
+func (a *metadataAnswer) body(req *request) []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if req.stats != nil {
+		req.stats.CountResponse(a.resp)
+	}
+	v := req.hdr.Version
+	body, ok := a.bodies[v]
+	if !ok {
+		a.resp.SetVersion(v)
+		body = a.resp.AppendTo(nil)
+		a.bodies[v] = body
+	}
+	return body
+}
+
+func sameBrokers(a, b []routing.Broker) bool {
+	return slices.EqualFunc(a, b, func(x, y routing.Broker) bool {
+		return x.NodeID == y.NodeID && x.Host == y.Host && x.Port == y.Port && sameString(x.Rack, y.Rack)
+	})
+}
+
+func sameString(a, b *string) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
+}
+
+// topicIndex finds an answer's topics by name and their partitions by
+// number: a broker may list both in any order (kfake does; Kafka lists
+// them from hash sets).
+type topicIndex struct {
+	byName map[string]int // topic's index
+	parts  [][]int32      // by topic index, then partition number: the partition's index, -1 if none
+}
+
+// indexTopics indexes an answer, or returns nil if a topic has no name (one
+// asked for by an unknown ID), two share a name or a partition number, or
+// a number is out of range.
+func indexTopics(m *kmsg.MetadataResponse) *topicIndex {
+	idx := &topicIndex{byName: make(map[string]int, len(m.Topics)), parts: make([][]int32, len(m.Topics))}
+	for i, t := range m.Topics {
+		if t.Topic == nil {
+			return nil
+		}
+		if _, dup := idx.byName[*t.Topic]; dup {
+			return nil
+		}
+		idx.byName[*t.Topic] = i
+		at := make([]int32, len(t.Partitions))
+		for k := range at {
+			at[k] = -1
+		}
+		for k, p := range t.Partitions {
+			if p.Partition < 0 || int(p.Partition) >= len(at) || at[p.Partition] >= 0 {
+				return nil // numbered 0…n-1 in any answer a topic is known in
+			}
+			at[p.Partition] = int32(k)
+		}
+		idx.parts[i] = at
+	}
+	return idx
+}
+
+// sameMetadata reports whether answer b says what a (indexed by idx)
+// says, in every field the member reads from them (all but the throttle
+// time), its topics and partitions perhaps in another order.
+func sameMetadata(a *kmsg.MetadataResponse, idx *topicIndex, b *kmsg.MetadataResponse) bool {
+	if idx == nil || a.ErrorCode != b.ErrorCode || a.ControllerID != b.ControllerID || a.AuthorizedOperations != b.AuthorizedOperations ||
+		!sameString(a.ClusterID, b.ClusterID) || len(a.Brokers) != len(b.Brokers) || len(a.Topics) != len(b.Topics) {
+		return false
+	}
+	for i := range a.Brokers {
+		x, y := &a.Brokers[i], &b.Brokers[i]
+		if x.NodeID != y.NodeID || x.Host != y.Host || x.Port != y.Port || !sameString(x.Rack, y.Rack) {
+			return false
+		}
+	}
+	// As many topics, each of b's found in a by its name, names unique in
+	// a: the same set (and so for partitions).
+	for i := range b.Topics {
+		y := &b.Topics[i]
+		if y.Topic == nil {
+			return false
+		}
+		j, ok := idx.byName[*y.Topic]
+		if !ok {
+			return false
+		}
+		x, at := &a.Topics[j], idx.parts[j]
+		if x.ErrorCode != y.ErrorCode || x.TopicID != y.TopicID || x.IsInternal != y.IsInternal ||
+			x.AuthorizedOperations != y.AuthorizedOperations || len(x.Partitions) != len(y.Partitions) {
+			return false
+		}
+		for k := range y.Partitions {
+			q := &y.Partitions[k]
+			if q.Partition < 0 || int(q.Partition) >= len(at) {
+				return false
+			}
+			p := &x.Partitions[at[q.Partition]]
+			if p.ErrorCode != q.ErrorCode || p.Leader != q.Leader || p.LeaderEpoch != q.LeaderEpoch ||
+				!slices.Equal(p.Replicas, q.Replicas) || !slices.Equal(p.ISR, q.ISR) || !slices.Equal(p.OfflineReplicas, q.OfflineReplicas) {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// TestMetadataKeptAnswerFollowsChanges: the member answers a Metadata
+// request for every topic from the answer it kept while the cluster's
+// answer is unchanged, and never after anything that goes into it changed:
+// a topic created, a leader moved, the generation, the members.
+func TestMetadataKeptAnswerFollowsChanges(t *testing.T) {
+	kf := newKfake(t, 2, kfake.SeedTopics(3, "first"))
+	table := routing.NewTable(routing.State{Generation: 0, Active: "a"})
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table))
+	cl := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	ask := func() *kmsg.MetadataResponse {
+		t.Helper()
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// check compares every partition's leader epoch with the cluster's,
+	// shifted by gen, and the topics and brokers listed with those wanted.
+	check := func(resp *kmsg.MetadataResponse, gen uint32, topics []string, brokers int) {
+		t.Helper()
+		if len(resp.Brokers) != brokers {
+			t.Fatalf("%d brokers listed, want %d", len(resp.Brokers), brokers)
+		}
+		got := map[string]bool{}
+		for _, rt := range resp.Topics {
+			got[*rt.Topic] = true
+			for _, p := range rt.Partitions {
+				want := routing.VirtualEpoch(gen, kf.PartitionInfo(*rt.Topic, p.Partition).Epoch)
+				if p.LeaderEpoch != want {
+					t.Fatalf("%s[%d]: leader epoch %d, want %d", *rt.Topic, p.Partition, p.LeaderEpoch, want)
+				}
+			}
+		}
+		if len(got) != len(topics) {
+			t.Fatalf("topics %v, want %v", got, topics)
+		}
+		for _, n := range topics {
+			if !got[n] {
+				t.Fatalf("topics %v, want %v", got, topics)
+			}
+		}
+	}
+
+	check(ask(), 0, []string{"first"}, s.Lanes())
+	kept := s.metaAnswers.last.Load()
+	if kept == nil {
+		t.Fatal("no answer kept")
+	}
+	// Unchanged (kfake lists topics and partitions in a new order each
+	// time): the same kept answer.
+	for range 3 {
+		check(ask(), 0, []string{"first"}, s.Lanes())
+	}
+	if s.metaAnswers.last.Load() != kept {
+		t.Fatal("the cluster's answer did not change, the kept answer did")
+	}
+
+	if err := kf.CreateTopic("second", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(ask(), 0, []string{"first", "second"}, s.Lanes())
+
+	leader := kf.PartitionInfo("first", 1).Leader
+	if err := kf.MoveTopicPartition("first", 1, 1-leader); err != nil {
+		t.Fatal(err)
+	}
+	check(ask(), 0, []string{"first", "second"}, s.Lanes())
+
+	table.Advance(routing.State{Generation: 3, Active: "a"})
+	check(ask(), 3, []string{"first", "second"}, s.Lanes())
+
+	members := s.brokers.(*routing.StaticBrokerSet)
+	one := members.Brokers()[0]
+	members.Set([]routing.Broker{one, {NodeID: 1, Host: "127.0.0.1", Port: one.Port + 1}})
+	check(ask(), 3, []string{"first", "second"}, 2*s.Lanes())
+
+	// Another request installs a snapshot of its own (here: one without
+	// any topic): an answer from the kept one installs the cluster's
+	// again, which the member routes by.
+	s.cluster("a").Install(kmsg.NewPtrMetadataResponse(), true)
+	check(ask(), 3, []string{"first", "second"}, 2*s.Lanes())
+	if snap := s.cluster("a").Snapshot(); len(snap.Topics) != 2 {
+		t.Fatalf("snapshot holds %d topics after an answer from the kept one, want 2", len(snap.Topics))
+	}
+}
+
+// TestSameMetadata: two answers are the same whatever the order of their
+// topics and partitions, and differ in any field the member reads.
+func TestSameMetadata(t *testing.T) {
+	build := func() *kmsg.MetadataResponse {
+		r := kmsg.NewPtrMetadataResponse()
+		r.ClusterID = kmsg.StringPtr("c")
+		r.ControllerID = 1
+		for b := range int32(3) {
+			r.Brokers = append(r.Brokers, kmsg.MetadataResponseBroker{NodeID: b, Host: "h", Port: 9092 + b, Rack: kmsg.StringPtr("r")})
+		}
+		for i := range 4 {
+			rt := kmsg.NewMetadataResponseTopic()
+			rt.Topic = kmsg.StringPtr(fmt.Sprintf("t%d", i))
+			rt.TopicID = [16]byte{byte(i + 1)}
+			for p := range int32(5) {
+				rt.Partitions = append(rt.Partitions, kmsg.MetadataResponseTopicPartition{
+					Partition: p, Leader: p % 3, LeaderEpoch: 7, Replicas: []int32{p % 3, (p + 1) % 3}, ISR: []int32{p % 3}, OfflineReplicas: []int32{},
+				})
+			}
+			r.Topics = append(r.Topics, rt)
+		}
+		return r
+	}
+	a := build()
+	idx := indexTopics(a)
+
+	shuffled := build()
+	rand.Shuffle(len(shuffled.Topics), func(i, j int) { shuffled.Topics[i], shuffled.Topics[j] = shuffled.Topics[j], shuffled.Topics[i] })
+	for _, rt := range shuffled.Topics {
+		rand.Shuffle(len(rt.Partitions), func(i, j int) { rt.Partitions[i], rt.Partitions[j] = rt.Partitions[j], rt.Partitions[i] })
+	}
+	if !sameMetadata(a, idx, shuffled) {
+		t.Fatal("the same answer in another order is not the same")
+	}
+
+	for _, change := range []struct {
+		name string
+		fn   func(*kmsg.MetadataResponse)
+	}{
+		{"error code", func(r *kmsg.MetadataResponse) { r.ErrorCode = 1 }},
+		{"controller", func(r *kmsg.MetadataResponse) { r.ControllerID = 2 }},
+		{"cluster ID", func(r *kmsg.MetadataResponse) { r.ClusterID = kmsg.StringPtr("d") }},
+		{"cluster operations", func(r *kmsg.MetadataResponse) { r.AuthorizedOperations = 8 }},
+		{"a broker's host", func(r *kmsg.MetadataResponse) { r.Brokers[1].Host = "g" }},
+		{"a broker's port", func(r *kmsg.MetadataResponse) { r.Brokers[1].Port++ }},
+		{"a broker's rack", func(r *kmsg.MetadataResponse) { r.Brokers[1].Rack = nil }},
+		{"a broker more", func(r *kmsg.MetadataResponse) { r.Brokers = append(r.Brokers, r.Brokers[0]) }},
+		{"a topic less", func(r *kmsg.MetadataResponse) { r.Topics = r.Topics[1:] }},
+		{"a topic renamed", func(r *kmsg.MetadataResponse) { r.Topics[2].Topic = kmsg.StringPtr("u") }},
+		{"a topic's error", func(r *kmsg.MetadataResponse) { r.Topics[2].ErrorCode = 3 }},
+		{"a topic's ID", func(r *kmsg.MetadataResponse) { r.Topics[2].TopicID[5] = 9 }},
+		{"a topic internal", func(r *kmsg.MetadataResponse) { r.Topics[2].IsInternal = true }},
+		{"a topic's operations", func(r *kmsg.MetadataResponse) { r.Topics[2].AuthorizedOperations = 8 }},
+		{"a partition less", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions = r.Topics[2].Partitions[1:] }},
+		{"a partition renumbered", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[4].Partition = 9 }},
+		{"a partition's error", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].ErrorCode = 5 }},
+		{"a partition's leader", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].Leader = 2 }},
+		{"a partition's epoch", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].LeaderEpoch++ }},
+		{"a partition's replicas", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].Replicas = []int32{0, 2} }},
+		{"a partition's ISR", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].ISR = []int32{0, 1} }},
+		{"a partition's offline replicas", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].OfflineReplicas = []int32{1} }},
+	} {
+		b := build()
+		change.fn(b)
+		if sameMetadata(a, idx, b) {
+			t.Errorf("%s: taken as the same answer", change.name)
+		}
+	}
+
+	// An answer with a topic asked for by an unknown ID (no name) or two
+	// topics of one name is never kept.
+	noName := build()
+	noName.Topics[0].Topic = nil
+	dup := build()
+	dup.Topics[1].Topic = dup.Topics[0].Topic
+	for _, r := range []*kmsg.MetadataResponse{noName, dup} {
+		if indexTopics(r) != nil || sameMetadata(r, indexTopics(r), r) {
+			t.Error("an answer that cannot be indexed by name is kept")
+		}
+	}
+}

@@ -86,10 +86,14 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 			// knew, so that clients keep their brokers and retry.
 			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
 			r, keep = metadataResponse(req.up.Snapshot(), up.Topics, all), false
-		} else if a := s.metaAnswers.find(keep, req.up, gen, brokers, r); a != nil {
-			a.installed()
-			return a.reply(req), nil
-		} else {
+		}
+		if keep {
+			if a := s.metaAnswers.find(req.up, gen, brokers, r); a != nil {
+				a.installed()
+				return a.reply(req), nil
+			}
+		}
+		if err == nil {
 			snap = req.up.Install(r, all)
 		}
 		upResp = r

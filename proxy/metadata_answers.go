@@ -45,11 +45,10 @@ type metadataAnswer struct {
 }
 
 // find returns the kept answer translated from an answer equal to from
-// under gen and brokers, or nil (always, unless ok: the request may be
-// answered with a kept answer).
-func (m *metadataAnswers) find(ok bool, up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse) *metadataAnswer {
+// under gen and brokers, or nil.
+func (m *metadataAnswers) find(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse) *metadataAnswer {
 	a := m.last.Load()
-	if !ok || a == nil || a.up != up || a.gen != gen || !sameBrokers(a.brokers, brokers) || !sameMetadata(a.from, a.index, from) {
+	if a == nil || a.up != up || a.gen != gen || !sameBrokers(a.brokers, brokers) || !sameMetadata(a.from, a.index, from) {
 		return nil
 	}
 	return a
@@ -116,14 +115,15 @@ func sameString(a, b *string) bool {
 // them from hash sets).
 type topicIndex struct {
 	byName map[string]int // topic's index
-	parts  [][]int32      // by topic index, then partition number: the partition's index, -1 if none
+	first  []int          // by topic index: where its partitions start in at
+	at     []int32        // at first[topic]+partition number: the partition's index in its topic
 }
 
 // indexTopics indexes an answer, or returns nil if a topic has no name (one
 // asked for by an unknown ID), two share a name or a partition number, or
 // a number is out of range.
 func indexTopics(m *kmsg.MetadataResponse) *topicIndex {
-	idx := &topicIndex{byName: make(map[string]int, len(m.Topics)), parts: make([][]int32, len(m.Topics))}
+	idx := &topicIndex{byName: make(map[string]int, len(m.Topics)), first: make([]int, len(m.Topics))}
 	for i, t := range m.Topics {
 		if t.Topic == nil {
 			return nil
@@ -132,17 +132,15 @@ func indexTopics(m *kmsg.MetadataResponse) *topicIndex {
 			return nil
 		}
 		idx.byName[*t.Topic] = i
-		at := make([]int32, len(t.Partitions))
-		for k := range at {
-			at[k] = -1
-		}
+		idx.first[i] = len(idx.at)
+		at := slices.Repeat([]int32{-1}, len(t.Partitions))
 		for k, p := range t.Partitions {
 			if p.Partition < 0 || int(p.Partition) >= len(at) || at[p.Partition] >= 0 {
 				return nil // numbered 0…n-1 in any answer a topic is known in
 			}
 			at[p.Partition] = int32(k)
 		}
-		idx.parts[i] = at
+		idx.at = append(idx.at, at...)
 	}
 	return idx
 }
@@ -161,28 +159,35 @@ func sameMetadata(a *kmsg.MetadataResponse, idx *topicIndex, b *kmsg.MetadataRes
 			return false
 		}
 	}
-	// As many topics, each of b's found in a by its name, names unique in
-	// a: the same set (and so for partitions).
+	// As many topics and partitions, each of b's found in a once: the
+	// same sets.
+	topicSeen, partSeen := make([]bool, len(a.Topics)), make([]bool, len(idx.at))
 	for i := range b.Topics {
 		y := &b.Topics[i]
 		if y.Topic == nil {
 			return false
 		}
 		j, ok := idx.byName[*y.Topic]
-		if !ok {
+		if !ok || topicSeen[j] {
 			return false
 		}
-		x, at := &a.Topics[j], idx.parts[j]
+		topicSeen[j] = true
+		x := &a.Topics[j]
 		if x.ErrorCode != y.ErrorCode || x.TopicID != y.TopicID || x.IsInternal != y.IsInternal ||
 			x.AuthorizedOperations != y.AuthorizedOperations || len(x.Partitions) != len(y.Partitions) {
 			return false
 		}
 		for k := range y.Partitions {
 			q := &y.Partitions[k]
-			if q.Partition < 0 || int(q.Partition) >= len(at) {
+			if q.Partition < 0 || int(q.Partition) >= len(x.Partitions) {
 				return false
 			}
-			p := &x.Partitions[at[q.Partition]]
+			slot := idx.first[j] + int(q.Partition)
+			if partSeen[slot] {
+				return false
+			}
+			partSeen[slot] = true
+			p := &x.Partitions[idx.at[slot]]
 			if p.ErrorCode != q.ErrorCode || p.Leader != q.Leader || p.LeaderEpoch != q.LeaderEpoch ||
 				!slices.Equal(p.Replicas, q.Replicas) || !slices.Equal(p.ISR, q.ISR) || !slices.Equal(p.OfflineReplicas, q.OfflineReplicas) {
 				return false

@@ -164,6 +164,9 @@ func TestSameMetadata(t *testing.T) {
 		{"a partition's replicas", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].Replicas = []int32{0, 2} }},
 		{"a partition's ISR", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].ISR = []int32{0, 1} }},
 		{"a partition's offline replicas", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[3].OfflineReplicas = []int32{1} }},
+		// As many topics and partitions, one listed twice, another not.
+		{"a topic twice", func(r *kmsg.MetadataResponse) { r.Topics[3] = r.Topics[2] }},
+		{"a partition twice", func(r *kmsg.MetadataResponse) { r.Topics[2].Partitions[4] = r.Topics[2].Partitions[3] }},
 	} {
 		b := build()
 		change.fn(b)

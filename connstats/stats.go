@@ -77,9 +77,19 @@ func (st *Stats) Answer(n int64, d time.Duration) {
 // per response for each distinct non-zero code, top-level or partition.
 // Only responses Ferry has decoded or built pass here; bytes passed through
 // are not decoded to be counted.
-func (st *Stats) CountResponse(resp kmsg.Response) {
-	var seen codeSet
+func (st *Stats) CountResponse(resp kmsg.Response) { st.CountCodes(ResponseCodes(resp)) }
+
+// ResponseCodes are the distinct error codes of resp, for a response
+// answered many times (CountCodes) to be walked once.
+func ResponseCodes(resp kmsg.Response) Codes {
+	var seen Codes
 	responseCodes(resp, seen.add)
+	return seen
+}
+
+// CountCodes counts a response's codes (ResponseCodes) as CountResponse
+// counts the response's.
+func (st *Stats) CountCodes(seen Codes) {
 	if seen.n == 0 {
 		return
 	}
@@ -159,14 +169,14 @@ func errorName(code int16) string {
 	return "CODE_" + strconv.Itoa(int(code))
 }
 
-// codeSet is the distinct codes of one response (up to 8: more are rare
+// Codes are the distinct codes of one response (up to 8: more are rare
 // and dropped).
-type codeSet struct {
+type Codes struct {
 	codes [8]int16
 	n     int
 }
 
-func (s *codeSet) add(c int16) {
+func (s *Codes) add(c int16) {
 	if c == 0 {
 		return
 	}

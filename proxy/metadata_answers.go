@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
@@ -39,6 +40,8 @@ type metadataAnswer struct {
 	// cluster's, installing an equal answer again changes nothing.
 	snap atomic.Pointer[upstream.Snapshot]
 
+	codes connstats.Codes // resp's error codes, counted for each answer
+
 	mu     sync.Mutex
 	resp   *kmsg.MetadataResponse // the translation; its version is set under mu
 	bodies map[int16][]byte       // resp encoded (no header), by version
@@ -57,7 +60,7 @@ func (m *metadataAnswers) find(up *upstream.Cluster, gen uint32, brokers []routi
 // keep makes resp, translated from from, the kept answer; snap is what
 // installing from gave.
 func (m *metadataAnswers) keep(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from, resp *kmsg.MetadataResponse, snap *upstream.Snapshot) *metadataAnswer {
-	a := &metadataAnswer{up: up, gen: gen, brokers: brokers, from: from, index: indexTopics(from), resp: resp, bodies: map[int16][]byte{}}
+	a := &metadataAnswer{up: up, gen: gen, brokers: brokers, from: from, index: indexTopics(from), codes: connstats.ResponseCodes(resp), resp: resp, bodies: map[int16][]byte{}}
 	a.snap.Store(snap)
 	m.last.Store(a)
 	return a
@@ -74,7 +77,10 @@ func (a *metadataAnswer) installed() {
 // reply answers req with the kept translation.
 func (a *metadataAnswer) reply(req *request) *reply {
 	return &reply{req: req, finish: func(context.Context) ([]byte, func(), error) {
-		body := a.body(req)
+		if req.stats != nil {
+			req.stats.CountCodes(a.codes) // as an answer Ferry encodes is
+		}
+		body := a.body(req.hdr.Version)
 		buf := upstream.EncodedBufs.Get()
 		buf.B = protocol.AppendResponseHeader(buf.B[:0], req.hdr.Key, req.hdr.Version, req.hdr.CorrelationID)
 		buf.B = append(buf.B, body...)
@@ -82,15 +88,10 @@ func (a *metadataAnswer) reply(req *request) *reply {
 	}}
 }
 
-// body is the translation encoded at req's version, counted in req's
-// connection's statistics as an answer Ferry encodes is.
-func (a *metadataAnswer) body(req *request) []byte {
+// body is the translation encoded at version v.
+func (a *metadataAnswer) body(v int16) []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if req.stats != nil {
-		req.stats.CountResponse(a.resp)
-	}
-	v := req.hdr.Version
 	body, ok := a.bodies[v]
 	if !ok {
 		a.resp.SetVersion(v)

@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/connstats"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -185,5 +190,57 @@ func TestSameMetadata(t *testing.T) {
 		if indexTopics(r) != nil || sameMetadata(r, indexTopics(r), r) {
 			t.Error("an answer that cannot be indexed by name is kept")
 		}
+	}
+}
+
+// TestKeptMetadataAnswerCountsErrors: each answer given from the kept one
+// counts its error codes in the connection's statistics, as an answer
+// translated anew does.
+func TestKeptMetadataAnswerCountsErrors(t *testing.T) {
+	kf := newKfake(t, 1)
+	host, port, err := net.SplitHostPort(kf.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	// Every topic: one, whose partition has no leader.
+	kf.ControlKey(kmsg.Metadata.Int16(), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		resp := kr.ResponseKind().(*kmsg.MetadataResponse)
+		resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: 0, Host: host, Port: int32(p)}}
+		resp.ControllerID = 0
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic, rt.TopicID = kmsg.StringPtr("leaderless"), [16]byte{1}
+		rt.Partitions = []kmsg.MetadataResponseTopicPartition{{Partition: 0, ErrorCode: kerr.LeaderNotAvailable.Code, Leader: -1}}
+		resp.Topics = []kmsg.MetadataResponseTopic{rt}
+		return resp, nil, true
+	})
+	s, addr := startFerry(t, kf.ListenAddrs())
+	cl := newClient(t, addr, kgo.ClientID("asker"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const asks = 3
+	for range asks {
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != kerr.LeaderNotAvailable.Code {
+			t.Fatalf("topics %+v, want leaderless with LEADER_NOT_AVAILABLE", resp.Topics)
+		}
+	}
+	// The client asks over its seed connection and its broker's: summed.
+	sum := func(cz *connstats.Report) (named, total uint64) {
+		for _, c := range cz.Connections {
+			named, total = named+c.Errors["LEADER_NOT_AVAILABLE"], total+c.ErrorsTotal
+		}
+		return named, total
+	}
+	cz := waitConnz(t, s, connstats.Query{ClientID: "asker"}, "errors counted", func(cz *connstats.Report) bool {
+		_, total := sum(cz)
+		return total >= asks
+	})
+	if named, total := sum(cz); named != asks || total != asks {
+		t.Fatalf("LEADER_NOT_AVAILABLE counted %d times (errors in all %d), want %d", named, total, asks)
 	}
 }

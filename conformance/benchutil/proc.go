@@ -141,3 +141,31 @@ func PidStatus(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
+
+// MachineCPU returns the time every CPU of the machine spent busy and in
+// all since boot (the first line of /proc/stat; idle and iowait are not
+// busy). Two readings give the machine's busy share between them.
+func MachineCPU() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fs := strings.Fields(line)
+	if len(fs) < 6 || fs[0] != "cpu" {
+		return 0, 0, fmt.Errorf("unexpected /proc/stat %q", line)
+	}
+	var idle int64
+	for i, f := range fs[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("unexpected /proc/stat %q: %w", line, err)
+		}
+		total += time.Duration(n)
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	busy = (total - time.Duration(idle)) * time.Second / clockTicks
+	return busy, total * time.Second / clockTicks, nil
+}

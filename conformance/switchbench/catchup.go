@@ -67,6 +67,7 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	perPart := int(b.o.catchUpBytes/catchUpValueSize) / len(topics)
 	var sent int64
 	var failed atomic.Pointer[error]
+	w0 := time.Now()
 	for i, t := range topics {
 		for j := range perPart {
 			v := values[(i*perPart+j)%len(values)]
@@ -84,6 +85,9 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	if err := failed.Load(); err != nil {
 		return fmt.Errorf("writing the backlog: %w", *err)
 	}
+	// The same bytes written by a client straight to the source: what the
+	// brokers take at this many partitions, beside the mirror's copy.
+	r.catchUpDirect = append(r.catchUpDirect, float64(sent)/1e6/time.Since(w0).Seconds())
 	want, err := partitionZeroEnds(ctx, src, topics)
 	if err != nil {
 		return err
@@ -94,6 +98,22 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 		return err
 	}
 
+	cpu0, err := benchutil.PidCPU(b.ferryPID)
+	if err != nil {
+		return err
+	}
+	busy0, all0, err := benchutil.MachineCPU()
+	if err != nil {
+		return err
+	}
+	var profiled chan error
+	if b.o.profileDir != "" {
+		// A CPU profile of the member from the restart, over about as
+		// long as the copy takes at the largest shape here.
+		profiled = make(chan error, 1)
+		name := fmt.Sprintf("cpu-catchup-%v-%d.pb.gz", r.shape, len(r.catchUp)+1)
+		go func() { profiled <- b.profile(ctx, "profile?seconds=4", name) }()
+	}
 	t0 := time.Now()
 	var first time.Time // the first poll that saw a byte of the backlog on the standby
 	var restarted admin.MirrorRestartResult
@@ -124,12 +144,28 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	}
 	done := time.Now()
 	took := done.Sub(t0)
+	cpu1, err := benchutil.PidCPU(b.ferryPID)
+	if err != nil {
+		return err
+	}
+	busy1, all1, err := benchutil.MachineCPU()
+	if err != nil {
+		return err
+	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return err
+		}
+	}
+	r.catchUpCPU = append(r.catchUpCPU, (cpu1-cpu0).Seconds()/took.Seconds())
+	r.catchUpBusy = append(r.catchUpBusy, (busy1-busy0).Seconds()/(all1-all0).Seconds())
 	r.catchUp = append(r.catchUp, float64(sent)/1e6/took.Seconds())
 	r.catchUpFirst = append(r.catchUpFirst, first.Sub(t0))
 	r.catchUpCopy = append(r.catchUpCopy, float64(sent)/1e6/done.Sub(first).Seconds())
-	step("shape %v: a backlog of %s on %d partitions mirrored in %v: %.1f MB/s; its first byte on the standby after %v, %.1f MB/s from there",
+	step("shape %v: a backlog of %s on %d partitions mirrored in %v: %.1f MB/s; its first byte on the standby after %v, %.1f MB/s from there; written directly at %.1f MB/s; the member used %.2f cores, the machine was %.0f %% busy",
 		r.shape, benchutil.HumanBytes(sent), len(topics), took.Round(time.Millisecond), r.catchUp[len(r.catchUp)-1],
-		first.Sub(t0).Round(time.Millisecond), r.catchUpCopy[len(r.catchUpCopy)-1])
+		first.Sub(t0).Round(time.Millisecond), r.catchUpCopy[len(r.catchUpCopy)-1], r.catchUpDirect[len(r.catchUpDirect)-1],
+		r.catchUpCPU[len(r.catchUpCPU)-1], 100*r.catchUpBusy[len(r.catchUpBusy)-1])
 	return nil
 }
 

@@ -87,6 +87,9 @@ type shapeResult struct {
 	catchUp               []float64       // MB/s of each catch-up round (catchup.go), from the restart
 	catchUpCopy           []float64       // the same from the backlog's first byte on the standby
 	catchUpFirst          []time.Duration // restart → the first byte on the standby
+	catchUpDirect         []float64       // MB/s of the backlog written by a client straight to the source
+	catchUpCPU            []float64       // the member's cores busy from the restart to caught up
+	catchUpBusy           []float64       // the machine's busy share (of every core) over the same
 	mirrorBack            []time.Duration // planned switch's call → the mirror caught up the other way
 	forced, forcedAnswer  []time.Duration
 	steps                 []string // each planned switch's, as it answered
@@ -505,6 +508,18 @@ func mbps(xs []float64) string {
 	return fmt.Sprintf("%.1f MB/s (%.1f – %.1f)", m, lo, hi)
 }
 
+// share is the median and range of xs scaled by unit (1: cores, 100: %).
+func share(xs []float64, unit float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	m, lo, hi := benchutil.Spread(xs)
+	if unit == 100 {
+		return fmt.Sprintf("%.0f %% (%.0f – %.0f)", m*unit, lo*unit, hi*unit)
+	}
+	return fmt.Sprintf("%.2f (%.2f – %.2f)", m*unit, lo*unit, hi*unit)
+}
+
 func parkedConns(r *shapeResult) string {
 	if r.parked < 0 {
 		return "–"
@@ -526,13 +541,22 @@ func (b *bench) reportShapes(w io.Writer) error {
 		interval, benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
 	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
 		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
-	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections | mirror catch-up from the restart | its first byte after | the copy from there |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
-		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s |\n",
 			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.mirrorBack), dur(r.forced),
 			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
-			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r), mbps(r.catchUp), durOrNone(r.catchUpFirst), mbps(r.catchUpCopy))
+			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r))
+	}
+	if len(b.shapes) > 0 && len(b.shapes[0].catchUp) > 0 {
+		fmt.Fprintf(&sb, "\nMirror catch-up (the backlog over a tenth of the shape's partitions; \"written directly\": the same bytes as the client wrote them to the source, before the restart; cores: the member's CPU over the catch-up, and the machine's busy share of both cores):\n\n")
+		fmt.Fprintf(&sb, "| shape | partitions with a backlog | mirror catch-up from the restart | its first byte after | the copy from there | written directly | member cores | machine busy |\n")
+		fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|\n")
+		for _, r := range b.shapes {
+			fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %s |\n", r.partitions, r.groups, r.topicsNow,
+				mbps(r.catchUp), durOrNone(r.catchUpFirst), mbps(r.catchUpCopy), mbps(r.catchUpDirect), share(r.catchUpCPU, 1), share(r.catchUpBusy, 100))
+		}
 	}
 	if n := len(b.shapes); n >= 2 && len(b.shapes[0].catchUp) > 0 && len(b.shapes[n-1].catchUp) > 0 {
 		a, z := b.shapes[0], b.shapes[n-1]
@@ -540,8 +564,10 @@ func (b *bench) reportShapes(w io.Writer) error {
 		zm, _, _ := benchutil.Spread(z.catchUp)
 		zc, _, _ := benchutil.Spread(z.catchUpCopy)
 		ac, _, _ := benchutil.Spread(a.catchUpCopy)
-		fmt.Fprintf(&sb, "\nMirror catch-up at %d partitions against %d: %s from the restart (floor ≥ 0.8×), %s from the first byte.\n",
-			z.partitions, a.partitions, benchutil.Ratio(zm, am), benchutil.Ratio(zc, ac))
+		zd, _, _ := benchutil.Spread(z.catchUpDirect)
+		ad, _, _ := benchutil.Spread(a.catchUpDirect)
+		fmt.Fprintf(&sb, "\nMirror catch-up at %d partitions against %d: %s from the restart (floor ≥ 0.8×), %s from the first byte; the same backlog written directly: %s.\n",
+			z.partitions, a.partitions, benchutil.Ratio(zm, am), benchutil.Ratio(zc, ac), benchutil.Ratio(zd, ad))
 	}
 	// The slope from the first shape measured after the idle connections
 	// were opened and closed: the heap they leave behind (freed, not yet

@@ -101,7 +101,9 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			if err != nil || !expect {
 				return nil, err
 			}
-			return s.produceReply(c, req, in, names, []*subCall{{broker: b, req: parts[b], p: p}}, local), nil
+			r := s.produceReply(c, req, in, names, []*subCall{{broker: b, req: parts[b], p: p}}, local)
+			r.direct = p // its answer needs nothing but p (answers.go)
+			return r, nil
 		}
 	}
 	calls := c.sendSplit(req, parts, expect, false)

@@ -38,7 +38,7 @@ type clientConn struct {
 	ctx context.Context // ends when the connection closes
 	end context.CancelFunc
 
-	replies chan *reply
+	answers answerQueue       // the answers in order, and who writes them (answers.go)
 	mem     *upstream.ConnMem // the bytes it holds, against the budgets
 
 	writeWaits writeWaits // the writer's, for answers to writes (forced_wait.go)
@@ -173,6 +173,11 @@ type reply struct {
 	// abandon, when set, is called for a reply that will never be
 	// written.
 	abandon func()
+	// direct, when set, is the one broker answer finish needs: once it is
+	// in, the goroutine that read it may write the reply (answers.go).
+	// ready: it is in (under the answer queue's lock).
+	direct *upstream.Pending
+	ready  bool
 }
 
 func (s *Server) newClientConn(nc net.Conn) *clientConn {
@@ -187,7 +192,7 @@ func (s *Server) newClientConn(nc net.Conn) *clientConn {
 		log:         s.log.With(zap.String("client", remote)),
 		ctx:         ctx,
 		end:         cancel,
-		replies:     make(chan *reply, maxPipelined),
+		answers:     newAnswerQueue(),
 		mem:         s.mem.Conn(s.preauthBound()),
 		ups:         make(map[upKey]*upstream.Conn),
 		fetchUps:    make(map[upKey][]*upstream.Conn),
@@ -231,7 +236,7 @@ func (c *clientConn) serve() {
 		c.writeLoop()
 	}()
 	err = c.readLoop()
-	close(c.replies)
+	c.closeAnswers()
 	<-writerDone
 	c.releaseUpstreams(err) // after a drain; readLoop did it otherwise
 	c.close(err)
@@ -337,9 +342,7 @@ func (c *clientConn) readLoop() (err error) {
 			continue
 		}
 		c.inflight.Add(1)
-		select {
-		case c.replies <- r:
-		case <-c.ctx.Done():
+		if !c.push(r) {
 			c.s.writeDone(req)
 			return c.ctx.Err()
 		}
@@ -368,43 +371,6 @@ var replyWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, w
 func putReplyWriter(bw *bufio.Writer) {
 	bw.Reset(nil)
 	replyWriters.Put(bw)
-}
-
-func (c *clientConn) writeLoop() {
-	var bw *bufio.Writer // nil while nothing is being written
-	for r := range c.replies {
-		if bw == nil {
-			bw = replyWriters.Get().(*bufio.Writer)
-			bw.Reset(c.nc)
-		}
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.settings.Load().WriteTimeout))
-		n, err := c.write(r, bw)
-		if c.stats != nil && n > 0 {
-			c.stats.Answer(n, time.Since(r.req.start))
-		}
-		c.s.writeDone(r.req)
-		c.replied()
-		upstream.RequestBufs.Put(r.req.frame)
-		c.s.metrics.bytesOut.Add(float64(n))
-		if err == nil && len(c.replies) == 0 {
-			err = bw.Flush()
-			putReplyWriter(bw)
-			bw = nil
-			c.releaseQuiet()
-		}
-		if err != nil {
-			if bw != nil {
-				putReplyWriter(bw)
-			}
-			c.close(err)
-			c.drain()
-			return
-		}
-	}
-	if bw != nil {
-		bw.Flush()
-		putReplyWriter(bw)
-	}
 }
 
 // write writes one reply's frame to bw and returns its size.
@@ -452,18 +418,6 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		release()
 	}
 	return int64(len(out) + 4), err
-}
-
-// drain consumes what the reader still queues after the writer failed, so
-// the reader never blocks on a dead connection.
-func (c *clientConn) drain() {
-	for r := range c.replies {
-		if r.abandon != nil {
-			r.abandon()
-		}
-		c.s.writeDone(r.req)
-		upstream.RequestBufs.Put(r.req.frame)
-	}
 }
 
 // sendRaw forwards frame as it is (correlation ID aside) to a broker. A

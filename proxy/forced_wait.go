@@ -17,6 +17,7 @@ package proxy
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ferry-gw/ferry/routing"
 )
@@ -28,9 +29,11 @@ import (
 // generation; at most maxWriteWaits are kept (the oldest cancelled: a
 // write waiting under it fails as if its broker had gone, retriable).
 type writeWaits struct {
-	mu      sync.Mutex
-	byGen   []genWait
-	through uint32 // generations below it were left by a forced switch
+	mu    sync.Mutex
+	byGen []genWait
+	// through: generations below it were left by a forced switch
+	// (written under mu, read without it by forcedAway).
+	through atomic.Uint32
 }
 
 // cancelled is the context of writes whose generation was already left.
@@ -54,7 +57,7 @@ func (c *clientConn) writeCtx(gen uint32) context.Context {
 	w := &c.writeWaits
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if gen < w.through {
+	if gen < w.through.Load() {
 		return cancelled
 	}
 	for _, g := range w.byGen {
@@ -75,8 +78,7 @@ func (c *clientConn) writeCtx(gen uint32) context.Context {
 func (c *clientConn) forcedFrom(gen uint32) {
 	w := &c.writeWaits
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.through = max(w.through, gen+1)
+	w.through.Store(max(w.through.Load(), gen+1))
 	kept := w.byGen[:0]
 	for _, g := range w.byGen {
 		if g.gen <= gen {
@@ -86,6 +88,16 @@ func (c *clientConn) forcedFrom(gen uint32) {
 		kept = append(kept, g)
 	}
 	w.byGen = kept
+	w.mu.Unlock()
+	// A write of gen next in line, awaited from its broker, is the
+	// writer's now (answers.go).
+	c.kickAnswers()
+}
+
+// forcedAway says whether a forced switch left gen: its writes are
+// answered without waiting for their broker.
+func (c *clientConn) forcedAway(gen uint32) bool {
+	return gen < c.writeWaits.through.Load()
 }
 
 // forcedLoop tells every connection when a forced switch leaves a

@@ -28,7 +28,11 @@ import (
 // per connection, each request a batch of already compressed bytes for
 // every partition. The broker is kfake, but its produce requests are
 // answered by a shim in front of it from a canned answer, so that the
-// fake's own decoding and bookkeeping stay out of ns/op and the profile:
+// fake's own decoding and bookkeeping stay out of ns/op and the profile.
+// The client and the shim share Ferry's process and scheduler, so a change
+// in how many goroutines a request wakes shows here differently than
+// against real Kafka (README, "The produce path"): judge those with
+// conformance/bench.
 //
 //	go test ./proxy -run '^$' -bench 'ProduceThrough' -benchmem -cpuprofile /tmp/produce.pb.gz
 func BenchmarkProduceThrough(b *testing.B) {

@@ -319,6 +319,28 @@ type Pending struct {
 	Mem    *ConnMem
 	wanted atomic.Bool
 	state  atomic.Int32
+	// notify is the function OnDone registered (notified once done).
+	notify atomic.Pointer[func()]
+}
+
+// notified marks a Pending whose OnDone function has run, or whose
+// completion came before any was registered.
+var notified = new(func())
+
+// OnDone registers f to run once p is answered or has failed, in the
+// goroutine that completes it: the connection's reader, which reads
+// nothing more until f returns, or the one failing the connection. It
+// returns false, and f never runs, if p was done before.
+func (p *Pending) OnDone(f func()) bool {
+	return p.notify.CompareAndSwap(nil, &f)
+}
+
+// finished closes Done, then runs what OnDone registered.
+func (p *Pending) finished() {
+	close(p.Done)
+	if f := p.notify.Swap(notified); f != nil && f != notified {
+		(*f)()
+	}
 }
 
 // pending.state values.
@@ -515,7 +537,7 @@ func (c *Conn) readLoop() {
 			c.streaming.Store(true)
 			c.answering.Store(false)
 			p.Streamed = st
-			close(p.Done)
+			p.finished()
 			select {
 			case <-st.done:
 				c.streaming.Store(false)
@@ -560,7 +582,11 @@ func (c *Conn) readLoop() {
 			ResponseBufs.Put(buf) // abandoned while it was read
 			p.Buf = nil
 		}
-		close(p.Done)
+		// Not quiet until what OnDone registered returns: it may write
+		// to a slow client, and the connection must not be given back
+		// and checked out to another client meanwhile, whose answers it
+		// would not read.
+		p.finished()
 		c.answering.Store(false)
 	}
 }
@@ -573,7 +599,7 @@ func (c *Conn) fail(p *Pending, err error) {
 		}
 	}
 	p.Err = err
-	close(p.Done)
+	p.finished()
 }
 
 // close marks the connection dead, closes the socket and fails every request

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/internal/testwait"
@@ -139,6 +140,14 @@ func TestIdlePartitionsPark(t *testing.T) {
 		}
 	})
 	waitCaughtUp(t, m, topic)
+	// Each writer's session start is timed (a retried session counts again).
+	var h dto.Metric
+	if err := m.metrics.starts.Write(&h); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.GetHistogram().GetSampleCount(); n < parts {
+		t.Fatalf("ferry_mirror_writer_start_seconds counts %d starts, want at least %d (one per partition)", n, parts)
+	}
 
 	parked := func() int { return int(testutil.ToFloat64(m.metrics.parked)) }
 	waitParked := func(what string) {

@@ -24,6 +24,7 @@ type metrics struct {
 	handovers    *prometheus.CounterVec
 	conns        prometheus.Gauge
 	parked       prometheus.Gauge
+	starts       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,13 +58,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Broker connections the mirror's writers and idle-partition watchers hold open."}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_idle_partitions",
 			Help: "Mirrored partitions idle long enough that their writers hold no connection and one fetch session per source broker watches them."}),
+		starts: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_mirror_writer_start_seconds",
+			Help:    "How long partition writers took to start a session (leaders, ownership, slots, the wait for a setup place, the standby's end and tail checks) before copying or parking.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 	}
 	// Both directions exist from the start, so that a rate shows 0.
 	m.handovers.WithLabelValues("gained")
 	m.handovers.WithLabelValues("lost")
 	if reg != nil {
 		reg.MustRegister(m.halts, m.halted, m.batches,
-			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors, m.owned, m.handovers, m.conns, m.parked)
+			m.bytes, m.fillers, m.lostCommit, m.resumedTxns, m.reframed, m.recompressed, m.syncErrors, m.owned, m.handovers, m.conns, m.parked, m.starts)
 	}
 	return m
 }

@@ -506,6 +506,7 @@ func (w *writer) session(ctx context.Context) error {
 		zap.Duration("took", time.Since(began)), zap.Duration("leaders", began.Sub(looked)), zap.Duration("ownership", owned.Sub(began)),
 		zap.Duration("slots", slotted.Sub(owned)), zap.Duration("queued", admitted.Sub(slotted)),
 		zap.Duration("checks", time.Since(admitted)))
+	w.m.metrics.starts.Observe(time.Since(looked).Seconds())
 	w.progress(-1, -1)
 	w.started = true
 	// A partition the tail check found behind its source copies at once:

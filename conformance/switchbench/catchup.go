@@ -106,6 +106,10 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	if err != nil {
 		return err
 	}
+	starts0, err := b.histogram("ferry_mirror_writer_start_seconds")
+	if err != nil {
+		return err
+	}
 	var profiled chan error
 	if b.o.profileDir != "" {
 		// A CPU profile of the member from the restart, over about as
@@ -157,15 +161,22 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 			return err
 		}
 	}
+	starts1, err := b.histogram("ferry_mirror_writer_start_seconds")
+	if err != nil {
+		return err
+	}
+	p50, n := histQuantile(starts0, starts1, 0.5)
+	last, _ := histQuantile(starts0, starts1, 1)
+	r.catchUpStarts = append(r.catchUpStarts, [2]float64{p50, last})
 	r.catchUpCPU = append(r.catchUpCPU, (cpu1-cpu0).Seconds()/took.Seconds())
 	r.catchUpBusy = append(r.catchUpBusy, (busy1-busy0).Seconds()/(all1-all0).Seconds())
 	r.catchUp = append(r.catchUp, float64(sent)/1e6/took.Seconds())
 	r.catchUpFirst = append(r.catchUpFirst, first.Sub(t0))
 	r.catchUpCopy = append(r.catchUpCopy, float64(sent)/1e6/done.Sub(first).Seconds())
-	step("shape %v: a backlog of %s on %d partitions mirrored in %v: %.1f MB/s; its first byte on the standby after %v, %.1f MB/s from there; written directly at %.1f MB/s; the member used %.2f cores, the machine was %.0f %% busy",
+	step("shape %v: a backlog of %s on %d partitions mirrored in %v: %.1f MB/s; its first byte on the standby after %v, %.1f MB/s from there; written directly at %.1f MB/s; the member used %.2f cores, the machine was %.0f %% busy; %.0f writer starts, half within %gs, all within %gs",
 		r.shape, benchutil.HumanBytes(sent), len(topics), took.Round(time.Millisecond), r.catchUp[len(r.catchUp)-1],
 		first.Sub(t0).Round(time.Millisecond), r.catchUpCopy[len(r.catchUpCopy)-1], r.catchUpDirect[len(r.catchUpDirect)-1],
-		r.catchUpCPU[len(r.catchUpCPU)-1], 100*r.catchUpBusy[len(r.catchUpBusy)-1])
+		r.catchUpCPU[len(r.catchUpCPU)-1], 100*r.catchUpBusy[len(r.catchUpBusy)-1], n, p50, last)
 	return nil
 }
 

@@ -24,13 +24,16 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +93,7 @@ type shapeResult struct {
 	catchUpDirect         []float64       // MB/s of the backlog written by a client straight to the source
 	catchUpCPU            []float64       // the member's cores busy from the restart to caught up
 	catchUpBusy           []float64       // the machine's busy share (of every core) over the same
+	catchUpStarts         [][2]float64    // the restarted writers' start times (s): the bucket bounds of their median and of the last
 	mirrorBack            []time.Duration // planned switch's call → the mirror caught up the other way
 	forced, forcedAnswer  []time.Duration
 	steps                 []string // each planned switch's, as it answered
@@ -437,6 +441,59 @@ func (b *bench) metric(name string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /metrics (%v)", name, sc.Err())
 }
 
+// histogram reads the cumulative bucket counts of one unlabelled
+// histogram of the member's /metrics, by upper bound (+Inf included).
+func (b *bench) histogram(name string) (map[float64]float64, error) {
+	resp, err := http.Get("http://" + b.admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	h := map[float64]float64{}
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, n, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		bound, err1 := strconv.ParseFloat(le, 64)
+		count, err2 := strconv.ParseFloat(n, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%s: %w", sc.Text(), err)
+		}
+		h[bound] = count
+	}
+	if len(h) == 0 {
+		return nil, fmt.Errorf("no %s in /metrics (%v)", name, sc.Err())
+	}
+	return h, sc.Err()
+}
+
+// histQuantile is the upper bound of the bucket holding quantile q of
+// what was observed between two readings (0: nothing observed).
+func histQuantile(before, after map[float64]float64, q float64) (bound, n float64) {
+	bounds := make([]float64, 0, len(after))
+	for b := range after {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	if total <= 0 {
+		return 0, 0
+	}
+	for _, b := range bounds {
+		if after[b]-before[b] >= q*total {
+			return b, total
+		}
+	}
+	return math.Inf(1), total
+}
+
 // metadataRounds is how many Metadata requests for every topic each side
 // is asked: p99 resolved to its second-highest of 200.
 const metadataRounds = 200
@@ -551,12 +608,18 @@ func (b *bench) reportShapes(w io.Writer) error {
 	}
 	if len(b.shapes) > 0 && len(b.shapes[0].catchUp) > 0 {
 		fmt.Fprintf(&sb, "\nMirror catch-up (the backlog over a tenth of the shape's partitions; \"written directly\": the same bytes as the client wrote them to the source, before the restart; cores: the member's CPU over the catch-up, and the machine's busy share of both cores):\n\n")
-		fmt.Fprintf(&sb, "| shape | partitions with a backlog | mirror catch-up from the restart | its first byte after | the copy from there | written directly | member cores | machine busy |\n")
-		fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&sb, "| shape | partitions with a backlog | mirror catch-up from the restart | its first byte after | the copy from there | written directly | member cores | machine busy | writer starts: half within / all within (each round) |\n")
+		fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range b.shapes {
-			fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %s |\n", r.partitions, r.groups, r.topicsNow,
-				mbps(r.catchUp), durOrNone(r.catchUpFirst), mbps(r.catchUpCopy), mbps(r.catchUpDirect), share(r.catchUpCPU, 1), share(r.catchUpBusy, 100))
+			var starts []string
+			for _, st := range r.catchUpStarts {
+				starts = append(starts, fmt.Sprintf("%gs / %gs", st[0], st[1]))
+			}
+			fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.partitions, r.groups, r.topicsNow,
+				mbps(r.catchUp), durOrNone(r.catchUpFirst), mbps(r.catchUpCopy), mbps(r.catchUpDirect), share(r.catchUpCPU, 1), share(r.catchUpBusy, 100),
+				strings.Join(starts, "; "))
 		}
+		fmt.Fprintf(&sb, "\nWriter starts are ferry_mirror_writer_start_seconds over the catch-up, as bucket bounds: every restarted writer starts at the restart, so the last start is about when the last partition began copying.\n")
 	}
 	if n := len(b.shapes); n >= 2 && len(b.shapes[0].catchUp) > 0 && len(b.shapes[n-1].catchUp) > 0 {
 		a, z := b.shapes[0], b.shapes[n-1]

@@ -35,6 +35,20 @@ func produceAnswer(t *testing.T, req *kmsg.ProduceRequest, b []byte) kmsg.Produc
 	return resp.Topics[0].Partitions[0]
 }
 
+// longPollFetch is a Fetch of partition 0 of topic, waiting up to maxWait
+// for a byte.
+func longPollFetch(topic string, version int16, maxWait time.Duration) *kmsg.FetchRequest {
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version, fr.ReplicaID, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes = version, -1, int32(maxWait/time.Millisecond), 1, 1<<20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	fr.Topics = append(fr.Topics, ft)
+	return fr
+}
+
 // TestProduceAnswerWaitsItsTurn: a produce answer written by the goroutine
 // that read it from the broker (answers.go) still goes out in request
 // order — behind a long-polling Fetch sent before it and answered later.
@@ -55,18 +69,7 @@ func TestProduceAnswerWaitsItsTurn(t *testing.T) {
 	}
 	rawCall(t, c, md, 1)
 
-	fetch := kmsg.NewPtrFetchRequest()
-	fetch.Version = 11
-	fetch.ReplicaID = -1
-	fetch.MaxWaitMillis = 1000
-	fetch.MinBytes = 1
-	fetch.MaxBytes = 1 << 20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "idle"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = 1 << 20
-	ft.Partitions = append(ft.Partitions, fp)
-	fetch.Topics = append(fetch.Topics, ft)
+	fetch := longPollFetch("idle", 11, time.Second)
 
 	sent := time.Now()
 	writeReq(t, c, fetch, 2)

@@ -70,14 +70,7 @@ func TestParkedFetchIsNotIdle(t *testing.T) {
 
 	c := dialRaw(t, addr)
 	const maxWait = 5 * time.Second
-	fr := kmsg.NewPtrFetchRequest()
-	fr.Version, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes = 12, int32(maxWait/time.Millisecond), 1, 1<<20
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic = "parked"
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.PartitionMaxBytes = 1 << 20
-	ft.Partitions = append(ft.Partitions, fp)
-	fr.Topics = append(fr.Topics, ft)
+	fr := longPollFetch("parked", 12, maxWait)
 	sent := time.Now()
 	writeReq(t, c, fr, 42)
 	b := readResp(t, c) // fails if Ferry closed the connection meanwhile

@@ -10,7 +10,7 @@ package proxy
 // writer, each produce answer woke a second goroutine, usually on a second
 // thread, and that wake-up cost about as much CPU as the rest of Ferry's
 // work on the request (a relay that copies bytes makes none). Measured in
-// the README ("The produce path").
+// the README ("Measured", the produce path's cost).
 //
 // One goroutine at a time holds the write role: the writer, or a broker
 // connection's reader writing answers that came in order. The holder

@@ -31,8 +31,8 @@ import (
 // fake's own decoding and bookkeeping stay out of ns/op and the profile.
 // The client and the shim share Ferry's process and scheduler, so a change
 // in how many goroutines a request wakes shows here differently than
-// against real Kafka (README, "The produce path"): judge those with
-// conformance/bench.
+// against real Kafka (README, "Measured", the produce path's cost): judge
+// those with conformance/bench.
 //
 //	go test ./proxy -run '^$' -bench 'ProduceThrough' -benchmem -cpuprofile /tmp/produce.pb.gz
 func BenchmarkProduceThrough(b *testing.B) {

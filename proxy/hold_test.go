@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
 )
@@ -181,9 +183,14 @@ func TestAnswerAfterAForcedSwitchHeldRefused(t *testing.T) {
 	if p := <-answered; p.ErrorCode != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("the old cluster's late answer was passed on: %v at %d, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}
-	if o := endOffset(t, a, "t"); o != 1 {
-		t.Fatalf("the old cluster's end offset is %d: the test did not make it write the produce", o)
-	}
+	// The refusal may go out at the hold, before the resumed broker has
+	// written the batch: wait for the write the test is about.
+	testwait.Eventually(t, 10*time.Second, "the old cluster wrote the produce", func() error {
+		if o := endOffset(t, a, "t"); o != 1 {
+			return fmt.Errorf("the old cluster's end offset is %d, want 1: the test did not make it write the produce", o)
+		}
+		return nil
+	})
 	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("Produce", reasonForcedSwitch)); n != 1 {
 		t.Fatalf("ferry_refusals_total{api=Produce,reason=forced_switch} = %v, want 1", n)
 	}

@@ -122,6 +122,16 @@ func (c *clientConn) readerTakes(h *reply) bool {
 	return h.direct != nil && h.ready && h.direct.Err == nil && !c.answers.closed
 }
 
+// holderTakes says whether the role's holder may write h now: a broker
+// connection's reader (inReader) or the writer. Called with the queue's
+// lock held.
+func (c *clientConn) holderTakes(h *reply, inReader bool) bool {
+	if inReader {
+		return c.readerTakes(h)
+	}
+	return c.writerTakes(h)
+}
+
 // arrived is called once r's broker answer is in (or failed): inReader,
 // in the goroutine that read it. If r is next in line and the role is
 // free, that goroutine writes it (and whatever follows it in order), or
@@ -170,7 +180,7 @@ func (c *clientConn) take(inReader bool) *reply {
 		return nil
 	}
 	h := a.q[0]
-	if inReader && !c.readerTakes(h) || !inReader && !c.writerTakes(h) {
+	if !c.holderTakes(h, inReader) {
 		return nil
 	}
 	a.q[0] = nil
@@ -192,12 +202,9 @@ func (c *clientConn) take(inReader bool) *reply {
 func (c *clientConn) release(inReader bool) bool {
 	a := &c.answers
 	a.mu.Lock()
-	if len(a.q) > 0 {
-		h := a.q[0]
-		if inReader && c.readerTakes(h) || !inReader && c.writerTakes(h) {
-			a.mu.Unlock()
-			return false
-		}
+	if len(a.q) > 0 && c.holderTakes(a.q[0], inReader) {
+		a.mu.Unlock()
+		return false
 	}
 	pass := inReader && (a.closed || len(a.q) > 0 && c.writerTakes(a.q[0]))
 	a.held = pass

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -10,8 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/ferry-gw/ferry/protocol"
 )
 
 // readCorr reads one answer frame and returns its correlation ID and body.
@@ -21,18 +20,13 @@ func readCorr(t *testing.T, c net.Conn) (int32, []byte) {
 	if len(b) < 4 {
 		t.Fatalf("answer of %d bytes", len(b))
 	}
-	return int32(uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])), b
+	return int32(binary.BigEndian.Uint32(b)), b
 }
 
 // produceAnswer decodes a Produce answer's only partition.
 func produceAnswer(t *testing.T, req *kmsg.ProduceRequest, b []byte) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	resp.SetVersion(req.Version)
-	if err := resp.ReadFrom(b[protocol.ResponseHeaderSize(req.Key(), req.Version):]); err != nil {
-		t.Fatalf("undecodable Produce answer: %v", err)
-	}
-	return resp.Topics[0].Partitions[0]
+	return decodeAnswer(t, req, b).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
 }
 
 // longPollFetch is a Fetch of partition 0 of topic, waiting up to maxWait

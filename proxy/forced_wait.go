@@ -57,7 +57,7 @@ func (c *clientConn) writeCtx(gen uint32) context.Context {
 	w := &c.writeWaits
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if gen < w.through.Load() {
+	if c.forcedAway(gen) {
 		return cancelled
 	}
 	for _, g := range w.byGen {

@@ -21,7 +21,13 @@ func rawCall(t *testing.T, c net.Conn, req kmsg.Request, corr int32) kmsg.Respon
 	t.Helper()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	writeReq(t, c, req, corr)
-	b := readResp(t, c)
+	return decodeAnswer(t, req, readResp(t, c))
+}
+
+// decodeAnswer decodes b, an answer frame (header included, size not), to
+// req.
+func decodeAnswer(t *testing.T, req kmsg.Request, b []byte) kmsg.Response {
+	t.Helper()
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
 	if err := resp.ReadFrom(b[protocol.ResponseHeaderSize(req.Key(), req.GetVersion()):]); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -98,15 +99,7 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 		return err
 	}
 
-	cpu0, err := benchutil.PidCPU(b.ferryPID)
-	if err != nil {
-		return err
-	}
-	busy0, all0, err := benchutil.MachineCPU()
-	if err != nil {
-		return err
-	}
-	starts0, err := b.histogram("ferry_mirror_writer_start_seconds")
+	before, err := b.readCost()
 	if err != nil {
 		return err
 	}
@@ -148,11 +141,7 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 	}
 	done := time.Now()
 	took := done.Sub(t0)
-	cpu1, err := benchutil.PidCPU(b.ferryPID)
-	if err != nil {
-		return err
-	}
-	busy1, all1, err := benchutil.MachineCPU()
+	after, err := b.readCost()
 	if err != nil {
 		return err
 	}
@@ -161,15 +150,11 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 			return err
 		}
 	}
-	starts1, err := b.histogram("ferry_mirror_writer_start_seconds")
-	if err != nil {
-		return err
-	}
-	p50, n := histQuantile(starts0, starts1, 0.5)
-	last, _ := histQuantile(starts0, starts1, 1)
+	p50, n := histQuantile(before.starts, after.starts, 0.5)
+	last, _ := histQuantile(before.starts, after.starts, 1)
 	r.catchUpStarts = append(r.catchUpStarts, [2]float64{p50, last})
-	r.catchUpCPU = append(r.catchUpCPU, (cpu1-cpu0).Seconds()/took.Seconds())
-	r.catchUpBusy = append(r.catchUpBusy, (busy1-busy0).Seconds()/(all1-all0).Seconds())
+	r.catchUpCPU = append(r.catchUpCPU, (after.member-before.member).Seconds()/took.Seconds())
+	r.catchUpBusy = append(r.catchUpBusy, (after.busy-before.busy).Seconds()/(after.all-before.all).Seconds())
 	r.catchUp = append(r.catchUp, float64(sent)/1e6/took.Seconds())
 	r.catchUpFirst = append(r.catchUpFirst, first.Sub(t0))
 	r.catchUpCopy = append(r.catchUpCopy, float64(sent)/1e6/done.Sub(first).Seconds())
@@ -178,6 +163,23 @@ func (b *bench) measureCatchUp(ctx context.Context, r *shapeResult) error {
 		first.Sub(t0).Round(time.Millisecond), r.catchUpCopy[len(r.catchUpCopy)-1], r.catchUpDirect[len(r.catchUpDirect)-1],
 		r.catchUpCPU[len(r.catchUpCPU)-1], 100*r.catchUpBusy[len(r.catchUpBusy)-1], n, p50, last)
 	return nil
+}
+
+// cost is what the catch-up reads before and after the copy: the member's
+// CPU, the machine's busy and total CPU time, and the writers' start
+// times (cumulative buckets of ferry_mirror_writer_start_seconds).
+type cost struct {
+	member, busy, all time.Duration
+	starts            map[float64]float64
+}
+
+func (b *bench) readCost() (cost, error) {
+	var c cost
+	var err1, err2, err3 error
+	c.member, err1 = benchutil.PidCPU(b.ferryPID)
+	c.busy, c.all, err2 = benchutil.MachineCPU()
+	c.starts, err3 = b.histogram("ferry_mirror_writer_start_seconds")
+	return c, errors.Join(err1, err2, err3)
 }
 
 // partitionZeroEnds lists the end offset of partition 0 of each topic, in

@@ -63,6 +63,11 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 				if code := s.remapped.nativeGaps(gen, &in.Topics[ti], p.Partition, p.Records); code != 0 {
 					return code
 				}
+				// Not before its producer's first batch here is
+				// known written (native_firsts.go).
+				if code := s.alone(c.ctx, req, ti, &in.Topics[ti], p.Partition, p.Records); code != 0 {
+					return code
+				}
 			}
 			if gen != 0 {
 				// In place: the records alias the client's frame.
@@ -298,6 +303,10 @@ func (s *Server) produceReply(c *clientConn, req *request, in *kmsg.ProduceReque
 		if len(unanswered) > 0 {
 			s.unansweredProduce(req, in, names, unanswered)
 		}
+		s.settleFirsts(req, func(ti int, p int32) bool {
+			code := answerFor(local, answers, ti, names[ti], p, produceError).ErrorCode
+			return code == 0 || code == kerr.DuplicateSequenceNumber.Code
+		})
 		out := kmsg.NewPtrProduceResponse()
 		out.ThrottleMillis = throttle
 		out.Topics = make([]kmsg.ProduceResponseTopic, 0, len(in.Topics))

@@ -284,6 +284,7 @@ func (c *clientConn) dropReply(r *reply) {
 	if r.abandon != nil {
 		r.abandon()
 	}
+	c.s.settleFirsts(r.req, nil)
 	c.s.writeDone(r.req)
 	upstream.RequestBufs.Put(r.req.frame)
 }

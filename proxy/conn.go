@@ -139,6 +139,9 @@ type request struct {
 	// IDs, written over the client's in place (physicalProducerIDs);
 	// clientPID maps them back.
 	physicalIDs bool
+	// firsts are the batches that went to the broker as their
+	// producer's first in a partition (native_firsts.go).
+	firsts []firstRef
 	// writtenAt are the offsets of batches answered
 	// DUPLICATE_SEQUENCE_NUMBER, found written before a switch
 	// (writtenBefore).
@@ -405,6 +408,9 @@ func (c *clientConn) write(r *reply, bw *bufio.Writer) (int64, error) {
 		}
 	}
 	c.s.metrics.observe(r.req.hdr.Key, r.req.start, err)
+	// A first batch whose answer was not the broker's (refused, forced
+	// away, failed) was not written (native_firsts.go).
+	c.s.settleFirsts(r.req, nil)
 	if err != nil {
 		return 0, fmt.Errorf("%s v%d: %w", kmsg.NameForKey(r.req.hdr.Key), r.req.hdr.Version, err)
 	}

@@ -252,6 +252,7 @@ func (s *Server) upstreamFailed(c *clientConn, req *request, err error) *reply {
 		// the partitions' later ones go on (unansweredProduce); noted
 		// before the answer, which may wait for the leader to move.
 		s.remapped.refuseUnwritten(req.state.Generation, req, p, kerr.NotLeaderForPartition.Code, func(int, int32) bool { return true })
+		s.settleFirsts(req, nil)
 	}
 	for _, r := range req.remaps {
 		// Not written, or not known to be: sent again by the client,

@@ -85,6 +85,9 @@ type Server struct {
 	// (the most recent maxTxnTimeouts).
 	remapped remappedPIDs
 	txns     txnRemaps
+	// nativeFirsts: whether an idempotent producer's first batch in a
+	// partition was written (native_firsts.go).
+	nativeFirsts nativeFirsts
 	// genSince is when this member took the generation in force
 	// (group_member.go).
 	genSince    atomic.Pointer[genStart]

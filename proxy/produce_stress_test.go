@@ -23,7 +23,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -345,14 +344,9 @@ func notLeaderAnswer(kr kmsg.Request) kmsg.Response {
 	req := kr.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, rt := range req.Topics {
-		st := kmsg.NewProduceResponseTopic()
-		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		st := kmsg.ProduceResponseTopic{Topic: rt.Topic, TopicID: rt.TopicID}
 		for _, rp := range rt.Partitions {
-			sp := kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.ErrorCode = kerr.NotLeaderForPartition.Code
-			sp.BaseOffset = -1
-			st.Partitions = append(st.Partitions, sp)
+			st.Partitions = append(st.Partitions, produceError(rp.Partition, kerr.NotLeaderForPartition.Code))
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
@@ -888,24 +882,10 @@ func (pl *rawProducer) call(c net.Conn, req kmsg.Request) (kmsg.Response, error)
 	return rawReceive(c, req, pl.corr)
 }
 
-// rawSend writes req with correlation ID corr.
-func rawSend(c net.Conn, req kmsg.Request, corr int32) error {
-	b := protocol.AppendSize(nil)
-	b = protocol.AppendRequestHeader(b, req, corr, "rawProducer")
-	b = req.AppendTo(b)
-	protocol.FinishSize(b, 0)
-	_, err := c.Write(b)
-	return err
-}
-
 // rawReceive reads the next answer, which must be to corr.
 func rawReceive(c net.Conn, req kmsg.Request, corr int32) (kmsg.Response, error) {
-	var size [4]byte
-	if _, err := io.ReadFull(c, size[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(c, b); err != nil {
+	b, err := rawFrame(c)
+	if err != nil {
 		return nil, err
 	}
 	if len(b) < 4 {
@@ -914,12 +894,7 @@ func rawReceive(c net.Conn, req kmsg.Request, corr int32) (kmsg.Response, error)
 	if got := int32(binary.BigEndian.Uint32(b)); got != corr {
 		return nil, &answerOrderError{got, corr}
 	}
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	if err := resp.ReadFrom(b[protocol.ResponseHeaderSize(req.Key(), req.GetVersion()):]); err != nil {
-		return nil, fmt.Errorf("undecodable %s answer: %w", kmsg.NameForKey(req.Key()), err)
-	}
-	return resp, nil
+	return answerTo(req, b)
 }
 
 type answerOrderError struct{ got, want int32 }

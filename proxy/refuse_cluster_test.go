@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -28,12 +29,21 @@ func rawCall(t *testing.T, c net.Conn, req kmsg.Request, corr int32) kmsg.Respon
 // req.
 func decodeAnswer(t *testing.T, req kmsg.Request, b []byte) kmsg.Response {
 	t.Helper()
+	resp, err := answerTo(req, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// answerTo decodes b, an answer frame (header included, size not), to req.
+func answerTo(req kmsg.Request, b []byte) (kmsg.Response, error) {
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
 	if err := resp.ReadFrom(b[protocol.ResponseHeaderSize(req.Key(), req.GetVersion()):]); err != nil {
-		t.Fatalf("%s: undecodable answer: %v", kmsg.NameForKey(req.Key()), err)
+		return nil, fmt.Errorf("%s: undecodable answer: %w", kmsg.NameForKey(req.Key()), err)
 	}
-	return resp
+	return resp, nil
 }
 
 // TestClusterGoneRequestsAnsweredConnectionKept: with every broker of the

@@ -67,6 +67,7 @@ type options struct {
 	ferryCPUs      string // taskset CPU list to pin Ferry (and the relay) to, or ""
 	relay          bool   // also measure the relay path
 	relayCopy      bool   // the relay reads and writes through a buffer instead of splicing
+	relayFrames    bool   // the relay reads each frame whole before writing it
 	generation     uint32 // -consume-generation: compare consuming under it with generation 0
 }
 
@@ -85,6 +86,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.ferryCPUs, "ferry-cpus", "", "pin `ferry serve` (and the relay) to these CPUs (a taskset list); run the benchmark itself under taskset on the others to give Ferry cores of its own, as in a deployment")
 	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
 	fs.BoolVar(&o.relayCopy, "relay-copy", false, "the relay reads each connection's bytes into a buffer and writes them from it (read(2) and write(2), 256 KiB) instead of splicing: the two copies through user space that any gateway looking at the bytes makes, so that Ferry/relay is Ferry's work beyond them")
+	fs.BoolVar(&o.relayFrames, "relay-frames", false, "the relay reads each Kafka frame whole into a buffer of its size and then writes it (store and forward, nothing parsed) instead of splicing: what a gateway that must see a whole request before sending it pays in copies and cache, so that Ferry/relay is Ferry's work beyond them")
 	gen := fs.Uint("consume-generation", 0, "instead of the full benchmark: fill the topic for -duration, then compare consume MB/s through a Ferry at generation 0 and one at this generation (both treating the cluster as a mirror target), and directly")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -94,6 +96,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if err := o.Check(); err != nil {
 		return o, err
+	}
+	if o.relayCopy && o.relayFrames {
+		return o, errors.New("-relay-copy and -relay-frames are two relays: choose one")
 	}
 	if *gen >= 1<<11 {
 		return o, errors.New("-consume-generation must be below 2048")

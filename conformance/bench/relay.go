@@ -9,6 +9,8 @@ package main
 // the relay reaches every broker through it.
 
 import (
+	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +27,9 @@ const (
 	// relayCopyEnv, set to anything, makes the relay copy through a buffer
 	// (-relay-copy).
 	relayCopyEnv = "FERRY_BENCH_RELAY_COPY"
+	// relayFramesEnv, set to anything, makes the relay read each Kafka
+	// frame whole before it writes it (-relay-frames).
+	relayFramesEnv = "FERRY_BENCH_RELAY_FRAMES"
 	// relayListener is the brokers' listener that the relay forwards to.
 	relayListener = "RELAY"
 )
@@ -88,9 +93,42 @@ func relay(c *net.TCPConn, target string) {
 // 256 KiB buffer (wrapped, the connections hide the ReadFrom and WriteTo
 // that would splice).
 func relayCopy(dst, src *net.TCPConn) {
+	if os.Getenv(relayFramesEnv) != "" {
+		relayFrames(dst, src)
+		return
+	}
 	if os.Getenv(relayCopyEnv) == "" {
 		io.Copy(dst, src)
 		return
 	}
 	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 256<<10))
+}
+
+// relayFrames copies src to dst a Kafka frame at a time: each frame read
+// whole into a buffer of its size (its size through a 4 KiB buffered
+// reader, the rest straight into the frame's buffer), then written with
+// one writev, as a gateway that must see a whole request before it sends
+// it does. Nothing in the frame is parsed. One buffer per direction, grown
+// to the largest frame and reused.
+func relayFrames(dst, src *net.TCPConn) {
+	br := bufio.NewReaderSize(src, 4<<10)
+	var size [4]byte
+	var buf []byte
+	for {
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(size[:]))
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return
+		}
+		bufs := net.Buffers{size[:], buf}
+		if _, err := bufs.WriteTo(dst); err != nil {
+			return
+		}
+	}
 }

@@ -129,6 +129,12 @@ func report(res *results) rendered {
 			"user space that any gateway looking at the bytes makes; the default relay splices instead), and parses nothing. "+
 			"Clients reach it through a second listener on every broker, which advertises the relay's ports. Ferry/relay is what "+
 			"Ferry's work beyond those copies costs\n")
+	case relay && o.relayFrames:
+		fmt.Fprintf(&b, "- relay (`-relay-frames`): a separate process (this benchmark re-executed) that reads each Kafka frame "+
+			"of each client connection whole into a buffer of its size (its 4-byte size through a 4 KiB buffered reader) and then "+
+			"writes it to one broker with one writev, and back: store and forward, as any gateway that must see a whole request "+
+			"before it sends it, and nothing parsed. Clients reach it through a second listener on every broker, which advertises "+
+			"the relay's ports. Ferry/relay is what Ferry's work beyond reading and writing whole frames costs\n")
 	case relay:
 		fmt.Fprintf(&b, "- relay: the cheapest hop there can be, for scale. A separate process (this benchmark re-executed) copies "+
 			"bytes both ways between each client connection and one broker with splice(2), and parses nothing. Clients reach it "+

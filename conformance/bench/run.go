@@ -111,6 +111,9 @@ func run(ctx context.Context, o options, cmd string) error {
 		if o.relayCopy {
 			env = append(env, relayCopyEnv+"=1")
 		}
+		if o.relayFrames {
+			env = append(env, relayFramesEnv+"=1")
+		}
 		rp, err := startChild(ctx, o.ferryCPUs, env...)
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)

@@ -15,6 +15,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -53,9 +54,16 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	// The broker's bytes wait on the client as much as on the broker: the
 	// same bound as for writing any answer to the client.
 	up.SetReadDeadline(time.Now().Add(s.settings.Load().WriteTimeout))
-	under := &io.LimitedReader{R: up, N: st.Size}
+	// The bytes the broker connection's reader read ahead come first;
+	// the buffer's first fill takes them all (Prefix is smaller than it),
+	// so from then on what src does not hold is still on the socket.
+	under := &io.LimitedReader{R: up, N: st.Size - int64(len(st.Prefix))}
 	src := streamReaders.Get().(*bufio.Reader)
-	src.Reset(under)
+	if len(st.Prefix) > 0 {
+		src.Reset(io.MultiReader(bytes.NewReader(st.Prefix), under))
+	} else {
+		src.Reset(under)
+	}
 	defer func() {
 		src.Reset(nil)
 		streamReaders.Put(src)

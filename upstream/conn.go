@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -284,6 +285,10 @@ func (p *brokerPool) close() {
 type Conn struct {
 	Pool    *brokerPool
 	NetConn net.Conn
+	// br is what the reader reads answers through: a small answer (a
+	// Produce's) and the size of the next arrive in one read(2). What it
+	// read ahead of a streamed answer goes to the streamer (streamed.Prefix).
+	br *bufio.Reader
 
 	wmu  sync.Mutex // serialises writes and the queue order
 	corr int32
@@ -357,7 +362,11 @@ const (
 type streamed struct {
 	Conn *Conn
 	Size int64
-	done chan struct{}
+	// Prefix is the answer's first bytes after its correlation ID, read
+	// ahead by the reader's buffer (fewer than answerReadAhead): the
+	// streamer takes them before it reads the socket.
+	Prefix []byte
+	done   chan struct{}
 }
 
 // finish hands the connection back to its reader: after err, the
@@ -374,8 +383,12 @@ func (st *streamed) Finish(err error) {
 // calls of streaming.
 const StreamMinBytes = 128 << 10
 
+// answerReadAhead is the reader's buffer: a Produce's answer whole, the
+// heads of larger ones.
+const answerReadAhead = 4 << 10
+
 func newUpConn(p *brokerPool, nc net.Conn) *Conn {
-	c := &Conn{Pool: p, NetConn: nc, InFlight: make(chan *Pending, 256), dead: make(chan struct{})}
+	c := &Conn{Pool: p, NetConn: nc, br: bufio.NewReaderSize(nc, answerReadAhead), InFlight: make(chan *Pending, 256), dead: make(chan struct{})}
 	go c.readLoop()
 	return c
 }
@@ -504,7 +517,7 @@ func (c *Conn) readLoop() {
 	max := c.Pool.u.opts.MaxResponseSize
 	var head [8]byte // size, correlation ID
 	for {
-		_, err := io.ReadFull(c.NetConn, head[:])
+		_, err := io.ReadFull(c.br, head[:])
 		size := int32(binary.BigEndian.Uint32(head[:]))
 		switch {
 		case err != nil:
@@ -533,13 +546,16 @@ func (c *Conn) readLoop() {
 			return
 		}
 		if p.Stream && size >= StreamMinBytes {
-			st := &streamed{Conn: c, Size: int64(size) - 4, done: make(chan struct{})}
+			// What the buffer holds is this answer's: it is larger.
+			prefix, _ := c.br.Peek(c.br.Buffered())
+			st := &streamed{Conn: c, Size: int64(size) - 4, Prefix: prefix, done: make(chan struct{})}
 			c.streaming.Store(true)
 			c.answering.Store(false)
 			p.Streamed = st
 			p.finished()
 			select {
 			case <-st.done:
+				c.br.Discard(len(prefix))
 				c.streaming.Store(false)
 				continue
 			case <-c.dead:
@@ -557,7 +573,7 @@ func (c *Conn) readLoop() {
 				return
 			}
 			// Nobody takes this answer: read past it.
-			if _, err := io.CopyN(io.Discard, c.NetConn, int64(size)-4); err != nil {
+			if err := c.skip(int64(size) - 4); err != nil {
 				c.fail(p, nil)
 				c.Close(fmt.Errorf("broker %d: read: %w", c.Pool.broker, err))
 				return
@@ -571,7 +587,7 @@ func (c *Conn) readLoop() {
 		}
 		buf.B = buf.B[:size]
 		copy(buf.B, head[4:])
-		if _, err := io.ReadFull(c.NetConn, buf.B[4:]); err != nil {
+		if _, err := io.ReadFull(c.br, buf.B[4:]); err != nil {
 			ResponseBufs.Put(buf)
 			c.fail(p, nil)
 			c.Close(fmt.Errorf("broker %d: read: %w", c.Pool.broker, err))
@@ -589,6 +605,14 @@ func (c *Conn) readLoop() {
 		p.finished()
 		c.answering.Store(false)
 	}
+}
+
+// skip reads past the next n bytes of the connection.
+func (c *Conn) skip(n int64) error {
+	buffered := min(int64(c.br.Buffered()), n)
+	c.br.Discard(int(buffered))
+	_, err := io.CopyN(io.Discard, c.NetConn, n-buffered)
+	return err
 }
 
 func (c *Conn) fail(p *Pending, err error) {

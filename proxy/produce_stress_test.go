@@ -987,7 +987,7 @@ func (pl *rawProducer) produceReq(pid int64, epoch int16, b *rawBatch) *kmsg.Pro
 	p.Acks = -1
 	p.TimeoutMillis = 5000
 	p.Topics = []kmsg.ProduceRequestTopic{{Topic: pl.topic, Partitions: []kmsg.ProduceRequestTopicPartition{{
-		Partition: pl.partition, Records: keyedBatch(pid, epoch, b.seq, b.keys, b.values),
+		Partition: pl.partition, Records: batchOf(pid, epoch, b.seq, false, b.keys, b.values),
 	}}}}
 	return p
 }
@@ -1145,32 +1145,4 @@ func codeName(code int16) string {
 		return e.Message
 	}
 	return strconv.Itoa(int(code))
-}
-
-// keyedBatch is one v2 batch of records (keys[i], values[i]) from
-// producer pid.
-func keyedBatch(pid int64, epoch int16, seq int32, keys, values []string) []byte {
-	var payload []byte
-	for i := range values {
-		var body []byte
-		body = append(body, 0)                     // attributes
-		body = binary.AppendVarint(body, 0)        // timestamp delta
-		body = binary.AppendVarint(body, int64(i)) // offset delta
-		body = binary.AppendVarint(body, int64(len(keys[i])))
-		body = append(body, keys[i]...)
-		body = binary.AppendVarint(body, int64(len(values[i])))
-		body = append(body, values[i]...)
-		body = binary.AppendVarint(body, 0) // headers
-		payload = binary.AppendVarint(payload, int64(len(body)))
-		payload = append(payload, body...)
-	}
-	now := time.Now().UnixMilli()
-	kb := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1, Magic: 2, FirstTimestamp: now, MaxTimestamp: now, LastOffsetDelta: int32(len(values) - 1),
-		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(len(values)), Records: payload,
-	}
-	kb.Length = int32(protocol.BatchHeaderSize - 12 + len(payload))
-	b := protocol.Batch(kb.AppendTo(nil))
-	b.UpdateCRC()
-	return b
 }

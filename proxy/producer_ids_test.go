@@ -111,24 +111,38 @@ func recordBatch(pid int64, epoch int16, seq int32, transactional bool) []byte {
 
 // valueBatch is one v2 batch of one record of value v from producer pid.
 func valueBatch(pid int64, epoch int16, seq int32, transactional bool, v string) []byte {
-	var body []byte
-	body = append(body, 0)               // attributes
-	body = binary.AppendVarint(body, 0)  // timestamp delta
-	body = binary.AppendVarint(body, 0)  // offset delta
-	body = binary.AppendVarint(body, -1) // key
-	body = binary.AppendVarint(body, int64(len(v)))
-	body = append(body, v...)
-	body = binary.AppendVarint(body, 0) // headers
-	payload := binary.AppendVarint(nil, int64(len(body)))
-	payload = append(payload, body...)
+	return batchOf(pid, epoch, seq, transactional, nil, []string{v})
+}
+
+// batchOf is one uncompressed v2 batch of producer pid holding values,
+// keyed by keys (nil: every key null).
+func batchOf(pid int64, epoch int16, seq int32, transactional bool, keys, values []string) []byte {
+	var payload []byte
+	for i, v := range values {
+		var body []byte
+		body = append(body, 0)                     // attributes
+		body = binary.AppendVarint(body, 0)        // timestamp delta
+		body = binary.AppendVarint(body, int64(i)) // offset delta
+		if keys == nil {
+			body = binary.AppendVarint(body, -1) // key
+		} else {
+			body = binary.AppendVarint(body, int64(len(keys[i])))
+			body = append(body, keys[i]...)
+		}
+		body = binary.AppendVarint(body, int64(len(v)))
+		body = append(body, v...)
+		body = binary.AppendVarint(body, 0) // headers
+		payload = binary.AppendVarint(payload, int64(len(body)))
+		payload = append(payload, body...)
+	}
 	var attrs int16
 	if transactional {
 		attrs = protocol.BatchAttrTransactional
 	}
 	now := time.Now().UnixMilli()
 	kb := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1, Magic: 2, Attributes: attrs, FirstTimestamp: now, MaxTimestamp: now,
-		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: 1, Records: payload,
+		PartitionLeaderEpoch: -1, Magic: 2, Attributes: attrs, FirstTimestamp: now, MaxTimestamp: now, LastOffsetDelta: int32(len(values) - 1),
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(len(values)), Records: payload,
 	}
 	kb.Length = int32(protocol.BatchHeaderSize - 12 + len(payload))
 	b := protocol.Batch(kb.AppendTo(nil))

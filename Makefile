@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.buildVersion=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build test test-short test-versions bench bench-against bench-dedicated bench-mirror bench-switchover bench-scale bench-distance bench-fleet bench-tls chaos lint demo
+.PHONY: help build test test-short test-versions bench bench-against bench-dedicated bench-mirror bench-switchover bench-scale bench-clients bench-distance bench-fleet bench-tls chaos lint demo
 
 help:
 	@echo "make build       build $(BIN)"
@@ -20,7 +20,8 @@ help:
 	@echo "make bench-mirror Ferry's mirror vs MirrorMaker 2 and the target's produce ceiling (MIRRORBENCHFLAGS)"
 	@echo "make bench-switchover planned and forced switchovers under traffic on real Kafka, consume before/after (SWITCHBENCHFLAGS); then automatic failover, the active cluster's broker killed (AUTOBENCHFLAGS)"
 	@echo "make bench-distance the mirror's copy and the planned switch with the standby 20, 50 and 100 ms away (a delaying relay): mirrorbench -rtts, switchbench -rtt (DISTANCEBENCHFLAGS, SWITCHRTT)"
-	@echo "make bench-scale the switchover, Metadata, memory, idle CPU and the mirror's catch-up as the clusters grow to 10,000 partitions and 1,000 groups, 10,000 idle client connections (SCALEBENCHFLAGS)"
+	@echo "make bench-scale the switchover, Metadata, memory, idle CPU and the mirror's catch-up as the clusters grow to 10,000 partitions and 1,000 groups, 10,000 idle client connections (SCALEBENCHFLAGS); then bench-clients"
+	@echo "make bench-clients produce and consume with 1,000 active clients at once against 10: MB/s, Ferry's CPU per GiB and RSS (CLIENTSBENCHFLAGS)"
 	@echo "make bench-fleet three members on real Kafka: kill -9 under producers, mirror MB/s with one member vs three, a new generation across the fleet (FLEETBENCHFLAGS)"
 	@echo "make bench-tls   TLS to clients, to brokers, both and neither, through Ferry and directly, on real Kafka (TLSBENCHFLAGS)"
 	@echo "make chaos       the randomized fault schedule against a fleet on real Kafka, forced switches included, CHAOS_DURATION (30m), CHAOS_SEED (0: from the clock), CHAOS_FORCED (true); writes docs/CHAOS.md"
@@ -89,8 +90,15 @@ bench-switchover:
 	$(GO) run ./conformance/switchbench -automatic $(AUTOBENCHFLAGS)
 
 SCALEBENCHFLAGS ?= -shapes 100x10,1000x100,5000x500,10000x1000 -idle-conns 10000 -rounds 3 -consume-bytes 0 -out docs/SCALE-BENCHMARKS.md
+# Many active clients at once against few: produce and consume MB/s,
+# Ferry's CPU per GiB and RSS (part of bench-scale).
+CLIENTSBENCHFLAGS ?= -clients 10,1000 -relay=false -rounds 3 -duration 15s -warmup 5s -out docs/CLIENTS-BENCHMARKS.md
 bench-scale:
 	$(GO) run ./conformance/switchbench $(SCALEBENCHFLAGS)
+	$(GO) run ./conformance/bench $(CLIENTSBENCHFLAGS)
+
+bench-clients:
+	$(GO) run ./conformance/bench $(CLIENTSBENCHFLAGS)
 
 # The standby a round trip away: the mirror's copy (16 KiB batches, the Java
 # producer's default) at each round-trip time against the same copy at 0 ms,

@@ -116,12 +116,23 @@ func runChild(bootstrap, profile string) error {
 // configuration file in dir, pinned to cpus (a taskset list) unless it is
 // "", and waits until its /readyz answers 200.
 func startServe(ctx context.Context, bin, dir, bootstrap, cpus string) (*benchutil.Proc, error) {
-	ports, err := benchutil.FreePorts(2)
+	// The lanes listen on the ports after listen's, one per broker: the
+	// run must be free, and the admin port outside it.
+	lanes := len(strings.Split(bootstrap, ","))
+	base, err := benchutil.FreePortRun(1 + lanes)
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	adminAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	admin := base
+	for admin >= base && admin <= base+lanes {
+		ports, err := benchutil.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		admin = ports[0]
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(base))
+	adminAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(admin))
 	var b strings.Builder
 	fmt.Fprintf(&b, "cluster_id: ferry-bench\nlisten: %s\nadmin_listen: %s\nlog_level: warn\nclusters:\n  - name: primary\n    bootstrap:\n", addr, adminAddr)
 	for _, a := range strings.Split(bootstrap, ",") {

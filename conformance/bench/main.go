@@ -52,6 +52,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferry-gw/ferry/conformance/benchutil"
@@ -68,6 +71,7 @@ type options struct {
 	relay          bool   // also measure the relay path
 	relayCopy      bool   // the relay reads and writes through a buffer instead of splicing
 	relayFrames    bool   // the relay reads each frame whole before writing it
+	clients        []int  // -clients: the many-clients mode's client counts
 	generation     uint32 // -consume-generation: compare consuming under it with generation 0
 }
 
@@ -87,6 +91,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.relay, "relay", true, "also measure a third path through a bare TCP relay (splice both ways, nothing parsed): what any extra hop costs here")
 	fs.BoolVar(&o.relayCopy, "relay-copy", false, "the relay reads each connection's bytes into a buffer and writes them from it (read(2) and write(2), 256 KiB) instead of splicing: the two copies through user space that any gateway looking at the bytes makes, so that Ferry/relay is Ferry's work beyond them")
 	fs.BoolVar(&o.relayFrames, "relay-frames", false, "the relay reads each Kafka frame whole into a buffer of its size and then writes it (store and forward, nothing parsed) instead of splicing: what a gateway that must see a whole request before sending it pays in copies and cache, so that Ferry/relay is Ferry's work beyond them")
+	clients := fs.String("clients", "", "instead of the full benchmark: produce and consume MB/s with this many clients at once on each path, a comma-separated list of counts (e.g. 10,1000), each client with connections of its own")
 	gen := fs.Uint("consume-generation", 0, "instead of the full benchmark: fill the topic for -duration, then compare consume MB/s through a Ferry at generation 0 and one at this generation (both treating the cluster as a mirror target), and directly")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -97,6 +102,17 @@ func parseFlags(args []string) (options, error) {
 	if err := o.Check(); err != nil {
 		return o, err
 	}
+	for _, c := range strings.Split(*clients, ",") {
+		if c == "" {
+			continue
+		}
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("-clients: %q is not a count of clients", c)
+		}
+		o.clients = append(o.clients, n)
+	}
+	slices.Sort(o.clients) // the report sets the largest beside the smallest
 	if o.relayCopy && o.relayFrames {
 		return o, errors.New("-relay-copy and -relay-frames are two relays: choose one")
 	}

@@ -122,24 +122,25 @@ func report(res *results) rendered {
 	fmt.Fprintf(&b, "- Ferry: one member in a separate process, %s, listening on loopback; "+
 		"it presents one virtual broker per physical leader (lanes), each on a port of its own, so clients keep one connection, "+
 		"one produce request in flight and one fetch per leader, as they do directly\n", res.ferryMode)
+	// Every relay: a separate process (this benchmark re-executed), reached
+	// through a second listener on every broker that advertises the
+	// relay's ports; what differs is how it moves the bytes.
+	const relayReached = "Clients reach it through a second listener on every broker, which advertises the relay's ports. "
 	switch {
 	case relay && o.relayCopy:
 		fmt.Fprintf(&b, "- relay (`-relay-copy`): a separate process (this benchmark re-executed) that reads the bytes of each client "+
 			"connection into a 256 KiB buffer and writes them to one broker, and back (read(2) and write(2): the two copies through "+
 			"user space that any gateway looking at the bytes makes; the default relay splices instead), and parses nothing. "+
-			"Clients reach it through a second listener on every broker, which advertises the relay's ports. Ferry/relay is what "+
-			"Ferry's work beyond those copies costs\n")
+			relayReached+"Ferry/relay is what Ferry's work beyond those copies costs\n")
 	case relay && o.relayFrames:
 		fmt.Fprintf(&b, "- relay (`-relay-frames`): a separate process (this benchmark re-executed) that reads each Kafka frame "+
 			"of each client connection whole into a buffer of its size (its 4-byte size through a 4 KiB buffered reader) and then "+
 			"writes it to one broker with one writev, and back: store and forward, as any gateway that must see a whole request "+
-			"before it sends it, and nothing parsed. Clients reach it through a second listener on every broker, which advertises "+
-			"the relay's ports. Ferry/relay is what Ferry's work beyond reading and writing whole frames costs\n")
+			"before it sends it, and nothing parsed. "+relayReached+"Ferry/relay is what Ferry's work beyond reading and writing whole frames costs\n")
 	case relay:
 		fmt.Fprintf(&b, "- relay: the cheapest hop there can be, for scale. A separate process (this benchmark re-executed) copies "+
-			"bytes both ways between each client connection and one broker with splice(2), and parses nothing. Clients reach it "+
-			"through a second listener on every broker, which advertises the relay's ports. relay/direct is what any extra hop "+
-			"costs on this machine; Ferry/relay is what Ferry's own work costs\n")
+			"bytes both ways between each client connection and one broker with splice(2), and parses nothing. "+relayReached+
+			"relay/direct is what any extra hop costs on this machine; Ferry/relay is what Ferry's own work costs\n")
 	}
 	fmt.Fprintf(&b, "- runs alternate %s, %s…; every figure is the median of %d runs per path\n", strings.Join(res.paths, ", "), res.paths[0], o.Rounds)
 	fmt.Fprintf(&b, "- warm-up: %v of unmeasured produce per path, and an unmeasured read of a quarter of the consume records per path\n", o.Warmup)

@@ -173,6 +173,9 @@ func run(ctx context.Context, o options, cmd string) error {
 			}
 		}
 	}
+	if len(o.clients) > 0 {
+		return runClients(ctx, o, cmd, res.machine, paths, cluster.Bootstrap(), vals)
+	}
 
 	// 2. Produce at full speed.
 	res.produce.name = "produce, full speed"

@@ -563,7 +563,8 @@ func (c *Conn) readLoop() {
 			}
 		}
 		// Held until its client takes it: not read ahead of a client
-		// over its budget (budget.go).
+		// over its budget (budget.go), but for what the reader's buffer
+		// holds (answerReadAhead a connection, not charged).
 		buf := ResponseBufs.Get()
 		ResponseBufs.Fit(buf, int(size))
 		if p.Mem != nil && !p.Mem.AdmitAnswer(p, buf, int(size), c.dead) {

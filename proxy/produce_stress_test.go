@@ -92,11 +92,11 @@ type produceStress struct {
 
 // stressCounters count the faults injected.
 type stressCounters struct {
-	ctlNotLeader, ctlClosed, ctlSlept, ctlSlowNode atomic.Int64
-	ctlFirstNotLeader                              atomic.Int64
-	connDropAnswer, connDropRead, connDelay        atomic.Int64
-	connKills, brokerDowns, moves                  atomic.Int64
-	dialsRefused                                   atomic.Int64
+	ctlNotLeader, ctlClosed, readDelay, slowNodeDelay atomic.Int64
+	ctlFirstNotLeader                                 atomic.Int64
+	connDropAnswer, connDropRead, connDelay           atomic.Int64
+	connKills, brokerDowns, moves                     atomic.Int64
+	dialsRefused                                      atomic.Int64
 }
 
 // stressFaults is the fault injector: a kfake ListenFn whose listeners and
@@ -282,6 +282,10 @@ type faultConn struct {
 	net.Conn
 	b    *faultBroker
 	once sync.Once
+	// body: the broker's reader read a frame's size last (kfake reads a
+	// request as its 4-byte size, then its body); only its goroutine
+	// reads.
+	body bool
 }
 
 func (c *faultConn) Close() error {
@@ -302,7 +306,22 @@ func (c *faultConn) Read(p []byte) (int, error) {
 		c.Close()
 		return 0, net.ErrClosed
 	}
-	return c.Conn.Read(p)
+	atBody := c.body
+	n, err := c.Conn.Read(p)
+	c.body = len(p) == 4 && n == 4
+	if atBody && n >= 2 && f.on.Load() && int16(binary.BigEndian.Uint16(p)) == int16(kmsg.Produce) {
+		// The broker takes the Produce late, the connection's later
+		// requests behind it, while its other connections go on.
+		if f.chance(0.1) {
+			f.n.readDelay.Add(1)
+			time.Sleep(f.between(time.Millisecond, 20*time.Millisecond))
+		}
+		if c.b.node == f.slowNode.Load() && time.Now().UnixNano() < f.slowUntil.Load() {
+			f.n.slowNodeDelay.Add(1)
+			time.Sleep(f.between(5*time.Millisecond, 40*time.Millisecond))
+		}
+	}
+	return n, err
 }
 
 func (c *faultConn) Write(p []byte) (int, error) {
@@ -378,7 +397,6 @@ func runProduceStress(t *testing.T, cfg produceStress) {
 		if !f.on.Load() {
 			return nil, nil, false
 		}
-		node := kf.CurrentNode()
 		if producerStarts(kr) && f.chance(0.08) {
 			// A producer's first batch meets a broker not yet
 			// leading (the cluster's metadata already says it is).
@@ -393,16 +411,9 @@ func runProduceStress(t *testing.T, cfg produceStress) {
 			// kfake closes the connection without applying it.
 			f.n.ctlClosed.Add(1)
 			return nil, errors.New("injected: connection closed before the produce was applied"), true
-		case x < 0.12:
-			f.n.ctlSlept.Add(1)
-			d := f.between(time.Millisecond, 20*time.Millisecond)
-			kf.SleepControl(func() { time.Sleep(d) })
 		}
-		if node == f.slowNode.Load() && time.Now().UnixNano() < f.slowUntil.Load() {
-			f.n.ctlSlowNode.Add(1)
-			d := f.between(5*time.Millisecond, 40*time.Millisecond)
-			kf.SleepControl(func() { time.Sleep(d) })
-		}
+		// Delays are the connections' (faultConn.Read): kfake's
+		// SleepControl races with itself under -race.
 		return nil, nil, false
 	})
 	when := func(p float64) func(kmsg.Request) bool {
@@ -646,10 +657,10 @@ func runProduceStress(t *testing.T, cfg produceStress) {
 	if e := chaosErr.Load(); e != nil {
 		t.Fatalf("chaos: %v", *e)
 	}
-	t.Logf("produced for %v; faults injected: control NOT_LEADER to a producer's first batch %d, control NOT_LEADER %d, control closed %d, control slept %d, slow-node sleeps %d; "+
+	t.Logf("produced for %v; faults injected: control NOT_LEADER to a producer's first batch %d, control NOT_LEADER %d, control closed %d, produces taken late %d, slow-node delays %d; "+
 		"fault NOT_LEADER %d, REQUEST_TIMED_OUT (written) %d, NOT_ENOUGH_REPLICAS_AFTER_APPEND (written) %d; "+
 		"answers lost after apply %d, connections broken on read %d, answers delayed %d; connection kills %d, brokers down %d, connections accepted while going down %d, leader moves %d",
-		produced.Round(time.Millisecond), f.n.ctlFirstNotLeader.Load(), f.n.ctlNotLeader.Load(), f.n.ctlClosed.Load(), f.n.ctlSlept.Load(), f.n.ctlSlowNode.Load(),
+		produced.Round(time.Millisecond), f.n.ctlFirstNotLeader.Load(), f.n.ctlNotLeader.Load(), f.n.ctlClosed.Load(), f.n.readDelay.Load(), f.n.slowNodeDelay.Load(),
 		faults[0].Hits(), faults[1].Hits(), faults[2].Hits(),
 		f.n.connDropAnswer.Load(), f.n.connDropRead.Load(), f.n.connDelay.Load(), f.n.connKills.Load(), f.n.brokerDowns.Load(), f.n.dialsRefused.Load(), f.n.moves.Load())
 

@@ -59,11 +59,7 @@ func (s *Server) fetchStream(ctx context.Context, c *clientConn, req *request, s
 	// so from then on what src does not hold is still on the socket.
 	under := &io.LimitedReader{R: up, N: st.Size - int64(len(st.Prefix))}
 	src := streamReaders.Get().(*bufio.Reader)
-	if len(st.Prefix) > 0 {
-		src.Reset(io.MultiReader(bytes.NewReader(st.Prefix), under))
-	} else {
-		src.Reset(under)
-	}
+	src.Reset(io.MultiReader(bytes.NewReader(st.Prefix), under))
 	defer func() {
 		src.Reset(nil)
 		streamReaders.Put(src)

@@ -372,8 +372,12 @@ func notLeaderAnswer(kr kmsg.Request) kmsg.Response {
 	return resp
 }
 
+// rawProducerBase numbers the raw producers' records apart from the
+// franz-go producers' (ackedRecord.producer).
+const rawProducerBase = 1000
+
 type ackedRecord struct {
-	producer   int
+	producer   int // franz-go's from 0, rawProducer's from rawProducerBase
 	seq        int // the producer's record number
 	partition  int32
 	offset     int64
@@ -388,8 +392,8 @@ func runProduceStress(t *testing.T, cfg produceStress) {
 	const topic = "stress"
 	f := &stressFaults{rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15))}
 	f.slowNode.Store(-1)
-	kf := newKfake(t, 3, kfake.SeedTopics(cfg.partitions, topic), kfake.ListenFn(f.listen))
-	nodes := int32(3)
+	const nodes = 3
+	kf := newKfake(t, nodes, kfake.SeedTopics(cfg.partitions, topic), kfake.ListenFn(f.listen))
 
 	// The broker's own faults, on every Produce while on.
 	kf.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
@@ -678,7 +682,7 @@ func runProduceStress(t *testing.T, cfg produceStress) {
 	}
 	nKgo, nRaw := 0, 0
 	for _, a := range acks {
-		if a.producer >= 1000 {
+		if a.producer >= rawProducerBase {
 			nRaw++
 		} else {
 			nKgo++
@@ -1040,7 +1044,7 @@ func (pl *rawProducer) run(ctx context.Context, stop <-chan struct{}, seed uint6
 				continue
 			}
 			for i := range b.values {
-				ack(ackedRecord{producer: 1000 + pl.id, seq: b.first + i, partition: pl.partition, offset: b.offset + int64(i), key: b.keys[i], value: b.values[i]})
+				ack(ackedRecord{producer: rawProducerBase + pl.id, seq: b.first + i, partition: pl.partition, offset: b.offset + int64(i), key: b.keys[i], value: b.values[i]})
 			}
 		}
 	}
@@ -1135,7 +1139,7 @@ func (pl *rawProducer) session(ctx context.Context, pid int64, epoch int16, batc
 				return
 			default:
 				if failed == "" {
-					failed = fmt.Sprintf("seq %d %s", b.seq, codeName(a.ErrorCode))
+					failed = fmt.Sprintf("seq %d %v", b.seq, kerr.ErrorForCode(a.ErrorCode))
 				}
 			}
 		}
@@ -1149,11 +1153,4 @@ func (pl *rawProducer) session(ctx context.Context, pid int64, epoch int16, batc
 			time.Sleep(time.Duration(10+pl.f.intn(20)) * time.Millisecond)
 		}
 	}
-}
-
-func codeName(code int16) string {
-	if e, ok := kerr.ErrorForCode(code).(*kerr.Error); ok {
-		return e.Message
-	}
-	return strconv.Itoa(int(code))
 }

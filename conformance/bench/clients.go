@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,7 @@ func runClients(ctx context.Context, o options, cmd string, m benchutil.Machine,
 		"Each client is a franz-go client with connections of its own. Medians of %d rounds, [lowest – highest].\n\n",
 		kafkatest.Version(), o.Partitions, o.Size, o.Duration, clientsBuffered, consumeSliceBytes>>10, o.Rounds)
 	md.WriteString("| clients | path | produce MB/s | produce CPU-s/GiB | consume MB/s | consume CPU-s/GiB | RSS, clients active (first round) |\n|--:|---|--:|--:|--:|--:|--:|\n")
+	cpu := func(r clientsRun) float64 { return cpuPerGiB(r.runResult) }
 	for _, n := range o.clients {
 		for _, p := range paths {
 			pr, cr := produced[key{n, p.name}], consumed[key{n, p.name}]
@@ -108,8 +110,8 @@ func runClients(ctx context.Context, o options, cmd string, m benchutil.Machine,
 				spread(pr, func(r clientsRun) float64 { return r.MBps() }, "%.1f"), "",
 				spread(cr, func(r clientsRun) float64 { return r.MBps() }, "%.1f"), "", ""}
 			if p.proc != nil {
-				row[3] = spread(pr, cpuPerGiB, "%.2f")
-				row[5] = spread(cr, cpuPerGiB, "%.2f")
+				row[3] = spread(pr, cpu, "%.2f")
+				row[5] = spread(cr, cpu, "%.2f")
 				// The first round's: memory a larger count freed stays
 				// with the process a while (the Go runtime returns it
 				// slowly), so later rounds of a smaller count read high.
@@ -132,8 +134,8 @@ func runClients(ctx context.Context, o options, cmd string, m benchutil.Machine,
 			if p.proc != nil {
 				perClient := float64(produced[key{hi, p.name}][0].rss-produced[key{lo, p.name}][0].rss) / float64(hi-lo) / 1024
 				fmt.Fprintf(&md, "; CPU per GiB produced %s, consumed %s; RSS %.0f KiB more a client (first round, %d clients against %d)",
-					benchutil.Ratio(med(produced, hi, cpuPerGiB), med(produced, lo, cpuPerGiB)),
-					benchutil.Ratio(med(consumed, hi, cpuPerGiB), med(consumed, lo, cpuPerGiB)), perClient, hi, lo)
+					benchutil.Ratio(med(produced, hi, cpu), med(produced, lo, cpu)),
+					benchutil.Ratio(med(consumed, hi, cpu), med(consumed, lo, cpu)), perClient, hi, lo)
 			}
 			md.WriteString("\n")
 		}
@@ -156,13 +158,6 @@ func spread(rs []clientsRun, f func(clientsRun) float64, format string) string {
 		return fmt.Sprintf(format, med)
 	}
 	return fmt.Sprintf(format+" ["+format+" – "+format+"]", med, lo, hi)
-}
-
-func cpuPerGiB(r clientsRun) float64 {
-	if r.Bytes == 0 {
-		return 0
-	}
-	return r.CPU.Seconds() / (float64(r.Bytes) / (1 << 30))
 }
 
 func rssNote(r clientsRun) string {
@@ -321,10 +316,7 @@ func consumeClients(ctx context.Context, p path, slices []consumerSlice) (client
 		var wg sync.WaitGroup
 		for i, cl := range cls {
 			wg.Go(func() {
-				left := map[int32][2]int64{}
-				for part, r := range slices[i] {
-					left[part] = r
-				}
+				left := maps.Clone(slices[i]) // the partitions not yet read to their slice's end
 				for len(left) > 0 {
 					fs := cl.PollFetches(ctx)
 					if err := ctx.Err(); err != nil {

@@ -73,7 +73,6 @@ func runGenerations(ctx context.Context, o options, cluster *kafkatest.Cluster) 
 		sort.Float64s(xs)
 		return xs[len(xs)/2]
 	}
-	cpuPerGiB := func(r runResult) float64 { return r.CPU.Seconds() / (float64(r.Bytes) / (1 << 30)) }
 	fmt.Printf("\nconsume %d records of %d bytes, %d partitions, median of %d rounds\n", n, o.Size, o.Partitions, o.Rounds)
 	for _, p := range paths {
 		line := fmt.Sprintf("  %-9s %7.1f MB/s", p.name, med(p.name, runResult.MBps))

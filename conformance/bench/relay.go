@@ -13,11 +13,16 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/valyala/bytebufferpool"
+
+	"github.com/ferry-gw/ferry/protocol"
 )
 
 const (
@@ -105,28 +110,25 @@ func relayCopy(dst, src *net.TCPConn) {
 }
 
 // relayFrames copies src to dst a Kafka frame at a time: each frame read
-// whole into a buffer of its size (its size through a 4 KiB buffered
-// reader, the rest straight into the frame's buffer), then written with
-// one writev, as a gateway that must see a whole request before it sends
-// it does. Nothing in the frame is parsed. One buffer per direction, grown
-// to the largest frame and reused.
+// whole, as Ferry reads a client's request (its size through a 4 KiB
+// buffered reader, protocol.ReadFrameSize and ReadFrameBody), then written
+// with one writev, as a gateway that must see a whole request before it
+// sends it does. Nothing in the frame is parsed. One buffer per direction,
+// grown to the largest frame and reused.
 func relayFrames(dst, src *net.TCPConn) {
 	br := bufio.NewReaderSize(src, 4<<10)
 	var size [4]byte
-	var buf []byte
+	buf := new(bytebufferpool.ByteBuffer)
 	for {
-		if _, err := io.ReadFull(br, size[:]); err != nil {
+		n, err := protocol.ReadFrameSize(br, math.MaxInt32)
+		if err != nil {
 			return
 		}
-		n := int(binary.BigEndian.Uint32(size[:]))
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
+		if err := protocol.ReadFrameBody(br, n, buf); err != nil {
 			return
 		}
-		bufs := net.Buffers{size[:], buf}
+		binary.BigEndian.PutUint32(size[:], uint32(n))
+		bufs := net.Buffers{size[:], buf.B}
 		if _, err := bufs.WriteTo(dst); err != nil {
 			return
 		}

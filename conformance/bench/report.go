@@ -207,6 +207,15 @@ func cpuRow(name string, ph phase) row {
 	return row{metric: name, direct: fmt.Sprintf("%.2f", gib), relay: rl, ferry: f}
 }
 
+// cpuPerGiB is the CPU-seconds r's process spent per GiB of record values
+// it moved (0 for none).
+func cpuPerGiB(r runResult) float64 {
+	if r.Bytes == 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / (float64(r.Bytes) / (1 << 30))
+}
+
 // perGiB is the GiB of record values rs moved and the CPU-seconds their
 // process spent per GiB ("–" for none).
 func perGiB(rs []runResult) (float64, string) {

@@ -70,6 +70,7 @@ func (w *writer) takeOwnership(ctx context.Context) error {
 	if pred.succeededBy(p) {
 		w.kept = pred.unused
 	}
+	w.settled = pred.settledBy(p)
 	if wait := fenceWait(pred, p, w.m.cfg.fencePeriod, time.Now()); wait > 0 {
 		w.logger().Debug("mirror partition ownership taken, waiting out the previous fence period",
 			zap.Int64("producer_id", p.id), zap.Int16("epoch", p.epoch), zap.Duration("wait", wait))
@@ -127,6 +128,10 @@ type predecessor struct {
 	plain    producer
 	lastSent time.Time
 	unused   map[string]producer // by transactional ID
+	// quiet: every append it sent was acknowledged and every marker it
+	// asked for was seen on the standby, so nothing of it can still land
+	// there (standbyEnd).
+	quiet bool
 }
 
 // predecessor is what this session leaves the next one: nil if it never
@@ -136,7 +141,7 @@ func (w *writer) predecessor() *predecessor {
 	if !w.owned {
 		return w.pred
 	}
-	p := &predecessor{plain: w.plain, lastSent: w.lastSent}
+	p := &predecessor{plain: w.plain, lastSent: w.lastSent, quiet: w.acked == w.next && !w.marking}
 	for _, s := range w.slots {
 		if s.unused {
 			if p.unused == nil {
@@ -146,6 +151,14 @@ func (w *writer) predecessor() *predecessor {
 		}
 	}
 	return p
+}
+
+// settledBy reports whether the standby's end is settled for owner, the
+// ownership taken after p: owner succeeds p directly (no other writer took
+// the partition in between) and p left nothing on its way to the standby.
+// Its high watermark then needs no second reading (standbyEnd).
+func (p *predecessor) settledBy(owner producer) bool {
+	return p.succeededBy(owner) && p.quiet
 }
 
 // succeededBy reports whether owner is the next epoch of p's producer: no

@@ -238,7 +238,7 @@ func (w *writer) resumeOpen(ctx context.Context) error {
 func (w *writer) batchAt(ctx context.Context, c *link, offset int64) (protocol.Batch, error) {
 	epoch := w.epoch
 	w.epoch = -1 // no divergence check on this look-up
-	p, err := w.fetch(ctx, c, offset, 0, 0, 1<<20)
+	p, err := w.fetch(ctx, c, offset, 0, 0, oneBatch)
 	w.epoch = epoch
 	if err != nil {
 		return nil, err

@@ -45,6 +45,47 @@ func TestFenceWait(t *testing.T) {
 	}
 }
 
+// TestSettledBy: a writer reads the standby's end once only when it
+// directly succeeds a session of this process that left nothing on its way
+// to the standby; an append not yet acknowledged, a marker not yet seen or
+// another owner in between make it wait for the end to stop moving.
+func TestSettledBy(t *testing.T) {
+	owner := producer{id: 7, epoch: 5}
+	pred := func(id int64, epoch int16, quiet bool) *predecessor {
+		return &predecessor{plain: producer{id: id, epoch: epoch}, quiet: quiet}
+	}
+	for _, c := range []struct {
+		name string
+		pred *predecessor
+		want bool
+	}{
+		{"no predecessor", nil, false},
+		{"quiet predecessor", pred(7, 4, true), true},
+		{"predecessor with an append or a marker outstanding", pred(7, 4, false), false},
+		{"another owner in between (epoch +2)", pred(7, 3, true), false},
+		{"another producer ID", pred(8, 4, true), false},
+	} {
+		if got := c.pred.settledBy(owner); got != c.want {
+			t.Errorf("%s: settled %v, want %v", c.name, got, c.want)
+		}
+	}
+	// What a session leaves says whether it was quiet.
+	for _, c := range []struct {
+		name          string
+		next, acked   int64
+		marking, want bool
+	}{
+		{"everything acknowledged", 10, 10, false, true},
+		{"an append in flight", 12, 10, false, false},
+		{"a marker asked for, not yet seen", 10, 10, true, false},
+	} {
+		w := &writer{owned: true, plain: owner, next: c.next, acked: c.acked, marking: c.marking}
+		if got := w.predecessor().quiet; got != c.want {
+			t.Errorf("%s: quiet %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // TestWriterStartsWithFewInitProducerIDs, on real Kafka: a writer
 // initialises its ownership and the slots whose transactional IDs the
 // coordinator knows, and leaves the others until a transaction needs one; a

@@ -167,6 +167,11 @@ type writer struct {
 	// (fence.go, predecessor): the next takeOwnership uses it, once.
 	pred *predecessor
 	kept map[string]producer // the unused slots of a predecessor this session directly succeeded
+	// settled: the predecessor this session directly succeeded left nothing
+	// in flight (fence.go, settledBy), so one reading of the standby's end
+	// suffices.
+	settled bool
+	marking bool // an EndTxn was sent and its marker not yet seen on the standby
 }
 
 // producer is a producer ID the writer appends with, and its next sequence
@@ -482,7 +487,7 @@ func (w *writer) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.next, w.acked = end, end
+	w.next, w.acked, w.marking = end, end, false
 	if err := w.checkEpoch(ctx); err != nil {
 		return err
 	}
@@ -526,7 +531,10 @@ const setupParallel = 256
 
 // standbyEnd returns the standby's end offset: its high watermark, waiting
 // until it stops moving (an append acknowledged by the leader but not yet
-// by every in-sync replica sits above it for a moment).
+// by every in-sync replica sits above it for a moment) — unless the
+// session directly succeeds one of this process that left nothing in
+// flight (settled): no append can be on its way then, and the wait of
+// 50 ms held one of the setupParallel slots of every restarted writer.
 func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 	prev := int64(-2)
 	for range 50 {
@@ -534,7 +542,7 @@ func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if hw == prev {
+		if hw == prev || w.settled {
 			return hw, nil
 		}
 		prev = hw
@@ -623,6 +631,15 @@ func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int
 	return &r.Topics[0].Partitions[0], nil
 }
 
+// oneBatch is the size a fetch asks for when it needs only the batch
+// holding an offset: a broker answers a fetch's first batch whole, however
+// large (KIP-74, Kafka 0.10.1), and nothing after it when asked for one
+// byte. The tail check at every writer start asked for 1 MiB, so a
+// partition with a backlog sent up to a mebibyte of it, read and thrown
+// away, before its copy began: a thousand restarted writers read the
+// backlog twice.
+const oneBatch = 1
+
 // firstBatchAt returns the first complete batch in records that ends after
 // offset.
 func firstBatchAt(records []byte, offset int64) (protocol.Batch, error) {
@@ -701,7 +718,7 @@ func (w *writer) divergedFrom(ctx context.Context, at int64) (int64, error) {
 // the source's leader epoch, and reports an ABORT where the source has a
 // COMMIT.
 func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
-	st, err := w.fetch(ctx, w.dst, at, 0, 0, 1<<20)
+	st, err := w.fetch(ctx, w.dst, at, 0, 0, oneBatch)
 	if err != nil {
 		return err
 	}
@@ -720,7 +737,7 @@ func (w *writer) compareAt(ctx context.Context, at int64, tail bool) error {
 		// at its end): nothing to compare.
 		return nil
 	}
-	sr, err := w.fetch(ctx, w.src, at, 0, 0, 1<<20)
+	sr, err := w.fetch(ctx, w.src, at, 0, 0, oneBatch)
 	if err != nil {
 		return err
 	}
@@ -841,7 +858,7 @@ func (w *writer) markerTwice(ctx context.Context, sb protocol.Batch, at int64) (
 	// markerAt reports whether c holds a marker of kind at at-1 (of pid
 	// and epoch when ours: the source's markers are its producers').
 	markerAt := func(c *link, ours bool) (bool, error) {
-		r, err := w.fetch(ctx, c, at-1, 0, 0, 1<<20)
+		r, err := w.fetch(ctx, c, at-1, 0, 0, oneBatch)
 		if err != nil {
 			return false, err
 		}
@@ -1013,7 +1030,7 @@ func (w *writer) outOfRange(ctx context.Context) error {
 		// The log start may be inside a batch, which a fetch at it
 		// returns whole: fill up to that batch.
 		to := start
-		p, err := w.fetch(ctx, w.src, start, 1, 0, 1<<20)
+		p, err := w.fetch(ctx, w.src, start, 1, 0, oneBatch)
 		if err != nil {
 			return err
 		}
@@ -1447,7 +1464,7 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if testHookEndTxn != nil {
 		testHookEndTxn(commit)
 	}
-	w.lastSent = time.Now()
+	w.lastSent, w.marking = time.Now(), true
 	if err := w.m.endTxn(ctx, &s.producer, commit); err != nil {
 		return w.txnErr(err, at)
 	}
@@ -1462,7 +1479,7 @@ func (w *writer) endTxn(ctx context.Context, s *txnSlot, commit bool, at int64) 
 	if testHookEndedTxn != nil {
 		testHookEndedTxn(at, true)
 	}
-	w.next, w.acked = at+1, at+1
+	w.next, w.acked, w.marking = at+1, at+1, false
 	return nil
 }
 

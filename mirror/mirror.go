@@ -41,6 +41,9 @@ type Mirror struct {
 	// lookups (coalesce.go).
 	srcLeaders, dstLeaders *coalescer[string, topicLeaders]
 	txnDescs               *coalescer[string, kadm.DescribedTransaction]
+	srcEnds, dstEnds       *coalescer[topicPartition, kadm.ListedOffset] // high watermarks (a writer's start)
+	dials                  dialGate                                      // the writers' new connections per broker (conn.go)
+	srcEpochs              *coalescer[epochAt, epochEnd]                 // where the source's leader epochs end (checkEpoch)
 	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
 	// noTxnListing logs once that the source has no ListTransactions.
 	srcAPIs, dstAPIs apiSupport
@@ -140,6 +143,8 @@ func New(opts ...Option) (*Mirror, error) {
 	m.life, m.endLife = context.WithCancel(context.Background())
 	m.srcLeaders, m.dstLeaders = m.newLeaders(src), m.newLeaders(dst)
 	m.txnDescs = m.newTxnDescriber()
+	m.srcEnds, m.dstEnds = m.newEnds(src), m.newEnds(dst)
+	m.srcEpochs = m.newEpochEnds(src)
 	if cfg.registry != nil {
 		cfg.registry.MustRegister(partitionMetrics{m})
 	}
@@ -523,6 +528,108 @@ func (tl *topicLeaders) setErr(partition int32, err error) {
 		tl.errs = make(map[int32]error)
 	}
 	tl.errs[partition] = err
+}
+
+// newEnds returns the coalescer of high watermark readings on cl's
+// cluster: one ListOffsets per leader (ListEnds) for every partition asked
+// about while the last was in flight. A reading is never older than its
+// ask (a round is sent after its keys joined it).
+func (m *Mirror) newEnds(cl *kgo.Client) *coalescer[topicPartition, kadm.ListedOffset] {
+	return &coalescer[topicPartition, kadm.ListedOffset]{
+		start: m.goRun,
+		ctx:   m.life,
+		max:   coalescerMax,
+		fetch: func(ctx context.Context, tps []topicPartition) (map[topicPartition]kadm.ListedOffset, error) {
+			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
+			defer cancel()
+			parts := make(map[string][]int32)
+			for _, tp := range tps {
+				parts[tp.topic] = append(parts[tp.topic], tp.partition)
+			}
+			listed, err := ListEnds(ctx, cl, parts, false)
+			if err != nil {
+				return nil, err
+			}
+			out := make(map[topicPartition]kadm.ListedOffset, len(tps))
+			listed.Each(func(o kadm.ListedOffset) { out[topicPartition{o.Topic, o.Partition}] = o })
+			return out, nil
+		},
+	}
+}
+
+// epochAt asks where a partition's leader epoch ends (OffsetForLeaderEpoch).
+type epochAt struct {
+	topicPartition
+	epoch int32
+}
+
+// epochEnd is the answer: the end offset of the largest epoch at or below
+// the one asked about, and that epoch; or the partition's error.
+type epochEnd struct {
+	end   int64
+	epoch int32
+	err   error
+}
+
+// newEpochEnds returns the coalescer of OffsetForLeaderEpoch on cl's
+// cluster, one request per leader for every partition asked about while
+// the last was in flight. A partition asked about twice in one round (one
+// writer per partition makes that rare) is answered for the first epoch
+// only; the other ask finds no answer and its session starts again.
+func (m *Mirror) newEpochEnds(cl *kgo.Client) *coalescer[epochAt, epochEnd] {
+	return &coalescer[epochAt, epochEnd]{
+		start: m.goRun,
+		ctx:   m.life,
+		max:   coalescerMax,
+		fetch: func(ctx context.Context, keys []epochAt) (map[epochAt]epochEnd, error) {
+			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
+			defer cancel()
+			asked := make(map[topicPartition]int32, len(keys))
+			byTopic := make(map[string][]epochAt)
+			for _, k := range keys {
+				if _, ok := asked[k.topicPartition]; !ok {
+					asked[k.topicPartition] = k.epoch
+					byTopic[k.topic] = append(byTopic[k.topic], k)
+				}
+			}
+			req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+			req.ReplicaID = -1
+			for topic, ks := range byTopic {
+				t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+				t.Topic = topic
+				for _, k := range ks {
+					p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+					p.Partition = k.partition
+					p.CurrentLeaderEpoch = -1
+					p.LeaderEpoch = k.epoch
+					t.Partitions = append(t.Partitions, p)
+				}
+				req.Topics = append(req.Topics, t)
+			}
+			out := make(map[epochAt]epochEnd, len(keys))
+			for _, sh := range cl.RequestSharded(ctx, req) {
+				if sh.Err != nil {
+					for _, t := range sh.Req.(*kmsg.OffsetForLeaderEpochRequest).Topics {
+						for _, p := range t.Partitions {
+							out[epochAt{topicPartition{t.Topic, p.Partition}, p.LeaderEpoch}] = epochEnd{err: sh.Err}
+						}
+					}
+					continue
+				}
+				for _, t := range sh.Resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
+					for _, p := range t.Partitions {
+						tp := topicPartition{t.Topic, p.Partition}
+						epoch, ok := asked[tp]
+						if !ok {
+							continue
+						}
+						out[epochAt{tp, epoch}] = epochEnd{end: p.EndOffset, epoch: p.LeaderEpoch, err: kerr.ErrorForCode(p.ErrorCode)}
+					}
+				}
+			}
+			return out, nil
+		},
+	}
 }
 
 // newTxnDescriber returns the coalescer of DescribeTransactions on the

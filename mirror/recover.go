@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -266,33 +265,24 @@ func (w *writer) checkEpoch(ctx context.Context) error {
 	if w.epoch < 0 || w.next == 0 {
 		return nil
 	}
-	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-	req.Version = 4
-	req.ReplicaID = -1
-	t := kmsg.NewOffsetForLeaderEpochRequestTopic()
-	t.Topic = w.topic
-	p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-	p.Partition = w.partition
-	p.CurrentLeaderEpoch = -1
-	p.LeaderEpoch = w.epoch
-	t.Partitions = append(t.Partitions, p)
-	req.Topics = append(req.Topics, t)
-	resp, err := w.src.Do(ctx, req)
+	// Shared with the other writers starting now (m.srcEpochs): one
+	// request per source leader.
+	at := epochAt{topicPartition{w.topic, w.partition}, w.epoch}
+	got, err := w.m.srcEpochs.getAll(ctx, at)
 	if err != nil {
-		return err
-	}
-	r := resp.(*kmsg.OffsetForLeaderEpochResponse)
-	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return errors.New("OffsetForLeaderEpoch: malformed response")
-	}
-	rp := r.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
 		return fmt.Errorf("OffsetForLeaderEpoch: %w", err)
 	}
-	if rp.EndOffset >= 0 && rp.EndOffset < w.next {
+	rp, ok := got[at]
+	switch {
+	case !ok:
+		return errors.New("OffsetForLeaderEpoch: the partition missing from the response")
+	case rp.err != nil:
+		return fmt.Errorf("OffsetForLeaderEpoch: %w", rp.err)
+	}
+	if rp.end >= 0 && rp.end < w.next {
 		return w.halt(ErrSourceTruncated, w.next,
 			"the source leader's epoch history ends epoch %d at offset %d (its latest epoch at or below is %d), but the standby holds offsets up to %d mirrored under epoch %d: the source lost offsets %d..%d (unclean leader election)",
-			w.epoch, rp.EndOffset, rp.LeaderEpoch, w.next-1, w.epoch, rp.EndOffset, w.next-1)
+			w.epoch, rp.end, rp.epoch, w.next-1, w.epoch, rp.end, w.next-1)
 	}
 	return nil
 }

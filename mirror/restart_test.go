@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -390,5 +394,172 @@ func TestHaltSaysWhereTheStandbyParts(t *testing.T) {
 	}
 	if !strings.Contains(st.Err.Error(), "below 37") {
 		t.Fatalf("the halt does not say where the logs part: %v", st.Err)
+	}
+}
+
+// TestStandbyEndsShared: writers starting together read the standby's high
+// watermarks in one ListOffsets per broker (m.dstEnds), each getting its own
+// partition's end; a partition the standby does not have is an error for
+// its writer alone. The first reading is held at the broker while 200 more
+// are asked: they go out in one request, not 200.
+func TestStandbyEndsShared(t *testing.T) {
+	a, b := fakeCluster(t), fakeCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topics, parts = 20, 10
+	bcl := fakeClient(t, b)
+	for i := range topics {
+		topic := fmt.Sprintf("ends-%02d", i)
+		if _, err := kadm.NewClient(bcl).CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+		for p := range int32(parts) {
+			// Partition p of topic i holds (i+p)%4 records.
+			for r := range (i + int(p)) % 4 {
+				produceFake(t, bcl, topic, p, fmt.Sprint(r))
+			}
+		}
+	}
+	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{"none"}, nil))
+
+	var requests atomic.Int32
+	held, release := make(chan struct{}), make(chan struct{})
+	b.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if requests.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		return nil, nil, false
+	})
+	w0 := &writer{m: m, topic: "ends-00", partition: 0}
+	first := make(chan error, 1)
+	go func() {
+		_, err := w0.standbyHW(ctx)
+		first <- err
+	}()
+	<-held
+	var wg sync.WaitGroup
+	errs := make(chan error, topics*parts+1)
+	for i := range topics {
+		for p := range int32(parts) {
+			w := &writer{m: m, topic: fmt.Sprintf("ends-%02d", i), partition: p}
+			wg.Go(func() {
+				hw, err := w.standbyHW(ctx)
+				if want := int64((i + int(p)) % 4); err != nil || hw != want {
+					errs <- fmt.Errorf("%s[%d]: end %d, %v; want %d", w.topic, p, hw, err, want)
+				}
+			})
+		}
+	}
+	missing := &writer{m: m, topic: "ends-00", partition: parts}
+	wg.Go(func() {
+		if _, err := missing.standbyHW(ctx); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			errs <- fmt.Errorf("a partition the standby lacks: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+		}
+	})
+	// Every reading queued behind the held one before it is answered.
+	testwait.Eventually(t, 10*time.Second, "201 readings queued", func() error {
+		m.dstEnds.mu.Lock()
+		defer m.dstEnds.mu.Unlock()
+		n := 0
+		for _, r := range m.dstEnds.queue {
+			n += len(r.keys)
+		}
+		if n != topics*parts+1 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d ListOffsets requests at the standby for %d readings, want 2 (the held one, then one for the rest)", n, topics*parts+2)
+	}
+}
+
+// TestSourceEpochEndsShared: the writers' leader epoch checks (checkEpoch)
+// share one OffsetForLeaderEpoch per source leader (m.srcEpochs), and each
+// writer judges its own partition by its answer: a standby that holds no
+// more than the source's epoch ends there passes, one that holds an offset
+// more halts with ErrSourceTruncated.
+func TestSourceEpochEndsShared(t *testing.T) {
+	a, b := fakeCluster(t), fakeCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const parts = 40
+	acl := fakeClient(t, a)
+	if _, err := kadm.NewClient(acl).CreateTopic(ctx, parts, 1, nil, "epochs"); err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(parts) {
+		for r := range int(p) % 3 {
+			produceFake(t, acl, "epochs", p, fmt.Sprint(r))
+		}
+	}
+	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{"none"}, nil))
+	// The first request is held at the broker until every other check
+	// is queued behind it.
+	var requests atomic.Int32
+	held, release := make(chan struct{}), make(chan struct{})
+	a.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		a.KeepControl()
+		if requests.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		return nil, nil, false
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, parts)
+	checks := 0
+	for p := range int32(parts) {
+		end := int64(p % 3)
+		if end == 0 {
+			continue // nothing mirrored: nothing to check
+		}
+		// Odd partitions: the standby one offset past the source.
+		next := end + int64(p%2)
+		w := &writer{m: m, topic: "epochs", partition: p, epoch: 0, next: next}
+		wg.Go(func() {
+			err := w.checkEpoch(ctx)
+			switch {
+			case p%2 == 0 && err != nil:
+				errs <- fmt.Errorf("partition %d (standby at the source's end %d): %v", p, end, err)
+			case p%2 == 1 && !errors.Is(err, ErrSourceTruncated):
+				errs <- fmt.Errorf("partition %d (standby at %d, source epoch 0 ends at %d): %v, want ErrSourceTruncated", p, next, end, err)
+			}
+		})
+		if checks++; checks == 1 {
+			<-held
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, "every other check queued", func() error {
+		m.srcEpochs.mu.Lock()
+		defer m.srcEpochs.mu.Unlock()
+		n := 0
+		for _, r := range m.srcEpochs.queue {
+			n += len(r.keys)
+		}
+		if n != checks-1 {
+			return fmt.Errorf("%d of %d queued", n, checks-1)
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d OffsetForLeaderEpoch requests for %d partitions' checks, want 2 (the held one, then one for the rest)", n, checks)
 	}
 }

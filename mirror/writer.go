@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -427,8 +428,8 @@ func (w *writer) session(ctx context.Context) error {
 		return fmt.Errorf("standby leader: %w", err)
 	}
 	// Dialed when first used: none is held through the fence period.
-	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
-	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
+	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns, &w.m.dials)
+	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns, &w.m.dials)
 	w.srcLog, w.srcEnd = -1, -1
 	began := time.Now()
 
@@ -463,6 +464,27 @@ func (w *writer) session(ctx context.Context) error {
 	w.marker = make(map[int64]int64)
 	w.srcStart = 0
 
+	// The checks that need no connection of the writer's own, before it
+	// queues for one: the standby's end, where the source's leader epoch
+	// of the last batch mirrored ends, and an empty standby partition's
+	// source end (it has no tail to check; that end says whether there is
+	// anything to copy, unknown on an error: it parks). Each is shared
+	// with the other writers starting now, one request per leader.
+	end, err := w.standbyEnd(ctx)
+	if err != nil {
+		return err
+	}
+	w.next, w.acked, w.marking = end, end, false
+	if err := w.checkEpoch(ctx); err != nil {
+		return err
+	}
+	if w.next == 0 {
+		if end, err := w.m.endOf(ctx, w.m.srcEnds, w.topic, w.partition); err == nil {
+			w.srcEnd = end
+		}
+	}
+	ended := time.Now()
+
 	// Every writer starts at once after a switch: at most setupParallel
 	// hold their two connections through the checks below, and each then
 	// parks unless its source is known to be ahead (the watcher wakes it
@@ -477,30 +499,10 @@ func (w *writer) session(ctx context.Context) error {
 	release := sync.OnceFunc(func() { <-w.m.setups })
 	defer release()
 	admitted := time.Now()
-	if _, err := w.src.conn(ctx); err != nil {
-		return fmt.Errorf("source leader: %w", err)
-	}
-	if _, err := w.dst.conn(ctx); err != nil {
-		return fmt.Errorf("standby leader: %w", err)
-	}
-	end, err := w.standbyEnd(ctx)
-	if err != nil {
-		return err
-	}
-	w.next, w.acked, w.marking = end, end, false
-	if err := w.checkEpoch(ctx); err != nil {
-		return err
-	}
+	// The connections are dialed when first used, by the tail check here
+	// (each waits for its place at the dial gate, conn.go).
 	if err := w.checkTail(ctx); err != nil {
 		return err
-	}
-	if w.next == 0 {
-		// An empty standby partition has no tail to check: its source's
-		// end says whether it has anything to copy (unknown on an error:
-		// it parks).
-		if end, err := w.listOffset(ctx, w.src, -1); err == nil {
-			w.srcEnd = end
-		}
 	}
 	if err := w.resumeOpen(ctx); err != nil {
 		return err
@@ -509,7 +511,7 @@ func (w *writer) session(ctx context.Context) error {
 	// writer starts at once and they queue at the coordinator and at setups).
 	w.logger().Info("mirror partition writer started", zap.Int64("offset", w.next), zap.Int64("producer_id", w.plain.id),
 		zap.Duration("took", time.Since(began)), zap.Duration("leaders", began.Sub(looked)), zap.Duration("ownership", owned.Sub(began)),
-		zap.Duration("slots", slotted.Sub(owned)), zap.Duration("queued", admitted.Sub(slotted)),
+		zap.Duration("slots", slotted.Sub(owned)), zap.Duration("ends", ended.Sub(slotted)), zap.Duration("queued", admitted.Sub(ended)),
 		zap.Duration("checks", time.Since(admitted)))
 	w.m.metrics.starts.Observe(time.Since(looked).Seconds())
 	w.progress(-1, -1)
@@ -538,7 +540,7 @@ const setupParallel = 256
 func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 	prev := int64(-2)
 	for range 50 {
-		hw, err := w.listOffset(ctx, w.dst, -1)
+		hw, err := w.standbyHW(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -551,6 +553,33 @@ func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 		}
 	}
 	return 0, errors.New("standby high watermark does not settle")
+}
+
+// standbyHW reads the standby's high watermark of the partition. The
+// readings of writers starting together share a ListOffsets request per
+// broker (m.dstEnds): a thousand restarted writers sent a thousand, each
+// on its own new connection, to brokers that were the catch-up's
+// bottleneck.
+func (w *writer) standbyHW(ctx context.Context) (int64, error) {
+	return w.m.endOf(ctx, w.m.dstEnds, w.topic, w.partition)
+}
+
+// endOf reads a partition's high watermark through ends (m.dstEnds or
+// m.srcEnds).
+func (m *Mirror) endOf(ctx context.Context, ends *coalescer[topicPartition, kadm.ListedOffset], topic string, partition int32) (int64, error) {
+	tp := topicPartition{topic, partition}
+	got, err := ends.getAll(ctx, tp)
+	if err != nil {
+		return 0, fmt.Errorf("ListOffsets: %w", err)
+	}
+	o, ok := got[tp]
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("ListOffsets: %w", kerr.UnknownTopicOrPartition)
+	case o.Err != nil:
+		return 0, fmt.Errorf("ListOffsets: %w", o.Err)
+	}
+	return o.Offset, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

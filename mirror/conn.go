@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,9 +46,6 @@ type conn struct {
 	pending []*call          // written, response not read yet, oldest first
 	err     error            // set once: the connection is closed
 	open    prometheus.Gauge // decremented when closed (nil: not counted)
-	// answered gives the connection's place at the dial gate back, at
-	// its first response or its close (nil: given back, or none held).
-	answered func()
 }
 
 // call is one request in flight on a conn.
@@ -162,7 +158,6 @@ func (c *conn) readOne() {
 		c.fail(err)
 		return
 	}
-	c.giveBack()
 	if len(c.pending) == 0 {
 		c.fail(errors.New("mirror: response with no request in flight"))
 		return
@@ -186,7 +181,6 @@ func (c *conn) Close() { c.fail(errConnClosed) }
 // fail closes the connection (once; the first error stays) and fails every
 // call in flight with it.
 func (c *conn) fail(err error) {
-	c.giveBack()
 	if c.err == nil {
 		c.err = err
 		_ = c.nc.Close()
@@ -198,52 +192,6 @@ func (c *conn) fail(err error) {
 		cl.done, cl.err = true, c.err
 	}
 	c.pending = nil
-}
-
-// giveBack gives the connection's place at the dial gate back, once.
-func (c *conn) giveBack() {
-	if c.answered != nil {
-		c.answered()
-		c.answered = nil
-	}
-}
-
-// dialGate bounds, per broker address, the member's connections dialed and
-// not yet answered once. A broker takes new connections only as fast as
-// its network threads register them; what waits beyond its listen backlog
-// (socket.listen.backlog.size, 50 by default) is dropped by the kernel, and
-// each dropped SYN costs the dialer the kernel's first retransmission, a
-// second. A thousand writers starting together dialed 256 at a time: a
-// tenth of them (a fifth in a slower round) waited that second, and the
-// last of them set the end of the catch-up.
-type dialGate struct {
-	mu    sync.Mutex
-	slots map[string]chan struct{} // by broker address
-}
-
-// newConnsPerBroker is the gate's bound: under a broker's default listen
-// backlog, with room for the clients' own connections.
-const newConnsPerBroker = 32
-
-// enter waits for a place to dial addr; the returned func gives it back
-// (once, whatever the number of calls).
-func (g *dialGate) enter(ctx context.Context, addr string) (func(), error) {
-	g.mu.Lock()
-	if g.slots == nil {
-		g.slots = make(map[string]chan struct{})
-	}
-	ch := g.slots[addr]
-	if ch == nil {
-		ch = make(chan struct{}, newConnsPerBroker)
-		g.slots[addr] = ch
-	}
-	g.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return sync.OnceFunc(func() { <-ch }), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 func decodeResponse(req kmsg.Request, corr int32, body []byte) (kmsg.Response, error) {
@@ -274,35 +222,22 @@ type link struct {
 	addr string
 	sec  *clusterauth.Security
 	open prometheus.Gauge // the mirror's open connections
-	gate *dialGate        // nil: dials without waiting
 	c    *conn
 }
 
-func newLink(addr string, sec *clusterauth.Security, open prometheus.Gauge, gate *dialGate) *link {
-	return &link{addr: addr, sec: sec, open: open, gate: gate}
+func newLink(addr string, sec *clusterauth.Security, open prometheus.Gauge) *link {
+	return &link{addr: addr, sec: sec, open: open}
 }
 
-// conn returns the link's connection, dialing it if it has none (after a
-// place at the gate, held until its first response).
+// conn returns the link's connection, dialing it if it has none.
 func (l *link) conn(ctx context.Context) (*conn, error) {
 	if l.c != nil {
 		return l.c, nil
 	}
-	var answered func()
-	if l.gate != nil {
-		var err error
-		if answered, err = l.gate.enter(ctx, l.addr); err != nil {
-			return nil, err
-		}
-	}
 	c, err := dialConn(ctx, l.addr, l.sec)
 	if err != nil {
-		if answered != nil {
-			answered()
-		}
 		return nil, err
 	}
-	c.answered = answered
 	c.open = l.open
 	if c.open != nil {
 		c.open.Inc()

@@ -42,7 +42,6 @@ type Mirror struct {
 	srcLeaders, dstLeaders *coalescer[string, topicLeaders]
 	txnDescs               *coalescer[string, kadm.DescribedTransaction]
 	srcEnds, dstEnds       *coalescer[topicPartition, kadm.ListedOffset] // high watermarks (a writer's start)
-	dials                  dialGate                                      // the writers' new connections per broker (conn.go)
 	srcEpochs              *coalescer[epochAt, epochEnd]                 // where the source's leader epochs end (checkEpoch)
 	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
 	// noTxnListing logs once that the source has no ListTransactions.

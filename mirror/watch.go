@@ -200,7 +200,7 @@ func (wt *watcher) wakeAll() {
 // run sends the watcher's fetches until ctx ends; with nothing parked, it
 // holds no connection.
 func (wt *watcher) run(ctx context.Context) {
-	l := newLink(wt.addr, wt.m.cfg.srcSec, wt.m.metrics.conns, nil)
+	l := newLink(wt.addr, wt.m.cfg.srcSec, wt.m.metrics.conns)
 	defer l.Close()
 	sess := fetchSession{sent: make(map[topicPartition]sentFetch)}
 	backoff := 100 * time.Millisecond

@@ -428,8 +428,8 @@ func (w *writer) session(ctx context.Context) error {
 		return fmt.Errorf("standby leader: %w", err)
 	}
 	// Dialed when first used: none is held through the fence period.
-	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns, &w.m.dials)
-	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns, &w.m.dials)
+	w.src = newLink(srcAddr, w.m.cfg.srcSec, w.m.metrics.conns)
+	w.dst = newLink(dstAddr, w.m.cfg.dstSec, w.m.metrics.conns)
 	w.srcLog, w.srcEnd = -1, -1
 	began := time.Now()
 
@@ -499,8 +499,7 @@ func (w *writer) session(ctx context.Context) error {
 	release := sync.OnceFunc(func() { <-w.m.setups })
 	defer release()
 	admitted := time.Now()
-	// The connections are dialed when first used, by the tail check here
-	// (each waits for its place at the dial gate, conn.go).
+	// The connections are dialed when first used: by the tail check here.
 	if err := w.checkTail(ctx); err != nil {
 		return err
 	}

@@ -82,16 +82,7 @@ func TestCoalescerSharesRequests(t *testing.T) {
 		})
 	}
 	// Every ask is queued behind the first request before it is released.
-	for {
-		c.mu.Lock()
-		n := 0
-		for _, r := range c.queue {
-			n += len(r.keys)
-		}
-		c.mu.Unlock()
-		if n == 2000 {
-			break
-		}
+	for c.queued() != 2000 {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
@@ -187,4 +178,15 @@ func TestCoalescerSplitsLargeAsks(t *testing.T) {
 	if _, err := c.getAll(ctx, append(keys, "xmissing")...); !errors.Is(err, boom) {
 		t.Errorf("unanswered key in the last request: err %v, want %v", err, boom)
 	}
+}
+
+// queued is the number of keys waiting in rounds not yet sent.
+func (c *coalescer[K, V]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.queue {
+		n += len(r.keys)
+	}
+	return n
 }

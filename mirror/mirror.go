@@ -476,50 +476,43 @@ const coalesceTimeout = 30 * time.Second
 
 // newLeaders returns the coalescer of leader lookups on cl's cluster.
 func (m *Mirror) newLeaders(cl *kgo.Client) *coalescer[string, topicLeaders] {
-	return &coalescer[string, topicLeaders]{
-		start: m.goRun,
-		ctx:   m.life,
-		max:   coalescerMax,
-		fetch: func(ctx context.Context, topics []string) (map[string]topicLeaders, error) {
-			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
-			defer cancel()
-			req := kmsg.NewPtrMetadataRequest()
-			for _, topic := range topics {
-				t := kmsg.NewMetadataRequestTopic()
-				t.Topic = kmsg.StringPtr(topic)
-				req.Topics = append(req.Topics, t)
+	return coalesce(m, func(ctx context.Context, topics []string) (map[string]topicLeaders, error) {
+		req := kmsg.NewPtrMetadataRequest()
+		for _, topic := range topics {
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = kmsg.StringPtr(topic)
+			req.Topics = append(req.Topics, t)
+		}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		addrs := make(map[int32]string, len(resp.Brokers))
+		for _, b := range resp.Brokers {
+			addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+		out := make(map[string]topicLeaders, len(resp.Topics))
+		for _, rt := range resp.Topics {
+			if rt.Topic == nil {
+				continue
 			}
-			resp, err := req.RequestWith(ctx, cl)
-			if err != nil {
-				return nil, err
-			}
-			addrs := make(map[int32]string, len(resp.Brokers))
-			for _, b := range resp.Brokers {
-				addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
-			}
-			out := make(map[string]topicLeaders, len(resp.Topics))
-			for _, rt := range resp.Topics {
-				if rt.Topic == nil {
+			tl := topicLeaders{err: kerr.ErrorForCode(rt.ErrorCode), addrs: make(map[int32]string, len(rt.Partitions))}
+			for _, p := range rt.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
+					tl.setErr(p.Partition, err)
 					continue
 				}
-				tl := topicLeaders{err: kerr.ErrorForCode(rt.ErrorCode), addrs: make(map[int32]string, len(rt.Partitions))}
-				for _, p := range rt.Partitions {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil && p.Leader < 0 {
-						tl.setErr(p.Partition, err)
-						continue
-					}
-					addr, ok := addrs[p.Leader]
-					if !ok {
-						tl.setErr(p.Partition, fmt.Errorf("leader %d not among the brokers", p.Leader))
-						continue
-					}
-					tl.addrs[p.Partition] = addr
+				addr, ok := addrs[p.Leader]
+				if !ok {
+					tl.setErr(p.Partition, fmt.Errorf("leader %d not among the brokers", p.Leader))
+					continue
 				}
-				out[*rt.Topic] = tl
+				tl.addrs[p.Partition] = addr
 			}
-			return out, nil
-		},
-	}
+			out[*rt.Topic] = tl
+		}
+		return out, nil
+	})
 }
 
 func (tl *topicLeaders) setErr(partition int32, err error) {
@@ -529,31 +522,39 @@ func (tl *topicLeaders) setErr(partition int32, err error) {
 	tl.errs[partition] = err
 }
 
+// coalesce returns a coalescer of m's lookups whose requests (fetch) are
+// each bounded by coalesceTimeout.
+func coalesce[K comparable, V any](m *Mirror, fetch func(ctx context.Context, keys []K) (map[K]V, error)) *coalescer[K, V] {
+	return &coalescer[K, V]{
+		start: m.goRun,
+		ctx:   m.life,
+		max:   coalescerMax,
+		fetch: func(ctx context.Context, keys []K) (map[K]V, error) {
+			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
+			defer cancel()
+			return fetch(ctx, keys)
+		},
+	}
+}
+
 // newEnds returns the coalescer of high watermark readings on cl's
 // cluster: one ListOffsets per leader (ListEnds) for every partition asked
 // about while the last was in flight. A reading is never older than its
 // ask (a round is sent after its keys joined it).
 func (m *Mirror) newEnds(cl *kgo.Client) *coalescer[topicPartition, kadm.ListedOffset] {
-	return &coalescer[topicPartition, kadm.ListedOffset]{
-		start: m.goRun,
-		ctx:   m.life,
-		max:   coalescerMax,
-		fetch: func(ctx context.Context, tps []topicPartition) (map[topicPartition]kadm.ListedOffset, error) {
-			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
-			defer cancel()
-			parts := make(map[string][]int32)
-			for _, tp := range tps {
-				parts[tp.topic] = append(parts[tp.topic], tp.partition)
-			}
-			listed, err := ListEnds(ctx, cl, parts, false)
-			if err != nil {
-				return nil, err
-			}
-			out := make(map[topicPartition]kadm.ListedOffset, len(tps))
-			listed.Each(func(o kadm.ListedOffset) { out[topicPartition{o.Topic, o.Partition}] = o })
-			return out, nil
-		},
-	}
+	return coalesce(m, func(ctx context.Context, tps []topicPartition) (map[topicPartition]kadm.ListedOffset, error) {
+		parts := make(map[string][]int32)
+		for _, tp := range tps {
+			parts[tp.topic] = append(parts[tp.topic], tp.partition)
+		}
+		listed, err := ListEnds(ctx, cl, parts, false)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[topicPartition]kadm.ListedOffset, len(tps))
+		listed.Each(func(o kadm.ListedOffset) { out[topicPartition{o.Topic, o.Partition}] = o })
+		return out, nil
+	})
 }
 
 // epochAt asks where a partition's leader epoch ends (OffsetForLeaderEpoch).
@@ -576,75 +577,61 @@ type epochEnd struct {
 // writer per partition makes that rare) is answered for the first epoch
 // only; the other ask finds no answer and its session starts again.
 func (m *Mirror) newEpochEnds(cl *kgo.Client) *coalescer[epochAt, epochEnd] {
-	return &coalescer[epochAt, epochEnd]{
-		start: m.goRun,
-		ctx:   m.life,
-		max:   coalescerMax,
-		fetch: func(ctx context.Context, keys []epochAt) (map[epochAt]epochEnd, error) {
-			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
-			defer cancel()
-			asked := make(map[topicPartition]int32, len(keys))
-			byTopic := make(map[string][]epochAt)
-			for _, k := range keys {
-				if _, ok := asked[k.topicPartition]; !ok {
-					asked[k.topicPartition] = k.epoch
-					byTopic[k.topic] = append(byTopic[k.topic], k)
-				}
+	return coalesce(m, func(ctx context.Context, keys []epochAt) (map[epochAt]epochEnd, error) {
+		asked := make(map[topicPartition]int32, len(keys))
+		byTopic := make(map[string][]epochAt)
+		for _, k := range keys {
+			if _, ok := asked[k.topicPartition]; !ok {
+				asked[k.topicPartition] = k.epoch
+				byTopic[k.topic] = append(byTopic[k.topic], k)
 			}
-			req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-			req.ReplicaID = -1
-			for topic, ks := range byTopic {
-				t := kmsg.NewOffsetForLeaderEpochRequestTopic()
-				t.Topic = topic
-				for _, k := range ks {
-					p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-					p.Partition = k.partition
-					p.CurrentLeaderEpoch = -1
-					p.LeaderEpoch = k.epoch
-					t.Partitions = append(t.Partitions, p)
-				}
-				req.Topics = append(req.Topics, t)
+		}
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		for topic, ks := range byTopic {
+			t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			t.Topic = topic
+			for _, k := range ks {
+				p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+				p.Partition = k.partition
+				p.CurrentLeaderEpoch = -1
+				p.LeaderEpoch = k.epoch
+				t.Partitions = append(t.Partitions, p)
 			}
-			out := make(map[epochAt]epochEnd, len(keys))
-			for _, sh := range cl.RequestSharded(ctx, req) {
-				if sh.Err != nil {
-					for _, t := range sh.Req.(*kmsg.OffsetForLeaderEpochRequest).Topics {
-						for _, p := range t.Partitions {
-							out[epochAt{topicPartition{t.Topic, p.Partition}, p.LeaderEpoch}] = epochEnd{err: sh.Err}
-						}
-					}
-					continue
-				}
-				for _, t := range sh.Resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
+			req.Topics = append(req.Topics, t)
+		}
+		out := make(map[epochAt]epochEnd, len(keys))
+		for _, sh := range cl.RequestSharded(ctx, req) {
+			if sh.Err != nil {
+				for _, t := range sh.Req.(*kmsg.OffsetForLeaderEpochRequest).Topics {
 					for _, p := range t.Partitions {
-						tp := topicPartition{t.Topic, p.Partition}
-						epoch, ok := asked[tp]
-						if !ok {
-							continue
-						}
-						out[epochAt{tp, epoch}] = epochEnd{end: p.EndOffset, epoch: p.LeaderEpoch, err: kerr.ErrorForCode(p.ErrorCode)}
+						out[epochAt{topicPartition{t.Topic, p.Partition}, p.LeaderEpoch}] = epochEnd{err: sh.Err}
 					}
 				}
+				continue
 			}
-			return out, nil
-		},
-	}
+			for _, t := range sh.Resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
+				for _, p := range t.Partitions {
+					tp := topicPartition{t.Topic, p.Partition}
+					epoch, ok := asked[tp]
+					if !ok {
+						continue
+					}
+					out[epochAt{tp, epoch}] = epochEnd{end: p.EndOffset, epoch: p.LeaderEpoch, err: kerr.ErrorForCode(p.ErrorCode)}
+				}
+			}
+		}
+		return out, nil
+	})
 }
 
 // newTxnDescriber returns the coalescer of DescribeTransactions on the
 // target.
 func (m *Mirror) newTxnDescriber() *coalescer[string, kadm.DescribedTransaction] {
-	return &coalescer[string, kadm.DescribedTransaction]{
-		start: m.goRun,
-		ctx:   m.life,
-		max:   coalescerMax,
-		fetch: func(ctx context.Context, ids []string) (map[string]kadm.DescribedTransaction, error) {
-			ctx, cancel := context.WithTimeout(ctx, coalesceTimeout)
-			defer cancel()
-			// Partial on error: the IDs of the coordinators that answered.
-			return m.dstAdm.DescribeTransactions(ctx, ids...)
-		},
-	}
+	return coalesce(m, func(ctx context.Context, ids []string) (map[string]kadm.DescribedTransaction, error) {
+		// Partial on error: the IDs of the coordinators that answered.
+		return m.dstAdm.DescribeTransactions(ctx, ids...)
+	})
 }
 
 // retriableTxnErr reports whether a transaction coordinator error is worth

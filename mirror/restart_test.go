@@ -422,16 +422,7 @@ func TestStandbyEndsShared(t *testing.T) {
 	}
 	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{"none"}, nil))
 
-	var requests atomic.Int32
-	held, release := make(chan struct{}), make(chan struct{})
-	b.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
-		b.KeepControl()
-		if requests.Add(1) == 1 {
-			close(held)
-			<-release
-		}
-		return nil, nil, false
-	})
+	requests, held, release := holdFirst(b, kmsg.ListOffsets)
 	w0 := &writer{m: m, topic: "ends-00", partition: 0}
 	first := make(chan error, 1)
 	go func() {
@@ -460,13 +451,7 @@ func TestStandbyEndsShared(t *testing.T) {
 	})
 	// Every reading queued behind the held one before it is answered.
 	testwait.Eventually(t, 10*time.Second, "201 readings queued", func() error {
-		m.dstEnds.mu.Lock()
-		defer m.dstEnds.mu.Unlock()
-		n := 0
-		for _, r := range m.dstEnds.queue {
-			n += len(r.keys)
-		}
-		if n != topics*parts+1 {
+		if n := m.dstEnds.queued(); n != topics*parts+1 {
 			return fmt.Errorf("%d queued", n)
 		}
 		return nil
@@ -507,16 +492,7 @@ func TestSourceEpochEndsShared(t *testing.T) {
 	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{"none"}, nil))
 	// The first request is held at the broker until every other check
 	// is queued behind it.
-	var requests atomic.Int32
-	held, release := make(chan struct{}), make(chan struct{})
-	a.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		a.KeepControl()
-		if requests.Add(1) == 1 {
-			close(held)
-			<-release
-		}
-		return nil, nil, false
-	})
+	requests, held, release := holdFirst(a, kmsg.OffsetForLeaderEpoch)
 	var wg sync.WaitGroup
 	errs := make(chan error, parts)
 	checks := 0
@@ -542,13 +518,7 @@ func TestSourceEpochEndsShared(t *testing.T) {
 		}
 	}
 	testwait.Eventually(t, 10*time.Second, "every other check queued", func() error {
-		m.srcEpochs.mu.Lock()
-		defer m.srcEpochs.mu.Unlock()
-		n := 0
-		for _, r := range m.srcEpochs.queue {
-			n += len(r.keys)
-		}
-		if n != checks-1 {
+		if n := m.srcEpochs.queued(); n != checks-1 {
 			return fmt.Errorf("%d of %d queued", n, checks-1)
 		}
 		return nil
@@ -562,4 +532,20 @@ func TestSourceEpochEndsShared(t *testing.T) {
 	if n := requests.Load(); n != 2 {
 		t.Errorf("%d OffsetForLeaderEpoch requests for %d partitions' checks, want 2 (the held one, then one for the rest)", n, checks)
 	}
+}
+
+// holdFirst counts c's requests of key and holds the first at the broker
+// until release is closed; held is closed when it arrives.
+func holdFirst(c *kfake.Cluster, key kmsg.Key) (requests *atomic.Int32, held, release chan struct{}) {
+	requests = new(atomic.Int32)
+	held, release = make(chan struct{}), make(chan struct{})
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if requests.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		return nil, nil, false
+	})
+	return requests, held, release
 }

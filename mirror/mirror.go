@@ -41,8 +41,8 @@ type Mirror struct {
 	// lookups (coalesce.go).
 	srcLeaders, dstLeaders *coalescer[string, topicLeaders]
 	txnDescs               *coalescer[string, kadm.DescribedTransaction]
-	srcEnds, dstEnds       *coalescer[topicPartition, kadm.ListedOffset] // high watermarks (a writer's start)
-	srcEpochs              *coalescer[epochAt, epochEnd]                 // where the source's leader epochs end (checkEpoch)
+	srcEnds, dstEnds       *coalescer[topicPartition, kadm.ListedOffset]  // high watermarks (a writer's start)
+	srcEpochs              *coalescer[epochAt, kadm.OffsetForLeaderEpoch] // where the source's leader epochs end (checkEpoch)
 	// srcAPIs, dstAPIs: what each cluster offers (apis.go);
 	// noTxnListing logs once that the source has no ListTransactions.
 	srcAPIs, dstAPIs apiSupport
@@ -143,7 +143,7 @@ func New(opts ...Option) (*Mirror, error) {
 	m.srcLeaders, m.dstLeaders = m.newLeaders(src), m.newLeaders(dst)
 	m.txnDescs = m.newTxnDescriber()
 	m.srcEnds, m.dstEnds = m.newEnds(src), m.newEnds(dst)
-	m.srcEpochs = m.newEpochEnds(src)
+	m.srcEpochs = m.newEpochEnds()
 	if cfg.registry != nil {
 		cfg.registry.MustRegister(partitionMetrics{m})
 	}
@@ -563,65 +563,27 @@ type epochAt struct {
 	epoch int32
 }
 
-// epochEnd is the answer: the end offset of the largest epoch at or below
-// the one asked about, and that epoch; or the partition's error.
-type epochEnd struct {
-	end   int64
-	epoch int32
-	err   error
-}
-
-// newEpochEnds returns the coalescer of OffsetForLeaderEpoch on cl's
-// cluster, one request per leader for every partition asked about while
-// the last was in flight. A partition asked about twice in one round (one
-// writer per partition makes that rare) is answered for the first epoch
-// only; the other ask finds no answer and its session starts again.
-func (m *Mirror) newEpochEnds(cl *kgo.Client) *coalescer[epochAt, epochEnd] {
-	return coalesce(m, func(ctx context.Context, keys []epochAt) (map[epochAt]epochEnd, error) {
-		asked := make(map[topicPartition]int32, len(keys))
-		byTopic := make(map[string][]epochAt)
+// newEpochEnds returns the coalescer of OffsetForLeaderEpoch on the source,
+// one request per leader (kadm shards it, from the client's metadata) for
+// every partition asked about while the last was in flight. A partition
+// asked about twice in one round (one writer per partition makes that
+// rare) is answered for the later epoch only; the other ask finds no answer
+// and its session starts again.
+func (m *Mirror) newEpochEnds() *coalescer[epochAt, kadm.OffsetForLeaderEpoch] {
+	return coalesce(m, func(ctx context.Context, keys []epochAt) (map[epochAt]kadm.OffsetForLeaderEpoch, error) {
+		var req kadm.OffsetForLeaderEpochRequest
 		for _, k := range keys {
-			if _, ok := asked[k.topicPartition]; !ok {
-				asked[k.topicPartition] = k.epoch
-				byTopic[k.topic] = append(byTopic[k.topic], k)
+			req.Add(k.topic, k.partition, k.epoch)
+		}
+		// Partial on error: the partitions of the leaders that answered.
+		got, err := m.srcAdm.OffsetForLeaderEpoch(ctx, req)
+		out := make(map[epochAt]kadm.OffsetForLeaderEpoch, len(keys))
+		for t, ps := range got {
+			for p, o := range ps {
+				out[epochAt{topicPartition{t, p}, req[t][p]}] = o
 			}
 		}
-		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-		req.ReplicaID = -1
-		for topic, ks := range byTopic {
-			t := kmsg.NewOffsetForLeaderEpochRequestTopic()
-			t.Topic = topic
-			for _, k := range ks {
-				p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-				p.Partition = k.partition
-				p.CurrentLeaderEpoch = -1
-				p.LeaderEpoch = k.epoch
-				t.Partitions = append(t.Partitions, p)
-			}
-			req.Topics = append(req.Topics, t)
-		}
-		out := make(map[epochAt]epochEnd, len(keys))
-		for _, sh := range cl.RequestSharded(ctx, req) {
-			if sh.Err != nil {
-				for _, t := range sh.Req.(*kmsg.OffsetForLeaderEpochRequest).Topics {
-					for _, p := range t.Partitions {
-						out[epochAt{topicPartition{t.Topic, p.Partition}, p.LeaderEpoch}] = epochEnd{err: sh.Err}
-					}
-				}
-				continue
-			}
-			for _, t := range sh.Resp.(*kmsg.OffsetForLeaderEpochResponse).Topics {
-				for _, p := range t.Partitions {
-					tp := topicPartition{t.Topic, p.Partition}
-					epoch, ok := asked[tp]
-					if !ok {
-						continue
-					}
-					out[epochAt{tp, epoch}] = epochEnd{end: p.EndOffset, epoch: p.LeaderEpoch, err: kerr.ErrorForCode(p.ErrorCode)}
-				}
-			}
-		}
-		return out, nil
+		return out, err
 	})
 }
 

@@ -276,13 +276,13 @@ func (w *writer) checkEpoch(ctx context.Context) error {
 	switch {
 	case !ok:
 		return errors.New("OffsetForLeaderEpoch: the partition missing from the response")
-	case rp.err != nil:
-		return fmt.Errorf("OffsetForLeaderEpoch: %w", rp.err)
+	case rp.Err != nil:
+		return fmt.Errorf("OffsetForLeaderEpoch: %w", rp.Err)
 	}
-	if rp.end >= 0 && rp.end < w.next {
+	if rp.EndOffset >= 0 && rp.EndOffset < w.next {
 		return w.halt(ErrSourceTruncated, w.next,
 			"the source leader's epoch history ends epoch %d at offset %d (its latest epoch at or below is %d), but the standby holds offsets up to %d mirrored under epoch %d: the source lost offsets %d..%d (unclean leader election)",
-			w.epoch, rp.end, rp.epoch, w.next-1, w.epoch, rp.end, w.next-1)
+			w.epoch, rp.EndOffset, rp.LeaderEpoch, w.next-1, w.epoch, rp.EndOffset, w.next-1)
 	}
 	return nil
 }

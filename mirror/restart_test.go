@@ -423,10 +423,9 @@ func TestStandbyEndsShared(t *testing.T) {
 	m, _ := runFakeMirror(t, a, b, nil, Topics([]string{"none"}, nil))
 
 	requests, held, release := holdFirst(b, kmsg.ListOffsets)
-	w0 := &writer{m: m, topic: "ends-00", partition: 0}
 	first := make(chan error, 1)
 	go func() {
-		_, err := w0.standbyHW(ctx)
+		_, err := m.endOf(ctx, m.dstEnds, "ends-00", 0)
 		first <- err
 	}()
 	<-held
@@ -434,18 +433,17 @@ func TestStandbyEndsShared(t *testing.T) {
 	errs := make(chan error, topics*parts+1)
 	for i := range topics {
 		for p := range int32(parts) {
-			w := &writer{m: m, topic: fmt.Sprintf("ends-%02d", i), partition: p}
+			topic := fmt.Sprintf("ends-%02d", i)
 			wg.Go(func() {
-				hw, err := w.standbyHW(ctx)
+				hw, err := m.endOf(ctx, m.dstEnds, topic, p)
 				if want := int64((i + int(p)) % 4); err != nil || hw != want {
-					errs <- fmt.Errorf("%s[%d]: end %d, %v; want %d", w.topic, p, hw, err, want)
+					errs <- fmt.Errorf("%s[%d]: end %d, %v; want %d", topic, p, hw, err, want)
 				}
 			})
 		}
 	}
-	missing := &writer{m: m, topic: "ends-00", partition: parts}
 	wg.Go(func() {
-		if _, err := missing.standbyHW(ctx); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		if _, err := m.endOf(ctx, m.dstEnds, "ends-00", parts); !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			errs <- fmt.Errorf("a partition the standby lacks: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
 	})
@@ -456,12 +454,7 @@ func TestStandbyEndsShared(t *testing.T) {
 		}
 		return nil
 	})
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	releaseAll(t, release, &wg, errs)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -523,12 +516,7 @@ func TestSourceEpochEndsShared(t *testing.T) {
 		}
 		return nil
 	})
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	releaseAll(t, release, &wg, errs)
 	if n := requests.Load(); n != 2 {
 		t.Errorf("%d OffsetForLeaderEpoch requests for %d partitions' checks, want 2 (the held one, then one for the rest)", n, checks)
 	}
@@ -548,4 +536,16 @@ func holdFirst(c *kfake.Cluster, key kmsg.Key) (requests *atomic.Int32, held, re
 		return nil, nil, false
 	})
 	return requests, held, release
+}
+
+// releaseAll lets the held request go, waits for the asks of wg and
+// reports what they sent to errs.
+func releaseAll(t *testing.T, release chan struct{}, wg *sync.WaitGroup, errs chan error) {
+	t.Helper()
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

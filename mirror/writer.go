@@ -539,7 +539,7 @@ const setupParallel = 256
 func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 	prev := int64(-2)
 	for range 50 {
-		hw, err := w.standbyHW(ctx)
+		hw, err := w.m.endOf(ctx, w.m.dstEnds, w.topic, w.partition)
 		if err != nil {
 			return 0, err
 		}
@@ -554,17 +554,11 @@ func (w *writer) standbyEnd(ctx context.Context) (int64, error) {
 	return 0, errors.New("standby high watermark does not settle")
 }
 
-// standbyHW reads the standby's high watermark of the partition. The
-// readings of writers starting together share a ListOffsets request per
-// broker (m.dstEnds): a thousand restarted writers sent a thousand, each
-// on its own new connection, to brokers that were the catch-up's
-// bottleneck.
-func (w *writer) standbyHW(ctx context.Context) (int64, error) {
-	return w.m.endOf(ctx, w.m.dstEnds, w.topic, w.partition)
-}
-
 // endOf reads a partition's high watermark through ends (m.dstEnds or
-// m.srcEnds).
+// m.srcEnds): the readings of writers starting together share a ListOffsets
+// request per broker, where a thousand restarted writers sent a thousand,
+// each on its own new connection, to brokers that were the catch-up's
+// bottleneck.
 func (m *Mirror) endOf(ctx context.Context, ends *coalescer[topicPartition, kadm.ListedOffset], topic string, partition int32) (int64, error) {
 	tp := topicPartition{topic, partition}
 	got, err := ends.getAll(ctx, tp)

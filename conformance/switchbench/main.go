@@ -96,6 +96,10 @@ type options struct {
 	// ferryBin is a prebuilt ferry binary to run instead of building
 	// cmd/ferry (an older build, to compare with in turn).
 	ferryBin string
+	// brokerConfig are server.properties entries set on every broker of
+	// both clusters (an operator's setting, e.g.
+	// socket.listen.backlog.size), named in the report.
+	brokerConfig map[string]string
 }
 
 func main() {
@@ -118,6 +122,7 @@ func main() {
 	fs.StringVar(&o.brokerHeap, "broker-heap", "", "each broker's JVM heap, e.g. 2g (default: 2g in the scale mode, the harness's 512m in the switch mode)")
 	fs.BoolVar(&o.automatic, "automatic", false, "measure automatic failover: the active cluster's broker killed under traffic, -rounds times on fresh clusters (automatic.go)")
 	fs.DurationVar(&o.failoverAfter, "failover-after", 5*time.Second, "with -automatic, the member's failover.after")
+	brokerConfig := fs.String("broker-config", "", "server.properties entries set on every broker of both clusters, KEY=VALUE,... (e.g. socket.listen.backlog.size=1024)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -125,6 +130,17 @@ func main() {
 		if o.shapes, err = parseShapes(*shapes); err != nil {
 			fmt.Fprintln(os.Stderr, "switchbench: -shapes:", err)
 			os.Exit(2)
+		}
+	}
+	if *brokerConfig != "" {
+		o.brokerConfig = map[string]string{}
+		for _, kv := range strings.Split(*brokerConfig, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(os.Stderr, "switchbench: -broker-config: %q is not KEY=VALUE\n", kv)
+				os.Exit(2)
+			}
+			o.brokerConfig[k] = v
 		}
 	}
 	n, err := benchutil.ParseBytes(cb)
@@ -185,6 +201,12 @@ func run(ctx context.Context, o options) error {
 	heap := func(c *kafkatest.Config) {
 		if o.brokerHeap != "" {
 			c.JVMArgs = append(c.JVMArgs, "-Xms"+o.brokerHeap, "-Xmx"+o.brokerHeap)
+		}
+		for k, v := range o.brokerConfig {
+			if c.BrokerConfig == nil {
+				c.BrokerConfig = map[string]string{}
+			}
+			c.BrokerConfig[k] = v
 		}
 	}
 	adjust := func(_ string, c *kafkatest.Config) { heap(c) }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -617,6 +618,14 @@ func (w *writer) listOffset(ctx context.Context, c *link, ts int64) (int64, erro
 
 // fetch reads raw batches from c at offset.
 func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
+	p, _, err := w.fetchPooled(ctx, c, offset, isolation, maxWait, maxBytes, false)
+	return p, err
+}
+
+// fetchPooled is fetch, with the answer read into a buffer of answerBufs
+// if pooled: the batches alias it, and it goes back to the pool (release)
+// once they are no longer used.
+func (w *writer) fetchPooled(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32, pooled bool) (_ *kmsg.FetchResponseTopicPartition, body *bytebufferpool.ByteBuffer, _ error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = fetchVersion
 	req.ReplicaID = -1
@@ -639,18 +648,24 @@ func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int
 	p.PartitionMaxBytes = maxBytes
 	t.Partitions = append(t.Partitions, p)
 	req.Topics = append(req.Topics, t)
-	resp, err := c.Do(ctx, req)
+	var resp kmsg.Response
+	var err error
+	if pooled {
+		resp, body, err = c.DoPooled(ctx, req)
+	} else {
+		resp, err = c.Do(ctx, req)
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r := resp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-		return nil, fmt.Errorf("Fetch: %w", err)
+		return nil, nil, fmt.Errorf("Fetch: %w", err)
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return nil, errors.New("Fetch: malformed response")
+		return nil, nil, errors.New("Fetch: malformed response")
 	}
-	return &r.Topics[0].Partitions[0], nil
+	return &r.Topics[0].Partitions[0], body, nil
 }
 
 // oneBatch is the size a fetch asks for when it needs only the batch
@@ -924,7 +939,10 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		if cfg.onFetch != nil {
 			cfg.onFetch(w.topic, w.partition, wait)
 		}
-		p, err := w.fetch(ctx, w.src, at, 1, wait, cfg.fetchBytes)
+		// The answer's buffer is given back once its batches are on the
+		// standby (drain below): nothing of it is kept past that. On any
+		// error it is left to the collector.
+		p, body, err := w.fetchPooled(ctx, w.src, at, 1, wait, cfg.fetchBytes, true)
 		if err != nil {
 			return err
 		}
@@ -952,6 +970,7 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		if err := w.drain(ctx); err != nil {
 			return err
 		}
+		answerBufs.Put(body)
 		w.progress(p.HighWatermark, p.LastStableOffset)
 		if err := w.trimLogStart(ctx, p.LogStartOffset); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
@@ -64,6 +65,8 @@ type config struct {
 	// onFetch, when set, is told of each copy fetch a writer sends and its
 	// wait (tests).
 	onFetch func(topic string, partition int32, wait time.Duration)
+	// onWatch, when set, is told of each request a watcher sends (tests).
+	onWatch func(req *kmsg.FetchRequest)
 
 	logger   *zap.Logger
 	registry prometheus.Registerer

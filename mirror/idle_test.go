@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/internal/testwait"
 )
@@ -128,7 +129,13 @@ func TestIdlePartitionsPark(t *testing.T) {
 
 	var mu sync.Mutex
 	fetches := make(map[int32]int) // the writers' own copy fetches, per partition
+	var watches []*kmsg.FetchRequest
 	m := startMirror(t, Topics([]string{topic}, nil), func(c *config) {
+		c.onWatch = func(req *kmsg.FetchRequest) {
+			mu.Lock()
+			watches = append(watches, req)
+			mu.Unlock()
+		}
 		c.idleWait = 400 * time.Millisecond
 		c.parkedListEvery = 1 << 30 // the watcher alone wakes (TestParkedPartitionListedNowAndThen)
 		c.onFetch = func(tp string, p int32, _ time.Duration) {
@@ -238,6 +245,32 @@ func TestIdlePartitionsPark(t *testing.T) {
 		t.Fatalf("standby %s[6], read_committed: %+v, want the transaction's record at offset 1", topic, got)
 	}
 	waitParked("after the transaction")
+
+	// Kafka 4 offers Fetch v13: the watcher named the topic by its ID in
+	// every request, including those that forgot partitions woken.
+	ids := topicIDs(t, a, topic)
+	mu.Lock()
+	defer mu.Unlock()
+	forgot := 0
+	for i, req := range watches {
+		if req.Version != watchIDVersion {
+			t.Fatalf("watcher request %d: Fetch v%d, want v%d (by topic ID)", i, req.Version, watchIDVersion)
+		}
+		for _, rt := range req.Topics {
+			if rt.Topic != "" || rt.TopicID != ids[topic] {
+				t.Fatalf("watcher request %d names topic %q, ID %x; want ID %x alone", i, rt.Topic, rt.TopicID, ids[topic])
+			}
+		}
+		for _, ft := range req.ForgottenTopics {
+			forgot++
+			if ft.Topic != "" || ft.TopicID != ids[topic] {
+				t.Fatalf("watcher request %d forgets topic %q, ID %x; want ID %x alone", i, ft.Topic, ft.TopicID, ids[topic])
+			}
+		}
+	}
+	if len(watches) == 0 || forgot == 0 {
+		t.Fatalf("%d watcher requests, %d forgetting partitions; want some of each", len(watches), forgot)
+	}
 }
 
 // writerGoroutines counts the goroutines running a partition writer.

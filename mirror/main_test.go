@@ -96,6 +96,26 @@ func createTopic(t *testing.T, c *kafkatest.Cluster, topic string, partitions in
 	}
 }
 
+// topicIDs returns the IDs of topics on cluster c.
+func topicIDs(t *testing.T, c *kafkatest.Cluster, topics ...string) map[string][16]byte {
+	t.Helper()
+	adm := kadm.NewClient(newClient(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		t.Fatalf("listing %v: %v", topics, err)
+	}
+	ids := make(map[string][16]byte, len(td))
+	for name, d := range td {
+		if d.Err != nil {
+			t.Fatalf("listing %s: %v", name, d.Err)
+		}
+		ids[name] = d.ID
+	}
+	return ids
+}
+
 // startMirror runs a Mirror over the given topics until the test ends.
 func startMirror(t *testing.T, opts ...Option) *Mirror {
 	t.Helper()

@@ -28,15 +28,49 @@ func named(req *kmsg.FetchRequest) (names, forgets []int32) {
 // partition woken (or unparked) before naming it again even when it parks
 // again at the same offset before the next request: the broker answers
 // only for partitions whose log changed since its last answer about them,
-// so a partition named anew must be a new one to the session.
+// so a partition named anew must be a new one to the session. The same
+// by topic name (Fetch v12) and, where the broker offers Fetch v13, by
+// topic ID: every topic of the requests, named or forgotten, is the
+// topic's ID, and the answers by ID wake the partition they are about.
 func TestWatcherSession(t *testing.T) {
+	for _, byID := range []bool{false, true} {
+		t.Run(map[bool]string{false: "by-name", true: "by-id"}[byID], func(t *testing.T) { testWatcherSession(t, byID) })
+	}
+}
+
+var watchTestID = [16]byte{0xfe, 0x11, 7}
+
+// checkWatchTopics fails unless every topic req names or forgets is "t" by
+// name (Fetch v12) or, byID, watchTestID (Fetch v13).
+func checkWatchTopics(t *testing.T, what string, req *kmsg.FetchRequest, byID bool) {
+	t.Helper()
+	wantV, wantName, wantID := int16(fetchVersion), "t", [16]byte{}
+	if byID {
+		wantV, wantName, wantID = watchIDVersion, "", watchTestID
+	}
+	if req.Version != wantV {
+		t.Fatalf("%s: Fetch v%d, want v%d", what, req.Version, wantV)
+	}
+	for _, rt := range req.Topics {
+		if rt.Topic != wantName || rt.TopicID != wantID {
+			t.Fatalf("%s: a topic named %q, ID %x; want %q, %x", what, rt.Topic, rt.TopicID, wantName, wantID)
+		}
+	}
+	for _, ft := range req.ForgottenTopics {
+		if ft.Topic != wantName || ft.TopicID != wantID {
+			t.Fatalf("%s: a topic forgotten as %q, ID %x; want %q, %x", what, ft.Topic, ft.TopicID, wantName, wantID)
+		}
+	}
+}
+
+func testWatcherSession(t *testing.T, byID bool) {
 	m := &Mirror{metrics: newMetrics(nil), life: context.Background()}
 	wt := &watcher{m: m, parked: map[topicPartition]*parking{}, gone: map[topicPartition]struct{}{},
-		fresh: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1)}
+		fresh: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1), idOK: byID}
 	woken := map[int32]int{}
 	// As park does, without the writer's context.
 	park := func(p int32, offset int64) *parking {
-		pk := &parking{parkedFetch: parkedFetch{offset: offset, epoch: 3},
+		pk := &parking{parkedFetch: parkedFetch{offset: offset, epoch: 3, topicID: watchTestID},
 			wake: func() { woken[p]++ }, stop: func() bool { return true }}
 		tp := topicPartition{"t", p}
 		wt.parked[tp] = pk
@@ -59,6 +93,7 @@ func TestWatcherSession(t *testing.T) {
 		if req.SessionEpoch != sess.epoch || req.SessionID != sess.id {
 			t.Fatalf("%s: session %d epoch %d, want %d %d", what, req.SessionID, req.SessionEpoch, sess.id, sess.epoch)
 		}
+		checkWatchTopics(t, what, req, byID)
 		// The broker's answer: a session, the next epoch.
 		sess.id = 7
 		sess.epoch++
@@ -75,11 +110,15 @@ func TestWatcherSession(t *testing.T) {
 	check("nothing changed", nil, nil)
 
 	// Partition 1 changes: woken, its writer goes on.
-	resp := &kmsg.FetchResponse{Topics: []kmsg.FetchResponseTopic{{Topic: "t", Partitions: []kmsg.FetchResponseTopicPartition{
+	rt := kmsg.FetchResponseTopic{Topic: "t"}
+	if byID {
+		rt = kmsg.FetchResponseTopic{TopicID: watchTestID} // v13 answers by ID alone
+	}
+	resp := &kmsg.FetchResponse{Topics: []kmsg.FetchResponseTopic{{Topic: rt.Topic, TopicID: rt.TopicID, Partitions: []kmsg.FetchResponseTopicPartition{
 		{Partition: 0, HighWatermark: 12, LastStableOffset: 10, LogStartOffset: 0, DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}},
 		{Partition: 1, HighWatermark: 21, LastStableOffset: 21, LogStartOffset: 0, DivergingEpoch: kmsg.FetchResponseTopicPartitionDivergingEpoch{EndOffset: -1}},
 	}}}}
-	wt.deliver(resp)
+	wt.deliver(resp, &sess)
 	if woken[1] != 1 {
 		t.Fatalf("partition 1's last stable offset passed its writer's position: woken %d times, want once", woken[1])
 	}
@@ -113,6 +152,67 @@ func TestWatcherSession(t *testing.T) {
 	unpark(2)
 	if wt.request(&sess) != nil {
 		t.Fatal("a request with nothing parked")
+	}
+}
+
+// TestWatcherSessionByName: a session names topics by name when the
+// broker lacks Fetch v13, when a parked partition's topic ID is not known
+// (at the session's start, or parked later: the session then starts again,
+// the broker told to drop the old one), and after two requests by ID
+// failed in a row.
+func TestWatcherSessionByName(t *testing.T) {
+	m := &Mirror{metrics: newMetrics(nil), life: context.Background()}
+	wt := &watcher{m: m, parked: map[topicPartition]*parking{}, gone: map[topicPartition]struct{}{},
+		fresh: map[topicPartition]struct{}{}, kick: make(chan struct{}, 1)}
+	park := func(p int32, id [16]byte) {
+		tp := topicPartition{"t", p}
+		wt.parked[tp] = &parking{parkedFetch: parkedFetch{offset: 5, topicID: id}, wake: func() {}, stop: func() bool { return true }}
+		wt.fresh[tp] = struct{}{}
+	}
+	sess := fetchSession{sent: map[topicPartition]sentFetch{}}
+	next := func(what string, byID bool, epoch int32, names []int32) {
+		t.Helper()
+		req := wt.request(&sess)
+		if req.SessionEpoch != epoch {
+			t.Fatalf("%s: session epoch %d, want %d", what, req.SessionEpoch, epoch)
+		}
+		if got, _ := named(req); !slices.Equal(got, names) {
+			t.Fatalf("%s: names %v, want %v", what, got, names)
+		}
+		checkWatchTopics(t, what, req, byID)
+		sess.id, sess.epoch = 9, req.SessionEpoch+1
+	}
+	park(0, watchTestID)
+	next("a broker without Fetch v13", false, 0, []int32{0})
+
+	wt.idOK = true
+	sess.reset()
+	park(1, [16]byte{})
+	next("a partition's topic ID unknown", false, 0, []int32{0, 1})
+
+	delete(wt.parked, topicPartition{"t", 1})
+	sess.reset()
+	next("every topic ID known", true, 0, []int32{0})
+	next("nothing changed", true, 1, nil)
+	park(1, [16]byte{})
+	req := wt.request(&sess)
+	if req.SessionEpoch != 0 || req.SessionID != 9 {
+		t.Fatalf("parked with no topic ID in a session by ID: session %d epoch %d, want the same session (9) at epoch 0 (dropped, a new one started)", req.SessionID, req.SessionEpoch)
+	}
+	checkWatchTopics(t, "a new session by name", req, false)
+
+	delete(wt.parked, topicPartition{"t", 1})
+	for i, want := range []bool{true, true, false} {
+		sess.reset()
+		next("after failed requests by ID", want, 0, []int32{0})
+		if i < 2 {
+			wt.failed(true)
+		}
+	}
+	n := wt.idFailures
+	wt.failed(false)
+	if wt.idFailures != n {
+		t.Fatal("a request by name that failed counted against topic IDs")
 	}
 }
 

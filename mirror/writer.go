@@ -1012,8 +1012,11 @@ func (w *writer) park(ctx context.Context, at int64) error {
 	w.inflight = nil
 	w.watcher = w.m.watcherFor(addr)
 	w.parked.Store(true)
+	w.m.mu.Lock()
+	id := w.m.topicIDs[w.topic]
+	w.m.mu.Unlock()
 	w.watcher.park(ctx, topicPartition{w.topic, w.partition},
-		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog}, w.watched, w.wake)
+		parkedFetch{offset: at, epoch: w.epoch, logStart: w.srcLog, topicID: id}, w.watched, w.wake)
 	return errParked
 }
 

@@ -5,10 +5,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
-	"net"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testnet"
 )
 
 // TestSendProduceFrame: a writer's produce sent with its records written
@@ -42,7 +43,7 @@ func TestSendProduceFrame(t *testing.T) {
 				want := fmtr.AppendRequest(nil, req, 42)
 
 				// TCP over loopback: net.Buffers are written with writev(2) there.
-				client, broker := tcpPair(t)
+				client, broker := testnet.Pair(t)
 				c := &conn{nc: client, br: bufio.NewReader(client), fmt: fmtr}
 				got := make(chan []byte, 1)
 				go func() {
@@ -98,32 +99,10 @@ func TestSendProduceFrame(t *testing.T) {
 	}
 }
 
-// tcpPair is both ends of a TCP connection over loopback.
-func tcpPair(t testing.TB) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if server = <-accepted; server == nil {
-		t.Fatal("accept failed")
-	}
-	return client, server
-}
-
 // BenchmarkSendProduce: one writer's produce of a 1 MiB batch written to a
 // broker's connection over loopback (the broker's end drained).
 func BenchmarkSendProduce(b *testing.B) {
-	client, broker := tcpPair(b)
+	client, broker := testnet.Pair(b)
 	defer client.Close()
 	defer broker.Close()
 	go io.Copy(io.Discard, broker)

@@ -10,30 +10,15 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-gw/ferry/internal/testnet"
 )
 
 // testConn is a Conn over one end of a loopback TCP connection whose other
 // end, returned, plays the broker.
 func testConn(t *testing.T) (*Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, _ := ln.Accept()
-		accepted <- nc
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker := <-accepted
-	if broker == nil {
-		t.Fatal("accept failed")
-	}
+	nc, broker := testnet.Pair(t)
 	p := &brokerPool{u: &Cluster{opts: Options{MaxResponseSize: 64 << 20}, log: zap.NewNop()}, broker: 1}
 	c := newUpConn(p, nc)
 	t.Cleanup(func() {

@@ -623,8 +623,8 @@ func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int
 }
 
 // fetchPooled is fetch, with the answer read into a buffer of answerBufs
-// if pooled: the batches alias it, and it goes back to the pool (release)
-// once they are no longer used.
+// if pooled, returned: the batches alias it, and the caller gives it back
+// (answerBufs.Put) once they are no longer used.
 func (w *writer) fetchPooled(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32, pooled bool) (_ *kmsg.FetchResponseTopicPartition, body *bytebufferpool.ByteBuffer, _ error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = fetchVersion

@@ -3,6 +3,8 @@ package mirror
 import (
 	"context"
 	"errors"
+	"iter"
+	"maps"
 	"sync"
 	"time"
 
@@ -80,11 +82,11 @@ type sentFetch struct {
 	topicID [16]byte // in a session by topic ID
 }
 
+// reset forgets the session; the next request starts one (and decides
+// byID and names anew).
 func (s *fetchSession) reset() {
 	s.id, s.epoch = 0, 0
 	clear(s.sent)
-	s.byID = false
-	clear(s.names)
 }
 
 // parkedFetch is where a parked partition's writer is: the fetch the
@@ -236,7 +238,7 @@ func (wt *watcher) wakeAll() {
 func (wt *watcher) run(ctx context.Context) {
 	l := newLink(wt.addr, wt.m.cfg.srcSec, wt.m.metrics.conns)
 	defer l.Close()
-	sess := fetchSession{sent: make(map[topicPartition]sentFetch), names: make(map[[16]byte]string)}
+	sess := fetchSession{sent: make(map[topicPartition]sentFetch)}
 	idKnown := false
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -329,26 +331,15 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 	if len(wt.parked) == 0 {
 		return nil
 	}
-	if sess.epoch != 0 && sess.byID {
-		for tp := range wt.fresh {
-			if p, ok := wt.parked[tp]; ok && p.topicID == ([16]byte{}) {
-				// Parked with no topic ID known (a topic the sync loop
-				// no longer lists): the session starts again, by name.
-				// The broker drops the old one (same ID, epoch 0).
-				sess.epoch = 0
-				break
-			}
-		}
+	if sess.epoch != 0 && sess.byID && wt.lackTopicID(maps.Keys(wt.fresh)) {
+		// Parked with no topic ID known (a topic the sync loop no longer
+		// lists): the session starts again, by name. The broker drops the
+		// old one (same ID, epoch 0).
+		sess.epoch = 0
 	}
 	if sess.epoch == 0 {
 		// A new session: by topic ID if every parked partition's is known.
-		sess.byID = wt.idOK && wt.idFailures < 2
-		for _, p := range wt.parked {
-			if p.topicID == ([16]byte{}) {
-				sess.byID = false
-				break
-			}
-		}
+		sess.byID = wt.idOK && wt.idFailures < 2 && !wt.lackTopicID(maps.Keys(wt.parked))
 		if sess.names == nil {
 			sess.names = make(map[[16]byte]string)
 		}
@@ -446,6 +437,17 @@ func (wt *watcher) request(sess *fetchSession) *kmsg.FetchRequest {
 		wt.fresh[tp] = struct{}{} // named in the next request
 	}
 	return req
+}
+
+// lackTopicID reports whether any of the parked partitions tps has no
+// known topic ID.
+func (wt *watcher) lackTopicID(tps iter.Seq[topicPartition]) bool {
+	for tp := range tps {
+		if p, ok := wt.parked[tp]; ok && p.topicID == ([16]byte{}) {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver wakes the writers of the partitions r, an answer in sess, says

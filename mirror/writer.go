@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
 
 	"github.com/ferry-gw/ferry/protocol"
@@ -618,14 +617,11 @@ func (w *writer) listOffset(ctx context.Context, c *link, ts int64) (int64, erro
 
 // fetch reads raw batches from c at offset.
 func (w *writer) fetch(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
-	p, _, err := w.fetchPooled(ctx, c, offset, isolation, maxWait, maxBytes, false)
-	return p, err
+	return fetchedPartition(c.Do(ctx, w.fetchRequest(c, offset, isolation, maxWait, maxBytes)))
 }
 
-// fetchPooled is fetch, with the answer read into a buffer of answerBufs
-// if pooled, returned: the batches alias it, and the caller gives it back
-// (answerBufs.Put) once they are no longer used.
-func (w *writer) fetchPooled(ctx context.Context, c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32, pooled bool) (_ *kmsg.FetchResponseTopicPartition, body *bytebufferpool.ByteBuffer, _ error) {
+// fetchRequest is the fetch of the writer's partition from c at offset.
+func (w *writer) fetchRequest(c *link, offset int64, isolation int8, maxWait time.Duration, maxBytes int32) *kmsg.FetchRequest {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = fetchVersion
 	req.ReplicaID = -1
@@ -648,24 +644,22 @@ func (w *writer) fetchPooled(ctx context.Context, c *link, offset int64, isolati
 	p.PartitionMaxBytes = maxBytes
 	t.Partitions = append(t.Partitions, p)
 	req.Topics = append(req.Topics, t)
-	var resp kmsg.Response
-	var err error
-	if pooled {
-		resp, body, err = c.DoPooled(ctx, req)
-	} else {
-		resp, err = c.Do(ctx, req)
-	}
+	return req
+}
+
+// fetchedPartition is the one partition of a fetch's answer.
+func fetchedPartition(resp kmsg.Response, err error) (*kmsg.FetchResponseTopicPartition, error) {
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	r := resp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-		return nil, nil, fmt.Errorf("Fetch: %w", err)
+		return nil, fmt.Errorf("Fetch: %w", err)
 	}
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
-		return nil, nil, errors.New("Fetch: malformed response")
+		return nil, errors.New("Fetch: malformed response")
 	}
-	return &r.Topics[0].Partitions[0], body, nil
+	return &r.Topics[0].Partitions[0], nil
 }
 
 // oneBatch is the size a fetch asks for when it needs only the batch
@@ -939,10 +933,11 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		if cfg.onFetch != nil {
 			cfg.onFetch(w.topic, w.partition, wait)
 		}
-		// The answer's buffer is given back once its batches are on the
-		// standby (drain below): nothing of it is kept past that. On any
-		// error it is left to the collector.
-		p, body, err := w.fetchPooled(ctx, w.src, at, 1, wait, cfg.fetchBytes, true)
+		// The answer is read into a pooled buffer, given back once its
+		// batches are on the standby (drain below): nothing of it is kept
+		// past that. On any error it is left to the collector.
+		resp, body, err := w.src.DoPooled(ctx, w.fetchRequest(w.src, at, 1, wait, cfg.fetchBytes))
+		p, err := fetchedPartition(resp, err)
 		if err != nil {
 			return err
 		}

@@ -198,7 +198,8 @@ func run(ctx context.Context, o options) error {
 	step("starting two 1-broker Kafka %s clusters (primary, standby%s)", kafkatest.Version(), heapNote)
 	var err error
 	var relay *benchutil.DelayRelay
-	heap := func(c *kafkatest.Config) {
+	// broker applies -broker-heap and -broker-config to a cluster.
+	broker := func(c *kafkatest.Config) {
 		if o.brokerHeap != "" {
 			c.JVMArgs = append(c.JVMArgs, "-Xms"+o.brokerHeap, "-Xmx"+o.brokerHeap)
 		}
@@ -209,7 +210,7 @@ func run(ctx context.Context, o options) error {
 			c.BrokerConfig[k] = v
 		}
 	}
-	adjust := func(_ string, c *kafkatest.Config) { heap(c) }
+	adjust := func(_ string, c *kafkatest.Config) { broker(c) }
 	if o.rtt > 0 {
 		// The standby also listens behind the relay
 		// (benchutil.DelayedListener): the member, bootstrapped there,
@@ -219,7 +220,7 @@ func run(ctx context.Context, o options) error {
 		}
 		defer relay.Close()
 		adjust = func(name string, c *kafkatest.Config) {
-			heap(c)
+			broker(c)
 			if name == "standby" {
 				c.Listeners = []kafkatest.Listener{relay.Listener()}
 			}

@@ -79,17 +79,43 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 		upResp *kmsg.MetadataResponse
 		snap   *upstream.Snapshot
 	)
+	var body upstream.MetadataBody // the cluster's answer as it encoded it, when kept
 	if all || len(up.Topics) > 0 {
-		r, err := req.up.AskMetadata(ctx, up)
+		var (
+			r    *kmsg.MetadataResponse
+			err  error
+			kept *metadataAnswer
+		)
+		if keep {
+			var since upstream.MetadataBody
+			since, kept = s.metaAnswers.since(req.up)
+			r, body, err = req.up.AskMetadataSince(ctx, up, since)
+			if err == nil && r == nil {
+				// The bytes of the kept answer's: nothing decoded.
+				if kept.under(gen, brokers) {
+					kept.installed()
+					s.metrics.metaAllBy[metaSameBytes].Inc()
+					return kept.reply(req), nil
+				}
+				r = kept.from // translated again, under this generation and these members
+			}
+		} else {
+			r, err = req.up.AskMetadata(ctx, up)
+		}
 		if err != nil {
 			// The cluster cannot answer now: answer from what Ferry last
 			// knew, so that clients keep their brokers and retry.
 			c.log.Info("metadata from the cache: the cluster did not answer", zap.Error(err))
+			if keep {
+				s.metrics.metaAllBy[metaFromSnapshot].Inc()
+			}
 			r, keep = metadataResponse(req.up.Snapshot(), up.Topics, all), false
 		}
 		if keep {
 			if a := s.metaAnswers.find(req.up, gen, brokers, r); a != nil {
+				a.setBody(body)
 				a.installed()
+				s.metrics.metaAllBy[metaSameFields].Inc()
 				return a.reply(req), nil
 			}
 		}
@@ -146,7 +172,8 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 	}
 	resp.Topics = append(resp.Topics, refused...)
 	if keep {
-		return s.metaAnswers.keep(req.up, gen, brokers, upResp, resp, snap).reply(req), nil
+		s.metrics.metaAllBy[metaTranslated].Inc()
+		return s.metaAnswers.keep(req.up, gen, brokers, upResp, body, resp, snap).reply(req), nil
 	}
 	return localReply(req, resp), nil
 }
@@ -170,7 +197,6 @@ func (s *Server) virtualPartition(u *upstream.Cluster, topic string, p kmsg.Meta
 // Ferry cannot tell whether it exists.
 func metadataResponse(s *upstream.Snapshot, topics []kmsg.MetadataRequestTopic, all bool) *kmsg.MetadataResponse {
 	resp := kmsg.NewPtrMetadataResponse()
-	resp.ControllerID = s.Controller
 	add := func(name string) {
 		t := s.Topics[name]
 		n := name

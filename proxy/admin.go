@@ -57,7 +57,7 @@ func (s *Server) forwardAnyWith(c *clientConn, req *request, kr kmsg.Request, re
 		// KRaft brokers forward these to the controller themselves;
 		// going to the one Metadata names saves a hop, and is required
 		// by brokers that do not forward.
-		if ctl := req.up.Snapshot().Controller; ctl >= 0 {
+		if ctl := req.up.Controller(); ctl >= 0 {
 			b = ctl
 		}
 	}

@@ -28,6 +28,19 @@ type metadataAnswers struct {
 	last atomic.Pointer[metadataAnswer]
 }
 
+// metaHow is how a Metadata request for every topic was answered
+// (metrics.metaAll).
+type metaHow int
+
+const (
+	metaSameBytes    metaHow = iota // the kept translation: the cluster's answer had the same bytes
+	metaSameFields                  // the kept translation: the same fields, perhaps in another order
+	metaTranslated                  // translated anew
+	metaFromSnapshot                // from the snapshot: the cluster did not answer
+)
+
+var metaHowNames = [...]string{"same_bytes", "same_fields", "translated", "snapshot"}
+
 // metadataAnswer is one kept answer: what it was translated from and under,
 // and the translation, encoded at each version asked for.
 type metadataAnswer struct {
@@ -35,7 +48,11 @@ type metadataAnswer struct {
 	gen     uint32
 	brokers []routing.Broker
 	from    *kmsg.MetadataResponse // the cluster's answer
-	index   *topicIndex            // where from says what of each topic
+	// fromBody is the cluster's last answer equal to from, as it was
+	// encoded: an answer with the same bytes is not decoded
+	// (upstream.Cluster.AskMetadataSince).
+	fromBody atomic.Pointer[upstream.MetadataBody]
+	index    *topicIndex // where from says what of each topic
 	// snap is the snapshot installing from last gave: while it is the
 	// cluster's, installing an equal answer again changes nothing.
 	snap atomic.Pointer[upstream.Snapshot]
@@ -51,16 +68,45 @@ type metadataAnswer struct {
 // under gen and brokers, or nil.
 func (m *metadataAnswers) find(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse) *metadataAnswer {
 	a := m.last.Load()
-	if a == nil || a.up != up || a.gen != gen || !sameBrokers(a.brokers, brokers) || !sameMetadata(a.from, a.index, from) {
+	if a == nil || a.up != up || !a.under(gen, brokers) || !sameMetadata(a.from, a.index, from) {
 		return nil
 	}
 	return a
 }
 
-// keep makes resp, translated from from, the kept answer; snap is what
-// installing from gave.
-func (m *metadataAnswers) keep(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from, resp *kmsg.MetadataResponse, snap *upstream.Snapshot) *metadataAnswer {
+// setBody makes body, if known, the one the next answer's bytes are
+// compared with: the last answer equal to from (a broker other than the
+// one before may list the same topics in another order).
+func (a *metadataAnswer) setBody(body upstream.MetadataBody) {
+	if len(body.Bytes) > 0 {
+		a.fromBody.Store(&body)
+	}
+}
+
+// since is the body of the kept answer's cluster answer, if up's, to ask
+// up with (upstream.Cluster.AskMetadataSince), and the kept answer; an
+// empty body and nil when there is none.
+func (m *metadataAnswers) since(up *upstream.Cluster) (upstream.MetadataBody, *metadataAnswer) {
+	a := m.last.Load()
+	if a == nil || a.up != up {
+		return upstream.MetadataBody{}, nil
+	}
+	if b := a.fromBody.Load(); b != nil {
+		return *b, a
+	}
+	return upstream.MetadataBody{}, a
+}
+
+// under reports whether a was translated under gen and brokers.
+func (a *metadataAnswer) under(gen uint32, brokers []routing.Broker) bool {
+	return a.gen == gen && sameBrokers(a.brokers, brokers)
+}
+
+// keep makes resp, translated from from, the kept answer; body is from's,
+// as the cluster encoded it, if known; snap is what installing from gave.
+func (m *metadataAnswers) keep(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse, body upstream.MetadataBody, resp *kmsg.MetadataResponse, snap *upstream.Snapshot) *metadataAnswer {
 	a := &metadataAnswer{up: up, gen: gen, brokers: brokers, from: from, index: indexTopics(from), codes: connstats.ResponseCodes(resp), resp: resp, bodies: map[int16][]byte{}}
+	a.setBody(body)
 	a.snap.Store(snap)
 	m.last.Store(a)
 	return a
@@ -148,9 +194,11 @@ func indexTopics(m *kmsg.MetadataResponse) *topicIndex {
 
 // sameMetadata reports whether answer b says what a (indexed by idx)
 // says, in every field the member reads from them (all but the throttle
-// time), its topics and partitions perhaps in another order.
+// time and the controller ID, which goes into neither the translation nor
+// the snapshot: upstream.Cluster.Controller), its topics and partitions
+// perhaps in another order.
 func sameMetadata(a *kmsg.MetadataResponse, idx *topicIndex, b *kmsg.MetadataResponse) bool {
-	if idx == nil || a.ErrorCode != b.ErrorCode || a.ControllerID != b.ControllerID || a.AuthorizedOperations != b.AuthorizedOperations ||
+	if idx == nil || a.ErrorCode != b.ErrorCode || a.AuthorizedOperations != b.AuthorizedOperations ||
 		!sameString(a.ClusterID, b.ClusterID) || len(a.Brokers) != len(b.Brokers) || len(a.Topics) != len(b.Topics) {
 		return false
 	}

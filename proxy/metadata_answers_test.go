@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -142,13 +145,20 @@ func TestSameMetadata(t *testing.T) {
 	if !sameMetadata(a, idx, shuffled) {
 		t.Fatal("the same answer in another order is not the same")
 	}
+	// The controller ID, which a KRaft broker picks at random among the
+	// live brokers for each answer, goes into neither the translation nor
+	// the snapshot (upstream.Cluster.Controller).
+	otherController := build()
+	otherController.ControllerID = 2
+	if !sameMetadata(a, idx, otherController) {
+		t.Fatal("the same answer naming another controller is not the same")
+	}
 
 	for _, change := range []struct {
 		name string
 		fn   func(*kmsg.MetadataResponse)
 	}{
 		{"error code", func(r *kmsg.MetadataResponse) { r.ErrorCode = 1 }},
-		{"controller", func(r *kmsg.MetadataResponse) { r.ControllerID = 2 }},
 		{"cluster ID", func(r *kmsg.MetadataResponse) { r.ClusterID = kmsg.StringPtr("d") }},
 		{"cluster operations", func(r *kmsg.MetadataResponse) { r.AuthorizedOperations = 8 }},
 		{"a broker's host", func(r *kmsg.MetadataResponse) { r.Brokers[1].Host = "g" }},
@@ -243,4 +253,122 @@ func TestKeptMetadataAnswerCountsErrors(t *testing.T) {
 	if named, total := sum(cz); named != asks || total != asks {
 		t.Fatalf("LEADER_NOT_AVAILABLE counted %d times (errors in all %d), want %d", named, total, asks)
 	}
+}
+
+// TestMetadataSameBytes: an answer from the cluster with the bytes of the
+// one the kept translation came from is not decoded, and gives the kept
+// translation; any change to the bytes, or to the generation or the
+// members the translation was made under, gives a new translation that
+// says what the cluster does. The broker here lists topics and partitions
+// in one order, as Kafka does from one request to the next (kfake's own
+// answers do not: its maps), and names another controller each time, as a
+// KRaft broker does.
+func TestMetadataSameBytes(t *testing.T) {
+	kf := newKfake(t, 1)
+	host, port, err := net.SplitHostPort(kf.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	var (
+		mu         sync.Mutex
+		epochs     = []int32{5, 5, 5, 5}
+		reversed   bool  // the partitions listed last to first
+		controller int32 // named in the next answer: a KRaft broker picks one at random each time
+	)
+	kf.ControlKey(kmsg.Metadata.Int16(), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		resp := kr.ResponseKind().(*kmsg.MetadataResponse)
+		resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: 0, Host: host, Port: int32(p)}}
+		controller++
+		resp.ControllerID = controller
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic, rt.TopicID = kmsg.StringPtr("orders"), [16]byte{1}
+		for i, e := range epochs {
+			rt.Partitions = append(rt.Partitions, kmsg.MetadataResponseTopicPartition{
+				Partition: int32(i), Leader: 0, LeaderEpoch: e, Replicas: []int32{0}, ISR: []int32{0}, OfflineReplicas: []int32{},
+			})
+		}
+		if reversed {
+			slices.Reverse(rt.Partitions)
+		}
+		resp.Topics = []kmsg.MetadataResponseTopic{rt}
+		return resp, nil, true
+	})
+	table := routing.NewTable(routing.State{Generation: 0, Active: "a"})
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table))
+	cl := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	counts := func() (c [len(metaHowNames)]float64) {
+		for i := range c {
+			c[i] = testutil.ToFloat64(s.metrics.metaAllBy[i])
+		}
+		return c
+	}
+	// ask asks for every topic and checks each partition's epoch against
+	// the cluster's under gen, and that it was answered as want.
+	ask := func(gen uint32, want metaHow) {
+		t.Helper()
+		before := counts()
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != len(epochs) {
+			t.Fatalf("answer: %+v", resp.Topics)
+		}
+		for _, rp := range resp.Topics[0].Partitions {
+			if w := routing.VirtualEpoch(gen, epochs[rp.Partition]); rp.LeaderEpoch != w {
+				t.Fatalf("partition %d: leader epoch %d, want %d", rp.Partition, rp.LeaderEpoch, w)
+			}
+		}
+		// The controller last named is the cluster's, however answered.
+		if got := s.cluster("a").Controller(); got != controller {
+			t.Fatalf("controller %d, the last answer named %d", got, controller)
+		}
+		after := counts()
+		for i := range after {
+			if d, w := after[i]-before[i], map[bool]float64{true: 1}[metaHow(i) == want]; d != w {
+				t.Fatalf("answered %s %v times, want %v (wanted %s; before %v, after %v)", metaHowNames[i], d, w, metaHowNames[want], before, after)
+			}
+		}
+	}
+
+	ask(0, metaTranslated)
+	// The client's connection to its broker (the lane) asks too: the
+	// kept answer was made for the seed connection's request; both get it.
+	ask(0, metaSameBytes)
+	ask(0, metaSameBytes)
+
+	mu.Lock()
+	epochs[2]++ // a leader elected: one field, four bytes
+	mu.Unlock()
+	ask(0, metaTranslated)
+	ask(0, metaSameBytes)
+
+	// The same answer in another order: the same fields; its bytes are
+	// then the ones compared.
+	mu.Lock()
+	reversed = true
+	mu.Unlock()
+	ask(0, metaSameFields)
+	ask(0, metaSameBytes)
+
+	// The same bytes under another generation: translated again.
+	table.Advance(routing.State{Generation: 2, Active: "a"})
+	ask(2, metaTranslated)
+	ask(2, metaSameBytes)
+
+	// And under other members.
+	members := s.brokers.(*routing.StaticBrokerSet)
+	one := members.Brokers()[0]
+	members.Set([]routing.Broker{one, {NodeID: 1, Host: "127.0.0.1", Port: one.Port + 1}})
+	ask(2, metaTranslated)
+	ask(2, metaSameBytes)
 }

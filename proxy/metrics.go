@@ -48,6 +48,10 @@ type metrics struct {
 	// table (stateCoordinators, stateTxnTimeouts, stateTxnMappings,
 	// statePIDMappings).
 	evictions *prometheus.CounterVec
+	// metaAll counts Metadata requests for every topic by how they were
+	// answered (metaHow, metadata_answers.go).
+	metaAll   *prometheus.CounterVec
+	metaAllBy [len(metaHowNames)]prometheus.Counter
 	// per-key children, resolved once: the request path does no label
 	// lookups.
 	byKey [kmsg.MaxKey + 1]keyMetrics
@@ -97,9 +101,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"api"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "state_evictions_total",
 			Help: "Entries dropped from Ferry's bounded tables to stay within their bound, by table: coordinators, txn_timeouts, txn_mappings, pid_mappings."}, []string{"table"}),
+		metaAll: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "metadata_all_topics_total",
+			Help: "Metadata requests for every topic, by answer: same_bytes and same_fields (the kept translation, the cluster's answer unchanged in its bytes or only in its order), translated (the cluster's answer changed, or first), snapshot (the cluster did not answer)."}, []string{"answer"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.staleCommits, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.staleCommits, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions, m.metaAll} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -110,6 +116,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, t := range []string{stateCoordinators, stateTxnTimeouts, stateTxnMappings, statePIDMappings} {
 		m.evictions.WithLabelValues(t)
+	}
+	for i, a := range metaHowNames {
+		m.metaAllBy[i] = m.metaAll.WithLabelValues(a)
 	}
 	for k := range m.byKey {
 		name := kmsg.NameForKey(int16(k))

@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -85,6 +88,11 @@ type Cluster struct {
 	// metaBroker is the node ID, plus one, of the broker AskMetadata
 	// asks (0: none chosen yet).
 	metaBroker atomic.Int64
+	// controller is the controller ID the last Metadata answer named
+	// (-1: none yet); not part of a Snapshot, so that an answer that
+	// differs from the one before only there (KRaft brokers name a random
+	// live broker each time) is the same snapshot.
+	controller atomic.Int32
 
 	coordMu sync.Mutex
 	// coords is the coordinator cache: the most recently used
@@ -138,12 +146,11 @@ type CoordKey struct {
 // metaSnapshot is an immutable view of the cluster's metadata; a refresh
 // installs a new one.
 type Snapshot struct {
-	Brokers    map[int32]string
-	Controller int32
-	Topics     map[string]*Topic
-	ByID       map[[16]byte]*Topic // physical topic ID
-	byVID      map[[16]byte]*Topic // virtual topic ID
-	leaders    map[int32]bool      // brokers that lead a partition
+	Brokers map[int32]string
+	Topics  map[string]*Topic
+	ByID    map[[16]byte]*Topic // physical topic ID
+	byVID   map[[16]byte]*Topic // virtual topic ID
+	leaders map[int32]bool      // brokers that lead a partition
 }
 
 type Topic struct {
@@ -192,7 +199,8 @@ func New(opts Options, cl Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %q: %w", cl.Name, err)
 	}
 	u.Client = kcl
-	u.Meta.Store(&Snapshot{Brokers: map[int32]string{}, Controller: -1, Topics: map[string]*Topic{}, ByID: map[[16]byte]*Topic{}, byVID: map[[16]byte]*Topic{}})
+	u.controller.Store(-1)
+	u.Meta.Store(&Snapshot{Brokers: map[int32]string{}, Topics: map[string]*Topic{}, ByID: map[[16]byte]*Topic{}, byVID: map[[16]byte]*Topic{}})
 	return u, nil
 }
 
@@ -260,6 +268,26 @@ func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 // needs itself (a broker it does not know yet it looks up when asked to
 // reach it).
 func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+	resp, _, err := u.AskMetadataSince(ctx, req, MetadataBody{})
+	return resp, err
+}
+
+// MetadataBody is a broker's answer to a Metadata request as the broker
+// encoded it (after the response header), and its version.
+type MetadataBody struct {
+	Version int16
+	Bytes   []byte
+}
+
+// AskMetadataSince is AskMetadata for a caller that kept an earlier
+// answer's body: when a broker answers with the same bytes, resp is nil
+// and nothing is decoded. A broker encodes the same metadata the same way
+// from one request to the next, and decoding every partition of a large
+// cluster's answer, to find it unchanged, was most of what a member added
+// to the answer's time (and its garbage most of the rest). body is the
+// new answer's, to keep for the next call; empty when the answer came
+// through the client.
+func (u *Cluster) AskMetadataSince(ctx context.Context, req *kmsg.MetadataRequest, since MetadataBody) (resp *kmsg.MetadataResponse, body MetadataBody, err error) {
 	ids := u.BrokerIDs()
 	if kept := int32(u.metaBroker.Load()) - 1; slices.Contains(ids, kept) {
 		ids = u.BrokersFrom(kept)
@@ -267,17 +295,126 @@ func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*
 	// The kept broker, then the next ones (at most three in all): kgo
 	// could pick the one that just failed again.
 	for _, id := range ids[:min(3, len(ids))] {
-		resp, err := req.RequestWith(ctx, u.Client.Broker(int(id)))
+		r, err := u.Client.Broker(int(id)).Request(ctx, bodyMetadataRequest{req, since})
 		if err == nil {
 			u.metaBroker.Store(int64(id) + 1)
-			return resp, nil
+			a := r.(*bodyMetadataResponse)
+			u.controller.Store(a.ControllerID)
+			if a.same {
+				return nil, since, nil
+			}
+			return a.MetadataResponse, a.body, nil
 		}
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, MetadataBody{}, err
 		}
 	}
 	u.metaBroker.Store(0)
-	return req.RequestWith(ctx, u.Client)
+	if resp, err = req.RequestWith(ctx, u.Client); err != nil {
+		return nil, MetadataBody{}, err
+	}
+	u.controller.Store(resp.ControllerID)
+	return resp, MetadataBody{}, nil
+}
+
+// Controller is the controller ID the cluster's last Metadata answer
+// named, or -1.
+func (u *Cluster) Controller() int32 { return u.controller.Load() }
+
+// bodyMetadataRequest is a Metadata request whose answer keeps its bytes
+// and is not decoded when they are since's.
+type bodyMetadataRequest struct {
+	*kmsg.MetadataRequest
+	since MetadataBody
+}
+
+func (r bodyMetadataRequest) ResponseKind() kmsg.Response {
+	// kmsg's answer, at the request's version.
+	return &bodyMetadataResponse{MetadataResponse: r.MetadataRequest.ResponseKind().(*kmsg.MetadataResponse), since: r.since}
+}
+
+type bodyMetadataResponse struct {
+	*kmsg.MetadataResponse
+	since MetadataBody
+	body  MetadataBody
+	same  bool // the bytes are since's: nothing decoded
+}
+
+func (r *bodyMetadataResponse) ReadFrom(b []byte) error {
+	v := r.GetVersion()
+	if at, ok := metadataControllerAt(b, v); ok && sameMetadataBody(r.since, v, b, at) {
+		r.same, r.ControllerID = true, int32(binary.BigEndian.Uint32(b[at:]))
+		return nil
+	}
+	// A copy: b is kgo's, which need not stay as it is once read.
+	r.body = MetadataBody{Version: v, Bytes: bytes.Clone(b)}
+	return r.MetadataResponse.ReadFrom(b)
+}
+
+// sameMetadataBody reports whether b, an answer at version v whose
+// controller ID is at at, is since's bytes but for that ID: a KRaft broker
+// names a random live broker as the controller in each answer (the
+// controller itself is not reachable by clients), so that two answers of
+// an unchanged cluster differ there.
+func sameMetadataBody(since MetadataBody, v int16, b []byte, at int) bool {
+	s := since.Bytes
+	return len(s) > 0 && since.Version == v && len(s) == len(b) &&
+		bytes.Equal(s[:at], b[:at]) && bytes.Equal(s[at+4:], b[at+4:])
+}
+
+// metadataControllerAt returns where a Metadata answer's body at version v
+// (v1+) holds its controller ID: after the throttle time, the brokers and
+// the cluster ID.
+func metadataControllerAt(b []byte, v int16) (int, bool) {
+	if v < 1 {
+		return 0, false
+	}
+	flexible := v >= 9
+	r := kbin.Reader{Src: b}
+	str := func(nullable bool) { // skips a string
+		var n int
+		switch {
+		case flexible:
+			n = int(r.Uvarint()) - 1
+		default:
+			n = int(r.Int16())
+		}
+		if n < 0 && nullable {
+			return
+		}
+		r.Span(n)
+	}
+	if v >= 3 {
+		r.Int32() // throttle
+	}
+	var brokers int32
+	if flexible {
+		brokers = r.CompactArrayLen()
+	} else {
+		brokers = r.ArrayLen()
+	}
+	for range max(brokers, 0) {
+		r.Int32() // node ID
+		str(false)
+		r.Int32() // port
+		str(true) // rack
+		if flexible {
+			for range r.Uvarint() { // tags
+				r.Uvarint()
+				r.Span(int(r.Uvarint()))
+			}
+		}
+		if !r.Ok() {
+			return 0, false
+		}
+	}
+	if v >= 2 {
+		str(true) // cluster ID
+	}
+	if !r.Ok() || len(r.Src) < 4 {
+		return 0, false
+	}
+	return len(b) - len(r.Src), true
 }
 
 // install builds a snapshot from a metadata response. A full response
@@ -286,9 +423,8 @@ func (u *Cluster) Install(resp *kmsg.MetadataResponse, full bool) *Snapshot {
 	for {
 		old := u.Snapshot()
 		s := &Snapshot{
-			Brokers:    make(map[int32]string, len(resp.Brokers)),
-			Controller: resp.ControllerID,
-			Topics:     make(map[string]*Topic, len(resp.Topics)),
+			Brokers: make(map[int32]string, len(resp.Brokers)),
+			Topics:  make(map[string]*Topic, len(resp.Topics)),
 		}
 		for _, b := range resp.Brokers {
 			s.Brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))

@@ -125,7 +125,11 @@ func (fr *failoverRole) probe(ctx context.Context, r *mirrorRunner, cluster stri
 		fr.probers[cluster] = cl
 	}
 	fr.mu.Unlock()
-	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	req := kmsg.NewPtrMetadataRequest()
+	// An empty list, not none: no topics listed asks for every topic
+	// (v1+), each partition of each, twice a second on each cluster.
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return err
 	}

@@ -303,6 +303,10 @@ func (r *mirrorRunner) warmListers() {
 	for _, st := range c.m.Status() {
 		topics[st.Topic] = true
 	}
+	if len(topics) == 0 {
+		r.warming.Store(false) // nothing to warm; a request naming no topic would ask for all
+		return
+	}
 	go func() {
 		defer r.warming.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -86,6 +86,7 @@ type shapeResult struct {
 	idleCPU               float64 // of one core
 	parked, mirrorConns   int     // idle partitions parked, the mirror's broker connections (-1: not reported)
 	metaFerry, metaDirect []time.Duration
+	metaAdded             []time.Duration // the member's time less the direct one, each pair
 	planned               map[string][]time.Duration
 	catchUp               []float64       // MB/s of each catch-up round (catchup.go), from the restart
 	catchUpCopy           []float64       // the same from the backlog's first byte on the standby
@@ -495,50 +496,62 @@ func histQuantile(before, after map[float64]float64, q float64) (bound, n float6
 }
 
 // metadataRounds is how many Metadata requests for every topic each side
-// is asked: p99 resolved to its second-highest of 200.
-const metadataRounds = 200
+// is asked: p99 resolved to its fourth-highest of 400.
+const metadataRounds = 400
 
 // measureMetadata times Metadata for every topic, one request at a time,
-// at the member and at the active cluster directly.
+// at the member and at the active cluster directly, alternately (which
+// goes first alternating too): both sides see the same machine, whose
+// other work (the mirror, the traffic, the brokers' collections) sets the
+// tail on two shared cores. Each pair's difference is the member's own
+// share.
 func (b *bench) measureMetadata(ctx context.Context, r *shapeResult) error {
-	for _, side := range []struct {
-		seed []string
-		out  *[]time.Duration
-	}{{[]string{b.addr}, &r.metaFerry}, {b.clusters[b.active].Addrs(), &r.metaDirect}} {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(side.seed...))
+	var cls [2]*kgo.Client
+	for i, seed := range [][]string{{b.addr}, b.clusters[b.active].Addrs()} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seed...))
 		if err != nil {
 			return err
 		}
-		for i := range metadataRounds + 5 {
-			req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
-			t0 := time.Now()
-			resp, err := req.RequestWith(ctx, cl)
-			took := time.Since(t0)
-			if err != nil {
-				cl.Close()
-				return fmt.Errorf("metadata: %w", err)
-			}
-			if i < 5 {
-				continue // connections up, versions known
-			}
-			n := 0
-			for _, t := range resp.Topics {
-				n += len(t.Partitions)
-			}
-			if n < r.partitions {
-				cl.Close()
-				return fmt.Errorf("metadata named %d partitions, want at least %d", n, r.partitions)
-			}
-			*side.out = append(*side.out, took)
-		}
-		cl.Close()
+		defer cl.Close()
+		cls[i] = cl
 	}
-	step("shape %v: Metadata for every topic: member p50 %v p99 %v, directly p50 %v p99 %v", r.shape,
-		pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99))
+	ask := func(cl *kgo.Client) (time.Duration, error) {
+		req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
+		t0 := time.Now()
+		resp, err := req.RequestWith(ctx, cl)
+		took := time.Since(t0)
+		if err != nil {
+			return 0, fmt.Errorf("metadata: %w", err)
+		}
+		n := 0
+		for _, t := range resp.Topics {
+			n += len(t.Partitions)
+		}
+		if n < r.partitions {
+			return 0, fmt.Errorf("metadata named %d partitions, want at least %d", n, r.partitions)
+		}
+		return took, nil
+	}
+	for i := range metadataRounds + 5 {
+		var took [2]time.Duration
+		for k := range 2 {
+			side := (i + k) % 2
+			var err error
+			if took[side], err = ask(cls[side]); err != nil {
+				return err
+			}
+		}
+		if i < 5 {
+			continue // connections up, versions known
+		}
+		r.metaFerry, r.metaDirect = append(r.metaFerry, took[0]), append(r.metaDirect, took[1])
+		r.metaAdded = append(r.metaAdded, took[0]-took[1])
+	}
+	step("shape %v: Metadata for every topic: member p50 %v p99 %v, directly p50 %v p99 %v, the member's added time per pair p50 %v", r.shape,
+		pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99), pct(r.metaAdded, 50))
 	return nil
 }
 
-// pct is the p-th percentile of xs (nearest rank).
 func pct(xs []time.Duration, p int) time.Duration {
 	if len(xs) == 0 {
 		return 0
@@ -594,16 +607,16 @@ func (b *bench) reportShapes(w io.Writer) error {
 	if b.o.syncInterval > 0 {
 		interval = b.o.syncInterval.String()
 	}
-	fmt.Fprintf(&sb, "The member runs with its defaults but for the listeners; mirror.sync_interval: %s. Idle CPU is the member's over 30 s with the producer paused (the live groups still poll), once every idle partition has parked. Mirror catch-up: the writers of partition 0 of every idle topic halted, %s of %d-byte records (lz4) written to those partitions directly, the writers restarted; MB/s of record values from the restart to the standby holding every offset (each restarted writer takes its partition over first: its leaders looked up, a producer ID, a check of its ownership and of its slots, the check of its tail; no fence period, as it succeeds its own predecessor), and from the first byte of the backlog seen on the standby; medians of %d with the range in brackets.\n\n",
-		interval, benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
+	fmt.Fprintf(&sb, "The member runs with its defaults but for the listeners; mirror.sync_interval: %s. Idle CPU is the member's over 30 s with the producer paused (the live groups still poll), once every idle partition has parked. Metadata for every topic: %d requests at the member and %d at the cluster directly, one at a time, alternately; the member's added time is the median of each pair's difference. Mirror catch-up: the writers of partition 0 of every idle topic halted, %s of %d-byte records (lz4) written to those partitions directly, the writers restarted; MB/s of record values from the restart to the standby holding every offset (each restarted writer takes its partition over first: its leaders looked up, a producer ID, a check of its ownership and of its slots, the check of its tail; no fence period, as it succeeds its own predecessor), and from the first byte of the backlog seen on the standby; medians of %d with the range in brackets.\n\n",
+		interval, metadataRounds, metadataRounds, benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
 	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
 		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
-	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member's added, p50 | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
-		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %s | %s | %.1f %% | %s |\n",
+		fmt.Fprintf(&sb, "| %d × %d | %d | %s | %s | %s | %s | %s | %v / %v | %v / %v | %v | %s | %s | %.1f %% | %s |\n",
 			r.partitions, r.groups, r.mirrored, dur(r.planned["answer"]), dur(r.planned["ack"]), dur(r.planned["groups"]), dur(r.mirrorBack), dur(r.forced),
-			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99),
+			pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99), pct(r.metaAdded, 50),
 			benchutil.HumanBytes(r.rss), benchutil.HumanBytes(r.heap), 100*r.idleCPU, parkedConns(r))
 	}
 	if len(b.shapes) > 0 && len(b.shapes[0].catchUp) > 0 {

@@ -87,9 +87,10 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 			kept *metadataAnswer
 		)
 		if keep {
-			var since upstream.MetadataBody
-			since, kept = s.metaAnswers.since(req.up)
-			r, body, err = req.up.AskMetadataSince(ctx, up, since)
+			var f *metadataFlight
+			if f, err = s.metaAnswers.ask(ctx, s.ctx, flightKey{req.up, up.IncludeTopicAuthorizedOperations}); err == nil {
+				r, body, err, kept = f.resp, f.body, f.err, f.kept
+			}
 			if err == nil && r == nil {
 				// The bytes of the kept answer's: nothing decoded.
 				if kept.under(gen, brokers) {

@@ -26,6 +26,93 @@ import (
 // never change: upstream.Cluster.Lane).
 type metadataAnswers struct {
 	last atomic.Pointer[metadataAnswer]
+
+	// One upstream request for every topic at a time for each kind
+	// (flightKey), and the next one, which every request arriving
+	// meanwhile joins: a thousand clients asking at once (a fleet's
+	// clients reconnecting, a pattern subscription's consumers, a
+	// dashboard polling) cost the cluster two answers of every
+	// partition, not a thousand. A request never takes an answer asked
+	// before it arrived: what it asks after a change it made (a topic
+	// created) must show it.
+	mu      sync.Mutex
+	flying  map[flightKey]*metadataFlight // sent, not answered
+	waiting map[flightKey]*metadataFlight // to be sent when the one flying is answered
+}
+
+// flightKey is what an upstream request for every topic depends on besides
+// the cluster: the authorized operations asked for.
+type flightKey struct {
+	up  *upstream.Cluster
+	ops bool
+}
+
+// metadataFlight is one upstream request for every topic and its answer,
+// shared by the client requests that joined it.
+type metadataFlight struct {
+	done   chan struct{} // closed once answered
+	joined int           // client requests waiting for it; under metadataAnswers.mu
+	// kept is the answer kept when the request was sent, whose cluster
+	// answer's body it was sent with (upstream.Cluster.AskMetadataSince);
+	// resp is nil, without err, when the cluster's answer had its bytes.
+	kept *metadataAnswer
+	resp *kmsg.MetadataResponse
+	body upstream.MetadataBody
+	err  error
+}
+
+// ask returns the answer of the next upstream request for every topic of
+// k's cluster: the one to be sent when the one in flight is answered, or
+// a new one when none is in flight. base bounds the request (the server's
+// context: it is not one client's), ctx the wait.
+func (m *metadataAnswers) ask(ctx, base context.Context, k flightKey) (*metadataFlight, error) {
+	m.mu.Lock()
+	f := m.waiting[k]
+	switch {
+	case f != nil:
+	case m.flying[k] != nil:
+		f = &metadataFlight{done: make(chan struct{})}
+		if m.waiting == nil {
+			m.waiting = map[flightKey]*metadataFlight{}
+		}
+		m.waiting[k] = f
+	default:
+		f = &metadataFlight{done: make(chan struct{})}
+		m.fly(base, k, f)
+	}
+	f.joined++
+	m.mu.Unlock()
+	select {
+	case <-f.done:
+		return f, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fly sends f's request; m.mu is held.
+func (m *metadataAnswers) fly(base context.Context, k flightKey, f *metadataFlight) {
+	if m.flying == nil {
+		m.flying = map[flightKey]*metadataFlight{}
+	}
+	m.flying[k] = f
+	go func() {
+		req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
+		req.IncludeTopicAuthorizedOperations = k.ops
+		var since upstream.MetadataBody
+		since, f.kept = m.since(k.up)
+		ctx, cancel := context.WithTimeout(base, upstream.LookupTimeout)
+		f.resp, f.body, f.err = k.up.AskMetadataSince(ctx, req, since)
+		cancel()
+		close(f.done)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.flying, k)
+		if next := m.waiting[k]; next != nil {
+			delete(m.waiting, k)
+			m.fly(base, k, next)
+		}
+	}()
 }
 
 // metaHow is how a Metadata request for every topic was answered

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/testwait"
 	"github.com/ferry-gw/ferry/routing"
 )
 
@@ -371,4 +373,62 @@ func TestMetadataSameBytes(t *testing.T) {
 	members.Set([]routing.Broker{one, {NodeID: 1, Host: "127.0.0.1", Port: one.Port + 1}})
 	ask(2, metaTranslated)
 	ask(2, metaSameBytes)
+}
+
+// TestMetadataRequestsShareFlights: client requests for every topic that
+// arrive while one is asked of the cluster share the next request, sent
+// once that one is answered: twenty clients asking at once cost the
+// cluster two answers, and each client gets every partition.
+func TestMetadataRequestsShareFlights(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(3, "orders"))
+	s, addr := startFerry(t, kf.ListenAddrs())
+	var every atomic.Int32
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	kf.ControlKey(kmsg.Metadata.Int16(), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		if kr.(*kmsg.MetadataRequest).Topics != nil {
+			return nil, nil, false
+		}
+		if every.Add(1) == 1 { // the first held until the others wait
+			held <- struct{}{}
+			kf.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const clients = 20
+	errs := make(chan error, clients+1)
+	askFrom := func(cl *kgo.Client) {
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		if err == nil && (len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 3) {
+			err = fmt.Errorf("answer: %d topics", len(resp.Topics))
+		}
+		errs <- err
+	}
+	go askFrom(newClient(t, addr))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the first request did not reach the cluster")
+	}
+	for range clients {
+		go askFrom(newClient(t, addr))
+	}
+	k := flightKey{up: s.cluster("a")}
+	testwait.Until(t, 20*time.Second, "every client waiting for the next request", func() bool {
+		s.metaAnswers.mu.Lock()
+		defer s.metaAnswers.mu.Unlock()
+		f := s.metaAnswers.waiting[k]
+		return f != nil && f.joined == clients
+	})
+	close(release)
+	for range clients + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := every.Load(); n != 2 {
+		t.Fatalf("%d requests for every topic reached the cluster for %d clients, want 2", n, clients+1)
+	}
 }

@@ -63,56 +63,54 @@ type metadataFlight struct {
 
 // ask returns the answer of the next upstream request for every topic of
 // k's cluster: the one to be sent when the one in flight is answered, or
-// a new one when none is in flight. base bounds the request (the server's
-// context: it is not one client's), ctx the wait.
+// a new one when none is in flight. A request that starts a flight sends
+// it itself (no goroutine of its own: a request alone pays nothing for
+// the sharing), once the one before is answered; those that join wait
+// for it until ctx ends. The request sent is bounded by base (the
+// server's context: it is not one client's) and LookupTimeout.
 func (m *metadataAnswers) ask(ctx, base context.Context, k flightKey) (*metadataFlight, error) {
 	m.mu.Lock()
-	f := m.waiting[k]
-	switch {
-	case f != nil:
-	case m.flying[k] != nil:
-		f = &metadataFlight{done: make(chan struct{})}
-		if m.waiting == nil {
-			m.waiting = map[flightKey]*metadataFlight{}
+	if f := m.waiting[k]; f != nil {
+		f.joined++
+		m.mu.Unlock()
+		select {
+		case <-f.done:
+			return f, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		m.waiting[k] = f
-	default:
-		f = &metadataFlight{done: make(chan struct{})}
-		m.fly(base, k, f)
 	}
-	f.joined++
-	m.mu.Unlock()
-	select {
-	case <-f.done:
-		return f, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// fly sends f's request; m.mu is held.
-func (m *metadataAnswers) fly(base context.Context, k flightKey, f *metadataFlight) {
+	f := &metadataFlight{done: make(chan struct{}), joined: 1}
 	if m.flying == nil {
-		m.flying = map[flightKey]*metadataFlight{}
+		m.flying, m.waiting = map[flightKey]*metadataFlight{}, map[flightKey]*metadataFlight{}
 	}
-	m.flying[k] = f
-	go func() {
-		req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
-		req.IncludeTopicAuthorizedOperations = k.ops
-		var since upstream.MetadataBody
-		since, f.kept = m.since(k.up)
-		ctx, cancel := context.WithTimeout(base, upstream.LookupTimeout)
-		f.resp, f.body, f.err = k.up.AskMetadataSince(ctx, req, since)
-		cancel()
-		close(f.done)
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		delete(m.flying, k)
-		if next := m.waiting[k]; next != nil {
-			delete(m.waiting, k)
-			m.fly(base, k, next)
-		}
-	}()
+	if prev := m.flying[k]; prev != nil {
+		m.waiting[k] = f
+		m.mu.Unlock()
+		// Not ctx: the others joining f wait for this request to send
+		// it. prev's end made f the one flying.
+		<-prev.done
+	} else {
+		m.flying[k] = f
+		m.mu.Unlock()
+	}
+
+	req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
+	req.IncludeTopicAuthorizedOperations = k.ops
+	var since upstream.MetadataBody
+	since, f.kept = m.since(k.up)
+	sctx, cancel := context.WithTimeout(base, upstream.LookupTimeout)
+	f.resp, f.body, f.err = k.up.AskMetadataSince(sctx, req, since)
+	cancel()
+	m.mu.Lock()
+	delete(m.flying, k)
+	if next := m.waiting[k]; next != nil {
+		delete(m.waiting, k)
+		m.flying[k] = next // its first request sends it now
+	}
+	m.mu.Unlock()
+	close(f.done)
+	return f, nil
 }
 
 // metaHow is how a Metadata request for every topic was answered

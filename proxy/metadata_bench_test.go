@@ -24,26 +24,7 @@ func BenchmarkMetadataAllTopics(b *testing.B) {
 		}
 		kf := newKfake(b, 1, kfake.SeedTopics(10, names...))
 		_, addr := startFerry(b, kf.ListenAddrs())
-		for _, side := range []struct{ name, addr string }{{"ferry", addr}, {"direct", kf.ListenAddrs()[0]}} {
-			b.Run(fmt.Sprintf("partitions=%d/%s", partitions, side.name), func(b *testing.B) {
-				cl := newClient(b, side.addr)
-				ctx := context.Background()
-				ask := func() {
-					resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if n := len(resp.Topics); n < partitions/10 {
-						b.Fatalf("%d topics in the answer, want %d", n, partitions/10)
-					}
-				}
-				ask() // connected, versions known
-				b.ResetTimer()
-				for b.Loop() {
-					ask()
-				}
-			})
-		}
+		benchMetadataSides(b, partitions, addr, kf.ListenAddrs()[0])
 	}
 }
 
@@ -80,25 +61,31 @@ func BenchmarkMetadataAllTopicsOneOrder(b *testing.B) {
 			return &resp, nil, true
 		})
 		_, addr := startFerry(b, kf.ListenAddrs())
-		for _, side := range []struct{ name, addr string }{{"ferry", addr}, {"direct", kf.ListenAddrs()[0]}} {
-			b.Run(fmt.Sprintf("partitions=%d/%s", partitions, side.name), func(b *testing.B) {
-				cl := newClient(b, side.addr)
-				ctx := context.Background()
-				ask := func() {
-					resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if n := len(resp.Topics); n < partitions/10 {
-						b.Fatalf("%d topics in the answer, want %d", n, partitions/10)
-					}
+		benchMetadataSides(b, partitions, addr, kf.ListenAddrs()[0])
+	}
+}
+
+// benchMetadataSides times Metadata for every topic at the member and at
+// the cluster directly, partitions/10 topics expected in each answer.
+func benchMetadataSides(b *testing.B, partitions int, member, direct string) {
+	for _, side := range []struct{ name, addr string }{{"ferry", member}, {"direct", direct}} {
+		b.Run(fmt.Sprintf("partitions=%d/%s", partitions, side.name), func(b *testing.B) {
+			cl := newClient(b, side.addr)
+			ctx := context.Background()
+			ask := func() {
+				resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+				if err != nil {
+					b.Fatal(err)
 				}
-				ask() // connected, versions known
-				b.ResetTimer()
-				for b.Loop() {
-					ask()
+				if n := len(resp.Topics); n < partitions/10 {
+					b.Fatalf("%d topics in the answer, want %d", n, partitions/10)
 				}
-			})
-		}
+			}
+			ask() // connected, versions known
+			b.ResetTimer()
+			for b.Loop() {
+				ask()
+			}
+		})
 	}
 }

@@ -26,16 +26,9 @@ func TestAskMetadataFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kf.Close()
-	u, err := New(Options{ClusterID: "c", Log: zap.NewNop(), DialTimeout: 5 * time.Second}, Config{Name: "x", Bootstrap: kf.ListenAddrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := u.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	u := startedCluster(ctx, t, kf)
 	ask := func() *kmsg.MetadataResponse {
 		t.Helper()
 		resp, err := u.AskMetadata(ctx, kmsg.NewPtrMetadataRequest())
@@ -104,16 +97,9 @@ func TestAskMetadataSince(t *testing.T) {
 		resp.Topics = []kmsg.MetadataResponseTopic{rt}
 		return resp, nil, true
 	})
-	u, err := New(Options{ClusterID: "c", Log: zap.NewNop(), DialTimeout: 5 * time.Second}, Config{Name: "x", Bootstrap: kf.ListenAddrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := u.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	u := startedCluster(ctx, t, kf)
 	if len(u.BrokerIDs()) == 0 {
 		t.Fatal("no broker known after the start")
 	}
@@ -202,4 +188,18 @@ func TestMetadataControllerAt(t *testing.T) {
 			t.Errorf("v%d: a controller ID found in an answer cut inside it", v)
 		}
 	}
+}
+
+// startedCluster is a Cluster of kf, started, closed when the test ends.
+func startedCluster(ctx context.Context, t *testing.T, kf *kfake.Cluster) *Cluster {
+	t.Helper()
+	u, err := New(Options{ClusterID: "c", Log: zap.NewNop(), DialTimeout: 5 * time.Second}, Config{Name: "x", Bootstrap: kf.ListenAddrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	if err := u.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

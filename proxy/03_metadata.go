@@ -90,6 +90,11 @@ func handleMetadata(s *Server, c *clientConn, req *request, kr kmsg.Request) (*r
 			var f *metadataFlight
 			if f, err = s.metaAnswers.ask(ctx, s.ctx, flightKey{req.up, up.IncludeTopicAuthorizedOperations}); err == nil {
 				r, body, err, kept = f.resp, f.body, f.err, f.kept
+				// One request of the flight at a time past here: the
+				// first translates a changed answer, the others find
+				// its translation (metadataAnswers.find).
+				f.translating.Lock()
+				defer f.translating.Unlock()
 			}
 			if err == nil && r == nil {
 				// The bytes of the kept answer's: nothing decoded.

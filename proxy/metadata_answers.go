@@ -59,6 +59,10 @@ type metadataFlight struct {
 	resp *kmsg.MetadataResponse
 	body upstream.MetadataBody
 	err  error
+	// translating is held by each client request of the flight while it
+	// finds or makes the translation of resp: a thousand requests woken
+	// at once by a changed answer translate it once.
+	translating sync.Mutex
 }
 
 // ask returns the answer of the next upstream request for every topic of
@@ -153,7 +157,7 @@ type metadataAnswer struct {
 // under gen and brokers, or nil.
 func (m *metadataAnswers) find(up *upstream.Cluster, gen uint32, brokers []routing.Broker, from *kmsg.MetadataResponse) *metadataAnswer {
 	a := m.last.Load()
-	if a == nil || a.up != up || !a.under(gen, brokers) || !sameMetadata(a.from, a.index, from) {
+	if a == nil || a.up != up || !a.under(gen, brokers) || (a.from != from && !sameMetadata(a.from, a.index, from)) {
 		return nil
 	}
 	return a

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -378,33 +379,62 @@ func TestMetadataSameBytes(t *testing.T) {
 // TestMetadataRequestsShareFlights: client requests for every topic that
 // arrive while one is asked of the cluster share the next request, sent
 // once that one is answered: twenty clients asking at once cost the
-// cluster two answers, and each client gets every partition.
+// cluster two answers, each client gets what the cluster's answer to its
+// request says, and the changed answer is translated once for the twenty.
 func TestMetadataRequestsShareFlights(t *testing.T) {
-	kf := newKfake(t, 1, kfake.SeedTopics(3, "orders"))
+	kf := newKfake(t, 1)
 	s, addr := startFerry(t, kf.ListenAddrs())
+	host, port, err := net.SplitHostPort(kf.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	// Enough partitions that translating an answer takes a while: the
+	// twenty requests woken at once would each translate it.
+	const partitions = 5000
 	var every atomic.Int32
 	held, release := make(chan struct{}, 1), make(chan struct{})
+	// The cluster's answers for every topic: the leader epoch is the
+	// request's number, so that each answer differs from the one before.
 	kf.ControlKey(kmsg.Metadata.Int16(), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kf.KeepControl()
 		if kr.(*kmsg.MetadataRequest).Topics != nil {
 			return nil, nil, false
 		}
-		if every.Add(1) == 1 { // the first held until the others wait
+		n := every.Add(1)
+		if n == 1 { // the first held until the others wait
 			held <- struct{}{}
 			kf.SleepControl(func() { <-release })
 		}
-		return nil, nil, false
+		resp := kr.ResponseKind().(*kmsg.MetadataResponse)
+		resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: 0, Host: host, Port: int32(p)}}
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic, rt.TopicID = kmsg.StringPtr("orders"), [16]byte{1}
+		for i := range int32(partitions) {
+			rt.Partitions = append(rt.Partitions, kmsg.MetadataResponseTopicPartition{Partition: i, LeaderEpoch: n, Replicas: []int32{0}, ISR: []int32{0}, OfflineReplicas: []int32{}})
+		}
+		resp.Topics = []kmsg.MetadataResponseTopic{rt}
+		return resp, nil, true
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const clients = 20
-	errs := make(chan error, clients+1)
+	type answer struct {
+		epoch int32
+		err   error
+	}
+	answers := make(chan answer, clients+1)
 	askFrom := func(cl *kgo.Client) {
 		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
-		if err == nil && (len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 3) {
-			err = fmt.Errorf("answer: %d topics", len(resp.Topics))
+		if err != nil {
+			answers <- answer{err: err}
+			return
 		}
-		errs <- err
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != partitions {
+			answers <- answer{err: fmt.Errorf("answer: %d topics", len(resp.Topics))}
+			return
+		}
+		answers <- answer{epoch: resp.Topics[0].Partitions[0].LeaderEpoch}
 	}
 	go askFrom(newClient(t, addr))
 	select {
@@ -422,13 +452,24 @@ func TestMetadataRequestsShareFlights(t *testing.T) {
 		f := s.metaAnswers.waiting[k]
 		return f != nil && f.joined == clients
 	})
+	translated := testutil.ToFloat64(s.metrics.metaAllBy[metaTranslated])
 	close(release)
+	epochs := map[int32]int{}
 	for range clients + 1 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		a := <-answers
+		if a.err != nil {
+			t.Fatal(a.err)
 		}
+		epochs[a.epoch]++
 	}
 	if n := every.Load(); n != 2 {
 		t.Fatalf("%d requests for every topic reached the cluster for %d clients, want 2", n, clients+1)
+	}
+	// The first client the first answer's epoch, the others the second's.
+	if want := map[int32]int{routing.VirtualEpoch(0, 1): 1, routing.VirtualEpoch(0, 2): clients}; !maps.Equal(epochs, want) {
+		t.Fatalf("leader epochs answered %v, want %v", epochs, want)
+	}
+	if n := testutil.ToFloat64(s.metrics.metaAllBy[metaTranslated]) - translated; n != 2 {
+		t.Fatalf("%v translations for two answers of the cluster", n)
 	}
 }

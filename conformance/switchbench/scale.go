@@ -652,12 +652,17 @@ func (b *bench) reportShapes(w io.Writer) error {
 	if b.idleConns != nil {
 		first = 1
 	}
+	// And from the shape before the last: a collection pending at one
+	// shape (its heap up to twice what is live) can turn a slope over
+	// the whole range negative.
 	if n := len(b.shapes); n >= first+2 {
-		a, z := b.shapes[first], b.shapes[n-1]
-		if dp := z.mirrored - a.mirrored; dp > 0 {
-			fmt.Fprintf(&sb, "\nPer mirrored partition, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
-				a.mirrored, z.mirrored, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
-				100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
+		for _, from := range slices.Compact([]int{first, n - 2}) {
+			a, z := b.shapes[from], b.shapes[n-1]
+			if dp := z.mirrored - a.mirrored; dp > 0 {
+				fmt.Fprintf(&sb, "\nPer mirrored partition, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
+					a.mirrored, z.mirrored, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
+					100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
+			}
 		}
 	}
 	if c := b.idleConns; c != nil {

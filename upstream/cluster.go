@@ -268,8 +268,11 @@ func (u *Cluster) Refresh(ctx context.Context, force bool) (*Snapshot, error) {
 // needs itself (a broker it does not know yet it looks up when asked to
 // reach it).
 func (u *Cluster) AskMetadata(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
-	resp, _, err := u.AskMetadataSince(ctx, req, MetadataBody{})
-	return resp, err
+	r, err := u.askMetadata(ctx, req, req)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*kmsg.MetadataResponse), nil
 }
 
 // MetadataBody is a broker's answer to a Metadata request as the broker
@@ -288,6 +291,23 @@ type MetadataBody struct {
 // new answer's, to keep for the next call; empty when the answer came
 // through the client.
 func (u *Cluster) AskMetadataSince(ctx context.Context, req *kmsg.MetadataRequest, since MetadataBody) (resp *kmsg.MetadataResponse, body MetadataBody, err error) {
+	r, err := u.askMetadata(ctx, bodyMetadataRequest{req, since}, req)
+	if err != nil {
+		return nil, MetadataBody{}, err
+	}
+	if a, ok := r.(*bodyMetadataResponse); ok {
+		if a.same {
+			return nil, since, nil
+		}
+		return a.MetadataResponse, a.body, nil
+	}
+	return r.(*kmsg.MetadataResponse), MetadataBody{}, nil // through the client
+}
+
+// askMetadata sends direct to one broker, the last that answered, or the
+// next ones (BrokersFrom) when it fails, and plain through the client
+// when they do; it keeps the controller ID of the answer.
+func (u *Cluster) askMetadata(ctx context.Context, direct kmsg.Request, plain *kmsg.MetadataRequest) (kmsg.Response, error) {
 	ids := u.BrokerIDs()
 	if kept := int32(u.metaBroker.Load()) - 1; slices.Contains(ids, kept) {
 		ids = u.BrokersFrom(kept)
@@ -295,26 +315,33 @@ func (u *Cluster) AskMetadataSince(ctx context.Context, req *kmsg.MetadataReques
 	// The kept broker, then the next ones (at most three in all): kgo
 	// could pick the one that just failed again.
 	for _, id := range ids[:min(3, len(ids))] {
-		r, err := u.Client.Broker(int(id)).Request(ctx, bodyMetadataRequest{req, since})
+		r, err := u.Client.Broker(int(id)).Request(ctx, direct)
 		if err == nil {
 			u.metaBroker.Store(int64(id) + 1)
-			a := r.(*bodyMetadataResponse)
-			u.controller.Store(a.ControllerID)
-			if a.same {
-				return nil, since, nil
-			}
-			return a.MetadataResponse, a.body, nil
+			u.keepController(r)
+			return r, nil
 		}
 		if ctx.Err() != nil {
-			return nil, MetadataBody{}, err
+			return nil, err
 		}
 	}
 	u.metaBroker.Store(0)
-	if resp, err = req.RequestWith(ctx, u.Client); err != nil {
-		return nil, MetadataBody{}, err
+	r, err := plain.RequestWith(ctx, u.Client)
+	if err != nil {
+		return nil, err
 	}
-	u.controller.Store(resp.ControllerID)
-	return resp, MetadataBody{}, nil
+	u.keepController(r)
+	return r, nil
+}
+
+// keepController keeps the controller ID a Metadata answer names.
+func (u *Cluster) keepController(r kmsg.Response) {
+	switch r := r.(type) {
+	case *bodyMetadataResponse:
+		u.controller.Store(r.ControllerID)
+	case *kmsg.MetadataResponse:
+		u.controller.Store(r.ControllerID)
+	}
 }
 
 // Controller is the controller ID the cluster's last Metadata answer
@@ -342,9 +369,11 @@ type bodyMetadataResponse struct {
 
 func (r *bodyMetadataResponse) ReadFrom(b []byte) error {
 	v := r.GetVersion()
-	if at, ok := metadataControllerAt(b, v); ok && sameMetadataBody(r.since, v, b, at) {
-		r.same, r.ControllerID = true, int32(binary.BigEndian.Uint32(b[at:]))
-		return nil
+	if len(b) == len(r.since.Bytes) { // otherwise not since's: no need to look
+		if at, ok := metadataControllerAt(b, v); ok && sameMetadataBody(r.since, v, b, at) {
+			r.same, r.ControllerID = true, int32(binary.BigEndian.Uint32(b[at:]))
+			return nil
+		}
 	}
 	// A copy: b is kgo's, which need not stay as it is once read.
 	r.body = MetadataBody{Version: v, Bytes: bytes.Clone(b)}
@@ -373,10 +402,9 @@ func metadataControllerAt(b []byte, v int16) (int, bool) {
 	r := kbin.Reader{Src: b}
 	str := func(nullable bool) { // skips a string
 		var n int
-		switch {
-		case flexible:
+		if flexible {
 			n = int(r.Uvarint()) - 1
-		default:
+		} else {
 			n = int(r.Int16())
 		}
 		if n < 0 && nullable {

@@ -552,6 +552,7 @@ func (b *bench) measureMetadata(ctx context.Context, r *shapeResult) error {
 	return nil
 }
 
+// pct is the p-th percentile of xs (nearest rank).
 func pct(xs []time.Duration, p int) time.Duration {
 	if len(xs) == 0 {
 		return 0

@@ -171,9 +171,15 @@ func threeMembers(t *testing.T) (a, b, c *member) {
 func TestThreeMembersJoinAndSeeMetadata(t *testing.T) {
 	a, b, c := threeMembers(t)
 	for _, m := range []*member{a, b, c} {
-		if ok, reason := m.Ready(); !ok {
-			t.Errorf("member %d not ready: %s", m.id, reason)
-		}
+		// Seen by every member is not yet ready: a member is marked
+		// ready when its Join returns (joinLoop), which can come after
+		// gossip has spread it (seen on a loaded machine).
+		testwait.Eventually(t, patience, fmt.Sprintf("member %d ready", m.id), func() error {
+			if ok, reason := m.Ready(); !ok {
+				return errors.New(reason)
+			}
+			return nil
+		})
 		ms := m.Alive()
 		for i, x := range ms {
 			want := testMeta(int32(i + 1))

@@ -29,8 +29,6 @@ import (
 	"bufio"
 	"sync"
 	"time"
-
-	"github.com/ferry-gw/ferry/upstream"
 )
 
 type answerQueue struct {
@@ -249,7 +247,7 @@ func (c *clientConn) writeHeld(inReader bool) {
 		}
 		c.s.writeDone(r.req)
 		c.replied()
-		upstream.RequestBufs.Put(r.req.frame)
+		putRequest(r.req)
 		c.s.metrics.bytesOut.Add(float64(n))
 		if err != nil {
 			putReplyWriter(bw)
@@ -286,7 +284,7 @@ func (c *clientConn) dropReply(r *reply) {
 	}
 	c.s.settleFirsts(r.req, nil)
 	c.s.writeDone(r.req)
-	upstream.RequestBufs.Put(r.req.frame)
+	putRequest(r.req)
 }
 
 // writeLoop is the writer goroutine: it writes whenever it is given the

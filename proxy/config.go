@@ -38,6 +38,7 @@ type config struct {
 	// that long (beyond idleConnsPerBroker).
 	upstreamIdleTimeout time.Duration
 	spliceFetches       bool
+	spliceProduces      bool
 	standbyWait         time.Duration
 	connectionsMaxIdle  time.Duration
 	// lameDuck spreads Shutdown's closing of idle connections, their turns
@@ -87,6 +88,7 @@ func defaultConfig() config {
 		processBufferBudget: upstream.DefaultProcessBufferBudget,
 		upstreamIdleTimeout: time.Minute,
 		spliceFetches:       true,
+		spliceProduces:      true,
 		standbyWait:         30 * time.Second,
 		heldAnswerAfter:     defaultHeldAnswerAfter,
 		connectionsMaxIdle:  defaultConnectionsMaxIdle,
@@ -173,6 +175,11 @@ func WithLanes(n int) Option { return func(c *config) { c.lanes = n } }
 // streamed to the client with splice(2) (default true); false reads every
 // answer whole.
 func WithSpliceFetches(on bool) Option { return func(c *config) { c.spliceFetches = on } }
+
+// WithSpliceProduces sets whether the record batches of a large Produce
+// move from the client's socket to the broker's through a kernel pipe
+// (default true; produce_splice.go); false reads every request whole.
+func WithSpliceProduces(on bool) Option { return func(c *config) { c.spliceProduces = on } }
 
 // WithBufferBudget bounds the bytes of client requests and broker answers
 // Ferry holds in memory, per client connection and for the whole Server

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-gw/ferry/connstats"
+	"github.com/ferry-gw/ferry/internal/splice"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/routing"
 	"github.com/ferry-gw/ferry/upstream"
@@ -119,11 +120,16 @@ type request struct {
 	hdr   protocol.RequestHeader
 	frame *bytebufferpool.ByteBuffer // the whole request, header included
 	body  []byte
-	kr    kmsg.Request      // the decoded body, once dispatch decoded it
-	state routing.State     // the routing state it is handled under
-	up    *upstream.Cluster // the active cluster of that state
-	start time.Time
-	write bool // counted in Server.writes until answered (hold.go)
+	// spliced, when set, holds the frame's large batch bodies in a pipe
+	// (produce_splice.go): frame is stale there until fill. fillErr is
+	// why they could not be read back.
+	spliced *splicedFrame
+	fillErr error
+	kr      kmsg.Request      // the decoded body, once dispatch decoded it
+	state   routing.State     // the routing state it is handled under
+	up      *upstream.Cluster // the active cluster of that state
+	start   time.Time
+	write   bool // counted in Server.writes until answered (hold.go)
 	// heldTooLong: it waited in the hold for heldAnswerAfter, and is
 	// answered with its API's retriable error (hold.go).
 	heldTooLong bool
@@ -284,7 +290,8 @@ func (c *clientConn) readLoop() (err error) {
 			return err
 		}
 		buf := upstream.RequestBufs.Get()
-		if err := c.readFrame(br, buf); err != nil {
+		spliced, err := c.readFrame(br, buf)
+		if err != nil {
 			upstream.RequestBufs.Put(buf)
 			err = c.readErr(err)
 			if errors.Is(err, errUnauthFrameTooLarge) {
@@ -297,10 +304,10 @@ func (c *clientConn) readLoop() (err error) {
 		}
 		hdr, err := protocol.ParseRequestHeader(buf.B)
 		if err != nil {
-			upstream.RequestBufs.Put(buf)
+			putRequest(&request{frame: buf, spliced: spliced})
 			return c.refuseFrame("closing connection: bad request header", err)
 		}
-		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], start: time.Now(), stats: c.stats}
+		req := &request{hdr: hdr, frame: buf, body: buf.B[hdr.Size:], spliced: spliced, start: time.Now(), stats: c.stats}
 		if c.stats != nil {
 			c.stats.Request(hdr.Key, len(buf.B)+4)
 		}
@@ -311,7 +318,7 @@ func (c *clientConn) readLoop() (err error) {
 				// Answered with its retriable error, not counted.
 				req.state, req.heldTooLong = st, true
 			case err != nil:
-				upstream.RequestBufs.Put(buf)
+				putRequest(req)
 				return err
 			default:
 				req.state, req.write = st, true
@@ -333,7 +340,7 @@ func (c *clientConn) readLoop() (err error) {
 				c.stats.Refused() // refused: the connection closes
 			}
 			c.s.writeDone(req)
-			upstream.RequestBufs.Put(buf)
+			putRequest(req)
 			c.s.metrics.observe(hdr.Key, req.start, err)
 			c.logRefusal(zapcore.WarnLevel, refusalReason(err), "closing connection", zap.Int16("api_key", hdr.Key), zap.Int16("api_version", hdr.Version), zap.Error(err))
 			return err
@@ -341,7 +348,7 @@ func (c *clientConn) readLoop() (err error) {
 		if r == nil { // acks=0 produce: no answer
 			c.s.writeDone(req)
 			c.s.metrics.observe(hdr.Key, req.start, nil)
-			upstream.RequestBufs.Put(buf)
+			putRequest(req)
 			continue
 		}
 		c.inflight.Add(1)
@@ -445,7 +452,26 @@ func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectRes
 	if err != nil {
 		return nil, err
 	}
-	p, err := uc.SendFrame(frame, expectResponse, false, gate)
+	if req.fillErr != nil {
+		return nil, req.fillErr
+	}
+	var p *upstream.Pending
+	if sp := req.spliced; sp != nil && uc.Spliceable() {
+		if len(frame) == 0 || &frame[0] != &req.frame.B[0] {
+			return nil, errSplicedUnfilled
+		}
+		req.spliced = nil
+		p, err = uc.SendSpliced(frame, sp.holes, sp.pipe, expectResponse, gate)
+		if err == nil {
+			c.s.metrics.produceSpliced.WithLabelValues("broker").Add(float64(sp.size()))
+		}
+		splice.Put(sp.pipe) // closed if the write failed with bytes in it
+	} else {
+		if err := req.fill(); err != nil { // a TLS broker connection
+			return nil, err
+		}
+		p, err = uc.SendFrame(frame, expectResponse, false, gate)
+	}
 	if err == nil {
 		c.s.metrics.bytesUp.Add(float64(len(frame) + 4))
 	}
@@ -457,7 +483,7 @@ func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectRes
 // and its body. That wait is Ferry's, not the client's: the request read
 // timeout starts again after it. Before authentication a frame over the
 // pre-authentication bound is refused from its size (preauth.go).
-func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) error {
+func (c *clientConn) readFrame(r *bufio.Reader, buf *bytebufferpool.ByteBuffer) (*splicedFrame, error) {
 	limit, unauth := c.s.cfg.maxRequestSize, !c.s.authenticated(c)
 	if unauth {
 		limit = min(limit, int32(c.s.auth.Config().PreAuth.MaxReceiveSize))
@@ -465,19 +491,22 @@ func (c *clientConn) readFrame(r io.Reader, buf *bytebufferpool.ByteBuffer) erro
 	n, err := protocol.ReadFrameSize(r, limit)
 	if err != nil {
 		if unauth && errors.Is(err, protocol.ErrFrameTooLarge) {
-			return fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
+			return nil, fmt.Errorf("%w: %w", errUnauthFrameTooLarge, err)
 		}
-		return err
+		return nil, err
 	}
 	// A large frame takes a kept buffer of its size, if there is one,
 	// before its charge is counted from the buffer's capacity.
 	upstream.RequestBufs.Fit(buf, n)
 	waited, err := c.mem.Admit(c.ctx, buf, n)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if waited {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
 	}
-	return protocol.ReadFrameBody(r, n, buf)
+	if c.spliceable(r, n, buf, unauth) {
+		return c.readSpliced(r, n, buf)
+	}
+	return nil, protocol.ReadFrameBody(r, n, buf)
 }

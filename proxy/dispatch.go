@@ -175,6 +175,13 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err))
 	}
 	req.kr = kr
+	if req.spliced != nil && req.state.Generation != 0 {
+		// Its producer IDs will be rewritten in place (physicalProducerIDs),
+		// each batch's CRC computed again over its body.
+		if err := req.fill(); err != nil {
+			return nil, err
+		}
+	}
 	if req.heldTooLong {
 		s.metrics.heldTooLong.Inc()
 		if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
@@ -358,6 +365,9 @@ func decodeResponse(buf *bytebufferpool.ByteBuffer, key, version int16, resp kms
 // encodeRequest re-encodes a rewritten request with the client's header
 // fields.
 func encodeRequest(req *request, kr kmsg.Request) *bytebufferpool.ByteBuffer {
+	// kr's records alias the frame: a spliced one's bytes are read back
+	// first (produce_splice.go). A failure is the send's (sendRaw).
+	req.fill()
 	buf := upstream.EncodedBufs.Get()
 	buf.B = protocol.AppendRequestHeader(buf.B[:0], kr, req.hdr.CorrelationID, req.hdr.ClientID)
 	buf.B = kr.AppendTo(buf.B)

@@ -27,6 +27,10 @@ type metrics struct {
 	// splicedBytes counts record bytes moved from a broker's socket to a
 	// client's without entering Ferry's memory.
 	splicedBytes prometheus.Counter
+	// produceSpliced counts the record bytes of Produce requests moved
+	// into a pipe (produce_splice.go), by where they went from it: to the
+	// broker, or read back into Ferry for a request it had to rewrite.
+	produceSpliced *prometheus.CounterVec
 	// streamed counts Fetch answers streamed (fetchStream) rather than
 	// read whole; fillersHidden the filler batches emptied on the way.
 	streamed      prometheus.Counter
@@ -79,6 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytesUp:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "upstream_bytes_sent_total", Help: "Bytes of requests sent to physical brokers."}),
 		splicedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_spliced_bytes_total",
 			Help: "Record bytes of Fetch answers moved from a broker's socket to a client's with splice(2), never entering Ferry's memory (included in client_bytes_sent_total)."}),
+		produceSpliced: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ferry", Name: "produce_spliced_bytes_total",
+			Help: "Record bytes of Produce requests moved from a client's socket into a kernel pipe with splice(2), by where they went: to=broker without entering Ferry's memory, to=ferry read back for a request Ferry rewrote or split."}, []string{"to"}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_streamed_total",
 			Help: "Fetch answers streamed from a broker's socket to a client's, their small fields and batch headers rewritten on the way, rather than read whole."}),
 		fillersHidden: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ferry", Name: "fetch_fillers_hidden_total",
@@ -105,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Metadata requests for every topic, by answer: same_bytes and same_fields (the kept translation, the cluster's answer unchanged in its bytes or only in its order), translated (the cluster's answer changed, or first), snapshot (the cluster did not answer)."}, []string{"answer"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.staleCommits, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions, m.metaAll} {
+		for _, c := range []prometheus.Collector{m.connsOpen, m.held, m.heldTooLong, m.staleCommits, m.connsTotal, m.badFrames, m.bytesOut, m.bytesUp, m.splicedBytes, m.produceSpliced, m.streamed, m.fillersHidden, m.buffered, m.readPauses, m.requests, m.errors, m.upFailures, m.upConns, m.refusals, m.abandoned, m.latency, m.evictions, m.metaAll} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
 
+	"github.com/ferry-gw/ferry/internal/splice"
 	"github.com/ferry-gw/ferry/protocol"
 	"github.com/ferry-gw/ferry/protocol/clusterauth"
 )
@@ -434,6 +435,25 @@ func (c *Conn) Quiet() bool {
 // and the client gets a retriable error. What remains is a pause inside
 // the write system call's own few instructions.
 func (c *Conn) SendFrame(frame []byte, expectResponse, stream bool, gate func() time.Duration) (*Pending, error) {
+	return c.send(frame, nil, nil, expectResponse, stream, gate)
+}
+
+// Spliceable reports whether SendSpliced can move bytes to this
+// connection's socket (plain TCP, not TLS).
+func (c *Conn) Spliceable() bool {
+	_, ok := c.NetConn.(*net.TCPConn)
+	return ok
+}
+
+// SendSpliced is SendFrame for a frame whose holes are held by pipe, in
+// order: the frame's bytes around them are written from frame, theirs
+// moved from the pipe (splice(2)). The connection must be Spliceable.
+// The pipe is empty after a write that did not fail.
+func (c *Conn) SendSpliced(frame []byte, holes []protocol.Hole, pipe *splice.Pipe, expectResponse bool, gate func() time.Duration) (*Pending, error) {
+	return c.send(frame, holes, pipe, expectResponse, false, gate)
+}
+
+func (c *Conn) send(frame []byte, holes []protocol.Hole, pipe *splice.Pipe, expectResponse, stream bool, gate func() time.Duration) (*Pending, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if !c.Alive() {
@@ -461,11 +481,40 @@ func (c *Conn) SendFrame(frame []byte, expectResponse, stream bool, gate func() 
 	if TestHookBeforeWrite != nil {
 		TestHookBeforeWrite(gate != nil)
 	}
-	if _, err := bufs.WriteTo(c.NetConn); err != nil {
+	var err error
+	if pipe == nil {
+		_, err = bufs.WriteTo(c.NetConn)
+	} else {
+		err = writeSpliced(c.NetConn.(*net.TCPConn), size[:], frame, holes, pipe)
+	}
+	if err != nil {
 		c.Close(fmt.Errorf("broker %d: write: %w", c.Pool.broker, err))
 		return nil, c.err
 	}
 	return p, nil
+}
+
+// writeSpliced writes the size prefix and the frame with each hole of the
+// frame moved from pipe.
+func writeSpliced(nc *net.TCPConn, size, frame []byte, holes []protocol.Hole, pipe *splice.Pipe) error {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	at := 0
+	for _, h := range holes {
+		bufs := net.Buffers{size, frame[at:h.Off]}
+		if _, err := bufs.WriteTo(nc); err != nil {
+			return err
+		}
+		if _, err := pipe.To(rc, h.Len); err != nil {
+			return err
+		}
+		size, at = nil, h.Off+h.Len
+	}
+	bufs := net.Buffers{size, frame[at:]}
+	_, err = bufs.WriteTo(nc)
+	return err
 }
 
 // gatePoll is how often a gated frame waiting for room in flight asks its

@@ -138,6 +138,11 @@ type Config struct {
 	// splice(2) (Linux) instead of read into Ferry and written out again.
 	// Default true.
 	SpliceFetches *bool `yaml:"splice_fetches"`
+	// SpliceProduces: the record batches of a large Produce go from the
+	// client's socket to the broker's through a kernel pipe (splice(2),
+	// Linux), the request's other fields and every batch header read and
+	// checked as ever. Default true.
+	SpliceProduces *bool `yaml:"splice_produces"`
 	// ConnectionsMaxIdle closes a client connection idle this long (no
 	// request being read, none in flight), like Kafka's
 	// connections.max.idle.ms. Default 10m.
@@ -703,6 +708,9 @@ func (c *Config) applyDefaults(hostname func() (string, error)) {
 	}
 	if c.SpliceFetches == nil {
 		c.SpliceFetches = ptr(true)
+	}
+	if c.SpliceProduces == nil {
+		c.SpliceProduces = ptr(true)
 	}
 	if c.ConnectionStats == nil {
 		c.ConnectionStats = ptr(true)

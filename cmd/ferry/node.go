@@ -171,6 +171,7 @@ func newNode(cfg *Config, log *zap.Logger) (*node, error) {
 		proxy.WithMaxConnsPerBroker(cfg.UpstreamMaxConnsPerBroker),
 		proxy.WithIdleConnsPerBroker(*cfg.UpstreamIdleConnsPerBroker),
 		proxy.WithSpliceFetches(*cfg.SpliceFetches),
+		proxy.WithSpliceProduces(*cfg.SpliceProduces),
 		proxy.WithConnectionStats(*cfg.ConnectionStats),
 		proxy.WithClientMetricsLimit(*cfg.ClientMetricsLimit),
 		proxy.WithBufferBudget(cfg.BufferBudgetPerConnection, cfg.BufferBudget),

@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-gw/ferry/internal/testwait"
+	"github.com/ferry-gw/ferry/routing"
+)
+
+// randomValue is n bytes that no codec shrinks, different for each seed.
+func randomValue(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})
+	r.Read(b)
+	return b
+}
+
+// splicedBytes is ferry_produce_spliced_bytes_total{to}.
+func splicedBytes(s *Server, to string) float64 {
+	return testutil.ToFloat64(s.metrics.produceSpliced.WithLabelValues(to))
+}
+
+// TestProduceSplicedRecordsArriveIntact: an idempotent producer's large
+// batches through Ferry reach the cluster as sent, every record at the
+// offset it was acknowledged at, whether they went from the client's
+// socket to the broker's through a pipe (a lane per broker: one leader per
+// request), were read back into Ferry from the pipe because the request
+// was split between two leaders (one lane), or were never spliced
+// (splice_produces off).
+func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lanes  int
+		splice bool
+	}{{"a lane per broker", 3, true}, {"one lane, split", 1, true}, {"off", 3, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			kf := newKfake(t, 3)
+			s, addr := startFerry(t, kf.ListenAddrs(), WithLanes(tc.lanes), WithSpliceProduces(tc.splice))
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			if _, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).CreateTopic(ctx, 3, 1, nil, "big"); err != nil {
+				t.Fatal(err)
+			}
+			// Requests under spliceAllocMax (three batches of at
+			// most 256 KiB): larger ones are spliced only into a
+			// buffer kept from one before.
+			prod := newClient(t, addr, kgo.DefaultProduceTopic("big"), kgo.ProducerBatchCompression(kgo.NoCompression()),
+				kgo.ProducerLinger(20*time.Millisecond), kgo.ProducerBatchMaxBytes(256<<10))
+			const n, size = 400, 20 << 10
+			want := make([]*kgo.Record, n)
+			for i := range want {
+				want[i] = &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: randomValue(uint64(i), size)}
+				prod.Produce(ctx, want[i], func(_ *kgo.Record, err error) {
+					if err != nil {
+						t.Errorf("record %d: %v", i, err)
+					}
+				})
+			}
+			if err := prod.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			// Read from the cluster itself.
+			cons := newClient(t, kf.ListenAddrs()[0], kgo.ConsumeTopics("big"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			for got := 0; got < n; {
+				fs := cons.PollFetches(ctx)
+				if ctx.Err() != nil {
+					t.Fatalf("read %d of %d records from the cluster", got, n)
+				}
+				fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", topic, p, err) })
+				fs.EachRecord(func(r *kgo.Record) {
+					var i int
+					fmt.Sscan(string(r.Key), &i)
+					w := want[i]
+					if r.Partition != w.Partition || r.Offset != w.Offset || string(r.Value) != string(w.Value) {
+						t.Fatalf("record %d at %d/%d (%d bytes), acknowledged at %d/%d", i, r.Partition, r.Offset, len(r.Value), w.Partition, w.Offset)
+					}
+					got++
+				})
+			}
+
+			toBroker, toFerry := splicedBytes(s, "broker"), splicedBytes(s, "ferry")
+			t.Logf("spliced to the broker %.0f bytes, read back %.0f, of %d", toBroker, toFerry, n*size)
+			switch {
+			case !tc.splice && toBroker+toFerry != 0:
+				t.Fatalf("splice_produces off, yet %.0f bytes were spliced", toBroker+toFerry)
+			case tc.splice && tc.lanes == 3 && (toBroker < 1<<20 || toFerry != 0):
+				t.Fatalf("one leader a request: %.0f bytes spliced to the broker, %.0f read back", toBroker, toFerry)
+			case tc.splice && tc.lanes == 1 && toFerry == 0:
+				t.Fatal("requests split between leaders, yet nothing was read back from a pipe")
+			}
+		})
+	}
+}
+
+// TestProduceSplicedHeldThroughASwitch: a large Produce read at
+// generation 0, its batches into a pipe, and held by a switch's drain goes
+// out under the generation after it, whose producer-ID rewrite needs the
+// batches' bytes: they are read back first, and the records written are
+// those sent.
+func TestProduceSplicedHeldThroughASwitch(t *testing.T) {
+	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
+	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing})
+	s, addr := startFerry(t, kf.ListenAddrs(), WithRoutingTable(table))
+	c := dialRaw(t, addr)
+
+	values := func(round int) []string {
+		vs := make([]string, 8)
+		for i := range vs {
+			vs[i] = string(randomValue(uint64(round*100+i), 20<<10))
+		}
+		return vs
+	}
+	produce := func(vs []string) *kmsg.ProduceRequest {
+		req := oneRecordProduce("t")
+		req.Topics[0].Partitions[0].Records = batchOf(-1, -1, -1, false, nil, vs)
+		return req
+	}
+	// The first of its size is read whole (no buffer of its size kept
+	// yet); the second goes through a pipe.
+	for round := range 2 {
+		if p := rawCall(t, c, produce(values(round)), int32(round+1)).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != 0 {
+			t.Fatalf("produce %d: %v", round, kerr.ErrorForCode(p.ErrorCode))
+		}
+	}
+	if splicedBytes(s, "broker") < 100<<10 {
+		t.Fatalf("%.0f bytes spliced to the broker at generation 0", splicedBytes(s, "broker"))
+	}
+
+	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseDraining})
+	held := values(2)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	writeReq(t, c, produce(held), 3)
+	testwait.Eventually(t, 10*time.Second, "the produce held", func() error {
+		if n := testutil.ToFloat64(s.metrics.held); n != 1 {
+			return fmt.Errorf("%v held", n)
+		}
+		return nil
+	})
+	table.Update(routing.State{Generation: 1, Active: "a", Phase: routing.PhaseServing})
+	if p := decodeAnswer(t, produce(held), readResp(t, c)).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 16 {
+		t.Fatalf("the held produce: %v at %d, want offset 16", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
+	}
+	if back := splicedBytes(s, "ferry"); back < 100<<10 {
+		t.Fatalf("%.0f bytes read back from the pipe for the request sent under generation 1", back)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons := newClient(t, kf.ListenAddrs()[0], kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().At(16)))
+	for got := 0; got < len(held); {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of the held produce's %d records", got, len(held))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) != held[r.Offset-16] {
+				t.Fatalf("record at offset %d is not the one sent", r.Offset)
+			}
+			got++
+		})
+	}
+}

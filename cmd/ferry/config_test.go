@@ -81,6 +81,7 @@ func TestExampleConfig(t *testing.T) {
 		UpstreamIdleConnsPerBroker:   ptr(16),
 		MetadataRefreshInterval:      30 * time.Second,
 		SpliceFetches:                ptr(true),
+		SpliceProduces:               ptr(true),
 		ConnectionsMaxIdle:           10 * time.Minute,
 		RequestReadTimeout:           30 * time.Second,
 		ConnectionStats:              ptr(true),
@@ -117,7 +118,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9092" || c.AdminListen != "0.0.0.0:9644" || c.Active != "a" ||
 		c.MaxRequestSize != 100<<20 || c.MetadataRefreshInterval != 30*time.Second || c.LogLevel != "info" ||
-		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches ||
+		c.AdvertisedHost != "ferry-host" || c.AdvertisedPort != 0 || c.NodeID != 0 || c.SpliceFetches == nil || !*c.SpliceFetches || c.SpliceProduces == nil || !*c.SpliceProduces ||
 		c.UpstreamMaxConnsPerBroker != 4096 || *c.UpstreamIdleConnsPerBroker != 16 ||
 		c.ConnectionsMaxIdle != 10*time.Minute || c.RequestReadTimeout != 30*time.Second ||
 		!*c.ConnectionStats || *c.ClientMetricsLimit != 100 {
@@ -131,6 +132,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c, err := configFrom(minimal + "splice_fetches: false\n"); err != nil || *c.SpliceFetches {
 		t.Fatalf("splice_fetches: false read as %v (%v)", c.SpliceFetches, err)
+	}
+	if c, err := configFrom(minimal + "splice_produces: false\n"); err != nil || *c.SpliceProduces {
+		t.Fatalf("splice_produces: false read as %v (%v)", c.SpliceProduces, err)
 	}
 	// A listener on one address advertises that address.
 	c, err = configFrom(minimal + "listen: 10.1.2.3:19092\n")

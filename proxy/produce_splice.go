@@ -64,8 +64,9 @@ const spliceAllocMax = 1 << 20
 
 // spliceable reports whether the frame of n bytes about to be read into
 // buf is a Produce whose batches may go through a pipe: a plain TCP
-// client, authenticated, and no switch yet (after one every batch's
-// producer ID is rewritten, which needs its bytes). The frame's buffer is
+// client, authenticated, a plaintext active cluster, and no switch yet
+// (after one every batch's producer ID is rewritten, which needs its
+// bytes). The frame's buffer is
 // allocated whole before its bytes arrive, not grown with them as
 // ReadFrameBody does, so a client claiming a large frame and sending
 // little holds its size: it was charged that much against its budgets
@@ -77,7 +78,13 @@ func (c *clientConn) spliceable(r *bufio.Reader, n int, buf *bytebufferpool.Byte
 	if cap(buf.B) < n && n > spliceAllocMax {
 		return false
 	}
-	if c.s.routes.Current().Generation != 0 {
+	st := c.s.routes.Current()
+	if st.Generation != 0 {
+		return false
+	}
+	// To a cluster over TLS the bytes are encrypted in Ferry: they
+	// would only be read back (sendRaw).
+	if up := c.s.cluster(st.Active); up == nil || up.Security.TLS() {
 		return false
 	}
 	head, err := r.Peek(2)

@@ -242,8 +242,13 @@ func (s *Server) physicalProducerIDs(c *clientConn, req *request, txnID *string,
 				req.remaps = append(req.remaps, remapBatch{key: gk, phys: phys, epoch: epoch, seq: seq})
 			}
 		}
+		// The CRC from the header's change alone: a spliced batch's
+		// body is not in the frame (produce_splice.go), and a batch
+		// that came with a wrong CRC keeps it for the broker to refuse.
+		var old [protocol.BatchHeaderSize]byte
+		copy(old[:], b)
 		b.SetProducer(phys, epoch, seq)
-		b.UpdateCRC()
+		b.PatchCRC(old[:])
 		req.physicalIDs = true
 		return nil
 	})

@@ -175,13 +175,6 @@ func (s *Server) dispatch(c *clientConn, req *request) (*reply, error) {
 		return nil, s.refuse(h.Key, reasonMalformedBody, fmt.Errorf("%s v%d: malformed request body: %w", kmsg.NameForKey(h.Key), h.Version, err))
 	}
 	req.kr = kr
-	if req.spliced != nil && req.state.Generation != 0 {
-		// Its producer IDs will be rewritten in place (physicalProducerIDs),
-		// each batch's CRC computed again over its body.
-		if err := req.fill(); err != nil {
-			return nil, err
-		}
-	}
 	if req.heldTooLong {
 		s.metrics.heldTooLong.Inc()
 		if p, ok := kr.(*kmsg.ProduceRequest); ok && p.Acks == 0 {

@@ -8,11 +8,12 @@ package proxy
 // reader moves each large batch body from the client's socket into a
 // kernel pipe (splice(2)) and reads the rest of the frame into its buffer
 // as ever, where it decodes as ever; the buffer's bytes in the holes are
-// stale. A request forwarded as it is (one leader, nothing refused,
-// generation 0) goes to the broker with its holes moved out of the pipe.
-// Any other first reads its holes back (fill): re-encoded (split by
-// leader, items refused, policy), or its batches' producer IDs mapped
-// after a switch, which recomputes each batch's CRC over its body.
+// stale. A request forwarded as it is (one leader, nothing refused) goes
+// to the broker with its holes moved out of the pipe, also after a
+// switch: each batch's producer ID is then mapped in its header, and its
+// CRC patched from the header's change alone (Batch.PatchCRC). Any
+// request Ferry re-encodes (split by leader, items refused, policy)
+// first reads its holes back (fill).
 
 import (
 	"bufio"
@@ -64,10 +65,8 @@ const spliceAllocMax = 1 << 20
 
 // spliceable reports whether the frame of n bytes about to be read into
 // buf is a Produce whose batches may go through a pipe: a plain TCP
-// client, authenticated, a plaintext active cluster, and no switch yet
-// (after one every batch's producer ID is rewritten, which needs its
-// bytes). The frame's buffer is
-// allocated whole before its bytes arrive, not grown with them as
+// client, authenticated, and a plaintext active cluster. The frame's
+// buffer is allocated whole before its bytes arrive, not grown with them as
 // ReadFrameBody does, so a client claiming a large frame and sending
 // little holds its size: it was charged that much against its budgets
 // (Admit) either way, and over spliceAllocMax only a kept buffer is used.
@@ -78,13 +77,9 @@ func (c *clientConn) spliceable(r *bufio.Reader, n int, buf *bytebufferpool.Byte
 	if cap(buf.B) < n && n > spliceAllocMax {
 		return false
 	}
-	st := c.s.routes.Current()
-	if st.Generation != 0 {
-		return false
-	}
 	// To a cluster over TLS the bytes are encrypted in Ferry: they
 	// would only be read back (sendRaw).
-	if up := c.s.cluster(st.Active); up == nil || up.Security.TLS() {
+	if up := c.s.cluster(c.s.routes.Current().Active); up == nil || up.Security.TLS() {
 		return false
 	}
 	head, err := r.Peek(2)

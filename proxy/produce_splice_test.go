@@ -35,18 +35,22 @@ func splicedBytes(s *Server, to string) float64 {
 // batches through Ferry reach the cluster as sent, every record at the
 // offset it was acknowledged at, whether they went from the client's
 // socket to the broker's through a pipe (a lane per broker: one leader per
-// request), were read back into Ferry from the pipe because the request
-// was split between two leaders (one lane), or were never spliced
-// (splice_produces off).
+// request), also under a generation after a switch, where each batch's
+// producer ID is mapped to the physical one in its header and its CRC
+// patched without the body (the broker checks it), were read back into
+// Ferry from the pipe because the request was split between two leaders
+// (one lane), or were never spliced (splice_produces off).
 func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		lanes  int
+		gen    uint32
 		splice bool
-	}{{"a lane per broker", 3, true}, {"one lane, split", 1, true}, {"off", 3, false}} {
+	}{{"a lane per broker", 3, 0, true}, {"generation 3", 3, 3, true}, {"one lane, split", 1, 0, true}, {"off", 3, 0, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			kf := newKfake(t, 3)
-			s, addr := startFerry(t, kf.ListenAddrs(), WithLanes(tc.lanes), WithSpliceProduces(tc.splice))
+			s, addr := startFerry(t, kf.ListenAddrs(), WithLanes(tc.lanes), WithSpliceProduces(tc.splice),
+				WithRoutingTable(routing.NewTable(routing.State{Generation: tc.gen, Active: "a"})))
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			if _, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).CreateTopic(ctx, 3, 1, nil, "big"); err != nil {
@@ -70,6 +74,17 @@ func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 			if err := prod.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			virt, _, err := prod.ProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			phys := virt // generation 0's IDs are the cluster's
+			if tc.gen != 0 {
+				var ok bool
+				if phys, ok = routing.PhysicalPID(tc.gen, virt); !ok || phys == virt {
+					t.Fatalf("producer ID %d is not one of generation %d", virt, tc.gen)
+				}
+			}
 
 			// Read from the cluster itself.
 			cons := newClient(t, kf.ListenAddrs()[0], kgo.ConsumeTopics("big"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -85,6 +100,9 @@ func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 					w := want[i]
 					if r.Partition != w.Partition || r.Offset != w.Offset || string(r.Value) != string(w.Value) {
 						t.Fatalf("record %d at %d/%d (%d bytes), acknowledged at %d/%d", i, r.Partition, r.Offset, len(r.Value), w.Partition, w.Offset)
+					}
+					if r.ProducerID != phys {
+						t.Fatalf("record %d written by producer ID %d, want the physical %d (the client's %d)", i, r.ProducerID, phys, virt)
 					}
 					got++
 				})
@@ -106,9 +124,8 @@ func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 
 // TestProduceSplicedHeldThroughASwitch: a large Produce read at
 // generation 0, its batches into a pipe, and held by a switch's drain goes
-// out under the generation after it, whose producer-ID rewrite needs the
-// batches' bytes: they are read back first, and the records written are
-// those sent.
+// out from the pipe under the generation after it, and the records written
+// are those sent.
 func TestProduceSplicedHeldThroughASwitch(t *testing.T) {
 	kf := newKfake(t, 1, kfake.SeedTopics(1, "t"))
 	table := routing.NewTable(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseServing})
@@ -138,6 +155,7 @@ func TestProduceSplicedHeldThroughASwitch(t *testing.T) {
 		t.Fatalf("%.0f bytes spliced to the broker at generation 0", splicedBytes(s, "broker"))
 	}
 
+	before := splicedBytes(s, "broker")
 	table.Update(routing.State{Generation: 0, Active: "a", Phase: routing.PhaseDraining})
 	held := values(2)
 	c.SetDeadline(time.Now().Add(30 * time.Second))
@@ -152,8 +170,8 @@ func TestProduceSplicedHeldThroughASwitch(t *testing.T) {
 	if p := decodeAnswer(t, produce(held), readResp(t, c)).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 16 {
 		t.Fatalf("the held produce: %v at %d, want offset 16", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
 	}
-	if back := splicedBytes(s, "ferry"); back < 100<<10 {
-		t.Fatalf("%.0f bytes read back from the pipe for the request sent under generation 1", back)
+	if moved, back := splicedBytes(s, "broker")-before, splicedBytes(s, "ferry"); moved < 100<<10 || back != 0 {
+		t.Fatalf("the held request: %.0f bytes spliced to the broker, %.0f read back", moved, back)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,8 +1,10 @@
 package splice
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +22,19 @@ const Size = 1 << 20
 // capacity against the user's pipe pages).
 const poolSize = 32
 
-var pool = make(chan *Pipe, poolSize)
+// MaxInUse bounds the pipes out at once: each holds two descriptors, and
+// a member with thousands of producers held by a switch must not spend
+// the descriptors its connections need. Past it Get fails and the caller
+// copies.
+const MaxInUse = 512
+
+var (
+	pool  = make(chan *Pipe, poolSize)
+	inUse atomic.Int64
+)
+
+// ErrBusy is Get's error when MaxInUse pipes are out.
+var ErrBusy = errors.New("splice: every pipe is in use")
 
 // Pipe is a kernel pipe. It is not safe for concurrent use.
 type Pipe struct {
@@ -30,6 +44,10 @@ type Pipe struct {
 
 // Get returns an empty pipe, from the pool or new.
 func Get() (*Pipe, error) {
+	if inUse.Add(1) > MaxInUse {
+		inUse.Add(-1)
+		return nil, ErrBusy
+	}
 	select {
 	case p := <-pool:
 		return p, nil
@@ -37,6 +55,7 @@ func Get() (*Pipe, error) {
 	}
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		inUse.Add(-1)
 		return nil, fmt.Errorf("pipe2: %w", err)
 	}
 	p := &Pipe{r: fds[0], w: fds[1]}
@@ -52,6 +71,7 @@ func Put(p *Pipe) {
 	if p == nil {
 		return
 	}
+	inUse.Add(-1)
 	if p.held != 0 {
 		p.Close()
 		return

@@ -67,6 +67,9 @@ func TestFromThenTo(t *testing.T) {
 // More than the pipe holds: From stops when it is full, without error or
 // waiting, and the rest is still on the socket, in order.
 func TestFromStopsWhenFull(t *testing.T) {
+	for len(pool) > 0 { // room in the pool for the one given back below
+		(<-pool).Close()
+	}
 	inW, inR := testnet.Pair(t)
 	p, err := Get()
 	if err != nil {
@@ -138,4 +141,31 @@ func TestToMoreThanHeld(t *testing.T) {
 	if err := p.ReadFull(make([]byte, 1)); err == nil {
 		t.Fatal("read a byte out of an empty pipe")
 	}
+}
+
+// No more than MaxInUse pipes are out at once; one given back is there
+// for the next.
+func TestMaxInUse(t *testing.T) {
+	var out []*Pipe
+	defer func() {
+		for _, p := range out {
+			Put(p)
+		}
+	}()
+	for free := MaxInUse - int(inUse.Load()); len(out) < free; {
+		p, err := Get()
+		if err != nil {
+			t.Fatalf("pipe %d: %v", len(out), err)
+		}
+		out = append(out, p)
+	}
+	if _, err := Get(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Get past MaxInUse: %v, want ErrBusy", err)
+	}
+	Put(out[0])
+	p, err := Get()
+	if err != nil {
+		t.Fatalf("Get after one was given back: %v", err)
+	}
+	out[0] = p
 }

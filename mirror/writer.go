@@ -1335,12 +1335,17 @@ func (w *writer) produce(ctx context.Context, b protocol.Batch, slot *txnSlot, k
 		attrs |= protocol.BatchAttrTransactional
 	}
 	base, next := b.BaseOffset(), b.NextOffset()
+	// The CRC from the header's change alone, not another pass over the
+	// batch: its CRC was right (checked when fetched, or computed when
+	// Ferry built it: a filler, a reframed run).
+	var old [protocol.BatchHeaderSize]byte
+	copy(old[:], b)
 	// Kafka 4 refuses a client batch whose baseOffset is not 0; the
 	// leader assigns it (outside the CRC).
 	b.SetBaseOffset(0)
 	b.SetAttributes(attrs)
 	b.SetProducer(prod.id, prod.epoch, prod.seq)
-	b.UpdateCRC()
+	b.PatchCRC(old[:])
 	prod.seq = nextSeq(prod.seq, b.NumRecords())
 
 	req := kmsg.NewPtrProduceRequest()

@@ -498,6 +498,12 @@ func (c *clientConn) readFrame(r *bufio.Reader, buf *bytebufferpool.ByteBuffer) 
 	// A large frame takes a kept buffer of its size, if there is one,
 	// before its charge is counted from the buffer's capacity.
 	upstream.RequestBufs.Fit(buf, n)
+	// A spliced Produce's buffer is allocated before its bytes arrive
+	// (produce_splice.go), and charged from its capacity.
+	spliced := c.spliceable(r, n, buf, unauth)
+	if spliced {
+		upstream.RequestBufs.Grow(buf, n)
+	}
 	waited, err := c.mem.Admit(c.ctx, buf, n)
 	if err != nil {
 		return nil, err
@@ -505,7 +511,7 @@ func (c *clientConn) readFrame(r *bufio.Reader, buf *bytebufferpool.ByteBuffer) 
 	if waited {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
 	}
-	if c.spliceable(r, n, buf, unauth) {
+	if spliced {
 		return c.readSpliced(r, n, buf)
 	}
 	return nil, protocol.ReadFrameBody(r, n, buf)

@@ -66,10 +66,12 @@ const spliceAllocMax = 1 << 20
 // spliceable reports whether the frame of n bytes about to be read into
 // buf is a Produce whose batches may go through a pipe: a plain TCP
 // client, authenticated, and a plaintext active cluster. The frame's
-// buffer is allocated whole before its bytes arrive, not grown with them as
-// ReadFrameBody does, so a client claiming a large frame and sending
-// little holds its size: it was charged that much against its budgets
-// (Admit) either way, and over spliceAllocMax only a kept buffer is used.
+// buffer is allocated whole before its bytes arrive (upstream's Grow, with
+// room for frames of about its size, so that once kept it serves the next
+// ones), not grown with them as ReadFrameBody does, so a client claiming
+// a large frame and sending little holds its size: it is charged that
+// much against its budgets (Admit) either way, and over spliceAllocMax
+// only a kept buffer is used.
 func (c *clientConn) spliceable(r *bufio.Reader, n int, buf *bytebufferpool.ByteBuffer, unauth bool) bool {
 	if !c.s.cfg.spliceProduces || unauth || n < produceSpliceMin || !isTCP(c.nc) {
 		return false
@@ -98,10 +100,7 @@ func (c *clientConn) readSpliced(r *bufio.Reader, n int, buf *bytebufferpool.Byt
 		splice.Put(pipe)
 		return nil, protocol.ReadFrameBody(r, n, buf)
 	}
-	if cap(buf.B) < n {
-		buf.B = make([]byte, n) // its charge, n (Admit)
-	}
-	buf.B = buf.B[:n]
+	buf.B = buf.B[:n] // room made for it before it was charged (readFrame)
 	holes, err := protocol.ReadProduceFrame(r, buf.B, spliceMinBytes, func(k int) (int, error) { return pipe.From(rc, k) })
 	if err != nil || len(holes) == 0 {
 		splice.Put(pipe)

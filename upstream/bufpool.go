@@ -105,6 +105,23 @@ type largeFrames struct {
 	bytes   int
 }
 
+// Grow gives buf, about to hold a frame of n bytes over keptFrom that Fit
+// found no kept buffer for, a new buffer with room for every frame of n's
+// size class (at most a quarter more than n), so that once kept it serves
+// the next frames of about its size instead of each one a little larger
+// than the last being allocated anew. For a frame read whole before its
+// bytes arrive (a spliced Produce): ReadFrameBody grows with the bytes.
+func (fp *FramePool) Grow(buf *bytebufferpool.ByteBuffer, n int) {
+	if cap(buf.B) >= n {
+		return
+	}
+	c := n
+	if n > keptFrom {
+		c = classFloor(sizeClass(n)+1) - 1
+	}
+	buf.B = make([]byte, 0, c)
+}
+
 // sizeClass is the class of a capacity c over keptFrom.
 func sizeClass(c int) int {
 	l := bits.Len(uint(c)) // c in [2^(l-1), 2^l)

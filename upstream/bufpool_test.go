@@ -104,3 +104,32 @@ func TestSizeClasses(t *testing.T) {
 		t.Fatalf("the largest frame's class %d is past the classes", k)
 	}
 }
+
+// TestGrowServesItsClass: a buffer grown for a frame is room for every
+// frame of its size class, at most a quarter more than the frame, and once
+// kept is handed to the next frames of that class, larger ones included
+// (each spliced Produce a little larger than the last would otherwise be
+// allocated anew).
+func TestGrowServesItsClass(t *testing.T) {
+	for _, n := range []int{keptFrom + 1, 100 << 10, 300<<10 + 7, 1 << 20, 3<<20 - 1} {
+		fp := FramePool{keepLarge: true}
+		buf := &bytebufferpool.ByteBuffer{B: make([]byte, 0, 512)}
+		fp.Grow(buf, n)
+		c := cap(buf.B)
+		if c < n || c > n+n/4 || sizeClass(c) != sizeClass(n) {
+			t.Fatalf("frame of %d: grown to %d (class %d, the frame's %d)", n, c, sizeClass(c), sizeClass(n))
+		}
+		fp.Put(buf)
+		next := &bytebufferpool.ByteBuffer{B: make([]byte, 0, 512)}
+		fp.Fit(next, c) // the largest frame of the class
+		if cap(next.B) != c {
+			t.Fatalf("frame of %d: the next frame of %d got a buffer of %d, not the kept %d", n, c, cap(next.B), c)
+		}
+	}
+	// Room already: left as it is.
+	buf := &bytebufferpool.ByteBuffer{B: make([]byte, 0, 200<<10)}
+	(&FramePool{}).Grow(buf, 150<<10)
+	if cap(buf.B) != 200<<10 {
+		t.Fatalf("a buffer with room was replaced: %d", cap(buf.B))
+	}
+}

@@ -495,10 +495,8 @@ func (c *Conn) send(frame []byte, holes []protocol.Hole, pipe *splice.Pipe, expe
 }
 
 // writeSpliced writes the size prefix and the frame with each hole of the
-// frame moved from pipe. Every piece but the last is marked as followed
-// by more, so the pieces go out in the segments one write would make, not
-// a small one at each seam (on loopback each segment sent runs the
-// receiver's network stack in this thread).
+// frame moved from pipe. (Marking each piece as followed by more, MSG_MORE
+// and SPLICE_F_MORE, measured no different on loopback: not done.)
 func writeSpliced(nc *net.TCPConn, size, frame []byte, holes []protocol.Hole, pipe *splice.Pipe) error {
 	rc, err := nc.SyscallConn()
 	if err != nil {
@@ -506,19 +504,18 @@ func writeSpliced(nc *net.TCPConn, size, frame []byte, holes []protocol.Hole, pi
 	}
 	at := 0
 	for _, h := range holes {
-		if err := splice.Write(rc, true, size, frame[at:h.Off]); err != nil {
+		bufs := net.Buffers{size, frame[at:h.Off]}
+		if _, err := bufs.WriteTo(nc); err != nil {
 			return err
 		}
-		at = h.Off + h.Len
-		if _, err := pipe.To(rc, h.Len, at < len(frame)); err != nil {
+		if _, err := pipe.To(rc, h.Len); err != nil {
 			return err
 		}
-		size = nil
+		size, at = nil, h.Off+h.Len
 	}
-	if at < len(frame) {
-		return splice.Write(rc, false, frame[at:])
-	}
-	return nil
+	bufs := net.Buffers{size, frame[at:]}
+	_, err = bufs.WriteTo(nc)
+	return err
 }
 
 // gatePoll is how often a gated frame waiting for room in flight asks its

@@ -143,14 +143,8 @@ func (p *Pipe) From(rc syscall.RawConn, n int) (int, error) {
 }
 
 // To moves n bytes held by the pipe to the socket behind rc, waiting
-// (under the socket's write deadline) for room. With more, the kernel is
-// told more of the message follows (SPLICE_F_MORE), so a last partial
-// segment waits for it rather than going out alone.
-func (p *Pipe) To(rc syscall.RawConn, n int, more bool) (int, error) {
-	flags := unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
-	if more {
-		flags |= unix.SPLICE_F_MORE
-	}
+// (under the socket's write deadline) for room.
+func (p *Pipe) To(rc syscall.RawConn, n int) (int, error) {
 	if n > p.held {
 		return 0, fmt.Errorf("splice: %d bytes asked of a pipe holding %d", n, p.held)
 	}
@@ -158,7 +152,7 @@ func (p *Pipe) To(rc syscall.RawConn, n int, more bool) (int, error) {
 	var err error
 	werr := rc.Write(func(fd uintptr) bool {
 		for moved < n {
-			m, e := unix.Splice(p.r, nil, int(fd), nil, n-moved, flags)
+			m, e := unix.Splice(p.r, nil, int(fd), nil, n-moved, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 			switch {
 			case e == unix.EINTR:
 				continue
@@ -203,50 +197,4 @@ func (p *Pipe) ReadFull(b []byte) error {
 		p.held -= m
 	}
 	return nil
-}
-
-// Write writes bufs, in order, to the socket behind rc, waiting (under
-// the socket's write deadline) for room. With more, the kernel is told
-// more of the message follows (MSG_MORE): the bytes wait for it, up to a
-// full segment, instead of going out in a segment of their own, so the
-// pieces of one request interleaved with moves from a pipe go out as the
-// segments a single write would make.
-func Write(rc syscall.RawConn, more bool, bufs ...[]byte) error {
-	flags := 0
-	if more {
-		flags = unix.MSG_MORE
-	}
-	var err error
-	werr := rc.Write(func(fd uintptr) bool {
-		for {
-			for len(bufs) > 0 && len(bufs[0]) == 0 {
-				bufs = bufs[1:]
-			}
-			if len(bufs) == 0 {
-				return true
-			}
-			n, e := unix.SendmsgBuffers(int(fd), bufs, nil, nil, flags)
-			switch {
-			case e == unix.EINTR:
-				continue
-			case e == unix.EAGAIN:
-				return false
-			case e != nil:
-				err = e
-				return true
-			}
-			for n > 0 {
-				k := min(n, len(bufs[0]))
-				bufs[0] = bufs[0][k:]
-				n -= k
-				if len(bufs[0]) == 0 {
-					bufs = bufs[1:]
-				}
-			}
-		}
-	})
-	if err == nil {
-		err = werr
-	}
-	return err
 }

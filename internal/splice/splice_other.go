@@ -15,14 +15,11 @@ var errUnsupported = errors.New("splice: not supported on this system")
 type Pipe struct{}
 
 // Get fails here: the caller copies.
-func Get() (*Pipe, error)                                { return nil, errUnsupported }
-func Put(*Pipe)                                          {}
-func (*Pipe) Cap() int                                   { return 0 }
-func (*Pipe) Held() int                                  { return 0 }
-func (*Pipe) Close()                                     {}
-func (*Pipe) From(syscall.RawConn, int) (int, error)     { return 0, errUnsupported }
-func (*Pipe) To(syscall.RawConn, int, bool) (int, error) { return 0, errUnsupported }
-
-// Write fails here.
-func Write(syscall.RawConn, bool, ...[]byte) error { return errUnsupported }
-func (*Pipe) ReadFull([]byte) error                { return errUnsupported }
+func Get() (*Pipe, error)                            { return nil, errUnsupported }
+func Put(*Pipe)                                      {}
+func (*Pipe) Cap() int                               { return 0 }
+func (*Pipe) Held() int                              { return 0 }
+func (*Pipe) Close()                                 {}
+func (*Pipe) From(syscall.RawConn, int) (int, error) { return 0, errUnsupported }
+func (*Pipe) To(syscall.RawConn, int) (int, error)   { return 0, errUnsupported }
+func (*Pipe) ReadFull([]byte) error                  { return errUnsupported }

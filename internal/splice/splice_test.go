@@ -56,7 +56,7 @@ func TestFromThenTo(t *testing.T) {
 		got <- b
 	}()
 	outW.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if n, err := p.To(raw(t, outW), m, false); err != nil || n != m || p.Held() != 0 {
+	if n, err := p.To(raw(t, outW), m); err != nil || n != m || p.Held() != 0 {
 		t.Fatalf("To: moved %d of %d, held %d: %v", n, m, p.Held(), err)
 	}
 	if !bytes.Equal(<-got, want) {
@@ -135,7 +135,7 @@ func TestToMoreThanHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer Put(p)
-	if _, err := p.To(raw(t, outW), 1, false); err == nil {
+	if _, err := p.To(raw(t, outW), 1); err == nil {
 		t.Fatal("moved a byte out of an empty pipe")
 	}
 	if err := p.ReadFull(make([]byte, 1)); err == nil {
@@ -168,50 +168,4 @@ func TestMaxInUse(t *testing.T) {
 		t.Fatalf("Get after one was given back: %v", err)
 	}
 	out[0] = p
-}
-
-// Pieces written with Write and moved from a pipe, interleaved, arrive
-// whole and in order, through a socket whose buffer fills (Write waits for
-// room, resumes after a partial send).
-func TestWriteAndToInterleaved(t *testing.T) {
-	inW, inR := testnet.Pair(t)
-	outW, outR := testnet.Pair(t)
-	p, err := Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer Put(p)
-	body := payload(600 << 10)
-	go func() { inW.Write(body) }()
-	inR.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if m, err := p.From(raw(t, inR), len(body)); err != nil || m != len(body) {
-		t.Fatalf("From: %d, %v", m, err)
-	}
-	head, mid, tail := payload(3000), bytes.Repeat([]byte("m"), 5<<20), []byte("tail")
-	var want []byte
-	want = append(append(append(append(append(want, head...), body[:200<<10]...), mid...), body[200<<10:]...), tail...)
-	got := make(chan []byte)
-	go func() {
-		b := make([]byte, len(want))
-		time.Sleep(100 * time.Millisecond) // the socket's buffer fills first
-		io.ReadFull(outR, b)
-		got <- b
-	}()
-	rc := raw(t, outW)
-	outW.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	steps := []func() error{
-		func() error { return Write(rc, true, head[:1000], nil, head[1000:]) },
-		func() error { _, err := p.To(rc, 200<<10, true); return err },
-		func() error { return Write(rc, true, mid) },
-		func() error { _, err := p.To(rc, len(body)-200<<10, true); return err },
-		func() error { return Write(rc, false, tail) },
-	}
-	for i, step := range steps {
-		if err := step(); err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-	}
-	if !bytes.Equal(<-got, want) {
-		t.Fatal("the pieces arrived changed or out of order")
-	}
 }

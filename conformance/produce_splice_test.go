@@ -5,12 +5,16 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-gw/ferry/conformance/ferrytest"
+	"github.com/ferry-gw/ferry/conformance/kafkatest"
+	"github.com/ferry-gw/ferry/proxy"
+	"github.com/ferry-gw/ferry/routing"
 )
 
 // TestProduceSplicedOnKafka: large batches from an idempotent producer and
@@ -20,12 +24,21 @@ import (
 // exactly what was acknowledged: every record at its offset, byte for
 // byte, the aborted transaction's invisible to a read_committed reader.
 // A record corrupted on the way would fail the broker's CRC check
-// (CORRUPT_MESSAGE) and the producer's flush.
+// (CORRUPT_MESSAGE) and the producer's flush. Also under a generation
+// after a switch, where each batch's producer ID is mapped to the
+// cluster's in its header and its CRC patched from that change alone: the
+// cluster holds the records under the physical producer ID.
 func TestProduceSplicedOnKafka(t *testing.T) {
 	c := sharedCluster(t)
+	for _, gen := range []uint32{0, 3} {
+		t.Run(fmt.Sprintf("generation %d", gen), func(t *testing.T) { produceSplicedOnKafka(t, c, gen) })
+	}
+}
+
+func produceSplicedOnKafka(t *testing.T, c *kafkatest.Cluster, gen uint32) {
 	adm := admin(t, c)
 	topic := createTopic(t, adm, "spliced")
-	f := ferrytest.Start(t, c.Bootstrap())
+	f := ferrytest.Start(t, c.Bootstrap(), proxy.WithRoutingTable(routing.NewTable(routing.State{Generation: gen, Active: "primary"})))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -60,6 +73,17 @@ func TestProduceSplicedOnKafka(t *testing.T) {
 	}
 	defer idem.Close()
 	produce(idem, 0, 300, true)
+	virt, _, err := idem.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phys := virt // generation 0's IDs are the cluster's
+	if gen != 0 {
+		var ok bool
+		if phys, ok = routing.PhysicalPID(gen, virt); !ok || phys == virt {
+			t.Fatalf("producer ID %d is not one of generation %d", virt, gen)
+		}
+	}
 
 	txn, err := kgo.NewClient(append(opts, kgo.TransactionalID("spliced-"+topic))...)
 	if err != nil {
@@ -114,6 +138,9 @@ func TestProduceSplicedOnKafka(t *testing.T) {
 			}
 			if r.Partition != w.Partition || r.Offset != w.Offset || !bytes.Equal(r.Value, w.Value) || len(r.Headers) != 1 || !bytes.Equal(r.Headers[0].Value, w.Key) {
 				t.Fatalf("record %s at %d/%d, acknowledged at %d/%d, value or header changed", r.Key, r.Partition, r.Offset, w.Partition, w.Offset)
+			}
+			if i, _ := strconv.Atoi(string(r.Key)); (i < 300 || i >= 500) && r.ProducerID != phys {
+				t.Fatalf("record %s written by producer ID %d, want the cluster's %d (the client's %d)", r.Key, r.ProducerID, phys, virt)
 			}
 			got++
 		})

@@ -499,12 +499,14 @@ func (c *clientConn) readFrame(r *bufio.Reader, buf *bytebufferpool.ByteBuffer) 
 	// before its charge is counted from the buffer's capacity.
 	upstream.RequestBufs.Fit(buf, n)
 	// A spliced Produce's buffer is allocated before its bytes arrive
-	// (produce_splice.go), and charged from its capacity.
+	// (produce_splice.go), once admitted, and charged from the capacity
+	// it will have.
 	spliced := c.spliceable(r, n, buf, unauth)
+	charge := n
 	if spliced {
-		upstream.RequestBufs.Grow(buf, n)
+		charge = upstream.GrowCap(buf, n)
 	}
-	waited, err := c.mem.Admit(c.ctx, buf, n)
+	waited, err := c.mem.Admit(c.ctx, buf, charge)
 	if err != nil {
 		return nil, err
 	}
@@ -512,6 +514,7 @@ func (c *clientConn) readFrame(r *bufio.Reader, buf *bytebufferpool.ByteBuffer) 
 		c.nc.SetReadDeadline(time.Now().Add(c.s.settings.Load().RequestReadTimeout))
 	}
 	if spliced {
+		upstream.RequestBufs.Grow(buf, n)
 		return c.readSpliced(r, n, buf)
 	}
 	return nil, protocol.ReadFrameBody(r, n, buf)

@@ -108,6 +108,13 @@ func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 				})
 			}
 
+			// Every frame's charge given back, spliced or not.
+			testwait.Eventually(t, 10*time.Second, "ferry_buffered_bytes back to 0", func() error {
+				if n := testutil.ToFloat64(s.metrics.buffered); n != 0 {
+					return fmt.Errorf("%v bytes still charged", n)
+				}
+				return nil
+			})
 			toBroker, toFerry := splicedBytes(s, "broker"), splicedBytes(s, "ferry")
 			t.Logf("spliced to the broker %.0f bytes, read back %.0f, of %d", toBroker, toFerry, n*size)
 			switch {

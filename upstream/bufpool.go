@@ -112,14 +112,22 @@ type largeFrames struct {
 // than the last being allocated anew. For a frame read whole before its
 // bytes arrive (a spliced Produce): ReadFrameBody grows with the bytes.
 func (fp *FramePool) Grow(buf *bytebufferpool.ByteBuffer, n int) {
-	if cap(buf.B) >= n {
-		return
+	if c := GrowCap(buf, n); c > cap(buf.B) {
+		buf.B = make([]byte, 0, c)
 	}
-	c := n
-	if n > keptFrom {
-		c = classFloor(sizeClass(n)+1) - 1
+}
+
+// GrowCap is the capacity buf has once Grow made room for a frame of n
+// bytes: what to charge it before it grows (the allocation waits for the
+// budget's admission).
+func GrowCap(buf *bytebufferpool.ByteBuffer, n int) int {
+	switch {
+	case cap(buf.B) >= n:
+		return cap(buf.B)
+	case n > keptFrom:
+		return classFloor(sizeClass(n)+1) - 1
 	}
-	buf.B = make([]byte, 0, c)
+	return n
 }
 
 // sizeClass is the class of a capacity c over keptFrom.

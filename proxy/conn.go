@@ -463,7 +463,7 @@ func (c *clientConn) sendRaw(req *request, broker int32, frame []byte, expectRes
 		req.spliced = nil
 		p, err = uc.SendSpliced(frame, sp.holes, sp.pipe, expectResponse, gate)
 		if err == nil {
-			c.s.metrics.produceSpliced.WithLabelValues("broker").Add(float64(sp.size()))
+			c.s.metrics.splicedToBroker.Add(float64(sp.size()))
 		}
 		splice.Put(sp.pipe) // closed if the write failed with bytes in it
 	} else {

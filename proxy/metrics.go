@@ -31,6 +31,9 @@ type metrics struct {
 	// into a pipe (produce_splice.go), by where they went from it: to the
 	// broker, or read back into Ferry for a request it had to rewrite.
 	produceSpliced *prometheus.CounterVec
+	// splicedToBroker and splicedToFerry are its two series, looked up
+	// once rather than by label at each request.
+	splicedToBroker, splicedToFerry prometheus.Counter
 	// streamed counts Fetch answers streamed (fetchStream) rather than
 	// read whole; fillersHidden the filler batches emptied on the way.
 	streamed      prometheus.Counter
@@ -126,6 +129,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for i, a := range metaHowNames {
 		m.metaAllBy[i] = m.metaAll.WithLabelValues(a)
 	}
+	m.splicedToBroker = m.produceSpliced.WithLabelValues("broker")
+	m.splicedToFerry = m.produceSpliced.WithLabelValues("ferry")
 	for k := range m.byKey {
 		name := kmsg.NameForKey(int16(k))
 		if name == "Unknown" {

@@ -106,7 +106,7 @@ func (c *clientConn) readSpliced(r *bufio.Reader, n int, buf *bytebufferpool.Byt
 		splice.Put(pipe)
 		return nil, err
 	}
-	return &splicedFrame{pipe: pipe, holes: holes, filled: c.s.metrics.produceSpliced.WithLabelValues("ferry")}, nil
+	return &splicedFrame{pipe: pipe, holes: holes, filled: c.s.metrics.splicedToFerry}, nil
 }
 
 // fill reads the request's spliced bytes back into its frame. Once it

@@ -40,7 +40,7 @@ demo:
 # (the container image and Kubernetes files), where the time goes to other
 # processes. Alone on 2 cores, -race took mirror 274 s (220 s without) and
 # cmd/ferry 528 s.
-RACE_PKGS := ./routing ./admin ./protocol ./protocol/clusterauth ./membership ./fleetswitch ./clientauth ./connstats ./upstream ./internal/listen ./internal/logsample ./internal/promreg ./internal/testwait ./protocol/kfields ./protocol/errorresp ./proxy ./mirror ./cmd/ferry ./failover \
+RACE_PKGS := ./routing ./admin ./protocol ./protocol/clusterauth ./membership ./fleetswitch ./clientauth ./connstats ./upstream ./internal/listen ./internal/logsample ./internal/promreg ./internal/splice ./internal/testwait ./protocol/kfields ./protocol/errorresp ./proxy ./mirror ./cmd/ferry ./failover \
 	./conformance/gateway ./conformance/kafkatest ./conformance/testpki ./conformance/benchutil ./conformance/tlsbench
 
 # The full suite, as .ci/run runs it. conformance/clients/install.sh installs

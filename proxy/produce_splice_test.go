@@ -56,6 +56,15 @@ func TestProduceSplicedRecordsArriveIntact(t *testing.T) {
 			if _, err := kadm.NewClient(newClient(t, kf.ListenAddrs()[0])).CreateTopic(ctx, 3, 1, nil, "big"); err != nil {
 				t.Fatal(err)
 			}
+			// A leader on each broker, so that a request on one lane
+			// names partitions of several.
+			for p := range int32(3) {
+				if kf.LeaderFor("big", p) != p {
+					if err := kf.MoveTopicPartition("big", p, p); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			// Requests under spliceAllocMax (three batches of at
 			// most 256 KiB): larger ones are spliced only into a
 			// buffer kept from one before.

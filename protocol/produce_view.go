@@ -29,3 +29,75 @@ func ProduceTopicIDs(body []byte, version int16) ([][]byte, error) {
 	}
 	return ids, r.err
 }
+
+// ProduceAnswerClean walks a Produce response frame (its header
+// included, its size not) of v3 or later and reports whether it may reach
+// the client as it came: every partition answered without error, no
+// record errors, and no tagged field anywhere (a broker sets them, a
+// leader hint or node endpoints, only with an error). It returns a 16-byte
+// window onto each topic's ID (v13 and later: writing to a window
+// rewrites the answer) and how many partitions were answered. Nothing is
+// copied or decoded.
+func ProduceAnswerClean(frame []byte, version int16) (ids [][]byte, partitions int, ok bool) {
+	if version < 3 {
+		return nil, 0, false
+	}
+	flex := version >= 9
+	r := reader{b: frame}
+	noTags := func() bool { return !flex || r.uvarint() == 0 }
+	r.skip(4) // correlation ID
+	if !noTags() {
+		return nil, 0, false
+	}
+	for nt := r.arrayLen(flex); nt > 0 && r.err == nil; nt-- {
+		if version >= 13 {
+			ids = append(ids, r.window(16))
+		} else if n := r.nameLen(flex); n > 0 {
+			r.skip(n)
+		}
+		for np := r.arrayLen(flex); np > 0 && r.err == nil; np-- {
+			r.skip(4) // partition
+			if r.int16() != 0 {
+				return nil, 0, false
+			}
+			r.skip(8 + 8) // base offset, log append time
+			if version >= 5 {
+				r.skip(8) // log start offset
+			}
+			if version >= 8 {
+				if r.arrayLen(flex) != 0 || r.length32Str(flex) >= 0 {
+					return nil, 0, false // record errors, an error message
+				}
+			}
+			if !noTags() {
+				return nil, 0, false
+			}
+			partitions++
+		}
+		if !noTags() {
+			return nil, 0, false
+		}
+	}
+	r.skip(4) // throttle time
+	if !noTags() || r.err != nil || r.pos != len(r.b) {
+		return nil, 0, false
+	}
+	return ids, partitions, true
+}
+
+// nameLen reads a (non-null) string's length: compact or int16.
+func (r *reader) nameLen(flex bool) int {
+	if flex {
+		return int(r.uvarint()) - 1
+	}
+	return int(r.int16())
+}
+
+// length32Str reads a nullable string's length (-1: null).
+func (r *reader) length32Str(flex bool) int {
+	n := r.nameLen(flex)
+	if n > 0 {
+		r.skip(n)
+	}
+	return n
+}

@@ -13,6 +13,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -108,6 +109,9 @@ func handleProduce(s *Server, c *clientConn, req *request, kr kmsg.Request) (*re
 			}
 			r := s.produceReply(c, req, in, names, []*subCall{{broker: b, req: parts[b], p: p}}, local)
 			r.direct = p // its answer needs nothing but p (answers.go)
+			if len(req.remaps) == 0 {
+				r.finish = s.produceAnswerAsIs(req, in, sp.physIDs, p, r.finish)
+			}
 			return r, nil
 		}
 	}
@@ -378,4 +382,62 @@ func produceError(p int32, code int16) kmsg.ProduceResponseTopicPartition {
 		r.LogStartOffset = -2
 	}
 	return r
+}
+
+// produceAnswerAsIs answers a Produce forwarded whole to one broker with
+// the broker's own bytes when they are clean (protocol.ProduceAnswerClean:
+// every partition written, no hint to rewrite), v13's topic IDs turned
+// back into the client's where they lie: nothing decoded, merged or
+// encoded. Any other answer goes to slow, which decodes and rebuilds it.
+// (A request with producer IDs Ferry allocated, req.remaps, always does:
+// their answers are noted.)
+func (s *Server) produceAnswerAsIs(req *request, in *kmsg.ProduceRequest, physIDs [][16]byte, p *upstream.Pending, slow func(context.Context) ([]byte, func(), error)) func(context.Context) ([]byte, func(), error) {
+	return func(ctx context.Context) ([]byte, func(), error) {
+		buf, err := p.Wait(ctx)
+		if err != nil {
+			return slow(ctx)
+		}
+		ids, n, ok := protocol.ProduceAnswerClean(buf.B, req.hdr.Version)
+		if !ok || n != producePartitions(in) || !clientTopicIDs(ids, in, physIDs) {
+			return slow(ctx) // Wait again gives it the same answer
+		}
+		s.settleFirsts(req, func(int, int32) bool { return true })
+		binary.BigEndian.PutUint32(buf.B, uint32(req.hdr.CorrelationID))
+		return buf.B, func() { upstream.ResponseBufs.Put(buf) }, nil
+	}
+}
+
+// producePartitions counts the partitions a Produce names.
+func producePartitions(in *kmsg.ProduceRequest) int {
+	n := 0
+	for _, t := range in.Topics {
+		n += len(t.Partitions)
+	}
+	return n
+}
+
+// clientTopicIDs writes over each physical topic ID window of an answer
+// (v13) the client's ID of that topic, and reports whether it could: an
+// ID the request did not send leaves the answer untouched.
+func clientTopicIDs(ids [][]byte, in *kmsg.ProduceRequest, physIDs [][16]byte) bool {
+	if len(ids) == 0 {
+		return true
+	}
+	at := make([]int, len(ids))
+	for i, w := range ids {
+		at[i] = -1
+		for ti := range physIDs {
+			if string(physIDs[ti][:]) == string(w) {
+				at[i] = ti
+				break
+			}
+		}
+		if at[i] < 0 || at[i] >= len(in.Topics) {
+			return false
+		}
+	}
+	for i, w := range ids {
+		copy(w, in.Topics[at[i]].TopicID[:])
+	}
+	return true
 }

@@ -215,12 +215,7 @@ func (r *reader) arrayLen(flex bool) int {
 }
 
 func (r *reader) string(flex bool) string {
-	var n int
-	if flex {
-		n = int(r.uvarint()) - 1
-	} else {
-		n = int(r.int16())
-	}
+	n := r.nameLen(flex)
 	if n < 0 {
 		return ""
 	}

@@ -65,8 +65,8 @@ func ProduceAnswerClean(frame []byte, version int16) (ids [][]byte, partitions i
 				r.skip(8) // log start offset
 			}
 			if version >= 8 {
-				if r.arrayLen(flex) != 0 || r.length32Str(flex) >= 0 {
-					return nil, 0, false // record errors, an error message
+				if r.arrayLen(flex) != 0 || r.nameLen(flex) >= 0 {
+					return nil, 0, false // record errors, an error message (null when none)
 				}
 			}
 			if !noTags() {
@@ -85,19 +85,11 @@ func ProduceAnswerClean(frame []byte, version int16) (ids [][]byte, partitions i
 	return ids, partitions, true
 }
 
-// nameLen reads a (non-null) string's length: compact or int16.
+// nameLen reads a string's length: compact (uvarint of length+1) or
+// int16; -1 is null.
 func (r *reader) nameLen(flex bool) int {
 	if flex {
 		return int(r.uvarint()) - 1
 	}
 	return int(r.int16())
-}
-
-// length32Str reads a nullable string's length (-1: null).
-func (r *reader) length32Str(flex bool) int {
-	n := r.nameLen(flex)
-	if n > 0 {
-		r.skip(n)
-	}
-	return n
 }

@@ -420,24 +420,21 @@ func producePartitions(in *kmsg.ProduceRequest) int {
 // (v13) the client's ID of that topic, and reports whether it could: an
 // ID the request did not send leaves the answer untouched.
 func clientTopicIDs(ids [][]byte, in *kmsg.ProduceRequest, physIDs [][16]byte) bool {
-	if len(ids) == 0 {
-		return true
-	}
-	at := make([]int, len(ids))
-	for i, w := range ids {
-		at[i] = -1
-		for ti := range physIDs {
+	topic := func(w []byte) int {
+		for ti := range min(len(physIDs), len(in.Topics)) {
 			if string(physIDs[ti][:]) == string(w) {
-				at[i] = ti
-				break
+				return ti
 			}
 		}
-		if at[i] < 0 || at[i] >= len(in.Topics) {
+		return -1
+	}
+	for _, w := range ids { // all found before any is written
+		if topic(w) < 0 {
 			return false
 		}
 	}
-	for i, w := range ids {
-		copy(w, in.Topics[at[i]].TopicID[:])
+	for _, w := range ids {
+		copy(w, in.Topics[topic(w)].TopicID[:])
 	}
 	return true
 }

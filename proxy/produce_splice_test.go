@@ -163,8 +163,7 @@ func TestProduceSplicedHeldThroughASwitch(t *testing.T) {
 		req.Topics[0].Partitions[0].Records = batchOf(-1, -1, -1, false, nil, vs)
 		return req
 	}
-	// The first of its size is read whole (no buffer of its size kept
-	// yet); the second goes through a pipe.
+	// Two at generation 0, through a pipe.
 	for round := range 2 {
 		if p := rawCall(t, c, produce(values(round)), int32(round+1)).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != 0 {
 			t.Fatalf("produce %d: %v", round, kerr.ErrorForCode(p.ErrorCode))

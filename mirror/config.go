@@ -31,6 +31,7 @@ type config struct {
 	txnSlots     int
 	fetchMaxWait time.Duration
 	idleWait     time.Duration // a fetch wait that parks (idleFetchMaxWait; tests shorten it)
+	connBudget   int           // ConnectionBudget (0: none)
 	fetchBytes   int32
 	syncGroups   bool
 	syncACLs     bool
@@ -182,6 +183,19 @@ const MaxInFlight = 256
 // 500ms); after fetches that return nothing the wait doubles, up to 10 s
 // (idleFetchMaxWait), and is back to this after one that returns records.
 func FetchMaxWait(d time.Duration) Option { return func(c *config) { c.fetchMaxWait = d } }
+
+// ConnectionBudget bounds, softly, the broker connections the mirror holds
+// (default 0: no bound). Each partition's writer holds two (to the source
+// and the standby leader) while it copies, and keeps them through up to
+// 15 s of long-polling fetches after it caught up, in case more comes,
+// before it parks (idleFetchMaxWait); a parked partition holds none. Past
+// the budget, a writer that has caught up parks at once: when many
+// partitions get a write together (a member starting, a burst over every
+// partition), the connections stay near the budget plus the writers still
+// copying, instead of two per partition written to in the last 15 s,
+// which at 10,000 partitions is more descriptors than a process is often
+// allowed. Its cost: a partition woken again soon after dials again.
+func ConnectionBudget(n int) Option { return func(c *config) { c.connBudget = n } }
 
 // SyncGroups enables or disables copying consumer group offsets (default on).
 func SyncGroups(on bool) Option { return func(c *config) { c.syncGroups = on } }

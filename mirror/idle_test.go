@@ -336,3 +336,79 @@ func TestWriterStartsParkedCaughtUp(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCaughtUpWritersParkOverConnectionBudget: a write to every partition
+// wakes every writer, each holding two connections while it copies. Over
+// the mirror's connection budget a writer parks as soon as it has copied
+// what the source held, instead of long-polling for idleWait (here ten
+// minutes) with both connections open; under no budget they stay. Every
+// record reaches the standby at its offset either way.
+func TestCaughtUpWritersParkOverConnectionBudget(t *testing.T) {
+	a, s := clusters(t)
+	const parts = 12
+	for _, budget := range []int{0, 2} {
+		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
+			topic := fmt.Sprintf("conn-budget-%d", budget)
+			createTopic(t, a, topic, parts, nil)
+			m := startMirror(t, Topics([]string{topic}, nil), ConnectionBudget(budget), func(c *config) {
+				c.idleWait = 10 * time.Minute
+				c.parkedListEvery = 1 << 30 // the watcher alone wakes
+			})
+			parked := func() int { return int(testutil.ToFloat64(m.metrics.parked)) }
+			// Nothing to copy: every writer parks as its session starts.
+			testwait.Eventually(t, 60*time.Second, "every empty partition parked", func() error {
+				if n := parked(); n != parts {
+					return fmt.Errorf("%d of %d partitions parked", n, parts)
+				}
+				return nil
+			})
+
+			src := newClient(t, a, manualPartitioner())
+			for p := range int32(parts) {
+				produceN(t, src, topic, p, 1, 1, "woken")
+			}
+			for p := range int32(parts) {
+				testwait.Eventually(t, 30*time.Second, "mirrored", func() error {
+					if _, end := offsetsOf(t, s, topic, p); end != 1 {
+						return fmt.Errorf("standby %s[%d] ends at %d, want 1", topic, p, end)
+					}
+					return nil
+				})
+			}
+			if budget == 0 {
+				// Woken and caught up, each writer long-polls its
+				// source until idleWait: none is parked, and each
+				// holds its two connections.
+				time.Sleep(time.Second)
+				if n := parked(); n != 0 {
+					t.Fatalf("%d of %d partitions parked a second after their copies with no connection budget, want none (idleWait is 10 min)", n, parts)
+				}
+				if n := testutil.ToFloat64(m.metrics.conns); n < 2*parts {
+					t.Fatalf("%v mirror connections open with %d writers copying, want at least %d", n, parts, 2*parts)
+				}
+				return
+			}
+			testwait.Eventually(t, 30*time.Second, "every caught-up writer parked over the budget", func() error {
+				if n := parked(); n != parts {
+					return fmt.Errorf("%d of %d partitions parked", n, parts)
+				}
+				return nil
+			})
+			if n := testutil.ToFloat64(m.metrics.conns); n != 1 {
+				t.Fatalf("%v mirror connections open with every partition parked, want 1 (the watcher's)", n)
+			}
+			// Parked, each still copies what comes next.
+			produceN(t, src, topic, 5, 1, 1, "again")
+			testwait.Eventually(t, 30*time.Second, "mirrored again", func() error {
+				if _, end := offsetsOf(t, s, topic, 5); end != 2 {
+					return fmt.Errorf("standby %s[5] ends at %d, want 2", topic, end)
+				}
+				return nil
+			})
+			got := consumeAll(t, s, topic, 5, false)
+			if len(got) != 2 || got[0].Offset != 0 || got[1].Offset != 1 || !strings.HasPrefix(got[0].Value, "woken") || !strings.HasPrefix(got[1].Value, "again") {
+				t.Fatalf("standby %s[5]: %+v, want the two records at offsets 0 and 1", topic, got)
+			}
+		})
+	}
+}

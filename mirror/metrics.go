@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,7 @@ type metrics struct {
 	syncErrors   *prometheus.CounterVec
 	owned        prometheus.Gauge
 	handovers    *prometheus.CounterVec
-	conns        prometheus.Gauge
+	conns        *connCount
 	parked       prometheus.Gauge
 	starts       prometheus.Histogram
 }
@@ -54,8 +55,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Mirrored partitions this member owns (writes), whether or not their writer is running."}),
 		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mirror_handovers_total",
 			Help: "Partitions whose ownership this member gained or lost (direction), after it first learnt of them."}, []string{"direction"}),
-		conns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_connections",
-			Help: "Broker connections the mirror's writers and idle-partition watchers hold open."}),
+		conns: &connCount{Gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_connections",
+			Help: "Broker connections the mirror's writers and idle-partition watchers hold open."})},
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mirror_idle_partitions",
 			Help: "Mirrored partitions idle long enough that their writers hold no connection and one fetch session per source broker watches them."}),
 		starts: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_mirror_writer_start_seconds",
@@ -129,3 +130,16 @@ func (m *metrics) halt(topic string, partition int32, err error) {
 	m.halts.WithLabelValues(reason).Inc()
 	m.halted.WithLabelValues(topic, strconv.Itoa(int(partition)), reason).Set(1)
 }
+
+// connCount is the mirror's open connections: the gauge reports them, and
+// writers read the count to decide whether to park (ConnectionBudget).
+type connCount struct {
+	prometheus.Gauge
+	n atomic.Int64
+}
+
+func (c *connCount) Inc() { c.n.Add(1); c.Gauge.Inc() }
+func (c *connCount) Dec() { c.n.Add(-1); c.Gauge.Dec() }
+
+// over reports whether more than budget are open (budget 0: no bound).
+func (c *connCount) over(budget int) bool { return budget > 0 && c.n.Load() > int64(budget) }

@@ -916,6 +916,7 @@ func (w *writer) markerTwice(ctx context.Context, sb protocol.Batch, at int64) (
 func (w *writer) copyLoop(ctx context.Context) error {
 	cfg := &w.m.cfg
 	wait := cfg.fetchMaxWait
+	caughtUp := false // the last fetch's high watermark is copied
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -926,8 +927,11 @@ func (w *writer) copyLoop(ctx context.Context) error {
 		// Fetch from the source's log start if that is inside the batch
 		// the standby needs next: the broker returns that batch whole.
 		at := max(w.next, w.srcStart)
-		if wait >= max(cfg.idleWait, cfg.fetchMaxWait) && len(w.inflight) == 0 {
-			// Idle: the partition's watcher waits for it (watch.go).
+		idle := wait >= max(cfg.idleWait, cfg.fetchMaxWait)
+		if len(w.inflight) == 0 && (idle || caughtUp && w.m.metrics.conns.over(cfg.connBudget)) {
+			// Idle, or caught up with the mirror's connections over
+			// their budget (ConnectionBudget): the partition's watcher
+			// waits for it (watch.go).
 			return w.park(ctx, at)
 		}
 		if cfg.onFetch != nil {
@@ -966,6 +970,7 @@ func (w *writer) copyLoop(ctx context.Context) error {
 			return err
 		}
 		answerBufs.Put(body)
+		caughtUp = w.next >= p.HighWatermark
 		w.progress(p.HighWatermark, p.LastStableOffset)
 		if err := w.trimLogStart(ctx, p.LogStartOffset); err != nil {
 			return err

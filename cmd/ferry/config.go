@@ -644,6 +644,11 @@ type MirrorConfig struct {
 	// InFlight is how many Produce requests each partition writer keeps in
 	// flight to the standby, 1 to mirror.MaxInFlight. Default 128.
 	InFlight int `yaml:"inflight"`
+	// MaxConnections is how many broker connections the mirror holds
+	// before a partition writer that has caught up parks at once instead
+	// of waiting up to 15 s for more (mirror.ConnectionBudget). Default 0:
+	// a quarter of the process's file descriptor limit.
+	MaxConnections int `yaml:"max_connections"`
 	// SyncGroups copies consumer group offsets. Default true.
 	SyncGroups *bool `yaml:"sync_groups"`
 	// SyncACLs copies ACLs. Default true.
@@ -1005,6 +1010,9 @@ func (m *MirrorConfig) validate(clusters int) []error {
 	}
 	if m.InFlight < 1 || m.InFlight > mirror.MaxInFlight {
 		bad("mirror.inflight %d: must be between 1 and %d", m.InFlight, mirror.MaxInFlight)
+	}
+	if m.MaxConnections < 0 {
+		bad("mirror.max_connections %d: must be 0 (a quarter of the file descriptor limit) or more", m.MaxConnections)
 	}
 	return errs
 }

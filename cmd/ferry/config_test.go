@@ -322,6 +322,7 @@ func TestMirrorConfigErrors(t *testing.T) {
 		{"negative sync interval", twoClusters + "mirror: {sync_interval: -5s}\n", []string{"mirror.sync_interval -5s"}},
 		{"too many in flight", twoClusters + "mirror: {inflight: 257}\n", []string{"mirror.inflight 257: must be between 1 and 256"}},
 		{"negative in flight", twoClusters + "mirror: {inflight: -1}\n", []string{"mirror.inflight -1"}},
+		{"negative mirror connections", twoClusters + "mirror: {max_connections: -1}\n", []string{"mirror.max_connections -1: must be 0"}},
 		{"checked while disabled", minimal + "mirror: {enabled: false, topics: {include: [\"(\"]}}\n", []string{"mirror.topics.include[0]"}},
 		{"not a boolean", twoClusters + "mirror: {sync_acls: sometimes}\n", []string{"line 9", "cannot unmarshal"}},
 		{"every problem at once", minimal + "mirror: {enabled: true, inflight: 300, groups: {exclude: [\")\"]}}\n",
@@ -582,5 +583,25 @@ func TestServeAdminToken(t *testing.T) {
 	c, err = load(write(""))
 	if err != nil || c.adminToken != "from-env" {
 		t.Fatalf("env alone: %q %v", c.adminToken, err)
+	}
+}
+
+// TestMirrorConnBudget: mirror.max_connections when set, else a quarter of
+// the descriptor limit, else (the limit unknown) no budget.
+func TestMirrorConnBudget(t *testing.T) {
+	for _, c := range []struct {
+		configured int
+		fds        uint64
+		want       int
+	}{
+		{0, 20000, 5000},
+		{0, 1 << 20, 1 << 18},
+		{300, 20000, 300},
+		{0, 0, 0},
+		{0, 1<<63 - 1, 1 << 30}, // RLIM_INFINITY
+	} {
+		if got := mirrorConnBudget(c.configured, c.fds); got != c.want {
+			t.Errorf("mirrorConnBudget(%d, %d) = %d, want %d", c.configured, c.fds, got, c.want)
+		}
 	}
 }

@@ -48,3 +48,12 @@ func checkAdminConnections(maxConns int, fds uint64) error {
 	}
 	return fmt.Errorf("admin_max_connections %d is more than a quarter of the file descriptor limit (%d): admin API connections could take the descriptors the Kafka listeners need; lower admin_max_connections or raise the limit (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=)", maxConns, fds)
 }
+
+// fdLimit is the process's soft RLIMIT_NOFILE (0: unknown).
+func fdLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return lim.Cur
+}

@@ -82,6 +82,7 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, se
 		mirror.Groups(mc.Groups.Include, mc.Groups.Exclude),
 		mirror.SyncInterval(mc.SyncInterval),
 		mirror.InFlight(mc.InFlight),
+		mirror.ConnectionBudget(mirrorConnBudget(mc.MaxConnections, fdLimit())),
 		mirror.SyncGroups(*mc.SyncGroups),
 		mirror.SyncACLs(*mc.SyncACLs),
 		mirror.RecompressCompacted(*mc.RecompressCompacted),
@@ -93,6 +94,16 @@ func newMirrorRunner(cfg *Config, log *zap.Logger, reg prometheus.Registerer, se
 		r.opts = append(r.opts, mirror.WithWriteGate(gate))
 	}
 	return r
+}
+
+// mirrorConnBudget is the mirror's connection budget: configured, or a
+// quarter of the descriptor limit (clients and the proxy's broker
+// connections need the rest), or none when the limit is unknown.
+func mirrorConnBudget(configured int, fds uint64) int {
+	if configured > 0 {
+		return configured
+	}
+	return int(min(fds/4, 1<<30))
 }
 
 // client builds a franz-go client of the named cluster, with its TLS and

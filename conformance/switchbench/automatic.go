@@ -55,11 +55,13 @@ func automaticOnce(ctx context.Context, o options) (automaticRound, error) {
 	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
 	step("starting two 1-broker Kafka %s clusters (primary, standby)", kafkatest.Version())
 	var err error
-	if b.clusters, err = benchutil.StartClustersWith("switchbench-", func(string, *kafkatest.Config) {}, "primary", "standby"); err != nil {
+	real, err := benchutil.StartClustersWith("switchbench-", func(string, *kafkatest.Config) {}, "primary", "standby")
+	if err != nil {
 		return ar, err
 	}
-	defer benchutil.CloseClusters(b.clusters)
-	b.standbyAddr = b.clusters["standby"].Bootstrap()
+	defer benchutil.CloseClusters(real)
+	b.clusters = realClusters(real)
+	b.standbyAddr = real["standby"].Bootstrap()
 	dir, err := os.MkdirTemp("", "switchbench-")
 	if err != nil {
 		return ar, err
@@ -86,7 +88,7 @@ func automaticOnce(ctx context.Context, o options) (automaticRound, error) {
 	for _, p := range st.Mirror.Partitions {
 		ar.lagAtKill += p.Lag
 	}
-	primary := b.clusters["primary"]
+	primary := real["primary"]
 	kill := time.Now()
 	if err := primary.Kill(primary.NodeIDs()[0]); err != nil {
 		return ar, err

@@ -100,6 +100,10 @@ type options struct {
 	// both clusters (an operator's setting, e.g.
 	// socket.listen.backlog.size), named in the report.
 	brokerConfig map[string]string
+	// fake: the two clusters are kfake clusters in this process (fake.go)
+	// instead of real brokers, for shapes past what this machine's
+	// brokers hold: the member's own per-partition costs.
+	fake bool
 }
 
 func main() {
@@ -123,6 +127,7 @@ func main() {
 	fs.BoolVar(&o.automatic, "automatic", false, "measure automatic failover: the active cluster's broker killed under traffic, -rounds times on fresh clusters (automatic.go)")
 	fs.DurationVar(&o.failoverAfter, "failover-after", 5*time.Second, "with -automatic, the member's failover.after")
 	brokerConfig := fs.String("broker-config", "", "server.properties entries set on every broker of both clusters, KEY=VALUE,... (e.g. socket.listen.backlog.size=1024)")
+	fs.BoolVar(&o.fake, "fake", false, "the scale mode: the two clusters are in-process kfake clusters (franz-go's fake Kafka, one broker each) instead of real brokers, for shapes past what this machine's brokers hold (100000 partitions): the member's own memory, idle CPU, Metadata and switch steps per partition, not a broker's (fake.go)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -156,6 +161,10 @@ func main() {
 	if o.syncInterval == 0 && len(o.shapes) == 0 {
 		o.syncInterval = time.Second
 	}
+	if o.fake && (len(o.shapes) == 0 || o.automatic || o.rtt > 0) {
+		fmt.Fprintln(os.Stderr, "switchbench: -fake measures -shapes only (not -automatic or -rtt)")
+		os.Exit(2)
+	}
 	if o.brokerHeap == "" && len(o.shapes) > 0 {
 		o.brokerHeap = "2g"
 	}
@@ -168,7 +177,7 @@ var step = benchutil.Step
 // bench is one run: the clusters, Ferry, and what it measured.
 type bench struct {
 	o            options
-	clusters     map[string]*kafkatest.Cluster
+	clusters     map[string]cluster
 	active       string
 	addr, admin  string
 	consume      map[int][]float64 // generation → MB/s per round
@@ -191,51 +200,21 @@ func run(ctx context.Context, o options) error {
 		return runAutomatic(ctx, o)
 	}
 	b := &bench{o: o, active: "primary", consume: map[int][]float64{}, planned: map[string][]time.Duration{}}
-	heapNote := ""
-	if o.brokerHeap != "" {
-		heapNote = ", heap " + o.brokerHeap
-	}
-	step("starting two 1-broker Kafka %s clusters (primary, standby%s)", kafkatest.Version(), heapNote)
-	var err error
-	var relay *benchutil.DelayRelay
-	// broker applies -broker-heap and -broker-config to a cluster.
-	broker := func(c *kafkatest.Config) {
-		if o.brokerHeap != "" {
-			c.JVMArgs = append(c.JVMArgs, "-Xms"+o.brokerHeap, "-Xmx"+o.brokerHeap)
-		}
-		for k, v := range o.brokerConfig {
-			if c.BrokerConfig == nil {
-				c.BrokerConfig = map[string]string{}
-			}
-			c.BrokerConfig[k] = v
-		}
-	}
-	adjust := func(_ string, c *kafkatest.Config) { broker(c) }
-	if o.rtt > 0 {
-		// The standby also listens behind the relay
-		// (benchutil.DelayedListener): the member, bootstrapped there,
-		// reaches it only through it.
-		if relay, err = benchutil.ListenDelayRelay(o.rtt); err != nil {
+	if o.fake {
+		step("starting two in-process kfake clusters (primary, standby)")
+		var err error
+		if b.clusters, err = startFakeClusters("primary", "standby"); err != nil {
 			return err
 		}
-		defer relay.Close()
-		adjust = func(name string, c *kafkatest.Config) {
-			broker(c)
-			if name == "standby" {
-				c.Listeners = []kafkatest.Listener{relay.Listener()}
-			}
+		b.standbyAddr = b.clusters["standby"].Bootstrap()
+	} else {
+		closeReal, err := b.startRealClusters(o)
+		if err != nil {
+			return err
 		}
+		defer closeReal()
 	}
-	if b.clusters, err = benchutil.StartClustersWith("switchbench-", adjust, "primary", "standby"); err != nil {
-		return err
-	}
-	defer benchutil.CloseClusters(b.clusters)
-	b.standbyAddr = b.clusters["standby"].Bootstrap()
-	if relay != nil {
-		relay.ServeCluster(b.clusters["standby"])
-		b.standbyAddr = relay.Addr()
-		step("the member reaches the standby through a relay adding %v round trip", o.rtt)
-	}
+	defer closeClusters(b.clusters)
 	dir, err := os.MkdirTemp("", "switchbench-")
 	if err != nil {
 		return err
@@ -263,6 +242,63 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("switches: %w", err)
 	}
 	return b.report(os.Stdout)
+}
+
+// startRealClusters starts the two 1-broker Kafka clusters (with -rtt, the
+// standby behind a delaying relay) and returns what closes the relay.
+func (b *bench) startRealClusters(o options) (func(), error) {
+	heapNote := ""
+	if o.brokerHeap != "" {
+		heapNote = ", heap " + o.brokerHeap
+	}
+	step("starting two 1-broker Kafka %s clusters (primary, standby%s)", kafkatest.Version(), heapNote)
+	var err error
+	var relay *benchutil.DelayRelay
+	closeRelay := func() {
+		if relay != nil {
+			relay.Close()
+		}
+	}
+	// broker applies -broker-heap and -broker-config to a cluster.
+	broker := func(c *kafkatest.Config) {
+		if o.brokerHeap != "" {
+			c.JVMArgs = append(c.JVMArgs, "-Xms"+o.brokerHeap, "-Xmx"+o.brokerHeap)
+		}
+		for k, v := range o.brokerConfig {
+			if c.BrokerConfig == nil {
+				c.BrokerConfig = map[string]string{}
+			}
+			c.BrokerConfig[k] = v
+		}
+	}
+	adjust := func(_ string, c *kafkatest.Config) { broker(c) }
+	if o.rtt > 0 {
+		// The standby also listens behind the relay
+		// (benchutil.DelayedListener): the member, bootstrapped there,
+		// reaches it only through it.
+		if relay, err = benchutil.ListenDelayRelay(o.rtt); err != nil {
+			return nil, err
+		}
+		adjust = func(name string, c *kafkatest.Config) {
+			broker(c)
+			if name == "standby" {
+				c.Listeners = []kafkatest.Listener{relay.Listener()}
+			}
+		}
+	}
+	real, err := benchutil.StartClustersWith("switchbench-", adjust, "primary", "standby")
+	if err != nil {
+		closeRelay()
+		return nil, err
+	}
+	b.clusters = realClusters(real)
+	b.standbyAddr = real["standby"].Bootstrap()
+	if relay != nil {
+		relay.ServeCluster(real["standby"])
+		b.standbyAddr = relay.Addr()
+		step("the member reaches the standby through a relay adding %v round trip", o.rtt)
+	}
+	return closeRelay, nil
 }
 
 func (b *bench) startFerry(ctx context.Context, dir string) (func(), error) {
@@ -837,7 +873,7 @@ func (b *bench) measureSwitches(ctx context.Context) error {
 	return nil
 }
 
-func endOffsets(ctx context.Context, c *kafkatest.Cluster, topic string) (map[int32]int64, error) {
+func endOffsets(ctx context.Context, c cluster, topic string) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
 	if err != nil {
 		return nil, err

@@ -602,8 +602,12 @@ func (b *bench) reportShapes(w io.Writer) error {
 	m := benchutil.ReadMachine()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Scale benchmark\n\n")
-	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, Kafka %s (two 1-broker KRaft clusters on this machine), franz-go clients.\n\n",
-		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, kafkatest.Version())
+	clusters := fmt.Sprintf("Kafka %s (two 1-broker KRaft clusters on this machine)", kafkatest.Version())
+	if b.o.fake {
+		clusters = "two in-process kfake clusters (franz-go's fake Kafka, 1 broker each, in the benchmark's process; the member runs as its own process): the member's own costs at each shape, not a broker's"
+	}
+	fmt.Fprintf(&sb, "`%s` on %d CPUs (%s), %.0f GiB, Linux %s, load %s, Go %s, %s, franz-go clients.\n\n",
+		benchutil.Command("./conformance/switchbench", os.Args[1:]), m.CPUs, m.Model, m.MemGiB, m.Kernel, m.Load, m.GoVersion, clusters)
 	interval := "Ferry's default (5 s)"
 	if b.o.syncInterval > 0 {
 		interval = b.o.syncInterval.String()

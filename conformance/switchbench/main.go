@@ -104,6 +104,10 @@ type options struct {
 	// instead of real brokers, for shapes past what this machine's
 	// brokers hold: the member's own per-partition costs.
 	fake bool
+	// mirrorExclude is the member's mirror.topics.exclude (a regular
+	// expression; "": none): with -fake, shapes whose idle topics are
+	// served but not mirrored.
+	mirrorExclude string
 }
 
 func main() {
@@ -128,6 +132,7 @@ func main() {
 	fs.DurationVar(&o.failoverAfter, "failover-after", 5*time.Second, "with -automatic, the member's failover.after")
 	brokerConfig := fs.String("broker-config", "", "server.properties entries set on every broker of both clusters, KEY=VALUE,... (e.g. socket.listen.backlog.size=1024)")
 	fs.BoolVar(&o.fake, "fake", false, "the scale mode: the two clusters are in-process kfake clusters (franz-go's fake Kafka, one broker each) instead of real brokers, for shapes past what this machine's brokers hold (100000 partitions): the member's own memory, idle CPU, Metadata and switch steps per partition, not a broker's (fake.go)")
+	fs.StringVar(&o.mirrorExclude, "mirror-exclude", "", "the member's mirror.topics.exclude, a regular expression (e.g. 'scale-.*': the idle topics served through the member but not mirrored, the switch copying only the traffic topic)")
 	shapes := fs.String("shapes", "", "the scale mode: PARTITIONSxGROUPS,... (e.g. 100x10,1000x100,10000x1000), each shape growing the last (scale.go); -consume-bytes 0 skips the consume rounds")
 	fs.Parse(os.Args[1:])
 	if *shapes != "" {
@@ -323,8 +328,14 @@ clusters:
   - {name: primary, bootstrap: [%s]}
   - {name: standby, bootstrap: [%s]}
 `, b.addr, b.admin, b.o.logLevel, b.clusters["primary"].Bootstrap(), b.standbyAddr)
-	if b.o.syncInterval > 0 {
-		cfg += fmt.Sprintf("mirror: {sync_interval: %v}\n", b.o.syncInterval)
+	if b.o.syncInterval > 0 || b.o.mirrorExclude != "" {
+		cfg += "mirror:\n"
+		if b.o.syncInterval > 0 {
+			cfg += fmt.Sprintf("  sync_interval: %v\n", b.o.syncInterval)
+		}
+		if b.o.mirrorExclude != "" {
+			cfg += fmt.Sprintf("  topics: {exclude: [%q]}\n", b.o.mirrorExclude)
+		}
 	}
 	if b.o.automatic {
 		cfg += fmt.Sprintf("failover: {automatic: true, after: %v, max_loss: {records: 1000000}, min_interval: 1s}\n", b.o.failoverAfter)

@@ -121,6 +121,9 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 		}
 		// Every idle topic and the traffic topic mirrored.
 		want := topics*scaleTopicPartitions + b.o.partitions
+		if b.o.mirrorExclude != "" {
+			want = b.o.partitions // at least the traffic's
+		}
 		if err := b.waitCaughtUp(ctx, int64(b.o.rate/10), want); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
@@ -612,10 +615,19 @@ func (b *bench) reportShapes(w io.Writer) error {
 	if b.o.syncInterval > 0 {
 		interval = b.o.syncInterval.String()
 	}
-	fmt.Fprintf(&sb, "The member runs with its defaults but for the listeners; mirror.sync_interval: %s. Idle CPU is the member's over 30 s with the producer paused (the live groups still poll), once every idle partition has parked. Metadata for every topic: %d requests at the member and %d at the cluster directly, one at a time, alternately; the member's added time is the median of each pair's difference. Mirror catch-up: the writers of partition 0 of every idle topic halted, %s of %d-byte records (lz4) written to those partitions directly, the writers restarted; MB/s of record values from the restart to the standby holding every offset (each restarted writer takes its partition over first: its leaders looked up, a producer ID, a check of its ownership and of its slots, the check of its tail; no fence period, as it succeeds its own predecessor), and from the first byte of the backlog seen on the standby; medians of %d with the range in brackets.\n\n",
-		interval, metadataRounds, metadataRounds, benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
-	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, mirrored; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
-		scaleTopicPartitions, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
+	catchUp := ""
+	if b.o.catchUpBytes > 0 {
+		catchUp = fmt.Sprintf(" Mirror catch-up: the writers of partition 0 of every idle topic halted, %s of %d-byte records (lz4) written to those partitions directly, the writers restarted; MB/s of record values from the restart to the standby holding every offset (each restarted writer takes its partition over first: its leaders looked up, a producer ID, a check of its ownership and of its slots, the check of its tail; no fence period, as it succeeds its own predecessor), and from the first byte of the backlog seen on the standby; medians of %d with the range in brackets.",
+			benchutil.HumanBytes(b.o.catchUpBytes), catchUpValueSize, b.o.rounds)
+	}
+	fmt.Fprintf(&sb, "The member runs with its defaults but for the listeners; mirror.sync_interval: %s. Idle CPU is the member's over 30 s with the producer paused (the live groups still poll), once every idle partition has parked. Metadata for every topic: %d requests at the member and %d at the cluster directly, one at a time, alternately; the member's added time is the median of each pair's difference.%s\n\n",
+		interval, metadataRounds, metadataRounds, catchUp)
+	mirrored := "mirrored"
+	if b.o.mirrorExclude != "" {
+		mirrored = fmt.Sprintf("served through the member but not mirrored (mirror.topics.exclude %q: the mirror, its drains and the switch cover the traffic's topic alone)", b.o.mirrorExclude)
+	}
+	fmt.Fprintf(&sb, "Each shape grows the one before on the same clusters and the same member: idle topics of %d partitions with a record in each, %s; groups with a committed offset on every partition of one idle topic. Traffic on its own %d-partition topic: one idempotent producer at %d records/s and %d live consumer groups (half KIP-848), through Ferry. Switch times are medians of %d with the lowest and highest in brackets.\n\n",
+		scaleTopicPartitions, mirrored, b.o.partitions, b.o.rate, b.o.groups, b.o.rounds)
 	fmt.Fprintf(&sb, "| shape (partitions × groups) | mirrored partitions | planned: answer | planned: first ack | planned: live groups consuming | planned: mirror caught up the other way | forced: first ack | Metadata p50 / p99, member | directly | member's added, p50 | member RSS | Go heap | CPU idle | parked partitions / mirror connections |\n")
 	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.shapes {
@@ -663,9 +675,14 @@ func (b *bench) reportShapes(w io.Writer) error {
 	if n := len(b.shapes); n >= first+2 {
 		for _, from := range slices.Compact([]int{first, n - 2}) {
 			a, z := b.shapes[from], b.shapes[n-1]
-			if dp := z.mirrored - a.mirrored; dp > 0 {
-				fmt.Fprintf(&sb, "\nPer mirrored partition, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
-					a.mirrored, z.mirrored, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
+			what, pa, pz := "mirrored partition", a.mirrored, z.mirrored
+			if b.o.mirrorExclude != "" {
+				// Served, not mirrored: the slope is the partitions'.
+				what, pa, pz = "partition served (not mirrored)", a.partitions, z.partitions
+			}
+			if dp := pz - pa; dp > 0 {
+				fmt.Fprintf(&sb, "\nPer %s, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
+					what, pa, pz, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
 					100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
 			}
 		}

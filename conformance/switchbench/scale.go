@@ -133,6 +133,12 @@ func (b *bench) measureShapes(ctx context.Context, shapes []shape) error {
 			return err
 		}
 		step("shape %v: %d partitions mirrored, caught up %v after the growth began", sh, r.mirrored, r.grow.Round(time.Millisecond))
+		// Its memory and idle cost with every partition in its view:
+		// the member refreshes its metadata every 30 s, and grown in
+		// seconds (kfake) the shape may not be in it yet.
+		if err := b.waitMemberSees(ctx, sh.partitions); err != nil {
+			return fmt.Errorf("shape %v: %w", sh, err)
+		}
 		if err := b.measureIdle(ctx, tr, r); err != nil {
 			return fmt.Errorf("shape %v: %w", sh, err)
 		}
@@ -553,6 +559,33 @@ func (b *bench) measureMetadata(ctx context.Context, r *shapeResult) error {
 	step("shape %v: Metadata for every topic: member p50 %v p99 %v, directly p50 %v p99 %v, the member's added time per pair p50 %v", r.shape,
 		pct(r.metaFerry, 50), pct(r.metaFerry, 99), pct(r.metaDirect, 50), pct(r.metaDirect, 99), pct(r.metaAdded, 50))
 	return nil
+}
+
+// waitMemberSees waits until Metadata for every topic through the member
+// names at least partitions partitions.
+func (b *bench) waitMemberSees(ctx context.Context, partitions int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := 0
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl) // Topics nil: every topic
+		if err == nil {
+			for _, t := range resp.Topics {
+				n += len(t.Partitions)
+			}
+			if n >= partitions {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the member's Metadata names %d partitions after 2 minutes, want at least %d (%v)", n, partitions, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // pct is the p-th percentile of xs (nearest rank).

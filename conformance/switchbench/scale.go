@@ -714,8 +714,9 @@ func (b *bench) reportShapes(w io.Writer) error {
 				what, pa, pz = "partition served (not mirrored)", a.partitions, z.partitions
 			}
 			if dp := pz - pa; dp > 0 {
+				kib := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024/float64(dp)) }
 				fmt.Fprintf(&sb, "\nPer %s, from %d to %d: RSS %s, Go heap %s, idle CPU %.3f %% of a core per 1,000.\n",
-					what, pa, pz, benchutil.HumanBytes((z.rss-a.rss)/int64(dp)), benchutil.HumanBytes((z.heap-a.heap)/int64(dp)),
+					what, pa, pz, kib(z.rss-a.rss), kib(z.heap-a.heap),
 					100*(z.idleCPU-a.idleCPU)/float64(dp)*1000)
 			}
 		}

@@ -36,6 +36,9 @@
 // With -shapes the switches are measured as the clusters grow, with the
 // member's memory, idle CPU and Metadata time at each size (scale.go,
 // `make bench-scale`).
+// With -fake as well, the two clusters are in-process kfake clusters
+// (fake.go): the member's own costs at shapes past what real brokers hold
+// here (100,000 partitions).
 package main
 
 import (

@@ -11,7 +11,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
@@ -45,9 +44,9 @@ type conn struct {
 	renewAt time.Time
 
 	corr    int32
-	pending []*call          // written, response not read yet, oldest first
-	err     error            // set once: the connection is closed
-	open    prometheus.Gauge // decremented when closed (nil: not counted)
+	pending []*call    // written, response not read yet, oldest first
+	err     error      // set once: the connection is closed
+	open    *connCount // decremented when closed (nil: not counted)
 }
 
 // call is one request in flight on a conn.
@@ -303,11 +302,11 @@ func decodeResponse(req kmsg.Request, corr int32, body []byte) (kmsg.Response, e
 type link struct {
 	addr string
 	sec  *clusterauth.Security
-	open prometheus.Gauge // the mirror's open connections
+	open *connCount // the mirror's open connections
 	c    *conn
 }
 
-func newLink(addr string, sec *clusterauth.Security, open prometheus.Gauge) *link {
+func newLink(addr string, sec *clusterauth.Security, open *connCount) *link {
 	return &link{addr: addr, sec: sec, open: open}
 }
 

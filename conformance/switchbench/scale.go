@@ -532,11 +532,7 @@ func (b *bench) measureMetadata(ctx context.Context, r *shapeResult) error {
 		if err != nil {
 			return 0, fmt.Errorf("metadata: %w", err)
 		}
-		n := 0
-		for _, t := range resp.Topics {
-			n += len(t.Partitions)
-		}
-		if n < r.partitions {
+		if n := partitionsIn(resp); n < r.partitions {
 			return 0, fmt.Errorf("metadata named %d partitions, want at least %d", n, r.partitions)
 		}
 		return took, nil
@@ -574,10 +570,7 @@ func (b *bench) waitMemberSees(ctx context.Context, partitions int) error {
 		n := 0
 		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl) // Topics nil: every topic
 		if err == nil {
-			for _, t := range resp.Topics {
-				n += len(t.Partitions)
-			}
-			if n >= partitions {
+			if n = partitionsIn(resp); n >= partitions {
 				return nil
 			}
 		}
@@ -586,6 +579,15 @@ func (b *bench) waitMemberSees(ctx context.Context, partitions int) error {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// partitionsIn counts the partitions a Metadata answer names.
+func partitionsIn(resp *kmsg.MetadataResponse) int {
+	n := 0
+	for _, t := range resp.Topics {
+		n += len(t.Partitions)
+	}
+	return n
 }
 
 // pct is the p-th percentile of xs (nearest rank).
